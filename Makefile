@@ -1,0 +1,41 @@
+# One-command set-up and tests. `make install` needs only Python 3.11, a C++ compiler and cmake.
+#   make install            CPU TensorFlow (default)
+#   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1); build Horovod with
+#                           HOROVOD_GPU_OPERATIONS=NCCL yourself if you want NCCL allreduce.
+PYTHON ?= python3.11
+VENV   ?= .venv
+TF     ?= cpu
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+# Horovod must see the TensorFlow it links against, hence --no-build-isolation after TF is in.
+HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+PRESET ?= default
+RUNNER ?=
+
+.PHONY: install test bench repro lr-sweep clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make install PYTHON=/path/to/python3.11'"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65" wheel "cmake>=3.13"
+	$(PY) -m pip install --quiet -e ".[$(TF),test]"
+	$(HOROVOD_ENV) $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
+	$(BIN)/horovodrun --check-build
+	touch $@
+
+test: install
+	$(BIN)/pytest -q tests
+
+bench: install
+	$(PY) -m deepdensity.bench
+
+repro: install
+	$(PY) -m deepdensity.repro --preset $(PRESET) $(if $(RUNNER),--runner '$(RUNNER)')
+
+lr-sweep: install
+	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,210 @@
+"""The configuration schema: one dataclass, filled from defaults, then YAML, then `--set`.
+
+Defaults are the paper's settings where the paper gives them (section VI); the rest
+are this implementation's choices, each with the reason next to it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """Bad configuration: reported as one line and exit status 2."""
+
+
+@dataclass
+class Config:
+    # --- data -----------------------------------------------------------------------
+    data_path: str = "data/synth.h5"
+    # How cube intensities are made comparable to a density. "density": each cube is
+    # divided so that its voxels integrate to 1 over [-1, 1]^n, which a mixture with
+    # sum(alpha) = 1 can match; "none": the stored values in [0, 1] as they are.
+    intensity_scaling: str = "density"
+    # Use at most this many training cubes (0 = all); for quick runs and the tests.
+    max_train_cubes: int = 0
+
+    # --- model (paper section V and VI) -------------------------------------------------
+    n_components: int = 50                      # K
+    conv_filters: Tuple[int, ...] = (32, 32, 32)
+    conv_kernels: Tuple[int, ...] = (7, 5, 3)
+    # The paper does not say how the encoder downsamples; stride 2 in every conv layer
+    # halves the grid each time (16 -> 8 -> 4 -> 2) at an eighth of the cost of pooling
+    # after stride-1 convs, which matters for a study of hundreds of runs.
+    conv_strides: Tuple[int, ...] = (2, 2, 2)
+    latent_dim: int = 64                        # size l of y in eq. (9); not given in the paper
+    # Standard deviations are sigma_min + (1 - sigma_min) * sigmoid(.): bounded away from 0
+    # so every covariance is well conditioned; 0.05 is 0.4 voxel at 16^3 over [-1, 1].
+    sigma_min: float = 0.05
+    # Partial correlations are (2 * sigmoid(.) - 1) * corr_max, so |rho| <= corr_max < 1.
+    corr_max: float = 0.95
+
+    # --- optimisation (paper section VI) -----------------------------------------------------
+    batch_size: int = 32                        # base batch B of the sequential model
+    base_lr: float = 0.00105                    # eta
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-8                       # the paper's; tf.keras would use 1e-7
+    warmup_epochs: int = 5
+    max_epochs: int = 400
+    target_loss: float = 0.0016384
+    seed: int = 0
+
+    # --- runtime -----------------------------------------------------------------------
+    # Intra-op threads per process; 0 = this host's cores divided by the local processes,
+    # so N processes on one host do not oversubscribe it.
+    intra_op_threads: int = 0
+    # Ask TensorFlow for deterministic kernels (bitwise-repeatable runs, maybe slower on GPU).
+    deterministic: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_HINTS = typing.get_type_hints(Config)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Check `value` against the declared type of `key`, converting where it is lossless."""
+    hint = _HINTS[key]
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        hint = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        origin = typing.get_origin(hint)
+    what = f"{key} expects"
+    if origin in (tuple, Tuple):
+        if isinstance(value, str):
+            value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{what} a list of integers like [32, 32, 32], got {value!r}")
+        return tuple(_coerce_scalar(key, int, v) for v in value)
+    return _coerce_scalar(key, hint, value)
+
+
+def _coerce_scalar(key: str, typ: type, value: Any) -> Any:
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{key} expects true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key} expects an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key} expects an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key} expects a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key} expects a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key} expects a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported type {typ}")
+
+
+def _unknown(key: str) -> ConfigError:
+    import difflib
+    close = difflib.get_close_matches(key, FIELDS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return ConfigError(f"unknown config key {key!r}{hint}; known keys: {', '.join(FIELDS)}")
+
+
+def apply(cfg: Config, updates: dict, source: str) -> Config:
+    values = cfg.to_dict()
+    for key, value in updates.items():
+        if key not in FIELDS:
+            raise _unknown(key)
+        try:
+            values[key] = _coerce(key, value)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    out = Config(**values)
+    validate(out)
+    return out
+
+
+def parse_set(items) -> dict:
+    """`key=value` strings to a dict; values are read as YAML scalars (1e-3, true, [1,2])."""
+    updates = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            updates[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            updates[key] = raw
+    return updates
+
+
+def load(path: Optional[str] = None, overrides=None) -> Config:
+    """Defaults, then the YAML file at `path`, then `--set key=value` overrides."""
+    cfg = Config()
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {path} not found")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of key: value")
+        cfg = apply(cfg, data, path)
+    return apply(cfg, parse_set(overrides), "--set")
+
+
+def validate(cfg: Config) -> None:
+    checks = [
+        (cfg.n_components >= 1, "n_components must be >= 1"),
+        (len(cfg.conv_filters) == len(cfg.conv_kernels) == len(cfg.conv_strides),
+         "conv_filters, conv_kernels and conv_strides must have the same length"),
+        (all(v >= 1 for v in cfg.conv_filters + cfg.conv_kernels + cfg.conv_strides),
+         "conv_filters, conv_kernels and conv_strides must be positive"),
+        (cfg.latent_dim >= 1, "latent_dim must be >= 1"),
+        (0 < cfg.sigma_min < 1, "sigma_min must be in (0, 1)"),
+        (0 <= cfg.corr_max < 1, "corr_max must be in [0, 1)"),
+        (cfg.batch_size >= 1, "batch_size must be >= 1"),
+        (cfg.base_lr > 0, "base_lr must be > 0"),
+        (cfg.epsilon > 0, "epsilon must be > 0"),
+        (cfg.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
+        (cfg.max_epochs >= 1, "max_epochs must be >= 1"),
+        (cfg.target_loss >= 0, "target_loss must be >= 0"),
+        (cfg.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
+        (cfg.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
+        (cfg.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def dumps(cfg: Config, **extra) -> str:
+    return json.dumps({**cfg.to_dict(), **extra}, indent=2, sort_keys=False)

@@ -1,0 +1,117 @@
+"""Everything Horovod. The only module that imports it.
+
+Order as in Horovod's tensorflow2_keras_mnist example: init, pin, (scale: rules.py),
+wrap the optimizer, callbacks. Without Horovod's launcher, hvd.init() gives a world of
+one and the same code runs as a single worker. If Horovod is not installed at all,
+`Single` stands in, so the model and the tests of pure parts still work.
+"""
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+try:
+    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow.keras as hvd
+except ImportError:  # pragma: no cover - exercised only where Horovod is missing
+    hvd = hvd_tf = None
+
+
+class Single:
+    """One process, no Horovod."""
+    available = False
+
+    def rank(self) -> int:
+        return 0
+
+    def size(self) -> int:
+        return 1
+
+    def local_rank(self) -> int:
+        return 0
+
+    def local_size(self) -> int:
+        return 1
+
+    def wrap_optimizer(self, opt):
+        return opt
+
+    def callbacks(self):
+        return []
+
+    def broadcast_state(self, model, optimizer):
+        pass
+
+    def allreduce_max(self, value: float) -> float:
+        return value
+
+
+class Horovod(Single):
+    available = True
+
+    def __init__(self):
+        # Horovod: initialise the process group (a world of 1 without horovodrun).
+        hvd.init()
+
+    def rank(self):
+        return hvd.rank()
+
+    def size(self):
+        return hvd.size()
+
+    def local_rank(self):
+        return hvd.local_rank()
+
+    def local_size(self):
+        return hvd.local_size()
+
+    def wrap_optimizer(self, opt):
+        # Horovod: average gradients across workers with allreduce before each update.
+        return hvd.DistributedOptimizer(opt)
+
+    def callbacks(self):
+        return [
+            # Horovod: make every worker start from rank 0's weights and optimizer state.
+            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+            # Horovod: average the epoch's metrics over workers; must precede any callback
+            # that reads them (stopping rules, logging, checkpoints).
+            hvd.callbacks.MetricAverageCallback(),
+        ]
+
+    def broadcast_state(self, model, optimizer):
+        # Horovod: the callback above broadcasts only after the first step (optimizer slots
+        # do not exist before), so a resumed or freshly built state is broadcast here too:
+        # the first step must already start from identical weights on all workers.
+        create_slots(model, optimizer)
+        hvd_tf.broadcast_variables(model.variables, root_rank=0)
+        hvd_tf.broadcast_variables(optimizer.variables(), root_rank=0)
+
+    def allreduce_max(self, value: float) -> float:
+        # Horovod: a decision every worker must take together (e.g. stop) from local values.
+        return float(hvd_tf.allreduce(tf.constant(float(value)), op=hvd_tf.Max))
+
+
+def create_slots(model, optimizer):
+    """Create the optimizer's slot variables now (Keras makes them lazily at the first step),
+    so they can be restored from a checkpoint or broadcast before training starts."""
+    if hasattr(optimizer, "_create_all_weights"):  # tf.keras.optimizers.legacy
+        optimizer._create_all_weights(model.trainable_variables)
+    else:
+        optimizer.build(model.trainable_variables)
+
+
+def setup(intra_op_threads: int = 0):
+    """Initialise the process group and pin this process to its device and thread share."""
+    backend = Horovod() if hvd is not None else Single()
+    # Horovod: pin one GPU per local process (no-op on CPU-only hosts).
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[backend.local_rank() % len(gpus)], "GPU")
+    # N processes on one host each get an equal share of its cores, not all of them.
+    threads = intra_op_threads or max(1, (os.cpu_count() or 1) // backend.local_size())
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+    return backend, threads

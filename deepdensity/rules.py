@@ -1,0 +1,200 @@
+"""The scaling rules of Cunha et al. (HPML 2018), section IV and VI, as pure functions.
+
+No TensorFlow and no Horovod here, so that every rule can be tested exhaustively and
+reused by the study driver without starting a framework.
+
+Vocabulary:
+  workers    N, the number of data-parallel workers the policy is computed for
+             (Horovod's world size, or the emulated N of `--emulate-workers`).
+  processes  how many processes actually share one global batch (1 when emulating).
+  base batch B = 32 and base lr eta = 0.00105 are the sequential model's settings.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+MODES = ("strong", "weak", "linear", "warmup")
+
+
+class PlanError(ValueError):
+    """A policy cannot be applied to this number of workers (e.g. N does not divide B)."""
+
+
+@dataclass(frozen=True)
+class ScalingPlan:
+    mode: str
+    workers: int
+    processes: int
+    base_batch: int
+    base_lr: float
+    global_batch: int
+    per_worker_batch: int
+    per_process_batch: int
+    peak_lr: float
+    warmup_epochs: int
+
+    def describe(self) -> str:
+        """The scaling arithmetic, printed at start-up so a run says what it does."""
+        lines = [
+            f"mode={self.mode}  workers N={self.workers}  processes={self.processes}",
+            f"global_batch = {self.global_batch}  per_worker_batch = {self.per_worker_batch}"
+            f"  per_process_batch = {self.per_process_batch}",
+            f"lr = {self.peak_lr:g}  (base {self.base_lr:g} x {self.peak_lr / self.base_lr:g})",
+        ]
+        if self.mode == "warmup":
+            lines.append(
+                f"warmup: lr ramps per batch from ~{self.base_lr:g} to {self.peak_lr:g} "
+                f"over {self.warmup_epochs} epochs"
+            )
+        return "\n".join(lines)
+
+
+def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105,
+         warmup_epochs: int = 5, processes: Optional[int] = None) -> ScalingPlan:
+    """Global batch, per-worker batch and lr for one of the paper's four policies.
+
+    strong: global batch B split in N disjoint parts of B/N, lr eta (paper eq. 2 with B' = B).
+    weak:   every worker takes B (global B*N), lr eta.
+    linear: as weak, lr N*eta (Goyal et al.'s linear scaling rule).
+    warmup: as linear, lr ramped from ~eta to N*eta over `warmup_epochs` (see `lr_at`).
+
+    `processes` defaults to `workers`; with fewer processes (emulation) each process
+    takes global_batch / processes samples, which must divide evenly.
+    """
+    if mode not in MODES:
+        raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if not isinstance(workers, int) or workers < 1:
+        raise PlanError(f"the number of workers must be a positive integer, got {workers!r}")
+    if not isinstance(base_batch, int) or base_batch < 1:
+        raise PlanError(f"batch_size must be a positive integer, got {base_batch!r}")
+    if not base_lr > 0:
+        raise PlanError(f"base_lr must be positive, got {base_lr!r}")
+    if warmup_epochs < 0:
+        raise PlanError(f"warmup_epochs must be >= 0, got {warmup_epochs!r}")
+    processes = workers if processes is None else processes
+    if processes < 1 or workers % processes:
+        raise PlanError(f"{processes} processes cannot share the work of {workers} workers evenly")
+
+    if mode == "strong":
+        if base_batch % workers:
+            raise PlanError(
+                f"strong scaling splits the global batch of {base_batch} over {workers} workers, "
+                f"but {workers} does not divide {base_batch}; use a worker count that divides it "
+                f"(e.g. {', '.join(str(d) for d in divisors(base_batch))}) or change batch_size"
+            )
+        global_batch = base_batch
+    else:
+        global_batch = base_batch * workers
+    peak_lr = base_lr * workers if mode in ("linear", "warmup") else base_lr
+    return ScalingPlan(
+        mode=mode, workers=workers, processes=processes, base_batch=base_batch, base_lr=base_lr,
+        global_batch=global_batch, per_worker_batch=global_batch // workers,
+        per_process_batch=global_batch // processes, peak_lr=peak_lr,
+        warmup_epochs=warmup_epochs if mode == "warmup" else 0,
+    )
+
+
+def divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def lr_at(p: ScalingPlan, epoch: int, batch: int, steps_per_epoch: int) -> float:
+    """The lr used for batch `batch` (0-based) of epoch `epoch` (0-based).
+
+    Warmup follows Horovod's LearningRateWarmupCallback exactly: with initial_lr the
+    already-scaled N*eta, W warmup epochs and S steps per epoch, for epoch < W
+
+        lr = initial_lr / N * ((epoch + batch/S + 1/S) * (N - 1) / W + 1),
+
+    so the first batch runs at eta * (1 + (N-1)/(S*W)) and the last warmup batch at N*eta.
+    After warmup the callback stops touching the lr, which stays at N*eta.
+    """
+    if steps_per_epoch < 1:
+        raise ValueError("steps_per_epoch must be >= 1")
+    if p.mode != "warmup" or epoch >= p.warmup_epochs:
+        return p.peak_lr
+    n = p.workers
+    progress = epoch + batch / steps_per_epoch + 1.0 / steps_per_epoch
+    return p.peak_lr / n * (progress * (n - 1) / p.warmup_epochs + 1.0)
+
+
+def steps_per_epoch(n_train: int, global_batch: int) -> int:
+    """Full global batches per epoch; the remainder is dropped so that every worker's
+    share of every step is the same size (unequal shares would change the average)."""
+    steps = n_train // global_batch
+    if steps < 1:
+        raise PlanError(
+            f"the training set has {n_train} cubes, fewer than one global batch of {global_batch}; "
+            f"use more data, fewer workers or a smaller batch_size"
+        )
+    return steps
+
+
+def epoch_order(n_train: int, global_batch: int, epoch: int, seed: int) -> np.ndarray:
+    """Sample indices of one epoch as a (steps, global_batch) array.
+
+    The permutation depends only on (seed, epoch), never on N or the rank, so every
+    global batch holds the same samples whatever the number of workers.
+    """
+    steps = steps_per_epoch(n_train, global_batch)
+    perm = np.random.default_rng([seed, epoch]).permutation(n_train)
+    return perm[: steps * global_batch].reshape(steps, global_batch)
+
+
+def shard_of_batch(order: np.ndarray, rank: int, processes: int) -> np.ndarray:
+    """This process's disjoint slice of every global batch: (steps, global_batch/processes)."""
+    if not 0 <= rank < processes:
+        raise ValueError(f"rank {rank} outside 0..{processes - 1}")
+    width = order.shape[1] // processes
+    if width * processes != order.shape[1]:
+        raise ValueError("processes must divide the global batch")
+    return order[:, rank * width:(rank + 1) * width]
+
+
+def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
+    """(start, stop) of the validation cubes this process evaluates.
+
+    Equal contiguous shards when `processes` divides n_val, so that the averaged
+    metric is the exact mean; otherwise every process evaluates all of them.
+    """
+    if n_val % processes == 0:
+        width = n_val // processes
+        return rank * width, (rank + 1) * width
+    return 0, n_val
+
+
+def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float,
+                max_epochs: int) -> Optional[str]:
+    """Paper section VI: stop at the first non-finite loss, at the target, or at the cap.
+
+    `epoch` is 0-based and names the epoch just finished. Returns None to go on.
+    """
+    if not (math.isfinite(loss) and math.isfinite(val_loss)):
+        return "diverged"
+    if val_loss <= target_loss:
+        return "reached_target"
+    if epoch + 1 >= max_epochs:
+        return "max_epochs"
+    return None
+
+
+def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:
+    """Scaling efficiency in percent, T1 / (n Tn) * 100 (paper section VII).
+
+    NaN when either time is missing (a run that did not reach the target).
+    """
+    if t1 is None or tn is None or not (math.isfinite(t1) and math.isfinite(tn)) or tn <= 0:
+        return float("nan")
+    return 100.0 * t1 / (n * tn)
+
+
+def first_epoch_reaching(val_losses: Sequence[float], target: float) -> Optional[int]:
+    """1-based epoch at which the validation loss first reaches the target, or None."""
+    for i, v in enumerate(val_losses):
+        if math.isfinite(v) and v <= target:
+            return i + 1
+    return None

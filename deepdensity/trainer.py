@@ -1,0 +1,313 @@
+"""One training run under one of the paper's four policies, on 1..N Horovod workers.
+
+Everything a run leaves behind is in its output folder, written by rank 0 only and
+each file atomically: config.json, metrics.jsonl, result.json, weights.h5, and a
+checkpoint after every epoch so that `--resume` continues a killed run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from . import rules
+from .config import Config, ConfigError
+from .data import DataError, load_cubes, to_density
+
+RESULT_STATUSES = ("reached_target", "max_epochs", "diverged")
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked (bad output folder, nothing to resume, ...)."""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_metrics(out_dir) -> list:
+    path = Path(out_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _check_out_dir(out: Path, resume: bool) -> Optional[dict]:
+    """Make sure `out` is writable and says what it holds; returns the state to resume."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise RunError(f"cannot write to output folder {out} ({e.strerror}); pass another --out") from None
+    state_path = out / "state.json"
+    if resume:
+        if not state_path.exists():
+            return None
+        return json.loads(state_path.read_text())
+    if state_path.exists() or (out / "metrics.jsonl").exists():
+        raise RunError(f"output folder {out} already holds a run; pass --resume to continue it, "
+                       f"or choose another --out")
+    return None
+
+
+def _versions() -> dict:
+    import platform
+
+    import tensorflow as tf
+    v = {"python": platform.python_version(), "tensorflow": tf.__version__, "numpy": np.__version__,
+         "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+         "gpus": len(tf.config.list_physical_devices("GPU"))}
+    try:
+        import horovod
+        v["horovod"] = horovod.__version__
+    except ImportError:
+        v["horovod"] = None
+    return v
+
+
+def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
+          emulate_workers: int = 1, verbose: bool = True) -> dict:
+    """Train until the target, the epoch cap or divergence; returns result.json's content."""
+    import tensorflow as tf
+
+    from . import dist
+    from .model import build_model, make_adam
+
+    if emulate_workers < 1:
+        raise ConfigError("--emulate-workers must be >= 1")
+    # Horovod: init and pin (device and thread share) before any other TensorFlow work.
+    backend, threads = dist.setup(cfg.intra_op_threads)
+    rank, processes = backend.rank(), backend.size()
+    if emulate_workers > 1 and processes > 1:
+        raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
+    workers = emulate_workers if emulate_workers > 1 else processes
+    is_chief = rank == 0
+    say = print if (verbose and is_chief) else (lambda *a, **k: None)
+
+    # Horovod: scale batch and lr by the policy (all arithmetic lives in rules.py).
+    try:
+        p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
+    except rules.PlanError as e:
+        raise ConfigError(str(e)) from None
+
+    out = Path(out_dir) if out_dir else None
+    state = _check_out_dir(out, resume) if (out and is_chief) else None
+    if resume and out and is_chief and state is None:
+        say(f"nothing to resume in {out}; starting a new run there")
+    finished = bool(state and state.get("status") in RESULT_STATUSES)
+    if processes > 1:  # only rank 0 reads the folder; all workers must stop or go on together
+        finished = bool(backend.allreduce_max(float(finished)))
+    if finished:
+        say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
+        return json.loads((out / "result.json").read_text()) if is_chief else {}
+
+    cubes = load_cubes(cfg.data_path)
+    train_x, val_x = cubes.train, cubes.val
+    if cfg.max_train_cubes:
+        train_x = train_x[: cfg.max_train_cubes]
+    if cfg.intensity_scaling == "density":
+        train_x, empty_train = to_density(train_x)
+        val_x, empty_val = to_density(val_x)
+        if empty_train + empty_val:
+            say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
+    steps = rules.steps_per_epoch(len(train_x), p.global_batch)
+    n_used = steps * p.global_batch
+
+    if cfg.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    # Same seed on every worker: identical initial weights, so the first step is already
+    # the sequential model's first step (the broadcast below only guarantees it).
+    tf.keras.utils.set_random_seed(cfg.seed)
+    model = build_model(cfg, cubes.grid_size, cubes.ndim)
+    first_lr = rules.lr_at(p, 0, 0, steps)
+    # Horovod: wrap the optimizer so gradients are averaged over workers.
+    optimizer = backend.wrap_optimizer(make_adam(cfg, first_lr))
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError())
+    dist.create_slots(model, optimizer)
+
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    initial_epoch, elapsed_before = 0, 0.0
+    if state:
+        ckpt.restore(str(out / state["checkpoint"])).assert_existing_objects_matched()
+        initial_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
+    if processes > 1:
+        # Every worker must learn where rank 0 resumes (only rank 0 reads the folder).
+        initial_epoch = int(backend.allreduce_max(initial_epoch))
+        elapsed_before = backend.allreduce_max(elapsed_before)
+    # Horovod: start every worker from rank 0's weights and optimizer state.
+    backend.broadcast_state(model, optimizer)
+
+    say(p.describe())
+    say(f"data: {cfg.data_path}  train {len(train_x)} cubes ({n_used} used per epoch, "
+        f"{steps} steps of {p.global_batch})  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
+    say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+
+    if is_chief and out:
+        if initial_epoch == 0:
+            write_atomic(out / "config.json", json.dumps({
+                **cfg.to_dict(), "mode": mode, "world_size": processes, "workers": workers,
+                "emulated": emulate_workers > 1, "global_batch": p.global_batch,
+                "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
+                "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
+                "n_val": len(val_x), "threads_per_process": threads, "versions": _versions(),
+            }, indent=2))
+            (out / "metrics.jsonl").write_text("")
+        else:  # drop lines of epochs the checkpoint does not cover
+            kept = [m for m in read_metrics(out) if m["epoch"] <= initial_epoch]
+            write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
+
+    if initial_epoch >= cfg.max_epochs:
+        raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
+                       f"{cfg.max_epochs}; raise max_epochs to train further")
+
+    # Data: one index stream for the whole run, so epochs follow each other without
+    # re-creating iterators; epoch e's order depends on (seed, e) only, never on N.
+    orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p.global_batch, e, cfg.seed),
+                                   rank, processes)
+              for e in range(initial_epoch, cfg.max_epochs)]
+    index = np.concatenate(orders).astype(np.int32)            # (epochs * steps, per_process_batch)
+    train_t = tf.constant(train_x[..., None])
+    train_ds = (tf.data.Dataset.from_tensor_slices(index)
+                .map(lambda i: (tf.gather(train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
+                .prefetch(2))
+    lo, hi = rules.validation_shard(len(val_x), rank, processes)
+    val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(p.per_process_batch)
+
+    study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
+                           progress=verbose and is_chief)
+    callbacks = backend.callbacks() + [_PolicyLR(p, steps), study]
+    model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
+              steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    result = study.result()
+    if is_chief and out:
+        tmp = out / "weights.tmp.h5"
+        model.save_weights(str(tmp))
+        os.replace(tmp, out / "weights.h5")
+        write_atomic(out / "result.json", json.dumps(result, indent=2))
+        write_atomic(out / "state.json", json.dumps({**study.state, "status": result["status"]}))
+    return result
+
+
+def _finite(x) -> Optional[float]:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _keras_callback_base():
+    import tensorflow as tf
+    return tf.keras.callbacks.Callback
+
+
+class _PolicyLR(_keras_callback_base()):
+    """Sets the lr of every batch from rules.lr_at: constant, or Horovod's warmup ramp.
+
+    Written here rather than using hvd.callbacks.LearningRateWarmupCallback because the
+    ramp must also run with emulated workers, where hvd.size() is 1.
+    """
+
+    def __init__(self, p: rules.ScalingPlan, steps: int):
+        super().__init__()
+        self.p, self.steps, self.epoch = p, steps, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self._set(0)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.p.mode == "warmup" and self.epoch < self.p.warmup_epochs:
+            self._set(batch)
+
+    def _set(self, batch):
+        import tensorflow as tf
+        tf.keras.backend.set_value(self.model.optimizer.lr, rules.lr_at(self.p, self.epoch, batch, self.steps))
+
+
+class _StudyCallback(_keras_callback_base()):
+    """Stopping rules, time to target, metrics.jsonl, checkpoints and the progress line.
+
+    Runs after MetricAverageCallback, so the losses it reads are the same on every
+    worker and every worker takes the same decision to stop.
+    """
+
+    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress):
+        super().__init__()
+        self.p, self.cfg, self.steps, self.out, self.ckpt = p, cfg, steps, out, ckpt
+        self.elapsed_before, self.say = elapsed_before, say
+        self.status, self.time_to_target_s, self.last = None, None, {}
+        self.state = {}
+        self.bar = None
+        self.progress = progress
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t0
+
+    def on_train_begin(self, logs=None):
+        self.t0 = time.perf_counter()          # start mark of time to target
+        if self.progress and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.cfg.max_epochs, initial=self.params.get("initial_epoch", 0) or 0,
+                            desc=f"{self.p.mode} N={self.p.workers}", unit="epoch", file=sys.stderr)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        seconds = self.elapsed()              # stop mark: after this epoch's validation
+        loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))
+        lr = float(rules.lr_at(self.p, epoch, self.steps - 1, self.steps))
+        reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs)
+        if reason == "reached_target":
+            self.time_to_target_s = seconds
+        self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
+                     "lr": lr, "seconds": round(seconds, 4)}
+        if self.out is not None:
+            with open(self.out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(self.last) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            path = self.ckpt.write(str(self.out / "ckpt" / f"epoch-{epoch + 1:04d}"))
+            prev = self.state.get("checkpoint")
+            self.state = {"epoch": epoch, "elapsed_s": seconds,
+                          "checkpoint": os.path.relpath(path, self.out), "status": "running"}
+            write_atomic(self.out / "state.json", json.dumps(self.state))
+            if prev and prev != self.state["checkpoint"]:
+                for f in (self.out / "ckpt").glob(Path(prev).name + ".*"):
+                    f.unlink()
+        line = (f"epoch {epoch + 1:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {lr:.6g}  "
+                f"{seconds:8.1f}s")
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {loss:.4g} val {val_loss:.4g}")
+            self.bar.update(1)
+        else:
+            self.say(line)
+        if reason:
+            self.status = reason
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        if self.bar is not None:
+            self.bar.close()
+        if self.status == "reached_target":
+            what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
+        elif self.status == "diverged":
+            what = "stopped: non-finite loss"
+        else:
+            what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
+        self.say(f"{what} after {self.last.get('epoch')} epochs")
+
+    def result(self) -> dict:
+        return {"status": self.status or "max_epochs", "mode": self.p.mode, "workers": self.p.workers,
+                "epochs": self.last.get("epoch"), "time_to_target_s": self.time_to_target_s,
+                "final_val_loss": self.last.get("val_loss"), "final_loss": self.last.get("loss"),
+                "seconds": self.last.get("seconds"), "target_loss": self.cfg.target_loss}

@@ -1,0 +1,30 @@
+"""deepdensity: Cunha et al. (HPML 2018) strong-vs-weak scaling study, in tf.keras + Horovod.
+
+TensorFlow is an extra, not a hard requirement, so that CPU and CUDA users pick
+exactly one build (`pip install .[cpu]` or `.[gpu]`); `make install` picks for you.
+Horovod is not listed: it must be compiled against the TensorFlow already in the
+environment (`--no-build-isolation`), which pip cannot order; the Makefile does it.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="deepdensity",
+    version="0.1.0",
+    description="3D Gaussian-mixture autoencoder and its strong/weak scaling study under Horovod",
+    packages=find_packages(include=["deepdensity", "deepdensity.*"]),
+    python_requires=">=3.10,<3.12",
+    install_requires=[
+        "numpy<2",
+        "h5py>=3.8",
+        "pydicom>=3",
+        "PyYAML>=6",
+        "matplotlib>=3.7",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        # TF 2.16+ ships Keras 3, which Horovod 0.28.1 does not support (horovod/horovod#4290).
+        "cpu": ["tensorflow-cpu==2.15.1"],
+        "gpu": ["tensorflow[and-cuda]==2.15.1"],
+        "test": ["pytest>=7"],
+    },
+)
