@@ -108,7 +108,9 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     state = _check_out_dir(out, resume) if (out and is_chief) else None
     if resume and out and is_chief and state is None:
         say(f"nothing to resume in {out}; starting a new run there")
-    finished = bool(state and state.get("status") in RESULT_STATUSES)
+    # A run stopped at the epoch cap is extended by a larger max_epochs; the others are final.
+    finished = bool(state and (state.get("status") in ("reached_target", "diverged") or
+                               (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
     if processes > 1:  # only rank 0 reads the folder; all workers must stop or go on together
         finished = bool(backend.allreduce_max(float(finished)))
     if finished:
@@ -124,7 +126,10 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         val_x, empty_val = to_density(val_x)
         if empty_train + empty_val:
             say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
-    steps = rules.steps_per_epoch(len(train_x), p.global_batch)
+    try:
+        steps = rules.steps_per_epoch(len(train_x), p.global_batch)
+    except rules.PlanError as e:
+        raise ConfigError(f"{cfg.data_path}: {e}") from None
     n_used = steps * p.global_batch
 
     if cfg.deterministic:
@@ -142,7 +147,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     initial_epoch, elapsed_before = 0, 0.0
     if state:
-        ckpt.restore(str(out / state["checkpoint"])).assert_existing_objects_matched()
+        # write() saves no save_counter, so ask only that the model and optimizer matched.
+        ckpt.restore(str(out / state["checkpoint"])).assert_nontrivial_match()
         initial_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
     if processes > 1:
         # Every worker must learn where rank 0 resumes (only rank 0 reads the folder).
@@ -262,15 +268,17 @@ class _StudyCallback(_keras_callback_base()):
                             desc=f"{self.p.mode} N={self.p.workers}", unit="epoch", file=sys.stderr)
 
     def on_epoch_end(self, epoch, logs=None):
+        import tensorflow as tf
         logs = logs or {}
         seconds = self.elapsed()              # stop mark: after this epoch's validation
         loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))
-        lr = float(rules.lr_at(self.p, epoch, self.steps - 1, self.steps))
+        # What the optimizer held for the epoch's last batch, read back, not recomputed.
+        lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
         reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs)
         if reason == "reached_target":
             self.time_to_target_s = seconds
         self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
-                     "lr": lr, "seconds": round(seconds, 4)}
+                     "lr": lr, "seconds": seconds}
         if self.out is not None:
             with open(self.out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(self.last) + "\n")

@@ -1,0 +1,65 @@
+import pytest
+
+from deepdensity.config import Config, ConfigError, load, parse_set
+
+
+def test_defaults_are_the_papers():
+    c = Config()
+    assert (c.base_lr, c.batch_size, c.beta_1, c.beta_2, c.epsilon) == (0.00105, 32, 0.9, 0.999, 1e-8)
+    assert (c.n_components, c.conv_filters, c.conv_kernels) == (50, (32, 32, 32), (7, 5, 3))
+    assert (c.target_loss, c.max_epochs, c.warmup_epochs) == (0.0016384, 400, 5)
+
+
+def test_yaml_then_set_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("base_lr: 2.0e-3\nconv_filters: [8, 8, 8]\nmax_epochs: 10\n")
+    c = load(str(p), ["max_epochs=20", "target_loss=1e-3", "deterministic=true", "conv_kernels=3,3,3"])
+    assert c.base_lr == 0.002 and c.conv_filters == (8, 8, 8)
+    assert c.max_epochs == 20 and c.target_loss == 0.001 and c.deterministic is True
+    assert c.conv_kernels == (3, 3, 3)
+
+
+@pytest.mark.parametrize("items, match", [
+    (["base_rl=0.1"], "unknown config key 'base_rl' \\(did you mean base_lr\\?\\)"),
+    (["batch_size=3.5"], "batch_size expects an integer"),
+    (["batch_size=many"], "batch_size expects an integer"),
+    (["base_lr=fast"], "base_lr expects a number"),
+    (["deterministic=maybe"], "expects true or false"),
+    (["conv_filters=[a]"], "conv_filters expects an integer"),
+    (["max_epochs"], "key=value"),
+    (["max_epochs=0"], "max_epochs must be >= 1"),
+    (["intensity_scaling=log"], "intensity_scaling must be"),
+    (["sigma_min=0"], "sigma_min must be in"),
+])
+def test_bad_settings_are_clear_errors(items, match):
+    with pytest.raises(ConfigError, match=match):
+        load(None, items)
+
+
+def test_bad_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base_lr: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load(str(bad))
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load(str(lst))
+    unk = tmp_path / "unk.yaml"
+    unk.write_text("workers: 8\n")
+    with pytest.raises(ConfigError, match="unknown config key 'workers'"):
+        load(str(unk))
+
+
+def test_parse_set_reads_yaml_scalars():
+    assert parse_set(["a=1", "b=1.5", "c=true", "d=hello", "e=[1, 2]"]) == \
+        {"a": 1, "b": 1.5, "c": True, "d": "hello", "e": [1, 2]}
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    for p in sorted((root / "configs").glob("*.yaml")):
+        load(str(p))

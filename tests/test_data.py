@@ -1,0 +1,101 @@
+import h5py
+import numpy as np
+import pytest
+
+from deepdensity import data
+
+
+def test_synth_is_deterministic_and_extends(tmp_path):
+    a_train, a_val = data.synthesize(40, 8, seed=3, progress=False)
+    b_train, b_val = data.synthesize(40, 8, seed=3, progress=False)
+    np.testing.assert_array_equal(a_train.cubes, b_train.cubes)
+    np.testing.assert_array_equal(a_val.cubes, b_val.cubes)
+    c_train, _ = data.synthesize(40, 8, seed=4, progress=False)
+    assert not np.array_equal(a_train.cubes, c_train.cubes)
+    # cube i depends on (seed, i) only
+    cube0, *_ = data.synth_cube(np.random.default_rng([3, 0]))
+    all_ids = np.concatenate([a_train.seriesuid, a_val.seriesuid])
+    all_cubes = np.concatenate([a_train.cubes, a_val.cubes])
+    np.testing.assert_array_equal(all_cubes[list(all_ids).index("synthetic.3.0")], data.hu_to_unit(cube0))
+
+
+def test_synth_looks_like_windowed_ct_with_a_nodule_in_the_middle():
+    train, val = data.synthesize(200, 20, seed=0, progress=False)
+    c = train.cubes
+    assert c.dtype == np.float32 and c.min() >= 0 and c.max() <= 1
+    # parenchyma (~ -860 HU -> 0.1) dominates the corners, the nodule sits at the centre
+    corners = c[:, [0, -1]][:, :, [0, -1]][:, :, :, [0, -1]].reshape(len(c), -1)
+    centre = c[:, 7:9, 7:9, 7:9].reshape(len(c), -1)
+    assert np.median(corners) < 0.2
+    assert np.median(centre.mean(axis=1)) > np.median(corners.mean(axis=1)) + 0.1
+    kinds = set(np.concatenate([train.extra["kind"], val.extra["kind"]]))
+    assert kinds == set(data.NODULE_KINDS)
+    assert train.diameter_mm.min() >= 3.0
+
+
+def test_write_and_load_round_trip(tmp_path):
+    train, val = data.synthesize(30, 6, seed=1, progress=False)
+    path = tmp_path / "x.h5"
+    data.write_cubes(path, train, val, {"cube_size": 16, "source": "synthetic"})
+    assert [p.name for p in tmp_path.iterdir()] == ["x.h5"], "no temporary file left behind"
+    c = data.load_cubes(path)
+    assert c.train.shape == (24, 16, 16, 16) and c.val.shape == (6, 16, 16, 16)
+    assert c.attrs["format"] == data.FORMAT and c.attrs["format_version"] == 1
+    with h5py.File(path) as f:
+        assert set(f["train"]) == {"cubes", "seriesuid", "world_xyz", "diameter_mm", "kind"}
+        assert f["val/world_xyz"].shape == (6, 3)
+        assert f["val/seriesuid"].asstr()[0].startswith("synthetic.1.")
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    train, val = data.synthesize(10, 2, seed=1, progress=False)
+    with pytest.raises(Exception):
+        data.write_cubes(tmp_path / "x.h5", train, val, {"bad": object()})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(data.DataError, match="does not exist"):
+        data.load_cubes(tmp_path / "nope.h5")
+    txt = tmp_path / "t.h5"
+    txt.write_text("hello")
+    with pytest.raises(data.DataError, match="not an HDF5 file"):
+        data.load_cubes(txt)
+    with h5py.File(tmp_path / "empty.h5", "w") as f:
+        f.create_group("train")
+    with pytest.raises(data.DataError, match="no /train/cubes"):
+        data.load_cubes(tmp_path / "empty.h5")
+    with h5py.File(tmp_path / "shape.h5", "w") as f:
+        f["train/cubes"] = np.zeros((4, 16, 16, 8), "f4")
+        f["val/cubes"] = np.zeros((4, 16, 16, 8), "f4")
+    with pytest.raises(data.DataError, match="expected \\(N, G, G, G\\)"):
+        data.load_cubes(tmp_path / "shape.h5")
+    with h5py.File(tmp_path / "nan.h5", "w") as f:
+        f["train/cubes"] = np.full((4, 8, 8, 8), np.nan, "f4")
+        f["val/cubes"] = np.zeros((4, 8, 8, 8), "f4")
+    with pytest.raises(data.DataError, match="NaN"):
+        data.load_cubes(tmp_path / "nan.h5")
+    good = tmp_path / "good.h5"
+    with h5py.File(good, "w") as f:
+        f["train/cubes"] = np.zeros((4, 8, 8, 8), "f4")
+        f["val/cubes"] = np.zeros((4, 8, 8, 8), "f4")
+    with pytest.raises(data.DataError, match="expects 16"):
+        data.load_cubes(good, expect_grid=16)
+    trunc = tmp_path / "trunc.h5"
+    train, val = data.synthesize(30, 6, seed=1, progress=False)
+    data.write_cubes(trunc, train, val, {})
+    raw = trunc.read_bytes()
+    trunc.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(data.DataError):
+        data.load_cubes(trunc)
+
+
+def test_to_density_integrates_to_one():
+    rng = np.random.default_rng(0)
+    cubes = rng.uniform(size=(5, 16, 16, 16)).astype("f4")
+    cubes[2] = 0.0
+    scaled, empty = data.to_density(cubes)
+    cell = (2 / 16) ** 3
+    sums = scaled.reshape(5, -1).sum(axis=1) * cell
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
+    assert empty == 1 and np.allclose(scaled[2], 1 / 8)

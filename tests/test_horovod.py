@@ -1,0 +1,82 @@
+"""Real `horovodrun -np 2` runs against one process on the same global batches.
+
+Strong scaling on N workers must follow the sequential optimisation path (paper eq. 2
+with B' = B); weak/warmup on 2 workers must follow `--emulate-workers 2`.
+"""
+import json
+import sys
+
+import pytest
+
+from conftest import ROOT, horovodrun, run
+
+pytestmark = pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def losses(out):
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["loss"], r["val_loss"], r["lr"]) for r in rows]
+
+
+def launch(prefix, mode, out, data, *extra):
+    run(prefix + [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
+                  "--set", f"data_path={data}", "--out", str(out), "--quiet", *extra])
+    return losses(out)
+
+
+def assert_same_path(a, b):
+    assert len(a) == len(b) == 3
+    for (la, va, ra), (lb, vb, rb) in zip(a, b):
+        # float32 rounding: the sum of two half-batch means is not bitwise the full mean
+        assert lb == pytest.approx(la, rel=1e-5) and vb == pytest.approx(va, rel=1e-5)
+        assert rb == pytest.approx(ra, rel=1e-7)
+
+
+def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data):
+    one = launch([], "strong", tmp_path / "one", smoke_data)
+    two = launch([horovodrun(), "-np", "2"], "strong", tmp_path / "two", smoke_data)
+    assert_same_path(one, two)
+    cfg = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
+    assert not (tmp_path / "two" / "rank1").exists()
+
+
+@pytest.mark.parametrize("mode", ["weak", "warmup"])
+def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode):
+    extra = ["--set", "warmup_epochs=2"]
+    emulated = launch([], mode, tmp_path / "emu", smoke_data, "--emulate-workers", "2", *extra)
+    real = launch([horovodrun(), "-np", "2"], mode, tmp_path / "real", smoke_data, *extra)
+    assert_same_path(emulated, real)
+    if mode == "warmup":
+        assert real[0][2] < real[-1][2] == pytest.approx(2 * 0.00105)
+
+
+def test_our_warmup_matches_horovods_own_callback(tmp_path):
+    """Horovod's LearningRateWarmupCallback on 2 workers is the reference for rules.lr_at."""
+    script = tmp_path / "warm.py"
+    script.write_text(f"""
+import json, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
+from deepdensity import rules
+hvd.init()
+steps, W, eta = 3, 2, 0.00105
+seen = []
+class Record(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None): self.e = epoch
+    def on_train_batch_begin(self, batch, logs=None):
+        seen.append((self.e, batch, float(tf.keras.backend.get_value(self.model.optimizer.lr))))
+m = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+m.compile(hvd.DistributedOptimizer(tf.keras.optimizers.legacy.Adam(eta * hvd.size())), "mse")
+cb = [hvd.callbacks.LearningRateWarmupCallback(initial_lr=eta * hvd.size(), warmup_epochs=W,
+      steps_per_epoch=steps), Record()]
+m.fit(np.zeros((steps * 4, 2)), np.zeros(steps * 4), batch_size=4, epochs=4, callbacks=cb, verbose=0)
+p = rules.plan("warmup", hvd.size(), 32, eta, warmup_epochs=W)
+ours = [rules.lr_at(p, e, b, steps) for e, b, _ in seen]
+if hvd.rank() == 0:
+    print("JSON" + json.dumps({{"horovod": [s[2] for s in seen], "ours": ours}}))
+""")
+    proc = run([horovodrun(), "-np", "2", sys.executable, str(script)])
+    line = next(x for x in proc.stdout.splitlines() if "JSON" in x)
+    got = json.loads(line.split("JSON", 1)[1])
+    assert len(got["horovod"]) == 12
+    assert got["ours"] == [pytest.approx(h, rel=1e-6) for h in got["horovod"]]

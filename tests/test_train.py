@@ -1,0 +1,141 @@
+"""train.py as a user runs it: outputs, stopping rules, resume, and bad input."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run
+
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def train(*args, data, check=True):
+    return run([sys.executable, str(ROOT / "train.py"), "--config", SMOKE,
+                "--set", f"data_path={data}", *args], check=check)
+
+
+def metrics(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_smoke_run_writes_every_output(tmp_path, smoke_data):
+    out = tmp_path / "run"
+    proc = train("--mode", "strong", "--out", str(out), data=smoke_data)
+    assert "global_batch = 32" in proc.stdout and "per_worker_batch = 32" in proc.stdout
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"], cfg["lr"]) == (1, 32, 32, 0.00105)
+    assert cfg["n_components"] == 8, "the YAML's values are resolved into config.json"
+    m = metrics(out)
+    assert [r["epoch"] for r in m] == [1, 2, 3]
+    assert all(set(r) == {"epoch", "loss", "val_loss", "lr", "seconds"} for r in m)
+    assert m[-1]["val_loss"] < m[0]["val_loss"], "three epochs of Adam lower the loss"
+    assert [r["seconds"] for r in m] == sorted(r["seconds"] for r in m)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "max_epochs" and result["epochs"] == 3
+    assert result["time_to_target_s"] is None
+    assert result["final_val_loss"] == pytest.approx(m[-1]["val_loss"])
+    assert (out / "weights.h5").stat().st_size > 0
+
+
+def test_stops_at_the_target(tmp_path, smoke_data):
+    out = tmp_path / "run"
+    # a target above the first epoch's loss is reached at once
+    train("--mode", "weak", "--out", str(out), "--set", "target_loss=1.0", data=smoke_data)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "reached_target" and result["epochs"] == 1
+    assert result["time_to_target_s"] == pytest.approx(metrics(out)[0]["seconds"])
+
+
+def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
+    # A huge lr does not give NaN here (the bounded density saturates the loss at a
+    # ceiling, like the paper's Fig. 3), so feed the callback a NaN epoch directly.
+    import tensorflow as tf
+
+    from deepdensity import rules
+    from deepdensity.config import Config
+    from deepdensity.trainer import _StudyCallback
+
+    cfg = Config(max_epochs=50)
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
+    cb = _StudyCallback(rules.plan("linear", 4), cfg, 3, None, None, 0.0, lambda *a: None, False)
+    cb.set_model(model)
+    cb.on_train_begin()
+    cb.on_epoch_end(0, {"loss": 0.5, "val_loss": 0.4})
+    assert not model.stop_training
+    cb.on_epoch_end(1, {"loss": float("nan"), "val_loss": 0.4})
+    assert model.stop_training
+    result = cb.result()
+    assert result["status"] == "diverged" and result["epochs"] == 2
+    assert result["final_loss"] is None and result["time_to_target_s"] is None
+
+
+def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
+    full, part = tmp_path / "full", tmp_path / "part"
+    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(full),
+          "--set", "warmup_epochs=2", data=smoke_data)
+    # the same run killed after epoch 2 (max_epochs=2), then resumed to 3
+    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part),
+          "--set", "warmup_epochs=2", "--set", "max_epochs=2", data=smoke_data)
+    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part), "--resume",
+          "--set", "warmup_epochs=2", data=smoke_data)
+    a, b = metrics(full), metrics(part)
+    assert [r["epoch"] for r in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5)
+        assert y["val_loss"] == pytest.approx(x["val_loss"], rel=1e-5)
+        assert y["lr"] == pytest.approx(x["lr"], rel=1e-7)
+    assert b[2]["seconds"] > b[1]["seconds"], "time since start carries over a resume"
+    # a finished run is not trained again
+    proc = train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part), "--resume",
+                 "--set", "warmup_epochs=2", data=smoke_data)
+    assert "finished run" in proc.stdout
+    assert len(metrics(part)) == 3
+
+
+def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data):
+    out = tmp_path / "w"
+    train("--mode", "warmup", "--emulate-workers", "4", "--out", str(out), "--set", "warmup_epochs=2",
+          "--set", "max_train_cubes=256", data=smoke_data)
+    steps, eta, n, W = 256 // 128, 0.00105, 4, 2
+    # Horovod's formula at the last batch of epoch e: eta * ((e + 1) * (n - 1) / W + 1)
+    want = [eta * ((e + 1) * (n - 1) / W + 1) if e < W else n * eta for e in range(3)]
+    assert [r["lr"] for r in metrics(out)] == [pytest.approx(w, rel=1e-6) for w in want]
+    assert json.loads((out / "config.json").read_text())["global_batch"] == 128
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "bogus=1"], "unknown config key 'bogus'"),
+    (["--set", "batch_size=big"], "batch_size expects an integer"),
+    (["--emulate-workers", "3"], "3 does not divide 32"),
+    (["--set", "data_path=/nonexistent/x.h5"], "does not exist"),
+    (["--set", "max_train_cubes=16"], "fewer than one global batch"),
+])
+def test_bad_input_is_one_line_and_exit_2(smoke_data, args, message):
+    proc = train("--mode", "strong", *args, data=smoke_data, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unusable_output_folder_and_reused_folder(tmp_path, smoke_data):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = train("--mode", "strong", "--out", str(blocker / "sub"), data=smoke_data, check=False)
+    assert proc.returncode == 2 and "cannot write to output folder" in proc.stderr
+    out = tmp_path / "run"
+    train("--mode", "strong", "--out", str(out), "--set", "max_epochs=1", data=smoke_data)
+    proc = train("--mode", "strong", "--out", str(out), data=smoke_data, check=False)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+
+
+def test_wrong_cube_shape_is_rejected(tmp_path):
+    import h5py
+    bad = tmp_path / "bad.h5"
+    with h5py.File(bad, "w") as f:
+        f["train/cubes"] = np.zeros((64, 16, 16, 12), "f4")
+        f["val/cubes"] = np.zeros((8, 16, 16, 12), "f4")
+    proc = train("--mode", "strong", data=bad, check=False)
+    assert proc.returncode == 2 and "expected (N, G, G, G)" in proc.stderr
