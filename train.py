@@ -9,6 +9,9 @@ The number of workers comes from Horovod (or --emulate-workers), never from the 
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
 import argparse
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the run log
 import sys
 
 from deepdensity.config import ConfigError, load
