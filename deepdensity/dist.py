@@ -115,3 +115,31 @@ def setup(intra_op_threads: int = 0):
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
     return backend, threads
+
+
+def time_allreduce(n_floats: int, repeats: int = 20) -> float:
+    """Median seconds of one averaging allreduce of `n_floats` float32 values across the
+    world (the gradient traffic of one step of a model with that many weights)."""
+    import time
+
+    import numpy as np
+    backend, _ = setup()
+    if not backend.available or backend.size() == 1:
+        return 0.0
+    grad = tf.constant(np.ones(n_floats, np.float32))
+    hvd_tf.allreduce(grad, op=hvd_tf.Average)  # warm up: negotiation, buffers
+    samples = []
+    for i in range(repeats):
+        t = time.perf_counter()
+        hvd_tf.allreduce(grad, op=hvd_tf.Average, name=f"probe{i}").numpy()
+        samples.append(time.perf_counter() - t)
+    # every rank must agree on one figure: the slowest rank's median
+    return backend.allreduce_max(float(np.median(samples)))
+
+
+if __name__ == "__main__":
+    # horovodrun -np N python -m deepdensity.dist FLOATS: prints the allreduce time on rank 0
+    import sys
+    seconds = time_allreduce(int(sys.argv[1]))
+    if hvd is None or hvd.rank() == 0:
+        print(f"ALLREDUCE_SECONDS {seconds:.9f}")

@@ -198,3 +198,90 @@ def first_epoch_reaching(val_losses: Sequence[float], target: float) -> Optional
         if math.isfinite(v) and v <= target:
             return i + 1
     return None
+
+
+# ------------------------------------------------------------------------------------
+# The speedup model of section IV: T(n) = T_S + T_P / n + c log2 n
+# ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpeedupModel:
+    """Seconds of one epoch on n workers: serial part, parallel part, allreduce part.
+
+    The paper writes c log(n) without a base; we use log2, the depth of a tree or the
+    number of halving rounds of a recursive-doubling allreduce, so c is per doubling.
+    """
+    t_serial: float
+    t_parallel: float
+    c_comm: float
+
+    def time(self, n: float) -> float:
+        return self.t_serial + self.t_parallel / n + self.c_comm * math.log2(n)
+
+    def speedup(self, n: float) -> float:
+        return self.time(1) / self.time(n)
+
+
+def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a handful of columns: the best unconstrained
+    solution over every subset of active columns (exact for 3 columns, 8 subsets)."""
+    k = A.shape[1]
+    best, best_err = np.zeros(k), float(np.sum(y ** 2))
+    for mask in range(1, 2 ** k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(A[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        x = np.zeros(k)
+        x[cols] = sol
+        err = float(np.sum((A @ x - y) ** 2))
+        if err < best_err - 1e-18:
+            best, best_err = x, err
+    return best
+
+
+def fit_speedup_model(ns: Sequence[float], seconds: Sequence[float]) -> SpeedupModel:
+    """Fit T_S, T_P, c >= 0 to measured epoch times at worker counts `ns` (least squares)."""
+    ns, y = np.asarray(ns, float), np.asarray(seconds, float)
+    if len(ns) != len(y) or len(ns) < 1 or (ns < 1).any() or not np.isfinite(y).all():
+        raise ValueError("need matching, finite measurements at worker counts >= 1")
+    A = np.stack([np.ones_like(ns), 1.0 / ns, np.log2(ns)], axis=1)
+    ts, tp, c = _nnls_small(A, y)
+    return SpeedupModel(float(ts), float(tp), float(c))
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
+    """Least-squares (intercept, slope), both clipped at 0: a time is never negative."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    a, b = _nnls_small(np.stack([np.ones_like(xs), xs], axis=1), ys)
+    return float(a), float(b)
+
+
+def epoch_seconds_model(mode: str, n: int, n_train: int, n_val: int, base_batch: int,
+                        step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
+                        eval_per_sample_s: float) -> float:
+    """Seconds of one epoch on n workers, each its own device, built from per-step parts:
+
+        steps * (step_fixed + per_sample * per_worker_batch + allreduce * log2 n)
+        + eval_per_sample * n_val / n
+
+    For `strong` this is exactly T_S + T_P / n + c log2 n with T_S = steps * step_fixed,
+    T_P = steps * base_batch * per_sample and c = steps * allreduce.
+    """
+    p = plan(mode, n, base_batch)
+    steps = steps_per_epoch(n_train, p.global_batch)
+    step = step_fixed_s + per_sample_s * p.per_worker_batch + allreduce_per_doubling_s * math.log2(n)
+    return steps * step + eval_per_sample_s * n_val / n
+
+
+def calibrate_target(sequential_val_losses: Sequence[float], epochs: int) -> tuple:
+    """The paper's target: the validation loss the sequential run reaches after `epochs`
+    epochs (paper: ~100), with a cap of 4 * epochs (paper: 400). Returns (target, cap)."""
+    if epochs < 1:
+        raise ValueError("calibration needs at least one epoch")
+    if len(sequential_val_losses) < epochs:
+        raise ValueError(f"the sequential run has {len(sequential_val_losses)} epochs, "
+                         f"calibration needs {epochs}")
+    target = float(sequential_val_losses[epochs - 1])
+    if not math.isfinite(target):
+        raise ValueError("the sequential run's loss is not finite at the calibration epoch")
+    return target, 4 * epochs

@@ -130,3 +130,64 @@ def test_efficiency_matches_paper_definition():
 def test_first_epoch_reaching():
     assert rules.first_epoch_reaching([0.5, 0.2, 0.05, 0.01], 0.05) == 3
     assert rules.first_epoch_reaching([0.5, float("nan"), 0.2], 0.05) is None
+
+
+def paper_model(n, ts, tp, c):
+    """Section IV's denominator, written out: T_S + T_P / n + c log n (log base 2 here)."""
+    return ts + tp / n + c * math.log2(n)
+
+
+@pytest.mark.parametrize("ts, tp, c", [(1.0, 30.0, 0.5), (0.0, 12.0, 0.0), (2.0, 5.0, 3.0)])
+def test_fit_speedup_model_recovers_known_parameters(ts, tp, c):
+    ns = [1, 2, 4, 8, 16, 32]
+    m = rules.fit_speedup_model(ns, [paper_model(n, ts, tp, c) for n in ns])
+    assert (m.t_serial, m.t_parallel, m.c_comm) == (pytest.approx(ts, abs=1e-9),
+                                                     pytest.approx(tp, abs=1e-9), pytest.approx(c, abs=1e-9))
+    assert m.speedup(1) == 1.0
+    assert m.speedup(8) == pytest.approx(paper_model(1, ts, tp, c) / paper_model(8, ts, tp, c))
+
+
+def test_fit_speedup_model_with_noise_and_nonnegativity():
+    rng = np.random.default_rng(0)
+    ns = np.array([1, 2, 4, 8, 16, 32] * 4)
+    y = np.array([paper_model(n, 1.0, 30.0, 0.5) for n in ns]) * rng.normal(1, 0.01, len(ns))
+    m = rules.fit_speedup_model(ns, y)
+    assert m.t_parallel == pytest.approx(30.0, rel=0.05) and m.c_comm == pytest.approx(0.5, abs=0.3)
+    # times that grow with n cannot make T_P negative: it is clipped at 0
+    m = rules.fit_speedup_model([1, 2, 4], [1.0, 2.0, 3.0])
+    assert m.t_parallel >= 0 and m.c_comm == pytest.approx(1.0) and m.t_serial == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        rules.fit_speedup_model([0, 1], [1.0, 1.0])
+
+
+def test_speedup_saturates_as_the_paper_argues():
+    m = rules.SpeedupModel(1.0, 30.0, 0.5)
+    s = [m.speedup(n) for n in (1, 2, 4, 8, 16, 32, 64, 1024)]
+    assert s[1] > 1.5 and all(b - a < 8 for a, b in zip(s, s[1:]))
+    assert s[-1] < m.time(1) / 1.0, "bounded by T(1) / T_S"
+
+
+def test_epoch_seconds_model_is_the_papers_model_for_strong():
+    kw = dict(n_train=1824, n_val=0, base_batch=32, step_fixed_s=0.01, per_sample_s=0.005,
+              allreduce_per_doubling_s=0.02, eval_per_sample_s=0.0)
+    steps = 1824 // 32
+    for n in (1, 2, 4, 8, 16, 32):
+        assert rules.epoch_seconds_model("strong", n, **kw) == pytest.approx(
+            paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02))
+    # weak: fewer, larger global steps; every worker still does 32 samples a step
+    w8 = rules.epoch_seconds_model("weak", 8, **kw)
+    assert w8 == pytest.approx((1824 // 256) * (0.01 + 32 * 0.005 + 3 * 0.02))
+
+
+def test_fit_line():
+    a, b = rules.fit_line([1, 2, 4, 8], [1.5, 2.0, 3.0, 5.0])
+    assert (a, b) == (pytest.approx(1.0), pytest.approx(0.5))
+
+
+def test_calibrate_target():
+    losses = [0.5, 0.3, 0.2, 0.15, 0.12]
+    assert rules.calibrate_target(losses, 3) == (0.2, 12)
+    with pytest.raises(ValueError):
+        rules.calibrate_target(losses, 6)
+    with pytest.raises(ValueError):
+        rules.calibrate_target([0.5, float("nan")], 2)
