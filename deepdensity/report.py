@@ -10,8 +10,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from . import rules
-from .repro import PAPER_TABLE1, PAPER_TABLE2, efficiency_table
+from .repro import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, median_time
 
 MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
               "warmup": ("tab:green", "^"), "linear": ("tab:red", "v")}
@@ -91,7 +90,7 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
     # Figure 2: time to target against N
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for mode in study.modes:
-        pts = [(n, rules_median(cells, mode, n)) for n in workers]
+        pts = [(n, median_time(cells, mode, n)) for n in workers]
         pts = [(n, t) for n, t in pts if t is not None]
         if pts:
             color, marker = MODE_STYLE[mode]
@@ -179,7 +178,7 @@ by `make repro{'' if name == 'default' else ' PRESET=' + name}` at git revision 
   eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs. Seeds: {study.seeds}.
 - Base lr: eta = {cfg.base_lr:g}; the sequential run at 2 x eta {'reached' if seq_2eta['status'] == 'reached_target' else 'did not reach'}
   the target ({seq_2eta['status']} after {seq_2eta['epochs']} epochs, final val_loss {_f(seq_2eta['final_val_loss'], 6)}).
-  `make lr-sweep` writes `lr_sweep.json` for the edge.
+  {_lr_edge(out / 'lr_sweep.json', study.calibration_epochs)}
 - Environment: Python {versions.get('python')}, TensorFlow {versions.get('tensorflow')}, Horovod {versions.get('horovod')},
   NumPy {versions.get('numpy')}; {platform.machine()} CPU, {versions.get('gpus', 0)} GPU(s); {platform.platform()}.
 
@@ -224,14 +223,19 @@ weak scaling against (modelled) time.
     (out / "claims.json").write_text(json.dumps(claims, indent=2))
 
 
-def rules_median(cells, mode, n):
-    from .repro import median_time
-    return median_time(cells, mode, n)
+def _lr_edge(path: Path, calibration_epochs: int) -> str:
+    """One sentence on where the sequential model stops converging, from `make lr-sweep`."""
+    if not path.exists():
+        return "`make lr-sweep` has not been run, so the edge is not stated here."
+    rows = json.loads(path.read_text())
+    parts = ", ".join(f"x{r['factor']:g}: " + (_f(r["val_loss_at_E"], 5) if r["val_loss_at_E"] is not None
+                                                  else r["status"]) for r in rows)
+    return (f"`make lr-sweep` (sequential runs at multiples of eta, validation loss after "
+            f"{calibration_epochs} epochs): {parts}.")
 
 
 def _figure1(path: Path, cfg, seq_run: Path, plt) -> None:
     """Central slices of a few validation cubes next to the density the trained model renders."""
-    import numpy as np
 
     from .data import load_cubes, to_density
     from .model import build_model

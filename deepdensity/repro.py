@@ -20,7 +20,6 @@ Finished runs are kept under runs/study-PRESET and skipped when the study is run
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -29,13 +28,15 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from . import rules
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the study log should show the study, not TF banners
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import rules
 from .config import Config, ConfigError
-from .data import DataError, load_cubes, to_density
+from .data import load_cubes, to_density
 
 RESULT_STATUSES = ("reached_target", "max_epochs", "diverged")
 

@@ -55,7 +55,7 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode)
 def test_our_warmup_matches_horovods_own_callback(tmp_path):
     """Horovod's LearningRateWarmupCallback on 2 workers is the reference for rules.lr_at."""
     script = tmp_path / "warm.py"
-    script.write_text(f"""
+    script.write_text("""
 import json, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
 from deepdensity import rules
 hvd.init()
@@ -73,7 +73,7 @@ m.fit(np.zeros((steps * 4, 2)), np.zeros(steps * 4), batch_size=4, epochs=4, cal
 p = rules.plan("warmup", hvd.size(), 32, eta, warmup_epochs=W)
 ours = [rules.lr_at(p, e, b, steps) for e, b, _ in seen]
 if hvd.rank() == 0:
-    print("JSON" + json.dumps({{"horovod": [s[2] for s in seen], "ours": ours}}))
+    print("JSON" + json.dumps({"horovod": [s[2] for s in seen], "ours": ours}))
 """)
     proc = run([horovodrun(), "-np", "2", sys.executable, str(script)])
     line = next(x for x in proc.stdout.splitlines() if "JSON" in x)

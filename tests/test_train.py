@@ -98,7 +98,7 @@ def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data)
     out = tmp_path / "w"
     train("--mode", "warmup", "--emulate-workers", "4", "--out", str(out), "--set", "warmup_epochs=2",
           "--set", "max_train_cubes=256", data=smoke_data)
-    steps, eta, n, W = 256 // 128, 0.00105, 4, 2
+    eta, n, W = 0.00105, 4, 2  # 256 cubes / global batch 128 = 2 steps per epoch
     # Horovod's formula at the last batch of epoch e: eta * ((e + 1) * (n - 1) / W + 1)
     want = [eta * ((e + 1) * (n - 1) / W + 1) if e < W else n * eta for e in range(3)]
     assert [r["lr"] for r in metrics(out)] == [pytest.approx(w, rel=1e-6) for w in want]
