@@ -14,6 +14,9 @@ DICOM / LUNA16 ingestion alike:
 
 Command line:
     python -m deepdensity.data synth --out data/synth.h5 --n 2100 --seed 0
+    python -m deepdensity.data prepare --luna DIR --annotations annotations.csv --out data/luna.h5
+    python -m deepdensity.data prepare --dicom DIR --annotations nodules.csv --out data/lidc.h5
+    python -m deepdensity.data synth-scans --out data/scans --n 3 [--format mhd]
 """
 from __future__ import annotations
 
@@ -284,9 +287,41 @@ def main(argv=None) -> int:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
+    pr = sub.add_parser("prepare", help="cut nodule cubes from DICOM series or LUNA16 volumes")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
+    src.add_argument("--luna", help="folder of LUNA16 .mhd/.raw volumes")
+    pr.add_argument("--annotations", required=True, help="CSV: seriesuid,coordX,coordY,coordZ,diameter_mm")
+    pr.add_argument("--out", required=True, help="output .h5 path")
+    pr.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
+    pr.add_argument("--spacing", type=float, default=1.0, help="isotropic voxel spacing of the cubes, mm")
+    pr.add_argument("--val", type=int, default=256, help="validation cubes, whole scans at a time")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--window", type=float, nargs=2, default=list(HU_WINDOW), metavar=("LO", "HI"),
+                    help="HU window mapped to [0, 1]")
+    sd = sub.add_parser("synth-scans", help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
+    sd.add_argument("--out", required=True, help="output folder")
+    sd.add_argument("--n", type=int, default=3, help="number of scans")
+    sd.add_argument("--seed", type=int, default=0)
+    sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "synth":
+        if args.cmd == "prepare":
+            from .ingest import prepare
+            summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
+                              spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
+                              window=tuple(args.window), progress=sys.stderr.isatty())
+            print(f"scans read: {summary.scans_read}; nodules written: {summary.nodules_written} "
+                  f"({summary.padded} padded with air at the scan's edge) -> {args.out}")
+            skipped = [s for s in summary.skipped if s[0] != "note"]
+            print(f"skipped: {len(skipped)}")
+            for kind, why in summary.skipped:
+                print(f"  {kind}: {why}")
+        elif args.cmd == "synth-scans":
+            from .ingest import synth_scans
+            csv_path = synth_scans(args.out, args.n, args.seed, args.format)
+            print(f"wrote {args.n} synthetic {args.format} scan(s) and {csv_path}")
+        elif args.cmd == "synth":
             if args.cube < 4:
                 raise DataError("--cube must be at least 4")
             train, val = synthesize(args.n, args.val, args.seed, args.cube, args.spacing,
@@ -307,4 +342,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy: its DataError must be the one
+    # that deepdensity.ingest raises, or the except clause above would not catch it.
+    from deepdensity.data import main as _main
+    sys.exit(_main())

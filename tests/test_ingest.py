@@ -1,0 +1,236 @@
+"""Real-scan ingestion: geometry checked against planted nodules at known world positions,
+and pydicom's own CT test files for sorting, HU conversion and the errors."""
+import csv
+import os
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pydicom
+import pytest
+from pydicom.data import get_testdata_file
+
+from conftest import run
+from deepdensity import ingest
+from deepdensity.data import DataError
+
+TESTDATA = Path(get_testdata_file("CT_small.dcm", download=False)).parent
+DIRTESTS = TESTDATA / "dicomdirtests"
+
+
+def bright_centroid(cube, threshold=0.5):
+    idx = np.argwhere(cube > threshold)
+    return idx.mean(axis=0)
+
+
+def one_nodule_scan(tmp_path, fmt, direction=np.eye(3), seed=0):
+    """A scan with one nodule whose world position is known from the writer's geometry."""
+    rng = np.random.default_rng(seed)
+    hu, centres, diameters = ingest.synth_scan(rng, shape=(40, 64, 64), n_nodules=1)
+    spacing, origin = np.array([0.7, 0.7, 1.25]), np.array([-20.0, 15.0, -80.0])
+    vol = ingest.Volume(hu, origin, spacing, np.asarray(direction, float), "1.2.3.4", "")
+    world = vol.index_to_world(centres[0])
+    if fmt == "dicom":
+        ingest.write_dicom_series(tmp_path / "scan", hu, origin, spacing, direction[:, 0], direction[:, 1],
+                                  "1.2.3.4", rng=rng)
+        # a second, unrelated file type in the folder must not stop anything
+        (tmp_path / "scan" / "notes.txt").write_text("not dicom")
+    else:
+        (tmp_path / "scan").mkdir()
+        ingest.write_metaimage(tmp_path / "scan" / "1.2.3.4.mhd", hu, origin, spacing, direction)
+    return world, diameters[0]
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([list(ingest.ANNOTATION_COLUMNS)] + rows)
+
+
+def rotation(axis, degrees):
+    a = np.radians(degrees)
+    c, s = np.cos(a), np.sin(a)
+    m = {"z": [[c, -s, 0], [s, c, 0], [0, 0, 1]], "x": [[1, 0, 0], [0, c, -s], [0, s, c]]}[axis]
+    return np.array(m)
+
+
+@pytest.mark.parametrize("fmt, direction", [
+    ("dicom", np.eye(3)),
+    ("mhd", np.eye(3)),
+    ("mhd", rotation("z", 90) @ rotation("x", 20)),   # a non-identity direction matrix
+    ("mhd", np.diag([-1.0, -1.0, 1.0])),               # LPS flipped axes
+])
+def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
+    world, diameter = one_nodule_scan(tmp_path, fmt, direction)
+    vol = (ingest.read_dicom_series("1.2.3.4", ingest.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
+           if fmt == "dicom" else ingest.read_metaimage(tmp_path / "scan" / "1.2.3.4.mhd"))
+    cube, padded = ingest.cut_cube(vol, world, 16, 1.0)
+    assert not padded
+    centroid = bright_centroid(cube, threshold=-400)
+    np.testing.assert_allclose(centroid, [7.5, 7.5, 7.5], atol=1.0)
+    # and the cube is isotropic at 1 mm: the bright extent matches the diameter
+    extent_mm = (cube > -400).sum() ** (1 / 3) * 1.0
+    assert 0.6 * diameter < extent_mm < 1.3 * diameter
+
+
+def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
+    scans = tmp_path / "scans"
+    csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
+    files = [p for p in (scans / "scan0").iterdir()]
+    assert all("." not in p.name for p in files), "random names with no extension"
+    out = tmp_path / "cubes.h5"
+    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans),
+                "--annotations", str(csv_path), "--out", str(out), "--val", "2"])
+    assert "scans read: 3; nodules written: 6" in proc.stdout
+    with h5py.File(out) as f:
+        assert f.attrs["source"] == "dicom"
+        train_uids = set(f["train/seriesuid"].asstr()[:])
+        val_uids = set(f["val/seriesuid"].asstr()[:])
+        assert train_uids and val_uids and not train_uids & val_uids, "split by scan"
+        assert f["train/cubes"].shape[1:] == (16, 16, 16)
+        assert f["train/world_xyz"].shape[1] == 3
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_mhd_prepare_reports_skipped_annotations(tmp_path):
+    scans = tmp_path / "luna"
+    csv_path = ingest.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
+    with open(csv_path, "a", newline="") as f:
+        csv.writer(f).writerows([["9.9.9", "0", "0", "0", "5"],                     # no such scan
+                                 ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])  # outside
+    out = tmp_path / "luna.h5"
+    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(scans),
+                "--annotations", str(csv_path), "--out", str(out), "--val", "1"])
+    assert "nodules written: 4" in proc.stdout
+    assert "no scan with that seriesuid" in proc.stdout and "outside the volume" in proc.stdout
+
+
+def test_nodule_at_the_edge_is_padded_with_air_not_dropped(tmp_path):
+    hu = np.full((20, 20, 20), 40.0, np.float32)
+    vol = ingest.Volume(hu, np.zeros(3), np.ones(3), np.eye(3), "u", "")
+    cube, padded = ingest.cut_cube(vol, [0.0, 10.0, 10.0], 16, 1.0)
+    assert padded
+    assert np.allclose(cube[:, :, :7], -1000.0) and np.allclose(cube[:, :, 8:], 40.0)
+
+
+def test_metaimage_reader_against_the_header(tmp_path):
+    # x-fastest data; the header's DimSize is x y z and the array comes back z y x
+    data = np.arange(2 * 3 * 4, dtype="<i2").reshape(4, 3, 2)   # (z, y, x)
+    (tmp_path / "v.raw").write_bytes(data.tobytes())
+    (tmp_path / "v.mhd").write_text(
+        "ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
+        "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n"
+        "ElementDataFile = v.raw\n")
+    vol = ingest.read_metaimage(tmp_path / "v.mhd")
+    assert vol.hu.shape == (4, 3, 2) and vol.hu[3, 2, 1] == data[3, 2, 1]
+    # index axis x runs along world +y (row 0 of TransformMatrix), y along world -x
+    np.testing.assert_allclose(vol.index_to_world([1, 0, 0]), [10, 20.5, 30])
+    np.testing.assert_allclose(vol.index_to_world([0, 1, 0]), [9.4, 20, 30])
+    np.testing.assert_allclose(vol.index_to_world([0, 0, 1]), [10, 20, 32.5])
+    np.testing.assert_allclose(vol.world_to_index(vol.index_to_world([1.5, 2.0, 0.5])), [1.5, 2.0, 0.5])
+
+
+def test_truncated_raw_and_missing_raw_are_clear(tmp_path):
+    ingest.write_metaimage(tmp_path / "a.mhd", np.zeros((4, 5, 6)), np.zeros(3), np.ones(3), np.eye(3))
+    raw = (tmp_path / "a.raw").read_bytes()
+    (tmp_path / "a.raw").write_bytes(raw[:-10])
+    with pytest.raises(ingest.ScanError, match="truncated"):
+        ingest.read_metaimage(tmp_path / "a.mhd")
+    (tmp_path / "a.raw").unlink()
+    with pytest.raises(ingest.ScanError, match="data file a.raw is missing"):
+        ingest.read_metaimage(tmp_path / "a.mhd")
+
+
+# ------------------------------------------------------------------ pydicom's real files
+def test_hu_conversion_on_pydicoms_ct_small():
+    path = get_testdata_file("CT_small.dcm", download=False)
+    ds = pydicom.dcmread(path)
+    stored = np.frombuffer(ds.PixelData, dtype="<i2").reshape(ds.Rows, ds.Columns)  # signed 16-bit
+    want = stored.astype(np.float64) * float(ds.RescaleSlope) + float(ds.RescaleIntercept)
+    np.testing.assert_allclose(ingest.slice_hu(path), want)
+
+
+def test_reversed_instance_numbers_sort_by_position():
+    series, _ = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")
+    (uid, items), = series.items()
+    vol, notes = ingest.read_dicom_series(uid, items)
+    assert vol.hu.shape == (5, 16, 16)
+    assert vol.spacing[2] == pytest.approx(2.5)
+    z = [vol.index_to_world([0, 0, k])[2] for k in range(5)]
+    assert z == sorted(z), "k runs along the slice normal"
+    assert vol.origin[2] == pytest.approx(-1.2375)
+    # the first slice of the volume is the file with the highest instance number (10)
+    files = {int(ds.InstanceNumber): p for p, ds in items}
+    np.testing.assert_allclose(vol.hu[0], ingest.slice_hu(files[10]))
+
+
+def test_inconsistent_spacing_is_refused():
+    series, _ = ingest.scan_dicom_folder(DIRTESTS / "77654033" / "CT2")
+    (uid, items), = series.items()
+    with pytest.raises(ingest.ScanError, match="non-uniform slice spacing"):
+        ingest.read_dicom_series(uid, items)
+
+
+def test_localizers_are_dropped():
+    series, _ = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT2N")
+    (uid, items), = series.items()
+    with pytest.raises(ingest.ScanError, match="fewer than 2 axial images"):
+        ingest.read_dicom_series(uid, items)
+    # mixed in with a real series, they are removed and the series still reads
+    ct5 = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")[0]
+    (uid5, items5), = ct5.items()
+    vol, notes = ingest.read_dicom_series(uid5, items5 + items)
+    assert vol.hu.shape[0] == 5 and any("localizer" in n for n in notes)
+
+
+def test_a_whole_dicomdir_tree_groups_series_and_skips_non_images():
+    series, skipped = ingest.scan_dicom_folder(DIRTESTS)
+    assert len(series) > 5
+    assert any("DICOMDIR" in p for p, _ in skipped)
+
+
+def test_missing_position_and_gantry_tilt(tmp_path):
+    hu = np.zeros((4, 8, 8), np.float32)
+    ingest.write_dicom_series(tmp_path / "s", hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], "9.8")
+    items = ingest.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
+    del items[1][1].ImagePositionPatient
+    with pytest.raises(ingest.ScanError, match="lack ImagePositionPatient"):
+        ingest.read_dicom_series("9.8", items)
+    # tilt: each slice shifts 1 mm in y per 2 mm in z, with axial orientation
+    items = ingest.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
+    for p, ds in items:
+        x, y, z = [float(v) for v in ds.ImagePositionPatient]
+        ds.ImagePositionPatient = [x, z / 2.0, z]
+    with pytest.raises(ingest.ScanError, match="gantry tilt"):
+        ingest.read_dicom_series("9.8", items)
+
+
+def test_undecodable_compressed_pixels_name_the_package():
+    path = get_testdata_file("JPEG-lossy.dcm", download=False)
+    try:
+        pydicom.dcmread(path).pixel_array
+        pytest.skip("a JPEG decoder plugin is installed here")
+    except Exception:
+        pass
+    with pytest.raises(ingest.ScanError, match="pip install pylibjpeg pylibjpeg-libjpeg"):
+        ingest.slice_hu(path)
+
+
+def test_bad_inputs_of_prepare(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        ingest.read_annotations(tmp_path / "none.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("uid,x,y,z\n1,2,3,4\n")
+    with pytest.raises(DataError, match="missing column"):
+        ingest.read_annotations(bad)
+    bad.write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n1,a,3,4,5\n")
+    with pytest.raises(DataError, match="line 2"):
+        ingest.read_annotations(bad)
+    (tmp_path / "empty").mkdir()
+    write_csv(tmp_path / "ok.csv", [["1", "0", "0", "0", "5"]])
+    with pytest.raises(DataError, match="no DICOM image series"):
+        ingest.prepare(tmp_path / "o.h5", tmp_path / "ok.csv", dicom=str(tmp_path / "empty"), progress=False)
+    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(tmp_path / "empty"),
+                "--annotations", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o.h5")], check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: no .mhd") and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.h5").exists()
