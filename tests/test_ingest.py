@@ -90,6 +90,12 @@ def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
         assert f["train/cubes"].shape[1:] == (16, 16, 16)
         assert f["train/world_xyz"].shape[1] == 3
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    # and train.py takes the file as it is
+    root = Path(__file__).resolve().parents[1]
+    proc = run([sys.executable, str(root / "train.py"), "--mode", "strong", "--config",
+                str(root / "configs" / "smoke.yaml"), "--set", f"data_path={out}", "--set", "batch_size=2",
+                "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "run")])
+    assert "epoch    1" in proc.stdout and (tmp_path / "run" / "result.json").exists()
 
 
 def test_mhd_prepare_reports_skipped_annotations(tmp_path):
