@@ -264,6 +264,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", help="runs folder (default runs/study-PRESET)")
     ap.add_argument("--reports", default=str(ROOT / "reports"), help="where the reports go")
     args = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     try:
         name, study = load_study(args.preset)
         return run_study(name, study, args)

@@ -75,3 +75,33 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
     bad.write_text("wokers: [1]\n")
     with pytest.raises(repro.StudyError, match="unknown study keys"):
         load_study(str(bad))
+
+
+def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
+    import json
+    import sys
+
+    from conftest import run
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
+                      "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
+                      "calibration_epochs: 2\ntarget_loss: null\nworkers: [1, 2]\n"
+                      "modes: [strong, weak, linear, warmup]\nseeds: [0]\nlr_sweep: [1]\n")
+    args = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset),
+            "--runs", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
+    first = run(args)
+    assert "[5/5]" in first.stdout and "target: val_loss" in first.stdout
+    reports = tmp_path / "reports"
+    for name in ("table1.md", "table1.csv", "table2.md", "table2.csv", "REPORT.md",
+                 "fig1.png", "fig2.png", "fig4.png", "fig5.png"):
+        assert (reports / name).stat().st_size > 0, name
+    cells = json.loads((reports / "cells.json").read_text())
+    assert {(c["mode"], c["n"]) for c in cells} == {(m, n) for m in ("strong", "weak", "linear", "warmup")
+                                                    for n in (1, 2)}
+    seq = next(c for c in cells if c["mode"] == "strong" and c["n"] == 1)
+    assert seq["epochs_to_target"] == 2 and seq["time_source"] == "measured"
+    assert all(c["time_source"] == "modelled" for c in cells if c["n"] == 2)
+    table1 = (reports / "table1.csv").read_text().splitlines()
+    assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
+    second = run(args)
+    assert second.stdout.count("finished earlier, skipped") == 5, "sequential, 3 modes at N=2, 2 x eta"
