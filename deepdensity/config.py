@@ -6,7 +6,6 @@ are this implementation's choices, each with the reason next to it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +204,3 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(msg)
 
-
-def dumps(cfg: Config, **extra) -> str:
-    return json.dumps({**cfg.to_dict(), **extra}, indent=2, sort_keys=False)

@@ -375,9 +375,9 @@ def run_study(name: str, study: Study, args) -> int:
     for mode in study.modes:
         for n in study.workers:
             for seed in seeds:
-                r, run_name = results.get((mode, n, seed)) or results[("strong", n if real_strong else 1, seed)]
-                if n == 1:
-                    r, run_name = results[("strong", 1, seed)]
+                # N = 1 is one run for every mode; emulated strong scaling is the sequential path
+                shared = n == 1 or (mode == "strong" and not real_strong)
+                r, run_name = results[("strong", 1, seed) if shared else (mode, n, seed)]
                 epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
                 if args.runner:      # a real run on n workers: its own clock
                     epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])

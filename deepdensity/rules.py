@@ -192,13 +192,6 @@ def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:
     return 100.0 * t1 / (n * tn)
 
 
-def first_epoch_reaching(val_losses: Sequence[float], target: float) -> Optional[int]:
-    """1-based epoch at which the validation loss first reaches the target, or None."""
-    for i, v in enumerate(val_losses):
-        if math.isfinite(v) and v <= target:
-            return i + 1
-    return None
-
 
 # ------------------------------------------------------------------------------------
 # The speedup model of section IV: T(n) = T_S + T_P / n + c log2 n

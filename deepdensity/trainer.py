@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import tensorflow as tf
 
-from . import rules
+from . import dist, rules
 from .config import Config, ConfigError
 from .data import load_cubes, to_density
-
-RESULT_STATUSES = ("reached_target", "max_epochs", "diverged")
-
 
 class RunError(ValueError):
     """A run that cannot start as asked (bad output folder, nothing to resume, ...)."""
@@ -67,7 +65,6 @@ def _check_out_dir(out: Path, resume: bool) -> Optional[dict]:
 def _versions() -> dict:
     import platform
 
-    import tensorflow as tf
     v = {"python": platform.python_version(), "tensorflow": tf.__version__, "numpy": np.__version__,
          "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
          "gpus": len(tf.config.list_physical_devices("GPU"))}
@@ -82,9 +79,6 @@ def _versions() -> dict:
 def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
           emulate_workers: int = 1, verbose: bool = True) -> dict:
     """Train until the target, the epoch cap or divergence; returns result.json's content."""
-    import tensorflow as tf
-
-    from . import dist
     from .model import build_model, make_adam
 
     if emulate_workers < 1:
@@ -212,12 +206,7 @@ def _finite(x) -> Optional[float]:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def _keras_callback_base():
-    import tensorflow as tf
-    return tf.keras.callbacks.Callback
-
-
-class _PolicyLR(_keras_callback_base()):
+class _PolicyLR(tf.keras.callbacks.Callback):
     """Sets the lr of every batch from rules.lr_at: constant, or Horovod's warmup ramp.
 
     Written here rather than using hvd.callbacks.LearningRateWarmupCallback because the
@@ -237,11 +226,10 @@ class _PolicyLR(_keras_callback_base()):
             self._set(batch)
 
     def _set(self, batch):
-        import tensorflow as tf
         tf.keras.backend.set_value(self.model.optimizer.lr, rules.lr_at(self.p, self.epoch, batch, self.steps))
 
 
-class _StudyCallback(_keras_callback_base()):
+class _StudyCallback(tf.keras.callbacks.Callback):
     """Stopping rules, time to target, metrics.jsonl, checkpoints and the progress line.
 
     Runs after MetricAverageCallback, so the losses it reads are the same on every
@@ -268,7 +256,6 @@ class _StudyCallback(_keras_callback_base()):
                             desc=f"{self.p.mode} N={self.p.workers}", unit="epoch", file=sys.stderr)
 
     def on_epoch_end(self, epoch, logs=None):
-        import tensorflow as tf
         logs = logs or {}
         seconds = self.elapsed()              # stop mark: after this epoch's validation
         loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))

@@ -1,7 +1,6 @@
 """Real-scan ingestion: geometry checked against planted nodules at known world positions,
 and pydicom's own CT test files for sorting, HU conversion and the errors."""
 import csv
-import os
 import sys
 from pathlib import Path
 

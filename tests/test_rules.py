@@ -127,11 +127,6 @@ def test_efficiency_matches_paper_definition():
     assert math.isnan(rules.efficiency(100.0, 4, float("nan")))
 
 
-def test_first_epoch_reaching():
-    assert rules.first_epoch_reaching([0.5, 0.2, 0.05, 0.01], 0.05) == 3
-    assert rules.first_epoch_reaching([0.5, float("nan"), 0.2], 0.05) is None
-
-
 def paper_model(n, ts, tp, c):
     """Section IV's denominator, written out: T_S + T_P / n + c log n (log base 2 here)."""
     return ts + tp / n + c * math.log2(n)
