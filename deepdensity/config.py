@@ -74,11 +74,6 @@ def _coerce(key: str, value: Any) -> Any:
     """Check `value` against the declared type of `key`, converting where it is lossless."""
     hint = _HINTS[key]
     origin = typing.get_origin(hint)
-    if origin is typing.Union:  # Optional[X]
-        if value is None:
-            return None
-        hint = [a for a in typing.get_args(hint) if a is not type(None)][0]
-        origin = typing.get_origin(hint)
     what = f"{key} expects"
     if origin in (tuple, Tuple):
         if isinstance(value, str):

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from .repro import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, median_time
+from .runs import read_metrics
 
 MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
               "warmup": ("tab:green", "^"), "linear": ("tab:red", "v")}
@@ -31,10 +32,6 @@ def _write_csv(path: Path, header, rows) -> None:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-
-
-def _metrics(run_dir: Path) -> list:
-    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
 def _cells(cells, mode, n):
@@ -107,7 +104,7 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
     # Figure 3: warmup at N = 8, loss and lr
     w8 = [c for c in cells if c.mode == "warmup" and c.n == 8]
     if w8:
-        m = _metrics(runs_root / w8[0].run)
+        m = read_metrics(runs_root / w8[0].run)
         fig, ax = plt.subplots(figsize=(6, 4.2))
         ep = [r["epoch"] for r in m]
         ax.plot(ep, [r["loss"] for r in m], label="training loss", color="tab:blue")
@@ -132,7 +129,7 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
         cmap = plt.get_cmap("viridis")
         for i, n in enumerate(workers):
             c = _cells(cells, mode, n)[0]
-            m = _metrics(runs_root / c.run)
+            m = read_metrics(runs_root / c.run)
             ax.plot([r["epoch"] * c.epoch_seconds for r in m], [r["val_loss"] for r in m],
                     color=cmap(i / max(1, len(workers) - 1)), label=f"N = {n}")
         ax.axhline(target, color="gray", ls="--", lw=1, label="target")

@@ -35,6 +35,7 @@ from typing import Optional
 import yaml
 
 from . import rules
+from .runs import read_metrics, write_atomic
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the study log should show the study, not TF banners
 
@@ -218,8 +219,7 @@ class StudyRunner:
 
 
 def epoch_durations(run_dir: Path) -> list:
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    secs = [r["seconds"] for r in rows]
+    secs = [r["seconds"] for r in read_metrics(run_dir)]
     return [b - a for a, b in zip(secs, secs[1:])]
 
 
@@ -302,7 +302,7 @@ def run_study(name: str, study: Study, args) -> int:
         for f in study.lr_sweep:
             r = runner.run(f"lr-sweep-x{f:g}", "strong", 1,
                            {"base_lr": eta * f, "max_epochs": 4 * E, "target_loss": 0.0, "seed": 0})
-            vals = [json.loads(x)["val_loss"] for x in (root / f"lr-sweep-x{f:g}" / "metrics.jsonl").read_text().splitlines()]
+            vals = [m["val_loss"] for m in read_metrics(root / f"lr-sweep-x{f:g}")]
             rows.append({"factor": f, "lr": eta * f, "status": r["status"],
                          "val_loss_at_E": vals[E - 1] if len(vals) >= E else None,
                          "final_val_loss": r["final_val_loss"]})
@@ -324,7 +324,7 @@ def run_study(name: str, study: Study, args) -> int:
     seq_name = f"strong-n1-s{seed0}"
     if study.target_loss is None:
         runner.run(seq_name, "strong", 1, {"max_epochs": E, "target_loss": 0.0, "seed": seed0})
-        seq_vals = [json.loads(x)["val_loss"] for x in (root / seq_name / "metrics.jsonl").read_text().splitlines()]
+        seq_vals = [m["val_loss"] for m in read_metrics(root / seq_name)]
         target, cap = rules.calibrate_target(seq_vals, E)
         print(f"target: val_loss {target:.6g}, the sequential run's after {E} epochs; cap {cap} epochs")
     else:
@@ -359,7 +359,7 @@ def run_study(name: str, study: Study, args) -> int:
         timing = json.loads(timing_path.read_text())
     else:
         timing = measure_timing(cfg, n_weights)
-        timing_path.write_text(json.dumps(timing, indent=2))
+        write_atomic(timing_path, json.dumps(timing, indent=2))  # a cache reread by every rerun
     from .data import load_cubes
     cubes = load_cubes(data_path)
     n_train = len(cubes.train) if not cfg.max_train_cubes else min(cfg.max_train_cubes, len(cubes.train))

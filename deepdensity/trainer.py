@@ -10,7 +10,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -21,25 +20,11 @@ import tensorflow as tf
 from . import dist, rules
 from .config import Config, ConfigError
 from .data import load_cubes, to_density
+from .runs import read_metrics, write_atomic
+
 
 class RunError(ValueError):
     """A run that cannot start as asked (bad output folder, nothing to resume, ...)."""
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_metrics(out_dir) -> list:
-    path = Path(out_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _check_out_dir(out: Path, resume: bool) -> Optional[dict]:
