@@ -1,24 +1,62 @@
-"""`make bench`: where a training step's time goes, on this machine. Prints figures only.
+"""`make bench`: where a training step of the paper's model goes on this machine, against the roof.
 
-    python -m deepdensity.bench [--config configs/paper.yaml] [--batches 1,8,32] [--repeats 5]
+    python -m deepdensity.bench [--config configs/paper.yaml] [--repeats 20] [--quick]
+
+Prints, and writes to reports/bench.json:
+  - step time, samples/s and the rendering's share at per-worker batches 1..32 and at the
+    global batches emulation uses (256, 1024; cut into slices of `max_pass_batch`);
+  - the same step with the former direct rendering (DirectDeepDensity below), the two
+    taking turns step by step in one run, so the speed-up is a ratio on one machine;
+  - the model's FLOPs per sample, counted from its layers, and the achieved GFLOP/s next
+    to a roof measured here (a large float32 matmul and the model's first Conv3D);
+  - the step at batch 32 under each `xla` setting (off, coefficients, whole step);
+  - samples/s of `horovodrun -np 2` against one process on the same cores, and the Gloo
+    allreduce time of the model's gradients at N = 2 and 4;
+  - peak resident memory of weak N = 32 emulation (global batch 1024) at K = 50.
+Figures only: nothing here passes or fails.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .config import load  # noqa: E402
-from .layers import covariance, grid_points, mixture_density  # noqa: E402
-from .model import build_model, make_adam  # noqa: E402
+from .config import XLA_CHOICES, load  # noqa: E402
+from .layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
+from .model import build_model, for_training, make_adam  # noqa: E402
+from .rules import grad_slices  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_BATCHES = (1, 2, 4, 8, 16, 32, 256, 1024)
+DIRECT_BATCHES = (1, 2, 4, 8, 16, 32)   # the direct form at 256 needs a 0.6 GB tensor per op
 
 
-def _time(fn, repeats: int) -> float:
+@tf.keras.utils.register_keras_serializable(package="deepdensity_bench")
+class DirectDeepDensity(DeepDensity):
+    """The rendering before the quadratic form: z = L^-1 (x - mu) for every point and
+    component, a (B, K, V, n) tensor, then a log-sum-exp. The bench's reference only."""
+
+    def _coefficients(self, alpha, mu, sigma, rho):
+        return tf.zeros([0]), covariance_cholesky(sigma, rho, self.sigma_min, self.corr_max)
+
+    def render(self, alpha, mu, chol, coeffs):
+        cov = tf.matmul(chol, chol, transpose_b=True)
+        return tf.exp(direct_log_mixture_density(grid_points(self.grid_size, self.ndim), alpha, mu, cov))
+
+
+def median_seconds(fn, repeats: int) -> float:
     fn()  # trace and warm up
     samples = []
     for _ in range(repeats):
@@ -28,58 +66,239 @@ def _time(fn, repeats: int) -> float:
     return float(np.median(samples))
 
 
-def step_seconds(cfg, batch: int, repeats: int = 5, grid: int = 16) -> float:
-    """Median seconds of one forward + backward + Adam step at this batch size."""
-    model = build_model(cfg, grid, 3)
-    opt = make_adam(cfg, cfg.base_lr)
-    loss_fn = tf.keras.losses.MeanSquaredLogarithmicError()
-    x = tf.constant(np.random.default_rng(0).uniform(size=(batch, grid, grid, grid, 1)).astype("f4") / 64)
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = loss_fn(x, model(x, training=True))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    return _time(lambda: step().numpy(), repeats)
+def trainable(cfg, batch: int, layer=DeepDensity):
+    """The trainer's model at this batch: its train_step (slices included), its `xla`."""
+    model = for_training(build_model(cfg, 16, 3, density_layer=layer), grad_slices(batch, cfg.max_pass_batch))
+    model.compile(optimizer=make_adam(cfg, cfg.base_lr), loss=tf.keras.losses.MeanSquaredLogarithmicError(),
+                  jit_compile=cfg.xla == "step")
+    return model
 
 
-def render_seconds(cfg, batch: int, repeats: int = 5, grid: int = 16) -> float:
-    """Median seconds to render and differentiate the mixture alone (the DeepDensity layer)."""
+def paired_step_seconds(models: dict, batch: int, repeats: int) -> dict:
+    """Median seconds of one training step (forward, backward, Adam) of each model, the
+    models taking turns step by step (A B A B ...), so a noisy machine slows them alike."""
+    x = tf.constant(np.random.default_rng(0).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64)
+    for model in models.values():  # trace and warm up
+        model.train_on_batch(x, x)
+        model.train_on_batch(x, x)
+    samples = {name: [] for name in models}
+    for _ in range(repeats):
+        for name, model in models.items():
+            t = time.perf_counter()
+            model.train_on_batch(x, x)
+            samples[name].append(time.perf_counter() - t)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+def step_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
+    """Median seconds of one training step of the trainer's model at this batch."""
+    return paired_step_seconds({"model": trainable(cfg, batch, layer)}, batch, repeats)["model"]
+
+
+def render_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
+    """Median seconds to render the mixture and differentiate it (the layer alone)."""
     rng = np.random.default_rng(0)
     K = cfg.n_components
     heads = [tf.Variable(v.astype("f4")) for v in (
         rng.dirichlet(np.ones(K), batch), rng.uniform(-1, 1, (batch, K, 3)),
         rng.uniform(size=(batch, K, 3)), rng.uniform(size=(batch, K, 3)))]
-    points = tf.constant(grid_points(grid, 3))
+    render = layer(16, 3, cfg.sigma_min, cfg.corr_max, jit_coefficients=cfg.xla == "coefficients")
 
     @tf.function
-    def render():
+    def run():
         with tf.GradientTape() as tape:
-            a, m, s, r = heads
-            out = tf.reduce_sum(mixture_density(points, a, m, covariance(s, r, cfg.sigma_min, cfg.corr_max)))
+            out = tf.reduce_sum(tf.math.log1p(render(heads)))
         return tape.gradient(out, heads)
 
-    return _time(lambda: [g.numpy() for g in render()], repeats)
+    return median_seconds(lambda: [g.numpy() for g in run()], repeats)
+
+
+def forward_flops_per_sample(model) -> dict:
+    """Multiply-adds x 2 of every layer's forward pass for one sample, from its shapes:
+    convolutions (output voxels x filters x kernel volume x input channels), dense layers
+    (inputs x units) and the rendering's two matmuls (2 x V x m x K, see `render_on_grid`).
+    Exponentials and elementwise work are not counted. A training step costs about 3x
+    the forward pass."""
+    flops = {}
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.Conv3D):
+            out = layer.output_shape[1:-1]
+            flops[layer.name] = 2 * int(np.prod(out)) * layer.filters * int(np.prod(layer.kernel_size)) \
+                * int(layer.input_shape[-1])
+        elif isinstance(layer, tf.keras.layers.Dense):
+            flops[layer.name] = 2 * int(layer.input_shape[-1]) * layer.units
+        elif isinstance(layer, DeepDensity):
+            m = (layer.ndim + 1) * (layer.ndim + 2) // 2
+            K = layer.input_shape[0][-1]
+            flops[layer.name] = 2 * 2 * layer.grid_size ** layer.ndim * m * K
+    return flops
+
+
+def roof_gflops(repeats: int) -> dict:
+    """GFLOP/s of a large float32 matmul and of the model's first Conv3D (forward, batch 32)."""
+    n = 2048
+    a = tf.random.normal((n, n))
+    mm = tf.function(lambda: tf.reduce_sum(tf.matmul(a, a)))
+    t_mm = median_seconds(lambda: mm().numpy(), repeats)
+    conv = tf.keras.layers.Conv3D(32, 7, strides=2, padding="same")
+    x = tf.random.normal((32, 16, 16, 16, 1))
+    conv(x)
+    cf = tf.function(lambda: tf.reduce_sum(conv(x)))
+    t_conv = median_seconds(lambda: cf().numpy(), repeats)
+    conv_flops = 32 * 2 * 8 ** 3 * 32 * 7 ** 3 * 1
+    return {"matmul_2048": 2 * n ** 3 / t_mm / 1e9, "conv3d_7x7x7_stride2_b32": conv_flops / t_conv / 1e9}
+
+
+def _run(args, env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def _horovodrun():
+    exe = Path(sys.executable).with_name("horovodrun")
+    return str(exe) if exe.exists() else "horovodrun"
+
+
+def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
+    """Samples/s of the whole world training with Horovod's DistributedOptimizer
+    (rank 0 prints it); run under horovodrun or as one process."""
+    from . import dist
+    cfg = load(cfg_path, [])
+    backend, _ = dist.setup(cfg.intra_op_threads)
+    model = build_model(cfg, 16, 3)
+    model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr)),
+                  loss=tf.keras.losses.MeanSquaredLogarithmicError())
+    x = tf.constant(np.random.default_rng(backend.rank()).uniform(
+        size=(per_process_batch, 16, 16, 16, 1)).astype("f4") / 64)
+    for _ in range(3):
+        model.train_on_batch(x, x)
+    backend.allreduce_max(0.0)  # every rank starts the clock together
+    t = time.perf_counter()
+    for _ in range(steps):
+        model.train_on_batch(x, x)
+    seconds = backend.allreduce_max(time.perf_counter() - t)
+    return per_process_batch * backend.size() * steps / seconds
+
+
+def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int = 20) -> dict:
+    """horovodrun -np 2 (per-worker batch `batch`, one core each) against one process on both
+    cores at the same global batch; and the Gloo allreduce of the gradients at N = 2, 4."""
+    out = {}
+    cmd = [sys.executable, "-m", "deepdensity.bench", "--throughput", "--config", cfg_path, "--steps", str(steps)]
+    one = _run(cmd + ["--batch", str(2 * batch)])
+    two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)])
+    for name, proc in (("one_process_samples_s", one), ("horovodrun_np2_samples_s", two)):
+        values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if "SAMPLES_PER_S" in line]
+        out[name] = values[0] if values else None
+        if not values:
+            print(f"  ({name}: failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode})")
+    for n in (2, 4):
+        proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", str(n_weights)])
+        values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if "ALLREDUCE_SECONDS" in line]
+        out[f"allreduce_np{n}_ms"] = values[0] * 1e3 if values else None
+    return out
+
+
+def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
+    """Peak resident memory of one epoch of `--mode weak --emulate-workers 32` (a global
+    batch of 1024) on 1280 synthetic cubes: the child's ru_maxrss."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "bench.h5"
+        _run([sys.executable, "-m", "deepdensity.data", "synth", "--out", str(data), "--n", "1280",
+              "--val", "256", "--seed", "0"])
+        code = ("import resource, sys, train; rc = train.main(sys.argv[1:]); "
+                "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+        t = time.perf_counter()
+        proc = _run([sys.executable, "-c", code, "--mode", "weak", "--emulate-workers", "32",
+                     "--config", cfg_path, "--quiet", "--set", f"data_path={data}", "--set", "max_epochs=1",
+                     "--set", f"max_pass_batch={max_pass_batch}"])
+        seconds = time.perf_counter() - t
+    kb = [int(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("MAXRSS_KB")]
+    if proc.returncode or not kb:
+        return {"max_pass_batch": max_pass_batch, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return {"max_pass_batch": max_pass_batch, "peak_rss_gb": kb[0] / 2 ** 20, "seconds": seconds}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/paper.yaml")
-    ap.add_argument("--batches", default="1,4,16,32")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=20, help="timed repeats per figure (a quarter above batch 32)")
+    ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
+    ap.add_argument("--out", default="reports/bench.json")
+    ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.throughput:
+        rate = throughput(args.config, args.batch, args.steps)
+        from . import dist
+        if dist.hvd is None or dist.hvd.rank() == 0:
+            print(f"SAMPLES_PER_S {rate:.3f}")
+        return 0
+
     cfg = load(args.config, [])
     model = build_model(cfg, 16, 3)
+    flops = forward_flops_per_sample(model)
+    fwd = sum(flops.values())
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
     print(f"config {args.config}: K={cfg.n_components} filters={list(cfg.conv_filters)} "
-          f"latent={cfg.latent_dim}; {model.count_params():,} weights; "
-          f"{tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads")
-    print(f"{'batch':>6} {'step ms':>9} {'ms/sample':>10} {'render ms':>10} {'render share':>13}")
-    for b in [int(x) for x in args.batches.split(",")]:
-        s = step_seconds(cfg, b, args.repeats)
-        r = render_seconds(cfg, b, args.repeats)
-        print(f"{b:>6} {s * 1e3:>9.1f} {s / b * 1e3:>10.2f} {r * 1e3:>10.1f} {r / s:>12.0%}")
+          f"latent={cfg.latent_dim}; {model.count_params():,} weights; {threads} threads; "
+          f"max_pass_batch {cfg.max_pass_batch}")
+    print("forward FLOPs per sample: " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in flops.items())
+          + f"; total {fwd / 1e6:.1f} M (a training step ~3x)")
+    roof = roof_gflops(args.repeats)
+    print(f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
+          f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s")
+
+    print(f"\n{'batch':>6} {'step ms':>9} {'samples/s':>10} {'GFLOP/s':>8} {'render ms':>10} {'share':>6}"
+          f" {'direct step ms':>15} {'new/direct':>11}")
+    rows = []
+    for b in STEP_BATCHES:
+        repeats = args.repeats if b <= 32 else max(3, args.repeats // 4)
+        models = {"new": trainable(cfg, b)}
+        if b in DIRECT_BATCHES:
+            models["direct"] = trainable(cfg, b, DirectDeepDensity)
+        times = paired_step_seconds(models, b, repeats)
+        s, d = times["new"], times.get("direct")
+        slices = grad_slices(b, cfg.max_pass_batch)
+        r = render_seconds(cfg, b // slices, repeats) * slices
+        row = {"batch": b, "slices": slices, "step_ms": s * 1e3, "samples_per_s": b / s,
+               "gflops": 3 * fwd * b / s / 1e9, "render_ms": r * 1e3, "render_share": r / s,
+               "direct_step_ms": d * 1e3 if d else None, "step_ratio_new_over_direct": s / d if d else None}
+        rows.append(row)
+        print(f"{b:>6} {s * 1e3:>9.1f} {b / s:>10.0f} {row['gflops']:>8.1f} {r * 1e3:>10.1f} {r / s:>6.0%}"
+              + (f" {d * 1e3:>15.1f} {s / d:>11.2f}" if d else f" {'-':>15} {'-':>11}"))
+    xla = {k: v * 1e3 for k, v in paired_step_seconds(
+        {choice: trainable(dataclasses.replace(cfg, xla=choice), 32) for choice in XLA_CHOICES},
+        32, args.repeats).items()}
+    print("\nstep at batch 32 by the `xla` setting: "
+          + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
+    report = {"config": args.config, "n_components": cfg.n_components, "threads": threads,
+              "weights": model.count_params(), "forward_flops_per_sample": flops, "roof_gflops": roof,
+              "steps": rows, "xla_step_ms_b32": xla,
+              "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__}}
+
+    if not args.quick:
+        hv = horovod_figures(args.config, model.count_params())
+        one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
+        print(f"\nsamples/s, global batch 64: one process (2 threads) {one or float('nan'):.0f}; "
+              f"horovodrun -np 2 (1 thread each, 32 per worker) {two or float('nan'):.0f}"
+              + (f"; ratio {two / one:.2f}" if one and two else ""))
+        print(f"Gloo allreduce of the {model.count_params():,} gradients: "
+              + ", ".join(f"N={n} {hv.get(f'allreduce_np{n}_ms') or float('nan'):.2f} ms" for n in (2, 4)))
+        memory = [peak_memory_weak32(args.config, cfg.max_pass_batch), peak_memory_weak32(args.config, 0)]
+        for m in memory:
+            what = (f"{m['peak_rss_gb']:.2f} GB peak resident ({m['seconds']:.0f} s with start-up)"
+                    if "peak_rss_gb" in m else f"failed: {m['error']}")
+            print(f"weak N=32 emulated, one epoch, max_pass_batch {m['max_pass_batch']}: {what}")
+        report.update(horovod=hv, weak32_memory=memory)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    os.replace(tmp, out)
+    print(f"\nwritten: {out}")
     return 0
 
 

@@ -14,6 +14,9 @@ from typing import Any, Optional, Tuple
 import yaml
 
 
+XLA_CHOICES = ("coefficients", "step", "off")
+
+
 class ConfigError(ValueError):
     """Bad configuration: reported as one line and exit status 2."""
 
@@ -61,6 +64,15 @@ class Config:
     intra_op_threads: int = 0
     # Ask TensorFlow for deterministic kernels (bitwise-repeatable runs, maybe slower on GPU).
     deterministic: bool = False
+    # Most samples one forward/backward pass holds (0 = no limit). A larger batch per process
+    # (only when one process emulates many workers: weak N = 32 is 1024 samples) is cut
+    # into equal slices whose gradients are averaged: the same gradient, a quarter of the
+    # memory at 1024 (make bench: peak resident memory).
+    max_pass_batch: int = 256
+    # Where XLA compiles: "coefficients" (the rendering's per-component algebra, some fifty
+    # tiny ops that XLA fuses: 1.7 ms less per step at batch 32, K = 50), "step" (the whole
+    # training step: 7x slower on the 2-core CPU, make bench prints it) or "off".
+    xla: str = "coefficients"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -193,7 +205,9 @@ def validate(cfg: Config) -> None:
         (cfg.target_loss >= 0, "target_loss must be >= 0"),
         (cfg.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
         (cfg.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
+        (cfg.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
         (cfg.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
+        (cfg.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
     ]
     for ok, msg in checks:
         if not ok:

@@ -227,7 +227,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     """The speedup model's parts, measured on this machine (see module docstring)."""
     import numpy as np
 
-    from .bench import _time, step_seconds
+    from .bench import median_seconds, step_seconds
     from .model import build_model
     batches = [1, 2, 4, 8, 16, 32]
     say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
@@ -235,7 +235,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
     model = build_model(cfg, 16, 3)
     x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
-    eval_per_sample = _time(lambda: model(x, training=False).numpy(), 7) / 64
+    eval_per_sample = median_seconds(lambda: model(x, training=False).numpy(), 7) / 64
     allreduce = {1: 0.0}
     exe = Path(sys.executable).with_name("horovodrun")
     for n in (2, 4):

@@ -155,6 +155,20 @@ def shard_of_batch(order: np.ndarray, rank: int, processes: int) -> np.ndarray:
     return order[:, rank * width:(rank + 1) * width]
 
 
+def grad_slices(per_process_batch: int, max_pass_batch: int) -> int:
+    """How many equal slices a process cuts its batch into so that no forward/backward
+    pass holds more than `max_pass_batch` samples (0 = no limit): the smallest divisor of
+    the batch that does it. Averaging the slices' mean gradients gives the batch's mean
+    gradient exactly, as N Horovod workers' allreduce does."""
+    if per_process_batch < 1:
+        raise ValueError("per_process_batch must be >= 1")
+    if max_pass_batch < 0:
+        raise ValueError("max_pass_batch must be >= 0")
+    if max_pass_batch == 0:
+        return 1
+    return next(s for s in divisors(per_process_batch) if per_process_batch // s <= max_pass_batch)
+
+
 def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
     """(start, stop) of the validation cubes this process evaluates.
 

@@ -64,7 +64,7 @@ def _versions() -> dict:
 def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
           emulate_workers: int = 1, verbose: bool = True) -> dict:
     """Train until the target, the epoch cap or divergence; returns result.json's content."""
-    from .model import build_model, make_adam
+    from .model import build_model, for_training, make_adam
 
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
@@ -116,11 +116,13 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     # Same seed on every worker: identical initial weights, so the first step is already
     # the sequential model's first step (the broadcast below only guarantees it).
     tf.keras.utils.set_random_seed(cfg.seed)
-    model = build_model(cfg, cubes.grid_size, cubes.ndim)
+    model = for_training(build_model(cfg, cubes.grid_size, cubes.ndim),
+                         rules.grad_slices(p.per_process_batch, cfg.max_pass_batch))
     first_lr = rules.lr_at(p, 0, 0, steps)
     # Horovod: wrap the optimizer so gradients are averaged over workers.
     optimizer = backend.wrap_optimizer(make_adam(cfg, first_lr))
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError())
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
+                  jit_compile=cfg.xla == "step")
     dist.create_slots(model, optimizer)
 
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -140,6 +142,9 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     say(f"data: {cfg.data_path}  train {len(train_x)} cubes ({n_used} used per epoch, "
         f"{steps} steps of {p.global_batch})  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
     say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+    if model.grad_slices > 1:
+        say(f"each step averages the gradients of {model.grad_slices} slices of "
+            f"{p.per_process_batch // model.grad_slices} (max_pass_batch {cfg.max_pass_batch})")
 
     if is_chief and out:
         if initial_epoch == 0:
@@ -170,7 +175,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
                 .map(lambda i: (tf.gather(train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
                 .prefetch(2))
     lo, hi = rules.validation_shard(len(val_x), rank, processes)
-    val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(p.per_process_batch)
+    val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
+        p.per_process_batch // model.grad_slices)
 
     study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
                            progress=verbose and is_chief)

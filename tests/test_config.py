@@ -30,6 +30,8 @@ def test_yaml_then_set_overrides(tmp_path):
     (["max_epochs=0"], "max_epochs must be >= 1"),
     (["intensity_scaling=log"], "intensity_scaling must be"),
     (["sigma_min=0"], "sigma_min must be in"),
+    (["xla=always"], "xla must be one of"),
+    (["max_pass_batch=-1"], "max_pass_batch must be >= 0"),
 ])
 def test_bad_settings_are_clear_errors(items, match):
     with pytest.raises(ConfigError, match=match):

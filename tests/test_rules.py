@@ -101,6 +101,28 @@ def test_steps_per_epoch_drops_the_remainder_and_rejects_too_little_data():
         rules.steps_per_epoch(1000, 1024)
 
 
+@pytest.mark.parametrize("cap", [0, 1, 7, 32, 100, 256])
+def test_grad_slices_is_the_fewest_equal_slices_within_the_cap(cap):
+    for batch in range(1, 1100):
+        s = rules.grad_slices(batch, cap)
+        assert batch % s == 0
+        if cap == 0:
+            assert s == 1
+            continue
+        assert batch // s <= cap
+        # no smaller number of equal slices would do
+        assert all(batch % t or batch // t > cap for t in range(1, s))
+
+
+def test_grad_slices_of_the_emulated_study():
+    assert rules.grad_slices(1024, 256) == 4      # weak N = 32
+    assert rules.grad_slices(512, 256) == 2       # weak N = 16
+    assert rules.grad_slices(256, 256) == 1
+    assert rules.grad_slices(32, 256) == 1        # every real Horovod worker of the paper
+    with pytest.raises(ValueError):
+        rules.grad_slices(0, 256)
+
+
 def test_validation_shard():
     assert [rules.validation_shard(256, r, 4) for r in range(4)] == [(0, 64), (64, 128), (128, 192), (192, 256)]
     assert rules.validation_shard(256, 1, 3) == (0, 256), "uneven shards would bias the mean"
