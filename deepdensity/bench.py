@@ -148,14 +148,31 @@ def roof_gflops(repeats: int) -> dict:
     return {"matmul_2048": 2 * n ** 3 / t_mm / 1e9, "conv3d_7x7x7_stride2_b32": conv_flops / t_conv / 1e9}
 
 
-def _run(args, env=None) -> subprocess.CompletedProcess:
+def _run(args, env=None, timeout=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _horovodrun():
     exe = Path(sys.executable).with_name("horovodrun")
     return str(exe) if exe.exists() else "horovodrun"
+
+
+def printed_value(proc: subprocess.CompletedProcess, key: str):
+    """The number after `key` on the first stdout line holding it, or None."""
+    values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if key in line]
+    return values[0] if values else None
+
+
+def allreduce_seconds(n: int, n_weights: int) -> float:
+    """Median seconds of a Gloo allreduce of `n_weights` floats on n local processes
+    (`horovodrun -np n python -m deepdensity.dist`); RuntimeError with its stderr if it fails."""
+    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", str(n_weights)],
+                timeout=600)
+    seconds = printed_value(proc, "ALLREDUCE_SECONDS")
+    if proc.returncode or seconds is None:
+        raise RuntimeError(f"allreduce timing on {n} processes failed:\n{proc.stderr[-2000:]}")
+    return seconds
 
 
 def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
@@ -187,14 +204,14 @@ def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int =
     one = _run(cmd + ["--batch", str(2 * batch)])
     two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)])
     for name, proc in (("one_process_samples_s", one), ("horovodrun_np2_samples_s", two)):
-        values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if "SAMPLES_PER_S" in line]
-        out[name] = values[0] if values else None
-        if not values:
+        out[name] = printed_value(proc, "SAMPLES_PER_S")
+        if out[name] is None:
             print(f"  ({name}: failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode})")
     for n in (2, 4):
-        proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", str(n_weights)])
-        values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if "ALLREDUCE_SECONDS" in line]
-        out[f"allreduce_np{n}_ms"] = values[0] * 1e3 if values else None
+        try:
+            out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights) * 1e3
+        except RuntimeError:
+            out[f"allreduce_np{n}_ms"] = None
     return out
 
 
@@ -212,10 +229,10 @@ def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
                      "--config", cfg_path, "--quiet", "--set", f"data_path={data}", "--set", "max_epochs=1",
                      "--set", f"max_pass_batch={max_pass_batch}"])
         seconds = time.perf_counter() - t
-    kb = [int(line.split()[-1]) for line in proc.stdout.splitlines() if line.startswith("MAXRSS_KB")]
-    if proc.returncode or not kb:
+    kb = printed_value(proc, "MAXRSS_KB")
+    if proc.returncode or kb is None:
         return {"max_pass_batch": max_pass_batch, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return {"max_pass_batch": max_pass_batch, "peak_rss_gb": kb[0] / 2 ** 20, "seconds": seconds}
+    return {"max_pass_batch": max_pass_batch, "peak_rss_gb": kb / 2 ** 20, "seconds": seconds}
 
 
 def main(argv=None) -> int:

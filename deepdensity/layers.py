@@ -111,6 +111,18 @@ def monomials(points):
     return tf.stack(cols, axis=-1)
 
 
+def _log_weight_and_norm(alpha, chol):
+    """(..., K): log alpha_k - (n log 2 pi + log det Sigma_k) / 2, with Sigma = L L^T.
+    The normalisation is 1 / sqrt((2 pi)^n det Sigma); the paper's eq. (5) misprints it."""
+    ndim = chol.shape[-1]
+    log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol)), axis=-1)
+    return tf.math.log(tf.maximum(alpha, _TINY)) - 0.5 * (ndim * math.log(2.0 * math.pi) + log_det)
+
+
+def _coefficients_of_cov(alpha, mu, cov):
+    return quadratic_coefficients(alpha, mu, tf.linalg.cholesky(tf.cast(cov, tf.float64)))
+
+
 def quadratic_coefficients(alpha, mu, chol):
     """Coefficients (..., K, m), float64, of log(alpha_k N(x; mu_k, L L^T)) on `monomials`.
 
@@ -129,10 +141,7 @@ def quadratic_coefficients(alpha, mu, chol):
     precision = tf.matmul(chol_inv, chol_inv, transpose_a=True)                # P
     p_mu = tf.linalg.matvec(precision, mu)
     a = tf.linalg.matvec(chol_inv, mu)
-    log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol)), axis=-1)
-    # The normalisation is 1 / sqrt((2 pi)^n det Sigma); the paper's eq. (5) misprints it.
-    const = (tf.math.log(tf.maximum(tf.cast(alpha, tf.float64), _TINY))
-             - 0.5 * (ndim * math.log(2.0 * math.pi) + log_det) - 0.5 * tf.reduce_sum(tf.square(a), -1))
+    const = _log_weight_and_norm(tf.cast(alpha, tf.float64), chol) - 0.5 * tf.reduce_sum(tf.square(a), -1)
     cols = ([-0.5 * precision[..., i, i] for i in range(ndim)]
             + [-precision[..., i, j] for i, j in correlation_pairs(ndim)]
             + [p_mu[..., i] for i in range(ndim)] + [const])
@@ -201,14 +210,14 @@ def render_on_grid(grid, coeffs):
     TensorFloat-32 (Ampere GPUs) rounds them, so the layer uses `render_mixture` there.
     """
     ints, scale, bound = grid
-    scaled = coeffs * scale                                                   # (B, K, m)
-    total = tf.reduce_sum(tf.abs(scaled) * bound, axis=-1, keepdims=True)
-    exponent = tf.math.ceil(tf.math.log(tf.maximum(total, 1e-300)) / math.log(2.0)) - 22.0
-    quantum = tf.pow(tf.constant(2.0, tf.float64), exponent)
 
     def log_components(c):
-        hi = tf.round(c * scale / quantum) * quantum
-        lo = c * scale - hi
+        scaled = c * scale                                                    # (B, K, m)
+        total = tf.reduce_sum(tf.abs(scaled) * bound, axis=-1, keepdims=True)
+        exponent = tf.math.ceil(tf.math.log(tf.maximum(total, 1e-300)) / math.log(2.0)) - 22.0
+        quantum = tf.pow(tf.constant(2.0, tf.float64), exponent)
+        hi = tf.round(scaled / quantum) * quantum
+        lo = scaled - hi
         return (tf.matmul(tf.cast(hi, tf.float32), ints, transpose_b=True)
                 + tf.matmul(tf.cast(lo, tf.float32), ints, transpose_b=True))
 
@@ -218,8 +227,7 @@ def render_on_grid(grid, coeffs):
 def log_mixture_density(points, alpha, mu, cov):
     """log of `mixture_density`, computed as a log-sum-exp over components (no underflow)."""
     points = tf.convert_to_tensor(points)
-    coeffs = quadratic_coefficients(alpha, mu, tf.linalg.cholesky(tf.cast(cov, tf.float64)))
-    log_comps = tf.matmul(coeffs, monomials(points), transpose_b=True)          # (B, K, V)
+    log_comps = tf.matmul(_coefficients_of_cov(alpha, mu, cov), monomials(points), transpose_b=True)          # (B, K, V)
     return tf.cast(tf.reduce_logsumexp(log_comps, axis=1), points.dtype)
 
 
@@ -236,8 +244,7 @@ def mixture_density(points, alpha, mu, cov):
     Computed as `render_mixture` of the quadratic form (one float64 matmul, see there).
     """
     points = tf.convert_to_tensor(points)
-    coeffs = quadratic_coefficients(alpha, mu, tf.linalg.cholesky(tf.cast(cov, tf.float64)))
-    return tf.cast(render_mixture(monomials(points), coeffs), points.dtype)
+    return tf.cast(render_mixture(monomials(points), _coefficients_of_cov(alpha, mu, cov)), points.dtype)
 
 
 def direct_log_mixture_density(points, alpha, mu, cov):
@@ -254,10 +261,7 @@ def direct_log_mixture_density(points, alpha, mu, cov):
     z = tf.einsum("bkij,vj->bkvi", chol_inv, points) \
         - tf.einsum("bkij,bkj->bki", chol_inv, mu)[:, :, None, :]             # (B, K, V, n)
     mahalanobis = tf.reduce_sum(tf.square(z), axis=-1)
-    log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol)), axis=-1)
-    log_components = -0.5 * (ndim * math.log(2.0 * math.pi) + log_det)[..., None] - 0.5 * mahalanobis
-    log_alpha = tf.math.log(tf.maximum(alpha, _TINY))[..., None]
-    return tf.reduce_logsumexp(log_alpha + log_components, axis=1)
+    return tf.reduce_logsumexp(_log_weight_and_norm(alpha, chol)[..., None] - 0.5 * mahalanobis, axis=1)
 
 
 def _tensor_float_32_possible() -> bool:

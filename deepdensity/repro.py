@@ -227,7 +227,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     """The speedup model's parts, measured on this machine (see module docstring)."""
     import numpy as np
 
-    from .bench import median_seconds, step_seconds
+    from .bench import allreduce_seconds, median_seconds, step_seconds
     from .model import build_model
     batches = [1, 2, 4, 8, 16, 32]
     say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
@@ -237,16 +237,12 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
     eval_per_sample = median_seconds(lambda: model(x, training=False).numpy(), 7) / 64
     allreduce = {1: 0.0}
-    exe = Path(sys.executable).with_name("horovodrun")
     for n in (2, 4):
         say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
-        proc = subprocess.run([str(exe), "-np", str(n), sys.executable, "-m", "deepdensity.dist",
-                               str(n_weights)], capture_output=True, text=True,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=600)
-        line = [x for x in proc.stdout.splitlines() if "ALLREDUCE_SECONDS" in x]
-        if proc.returncode != 0 or not line:
-            raise StudyError(f"allreduce timing on {n} processes failed:\n{proc.stderr[-2000:]}")
-        allreduce[n] = float(line[0].split()[-1])
+        try:
+            allreduce[n] = allreduce_seconds(n, n_weights)
+        except RuntimeError as e:
+            raise StudyError(str(e)) from None
     ns = sorted(allreduce)
     _, per_doubling = rules.fit_line([math.log2(n) for n in ns], [allreduce[n] for n in ns])
     return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
