@@ -13,6 +13,8 @@ from typing import Any, Optional, Tuple
 
 import yaml
 
+from .rules import EPOCH_DEFINITIONS
+
 
 XLA_CHOICES = ("coefficients", "step", "off")
 
@@ -57,6 +59,14 @@ class Config:
     max_epochs: int = 400
     target_loss: float = 0.0016384
     seed: int = 0
+    # What an epoch is (README, "Two epoch definitions"). "per_worker", the paper's as we read
+    # it: every worker walks one whole pass of the training set, so an epoch is N passes of
+    # one shared sample stream. "global": the N workers share one pass. Epoch counts, the
+    # epoch cap and the warmup epochs are all counted in this unit.
+    epoch_definition: str = "per_worker"
+    # Stop a run that has plainly failed (status "stalled"): no new best validation loss in
+    # this many epochs. 0 = off, as in the paper, which ran failures to its 400-epoch cap.
+    stall_patience: int = 0
 
     # --- runtime -----------------------------------------------------------------------
     # Intra-op threads per process; 0 = this host's cores divided by the local processes,
@@ -208,6 +218,9 @@ def validate(cfg: Config) -> None:
         (cfg.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
         (cfg.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
         (cfg.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
+        (cfg.epoch_definition in EPOCH_DEFINITIONS,
+         f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
+        (cfg.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
     ]
     for ok, msg in checks:
         if not ok:

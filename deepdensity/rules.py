@@ -122,27 +122,72 @@ def lr_at(p: ScalingPlan, epoch: int, batch: int, steps_per_epoch: int) -> float
     return p.peak_lr / n * (progress * (n - 1) / p.warmup_epochs + 1.0)
 
 
-def steps_per_epoch(n_train: int, global_batch: int) -> int:
-    """Full global batches per epoch; the remainder is dropped so that every worker's
-    share of every step is the same size (unequal shares would change the average)."""
-    steps = n_train // global_batch
+EPOCH_DEFINITIONS = ("per_worker", "global")
+
+
+def pass_length(n_train: int, base_batch: int) -> int:
+    """Samples of one pass over the training set: floor(n_train / B) * B, so that a pass
+    is whole base batches (the sequential model drops the remainder, as Keras 2.1 did
+    with steps_per_epoch = samples // batch_size)."""
+    length = n_train // base_batch * base_batch
+    if length < 1:
+        raise PlanError(f"the training set has {n_train} cubes, fewer than one batch of {base_batch}; "
+                        f"use more data or a smaller batch_size")
+    return length
+
+
+def steps_per_epoch(n_train: int, p: ScalingPlan, definition: str = "per_worker") -> int:
+    """Global steps of one epoch under an epoch definition.
+
+    per_worker (the paper's, we believe): every worker processes one whole pass of
+      floor(n_train / B) * B samples, so an epoch is N passes of the shared stream and
+      pass_length / per_worker_batch steps: 57 for weak, linear and warmup at any N on
+      1844 cubes, 57 * N for strong.
+    global: the workers share one pass, floor(n_train / global_batch) steps, remainder dropped
+      so that every worker's share of every step is the same size.
+    """
+    if definition not in EPOCH_DEFINITIONS:
+        raise PlanError(f"unknown epoch definition {definition!r}; choose one of {', '.join(EPOCH_DEFINITIONS)}")
+    if definition == "per_worker":
+        samples = p.workers * pass_length(n_train, p.base_batch)
+        if samples % p.global_batch:  # cannot happen for the four policies; guards new ones
+            raise PlanError(f"{p.workers} passes of the data are not whole global batches of {p.global_batch}")
+        return samples // p.global_batch
+    steps = n_train // p.global_batch
     if steps < 1:
         raise PlanError(
-            f"the training set has {n_train} cubes, fewer than one global batch of {global_batch}; "
+            f"the training set has {n_train} cubes, fewer than one global batch of {p.global_batch}; "
             f"use more data, fewer workers or a smaller batch_size"
         )
     return steps
 
 
-def epoch_order(n_train: int, global_batch: int, epoch: int, seed: int) -> np.ndarray:
+def pass_order(n_train: int, base_batch: int, k: int, seed: int) -> np.ndarray:
+    """Pass k of the sample stream: the permutation drawn from (seed, k), cut to whole base batches."""
+    return np.random.default_rng([seed, k]).permutation(n_train)[: pass_length(n_train, base_batch)]
+
+
+def epoch_order(n_train: int, p: ScalingPlan, epoch: int, seed: int,
+                definition: str = "per_worker") -> np.ndarray:
     """Sample indices of one epoch as a (steps, global_batch) array.
 
-    The permutation depends only on (seed, epoch), never on N or the rank, so every
-    global batch holds the same samples whatever the number of workers.
+    per_worker: passes N*e .. N*(e+1)-1 of one stream that depends on (seed, pass) only,
+      laid end to end and cut into global batches. Strong scaling's global batches are
+      then the sequential run's, in the same order: its epoch e ends exactly where the
+      sequential pass N*(e+1) ends. (Keras 2.1 under Horovod had each worker shuffle on
+      its own, so a global batch could hold a sample twice; our stream is the same in
+      distribution and exact for strong scaling.)
+    global: one permutation drawn from (seed, epoch), shared by the workers.
+    Either way the order never depends on the number of processes or the rank.
     """
-    steps = steps_per_epoch(n_train, global_batch)
-    perm = np.random.default_rng([seed, epoch]).permutation(n_train)
-    return perm[: steps * global_batch].reshape(steps, global_batch)
+    steps = steps_per_epoch(n_train, p, definition)
+    if definition == "per_worker":
+        first = p.workers * epoch
+        stream = np.concatenate([pass_order(n_train, p.base_batch, k, seed)
+                                 for k in range(first, first + p.workers)])
+    else:
+        stream = np.random.default_rng([seed, epoch]).permutation(n_train)
+    return stream[: steps * p.global_batch].reshape(steps, p.global_batch)
 
 
 def shard_of_batch(order: np.ndarray, rank: int, processes: int) -> np.ndarray:
@@ -181,19 +226,97 @@ def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
     return 0, n_val
 
 
-def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float,
-                max_epochs: int) -> Optional[str]:
-    """Paper section VI: stop at the first non-finite loss, at the target, or at the cap.
+def stalled(val_losses: Sequence[float], patience: int) -> bool:
+    """A run that has plainly stopped improving: none of its last `patience` validation
+    losses is below the best one before them. A loss that keeps going down, however
+    slowly, sets a new best every epoch and never stalls; the paper's Fig. 3 (the loss
+    rises to a ceiling and stays there) stalls `patience` epochs after its best.
+    `patience` 0 turns the rule off."""
+    if patience < 0:
+        raise ValueError("patience must be >= 0")
+    if patience == 0 or len(val_losses) <= patience:
+        return False
+    return min(val_losses[-patience:]) >= min(val_losses[:-patience])
 
-    `epoch` is 0-based and names the epoch just finished. Returns None to go on.
+
+def diverges(val_losses: Sequence[float], patience: int) -> bool:
+    """The criterion for "this lr diverges" (paper section VI and Fig. 3): the loss became
+    non-finite, or the run stalled at any point (rule above), or it ends above where its
+    first epoch left it. A slow but steady decrease converges."""
+    if not val_losses:
+        raise ValueError("need at least one validation loss")
+    if not all(math.isfinite(v) for v in val_losses):
+        return True
+    if any(stalled(val_losses[:i], patience) for i in range(patience + 1, len(val_losses) + 1)):
+        return True
+    return val_losses[-1] > val_losses[0]
+
+
+def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, max_epochs: int,
+                val_history: Sequence[float] = (), stall_patience: int = 0) -> Optional[str]:
+    """Paper section VI: stop at the first non-finite loss, at the target, or at the cap;
+    and, when `stall_patience` > 0, at a plain failure (`stalled`, see above).
+
+    `epoch` is 0-based and names the epoch just finished; `val_history` holds the
+    validation losses of every epoch so far, this one included. Returns None to go on.
     """
     if not (math.isfinite(loss) and math.isfinite(val_loss)):
         return "diverged"
     if val_loss <= target_loss:
         return "reached_target"
+    if stalled(val_history, stall_patience):
+        return "stalled"
     if epoch + 1 >= max_epochs:
         return "max_epochs"
     return None
+
+
+def sample_epoch_losses(pass_losses: Sequence[float], workers: int) -> list:
+    """Strong scaling's per-epoch validation losses read off the sequential run's per-pass
+    ones: with `per_worker` epochs, epoch e on N workers ends where pass N*(e+1) ends."""
+    return [pass_losses[i] for i in range(workers - 1, len(pass_losses), workers)]
+
+
+def derive_strong(pass_losses: Sequence[float], workers: int, target_loss: float, max_epochs: int,
+                  stall_patience: int = 0) -> Optional[tuple]:
+    """(status, epochs) of strong scaling on N workers from the sequential run's per-pass
+    validation losses, applying the same stopping rules at its own epochs; None when the
+    sequential run is not yet long enough to decide."""
+    history = []
+    for e, v in enumerate(sample_epoch_losses(pass_losses, workers)):
+        history.append(v)
+        reason = stop_reason(e, v, v, target_loss, max_epochs, history, stall_patience)
+        if reason:
+            return reason, e + 1
+    return None
+
+
+# The edge of stability (paper section VI: eta is the largest lr that still converges,
+# so increasing it "causes divergence"), searched on a grid of base * sqrt(2)^k.
+EDGE_STEP = math.sqrt(2.0)
+EDGE_MAX_PROBES = 12
+
+
+def edge_probe(outcomes: dict) -> Optional[int]:
+    """The next grid index k to try, given {k: diverged?} so far; None once the edge is known.
+
+    Start at k = 0 (the base lr); climb while runs converge, descend while they diverge.
+    """
+    if not outcomes:
+        return 0
+    if edge_index(outcomes) is not None:
+        return None
+    if len(outcomes) >= EDGE_MAX_PROBES:
+        raise PlanError(f"no edge of stability within {EDGE_MAX_PROBES} probes of the lr grid")
+    if all(outcomes.values()):
+        return min(outcomes) - 1
+    return max(outcomes) + 1
+
+
+def edge_index(outcomes: dict) -> Optional[int]:
+    """The largest k that converges while k + 1 diverges; None if not yet bracketed."""
+    ok = [k for k, div in outcomes.items() if not div and outcomes.get(k + 1) is True]
+    return max(ok) if ok else None
 
 
 def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:
@@ -265,17 +388,18 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
 
 def epoch_seconds_model(mode: str, n: int, n_train: int, n_val: int, base_batch: int,
                         step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
-                        eval_per_sample_s: float) -> float:
+                        eval_per_sample_s: float, definition: str = "per_worker") -> float:
     """Seconds of one epoch on n workers, each its own device, built from per-step parts:
 
         steps * (step_fixed + per_sample * per_worker_batch + allreduce * log2 n)
         + eval_per_sample * n_val / n
 
-    For `strong` this is exactly T_S + T_P / n + c log2 n with T_S = steps * step_fixed,
-    T_P = steps * base_batch * per_sample and c = steps * allreduce.
+    For `strong` under the `global` definition this is exactly T_S + T_P / n + c log2 n
+    with T_S = steps * step_fixed, T_P = steps * base_batch * per_sample and
+    c = steps * allreduce; under `per_worker` an epoch is N such passes.
     """
     p = plan(mode, n, base_batch)
-    steps = steps_per_epoch(n_train, p.global_batch)
+    steps = steps_per_epoch(n_train, p, definition)
     step = step_fixed_s + per_sample_s * p.per_worker_batch + allreduce_per_doubling_s * math.log2(n)
     return steps * step + eval_per_sample_s * n_val / n
 

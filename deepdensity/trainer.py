@@ -88,7 +88,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     if resume and out and is_chief and state is None:
         say(f"nothing to resume in {out}; starting a new run there")
     # A run stopped at the epoch cap is extended by a larger max_epochs; the others are final.
-    finished = bool(state and (state.get("status") in ("reached_target", "diverged") or
+    finished = bool(state and (state.get("status") in ("reached_target", "diverged", "stalled") or
                                (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
     if processes > 1:  # only rank 0 reads the folder; all workers must stop or go on together
         finished = bool(backend.allreduce_max(float(finished)))
@@ -106,10 +106,9 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         if empty_train + empty_val:
             say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
     try:
-        steps = rules.steps_per_epoch(len(train_x), p.global_batch)
+        steps = rules.steps_per_epoch(len(train_x), p, cfg.epoch_definition)
     except rules.PlanError as e:
         raise ConfigError(f"{cfg.data_path}: {e}") from None
-    n_used = steps * p.global_batch
 
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -139,13 +138,16 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     backend.broadcast_state(model, optimizer)
 
     say(p.describe())
-    say(f"data: {cfg.data_path}  train {len(train_x)} cubes ({n_used} used per epoch, "
-        f"{steps} steps of {p.global_batch})  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
+    say(f"data: {cfg.data_path}  train {len(train_x)} cubes  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
+    say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
+        f"{steps * p.global_batch / rules.pass_length(len(train_x), p.base_batch):g} pass(es) of "
+        f"{rules.pass_length(len(train_x), p.base_batch)} cubes")
     say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
     if model.grad_slices > 1:
         say(f"each step averages the gradients of {model.grad_slices} slices of "
             f"{p.per_process_batch // model.grad_slices} (max_pass_batch {cfg.max_pass_batch})")
 
+    val_history = []
     if is_chief and out:
         if initial_epoch == 0:
             write_atomic(out / "config.json", json.dumps({
@@ -158,6 +160,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
             (out / "metrics.jsonl").write_text("")
         else:  # drop lines of epochs the checkpoint does not cover
             kept = [m for m in read_metrics(out) if m["epoch"] <= initial_epoch]
+            val_history = [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
             write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
 
     if initial_epoch >= cfg.max_epochs:
@@ -165,8 +168,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
                        f"{cfg.max_epochs}; raise max_epochs to train further")
 
     # Data: one index stream for the whole run, so epochs follow each other without
-    # re-creating iterators; epoch e's order depends on (seed, e) only, never on N.
-    orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p.global_batch, e, cfg.seed),
+    # re-creating iterators; the order depends on (seed, pass) only, never on the rank.
+    orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p, e, cfg.seed, cfg.epoch_definition),
                                    rank, processes)
               for e in range(initial_epoch, cfg.max_epochs)]
     index = np.concatenate(orders).astype(np.int32)            # (epochs * steps, per_process_batch)
@@ -178,8 +181,10 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
         p.per_process_batch // model.grad_slices)
 
+    # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
+    agree = backend.allreduce_max if processes > 1 else float
     study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
-                           progress=verbose and is_chief)
+                           progress=verbose and is_chief, val_history=val_history, agree=agree)
     callbacks = backend.callbacks() + [_PolicyLR(p, steps), study]
     model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
               steps_per_epoch=steps, callbacks=callbacks, verbose=0)
@@ -227,10 +232,11 @@ class _StudyCallback(tf.keras.callbacks.Callback):
     worker and every worker takes the same decision to stop.
     """
 
-    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress):
+    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress, val_history=(), agree=float):
         super().__init__()
         self.p, self.cfg, self.steps, self.out, self.ckpt = p, cfg, steps, out, ckpt
         self.elapsed_before, self.say = elapsed_before, say
+        self.val_history, self.agree = list(val_history), agree
         self.status, self.time_to_target_s, self.last = None, None, {}
         self.state = {}
         self.bar = None
@@ -252,7 +258,11 @@ class _StudyCallback(tf.keras.callbacks.Callback):
         loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))
         # What the optimizer held for the epoch's last batch, read back, not recomputed.
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
-        reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs)
+        self.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
+        reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs,
+                                   self.val_history, self.cfg.stall_patience)
+        if self.cfg.stall_patience and self.agree(float(reason == "stalled")) and not reason:
+            reason = "stalled"
         if reason == "reached_target":
             self.time_to_target_s = seconds
         self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
@@ -288,6 +298,8 @@ class _StudyCallback(tf.keras.callbacks.Callback):
             what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
         elif self.status == "diverged":
             what = "stopped: non-finite loss"
+        elif self.status == "stalled":
+            what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
         else:
             what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
         self.say(f"{what} after {self.last.get('epoch')} epochs")

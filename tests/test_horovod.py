@@ -33,12 +33,37 @@ def assert_same_path(a, b):
         assert rb == pytest.approx(ra, rel=1e-7)
 
 
-def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data):
-    one = launch([], "strong", tmp_path / "one", smoke_data)
-    two = launch([horovodrun(), "-np", "2"], "strong", tmp_path / "two", smoke_data)
-    assert_same_path(one, two)
+def weights(out):
+    import h5py
+    import numpy as np
+    arrays = []
+    with h5py.File(out / "weights.h5", "r") as f:
+        f.visititems(lambda name, obj: arrays.append((name, np.array(obj))) if hasattr(obj, "shape") else None)
+    return dict(arrays)
+
+
+@pytest.mark.parametrize("definition", ["per_worker", "global"])
+def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition):
+    """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
+    ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
+    per_worker = definition == "per_worker"
+    d = ["--set", f"epoch_definition={definition}"]
+    one = launch([], "strong", tmp_path / "one", smoke_data, *d, "--set", f"max_epochs={4 if per_worker else 3}")
+    two = launch([horovodrun(), "-np", "2"], "strong", tmp_path / "two", smoke_data, *d,
+                 "--set", f"max_epochs={2 if per_worker else 3}")
+    if per_worker:
+        assert len(one) == 4 and len(two) == 2
+        for (_, v2, r2), (_, v1, r1) in zip(two, one[1::2]):
+            assert v2 == pytest.approx(v1, rel=1e-5) and r2 == pytest.approx(r1, rel=1e-7)
+    else:
+        assert_same_path(one, two)
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert w1.keys() == w2.keys() and len(w1) > 10
+    for name in w1:
+        assert w2[name] == pytest.approx(w1[name], rel=1e-4, abs=1e-6), name
     cfg = json.loads((tmp_path / "two" / "config.json").read_text())
     assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
+    assert cfg["steps_per_epoch"] == (8 if per_worker else 4), "128 cubes: 4 steps a pass"
     assert not (tmp_path / "two" / "rank1").exists()
 
 

@@ -75,30 +75,86 @@ def test_warmup_is_monotone_and_other_modes_are_constant():
         assert [rules.lr_at(q, e, b, 10) for e in range(7) for b in range(10)] == [pytest.approx(lr)] * 70
 
 
+@pytest.mark.parametrize("definition", rules.EPOCH_DEFINITIONS)
 @pytest.mark.parametrize("processes", [1, 2, 4, 8, 16, 32])
-def test_every_global_batch_is_the_same_whatever_n(processes):
-    order = rules.epoch_order(1844, 32, epoch=3, seed=7)
-    assert order.shape == (1844 // 32, 32)
-    assert len(np.unique(order)) == order.size, "no sample twice in an epoch"
+def test_every_global_batch_is_the_same_whatever_the_processes(processes, definition):
+    p = rules.plan("strong", 32, 32, ETA, processes=processes)
+    order = rules.epoch_order(1844, p, epoch=3, seed=7, definition=definition)
+    steps = 57 * 32 if definition == "per_worker" else 57
+    assert order.shape == (steps, 32)
     shards = [rules.shard_of_batch(order, r, processes) for r in range(processes)]
-    for step in range(order.shape[0]):
+    for step in range(0, steps, 7):
         parts = [set(s[step]) for s in shards]
         assert set().union(*parts) == set(order[step])
         assert sum(len(x) for x in parts) == 32, "shards are disjoint"
+        assert len(set(order[step])) == 32, "no sample twice in a global batch"
+
+
+def test_global_epoch_is_one_shared_pass():
+    order = rules.epoch_order(1844, rules.plan("weak", 8), epoch=2, seed=0, definition="global")
+    assert order.shape == (1844 // 256, 256)
+    assert len(np.unique(order)) == order.size, "no sample twice in an epoch"
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32])
+def test_per_worker_strong_epoch_is_n_sequential_passes(n):
+    """The property the study stands on: strong scaling on N workers sees the sequential
+    run's global batches in the sequential order, and its epoch e ends where the
+    sequential pass N*(e+1) ends."""
+    seq = rules.plan("strong", 1)
+    strong = rules.plan("strong", n)
+    for e in range(3):
+        ours = rules.epoch_order(1844, strong, e, seed=5)
+        passes = [rules.epoch_order(1844, seq, k, seed=5) for k in range(n * e, n * (e + 1))]
+        assert np.array_equal(ours, np.concatenate(passes))
+    # every sequential pass is a permutation of its own, cut to whole batches (1844 -> 1824)
+    one = rules.epoch_order(1844, seq, 0, seed=5)
+    assert one.size == 1824 and len(np.unique(one)) == 1824
+
+
+@pytest.mark.parametrize("mode", ["weak", "linear", "warmup"])
+def test_per_worker_weak_epoch_walks_n_passes_in_57_steps(mode):
+    for n in (1, 2, 4, 8, 16, 32):
+        p = rules.plan(mode, n)
+        order = rules.epoch_order(1844, p, 1, seed=3)
+        assert order.shape == (57, 32 * n)
+        # worker r's share of the epoch: 57 batches of 32, N whole passes between them
+        flat = order.reshape(-1)
+        for k in range(n):
+            assert np.array_equal(flat[k * 1824:(k + 1) * 1824], rules.pass_order(1844, 32, n + k, 3))
 
 
 def test_epoch_order_depends_on_seed_and_epoch_only():
-    a = rules.epoch_order(100, 10, 0, 0)
-    assert np.array_equal(a, rules.epoch_order(100, 10, 0, 0))
-    assert not np.array_equal(a, rules.epoch_order(100, 10, 1, 0))
-    assert not np.array_equal(a, rules.epoch_order(100, 10, 0, 1))
+    for definition in rules.EPOCH_DEFINITIONS:
+        p = rules.plan("weak", 2, 10)
+        a = rules.epoch_order(100, p, 0, 0, definition)
+        assert np.array_equal(a, rules.epoch_order(100, p, 0, 0, definition))
+        assert not np.array_equal(a, rules.epoch_order(100, p, 1, 0, definition))
+        assert not np.array_equal(a, rules.epoch_order(100, p, 0, 1, definition))
 
 
-def test_steps_per_epoch_drops_the_remainder_and_rejects_too_little_data():
-    assert rules.steps_per_epoch(1844, 32) == 57
-    assert rules.steps_per_epoch(1844, 1024) == 1
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32])
+def test_steps_per_epoch_of_each_mode_and_definition(n):
+    """Issue 8's numbers on the paper's 1844 training cubes."""
+    for mode in ("weak", "linear", "warmup"):
+        p = rules.plan(mode, n)
+        assert rules.steps_per_epoch(1844, p, "per_worker") == 57
+        assert rules.steps_per_epoch(1844, p, "global") == 1844 // (32 * n)
+    s = rules.plan("strong", n)
+    assert rules.steps_per_epoch(1844, s, "per_worker") == 57 * n
+    assert rules.steps_per_epoch(1844, s, "global") == 57
+    # a real Horovod worker and an emulating process agree: the count is in global steps
+    assert rules.steps_per_epoch(1844, rules.plan("weak", n, processes=1)) == 57
+
+
+def test_steps_per_epoch_rejects_too_little_data_and_unknown_definitions():
     with pytest.raises(rules.PlanError, match="fewer than one global batch"):
-        rules.steps_per_epoch(1000, 1024)
+        rules.steps_per_epoch(1000, rules.plan("weak", 32), "global")
+    assert rules.steps_per_epoch(1000, rules.plan("weak", 32), "per_worker") == 31
+    with pytest.raises(rules.PlanError, match="fewer than one batch"):
+        rules.steps_per_epoch(20, rules.plan("weak", 2), "per_worker")
+    with pytest.raises(rules.PlanError, match="epoch definition"):
+        rules.steps_per_epoch(1844, rules.plan("weak", 2), "pass")
 
 
 @pytest.mark.parametrize("cap", [0, 1, 7, 32, 100, 256])
@@ -136,6 +192,106 @@ def test_stop_reason():
     assert rules.stop_reason(5, 0.1, 0.02, 0.01, 400) is None
     assert rules.stop_reason(399, 0.1, 0.02, 0.01, 400) == "max_epochs"
     assert rules.stop_reason(399, nan, 0.001, 0.01, 400) == "diverged", "non-finite wins"
+    flat = [0.5, 0.1, 0.3, 0.3, 0.3]
+    assert rules.stop_reason(4, 0.1, 0.3, 0.01, 400, flat, 3) == "stalled"
+    assert rules.stop_reason(4, 0.1, 0.3, 0.01, 400, flat, 0) is None, "patience 0 = off"
+    assert rules.stop_reason(4, 0.1, 0.3, 0.01, 5, flat, 3) == "stalled", "stalled before the cap"
+    assert rules.stop_reason(4, 0.1, 0.005, 0.01, 400, flat[:-1] + [0.005], 3) == "reached_target"
+
+
+# Hand-made validation-loss curves (section VI, Fig. 3 and the sequential run)
+def fig3_rise_and_plateau(epochs=40):
+    """Down for 3 epochs, up to a ceiling by epoch 8, then flat with small noise."""
+    rng = np.random.default_rng(0)
+    down = [0.05, 0.03, 0.02]
+    up = list(np.linspace(0.02, 0.2, 6)[1:])
+    return down + up + list(0.2 + 0.002 * rng.standard_normal(epochs - len(down) - len(up)))
+
+
+def slow_steady_decrease(epochs=400):
+    """The sequential model late in training: 0.1 % less per epoch, every epoch."""
+    return [0.01 * 0.999 ** e for e in range(epochs)]
+
+
+def noisy_decrease(epochs=200):
+    """A decrease with noise larger than a step's progress, but new bests keep coming."""
+    rng = np.random.default_rng(1)
+    trend = 0.01 * np.exp(-np.arange(epochs) / 80)
+    return list(trend * (1 + 0.01 * rng.standard_normal(epochs)))
+
+
+@pytest.mark.parametrize("patience", [3, 5, 10])
+def test_fig3_rise_and_plateau_stalls_and_diverges(patience):
+    curve = fig3_rise_and_plateau()
+    first = next(i for i in range(1, len(curve) + 1) if rules.stalled(curve[:i], patience))
+    assert first == 3 + patience, "stops `patience` epochs after its best (epoch 3)"
+    assert rules.diverges(curve, patience)
+    assert rules.diverges(curve[:6], patience), "a rise above the first epoch's loss already diverges"
+
+
+@pytest.mark.parametrize("patience", [1, 3, 5, 10])
+def test_slow_steady_decrease_never_stalls_and_converges(patience):
+    curve = slow_steady_decrease()
+    assert not any(rules.stalled(curve[:i], patience) for i in range(1, len(curve) + 1))
+    assert not rules.diverges(curve, patience)
+
+
+def test_noise_stalls_only_when_patience_is_shorter_than_the_gaps_between_bests():
+    curve = noisy_decrease()
+    best_gaps, best, last = [], math.inf, 0
+    for i, v in enumerate(curve):
+        if v < best:
+            best_gaps.append(i - last)
+            best, last = v, i
+    longest = max(best_gaps)
+    assert not any(rules.stalled(curve[:i], longest) for i in range(1, len(curve) + 1))
+    assert any(rules.stalled(curve[:i], longest - 1) for i in range(1, len(curve) + 1))
+
+
+def test_diverges_on_non_finite_and_not_on_a_single_epoch():
+    assert rules.diverges([0.1, float("nan")], 5)
+    assert rules.diverges([0.1, float("inf"), 0.05], 5)
+    assert not rules.diverges([0.1], 5)
+    assert rules.diverges([0.1, 0.2], 5), "ends above its first epoch"
+    with pytest.raises(ValueError):
+        rules.diverges([], 5)
+
+
+def test_derive_strong_reads_the_sequential_run_at_its_own_epochs():
+    passes = [0.9, 0.5, 0.31, 0.29, 0.3, 0.28, 0.2, 0.19]
+    assert rules.sample_epoch_losses(passes, 2) == [0.5, 0.29, 0.28, 0.19]
+    assert rules.sample_epoch_losses(passes, 4) == [0.29, 0.19]
+    assert rules.derive_strong(passes, 1, 0.3, 400) == ("reached_target", 4)
+    assert rules.derive_strong(passes, 2, 0.3, 400) == ("reached_target", 2)
+    # pass 3 (0.31) is above the target and is where strong N = 3 validates first
+    assert rules.derive_strong(passes, 3, 0.3, 400) == ("reached_target", 2)
+    assert rules.derive_strong(passes, 8, 0.1, 400) is None, "not long enough to decide"
+    assert rules.derive_strong(passes, 2, 0.1, 3) == ("max_epochs", 3)
+    assert rules.derive_strong([0.1, 0.2, 0.2, 0.2, 0.2, 0.2], 1, 0.01, 400, 3) == ("stalled", 4)
+    assert rules.derive_strong([0.1, float("nan")], 2, 0.01, 400) == ("diverged", 1)
+
+
+def walk_edge(diverges_from):
+    """Run the edge search against a fake model that diverges at grid index >= k0."""
+    outcomes = {}
+    while (k := rules.edge_probe(outcomes)) is not None:
+        assert k not in outcomes, "never probes twice"
+        outcomes[k] = k >= diverges_from
+    return rules.edge_index(outcomes), outcomes
+
+
+@pytest.mark.parametrize("k0", [-3, -1, 0, 1, 2, 5])
+def test_edge_search_finds_the_largest_converging_lr(k0):
+    edge, outcomes = walk_edge(k0)
+    assert edge == k0 - 1
+    # climbs 0..k0 when the base lr converges, else descends 0..k0-1: the fewest probes
+    assert sorted(outcomes) == (list(range(0, k0 + 1)) if k0 > 0 else list(range(k0 - 1, 1)))
+
+
+def test_edge_search_gives_up_with_a_clear_error():
+    with pytest.raises(rules.PlanError, match="no edge of stability"):
+        walk_edge(100)
+    assert rules.EDGE_STEP == pytest.approx(2 ** 0.5)
 
 
 def test_efficiency_matches_paper_definition():
@@ -189,11 +345,15 @@ def test_epoch_seconds_model_is_the_papers_model_for_strong():
               allreduce_per_doubling_s=0.02, eval_per_sample_s=0.0)
     steps = 1824 // 32
     for n in (1, 2, 4, 8, 16, 32):
-        assert rules.epoch_seconds_model("strong", n, **kw) == pytest.approx(
+        assert rules.epoch_seconds_model("strong", n, **kw, definition="global") == pytest.approx(
             paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02))
+        # per_worker: an epoch is N passes
+        assert rules.epoch_seconds_model("strong", n, **kw) == pytest.approx(
+            n * paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02))
     # weak: fewer, larger global steps; every worker still does 32 samples a step
-    w8 = rules.epoch_seconds_model("weak", 8, **kw)
+    w8 = rules.epoch_seconds_model("weak", 8, **kw, definition="global")
     assert w8 == pytest.approx((1824 // 256) * (0.01 + 32 * 0.005 + 3 * 0.02))
+    assert rules.epoch_seconds_model("weak", 8, **kw) == pytest.approx(57 * (0.01 + 32 * 0.005 + 3 * 0.02))
 
 
 def test_fit_line():

@@ -71,6 +71,48 @@ def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
     assert result["final_loss"] is None and result["time_to_target_s"] is None
 
 
+def study_callback(cfg, history=()):
+    import tensorflow as tf
+
+    from deepdensity import rules
+    from deepdensity.trainer import _StudyCallback
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+    model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
+    cb = _StudyCallback(rules.plan("linear", 4), cfg, 3, None, None, 0.0, lambda *a: None, False,
+                        val_history=history)
+    cb.set_model(model)
+    cb.on_train_begin()
+    return cb, model
+
+
+@pytest.mark.parametrize("resumed", [0, 2])
+def test_a_run_that_rose_to_a_ceiling_stops_as_stalled(resumed):
+    """Fig. 3's shape, epoch by epoch through the trainer's callback; the epochs before a
+    resume count (they come from metrics.jsonl)."""
+    from deepdensity.config import Config
+    curve = [0.05, 0.03, 0.08, 0.2, 0.2, 0.2, 0.2]
+    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001, stall_patience=3), curve[:resumed])
+    for epoch in range(resumed, len(curve)):
+        cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": curve[epoch]})
+        assert model.stop_training == (epoch == 4), epoch
+        if model.stop_training:
+            break
+    assert cb.result()["status"] == "stalled" and cb.result()["epochs"] == 5
+
+
+def test_the_stall_rule_is_off_by_default_and_spares_a_slow_decrease():
+    from deepdensity.config import Config
+    assert Config().stall_patience == 0
+    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001))
+    for epoch in range(10):
+        cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.2})
+    assert not model.stop_training
+    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001, stall_patience=2))
+    for epoch in range(40):
+        cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.01 * 0.999 ** epoch})
+    assert not model.stop_training
+
+
 def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
     full, part = tmp_path / "full", tmp_path / "part"
     train("--mode", "warmup", "--emulate-workers", "2", "--out", str(full),
@@ -110,7 +152,10 @@ def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data)
     (["--set", "batch_size=big"], "batch_size expects an integer"),
     (["--emulate-workers", "3"], "3 does not divide 32"),
     (["--set", "data_path=/nonexistent/x.h5"], "does not exist"),
-    (["--set", "max_train_cubes=16"], "fewer than one global batch"),
+    (["--set", "max_train_cubes=16"], "fewer than one batch of 32"),
+    (["--set", "max_train_cubes=16", "--set", "epoch_definition=global"], "fewer than one global batch"),
+    (["--set", "epoch_definition=pass"], "epoch_definition must be one of per_worker, global"),
+    (["--set", "stall_patience=-1"], "stall_patience must be >= 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(smoke_data, args, message):
     proc = train("--mode", "strong", *args, data=smoke_data, check=False)
