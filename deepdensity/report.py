@@ -10,8 +10,9 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from .repro import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, median_time
+from .rules import sample_epoch_losses
 from .runs import read_metrics
+from .tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, failures, median_time
 
 MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
               "warmup": ("tab:green", "^"), "linear": ("tab:red", "v")}
@@ -52,14 +53,23 @@ def _epochs(cells, mode, n) -> str:
     return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})" for c in cs)
 
 
-def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, timing, strong_model,
+def write_reports(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
                   seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val,
-                  runner, wall_s) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+                  runner, sweep, wall_s) -> None:
+    """Tables I-II, the figures and REPORT.md from the study's finished cells."""
     out.mkdir(parents=True, exist_ok=True)
+    _tables(out, study, cells)
+    _figures(out, study, cfg, cells, target, runs_root, seq_run, sweep, runner)
+    _report_md(out, name=name, study=study, cfg=cfg, cells=cells, claims=claims, protocol=protocol,
+               target=target, cap=cap, timing=timing, strong_model=strong_model, seq_epoch_s=seq_epoch_s,
+               modelled_seq_epoch_s=modelled_seq_epoch_s, runs_root=runs_root, seq_run=seq_run,
+               seq_2eta=seq_2eta, n_train=n_train, n_val=n_val, runner=runner, sweep=sweep, wall_s=wall_s)
+    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
+    (out / "claims.json").write_text(json.dumps(claims, indent=2))
+    (out / "protocol.json").write_text(json.dumps(protocol, indent=2))
+
+
+def _tables(out: Path, study, cells) -> None:
     workers = study.workers
     eff = efficiency_table(cells, study.modes, workers)
     src = {(c.mode, c.n): c.time_source for c in cells}
@@ -77,13 +87,21 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
     # Table II: weak, warmup, linear
     modes2 = [m for m in ("weak", "warmup", "linear") if m in study.modes]
     head2 = ["N"] + [f"{m} {w}" for m in modes2 for w in ("(ours)", "(paper)")] + ["time"]
-    rows2 = [[n] + [v for m in modes2 for v in (_f(eff[m][n]), _f(PAPER_TABLE2[m].get(n)))]
-             + [src[(modes2[0], n)] if modes2 else ""] for n in workers]
+    rows2 = [[n] + [v for m in modes2 for v in (_f(eff[m][n]) if (m, n) in src else "not run",
+                                                 _f(PAPER_TABLE2[m].get(n)))]
+             + [src.get((modes2[0], n), "") if modes2 else ""] for n in workers]
     _write_csv(out / "table2.csv", head2, rows2)
     (out / "table2.md").write_text("Table II: efficiency of weak scaling, warmup and the linear scaling rule, "
                                    "T1 / (N TN) on time to target; NaN where the target was not reached.\n\n"
                                    + _md_table(head2, rows2))
 
+
+def _figures(out: Path, study, cfg, cells, target, runs_root, seq_run, sweep, runner) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workers = study.workers
     # Figure 2: time to target against N
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for mode in study.modes:
@@ -128,9 +146,13 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
         fig, ax = plt.subplots(figsize=(6, 4.2))
         cmap = plt.get_cmap("viridis")
         for i, n in enumerate(workers):
+            if not _cells(cells, mode, n):
+                continue                          # not run at this N by the preset
             c = _cells(cells, mode, n)[0]
-            m = read_metrics(runs_root / c.run)
-            ax.plot([r["epoch"] * c.epoch_seconds for r in m], [r["val_loss"] for r in m],
+            vals = [r["val_loss"] for r in read_metrics(runs_root / c.run)]
+            if mode == "strong" and not runner:   # read off the sequential run at its epoch ends
+                vals = sample_epoch_losses(vals, n)[:c.epochs]
+            ax.plot([(e + 1) * c.epoch_seconds for e in range(len(vals))], vals,
                     color=cmap(i / max(1, len(workers) - 1)), label=f"N = {n}")
         ax.axhline(target, color="gray", ls="--", lw=1, label="target")
         ax.set(xlabel="time (s; epochs x s/epoch at N)", ylabel="validation MSLE", yscale="log",
@@ -141,8 +163,14 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
         plt.close(fig)
 
     _figure1(out / "fig1.png", cfg, seq_run, plt)
+    if sweep:
+        _sweep_figure(out / "fig6.png", sweep, plt)
 
-    # REPORT.md
+
+def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
+               seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val, runner,
+               sweep, wall_s) -> None:
+    workers = study.workers
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
@@ -151,7 +179,8 @@ def write_reports(out: Path, *, name, study, cfg, cells, claims, target, cap, ti
     versions = json.loads((seq_run / "config.json").read_text()).get("versions", {})
     claims_md = _md_table(["claim", "paper", "ours", "verdict"],
                           [[c["claim"], c["paper"], c["ours"], f"**{c['verdict']}**"] for c in claims])
-    conv_rows = [[m] + [_epochs(cells, m, n) for n in workers] for m in study.modes]
+    conv_rows = [[m] + [_epochs(cells, m, n) or "not run" for n in workers] for m in study.modes]
+    fail_rows = [[m, n, s, st, ep, _f(v, 6)] for m, n, s, st, ep, v in failures(cells)]
     timing_rows = [[b, f"{s * 1e3:.1f}"] for b, s in timing["step_seconds"].items()]
     ar_rows = [[n, f"{s * 1e3:.2f}"] for n, s in timing["allreduce_seconds"].items()]
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -165,18 +194,27 @@ took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process s
 ## Claims
 
 {claims_md}
+Evidence: each verdict comes from the cells below (epochs to target per mode, N and seed); a cell
+counts as reached only if every seed reached the target. Runs that did not are listed with their status
+and last validation loss.
+
+## Protocol: paper vs ours
+
+{_md_table(["point", "paper", "ours", "difference and why"], protocol)}
 ## Settings
 
 - Data: {n_train} training and {n_val} validation synthetic LUNA-like cubes of 16^3 (`python -m deepdensity.data synth`),
   not LUNA16: the paper's absolute target belongs to its data, so the target is calibrated as the paper describes it.
+- Epochs: `{cfg.epoch_definition}` ({'every worker walks one whole pass of the training set per epoch' if cfg.epoch_definition == 'per_worker' else 'the workers share one pass per epoch'}).
 - Target: validation MSLE **{target:.6g}**, what the sequential run reaches after {study.calibration_epochs} epochs
-  (paper: 0.0016384, about 100 epochs); cap {cap} epochs (paper: 400). Stop at the first non-finite loss.
+  (paper: 0.0016384, about 100 epochs); cap {cap} epochs (paper: 400). Stop at the first non-finite loss{
+  f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as `stalled`" if cfg.stall_patience else ""}.
 - Model: K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, stride
   {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam lr {cfg.base_lr:g}, beta {cfg.beta_1}/{cfg.beta_2},
   eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs. Seeds: {study.seeds}.
-- Base lr: eta = {cfg.base_lr:g}; the sequential run at 2 x eta {'reached' if seq_2eta['status'] == 'reached_target' else 'did not reach'}
+- Base lr: eta = {cfg.base_lr:.6g}; the sequential run at 2 x eta {'reached' if seq_2eta['status'] == 'reached_target' else 'did not reach'}
   the target ({seq_2eta['status']} after {seq_2eta['epochs']} epochs, final val_loss {_f(seq_2eta['final_val_loss'], 6)}).
-  {_lr_edge(out / 'lr_sweep.json', study.calibration_epochs)}
+  {_lr_edge(sweep)}
 - Environment: Python {versions.get('python')}, TensorFlow {versions.get('tensorflow')}, Horovod {versions.get('horovod')},
   NumPy {versions.get('numpy')}; {platform.machine()} CPU, {versions.get('gpus', 0)} GPU(s); {platform.platform()}.
 
@@ -204,41 +242,56 @@ Gloo allreduce of {timing['n_weights']:,} float32 gradients (ms), measured on th
 ## Epochs to target (or status and epochs run)
 
 {_md_table(['mode'] + [f'N={n}' for n in workers], conv_rows)}
+Runs that did not reach the target (the paper's NaN cells):
+
+{_md_table(['mode', 'N', 'seed', 'status', 'epochs run', 'last val_loss'], fail_rows) if fail_rows else 'none'}
 ## Figures
 
 ![fig2](fig2.png) ![fig3](fig3.png)
 
 ![fig4](fig4.png) ![fig5](fig5.png)
 
-![fig1](fig1.png)
+![fig1](fig1.png) {'![fig6](fig6.png)' if sweep else ''}
 
 Fig. 1: central slices of validation cubes (top) and the densities the sequential model renders for them (bottom).
 Fig. 2: time to target against N. Fig. 3: warmup at N = 8, loss and lr. Fig. 4/5: validation loss of strong and
-weak scaling against (modelled) time.
+weak scaling against (modelled) time. Fig. 6: the search for the edge of stability, validation loss per epoch
+for each lr tried.
 """
     (out / "REPORT.md").write_text(text)
-    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
-    (out / "claims.json").write_text(json.dumps(claims, indent=2))
 
 
 def _runs_minutes(runs_root: Path) -> float:
-    """Sum of the study's runs' own training clocks (lr-sweep runs excluded)."""
-    total = 0.0
-    for result in runs_root.glob("*/result.json"):
-        if not result.parent.name.startswith("lr-sweep"):
-            total += json.loads(result.read_text()).get("seconds") or 0.0
-    return total / 60
+    """Sum of the study's runs' own training clocks."""
+    return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60
 
 
-def _lr_edge(path: Path, calibration_epochs: int) -> str:
-    """One sentence on where the sequential model stops converging, from `make lr-sweep`."""
-    if not path.exists():
-        return "`make lr-sweep` has not been run, so the edge is not stated here."
-    rows = json.loads(path.read_text())
-    parts = ", ".join(f"x{r['factor']:g}: " + (_f(r["val_loss_at_E"], 5) if r["val_loss_at_E"] is not None
-                                                  else r["status"]) for r in rows)
-    return (f"`make lr-sweep` (sequential runs at multiples of eta, validation loss after "
-            f"{calibration_epochs} epochs): {parts}.")
+def _lr_edge(sweep) -> str:
+    """One sentence on how eta was chosen."""
+    if not sweep:
+        return "eta is fixed by the preset, not searched on this data."
+    tried = ", ".join(f"{r['lr']:.4g} {'diverges' if r['diverges'] else 'converges'}" for r in sweep["probes"])
+    return (f"eta is the edge of stability on this data: the largest lr on the grid {sweep['grid_base_lr']:g} x "
+            f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs (tried: {tried}; Fig. 6).")
+
+
+def _sweep_figure(path: Path, sweep: dict, plt) -> None:
+    """Validation loss per epoch of every lr the edge search tried, the edge in bold."""
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    cmap = plt.get_cmap("plasma")
+    probes = sweep["probes"]
+    for i, r in enumerate(probes):
+        vals = [math.nan if v is None else v for v in r["val_losses"]]
+        edge = math.isclose(r["lr"], sweep["edge_lr"])
+        ax.plot(range(1, len(vals) + 1), vals, color=cmap(i / max(1, len(probes))), lw=2.5 if edge else 1,
+                label=f"lr {r['lr']:.3g}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""))
+    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log",
+           title="Edge of stability: the largest lr that converges")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _figure1(path: Path, cfg, seq_run: Path, plt) -> None:

@@ -3,8 +3,9 @@ import math
 
 import pytest
 
-from deepdensity import repro
-from deepdensity.repro import Cell, efficiency_table, evaluate_claims, load_study
+from deepdensity import repro, rules, tables
+from deepdensity.repro import load_study
+from deepdensity.tables import Cell, efficiency_table, evaluate_claims
 
 W = [1, 2, 4, 8, 16, 32]
 
@@ -57,15 +58,18 @@ def test_efficiency_table_uses_median_over_seeds_and_nan_for_failures():
 
 
 def test_paper_tables_are_the_papers():
-    assert list(repro.PAPER_TABLE1.values()) == [100.00, 105.17, 86.81, 90.09, 58.08, 46.25]
-    assert list(repro.PAPER_TABLE2["weak"].values()) == [100.00, 96.96, 63.86, 42.32, 19.65, 9.45]
-    assert [v for v in repro.PAPER_TABLE2["warmup"].values() if not math.isnan(v)] == [100.00, 84.95, 75.49]
+    assert list(tables.PAPER_TABLE1.values()) == [100.00, 105.17, 86.81, 90.09, 58.08, 46.25]
+    assert list(tables.PAPER_TABLE2["weak"].values()) == [100.00, 96.96, 63.86, 42.32, 19.65, 9.45]
+    assert [v for v in tables.PAPER_TABLE2["warmup"].values() if not math.isnan(v)] == [100.00, 84.95, 75.49]
 
 
 def test_presets_load_and_bad_presets_are_clear(tmp_path):
-    for name in ("default", "paper"):
+    for name in ("default", "paper", "literal-eta"):
         _, study = load_study(name)
         assert study.workers == W and set(study.modes) == {"strong", "weak", "linear", "warmup"}
+        assert study.train["epoch_definition"] == "per_worker" and study.train["stall_patience"] > 0
+        assert len(study.seeds) >= 2 and study.data == {"n": 2100, "val": 256, "seed": 0}
+    assert load_study("default")[1].base_lr == "edge" and load_study("literal-eta")[1].base_lr == 0.00105
     with pytest.raises(repro.StudyError, match="no study preset 'nope'"):
         load_study("nope")
     bad = tmp_path / "bad.yaml"
@@ -75,6 +79,13 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
     bad.write_text("wokers: [1]\n")
     with pytest.raises(repro.StudyError, match="unknown study keys"):
         load_study(str(bad))
+    for text, message in (("base_lr: fast\n", "base_lr must be 'edge' or a positive number"),
+                          ("base_lr: -1\n", "base_lr must be"),
+                          ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
+                          ("mode_workers: [1]\n", "mode_workers must map")):
+        bad.write_text(text)
+        with pytest.raises(repro.StudyError, match=message):
+            load_study(str(bad))
 
 
 def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
@@ -86,11 +97,11 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
                       "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
                       "calibration_epochs: 2\ntarget_loss: null\nworkers: [1, 2]\n"
-                      "modes: [strong, weak, linear, warmup]\nseeds: [0]\nlr_sweep: [1]\n")
+                      "modes: [strong, weak, linear, warmup]\nseeds: [0]\nbase_lr: 0.00105\n")
     args = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset),
             "--runs", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
     first = run(args)
-    assert "[5/5]" in first.stdout and "target: val_loss" in first.stdout
+    assert "target: val_loss" in first.stdout
     reports = tmp_path / "reports"
     for name in ("table1.md", "table1.csv", "table2.md", "table2.csv", "REPORT.md",
                  "fig1.png", "fig2.png", "fig4.png", "fig5.png"):
@@ -99,9 +110,75 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert {(c["mode"], c["n"]) for c in cells} == {(m, n) for m in ("strong", "weak", "linear", "warmup")
                                                     for n in (1, 2)}
     seq = next(c for c in cells if c["mode"] == "strong" and c["n"] == 1)
-    assert seq["epochs_to_target"] == 2 and seq["time_source"] == "measured"
+    assert seq["epochs_to_target"] <= 2 and seq["time_source"] == "measured"
+    strong2 = next(c for c in cells if c["mode"] == "strong" and c["n"] == 2)
+    assert strong2["run"] == seq["run"] == "seq-s0", "strong N = 2 is read off the sequential run"
+    assert "Protocol: paper vs ours" in (reports / "REPORT.md").read_text()
     assert all(c["time_source"] == "modelled" for c in cells if c["n"] == 2)
     table1 = (reports / "table1.csv").read_text().splitlines()
     assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
     second = run(args)
-    assert second.stdout.count("finished earlier, skipped") == 5, "sequential, 3 modes at N=2, 2 x eta"
+    # the sequential run (asked for twice: calibration and strong), 3 modes at N = 2, 2 x eta
+    assert second.stdout.count("finished earlier, skipped") == 6, second.stdout
+    assert "] seq-s0: strong" not in second.stdout
+
+
+def test_claims_over_the_n_each_mode_was_run_at():
+    """A preset may run the costly modes at fewer N: their claims say so and judge what ran."""
+    cells = [c for c in papers_outcome() if c.mode == "strong" or c.n <= 8]
+    claims = {c["claim"]: c for c in evaluate_claims(cells, W, seq_2eta_reached=False, eta_at_edge=True)}
+    assert all(c["verdict"] == "reproduced" for c in claims.values()), claims
+    assert "(run at N = 1, 2, 4, 8 only)" in claims["Warmup converges only up to N = 4"]["ours"]
+    assert "holds by the choice of eta" in claims["2 x eta diverges for the sequential model"]["ours"]
+    assert "16" in claims["Strong scaling is the fastest at every N"]["ours"]
+
+
+def test_failures_list_every_cell_that_missed_the_target():
+    cells = [cell("strong", 1, 10.0), Cell("linear", 2, 0, "stalled", 4, None, 1.0, "modelled", None, "l", 0.2),
+             Cell("linear", 2, 1, "diverged", 1, None, 1.0, "modelled", None, "l", None)]
+    assert tables.failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
+
+
+class FakeRunner:
+    """Stands in for StudyRunner: writes a run's metrics from a loss curve of (lr, seed, epoch)."""
+
+    def __init__(self, root, curve):
+        self.root, self.curve, self.calls = root, curve, []
+
+    def run(self, name, mode, n, settings):
+        import json
+        self.calls.append((name, settings["max_epochs"]))
+        out = self.root / name
+        out.mkdir(exist_ok=True)
+        lr, patience = float(settings["base_lr"]), int(settings.get("stall_patience", 0))
+        vals = []
+        for e in range(int(settings["max_epochs"])):
+            vals.append(self.curve(lr, settings["seed"], e))
+            if rules.stop_reason(e, vals[-1], vals[-1], float(settings["target_loss"]), 10 ** 6, vals, patience):
+                break
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
+                                                   for i, v in enumerate(vals)))
+        return {"status": "max_epochs", "epochs": len(vals)}
+
+
+def test_the_edge_search_through_the_study_finds_the_last_converging_lr(tmp_path):
+    edge = 0.00105 * 2 ** 1.5           # grid index 3 converges, 4 diverges
+    def curve(lr, seed, e):               # converges below the edge; Fig. 3 above it
+        return 0.1 / (1 + e) if lr <= edge * 1.0001 else [0.05, 0.03, 0.2][min(e, 2)]
+    runner = FakeRunner(tmp_path, curve)
+    eta, probes = repro.find_edge(runner, 0.00105, 12, 3, 0, say=lambda *a: None)
+    assert eta == pytest.approx(edge)
+    assert [p["k"] for p in probes] == [0, 1, 2, 3, 4] and [p["diverges"] for p in probes] == [False] * 4 + [True]
+    assert probes[-1]["epochs"] == 5, "the diverging probe stalled 3 epochs after its best"
+
+
+def test_strong_cells_extend_the_sequential_run_until_every_n_is_decided(tmp_path):
+    passes = [0.5, 0.4, 0.3, 0.29, 0.31, 0.28, 0.27, 0.26, 0.25, 0.24, 0.23, 0.22]
+    runner = FakeRunner(tmp_path, lambda lr, seed, e: passes[e] if e < len(passes) else 0.2)
+    got = repro.strong_from_sequential(runner, 0, 0.001, 4, [1, 2, 4], target=0.29, cap=100, patience=0)
+    # N = 1 at pass 4; N = 2 validates at passes 2, 4: reached at its epoch 2;
+    # N = 4 validates at passes 4, 8: its first epoch end (0.29) is on target
+    assert got == {1: ("reached_target", 4), 2: ("reached_target", 2), 4: ("reached_target", 1)}
+    got = repro.strong_from_sequential(runner, 0, 0.001, 4, [1, 8], target=0.255, cap=100, patience=0)
+    assert got == {1: ("reached_target", 9), 8: ("reached_target", 2)}
+    assert [c[1] for c in runner.calls][-3:] == [4, 12, 20], "extended by the largest undecided N"
