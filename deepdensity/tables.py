@@ -175,7 +175,9 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
         ("cap", "400 epochs", f"{cap} epochs", same if cap == 4 * E else "preset"),
         ("stopping rules", "non-finite loss, target, cap", f"non-finite loss, target, cap; {stall}",
          "the stall rule only ends runs that have plainly failed, to afford the study" if cfg.stall_patience else same),
-        ("N", "1, 2, 4, 8, 16, 32", ", ".join(map(str, study.workers)), same),
+        ("N", "1, 2, 4, 8, 16, 32", "; ".join(
+            f"{m}: {', '.join(map(str, study.mode_workers.get(m, study.workers)))}" for m in study.modes),
+         "costly cells left out to fit the time budget; PRESET=paper runs them" if study.mode_workers else same),
         ("seeds", "not stated", ", ".join(map(str, study.seeds)), ""),
         ("hardware", "up to 32 K80 GPUs", "real workers: " + runner if runner else
          "one 2-core CPU: N workers emulated in one process",

@@ -182,3 +182,21 @@ def test_strong_cells_extend_the_sequential_run_until_every_n_is_decided(tmp_pat
     got = repro.strong_from_sequential(runner, 0, 0.001, 4, [1, 8], target=0.255, cap=100, patience=0)
     assert got == {1: ("reached_target", 9), 8: ("reached_target", 2)}
     assert [c[1] for c in runner.calls][-3:] == [4, 12, 20], "extended by the largest undecided N"
+
+
+def test_protocol_table_names_each_difference():
+    from deepdensity.config import Config
+    _, study = load_study("default")
+    cfg = Config(stall_patience=3, base_lr=0.0084)
+    sweep = {"grid_base_lr": 0.00105, "epochs": 16}
+    rows = {r[0]: r for r in tables.protocol_rows(study, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    assert all(len(r) == 4 for r in rows.values())
+    assert rows["split"][3] == "" and rows["K (Gaussians)"][3] == "", "no difference, no excuse"
+    assert "16 calibration epochs" in rows["target"][3]
+    assert "weak: 1, 2, 4, 8" in rows["N"][2] and "strong: 1, 2, 4, 8, 16, 32" in rows["N"][2]
+    assert "time budget" in rows["N"][3]
+    assert "0.0084" in rows["eta and how chosen"][2] and "literal-eta" in rows["eta and how chosen"][3]
+    _, paper = load_study("paper")
+    rows = {r[0]: r for r in tables.protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,
+                                                  0.00105, None, "horovodrun -np {n}")}
+    assert rows["N"][3] == "" and rows["hardware"][3] == "" and rows["target"][3] == ""
