@@ -6,6 +6,7 @@ are this implementation's choices, each with the reason next to it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,14 +206,17 @@ def validate(cfg: Config) -> None:
         (all(v >= 1 for v in cfg.conv_filters + cfg.conv_kernels + cfg.conv_strides),
          "conv_filters, conv_kernels and conv_strides must be positive"),
         (cfg.latent_dim >= 1, "latent_dim must be >= 1"),
-        (0 < cfg.sigma_min < 1, "sigma_min must be in (0, 1)"),
+        (0 < cfg.sigma_min < 1, "sigma_min must be in (0, 1)"),  # NaN fails every comparison
         (0 <= cfg.corr_max < 1, "corr_max must be in [0, 1)"),
         (cfg.batch_size >= 1, "batch_size must be >= 1"),
-        (cfg.base_lr > 0, "base_lr must be > 0"),
-        (cfg.epsilon > 0, "epsilon must be > 0"),
+        (0 < cfg.base_lr < math.inf, "base_lr must be a finite number > 0"),
+        (0 <= cfg.beta_1 < 1, "beta_1 must be in [0, 1)"),
+        (0 <= cfg.beta_2 < 1, "beta_2 must be in [0, 1)"),
+        (0 < cfg.epsilon < math.inf, "epsilon must be a finite number > 0"),
+        (0 <= cfg.seed < 2 ** 32, "seed must be in [0, 2^32): NumPy and TensorFlow seeds are unsigned"),
         (cfg.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
         (cfg.max_epochs >= 1, "max_epochs must be >= 1"),
-        (cfg.target_loss >= 0, "target_loss must be >= 0"),
+        (0 <= cfg.target_loss < math.inf, "target_loss must be a finite number >= 0"),
         (cfg.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
         (cfg.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
         (cfg.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),

@@ -32,6 +32,14 @@ def test_yaml_then_set_overrides(tmp_path):
     (["sigma_min=0"], "sigma_min must be in"),
     (["xla=always"], "xla must be one of"),
     (["max_pass_batch=-1"], "max_pass_batch must be >= 0"),
+    (["base_lr=.inf"], "base_lr must be a finite number > 0"),
+    (["base_lr=.nan"], "base_lr must be a finite number > 0"),
+    (["beta_1=1"], "beta_1 must be in \\[0, 1\\)"),
+    (["beta_2=-0.1"], "beta_2 must be in"),
+    (["epsilon=0"], "epsilon must be a finite number"),
+    (["seed=-1"], "seed must be in"),
+    (["target_loss=.inf"], "target_loss must be a finite number"),
+    (["corr_max=.nan"], "corr_max must be in"),
 ])
 def test_bad_settings_are_clear_errors(items, match):
     with pytest.raises(ConfigError, match=match):
