@@ -53,17 +53,15 @@ def _epochs(cells, mode, n) -> str:
     return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})" for c in cs)
 
 
-def write_reports(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
-                  seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val,
-                  runner, sweep, wall_s) -> None:
-    """Tables I-II, the figures and REPORT.md from the study's finished cells."""
+def write_reports(out: Path, *, study, cfg, cells, claims, protocol, target, runs_root, seq_run, sweep,
+                  runner, **details) -> None:
+    """Tables I-II, the figures and REPORT.md from the study's finished cells; `details`
+    are the rest of REPORT.md's keywords (see `_report_md`)."""
     out.mkdir(parents=True, exist_ok=True)
     _tables(out, study, cells)
     _figures(out, study, cfg, cells, target, runs_root, seq_run, sweep, runner)
-    _report_md(out, name=name, study=study, cfg=cfg, cells=cells, claims=claims, protocol=protocol,
-               target=target, cap=cap, timing=timing, strong_model=strong_model, seq_epoch_s=seq_epoch_s,
-               modelled_seq_epoch_s=modelled_seq_epoch_s, runs_root=runs_root, seq_run=seq_run,
-               seq_2eta=seq_2eta, n_train=n_train, n_val=n_val, runner=runner, sweep=sweep, wall_s=wall_s)
+    _report_md(out, study=study, cfg=cfg, cells=cells, claims=claims, protocol=protocol, target=target,
+               runs_root=runs_root, seq_run=seq_run, sweep=sweep, runner=runner, **details)
     (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
     (out / "claims.json").write_text(json.dumps(claims, indent=2))
     (out / "protocol.json").write_text(json.dumps(protocol, indent=2))

@@ -231,18 +231,18 @@ def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) ->
 
 
 def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int) -> dict:
-    """{N: (status, epochs)} of strong scaling read off the sequential run (rules.derive_strong);
-    the run is extended until every N is decided."""
+                           target: float, cap: int, patience: int) -> tuple:
+    """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
+    read off the sequential run (rules.derive_strong), extended until every N is decided."""
     passes = first_passes
     while True:
         vals = sequential_path(runner, seed, lr, passes)
         decided = {n: rules.derive_strong(vals, n, target, cap, patience) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
-            return decided
+            return decided, vals
         if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
-            return {n: d or ("diverged", -(-len(vals) // n)) for n, d in decided.items()}
+            return {n: d or ("diverged", -(-len(vals) // n)) for n, d in decided.items()}, vals
         passes += max(undecided)
 
 
@@ -265,7 +265,6 @@ def run_study(name: str, study: Study, args) -> int:
     runner = StudyRunner(root, train_yaml, args.runner or None)
 
     # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
-    sweep = None
     if study.base_lr == "edge" or args.lr_sweep:
         eta, probes = find_edge(runner, cfg.base_lr, E, patience, seed0)
         sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
@@ -275,7 +274,7 @@ def run_study(name: str, study: Study, args) -> int:
               f"{eta * rules.EDGE_STEP:.6g} diverges")
         if args.lr_sweep:
             return 0
-    if study.base_lr != "edge":
+    else:
         eta, sweep = float(study.base_lr), None
     cfg = load(str(train_yaml), [f"base_lr={eta!r}"])
 
@@ -294,10 +293,9 @@ def run_study(name: str, study: Study, args) -> int:
     real_strong = bool(args.runner)
     results = {}
     for seed in seeds:
-        derived = strong_from_sequential(runner, seed, eta, seq_passes,
-                                         [n for n in study.workers if n == 1 or not real_strong],
-                                         target, cap, cfg.stall_patience)
-        seq_vals = _val_losses(root / f"seq-s{seed}")
+        derived, seq_vals = strong_from_sequential(runner, seed, eta, seq_passes,
+                                                   [n for n in study.workers if n == 1 or not real_strong],
+                                                   target, cap, cfg.stall_patience)
         for n, (status, epochs) in derived.items():
             last = rules.sample_epoch_losses(seq_vals, n)[epochs - 1]
             results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,

@@ -261,8 +261,8 @@ class _StudyCallback(tf.keras.callbacks.Callback):
         self.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
         reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs,
                                    self.val_history, self.cfg.stall_patience)
-        if self.cfg.stall_patience and self.agree(float(reason == "stalled")) and not reason:
-            reason = "stalled"
+        if self.cfg.stall_patience and self.agree(float(reason == "stalled")):
+            reason = reason or "stalled"
         if reason == "reached_target":
             self.time_to_target_s = seconds
         self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
