@@ -274,6 +274,15 @@ def to_density(cubes: np.ndarray) -> tuple:
     return scaled.astype(np.float32), int(empty.sum())
 
 
+def input_independent_loss(train_density: np.ndarray, val_density: np.ndarray) -> float:
+    """The validation MSLE (the training loss) of a model that ignores its input and
+    renders the training set's mean density for every cube: the level at which a run that
+    has learnt nothing about the individual nodule settles (the study's collapse level)."""
+    mean = train_density.astype(np.float64).mean(axis=0)
+    diff = np.log1p(val_density.astype(np.float64)) - np.log1p(mean)
+    return float(np.mean(diff ** 2))
+
+
 # --------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def _figures(out: Path, study, cfg, cells, target, runs_root, seq_run, sweep, ru
 
 def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
                seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val, runner,
-               sweep, wall_s) -> None:
+               sweep, wall_s, collapse_loss) -> None:
     workers = study.workers
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -240,7 +240,8 @@ Gloo allreduce of {timing['n_weights']:,} float32 gradients (ms), measured on th
 ## Epochs to target (or status and epochs run)
 
 {_md_table(['mode'] + [f'N={n}' for n in workers], conv_rows)}
-Runs that did not reach the target (the paper's NaN cells):
+Runs that did not reach the target (the paper's NaN cells). For scale: the target is {_f(target, 6)}; the
+collapse level, the loss of rendering the training set's mean cube for every input, is {_f(collapse_loss, 6)}.
 
 {_md_table(['mode', 'N', 'seed', 'status', 'epochs run', 'last val_loss'], fail_rows) if fail_rows else 'none'}
 ## Figures
@@ -268,24 +269,35 @@ def _lr_edge(sweep) -> str:
     """One sentence on how eta was chosen."""
     if not sweep:
         return "eta is fixed by the preset, not searched on this data."
-    tried = ", ".join(f"{r['lr']:.4g} {'diverges' if r['diverges'] else 'converges'}" for r in sweep["probes"])
+    tried = ", ".join(f"{r['lr']:.4g} seed {r.get('seed', 0)} {'diverges' if r['diverges'] else 'converges'}"
+                      for r in sweep["probes"])
+    collapse = (f", ending below the collapse level {sweep['collapse_loss']:.4g} (the training set's mean cube "
+                f"for every input)" if sweep.get("collapse_loss") is not None else "")
     return (f"eta is the edge of stability on this data: the largest lr on the grid {sweep['grid_base_lr']:g} x "
-            f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs (tried: {tried}; Fig. 6).")
+            f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs for every seed{collapse} "
+            f"(tried: {tried}; Fig. 6).")
 
 
 def _sweep_figure(path: Path, sweep: dict, plt) -> None:
-    """Validation loss per epoch of every lr the edge search tried, the edge in bold."""
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    """Validation loss per epoch of every lr (and seed) the edge search tried, the edge in
+    bold, the collapse level dashed."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     cmap = plt.get_cmap("plasma")
     probes = sweep["probes"]
-    for i, r in enumerate(probes):
+    ks = sorted({r["k"] for r in probes})
+    styles = ["-", "--", ":", "-."]
+    for r in probes:
         vals = [math.nan if v is None else v for v in r["val_losses"]]
         edge = math.isclose(r["lr"], sweep["edge_lr"])
-        ax.plot(range(1, len(vals) + 1), vals, color=cmap(i / max(1, len(probes))), lw=2.5 if edge else 1,
-                label=f"lr {r['lr']:.3g}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""))
+        seed = r.get("seed", 0)
+        ax.plot(range(1, len(vals) + 1), vals, color=cmap(ks.index(r["k"]) / max(1, len(ks))),
+                ls=styles[sweep.get("seeds", [seed]).index(seed) % len(styles)], lw=2.5 if edge else 1,
+                label=f"lr {r['lr']:.3g} s{seed}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""))
+    if sweep.get("collapse_loss") is not None:
+        ax.axhline(sweep["collapse_loss"], color="k", ls="--", lw=0.8, label="collapse level (mean cube)")
     ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log",
-           title="Edge of stability: the largest lr that converges")
-    ax.legend(fontsize=8)
+           title="Edge of stability: the largest lr that converges on every seed")
+    ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -13,7 +13,8 @@ How a cell (mode, N) is obtained without N devices:
                epochs are read off the sequential run's per-pass validation losses at its
                own epoch ends (with per_worker epochs, epoch e ends at pass N*(e+1)).
   base lr      by default the sequential model's edge of stability on this data, the
-               largest lr on a sqrt(2) grid that converges (paper section VI).
+               largest lr on a sqrt(2) grid that converges on every seed, below the
+               collapse level (paper section VI; README, "The learning-rate premise").
   time         seconds per epoch measured for N = 1 (one process here), else the paper's
                speedup model with parts measured here: per-step and per-sample compute,
                evaluation, and Gloo allreduce of this model's gradients at N = 2, 4.
@@ -201,24 +202,25 @@ def _val_losses(run_dir: Path) -> list:
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
 
 
-def find_edge(runner: "StudyRunner", base_lr: float, epochs: int, patience: int, seed: int,
-              say=print) -> tuple:
+def find_edge(runner: "StudyRunner", base_lr: float, epochs: int, patience: int, seeds,
+              collapse_loss: Optional[float], say=print) -> tuple:
     """The sequential model's edge of stability: the largest lr on the grid
-    base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges). Returns
-    (edge lr, one row per probe)."""
+    base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
+    collapse level) for every seed (rules.edge_probe). Returns (edge lr, one row per probe)."""
     outcomes, rows = {}, []
-    while (k := rules.edge_probe(outcomes)) is not None:
-        lr = base_lr * rules.EDGE_STEP ** k
-        name = f"edge-k{k:+d}"
+    while (probe := rules.edge_probe(outcomes, len(seeds))) is not None:
+        k, i = probe
+        lr, name = base_lr * rules.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
         runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
-                                       "seed": seed, "stall_patience": patience})
+                                       "seed": seeds[i], "stall_patience": patience})
         vals = _val_losses(runner.root / name)
-        outcomes[k] = rules.diverges(vals, patience)
-        rows.append({"k": k, "lr": lr, "run": name, "diverges": outcomes[k], "epochs": len(vals),
-                     "val_losses": [v if math.isfinite(v) else None for v in vals]})
-        say(f"edge search: lr {lr:.6g} (k = {k:+d}) {'diverges' if outcomes[k] else 'converges'}")
-    k = rules.edge_index(outcomes)
-    return base_lr * rules.EDGE_STEP ** k, sorted(rows, key=lambda r: r["k"])
+        outcomes[probe] = rules.diverges(vals, patience, collapse_loss)
+        rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": outcomes[probe],
+                     "epochs": len(vals), "val_losses": [v if math.isfinite(v) else None for v in vals]})
+        say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: "
+            f"{'diverges' if outcomes[probe] else 'converges'}")
+    k = rules.edge_index(outcomes, len(seeds))
+    return base_lr * rules.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
 
 
 def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) -> list:
@@ -264,11 +266,14 @@ def run_study(name: str, study: Study, args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runner = StudyRunner(root, train_yaml, args.runner or None)
 
+    n_train, n_val, collapse_loss = _data_facts(cfg)
+    print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
+
     # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
     if study.base_lr == "edge" or args.lr_sweep:
-        eta, probes = find_edge(runner, cfg.base_lr, E, patience, seed0)
+        eta, probes = find_edge(runner, cfg.base_lr, E, patience, seeds, collapse_loss)
         sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
-                 "probes": probes}
+                 "seeds": seeds, "collapse_loss": collapse_loss, "probes": probes}
         write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
         print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
               f"{eta * rules.EDGE_STEP:.6g} diverges")
@@ -310,7 +315,6 @@ def run_study(name: str, study: Study, args) -> int:
 
     # 3. Time per epoch: measured for N = 1 (or every N with --runner), modelled beyond.
     timing = _timing(root, cfg)
-    n_train, n_val = _data_sizes(cfg)
     seq_run = root / f"seq-s{seed0}"
     # the sequential run's epochs (passes) after its first, which holds tracing and warm-up
     seq_epoch = statistics.median(epoch_durations(seq_run) or [float("nan")])
@@ -347,7 +351,7 @@ def run_study(name: str, study: Study, args) -> int:
                   target=target, cap=cap, timing=timing, strong_model=strong_model, seq_epoch_s=seq_epoch,
                   modelled_seq_epoch_s=modelled("strong", 1), runs_root=root, seq_run=seq_run,
                   seq_2eta=r2, n_train=n_train, n_val=n_val, runner=args.runner, sweep=sweep,
-                  wall_s=time.perf_counter() - t_start)
+                  collapse_loss=collapse_loss, wall_s=time.perf_counter() - t_start)
     print(f"reports written to {args.reports} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
     for c in claims:
         print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")
@@ -367,11 +371,15 @@ def _study_data(root: Path, name: str, d: dict) -> Path:
     return data_path
 
 
-def _data_sizes(cfg) -> tuple:
-    from .data import load_cubes
+def _data_facts(cfg) -> tuple:
+    """(n_train, n_val, collapse loss): the split sizes the runs train on, and the
+    validation loss of rendering the training set's mean cube for every input."""
+    from .data import input_independent_loss, load_cubes, to_density
     cubes = load_cubes(cfg.data_path)
-    n_train = len(cubes.train) if not cfg.max_train_cubes else min(cfg.max_train_cubes, len(cubes.train))
-    return n_train, len(cubes.val)
+    train, val = cubes.train[: cfg.max_train_cubes or None], cubes.val
+    if cfg.intensity_scaling == "density":
+        train, val = to_density(train)[0], to_density(val)[0]
+    return len(train), len(val), input_independent_loss(train, val)
 
 
 def _timing(root: Path, cfg) -> dict:

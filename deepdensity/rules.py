@@ -239,15 +239,20 @@ def stalled(val_losses: Sequence[float], patience: int) -> bool:
     return min(val_losses[-patience:]) >= min(val_losses[:-patience])
 
 
-def diverges(val_losses: Sequence[float], patience: int) -> bool:
+def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional[float] = None) -> bool:
     """The criterion for "this lr diverges" (paper section VI and Fig. 3): the loss became
     non-finite, or the run stalled at any point (rule above), or it ends above where its
-    first epoch left it. A slow but steady decrease converges."""
+    first epoch left it, or it ends no better than `collapse_loss`: the loss of an output
+    that ignores its input (for the study, the training set's mean density for every
+    cube), where a model that has learnt nothing settles. A slow but steady decrease below
+    that level converges."""
     if not val_losses:
         raise ValueError("need at least one validation loss")
     if not all(math.isfinite(v) for v in val_losses):
         return True
     if any(stalled(val_losses[:i], patience) for i in range(patience + 1, len(val_losses) + 1)):
+        return True
+    if collapse_loss is not None and val_losses[-1] >= collapse_loss:
         return True
     return val_losses[-1] > val_losses[0]
 
@@ -297,26 +302,47 @@ EDGE_STEP = math.sqrt(2.0)
 EDGE_MAX_PROBES = 12
 
 
-def edge_probe(outcomes: dict) -> Optional[int]:
-    """The next grid index k to try, given {k: diverged?} so far; None once the edge is known.
+def edge_probe(outcomes: dict, n_seeds: int = 1) -> Optional[tuple]:
+    """The next probe (grid index k, seed index) to run, given {(k, seed index): diverged?}
+    so far; None once the edge is known.
 
-    Start at k = 0 (the base lr); climb while runs converge, descend while they diverge.
+    An lr converges only if it converges for every seed of the study: the edge is a
+    property of the lr, not of one lucky initialisation. To spend few runs, the search
+    climbs (from k = 0) or descends on the first seed alone until it meets a k that
+    diverges, then checks the k just below it on the other seeds; if one diverges there,
+    that k becomes the one that diverges and the search goes one step lower.
     """
+    if n_seeds < 1:
+        raise ValueError("need at least one seed")
     if not outcomes:
-        return 0
-    if edge_index(outcomes) is not None:
+        return 0, 0
+    if edge_index(outcomes, n_seeds) is not None:
         return None
-    if len(outcomes) >= EDGE_MAX_PROBES:
+    ks = {k for k, _ in outcomes}
+    if len(ks) >= EDGE_MAX_PROBES:
         raise PlanError(f"no edge of stability within {EDGE_MAX_PROBES} probes of the lr grid")
-    if all(outcomes.values()):
-        return min(outcomes) - 1
-    return max(outcomes) + 1
+    bad = _lowest_diverging(outcomes)
+    if bad is None:                                   # everything so far converges: climb
+        return max(ks) + 1, 0
+    below = bad - 1
+    return below, next(i for i in range(n_seeds) if (below, i) not in outcomes)
 
 
-def edge_index(outcomes: dict) -> Optional[int]:
-    """The largest k that converges while k + 1 diverges; None if not yet bracketed."""
-    ok = [k for k, div in outcomes.items() if not div and outcomes.get(k + 1) is True]
-    return max(ok) if ok else None
+def _lowest_diverging(outcomes: dict) -> Optional[int]:
+    bad = [k for (k, _), div in outcomes.items() if div]
+    return min(bad) if bad else None
+
+
+def edge_index(outcomes: dict, n_seeds: int = 1) -> Optional[int]:
+    """The largest k that converges on every seed while k + 1 diverges on one; None if not
+    yet bracketed."""
+    bad = _lowest_diverging(outcomes)
+    if bad is None:
+        return None
+    below = bad - 1
+    if all(outcomes.get((below, i)) is False for i in range(n_seeds)):
+        return below
+    return None
 
 
 def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:

@@ -145,7 +145,9 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
              if cfg.stall_patience else "no stall rule")
     same = ""
     edge = (f"{eta:.6g}: the largest lr on the grid {sweep['grid_base_lr']:g} x sqrt(2)^k that converges "
-            f"over {sweep['epochs']} sequential epochs" if sweep else f"{eta:g}, fixed by the preset")
+            f"over {sweep['epochs']} sequential epochs for every seed"
+            + (f", below the collapse level {sweep['collapse_loss']:.4g}" if sweep.get("collapse_loss") else "")
+            if sweep else f"{eta:g}, fixed by the preset")
     rows = [
         ("data", "LUNA16 lung-nodule cubes, 2100", f"synthetic LUNA-like cubes, {n_train + n_val}",
          "no LUNA16 here (no network); `prepare` turns real scans into cubes for the same study"),

@@ -99,3 +99,15 @@ def test_to_density_integrates_to_one():
     sums = scaled.reshape(5, -1).sum(axis=1) * cell
     np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
     assert empty == 1 and np.allclose(scaled[2], 1 / 8)
+
+
+def test_input_independent_loss_is_keras_msle_of_the_mean_cube():
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    train, _ = data.to_density(rng.random((20, 4, 4, 4), dtype=np.float32) ** 3)
+    val, _ = data.to_density(rng.random((6, 4, 4, 4), dtype=np.float32) ** 3)
+    mean = np.broadcast_to(train.mean(axis=0), val.shape)
+    keras = tf.keras.losses.MeanSquaredLogarithmicError()(val.reshape(6, -1), mean.reshape(6, -1))
+    assert data.input_independent_loss(train, val) == pytest.approx(float(keras), rel=1e-5)
+    assert data.input_independent_loss(train, np.broadcast_to(train.mean(axis=0), (3, 4, 4, 4))) == \
+        pytest.approx(0.0, abs=1e-15)

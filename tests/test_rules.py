@@ -257,6 +257,16 @@ def test_diverges_on_non_finite_and_not_on_a_single_epoch():
         rules.diverges([], 5)
 
 
+def test_a_run_that_ends_at_the_input_independent_loss_diverges():
+    # falls steadily from its first epoch but settles on the loss of predicting the mean
+    # cube for every input (0.0049 on the default data): it has learnt nothing per input
+    collapsed = [0.0065, 0.0064, 0.0055, 0.0052, 0.00515, 0.0051, 0.00505, 0.00502]
+    assert not rules.diverges(collapsed, 3), "no other rule catches it"
+    assert rules.diverges(collapsed, 3, collapse_loss=0.0049)
+    assert not rules.diverges(collapsed[:3] + [0.0030, 0.0025], 3, collapse_loss=0.0049)
+    assert rules.diverges([0.006, 0.0049], 3, collapse_loss=0.0049), "ending on the level is no better"
+
+
 def test_derive_strong_reads_the_sequential_run_at_its_own_epochs():
     passes = [0.9, 0.5, 0.31, 0.29, 0.3, 0.28, 0.2, 0.19]
     assert rules.sample_epoch_losses(passes, 2) == [0.5, 0.29, 0.28, 0.19]
@@ -271,13 +281,16 @@ def test_derive_strong_reads_the_sequential_run_at_its_own_epochs():
     assert rules.derive_strong([0.1, float("nan")], 2, 0.01, 400) == ("diverged", 1)
 
 
-def walk_edge(diverges_from):
-    """Run the edge search against a fake model that diverges at grid index >= k0."""
+def walk_edge(diverges_from, n_seeds=1):
+    """Run the edge search against a fake model: seed i diverges at grid index >= k0[i]
+    (one int: the same k0 for every seed)."""
+    k0 = [diverges_from] * n_seeds if isinstance(diverges_from, int) else diverges_from
     outcomes = {}
-    while (k := rules.edge_probe(outcomes)) is not None:
-        assert k not in outcomes, "never probes twice"
-        outcomes[k] = k >= diverges_from
-    return rules.edge_index(outcomes), outcomes
+    while (probe := rules.edge_probe(outcomes, n_seeds)) is not None:
+        assert probe not in outcomes, "never probes twice"
+        k, i = probe
+        outcomes[probe] = k >= k0[i]
+    return rules.edge_index(outcomes, n_seeds), outcomes
 
 
 @pytest.mark.parametrize("k0", [-3, -1, 0, 1, 2, 5])
@@ -285,13 +298,31 @@ def test_edge_search_finds_the_largest_converging_lr(k0):
     edge, outcomes = walk_edge(k0)
     assert edge == k0 - 1
     # climbs 0..k0 when the base lr converges, else descends 0..k0-1: the fewest probes
-    assert sorted(outcomes) == (list(range(0, k0 + 1)) if k0 > 0 else list(range(k0 - 1, 1)))
+    assert sorted(k for k, _ in outcomes) == (list(range(0, k0 + 1)) if k0 > 0 else list(range(k0 - 1, 1)))
+
+
+@pytest.mark.parametrize("k0", [[4, 4, 4], [4, 2, 4], [4, 4, 1], [0, 3], [-1, -3], [3, 0, -2]])
+def test_the_edge_converges_on_every_seed(k0):
+    edge, outcomes = walk_edge(k0, len(k0))
+    assert edge == min(k0) - 1, "the largest k below every seed's divergence"
+    assert all(outcomes[(edge, i)] is False for i in range(len(k0)))
+    assert any(outcomes.get((edge + 1, i)) for i in range(len(k0))), "one step above diverges on some seed"
+    # the other seeds are only checked at candidate edges, between the edge and the first
+    # seed's own edge, never along the first seed's climb
+    assert all(edge <= k < k0[0] for k, i in outcomes if i > 0)
+
+
+def test_edge_search_with_one_seed_diverging_everywhere_gives_up():
+    with pytest.raises(rules.PlanError, match="no edge of stability"):
+        walk_edge([3, -100], 2)
 
 
 def test_edge_search_gives_up_with_a_clear_error():
     with pytest.raises(rules.PlanError, match="no edge of stability"):
         walk_edge(100)
     assert rules.EDGE_STEP == pytest.approx(2 ** 0.5)
+    with pytest.raises(ValueError):
+        rules.edge_probe({}, 0)
 
 
 def test_efficiency_matches_paper_definition():
