@@ -17,6 +17,7 @@ import sys
 from deepdensity.config import ConfigError, load
 from deepdensity.data import DataError
 from deepdensity.rules import MODES
+from deepdensity.runs import DamagedRun
 from deepdensity.trainer import RunError, train
 
 
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
         cfg = load(args.config, args.set)
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet)
-    except (ConfigError, DataError, RunError) as e:
+    except (ConfigError, DataError, RunError, DamagedRun) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -9,12 +9,12 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Tuple
 
 import yaml
 
 from .rules import EPOCH_DEFINITIONS
+from .textfile import read_text
 
 
 XLA_CHOICES = ("coefficients", "step", "off")
@@ -185,17 +185,25 @@ def load(path: Optional[str] = None, overrides=None) -> Config:
     """Defaults, then the YAML file at `path`, then `--set key=value` overrides."""
     cfg = Config()
     if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {path} not found")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of key: value")
-        cfg = apply(cfg, data, path)
+        cfg = apply(cfg, read_mapping(path, "config file", ConfigError), path)
     return apply(cfg, parse_set(overrides), "--set")
+
+
+def read_mapping(path, what: str, error: type) -> dict:
+    """A YAML file holding a mapping of setting names to values (a config or a study
+    preset), or `error` with one line saying what is wrong with it."""
+    text = read_text(path, what, error)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise error(f"{what} {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise error(f"{what} {path} must hold a mapping of key: value")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise error(f"{what} {path}: key {bad[0]!r} is not a setting name (write names like base_lr)")
+    return data
 
 
 def validate(cfg: Config) -> None:

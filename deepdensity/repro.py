@@ -39,8 +39,9 @@ from typing import Optional
 import yaml
 
 from . import rules
+from .config import read_mapping
 from .report import write_reports
-from .runs import read_metrics, write_atomic
+from .runs import DamagedRun, read_json, read_metrics, write_atomic
 from .tables import Cell, evaluate_claims, protocol_rows
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
@@ -74,27 +75,70 @@ def load_study(preset: str) -> tuple:
     if not path.is_file():
         names = sorted(p.stem for p in (ROOT / "configs" / "study").glob("*.yaml"))
         raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_mapping(path, "study preset", StudyError)
     known = set(Study.__dataclass_fields__)
     unknown = set(raw) - known
     if unknown:
         raise StudyError(f"{path}: unknown study keys {sorted(unknown)}; known: {sorted(known)}")
     study = Study(**raw)
+    _validate_study(study, path)
+    return path.stem, study
+
+
+def _validate_study(study: Study, path: Path) -> None:
+    """Every key of a preset checked for type and range, and its `train:` settings checked
+    by the config schema, before the study writes anything."""
+    from .config import Config, ConfigError, apply
+
+    def fail(msg):
+        raise StudyError(f"{path}: {msg}")
+
+    def ints(key, value, lo=0, nonempty=True):
+        if not isinstance(value, list) or (nonempty and not value) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= lo for v in value):
+            fail(f"{key} must be a {'non-empty ' if nonempty else ''}list of integers >= {lo}, got {value!r}")
+        if len(set(value)) != len(value):
+            fail(f"{key} lists a value twice: {value!r}")
+
+    if not isinstance(study.data, dict):
+        fail(f"data must be a mapping like {{n: 2100, val: 256, seed: 0}}, got {study.data!r}")
+    unknown = set(study.data) - {"n", "val", "seed"}
+    if unknown:
+        fail(f"unknown data keys {sorted(map(str, unknown))}; known: n, val, seed")
+    study.data = {**Study().data, **study.data}
+    d = study.data
+    if not all(isinstance(d[k], int) and not isinstance(d[k], bool) for k in d) or not 0 < d["val"] < d["n"] \
+            or not 0 <= d["seed"] < 2 ** 32:
+        fail(f"data needs integers n > val > 0 and a seed in [0, 2^32), got {d!r}")
+    if not isinstance(study.train, dict):
+        fail(f"train must be a mapping of training settings, got {study.train!r}")
+    try:
+        apply(Config(), study.train, f"{path}: train")
+    except ConfigError as e:
+        raise StudyError(str(e) if str(e).startswith(str(path)) else f"{path}: train: {e}") from None
+    if not isinstance(study.calibration_epochs, int) or isinstance(study.calibration_epochs, bool) \
+            or study.calibration_epochs < 1:
+        fail(f"calibration_epochs must be an integer >= 1, got {study.calibration_epochs!r}")
+    if study.target_loss is not None and (isinstance(study.target_loss, bool) or
+                                          not isinstance(study.target_loss, (int, float)) or
+                                          not 0 <= study.target_loss < math.inf):
+        fail(f"target_loss must be null (calibrate) or a finite number >= 0, got {study.target_loss!r}")
+    ints("workers", study.workers, lo=1)
     if 1 not in study.workers:
-        raise StudyError(f"{path}: workers must include 1 (the sequential baseline)")
-    bad = set(study.modes) - set(rules.MODES)
-    if bad:
-        raise StudyError(f"{path}: unknown modes {sorted(bad)}")
+        fail("workers must include 1 (the sequential baseline)")
+    ints("seeds", study.seeds)
+    if not all(s < 2 ** 32 for s in study.seeds):
+        fail("seeds must be below 2^32")
+    if not isinstance(study.modes, list) or not study.modes or not set(study.modes) <= set(rules.MODES):
+        fail(f"modes must be a non-empty list of {', '.join(rules.MODES)}, got {study.modes!r}")
     if study.base_lr != "edge" and (isinstance(study.base_lr, bool) or
-                                    not isinstance(study.base_lr, (int, float)) or not study.base_lr > 0):
-        raise StudyError(f"{path}: base_lr must be 'edge' or a positive number, got {study.base_lr!r}")
+                                    not isinstance(study.base_lr, (int, float)) or not 0 < study.base_lr < math.inf):
+        fail(f"base_lr must be 'edge' or a positive number, got {study.base_lr!r}")
     if not isinstance(study.mode_workers, dict):
-        raise StudyError(f"{path}: mode_workers must map a mode to a list of N")
+        fail("mode_workers must map a mode to a list of N")
     for mode, ns in study.mode_workers.items():
         if mode not in study.modes or not isinstance(ns, list) or not set(ns) <= set(study.workers) or 1 not in ns:
-            raise StudyError(f"{path}: mode_workers.{mode} must list N from workers, 1 included, "
-                             f"for a mode of the study; got {ns!r}")
-    return path.stem, study
+            fail(f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
 
 
 # ------------------------------------------------------------------------------------
@@ -119,7 +163,7 @@ class StudyRunner:
         self.done += 1
         result_path = out / "result.json"
         if result_path.exists():
-            r = json.loads(result_path.read_text())
+            r = read_json(result_path, "finished run's result")
             if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
                 self.say(f"[{self.done}] {name}: finished earlier, skipped")
                 return r
@@ -142,7 +186,7 @@ class StudyRunner:
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise StudyError(f"run {name} failed (exit {proc.returncode}):\n{tail}")
-        return json.loads(result_path.read_text())
+        return read_json(result_path, "run's result")
 
 
 def epoch_durations(run_dir: Path) -> list:
@@ -192,7 +236,7 @@ def main(argv=None) -> int:
     try:
         name, study = load_study(args.preset)
         return run_study(name, study, args)
-    except (StudyError, rules.PlanError) as e:
+    except (StudyError, rules.PlanError, DamagedRun) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -17,9 +17,76 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+class DamagedRun(ValueError):
+    """A run folder whose files cannot be read back: reported as one line, exit status 2."""
+
+
+# Settings a resume may change: they extend the run, or change its speed or memory, never
+# the optimisation path it continues (slicing and XLA only reorder float additions).
+RESUMABLE = {
+    "max_epochs": "extends the run (or ends it sooner)",
+    "intra_op_threads": "speed only",
+    "max_pass_batch": "memory only: the same average gradient",
+    "xla": "speed only: the same arithmetic",
+    "deterministic": "kernel choice only",
+}
+
+START_AFRESH = "start afresh with another --out (or delete the folder)"
+
+
 def read_metrics(run_dir) -> list:
-    """The per-epoch rows of a run's metrics.jsonl ([] when it has none yet)."""
+    """The per-epoch rows of a run's metrics.jsonl ([] when it has none yet).
+
+    A last line without its newline is an append cut short by a crash and is dropped
+    (the epoch it describes is redone on resume); any other unreadable line is damage."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = _read_text(path)
+    lines = text.split("\n")
+    if lines and not text.endswith("\n"):
+        lines = lines[:-1]
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or "epoch" not in row:
+            raise DamagedRun(f"{path} line {i} is not a metrics row; {START_AFRESH}")
+        rows.append(row)
+    return rows
+
+
+def read_json(path: Path, what: str) -> dict:
+    """A run folder's JSON object, or DamagedRun naming the file and the way out."""
+    try:
+        value = json.loads(_read_text(path))
+    except FileNotFoundError:
+        raise DamagedRun(f"{path} is missing, so the {what} is unknown; {START_AFRESH}") from None
+    except ValueError as e:
+        raise DamagedRun(f"{path} is damaged ({e}); {START_AFRESH}") from None
+    if not isinstance(value, dict):
+        raise DamagedRun(f"{path} is damaged (not a JSON object); {START_AFRESH}")
+    return value
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DamagedRun(f"{path} is damaged (not UTF-8 text); {START_AFRESH}") from None
+
+
+def resume_changes(saved: dict, wanted: dict, defaults: dict) -> list:
+    """[(key, saved value, wanted value)] for every setting outside RESUMABLE that the
+    resume would change. A key the saved run lacks was written before that setting
+    existed, when the run behaved as its default."""
+    def same(a, b):
+        a = list(a) if isinstance(a, (list, tuple)) else a
+        b = list(b) if isinstance(b, (list, tuple)) else b
+        return a == b
+    return [(key, saved.get(key, defaults.get(key)), value) for key, value in wanted.items()
+            if key not in RESUMABLE and not same(saved.get(key, defaults.get(key)), value)]

@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from . import dist, rules
 from .config import Config, ConfigError
-from .data import load_cubes, to_density
-from .runs import read_metrics, write_atomic
+from .data import DataError, load_cubes, to_density
+from .runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes, write_atomic
 
 
 class RunError(ValueError):
@@ -40,11 +40,39 @@ def _check_out_dir(out: Path, resume: bool) -> Optional[dict]:
     if resume:
         if not state_path.exists():
             return None
-        return json.loads(state_path.read_text())
+        state = read_json(state_path, "epoch to resume from")
+        if not (isinstance(state.get("epoch"), int) and isinstance(state.get("elapsed_s"), (int, float))
+                and isinstance(state.get("checkpoint"), str)):
+            raise DamagedRun(f"{state_path} is damaged (no epoch, elapsed_s or checkpoint); {START_AFRESH}")
+        return state
     if state_path.exists() or (out / "metrics.jsonl").exists():
         raise RunError(f"output folder {out} already holds a run; pass --resume to continue it, "
                        f"or choose another --out")
     return None
+
+
+def _check_resume(out: Path, wanted: dict) -> None:
+    """Refuse a resume that would change the optimisation path of the run in `out`."""
+    saved = read_json(out / "config.json", "run's configuration")
+    changes = resume_changes(saved, wanted, Config().to_dict())
+    if changes:
+        what = ", ".join(f"{key} {old!r} -> {new!r}" for key, old, new in changes)
+        raise RunError(f"{out} holds a run with other settings ({what}); a resume continues the same "
+                       f"optimisation path, so only {', '.join(RESUMABLE)} may change: start a new run "
+                       f"with another --out")
+
+
+def _restore(ckpt, out: Path, state: dict) -> None:
+    """Load the checkpoint state.json names, or say plainly that it is damaged."""
+    path = out / state["checkpoint"]
+    if not Path(f"{path}.index").is_file():
+        raise DamagedRun(f"the checkpoint {path} that {out / 'state.json'} names is missing; {START_AFRESH}")
+    try:
+        # write() saves no save_counter, so ask only that the model and optimizer matched.
+        ckpt.restore(str(path)).assert_nontrivial_match()
+    except (tf.errors.OpError, ValueError, AssertionError, IndexError) as e:  # IndexError: a cut .data file
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise DamagedRun(f"the checkpoint {path} is damaged ({reason}); {START_AFRESH}") from None
 
 
 def _versions() -> dict:
@@ -63,7 +91,21 @@ def _versions() -> dict:
 
 def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
           emulate_workers: int = 1, verbose: bool = True) -> dict:
-    """Train until the target, the epoch cap or divergence; returns result.json's content."""
+    """Train until the target, the epoch cap or divergence; returns result.json's content.
+
+    A run refused before it wrote anything (bad data, a resume that does not match) leaves
+    no empty output folder behind."""
+    new_folder = Path(out_dir) if out_dir and not Path(out_dir).exists() else None
+    try:
+        return _train(cfg, mode, out_dir, resume, emulate_workers, verbose)
+    except (ConfigError, DataError, RunError, DamagedRun):
+        if new_folder is not None and new_folder.is_dir() and not any(new_folder.iterdir()):
+            new_folder.rmdir()
+        raise
+
+
+def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
+           verbose: bool) -> dict:
     from .model import build_model, for_training, make_adam
 
     if emulate_workers < 1:
@@ -87,6 +129,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     state = _check_out_dir(out, resume) if (out and is_chief) else None
     if resume and out and is_chief and state is None:
         say(f"nothing to resume in {out}; starting a new run there")
+    if state:
+        _check_resume(out, {**cfg.to_dict(), "mode": mode, "workers": workers, "world_size": processes})
     # A run stopped at the epoch cap is extended by a larger max_epochs; the others are final.
     finished = bool(state and (state.get("status") in ("reached_target", "diverged", "stalled") or
                                (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
@@ -94,7 +138,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         finished = bool(backend.allreduce_max(float(finished)))
     if finished:
         say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
-        return json.loads((out / "result.json").read_text()) if is_chief else {}
+        return read_json(out / "result.json", "finished run's result") if is_chief else {}
 
     cubes = load_cubes(cfg.data_path)
     train_x, val_x = cubes.train, cubes.val
@@ -127,8 +171,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     initial_epoch, elapsed_before = 0, 0.0
     if state:
-        # write() saves no save_counter, so ask only that the model and optimizer matched.
-        ckpt.restore(str(out / state["checkpoint"])).assert_nontrivial_match()
+        _check_resume(out, {"n_train": len(train_x), "n_val": len(val_x)})
+        _restore(ckpt, out, state)
         initial_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
     if processes > 1:
         # Every worker must learn where rank 0 resumes (only rank 0 reads the folder).
@@ -184,7 +228,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
     agree = backend.allreduce_max if processes > 1 else float
     study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
-                           progress=verbose and is_chief, val_history=val_history, agree=agree)
+                           progress=verbose and is_chief, val_history=val_history, agree=agree,
+                           resumed_state=state)
     callbacks = backend.callbacks() + [_PolicyLR(p, steps), study]
     model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
               steps_per_epoch=steps, callbacks=callbacks, verbose=0)
@@ -232,13 +277,14 @@ class _StudyCallback(tf.keras.callbacks.Callback):
     worker and every worker takes the same decision to stop.
     """
 
-    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress, val_history=(), agree=float):
+    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress, val_history=(), agree=float,
+                 resumed_state=None):
         super().__init__()
         self.p, self.cfg, self.steps, self.out, self.ckpt = p, cfg, steps, out, ckpt
         self.elapsed_before, self.say = elapsed_before, say
         self.val_history, self.agree = list(val_history), agree
         self.status, self.time_to_target_s, self.last = None, None, {}
-        self.state = {}
+        self.state = dict(resumed_state or {})   # its checkpoint is deleted once the next one is written
         self.bar = None
         self.progress = progress
 

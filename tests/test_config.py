@@ -63,6 +63,28 @@ def test_bad_yaml_files(tmp_path):
         load(str(unk))
 
 
+@pytest.mark.parametrize("content, match", [
+    ("# réglages\nbase_lr: 0.002\n".encode("latin-1"), "not UTF-8 text \\(byte 0xe9 at offset 3, perhaps Latin-1\\)"),
+    (b"\x89HDF\r\n\x1a\n\x00\x00rest", "is an HDF5 file, not text"),
+    ("base_lr: 0.002\n".encode("utf-16"), "is UTF-16 text"),
+    (b"1: 2\n", "key 1 is not a setting name"),
+    (b"[1, 2]: 3\n", "not valid YAML|is not a setting name"),
+])
+def test_config_files_that_are_not_utf8_yaml_mappings(tmp_path, content, match):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        load(str(path))
+
+
+def test_a_yaml_file_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbfbase_lr: 0.002\n")
+    assert load(str(path)).base_lr == 0.002
+    with pytest.raises(ConfigError, match="is a folder"):
+        load(str(tmp_path))
+
+
 def test_parse_set_reads_yaml_scalars():
     assert parse_set(["a=1", "b=1.5", "c=true", "d=hello", "e=[1, 2]"]) == \
         {"a": 1, "b": 1.5, "c": True, "d": "hello", "e": [1, 2]}

@@ -86,6 +86,12 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         bad.write_text(text)
         with pytest.raises(repro.StudyError, match=message):
             load_study(str(bad))
+    bad.write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
+    with pytest.raises(repro.StudyError, match="study preset .* is not UTF-8 text"):
+        load_study(str(bad))
+    bad.write_text("1: [0]\n")
+    with pytest.raises(repro.StudyError, match="key 1 is not a setting name"):
+        load_study(str(bad))
 
 
 def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):

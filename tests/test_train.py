@@ -129,6 +129,8 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
         assert y["val_loss"] == pytest.approx(x["val_loss"], rel=1e-5)
         assert y["lr"] == pytest.approx(x["lr"], rel=1e-7)
     assert b[2]["seconds"] > b[1]["seconds"], "time since start carries over a resume"
+    assert {f.name.split(".")[0] for f in (part / "ckpt").iterdir()} == {"epoch-0003"}, \
+        "the checkpoint the resume started from is gone once a newer one is written"
     # a finished run is not trained again
     proc = train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part), "--resume",
                  "--set", "warmup_epochs=2", data=smoke_data)
@@ -176,6 +178,14 @@ def test_unusable_output_folder_and_reused_folder(tmp_path, smoke_data):
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
 
 
+@pytest.mark.parametrize("args", [["--set", "data_path=/nonexistent/x.h5"], ["--set", "max_train_cubes=16"],
+                                  ["--emulate-workers", "3"]])
+def test_a_refused_run_leaves_no_empty_output_folder(tmp_path, smoke_data, args):
+    out = tmp_path / "run"
+    proc = train("--mode", "strong", "--out", str(out), *args, data=smoke_data, check=False)
+    assert proc.returncode == 2 and not out.exists()
+
+
 def test_wrong_cube_shape_is_rejected(tmp_path):
     import h5py
     bad = tmp_path / "bad.h5"
@@ -184,3 +194,67 @@ def test_wrong_cube_shape_is_rejected(tmp_path):
         f["val/cubes"] = np.zeros((8, 16, 16, 12), "f4")
     proc = train("--mode", "strong", data=bad, check=False)
     assert proc.returncode == 2 and "expected (N, G, G, G)" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory, smoke_data):
+    """A strong N = 1 run stopped at its cap after one epoch: what a resume continues."""
+    out = tmp_path_factory.mktemp("resume") / "run"
+    train("--mode", "strong", "--out", str(out), "--set", "max_epochs=1", data=smoke_data)
+    return out
+
+
+def refused(proc, *phrases):
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(p in lines[0] for p in phrases), lines[0]
+
+
+@pytest.mark.parametrize("args, phrases", [
+    (["--mode", "linear", "--emulate-workers", "2", "--set", "base_lr=0.01"],
+     ["mode 'strong' -> 'linear'", "workers 1 -> 2", "base_lr 0.00105 -> 0.01", "only max_epochs"]),
+    (["--mode", "strong", "--set", "n_components=4"], ["n_components 8 -> 4"]),
+    (["--mode", "strong", "--set", "max_train_cubes=64"], ["max_train_cubes 128 -> 64"]),
+])
+def test_a_resume_that_would_change_the_path_is_refused_and_changes_nothing(tmp_path, one_epoch_run,
+                                                                           smoke_data, args, phrases):
+    import shutil
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_epoch_run, run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    proc = train(*args, "--out", str(run_dir), "--resume", "--set", "max_epochs=2", data=smoke_data, check=False)
+    refused(proc, *phrases)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def damage_state(run_dir):
+    text = (run_dir / "state.json").read_text()
+    (run_dir / "state.json").write_text(text[: len(text) // 2])
+
+
+def delete_checkpoint(run_dir):
+    for f in (run_dir / "ckpt").iterdir():
+        f.unlink()
+
+
+def truncate_checkpoint(run_dir):
+    data = next((run_dir / "ckpt").glob("*.data-*"))
+    data.write_bytes(data.read_bytes()[:100])
+
+
+def delete_config(run_dir):
+    (run_dir / "config.json").unlink()
+
+
+@pytest.mark.parametrize("damage, phrase", [(damage_state, "state.json is damaged"),
+                                            (delete_checkpoint, "is missing"),
+                                            (truncate_checkpoint, "is damaged"),
+                                            (delete_config, "config.json is missing")])
+def test_a_damaged_run_folder_is_refused_with_what_to_do(tmp_path, one_epoch_run, smoke_data, damage, phrase):
+    import shutil
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_epoch_run, run_dir)
+    damage(run_dir)
+    proc = train("--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2",
+                 data=smoke_data, check=False)
+    refused(proc, phrase, "start afresh")
