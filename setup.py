@@ -20,6 +20,8 @@ setup(
         "PyYAML>=6",
         "matplotlib>=3.7",
         "tqdm>=4.60",
+        "scipy>=1.10",          # ndimage: trilinear resampling of scans
+        "SimpleITK>=2.3",       # MetaImage (.mhd/.raw/.zraw, .mha), as LUNA16's own code reads it
     ],
     extras_require={
         # TF 2.16+ ships Keras 3, which Horovod 0.28.1 does not support (horovod/horovod#4290).

@@ -35,6 +35,8 @@ import numpy as np
 FORMAT = "deepdensity-cubes"
 FORMAT_VERSION = 1
 HU_AIR, HU_WINDOW = -1000.0, (-1000.0, 400.0)
+# Cubes must hold windowed intensities in [0, 1]; this much float rounding is let through.
+UNIT_SLACK = 1e-6
 NODULE_KINDS = ("solid", "part_solid", "ground_glass", "lobulated")
 # Rough LUNA16 mix of appearances; solid nodules dominate.
 KIND_PROBS = (0.55, 0.2, 0.1, 0.15)
@@ -81,8 +83,10 @@ def write_cubes(path, train: Split, val: Split, attrs: dict) -> None:
             })
             for name, split in (("train", train), ("val", val)):
                 g = f.create_group(name)
-                g.create_dataset("cubes", data=split.cubes.astype(np.float32), compression="gzip",
-                                 compression_opts=4, shuffle=True, chunks=(1,) + split.cubes.shape[1:])
+                # an empty split (prepare --val 0) cannot be chunked one cube at a time
+                packed = dict(compression="gzip", compression_opts=4, shuffle=True,
+                              chunks=(1,) + split.cubes.shape[1:]) if len(split.cubes) else {}
+                g.create_dataset("cubes", data=split.cubes.astype(np.float32), **packed)
                 g.create_dataset("seriesuid", data=np.asarray(split.seriesuid, dtype=object),
                                  dtype=h5py.string_dtype())
                 g.create_dataset("world_xyz", data=np.asarray(split.world_xyz, np.float64))
@@ -247,9 +251,19 @@ def load_cubes(path, expect_grid: Optional[int] = None) -> Cubes:
             raise DataError(f"{path}: /{split}/cubes has shape {a.shape}; expected (N, G, G, G) "
                             f"(or (N, G, G) / (N, G) for 2-D and 1-D data)")
         if a.shape[0] == 0:
-            raise DataError(f"{path}: /{split}/cubes is empty")
+            raise DataError(f"{path}: /{split}/cubes is empty; training needs both splits "
+                            f"(was it prepared with --val 0?)")
+        if a.dtype.kind not in "fiu":
+            raise DataError(f"{path}: /{split}/cubes holds {a.dtype} values; expected real intensities "
+                            f"in [0, 1] (float32)")
         if not np.isfinite(a).all():
             raise DataError(f"{path}: /{split}/cubes holds NaN or inf values; re-create the file")
+        lo, hi = float(a.min()), float(a.max())
+        if lo < -UNIT_SLACK or hi > 1 + UNIT_SLACK:
+            raise DataError(f"{path}: /{split}/cubes holds values in [{lo:g}, {hi:g}], not intensities "
+                            f"windowed to [0, 1]{' (raw Hounsfield units?)' if lo <= -100 or hi >= 100 else ''}; "
+                            f"cut cubes with `python -m deepdensity.data prepare`, which windows "
+                            f"{HU_WINDOW[0]:g}..{HU_WINDOW[1]:g} HU to [0, 1]")
     if arrays["train"].shape[1:] != arrays["val"].shape[1:]:
         raise DataError(f"{path}: train cubes {arrays['train'].shape[1:]} and val cubes "
                         f"{arrays['val'].shape[1:]} differ in shape")
@@ -300,7 +314,11 @@ def main(argv=None) -> int:
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
     src.add_argument("--luna", help="folder of LUNA16 .mhd/.raw volumes")
-    pr.add_argument("--annotations", required=True, help="CSV: seriesuid,coordX,coordY,coordZ,diameter_mm")
+    pr.add_argument("--annotations", help="CSV: seriesuid,coordX,coordY,coordZ,diameter_mm (LUNA16's)")
+    pr.add_argument("--lidc-xml", action="store_true",
+                    help="nodules from LIDC-IDRI's XML readings next to the --dicom series instead of a CSV")
+    pr.add_argument("--min-readers", type=int, default=3,
+                    help="with --lidc-xml: keep nodules >= 3 mm marked by at least this many readers (LUNA16: 3)")
     pr.add_argument("--out", required=True, help="output .h5 path")
     pr.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     pr.add_argument("--spacing", type=float, default=1.0, help="isotropic voxel spacing of the cubes, mm")
@@ -319,17 +337,14 @@ def main(argv=None) -> int:
             from .ingest import prepare
             summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
                               spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
-                              window=tuple(args.window), progress=sys.stderr.isatty())
-            print(f"scans read: {summary.scans_read}; nodules written: {summary.nodules_written} "
-                  f"({summary.padded} padded with air at the scan's edge) -> {args.out}")
-            skipped = [s for s in summary.skipped if s[0] != "note"]
-            print(f"skipped: {len(skipped)}")
-            for kind, why in summary.skipped:
-                print(f"  {kind}: {why}")
+                              window=tuple(args.window), progress=sys.stderr.isatty(),
+                              lidc_xml=args.lidc_xml, min_readers=args.min_readers)
+            _print_summary(summary, f" -> {args.out}")
         elif args.cmd == "synth-scans":
             from .ingest import synth_scans
             csv_path = synth_scans(args.out, args.n, args.seed, args.format)
-            print(f"wrote {args.n} synthetic {args.format} scan(s) and {csv_path}")
+            readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
+            print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
         elif args.cmd == "synth":
             if args.cube < 4:
                 raise DataError("--cube must be at least 4")
@@ -344,10 +359,27 @@ def main(argv=None) -> int:
             })
             print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "
                   f"of {args.cube}^3 (seed {args.seed})")
+    except KeyboardInterrupt:
+        if args.cmd != "prepare":
+            raise
+        print(f"interrupted: the scans already cut are kept in {args.out}.partial; run the same command "
+              f"again to go on from there", file=sys.stderr)
+        return 130
     except (DataError, OSError) as e:
+        if getattr(e, "summary", None) is not None:    # what was skipped, and why, before the verdict
+            _print_summary(e.summary, "")
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _print_summary(summary, written_to: str) -> None:
+    print(f"scans read: {summary.scans_read}; nodules written: {summary.nodules_written} "
+          f"({summary.padded} padded with air at the scan's edge){written_to}")
+    skipped = [s for s in summary.skipped if s[0] != "note"]
+    print(f"skipped: {len(skipped)}")
+    for kind, why in summary.skipped:
+        print(f"  {kind}: {why}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Real scans to nodule cubes: DICOM series and LUNA16 MetaImage volumes -> deepdensity HDF5.
 
     python -m deepdensity.data prepare --luna DIR --annotations annotations.csv --out data/luna.h5
-    python -m deepdensity.data prepare --dicom DIR --annotations nodules.csv --out data/lidc.h5
+    python -m deepdensity.data prepare --dicom DIR --lidc-xml --out data/lidc.h5     # LIDC-IDRI's XML readings
+    python -m deepdensity.data prepare --dicom DIR --annotations nodules.csv --out data/mine.h5
 
 Geometry. A volume is an array `hu[k, j, i]` (slice, row, column) with
     world(i, j, k) = origin + M @ (i, j, k),   M = direction @ diag(spacing),
@@ -10,26 +11,37 @@ where direction's columns are the world unit vectors of the index axes i, j, k.
          normal n = row_cosines x column_cosines; columns of direction are
          (row_cosines, column_cosines, n); spacing = (PixelSpacing[1], PixelSpacing[0],
          slice spacing from the positions).
-  MetaImage: origin = Offset; values 3a..3a+2 of TransformMatrix are the world direction
-         of index axis a (ITK's MetaImageIO reads it so); spacing = ElementSpacing; the
-         header lists sizes x y z while the array is z y x.
-Cubes are resampled (trilinear) on an isotropic grid aligned with the world axes, centred
-on the nodule, stored as cube[z, y, x]; voxels outside the scan are air (-1000 HU).
+  MetaImage: read by SimpleITK (LUNA16's reader): origin, spacing and direction as ITK
+         gives them (values 3a..3a+2 of the header's TransformMatrix are the world
+         direction of index axis a); the header lists sizes x y z, the array is z y x.
+Cubes are resampled trilinearly (scipy.ndimage.map_coordinates, order 1) on an isotropic
+grid aligned with the world axes, centred on the nodule, stored as cube[z, y, x]; voxels
+outside the scan are air (-1000 HU).
 """
 from __future__ import annotations
 
 import csv
+import io
 import os
 import sys
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+from scipy import ndimage
 
 from .data import HU_AIR, HU_WINDOW, DataError, Split, hu_to_unit, write_cubes
+from .textfile import read_text
+
+
+class NotEnoughNodules(DataError):
+    """prepare found too few nodules to write; carries the summary of what it skipped and why."""
+
+    def __init__(self, message: str, summary: "Summary"):
+        super().__init__(message)
+        self.summary = summary
 
 
 class ScanError(ValueError):
@@ -44,6 +56,7 @@ class Volume:
     direction: np.ndarray     # (3, 3) columns: world unit vectors of i, j, k
     uid: str
     source: str
+    slice_uids: tuple = ()    # DICOM: SOPInstanceUID of slice k (LIDC's readings name slices so)
 
     @property
     def matrix(self) -> np.ndarray:
@@ -67,22 +80,6 @@ class Volume:
 # ------------------------------------------------------------------------------------
 # Resampling
 # ------------------------------------------------------------------------------------
-def trilinear(volume: np.ndarray, kji: np.ndarray, fill: float) -> np.ndarray:
-    """Sample `volume[k, j, i]` at continuous (k, j, i) points (..., 3); `fill` outside."""
-    shape = np.array(volume.shape)
-    base = np.floor(kji).astype(int)
-    frac = kji - base
-    out = np.zeros(kji.shape[:-1])
-    for corner in np.ndindex(2, 2, 2):
-        idx = base + corner
-        w = np.prod(np.where(corner, frac, 1 - frac), axis=-1)
-        inside = np.all((idx >= 0) & (idx < shape), axis=-1)
-        safe = np.clip(idx, 0, shape - 1)
-        vals = np.where(inside, volume[safe[..., 0], safe[..., 1], safe[..., 2]], fill)
-        out += w * vals
-    return out
-
-
 def cut_cube(vol: Volume, centre_xyz, size: int = 16, spacing_mm: float = 1.0,
              fill: float = HU_AIR) -> tuple:
     """Cube (size, size, size) in HU, axes (z, y, x) of the world, centred on `centre_xyz`.
@@ -96,70 +93,124 @@ def cut_cube(vol: Volume, centre_xyz, size: int = 16, spacing_mm: float = 1.0,
     kji = ijk[..., ::-1]
     upper = np.array(vol.hu.shape) - 1
     padded = bool(np.any(kji < 0) or np.any(kji > upper))
-    return trilinear(vol.hu, kji, fill).astype(np.float32), padded
+    # order 1 is trilinear; "grid-constant" blends with `fill` between the last voxel and one
+    # voxel beyond it, as a scan padded with air would ("constant" would not interpolate there)
+    cube = ndimage.map_coordinates(vol.hu, np.moveaxis(kji, -1, 0), order=1, mode="grid-constant", cval=fill)
+    return cube.astype(np.float32), padded
 
 
 # ------------------------------------------------------------------------------------
 # MetaImage (.mhd + .raw, or .mha)
 # ------------------------------------------------------------------------------------
-_MET_TYPES = {"MET_CHAR": "i1", "MET_UCHAR": "u1", "MET_SHORT": "i2", "MET_USHORT": "u2",
-              "MET_INT": "i4", "MET_UINT": "u4", "MET_LONG": "i4", "MET_ULONG": "u4",
-              "MET_FLOAT": "f4", "MET_DOUBLE": "f8"}
-
-
 def read_metaimage(path) -> Volume:
+    """A MetaImage volume (.mhd with its .raw or .zraw, or a one-file .mha) through
+    SimpleITK, as LUNA16's own code reads it: the array comes back (z, y, x), and spacing,
+    origin and direction (its columns are the index axes' directions) are ITK's."""
+    import SimpleITK as sitk
+
     path = Path(path)
-    header, data_offset = {}, None
-    raw = path.read_bytes()
-    pos = 0
-    while pos < len(raw):
-        end = raw.find(b"\n", pos)
-        end = len(raw) if end < 0 else end
-        line = raw[pos:end].decode("latin-1").strip()
-        pos = end + 1
-        if "=" not in line:
-            continue
-        key, value = (s.strip() for s in line.split("=", 1))
-        header[key] = value
-        if key == "ElementDataFile":
-            data_offset = pos
-            break
-    for key in ("NDims", "DimSize", "ElementType", "ElementDataFile"):
-        if key not in header:
-            raise ScanError(f"{path}: not a MetaImage header (no {key}); LUNA16 volumes are .mhd + .raw pairs")
-    if int(header["NDims"]) != 3:
-        raise ScanError(f"{path}: NDims is {header['NDims']}; a CT volume has 3")
-    size = [int(v) for v in header["DimSize"].split()]
-    spacing = np.array([float(v) for v in header.get("ElementSpacing", "1 1 1").split()])
-    origin = np.array([float(v) for v in (header.get("Offset") or header.get("Origin")
-                                          or header.get("Position") or "0 0 0").split()])
-    tm = header.get("TransformMatrix") or header.get("Rotation") or header.get("Orientation") or "1 0 0 0 1 0 0 0 1"
-    rows = np.array([float(v) for v in tm.split()]).reshape(3, 3)
-    direction = rows.T  # row a = direction of index axis a -> column a
-    if header["ElementType"] not in _MET_TYPES:
-        raise ScanError(f"{path}: ElementType {header['ElementType']} is not supported")
-    dtype = np.dtype(_MET_TYPES[header["ElementType"]])
-    msb = (header.get("ElementByteOrderMSB") or header.get("BinaryDataByteOrderMSB") or "False").lower() == "true"
-    dtype = dtype.newbyteorder(">" if msb else "<")
-    if header["ElementDataFile"] == "LOCAL":
-        payload = raw[data_offset:]
-        data_name = path
-    else:
-        data_name = path.parent / header["ElementDataFile"]
-        if not data_name.exists():
-            raise ScanError(f"{path}: its data file {data_name.name} is missing; copy it next to the header")
-        payload = data_name.read_bytes()
-    if header.get("CompressedData", "False").lower() == "true":
+    _check_metaimage_fields(path)
+    reader = sitk.ImageFileReader()
+    reader.SetImageIO("MetaImageIO")
+    reader.SetFileName(str(path))
+    with _native_output() as said:       # MetaIO explains a failure on stderr, not in its exception
         try:
-            payload = zlib.decompress(payload)
-        except zlib.error as e:
-            raise ScanError(f"{data_name}: compressed data cannot be inflated ({e}); the file is damaged") from None
-    expected = int(np.prod(size)) * dtype.itemsize
-    if len(payload) < expected:
-        raise ScanError(f"{data_name}: truncated, {len(payload):,} bytes where {size[0]}x{size[1]}x{size[2]} "
-                        f"{header['ElementType']} needs {expected:,}; copy it again")
-    hu = np.frombuffer(payload[:expected], dtype=dtype).reshape(size[2], size[1], size[0]).astype(np.float32)
-    return Volume(hu, origin, spacing, direction, uid=path.stem, source=str(path))
+            reader.ReadImageInformation()
+            _check_metaimage_header(path, reader)
+            image = reader.Execute()
+        except RuntimeError as e:
+            image, error = None, e
+    if image is None:
+        generic = ("MET_Read Failed", "Error parsing file", "Cannot parse file")
+        reason = "; ".join(" ".join(ln.split()) for ln in said.text.splitlines()
+                           if ln.strip() and not any(g in ln for g in generic))
+        raise ScanError(f"{path}: SimpleITK cannot read it ({reason or _itk_reason(error)}); is the data "
+                        f"file next to the header, complete and named as its ElementDataFile says?")
+    if image.GetNumberOfComponentsPerPixel() != 1:
+        raise ScanError(f"{path}: {image.GetNumberOfComponentsPerPixel()} values per voxel; a CT volume has one")
+    hu = sitk.GetArrayFromImage(image).astype(np.float32)
+    return Volume(hu, np.array(image.GetOrigin()), np.array(image.GetSpacing()),
+                  np.array(image.GetDirection()).reshape(3, 3), uid=path.stem, source=str(path))
+
+
+def _check_metaimage_header(path: Path, reader) -> None:
+    """SimpleITK reads a malformed field as whatever it could parse (a word as 0, a missing
+    value as a default); refuse what no scanner writes, so prepare skips that scan."""
+    if reader.GetDimension() != 3:
+        raise ScanError(f"{path}: {reader.GetDimension()} dimensions; a CT volume has 3")
+    size, spacing = np.array(reader.GetSize()), np.array(reader.GetSpacing())
+    direction = np.array(reader.GetDirection()).reshape(3, 3)
+    if (size < 1).any() or not (np.isfinite(spacing).all() and (spacing > 0).all()):
+        raise ScanError(f"{path}: DimSize {size.tolist()} or ElementSpacing {spacing.tolist()} is not positive")
+    if not (np.isfinite(reader.GetOrigin()).all() and np.allclose(direction.T @ direction, np.eye(3), atol=1e-3)):
+        raise ScanError(f"{path}: its Offset {list(reader.GetOrigin())} or TransformMatrix "
+                        f"{direction.T.reshape(-1).tolist()} is not a position and a rotation")
+
+
+def _itk_reason(e: RuntimeError) -> str:
+    """The useful line of an ITK exception (they run to a dozen lines of C++ context)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if ln.lower().startswith(("description:", "itk::error")) or "could not" in ln.lower()]
+    return (useful or lines or ["unknown error"])[-1].removeprefix("Description:").strip()[:200]
+
+
+# MetaImage numeric fields and their number of values (for NDims = 3).
+_MHD_NUMERIC = {"NDims": 1, "DimSize": 3, "ElementSpacing": 3, "Offset": 3, "Origin": 3, "Position": 3,
+                "CenterOfRotation": 3, "TransformMatrix": 9, "Rotation": 9, "Orientation": 9}
+
+
+def _check_metaimage_fields(path: Path) -> None:
+    """SimpleITK reads a malformed numeric field as whatever it could parse (measured:
+    DimSize "6 5 4.5" as 6 5 4, Offset "1 2 nan" as 1 2 0): refuse such a header first, so
+    that prepare skips the scan with its reason. Only `key = value` lines are looked at,
+    up to ElementDataFile (a .mha's voxels follow it)."""
+    try:
+        with open(path, "rb") as f:
+            lines = [f.readline(4096) for _ in range(200)]
+    except OSError as e:
+        raise ScanError(f"{path}: cannot be read ({e.strerror})") from None
+    for raw in lines:
+        key, _, value = raw.decode("latin-1").partition("=")
+        key = key.strip()
+        if key == "ElementDataFile":
+            return
+        if key not in _MHD_NUMERIC:
+            continue
+        kind = int if key in ("NDims", "DimSize") else float
+        try:
+            values = [kind(v) for v in value.split()]
+        except ValueError:
+            values = []
+        if key == "NDims" and values and values != [3]:
+            raise ScanError(f"{path}: NDims is {value.strip()}; a CT volume has 3")
+        if len(values) != _MHD_NUMERIC[key] or not np.isfinite(values).all():
+            raise ScanError(f"{path}: header field {key} = {value.strip()!r} is not {_MHD_NUMERIC[key]} "
+                            f"number(s); fix the header or leave the scan out")
+
+
+class _native_output:
+    """Catch what C++ libraries write to the process's stdout and stderr (file descriptors
+    1 and 2) while the block runs; the text is in `.text` afterwards."""
+
+    def __enter__(self):
+        import tempfile
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = [os.dup(1), os.dup(2)]
+        for fd in (1, 2):
+            os.dup2(self._file.fileno(), fd)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc):
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+        return False
 
 
 def write_metaimage(path, hu: np.ndarray, origin, spacing, direction) -> None:
@@ -199,6 +250,8 @@ def scan_dicom_folder(folder) -> tuple:
     for root, _, files in os.walk(folder):
         for name in sorted(files):
             path = Path(root) / name
+            if name.lower().endswith((".xml", ".csv")):     # LIDC's readings, annotation lists: not images
+                continue
             try:
                 ds = pydicom.dcmread(path, stop_before_pixels=True)
             except (InvalidDicomError, OSError, ValueError, EOFError) as e:
@@ -274,7 +327,8 @@ def read_dicom_series(uid: str, items: list) -> tuple:
     ps = [float(v) for v in first.PixelSpacing]
     vol = Volume(np.stack(slices).astype(np.float32), positions[0],
                  np.array([ps[1], ps[0], float(gaps.mean())]), np.stack([row, col, normal], axis=1),
-                 uid=uid, source=str(Path(kept[0][0]).parent))
+                 uid=uid, source=str(Path(kept[0][0]).parent),
+                 slice_uids=tuple(str(ds.SOPInstanceUID) for _, ds in kept))
     return vol, notes
 
 
@@ -285,23 +339,22 @@ ANNOTATION_COLUMNS = ("seriesuid", "coordX", "coordY", "coordZ", "diameter_mm")
 
 
 def read_annotations(path) -> dict:
-    """{seriesuid: [(xyz, diameter_mm), ...]} from a LUNA16-format CSV."""
+    """{seriesuid: [(xyz, diameter_mm), ...]} from a LUNA16-format CSV (UTF-8, with or
+    without the byte-order mark a spreadsheet writes)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"annotations file {path} not found")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ANNOTATION_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected LUNA16's "
-                            f"{','.join(ANNOTATION_COLUMNS)}")
-        out = defaultdict(list)
-        for n, row in enumerate(reader, start=2):
-            try:
-                xyz = np.array([float(row["coordX"]), float(row["coordY"]), float(row["coordZ"])])
-                out[row["seriesuid"].strip()].append((xyz, float(row["diameter_mm"])))
-            except (TypeError, ValueError):
-                raise DataError(f"{path}, line {n}: coordinates and diameter must be numbers") from None
+    text = read_text(path, "annotations file", DataError, "save it as UTF-8 CSV")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in ANNOTATION_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected LUNA16's "
+                        f"{','.join(ANNOTATION_COLUMNS)}")
+    out = defaultdict(list)
+    for n, row in enumerate(reader, start=2):
+        try:
+            xyz = np.array([float(row["coordX"]), float(row["coordY"]), float(row["coordZ"])])
+            out[row["seriesuid"].strip()].append((xyz, float(row["diameter_mm"])))
+        except (TypeError, ValueError):
+            raise DataError(f"{path}, line {n}: coordinates and diameter must be numbers") from None
     return dict(out)
 
 
@@ -316,61 +369,178 @@ class Summary:
         self.skipped = self.skipped or []
 
 
-def _volumes(dicom: Optional[str], luna: Optional[str], summary: Summary, progress: bool):
-    """Yield volumes one by one, recording unusable scans in the summary."""
-    from tqdm import tqdm
+def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary) -> list:
+    """[(uid, load)] of every scan under the folder, cheap to list: `load()` reads the
+    volume (ScanError if it cannot), so a scan already cut need not be read again."""
     if luna:
         paths = sorted(Path(luna).rglob("*.mhd")) + sorted(Path(luna).rglob("*.mha"))
         if not paths:
             raise DataError(f"no .mhd or .mha files under {luna}")
-        for p in tqdm(paths, desc="scans", unit="scan", disable=not progress, file=sys.stderr):
-            try:
-                yield read_metaimage(p)
-            except ScanError as e:
-                summary.skipped.append(("scan", str(e)))
+        return [(p.stem, lambda p=p: read_metaimage(p)) for p in paths]
+    series, skipped = scan_dicom_folder(dicom)
+    summary.skipped += [("file", f"{p}: {why}") for p, why in skipped]
+    if not series:
+        raise DataError(f"no DICOM image series under {dicom}")
+
+    def load(uid):
+        vol, notes = read_dicom_series(uid, series[uid])
+        summary.skipped += [("note", f"series {uid}: {n}") for n in notes]
+        return vol
+    return [(uid, lambda uid=uid: load(uid)) for uid in sorted(series)]
+
+
+class _ScanCache:
+    """Cubes of the scans already cut, kept in `OUT.partial/` so that an interrupted
+    prepare, run again with the same settings and annotations, does not read them again.
+    Removed once the data file is written; discarded if the settings differ."""
+
+    def __init__(self, out: Path, key: str, say):
+        self.folder = Path(f"{out}.partial")
+        stamp = self.folder / "key.txt"
+        if self.folder.is_dir() and (not stamp.exists() or stamp.read_text() != key):
+            say(f"note: discarding {self.folder}, a partial run with other settings or annotations")
+            self.clear()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(key)
+        self.done = {p.stem for p in self.folder.glob("*.npz")}
+        if self.done:
+            say(f"resuming: {len(self.done)} scan(s) already cut in {self.folder}")
+
+    def name(self, uid: str) -> str:
+        import hashlib
+        return hashlib.sha1(uid.encode()).hexdigest()[:20]
+
+    def get(self, uid: str) -> Optional[tuple]:
+        if self.name(uid) not in self.done:
+            return None
+        with np.load(self.folder / f"{self.name(uid)}.npz", allow_pickle=False) as z:
+            rows = list(zip(z["cubes"], z["xyz"], z["diameter"].tolist()))
+            return rows, int(z["padded"]), [tuple(x) for x in z["skipped"].tolist()]
+
+    def put(self, uid: str, rows: list, padded: int, skipped: list) -> None:
+        cube = rows[0][0].shape if rows else (0,)
+        tmp = self.folder / f"{self.name(uid)}.tmp.npz"
+        np.savez(tmp, cubes=np.array([r[0] for r in rows]).reshape((len(rows),) + cube),
+                 xyz=np.array([r[1] for r in rows]).reshape(-1, 3), diameter=np.array([r[2] for r in rows], float),
+                 padded=padded, skipped=np.array(skipped, dtype=str).reshape(-1, 2))
+        os.replace(tmp, self.folder / f"{self.name(uid)}.npz")
+
+    def clear(self) -> None:
+        import shutil
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, window, min_readers) -> str:
+    import hashlib
+    h = hashlib.sha1(repr((cube, spacing_mm, tuple(window), lidc_xml, min_readers)).encode())
+    if lidc_xml:
+        for p in sorted(folder.rglob("*.xml")):
+            h.update(p.read_bytes())
     else:
-        series, skipped = scan_dicom_folder(dicom)
-        summary.skipped += [("file", f"{p}: {why}") for p, why in skipped]
-        if not series:
-            raise DataError(f"no DICOM image series under {dicom}")
-        for uid in tqdm(sorted(series), desc="series", unit="series", disable=not progress, file=sys.stderr):
-            try:
-                vol, notes = read_dicom_series(uid, series[uid])
-                summary.skipped += [("note", f"series {uid}: {n}") for n in notes]
-                yield vol
-            except ScanError as e:
-                summary.skipped.append(("scan", str(e)))
+        h.update(Path(annotations).read_bytes())
+    return h.hexdigest()
 
 
-def prepare(out, annotations, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_val=256, seed=0,
-            window=HU_WINDOW, progress=True) -> Summary:
-    """Cut every annotated nodule into a cube and write train/val split by series."""
+def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_val=256, seed=0,
+            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print) -> Summary:
+    """Cut every annotated nodule into a cube and write train/val split by series.
+
+    The nodules come from a LUNA16-format CSV (`annotations`) or, with `lidc_xml`, from
+    LIDC-IDRI's XML readings under the `dicom` folder (deepdensity.lidc). Scans already
+    cut by an interrupted run with the same settings are not read again (_ScanCache)."""
+    from tqdm import tqdm
+
     if bool(dicom) == bool(luna):
         raise DataError("give exactly one of --dicom DIR or --luna DIR")
+    if bool(annotations) == bool(lidc_xml):
+        raise DataError("give exactly one of --annotations CSV or --lidc-xml")
+    if lidc_xml and not dicom:
+        raise DataError("--lidc-xml reads the XML files next to DICOM series: use it with --dicom")
+    if n_val < 0:
+        raise DataError(f"--val must be >= 0 (validation cubes), got {n_val}")
     folder = Path(dicom or luna)
     if not folder.is_dir():
         raise DataError(f"{folder} is not a folder")
-    notes = read_annotations(annotations)
     summary = Summary()
-    per_series = defaultdict(list)
-    seen = set()
-    for vol in _volumes(dicom, luna, summary, progress):
-        summary.scans_read += 1
-        seen.add(vol.uid)
-        for xyz, diameter in notes.get(vol.uid, []):
-            if not vol.contains(xyz):
-                summary.skipped.append(("nodule", f"{vol.uid} at {np.round(xyz, 1).tolist()}: outside the volume"))
+    if lidc_xml:
+        from . import lidc
+        readings, xml_notes = lidc.read_folder(folder)
+        if not readings:
+            raise DataError(f"no LIDC XML readings (LidcReadMessage) under {folder}")
+        summary.skipped += [("note", n) for n in xml_notes]
+        notes = {uid: [] for uid in readings}      # filled per series below, once its geometry is known
+    else:
+        notes = read_annotations(annotations)
+    scans = _scans(dicom, luna, summary)
+    cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window, min_readers),
+                       say)
+    per_series, seen = defaultdict(list), set()
+    bar = tqdm(scans, desc="scans", unit="scan", disable=not progress, file=sys.stderr)
+    for uid, load in bar:
+        cached = cache.get(uid)
+        if cached is None:
+            before = len(summary.skipped)
+            try:
+                vol = load()
+            except ScanError as e:
+                summary.skipped.append(("scan", str(e)))
                 continue
-            hu, padded = cut_cube(vol, xyz, cube, spacing_mm)
-            summary.padded += padded
-            per_series[vol.uid].append((hu_to_unit(hu, window), xyz, diameter))
+            if lidc_xml and vol.uid in readings:
+                notes[vol.uid], why = lidc.nodules_of_volume(readings[vol.uid], vol, min_readers)
+                summary.skipped += [("note", f"series {vol.uid}: {w}") for w in why]
+            rows, padded = _cut_scan(vol, notes.get(vol.uid, []), cube, spacing_mm, window, summary)
+            cache.put(uid, rows, padded, summary.skipped[before:])
+        else:
+            rows, padded, skipped = cached
+            summary.skipped += skipped
+        summary.scans_read += 1
+        summary.padded += padded
+        seen.add(uid)
+        if rows:
+            per_series[uid] = rows
+        summary.nodules_written += len(rows)
+        bar.set_postfix(cubes=summary.nodules_written, skipped=sum(k != "note" for k, _ in summary.skipped))
+    bar.close()
     for uid in sorted(set(notes) - seen):
-        summary.skipped.append(("nodule", f"{len(notes[uid])} annotation(s) of {uid}: no scan with that seriesuid"))
+        what = "the XML readings" if lidc_xml else f"{len(notes[uid])} annotation(s)"
+        summary.skipped.append(("nodule", f"{what} of {uid}: no scan with that seriesuid"))
+    try:
+        _write_split(out, per_series, n_val, seed, summary, {
+            "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
+            "source": "luna16" if luna else "dicom", "created_by": "python -m deepdensity.data prepare",
+            "scans_read": summary.scans_read, "seed": seed,
+            "annotations": "lidc-xml" if lidc_xml else str(annotations),
+        }, cube)
+    except NotEnoughNodules:
+        summary.nodules_written = 0
+        cache.clear()               # the same settings would give the same verdict: nothing to keep
+        raise
+    cache.clear()
+    return summary
+
+
+def _cut_scan(vol: Volume, nodules, cube, spacing_mm, window, summary) -> tuple:
+    """([(cube in [0, 1], world xyz, diameter)], cubes padded with air) of one scan."""
+    rows, padded_count = [], 0
+    for xyz, diameter in nodules:
+        if not vol.contains(xyz):
+            summary.skipped.append(("nodule", f"{vol.uid} at {np.round(xyz, 1).tolist()}: outside the volume"))
+            continue
+        hu, padded = cut_cube(vol, xyz, cube, spacing_mm)
+        padded_count += padded
+        rows.append((hu_to_unit(hu, window), np.asarray(xyz, float), float(diameter)))
+    return rows, padded_count
+
+
+def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary, attrs: dict, cube: int) -> None:
+    """Split by scan (`n_val` cubes, whole scans at a time) and write the data file."""
     uids = sorted(per_series)
     total = sum(len(v) for v in per_series.values())
-    if total < 2 or len(uids) < 2:
-        raise DataError(f"only {total} nodule cube(s) from {len(uids)} scan(s): a train/validation split "
-                        f"by scan needs at least 2 scans with nodules")
+    if total == 0 or (n_val > 0 and len(uids) < 2):
+        need = ("a train/validation split by scan needs at least 2 scans with nodules (or pass --val 0 "
+                "for a training split only)" if n_val > 0 else "nothing to write")
+        raise NotEnoughNodules(f"only {total} nodule cube(s) from {len(uids)} scan(s) of {summary.scans_read} "
+                               f"read: {need}", summary)
     val_uids, n = [], 0
     for uid in np.random.default_rng(seed).permutation(uids):
         if n >= min(n_val, total - 1) or len(val_uids) == len(uids) - 1:
@@ -380,17 +550,14 @@ def prepare(out, annotations, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_
 
     def split(ids):
         rows = [(uid, *r) for uid in ids for r in per_series[uid]]
+        if not rows:                          # the validation split of --val 0
+            return Split(np.zeros((0,) + (cube,) * 3, np.float32), np.array([], dtype=object),
+                         np.zeros((0, 3)), np.zeros(0))
         return Split(np.stack([r[1] for r in rows]), np.array([r[0] for r in rows], dtype=object),
                      np.stack([r[2] for r in rows]), np.array([r[3] for r in rows], float))
 
     train_ids = [u for u in uids if u not in set(val_uids)]
-    write_cubes(out, split(train_ids), split(sorted(val_uids)), {
-        "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
-        "source": "luna16" if luna else "dicom", "created_by": "python -m deepdensity.data prepare",
-        "scans_read": summary.scans_read, "seed": seed,
-    })
-    summary.nodules_written = total
-    return summary
+    write_cubes(out, split(train_ids), split(sorted(val_uids)), attrs)
 
 
 # ------------------------------------------------------------------------------------
@@ -417,8 +584,9 @@ def synth_scan(rng: np.random.Generator, shape=(40, 96, 96), spacing=(0.7, 0.7, 
 
 
 def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos, series_uid: str,
-                       rng: Optional[np.random.Generator] = None) -> None:
-    """One CT image file per slice of hu[k, j, i]; with `rng`, shuffled random file names."""
+                       rng: Optional[np.random.Generator] = None) -> list:
+    """One CT image file per slice of hu[k, j, i]; with `rng`, shuffled random file names.
+    Returns the SOPInstanceUID of each slice k."""
     import pydicom
     from pydicom.dataset import FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
@@ -430,6 +598,7 @@ def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos
     names = [f"IM{i:05d}.dcm" for i in range(hu.shape[0])]
     if rng is not None:
         names = [f"{rng.integers(1 << 40):x}" for _ in names]   # no extension, no order
+    sop_uids = []
     for k in range(hu.shape[0]):
         meta = FileMetaDataset()
         meta.MediaStorageSOPClassUID = CTImageStorage
@@ -453,6 +622,8 @@ def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos
         ds.RescaleSlope, ds.RescaleIntercept = "1", "-1024"
         ds.PixelData = np.round(hu[k] + 1024).astype("<i2").tobytes()
         ds.save_as(folder / names[k], enforce_file_format=True)
+        sop_uids.append(str(ds.SOPInstanceUID))
+    return sop_uids
 
 
 def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") -> Path:
@@ -467,11 +638,15 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
         origin = np.array([-35.0, -40.0, -120.0 - 10 * s])
         direction = np.eye(3)
         uid = f"1.2.826.0.1.3680043.10.999.{seed}.{s}"
+        vol = Volume(hu, origin, spacing, direction, uid, "")
         if fmt == "dicom":
-            write_dicom_series(out_dir / f"scan{s}", hu, origin, spacing, direction[:, 0], direction[:, 1], uid, rng)
+            vol.slice_uids = tuple(write_dicom_series(out_dir / f"scan{s}", hu, origin, spacing, direction[:, 0],
+                                                      direction[:, 1], uid, rng))
+            # LIDC-style readings: four radiologists who agree on every nodule
+            from .lidc import write_xml
+            write_xml(out_dir / f"scan{s}" / "readings.xml", uid, [list(zip(centres, diameters))] * 4, vol)
         else:
             write_metaimage(out_dir / f"{uid}.mhd", hu, origin, spacing, direction)
-        vol = Volume(hu, origin, spacing, direction, uid, "")
         for c, d in zip(centres, diameters):
             x, y, z = vol.index_to_world(c)
             rows.append([uid, f"{x:.3f}", f"{y:.3f}", f"{z:.3f}", f"{d:.2f}"])

@@ -111,3 +111,25 @@ def test_input_independent_loss_is_keras_msle_of_the_mean_cube():
     assert data.input_independent_loss(train, val) == pytest.approx(float(keras), rel=1e-5)
     assert data.input_independent_loss(train, np.broadcast_to(train.mean(axis=0), (3, 4, 4, 4))) == \
         pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("values, message", [((-1000.0, 400.0), "raw Hounsfield units"),
+                                             ((0.0, 1.5), "values in \\[0, 1.5\\]"),
+                                             ((-0.01, 1.0), "not intensities windowed to \\[0, 1\\]")])
+def test_cubes_outside_the_unit_window_are_refused(tmp_path, values, message):
+    path = tmp_path / "raw.h5"
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        f["train/cubes"] = rng.uniform(*values, (4, 8, 8, 8)).astype("f4")
+        f["train/cubes"][0, 0, 0, 0], f["train/cubes"][0, 0, 0, 1] = values
+        f["val/cubes"] = np.zeros((4, 8, 8, 8), "f4")
+    with pytest.raises(data.DataError, match=message):
+        data.load_cubes(path)
+
+
+def test_cubes_on_the_window_edges_and_float_rounding_load(tmp_path):
+    path = tmp_path / "edges.h5"
+    with h5py.File(path, "w") as f:
+        f["train/cubes"] = np.array([0.0, 1.0, 1.0 + 1e-7, -1e-7], "f4").reshape(4, 1) * np.ones((4, 8), "f4")
+        f["val/cubes"] = np.ones((2, 8), "f4")
+    assert data.load_cubes(path).train.max() == pytest.approx(1.0, abs=1e-6)

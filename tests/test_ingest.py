@@ -12,7 +12,7 @@ from pydicom.data import get_testdata_file
 
 from conftest import run
 from deepdensity import ingest
-from deepdensity.data import DataError
+from deepdensity.data import DataError, load_cubes
 
 TESTDATA = Path(get_testdata_file("CT_small.dcm", download=False)).parent
 DIRTESTS = TESTDATA / "dicomdirtests"
@@ -75,7 +75,7 @@ def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
 def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
     scans = tmp_path / "scans"
     csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
-    files = [p for p in (scans / "scan0").iterdir()]
+    files = [p for p in (scans / "scan0").iterdir() if p.name != "readings.xml"]
     assert all("." not in p.name for p in files), "random names with no extension"
     out = tmp_path / "cubes.h5"
     proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans),
@@ -118,6 +118,24 @@ def test_nodule_at_the_edge_is_padded_with_air_not_dropped(tmp_path):
     assert np.allclose(cube[:, :, :7], -1000.0) and np.allclose(cube[:, :, 8:], 40.0)
 
 
+def test_resampling_is_trilinear_and_blends_with_air_one_voxel_beyond_the_scan():
+    # a linear field is reproduced exactly by trilinear interpolation anywhere inside
+    k, j, i = np.meshgrid(np.arange(9), np.arange(8), np.arange(7), indexing="ij")
+    hu = (3.0 * k - 2.0 * j + 0.5 * i + 7.0).astype(np.float32)
+    spacing = np.array([0.7, 0.8, 1.3])                      # x, y, z mm
+    vol = ingest.Volume(hu, np.zeros(3), spacing, np.eye(3), "u", "")
+    centre = np.array([2.9, 2.6, 5.2])                     # x, y, z mm: well inside
+    cube, padded = ingest.cut_cube(vol, centre, 4, 0.5)
+    offsets = (np.arange(4) - 1.5) * 0.5
+    z, y, x = np.meshgrid(*(centre[::-1, None] + offsets), indexing="ij")
+    want = 3.0 * z / 1.3 - 2.0 * y / 0.8 + 0.5 * x / 0.7 + 7.0
+    assert not padded and np.allclose(cube, want, atol=1e-4)
+    # half a voxel beyond the last slice: half the edge value, half air
+    flat = ingest.Volume(np.full((4, 4, 4), 100.0, np.float32), np.zeros(3), np.ones(3), np.eye(3), "u", "")
+    cube, padded = ingest.cut_cube(flat, [1.5, 1.5, 3.0], 2, 1.0, fill=-1000.0)   # z = 2.5, 3.5
+    assert padded and np.allclose(cube[1], (100.0 - 1000.0) / 2) and np.allclose(cube[0], 100.0)
+
+
 def test_metaimage_reader_against_the_header(tmp_path):
     # x-fastest data; the header's DimSize is x y z and the array comes back z y x
     data = np.arange(2 * 3 * 4, dtype="<i2").reshape(4, 3, 2)   # (z, y, x)
@@ -135,15 +153,63 @@ def test_metaimage_reader_against_the_header(tmp_path):
     np.testing.assert_allclose(vol.world_to_index(vol.index_to_world([1.5, 2.0, 0.5])), [1.5, 2.0, 0.5])
 
 
+@pytest.mark.parametrize("layout", ["mha", "zraw", "big-endian"])
+def test_one_file_mha_compressed_zraw_and_byte_order_read_alike(tmp_path, layout):
+    import zlib
+    data = (np.arange(2 * 3 * 4) * 37 - 400).astype("<i2").reshape(4, 3, 2)
+    header = ("ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
+              "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n")
+    if layout == "mha":
+        path = tmp_path / "v.mha"
+        path.write_bytes((header + "ElementDataFile = LOCAL\n").encode() + data.tobytes())
+    elif layout == "zraw":
+        packed = zlib.compress(data.tobytes())
+        (tmp_path / "v.zraw").write_bytes(packed)
+        path = tmp_path / "v.mhd"
+        path.write_text(header + f"CompressedData = True\nCompressedDataSize = {len(packed)}\n"
+                        "ElementDataFile = v.zraw\n")
+    else:
+        (tmp_path / "v.raw").write_bytes(data.astype(">i2").tobytes())
+        path = tmp_path / "v.mhd"
+        path.write_text(header + "ElementByteOrderMSB = True\nElementDataFile = v.raw\n")
+    vol = ingest.read_metaimage(path)
+    np.testing.assert_array_equal(vol.hu, data)
+    np.testing.assert_allclose(vol.index_to_world([1, 1, 1]), [10 - 0.6, 20 + 0.5, 32.5])
+
+
 def test_truncated_raw_and_missing_raw_are_clear(tmp_path):
     ingest.write_metaimage(tmp_path / "a.mhd", np.zeros((4, 5, 6)), np.zeros(3), np.ones(3), np.eye(3))
     raw = (tmp_path / "a.raw").read_bytes()
     (tmp_path / "a.raw").write_bytes(raw[:-10])
-    with pytest.raises(ingest.ScanError, match="truncated"):
+    with pytest.raises(ingest.ScanError, match="data not read completely; ideal = 240 : actual = 230"):
         ingest.read_metaimage(tmp_path / "a.mhd")
     (tmp_path / "a.raw").unlink()
-    with pytest.raises(ingest.ScanError, match="data file a.raw is missing"):
+    with pytest.raises(ingest.ScanError, match="Cannot open data file"):
         ingest.read_metaimage(tmp_path / "a.mhd")
+
+
+@pytest.mark.parametrize("field, bad, message", [
+    ("ElementSpacing", "0.7 0.7 thick", "ElementSpacing = '0.7 0.7 thick' is not 3 number"),
+    ("ElementSpacing", "0.7 0.7", "is not 3 number"),
+    ("ElementSpacing", "0.7 0 1", "is not positive"),
+    ("DimSize", "6 5", "DimSize = '6 5' is not 3 number"),
+    ("DimSize", "6 5 4.5", "DimSize"),
+    ("Offset", "1 2 nan", "Offset"),
+    ("TransformMatrix", "1 0 0 0 1 0 0 0", "TransformMatrix"),
+    ("NDims", "three", "NDims = 'three' is not 1 number"),
+])
+def test_malformed_metaimage_fields_skip_that_scan_with_the_reason(tmp_path, field, bad, message):
+    scans = tmp_path / "luna"
+    csv_path = ingest.synth_scans(scans, n_scans=3, seed=2, fmt="mhd")
+    victim = sorted(scans.rglob("*.mhd"))[0]
+    lines = victim.read_text().splitlines()
+    lines = [f"{field} = {bad}" if ln.split("=")[0].strip() == field else ln for ln in lines]
+    victim.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ingest.ScanError, match=message):
+        ingest.read_metaimage(victim)
+    summary = ingest.prepare(tmp_path / "o.h5", csv_path, luna=str(scans), n_val=1, progress=False)
+    assert summary.scans_read == 2
+    assert any(kind == "scan" and str(victim) in why and field in why for kind, why in summary.skipped)
 
 
 # ------------------------------------------------------------------ pydicom's real files
@@ -221,6 +287,15 @@ def test_undecodable_compressed_pixels_name_the_package():
         ingest.slice_hu(path)
 
 
+def test_a_spreadsheets_csv_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffseriesuid,coordX,coordY,coordZ,diameter_mm\r\n1.2.3,-10.5,2,3.25,6\r\n".encode("utf-8"))
+    got = ingest.read_annotations(path)
+    assert list(got) == ["1.2.3"]
+    (xyz, d), = got["1.2.3"]
+    assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
+
+
 def test_bad_inputs_of_prepare(tmp_path):
     with pytest.raises(DataError, match="not found"):
         ingest.read_annotations(tmp_path / "none.csv")
@@ -231,6 +306,9 @@ def test_bad_inputs_of_prepare(tmp_path):
     bad.write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n1,a,3,4,5\n")
     with pytest.raises(DataError, match="line 2"):
         ingest.read_annotations(bad)
+    bad.write_bytes("seriesuid,coordX,coordY,coordZ,diameter_mm\nnodule-é,1,3,4,5\n".encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8 text.*save it as UTF-8 CSV"):
+        ingest.read_annotations(bad)
     (tmp_path / "empty").mkdir()
     write_csv(tmp_path / "ok.csv", [["1", "0", "0", "0", "5"]])
     with pytest.raises(DataError, match="no DICOM image series"):
@@ -239,3 +317,68 @@ def test_bad_inputs_of_prepare(tmp_path):
                 "--annotations", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o.h5")], check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error: no .mhd") and "Traceback" not in proc.stderr
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_when_every_nodule_is_refused_the_summary_comes_before_the_error(tmp_path):
+    scans = tmp_path / "luna"
+    ingest.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
+    notes = tmp_path / "far.csv"
+    write_csv(notes, [["9.9.9", "0", "0", "0", "5"], ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])
+    out = tmp_path / "o.h5"
+    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(scans),
+                "--annotations", str(notes), "--out", str(out)], check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "scans read: 2" in proc.stdout and "skipped: 2" in proc.stdout
+    assert "no scan with that seriesuid" in proc.stdout and "outside the volume" in proc.stdout
+    assert proc.stderr.startswith("error: only 0 nodule cube(s) from 0 scan(s) of 2 read")
+    assert not out.exists()
+
+
+def test_one_scan_with_val_0_writes_a_training_split_only(tmp_path):
+    scans = tmp_path / "luna"
+    csv_path = ingest.synth_scans(scans, n_scans=1, seed=3, fmt="mhd")
+    out = tmp_path / "one.h5"
+    with pytest.raises(DataError, match="or pass --val 0"):
+        ingest.prepare(out, csv_path, luna=str(scans), progress=False)
+    summary = ingest.prepare(out, csv_path, luna=str(scans), n_val=0, progress=False)
+    n = sum(len(v) for v in ingest.read_annotations(csv_path).values())
+    assert summary.nodules_written == n >= 1
+    with h5py.File(out) as f:
+        assert f["train/cubes"].shape == (n, 16, 16, 16) and f["val/cubes"].shape == (0, 16, 16, 16)
+    with pytest.raises(DataError, match="val/cubes is empty.*--val 0"):
+        load_cubes(out)
+    with pytest.raises(DataError, match="--val must be >= 0"):
+        ingest.prepare(out, csv_path, luna=str(scans), n_val=-1, progress=False)
+
+
+def test_an_interrupted_prepare_resumes_without_reading_finished_scans(tmp_path, monkeypatch):
+    scans = tmp_path / "luna"
+    csv_path = ingest.synth_scans(scans, n_scans=3, seed=4, fmt="mhd")
+    fresh = tmp_path / "fresh.h5"
+    ingest.prepare(fresh, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
+    real, reads = ingest.read_metaimage, []
+
+    def interrupted_on_the_second(path):
+        reads.append(Path(path).stem)
+        if len(reads) == 2:
+            raise KeyboardInterrupt
+        return real(path)
+    monkeypatch.setattr(ingest, "read_metaimage", interrupted_on_the_second)
+    out = tmp_path / "out.h5"
+    with pytest.raises(KeyboardInterrupt):
+        ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
+    assert not out.exists() and len(list(Path(f"{out}.partial").glob("*.npz"))) == 1
+    said = []
+    summary = ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
+    assert reads[2:] == sorted(p.stem for p in scans.glob("*.mhd"))[1:], "the finished scan is not read again"
+    assert "resuming: 1 scan(s) already cut" in said[0] and summary.scans_read == 3
+    assert not Path(f"{out}.partial").exists()
+    with h5py.File(fresh) as a, h5py.File(out) as b:
+        for split in ("train", "val"):
+            np.testing.assert_array_equal(a[f"{split}/cubes"][:], b[f"{split}/cubes"][:])
+    # a partial run with other settings is discarded, not mixed in
+    Path(f"{out}.partial").mkdir()
+    (Path(f"{out}.partial") / "key.txt").write_text("other")
+    said = []
+    ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
+    assert "discarding" in said[0]

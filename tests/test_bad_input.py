@@ -1,0 +1,287 @@
+"""Careless input to the three command lines, one row per case: every one is refused with
+exactly one `error:` line on stderr, exit status 2, no traceback, and no file or folder
+left behind. The CLIs run in this process (their `main`), so a traceback here is an
+exception escaping `main`, which fails the test."""
+import importlib.util
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from deepdensity import data as data_cli
+from deepdensity import repro
+
+_spec = importlib.util.spec_from_file_location("train_cli", ROOT / "train.py")
+train_cli = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_cli)
+
+CSV_HEADER = "seriesuid,coordX,coordY,coordZ,diameter_mm\n"
+
+
+def cubes_file(path, train, val):
+    with h5py.File(path, "w") as f:
+        f["train/cubes"], f["val/cubes"] = train, val
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, smoke_data):
+    """Every bad input of the table, written once."""
+    d = tmp_path_factory.mktemp("bad")
+    rng = np.random.default_rng(0)
+    unit = rng.random((64, 16, 16, 16), dtype=np.float32)
+    cubes_file(d / "raw_hu.h5", (unit * 1400 - 1000), unit[:8] * 1400 - 1000)
+    nan = unit.copy()
+    nan[3, 1, 2, 3] = np.nan
+    cubes_file(d / "nan.h5", nan, unit[:8])
+    cubes_file(d / "flat.h5", unit[:, :, :, :8], unit[:8, :, :, :8])
+    cubes_file(d / "val_empty.h5", unit, unit[:0])
+    raw = smoke_data.read_bytes()
+    (d / "truncated.h5").write_bytes(raw[: len(raw) // 3])
+    (d / "latin1.yaml").write_bytes("# réglages\nbase_lr: 0.002\n".encode("latin-1"))
+    (d / "int_key.yaml").write_text("1: 0.002\n")
+    (d / "list.yaml").write_text("- base_lr\n")
+    (d / "broken.yaml").write_text("base_lr: [1,\n")
+    (d / "latin1.csv").write_bytes((CSV_HEADER + "nodule-é,1,2,3,5\n").encode("latin-1"))
+    (d / "columns.csv").write_text("uid,x,y,z\n1,2,3,4\n")
+    (d / "words.csv").write_text(CSV_HEADER + "1.2.3,left,2,3,5\n")
+    (d / "good.csv").write_text(CSV_HEADER + "1.2.3,1,2,3,5\n")
+    (d / "empty_dir").mkdir()
+    (d / "bad_xml").mkdir()
+    (d / "bad_xml" / "069.xml").write_text("<LidcReadMessage><readingSession>")
+    (d / "a_file").write_text("")
+    held = d / "held"                       # a run folder, as a run leaves it after one epoch
+    held.mkdir()
+    (held / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
+    (held / "config.json").write_text(json.dumps({"mode": "strong"}))
+    half = d / "half_state"
+    shutil.copytree(held, half)
+    (half / "state.json").write_text('{"epoch": 0, "elapsed')
+    no_config = d / "no_config"
+    no_config.mkdir()
+    (no_config / "state.json").write_text('{"epoch": 0, "elapsed_s": 1.0, "checkpoint": "ckpt/epoch-0001"}')
+    lacking = d / "lacking_state"
+    shutil.copytree(held, lacking)
+    (lacking / "state.json").write_text('{"epoch": "one"}')
+    for name, text in {
+        "p_train_typo": "train: {bas_lr: 0.01}\n",
+        "p_train_range": "train: {beta_1: 1.5}\n",
+        "p_workers_scalar": "workers: 4\n",
+        "p_no_seeds": "seeds: []\n",
+        "p_neg_seed": "seeds: [-1]\n",
+        "p_data_small": "data: {n: 10, val: 20}\n",
+        "p_data_key": "data: {n: 100, vall: 20}\n",
+        "p_calibration": "calibration_epochs: 0\n",
+        "p_modes": "modes: [fast]\n",
+        "p_target": "target_loss: -1\n",
+        "p_base_lr": "base_lr: 0\n",
+        "p_train_list": "train: [1, 2]\n",
+        "p_int_key": "1: 2\n",
+        "p_dup_workers": "workers: [1, 2, 2]\n",
+    }.items():
+        (d / f"{name}.yaml").write_text(text)
+    (d / "p_latin1.yaml").write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
+    return d
+
+
+SMOKE = ["--config", str(ROOT / "configs" / "smoke.yaml")]
+
+# (cli, argv with {d} for the files folder and {data} for a good data file, words of the error)
+CASES = [
+    # train.py: the config schema
+    ("train", ["--set", "bogus=1"], "unknown config key 'bogus'"),
+    ("train", ["--set", "batch_size=big"], "batch_size expects an integer"),
+    ("train", ["--set", "base_lr=inf"], "base_lr must be a finite number"),
+    ("train", ["--set", "base_lr=nan"], "base_lr must be a finite number"),
+    ("train", ["--set", "beta_1=1"], "beta_1 must be in [0, 1)"),
+    ("train", ["--set", "seed=-1"], "seed must be in [0, 2^32)"),
+    ("train", ["--set", "epsilon=0"], "epsilon must be a finite number > 0"),
+    ("train", ["--set", "target_loss=-1"], "target_loss must be"),
+    ("train", ["--set", "n_components=0"], "n_components must be >= 1"),
+    ("train", ["--set", "conv_filters=[8,8]"], "must have the same length"),
+    ("train", ["--set", "xla=maybe"], "xla must be one of"),
+    ("train", ["--set", "epoch_definition=pass"], "epoch_definition must be one of"),
+    ("train", ["--set", "max_train_cubes=16"], "fewer than one batch"),
+    ("train", ["--emulate-workers", "3"], "3 does not divide 32"),
+    ("train", ["--emulate-workers", "0"], "--emulate-workers must be >= 1"),
+    # train.py: config files
+    ("train", ["--config", "{d}/latin1.yaml"], "is not UTF-8 text"),
+    ("train", ["--config", "{data}"], "is an HDF5 file, not text"),
+    ("train", ["--config", "{d}/int_key.yaml"], "key 1 is not a setting name"),
+    ("train", ["--config", "{d}/list.yaml"], "must hold a mapping"),
+    ("train", ["--config", "{d}/broken.yaml"], "is not valid YAML"),
+    ("train", ["--config", "{d}/missing.yaml"], "not found"),
+    ("train", ["--config", "{d}/empty_dir"], "is a folder"),
+    # train.py: data
+    ("train", ["--set", "data_path={d}/raw_hu.h5"], "raw Hounsfield units"),
+    ("train", ["--set", "data_path={d}/nan.h5"], "NaN or inf"),
+    ("train", ["--set", "data_path={d}/flat.h5"], "expected (N, G, G, G)"),
+    ("train", ["--set", "data_path={d}/truncated.h5"], "cannot be read"),
+    ("train", ["--set", "data_path={d}/val_empty.h5"], "/val/cubes is empty"),
+    ("train", ["--set", "data_path={d}/nope.h5"], "does not exist"),
+    ("train", ["--set", "data_path={d}/good.csv"], "is not an HDF5 file"),
+    # train.py: run folders
+    ("train", ["--out", "{d}/a_file/run"], "cannot write to output folder"),
+    ("train", ["--out", "{d}/held"], "already holds a run"),
+    ("train", ["--out", "{d}/half_state", "--resume"], "state.json is damaged"),
+    ("train", ["--out", "{d}/lacking_state", "--resume"], "state.json is damaged (no epoch"),
+    ("train", ["--out", "{d}/no_config", "--resume"], "config.json is missing"),
+    # python -m deepdensity.data
+    ("data", ["synth", "--out", "{d}/s.h5", "--cube", "2"], "--cube must be at least 4"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5"],
+     "no .mhd or .mha files"),
+    ("data", ["prepare", "--luna", "{d}/nowhere", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5"],
+     "is not a folder"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/latin1.csv", "--out", "{d}/o.h5"],
+     "not UTF-8 text"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/none.csv", "--out", "{d}/o.h5"],
+     "not found"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/columns.csv", "--out", "{d}/o.h5"],
+     "missing column"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/words.csv", "--out", "{d}/o.h5"],
+     "line 2: coordinates and diameter must be numbers"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{data}", "--out", "{d}/o.h5"],
+     "is an HDF5 file"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
+              "--val", "-1"], "--val must be >= 0"),
+    ("data", ["prepare", "--dicom", "{d}/bad_xml", "--lidc-xml", "--out", "{d}/o.h5"], "not well-formed XML"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--lidc-xml", "--out", "{d}/o.h5"], "use it with --dicom"),
+    ("data", ["prepare", "--dicom", "{d}/empty_dir", "--out", "{d}/o.h5"], "exactly one of --annotations"),
+    # python -m deepdensity.repro
+    ("repro", ["--preset", "nope"], "no study preset 'nope'"),
+    ("repro", ["--preset", "{d}/p_latin1.yaml"], "is not UTF-8 text"),
+    ("repro", ["--preset", "{d}/p_train_typo.yaml"], "unknown config key 'bas_lr' (did you mean base_lr?)"),
+    ("repro", ["--preset", "{d}/p_train_range.yaml"], "beta_1 must be in [0, 1)"),
+    ("repro", ["--preset", "{d}/p_train_list.yaml"], "train must be a mapping"),
+    ("repro", ["--preset", "{d}/p_workers_scalar.yaml"], "workers must be a non-empty list"),
+    ("repro", ["--preset", "{d}/p_dup_workers.yaml"], "lists a value twice"),
+    ("repro", ["--preset", "{d}/p_no_seeds.yaml"], "seeds must be a non-empty list"),
+    ("repro", ["--preset", "{d}/p_neg_seed.yaml"], "seeds must be a non-empty list of integers >= 0"),
+    ("repro", ["--preset", "{d}/p_data_small.yaml"], "data needs integers n > val > 0"),
+    ("repro", ["--preset", "{d}/p_data_key.yaml"], "unknown data keys ['vall']"),
+    ("repro", ["--preset", "{d}/p_calibration.yaml"], "calibration_epochs must be an integer >= 1"),
+    ("repro", ["--preset", "{d}/p_modes.yaml"], "modes must be a non-empty list"),
+    ("repro", ["--preset", "{d}/p_target.yaml"], "target_loss must be null"),
+    ("repro", ["--preset", "{d}/p_base_lr.yaml"], "base_lr must be 'edge' or a positive number"),
+    ("repro", ["--preset", "{d}/p_int_key.yaml"], "key 1 is not a setting name"),
+]
+
+
+def tree(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def run_cli(cli, argv, tmp_path):
+    if cli == "train":
+        return train_cli.main(["--mode", "strong", *SMOKE, *argv]
+                              + ([] if "--out" in argv else ["--out", str(tmp_path / "out" / "run")]))
+    if cli == "data":
+        return data_cli.main(argv)
+    return repro.main([*argv, "--runs", str(tmp_path / "out" / "runs"),
+                       "--reports", str(tmp_path / "out" / "reports")])
+
+
+@pytest.mark.parametrize("cli, argv, message", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_input_is_one_error_line_exit_2_and_leaves_nothing(files, smoke_data, tmp_path, capsys,
+                                                              cli, argv, message):
+    argv = [a.format(d=files, data=smoke_data) for a in argv]
+    if cli == "train" and not any(a.startswith("data_path=") for a in argv):
+        argv += ["--set", f"data_path={smoke_data}"]
+    (tmp_path / "out").mkdir()
+    before = tree(files), tree(tmp_path)
+    status = run_cli(cli, argv, tmp_path)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert status == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert (tree(files), tree(tmp_path)) == before, "a refused command leaves nothing behind"
+
+
+def test_the_table_covers_the_three_command_lines():
+    counts = {cli: sum(c[0] == cli for c in CASES) for cli in ("train", "data", "repro")}
+    assert sum(counts.values()) >= 40 and min(counts.values()) >= 8, counts
+
+
+# --------------------------------------------------------------------------------------
+# Property: a random single-field corruption is refused as bad input, never a crash.
+# --------------------------------------------------------------------------------------
+JUNK = ["", "abc", -1, 0, 0.5, 1e308, "inf", "nan", "-inf", [1], [1, "a"], {"a": 1}, True, None,
+        -2 ** 40, 2 ** 70, "1e-3", "[3, 3]", "\u00e9"]
+
+
+def test_a_corrupted_config_field_is_a_config_error_or_a_valid_config(tmp_path):
+    import yaml
+
+    from deepdensity.config import FIELDS, ConfigError, load, validate
+    rng = np.random.default_rng(0)
+    outcomes = {"refused": 0, "accepted": 0}
+    for key in FIELDS:
+        for junk in rng.permutation(np.array(JUNK, dtype=object))[:8]:
+            path = tmp_path / "c.yaml"
+            path.write_text(yaml.safe_dump({key: junk}, allow_unicode=True), encoding="utf-8")
+            try:
+                cfg = load(str(path))
+            except ConfigError:
+                outcomes["refused"] += 1
+                continue
+            validate(cfg)           # accepted values passed every range check
+            outcomes["accepted"] += 1
+    assert outcomes["refused"] > outcomes["accepted"] > 0, outcomes
+
+
+def _corruptions(good, rng):
+    """(name, writer) pairs: each writes a copy of `good` with one thing broken."""
+    raw = good.read_bytes()
+
+    def truncate(p):
+        p.write_bytes(raw[: int(rng.integers(1, len(raw)))])
+
+    def flip(p):
+        b = bytearray(raw)
+        for i in rng.integers(0, len(b), 16):
+            b[i] ^= 0xFF
+        p.write_bytes(bytes(b))
+
+    def edit(change):
+        def write(p):
+            shutil.copy(good, p)
+            with h5py.File(p, "a") as f:
+                change(f)
+        return write
+
+    def replace(name, value):
+        def change(f):
+            del f[name]
+            f[name] = value
+        return change
+
+    return [
+        ("truncate", truncate), ("flip", flip),
+        ("no val", edit(lambda f: f.__delitem__("val"))),
+        ("cubes are strings", edit(replace("train/cubes", np.array([b"a", b"b"])))),
+        ("cubes are a scalar", edit(replace("val/cubes", 3.0))),
+        ("cubes are 5-D", edit(replace("train/cubes", np.zeros((2, 4, 4, 4, 4), "f4")))),
+        ("cubes are int", edit(replace("val/cubes", np.ones((2, 16, 16, 16), "i4") * 7))),
+        ("cubes are complex", edit(replace("val/cubes", np.ones((2, 16, 16, 16), "c8")))),
+        ("train is a dataset", edit(replace("train", np.zeros(3)))),
+        ("negative", edit(replace("val/cubes", -np.ones((2, 16, 16, 16), "f4")))),
+    ]
+
+
+def test_a_corrupted_data_file_is_a_data_error_or_loads(tmp_path, smoke_data):
+    from deepdensity.data import DataError, load_cubes
+    rng = np.random.default_rng(1)
+    refused = 0
+    for round_ in range(3):                     # truncation and flips land elsewhere each round
+        for name, write in _corruptions(smoke_data, rng):
+            path = tmp_path / f"{round_}-{name}.h5"
+            write(path)
+            try:
+                cubes = load_cubes(path)
+            except DataError:
+                refused += 1
+                continue
+            assert cubes.train.dtype == np.float32 and 0 <= cubes.train.min() and cubes.train.max() <= 1 + 1e-6, name
+    assert refused >= 3 * 9
