@@ -84,6 +84,9 @@ class Config:
     # tiny ops that XLA fuses: 1.3 ms less per step at batch 32, K = 50), "step" (the whole
     # training step: 7x slower on the 2-core CPU, make bench prints it) or "off".
     xla: str = "coefficients"
+    # TensorBoard (rank 0, `--out DIR` -> DIR/tb/): central slices of validation cubes next to
+    # what the model renders, every this many epochs (0 = scalars only).
+    tensorboard_images_every: int = 5
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -233,6 +236,7 @@ def validate(cfg: Config) -> None:
         (cfg.epoch_definition in EPOCH_DEFINITIONS,
          f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
         (cfg.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
+        (cfg.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
     ]
     for ok, msg in checks:
         if not ok:

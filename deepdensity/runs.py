@@ -29,6 +29,7 @@ RESUMABLE = {
     "max_pass_batch": "memory only: the same average gradient",
     "xla": "speed only: the same arithmetic",
     "deterministic": "kernel choice only",
+    "tensorboard_images_every": "what is logged only",
 }
 
 START_AFRESH = "start afresh with another --out (or delete the folder)"

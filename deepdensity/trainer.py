@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from . import dist, rules
+from . import dist, rules, watch
 from .config import Config, ConfigError
 from .data import DataError, load_cubes, to_density
 from .runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes, write_atomic
@@ -231,6 +231,8 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
                            progress=verbose and is_chief, val_history=val_history, agree=agree,
                            resumed_state=state)
     callbacks = backend.callbacks() + [_PolicyLR(p, steps), study]
+    if is_chief and out:    # Horovod: rank 0 alone writes TensorBoard logs (after `study` puts lr in the logs)
+        callbacks += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
     model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
               steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     result = study.result()
@@ -299,11 +301,12 @@ class _StudyCallback(tf.keras.callbacks.Callback):
                             desc=f"{self.p.mode} N={self.p.workers}", unit="epoch", file=sys.stderr)
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
+        logs = {} if logs is None else logs   # the same dict the later callbacks get
         seconds = self.elapsed()              # stop mark: after this epoch's validation
         loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))
         # What the optimizer held for the epoch's last batch, read back, not recomputed.
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        logs["lr"] = lr                       # for TensorBoard, which runs after this callback
         self.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
         reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs,
                                    self.val_history, self.cfg.stall_patience)
