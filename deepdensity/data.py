@@ -273,6 +273,15 @@ def load_cubes(path, expect_grid: Optional[int] = None) -> Cubes:
     return Cubes(arrays["train"].astype(np.float32), arrays["val"].astype(np.float32), attrs)
 
 
+def read_columns(path, split: str) -> dict:
+    """The per-cube columns beside a split's cubes (seriesuid, world_xyz, diameter_mm, ...),
+    those the file has; call after load_cubes has checked the file."""
+    with h5py.File(path, "r") as f:
+        g = f[split]
+        return {k: (g[k].asstr()[...] if h5py.check_string_dtype(g[k].dtype) else g[k][...])
+                for k in g if k != "cubes" and isinstance(g[k], h5py.Dataset) and len(g[k].shape) >= 1}
+
+
 def to_density(cubes: np.ndarray) -> tuple:
     """Scale each cube so its voxels integrate to 1 over [-1, 1]^n (cell volume (2/G)^n).
 

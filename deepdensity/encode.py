@@ -1,0 +1,114 @@
+"""The mixture a trained model infers for every cube: `python -m deepdensity.encode`.
+
+    python -m deepdensity.encode --run runs/x --data data/luna.h5 --out params.h5 [--density]
+
+For each cube of the data file (both splits, or `--split`), in the output's /train and
+/val groups: `latent` (B, l), the encoder's y (eq. 9); `alpha` (B, K); `mu` (B, K, n) and
+`cov` (B, K, n, n) in the cube's own coordinates, [-1, 1]^n over the cube's cell centres'
+extent, component d along array axis d (cube[z, y, x]: d = 0 is z); where the data file
+holds world positions (`world_xyz`, attribute `spacing_mm`, 3-D), also `mu_world_mm`
+(B, K, 3) as x, y, z in millimetres and `cov_world_mm2` (B, K, 3, 3) in the same axes;
+`seriesuid`; and with `--density` the rendered density (B, G, G, G), which is what
+`layers.mixture_density(layers.grid_points(G, n), alpha, mu, cov)` gives back.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from .data import DataError, load_cubes, read_columns
+from .runs import DamagedRun
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def cube_to_world(points: np.ndarray, centre_xyz: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarray:
+    """World x, y, z (mm) of points (..., 3) in cube coordinates (array-axis order z, y, x):
+    cell centre u = -1 + (2i + 1) / G lies (i - (G - 1) / 2) * spacing from the cube's centre,
+    so one cube unit is G * spacing / 2 mm. `centre_xyz` broadcasts against points[..., 0]."""
+    return np.asarray(centre_xyz)[..., None, :] + (grid_size * spacing_mm / 2) * points[..., ::-1]
+
+
+def cov_to_world(cov: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarray:
+    """Covariances (..., 3, 3) of cube coordinates as mm^2 on the world axes x, y, z."""
+    return (grid_size * spacing_mm / 2) ** 2 * cov[..., ::-1, ::-1]
+
+
+def encode_split(run, cubes: np.ndarray, batch: int, density: bool, progress: bool) -> dict:
+    from tqdm import tqdm
+
+    from .trained import batches
+    parts = []
+    spans = list(batches(len(cubes), batch))
+    for span in tqdm(spans, desc="encode", unit="batch", disable=not progress, file=sys.stderr):
+        x, _ = run.model_input(cubes[span])
+        out = run.encode(x)
+        if density:
+            out["density"] = run.model(x, training=False).numpy()[..., 0]
+        parts.append(out)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--run", required=True, help="a run folder with weights.h5 and config.json")
+    ap.add_argument("--data", required=True, help="cubes in deepdensity's HDF5 layout")
+    ap.add_argument("--out", required=True, help="output .h5")
+    ap.add_argument("--split", choices=("train", "val", "all"), default="all")
+    ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass")
+    ap.add_argument("--density", action="store_true", help="also store the rendered densities")
+    args = ap.parse_args(argv)
+    try:
+        if args.batch < 1:
+            raise DataError("--batch must be >= 1")
+        write_params(args)
+    except (DataError, DamagedRun, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def write_params(args) -> None:
+    from .trained import TrainedRun
+    cubes = load_cubes(args.data)
+    run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
+    world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
+                            "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
+                                           "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
+            for split in (("train", "val") if args.split == "all" else (args.split,)):
+                params = encode_split(run, getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
+                columns = read_columns(args.data, split)
+                if world and "world_xyz" in columns:
+                    params["mu_world_mm"] = cube_to_world(params["mu"], columns["world_xyz"], cubes.grid_size,
+                                                          float(cubes.attrs["spacing_mm"]))
+                    params["cov_world_mm2"] = cov_to_world(params["cov"], cubes.grid_size,
+                                                           float(cubes.attrs["spacing_mm"]))
+                g = f.create_group(split)
+                for k, v in params.items():
+                    g.create_dataset(k, data=v, compression="gzip" if v.ndim > 2 else None)
+                if "seriesuid" in columns:
+                    g.create_dataset("seriesuid", data=columns["seriesuid"].astype(object), dtype=h5py.string_dtype())
+                print(f"{split}: {len(params['alpha'])} cubes encoded")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""A finished run's model, opened for use: its settings, its weights, and the two halves
+the paper's section V names, the encoder (cube -> latent y, eq. 9, and the mixture's
+parameters, eqs. 10-13) and the decoder (y -> rendered density), for `encode` and
+`generate`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from .config import FIELDS, Config, ConfigError, apply
+from .data import DataError, to_density
+from .layers import covariance
+from .model import build_model
+from .runs import DamagedRun, read_json
+
+
+class TrainedRun:
+    """`TrainedRun(run_dir, grid_size, ndim)`: the model of `run_dir/weights.h5`."""
+
+    def __init__(self, run_dir, grid_size: int, ndim: int):
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise DataError(f"run folder {run_dir} does not exist")
+        weights = run_dir / "weights.h5"
+        if not weights.is_file():
+            raise DataError(f"{run_dir} holds no weights.h5: train it to the end first (train.py --out {run_dir})")
+        saved = read_json(run_dir / "config.json", "run's configuration")
+        try:
+            self.cfg = apply(Config(), {k: v for k, v in saved.items() if k in FIELDS}, f"{run_dir}/config.json")
+        except ConfigError as e:
+            raise DamagedRun(str(e)) from None
+        self.run_dir = run_dir
+        self.model = build_model(self.cfg, grid_size, ndim)
+        try:
+            self.model.load_weights(str(weights))
+        except (ValueError, OSError) as e:
+            raise DataError(f"{weights} does not fit a model of {grid_size}^{ndim} cubes and this run's "
+                            f"settings ({str(e).splitlines()[0][:120]}); is --data the run's kind of data?") from None
+        names = ["latent", "alpha", "mu", "sigma"] + (["rho"] if ndim > 1 else [])
+        self.encoder = tf.keras.Model(self.model.input, [self.model.get_layer(n).output for n in names])
+        self.decoder = self._decoder(ndim)
+
+    def _decoder(self, ndim: int) -> tf.keras.Model:
+        """The layers after y, called on a new input: y (B, latent_dim) -> density."""
+        get = self.model.get_layer
+        y = tf.keras.Input(shape=(self.cfg.latent_dim,), name="y")
+        heads = [get("alpha")(y), get("mu")(get("mu_dense")(y)), get("sigma")(get("sigma_dense")(y))]
+        if ndim > 1:
+            heads.append(get("rho")(get("rho_dense")(y)))
+        return tf.keras.Model(y, get("deep_density")(heads))
+
+    def model_input(self, cubes: np.ndarray) -> tuple:
+        """(model input, mass per cube): the cubes as training saw them."""
+        mass = cubes.reshape(len(cubes), -1).sum(axis=1) * (2.0 / cubes.shape[1]) ** (cubes.ndim - 1)
+        x = to_density(cubes)[0] if self.cfg.intensity_scaling == "density" else cubes
+        return x[..., None].astype(np.float32), mass
+
+    def encode(self, x: np.ndarray) -> dict:
+        """y, alpha, mu, cov (cube coordinates, [-1, 1]^n, axis d = array axis d) of a batch."""
+        out = [o.numpy() for o in self.encoder(x, training=False)]
+        y, alpha, mu, sigma = out[:4]
+        rho = out[4] if len(out) > 4 else np.zeros(sigma.shape[:-1] + (0,), sigma.dtype)
+        cov = covariance(sigma, rho, self.cfg.sigma_min, self.cfg.corr_max).numpy()
+        return {"latent": y, "alpha": alpha, "mu": mu, "cov": cov}
+
+
+def batches(n: int, size: int):
+    """Index ranges of `size` (the last one shorter)."""
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
