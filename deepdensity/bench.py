@@ -21,11 +21,13 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -196,23 +198,44 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     return per_process_batch * backend.size() * steps / seconds
 
 
-def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int = 20) -> dict:
+def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int = 100, pairs: int = 5,
+                    env: Optional[dict] = None) -> dict:
     """horovodrun -np 2 (per-worker batch `batch`, one core each) against one process on both
-    cores at the same global batch; and the Gloo allreduce of the gradients at N = 2, 4."""
-    out = {}
+    cores at the same global batch, run in turn `pairs` times (A B A B ...) so that the ratio
+    is taken pair by pair and survives a machine whose speed drifts; and the Gloo allreduce
+    of the gradients at N = 2, 4. `env` is added to the environment of the runs."""
     cmd = [sys.executable, "-m", "deepdensity.bench", "--throughput", "--config", cfg_path, "--steps", str(steps)]
-    one = _run(cmd + ["--batch", str(2 * batch)])
-    two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)])
-    for name, proc in (("one_process_samples_s", one), ("horovodrun_np2_samples_s", two)):
-        out[name] = printed_value(proc, "SAMPLES_PER_S")
-        if out[name] is None:
-            print(f"  ({name}: failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode})")
+    one_rates, two_rates = [], []
+    for _ in range(pairs):
+        one = _run(cmd + ["--batch", str(2 * batch)], env)
+        two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)], env)
+        a, b = printed_value(one, "SAMPLES_PER_S"), printed_value(two, "SAMPLES_PER_S")
+        if a is None or b is None:
+            failed = one if a is None else two
+            print(f"  (throughput run failed: {failed.stderr.strip().splitlines()[-1:] or failed.returncode})")
+            continue
+        one_rates.append(a)
+        two_rates.append(b)
+    ratios = [b / a for a, b in zip(one_rates, two_rates)]
+    out = {"steps": steps, "pairs": len(ratios), "env": env or {},
+           "one_process_samples_s": statistics.median(one_rates) if one_rates else None,
+           "horovodrun_np2_samples_s": statistics.median(two_rates) if two_rates else None,
+           "ratio_median": statistics.median(ratios) if ratios else None,
+           "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None)}
     for n in (2, 4):
         try:
             out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights) * 1e3
         except RuntimeError:
             out[f"allreduce_np{n}_ms"] = None
     return out
+
+
+def _print_horovod(hv: dict) -> None:
+    one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
+    print(f"\nsamples/s, global batch 64, median of {hv['pairs']} pairs of {hv['steps']} steps: one process "
+          f"(2 threads) {one or float('nan'):.0f}; horovodrun -np 2 (1 thread each, 32 per worker) "
+          f"{two or float('nan'):.0f}; ratio pair by pair {hv['ratio_median'] or float('nan'):.2f} "
+          f"(min {hv['ratio_min'] or float('nan'):.2f}, max {hv['ratio_max'] or float('nan'):.2f})")
 
 
 def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
@@ -244,7 +267,13 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
+    ap.add_argument("--horovod", action="store_true",
+                    help="only horovodrun -np 2 against one process (paired runs), printed, not saved")
     args = ap.parse_args(argv)
+    if args.horovod:
+        cfg = load(args.config, [])
+        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params()))
+        return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
         from . import dist
@@ -296,10 +325,7 @@ def main(argv=None) -> int:
 
     if not args.quick:
         hv = horovod_figures(args.config, model.count_params())
-        one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
-        print(f"\nsamples/s, global batch 64: one process (2 threads) {one or float('nan'):.0f}; "
-              f"horovodrun -np 2 (1 thread each, 32 per worker) {two or float('nan'):.0f}"
-              + (f"; ratio {two / one:.2f}" if one and two else ""))
+        _print_horovod(hv)
         print(f"Gloo allreduce of the {model.count_params():,} gradients: "
               + ", ".join(f"N={n} {hv.get(f'allreduce_np{n}_ms') or float('nan'):.2f} ms" for n in (2, 4)))
         memory = [peak_memory_weak32(args.config, cfg.max_pass_batch), peak_memory_weak32(args.config, 0)]

@@ -182,6 +182,16 @@ def synth_cube(rng: np.random.Generator, size: int = 16, spacing_mm: float = 1.0
     return hu, kind, diameter, centre
 
 
+def check_geometry(cube: int, spacing_mm: float, window=None) -> None:
+    """The cube size, voxel spacing and HU window a command is asked for, or a DataError."""
+    if cube < 4:
+        raise DataError(f"--cube must be at least 4, got {cube}")
+    if not 0 < spacing_mm < float("inf"):
+        raise DataError(f"--spacing must be a finite number of mm > 0, got {spacing_mm}")
+    if window is not None and not (-float("inf") < window[0] < window[1] < float("inf")):
+        raise DataError(f"--window LO HI needs finite LO < HI (HU), got {list(window)}")
+
+
 def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
                spacing_mm: float = 1.0, progress: bool = True) -> tuple:
     """`n` synthetic cubes split into train and validation. Deterministic for a seed:
@@ -190,6 +200,7 @@ def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
         raise DataError("synth needs --n of at least 2")
     if not 0 < n_val < n:
         raise DataError(f"--val must be between 1 and n - 1 = {n - 1}, got {n_val}")
+    check_geometry(size, spacing_mm)
     cubes = np.empty((n, size, size, size), np.float32)
     kinds, diameters, centres = [], np.empty(n), np.empty((n, 3))
     it = range(n)
@@ -355,8 +366,6 @@ def main(argv=None) -> int:
             readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
             print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
         elif args.cmd == "synth":
-            if args.cube < 4:
-                raise DataError("--cube must be at least 4")
             train, val = synthesize(args.n, args.val, args.seed, args.cube, args.spacing,
                                     progress=sys.stderr.isatty())
             write_cubes(args.out, train, val, {

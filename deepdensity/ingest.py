@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 from scipy import ndimage
 
-from .data import HU_AIR, HU_WINDOW, DataError, Split, hu_to_unit, write_cubes
+from .data import HU_AIR, HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
 from .textfile import read_text
 
 
@@ -458,6 +458,9 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
         raise DataError("--lidc-xml reads the XML files next to DICOM series: use it with --dicom")
     if n_val < 0:
         raise DataError(f"--val must be >= 0 (validation cubes), got {n_val}")
+    check_geometry(cube, spacing_mm, window)
+    if lidc_xml and min_readers < 1:
+        raise DataError(f"--min-readers must be >= 1, got {min_readers}")
     folder = Path(dicom or luna)
     if not folder.is_dir():
         raise DataError(f"{folder} is not a folder")
@@ -628,6 +631,8 @@ def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos
 
 def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") -> Path:
     """Synthetic CT scans as DICOM series or .mhd/.raw, plus annotations.csv; returns its path."""
+    if n_scans < 1:
+        raise DataError(f"synth-scans needs --n of at least 1, got {n_scans}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []

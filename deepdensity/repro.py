@@ -235,10 +235,29 @@ def main(argv=None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     try:
         name, study = load_study(args.preset)
+        _check_runner(args.runner)
         return run_study(name, study, args)
     except (StudyError, rules.PlanError, DamagedRun) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: {e.filename or ''}: {e.strerror}; pass other --runs / --reports folders", file=sys.stderr)
+        return 2
+
+
+def _check_runner(runner: Optional[str]) -> None:
+    """A --runner template must name the worker count as {n} and nothing else in braces."""
+    if not runner:
+        return
+    try:
+        filled = runner.format(n=2)
+        shlex.split(filled)
+    except (KeyError, IndexError, ValueError) as e:
+        raise StudyError(f"--runner {runner!r} is not a template with {{n}} for the worker count ({e!r}), "
+                         f"e.g. 'horovodrun -np {{n}}'") from None
+    if filled == runner:
+        raise StudyError(f"--runner {runner!r} does not use {{n}}: every cell would run on the same workers; "
+                         f"e.g. 'horovodrun -np {{n}}'")
 
 
 def _val_losses(run_dir: Path) -> list:

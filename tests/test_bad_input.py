@@ -80,6 +80,7 @@ def files(tmp_path_factory, smoke_data):
         "p_train_list": "train: [1, 2]\n",
         "p_int_key": "1: 2\n",
         "p_dup_workers": "workers: [1, 2, 2]\n",
+        "p_tiny": "data: {n: 100, val: 20}\nseeds: [0]\nworkers: [1]\nmodes: [strong]\nbase_lr: 0.001\n",
     }.items():
         (d / f"{name}.yaml").write_text(text)
     (d / "p_latin1.yaml").write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
@@ -130,6 +131,17 @@ CASES = [
     ("train", ["--out", "{d}/no_config", "--resume"], "config.json is missing"),
     # python -m deepdensity.data
     ("data", ["synth", "--out", "{d}/s.h5", "--cube", "2"], "--cube must be at least 4"),
+    ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "0"], "--spacing must be"),
+    ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "nan"], "--spacing must be"),
+    ("data", ["synth-scans", "--out", "{d}/scans", "--n", "0"], "needs --n of at least 1"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
+              "--cube", "0"], "--cube must be at least 4"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
+              "--spacing", "-1"], "--spacing must be"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
+              "--window", "400", "-1000"], "--window LO HI needs finite LO < HI"),
+    ("data", ["prepare", "--dicom", "{d}/bad_xml", "--lidc-xml", "--min-readers", "0", "--out", "{d}/o.h5"],
+     "--min-readers must be >= 1"),
     ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5"],
      "no .mhd or .mha files"),
     ("data", ["prepare", "--luna", "{d}/nowhere", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5"],
@@ -166,6 +178,9 @@ CASES = [
     ("repro", ["--preset", "{d}/p_target.yaml"], "target_loss must be null"),
     ("repro", ["--preset", "{d}/p_base_lr.yaml"], "base_lr must be 'edge' or a positive number"),
     ("repro", ["--preset", "{d}/p_int_key.yaml"], "key 1 is not a setting name"),
+    ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np {{x}}"], "is not a template with {n}"),
+    ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np 4"], "does not use {n}"),
+    ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "sh -c 'unclosed {{n}}"], "is not a template"),
 ]
 
 
