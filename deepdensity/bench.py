@@ -269,10 +269,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
                     help="only horovodrun -np 2 against one process (paired runs), printed, not saved")
+    ap.add_argument("--pairs", type=int, default=5, help="with --horovod: paired runs (A B A B ...)")
     args = ap.parse_args(argv)
     if args.horovod:
         cfg = load(args.config, [])
-        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params()))
+        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), pairs=args.pairs))
         return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
