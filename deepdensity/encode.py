@@ -40,21 +40,6 @@ def cov_to_world(cov: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarr
     return (grid_size * spacing_mm / 2) ** 2 * cov[..., ::-1, ::-1]
 
 
-def encode_split(run, cubes: np.ndarray, batch: int, density: bool, progress: bool) -> dict:
-    from tqdm import tqdm
-
-    from .trained import batches
-    parts = []
-    spans = list(batches(len(cubes), batch))
-    for span in tqdm(spans, desc="encode", unit="batch", disable=not progress, file=sys.stderr):
-        x, _ = run.model_input(cubes[span])
-        out = run.encode(x)
-        if density:
-            out["density"] = run.model(x, training=False).numpy()[..., 0]
-        parts.append(out)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -90,7 +75,7 @@ def write_params(args) -> None:
                             "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
                                            "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
             for split in (("train", "val") if args.split == "all" else (args.split,)):
-                params = encode_split(run, getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
+                params, _ = run.encode_cubes(getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
                 columns = read_columns(args.data, split)
                 if world and "world_xyz" in columns:
                     params["mu_world_mm"] = cube_to_world(params["mu"], columns["world_xyz"], cubes.grid_size,

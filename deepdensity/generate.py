@@ -84,12 +84,8 @@ def generate(args) -> None:
     cubes = load_cubes(args.data)
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     tf.keras.utils.set_random_seed(args.seed)
-    latents, masses = [], []
-    for span in batches(len(cubes.train), args.batch):
-        x, mass = run.model_input(cubes.train[span])
-        latents.append(run.encode(x)["latent"])
-        masses.append(mass)
-    latents, masses = np.concatenate(latents), np.concatenate(masses)
+    params, masses = run.encode_cubes(cubes.train, args.batch)
+    latents = params["latent"]
     y, mass, sources = latent_draws(latents, masses, args.n, args.scheme, np.random.default_rng(args.seed),
                                     args.noise, args.t_min)
     made = []

@@ -134,10 +134,8 @@ def read_metaimage(path) -> Volume:
 
 
 def _check_metaimage_header(path: Path, reader) -> None:
-    """SimpleITK reads a malformed field as whatever it could parse (a word as 0, a missing
-    value as a default); refuse what no scanner writes, so prepare skips that scan."""
-    if reader.GetDimension() != 3:
-        raise ScanError(f"{path}: {reader.GetDimension()} dimensions; a CT volume has 3")
+    """What the numbers mean, once _check_metaimage_fields has checked their form: sizes and
+    spacings positive, the direction a rotation."""
     size, spacing = np.array(reader.GetSize()), np.array(reader.GetSpacing())
     direction = np.array(reader.GetDirection()).reshape(3, 3)
     if (size < 1).any() or not (np.isfinite(spacing).all() and (spacing > 0).all()):

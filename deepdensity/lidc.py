@@ -150,6 +150,11 @@ def group_marks(marks: list, min_readers: int = 3, min_diameter_mm: float = 3.0)
     than the larger radius), groups of at least `min_readers` different readers kept."""
     if min_readers < 1:
         raise DataError(f"--min-readers must be >= 1, got {min_readers}")
+    return [g for g in _groups(marks, min_diameter_mm) if g[2] >= min_readers]
+
+
+def _groups(marks: list, min_diameter_mm: float) -> list:
+    """Every group of marks (see group_marks) as (mean centre, mean diameter, readers)."""
     big = [(r, np.asarray(c, float), d) for r, c, d in marks if d >= min_diameter_mm]
     parent = list(range(len(big)))
 
@@ -166,13 +171,9 @@ def group_marks(marks: list, min_readers: int = 3, min_diameter_mm: float = 3.0)
     groups = defaultdict(list)
     for a in range(len(big)):
         groups[find(a)].append(big[a])
-    nodules = []
-    for members in groups.values():
-        readers = {r for r, _, _ in members}
-        if len(readers) >= min_readers:
-            nodules.append((np.mean([c for _, c, _ in members], axis=0),
-                            float(np.mean([d for _, _, d in members])), len(readers)))
-    return sorted(nodules, key=lambda n: tuple(n[0]))
+    found = [(np.mean([c for _, c, _ in members], axis=0), float(np.mean([d for _, _, d in members])),
+              len({r for r, _, _ in members})) for members in groups.values()]
+    return sorted(found, key=lambda n: tuple(n[0]))
 
 
 def nodules_of_volume(marks: list, vol, min_readers: int = 3, min_diameter_mm: float = 3.0) -> tuple:
@@ -183,13 +184,13 @@ def nodules_of_volume(marks: list, vol, min_readers: int = 3, min_diameter_mm: f
         notes += why
         if centre is not None:
             placed.append((mark.reader, centre, diameter))
-    nodules = group_marks(placed, min_readers, min_diameter_mm)
+    groups = _groups(placed, min_diameter_mm)
+    nodules = [g for g in groups if g[2] >= min_readers]
     small = sum(d < min_diameter_mm for _, _, d in placed)
     if small:
         notes.append(f"{small} mark(s) under {min_diameter_mm:g} mm not counted (LUNA16's rule)")
-    dropped = len(group_marks(placed, 1, min_diameter_mm)) - len(nodules)
-    if dropped:
-        notes.append(f"{dropped} nodule(s) marked by fewer than {min_readers} readers not kept")
+    if len(groups) > len(nodules):
+        notes.append(f"{len(groups) - len(nodules)} nodule(s) marked by fewer than {min_readers} readers not kept")
     return [(c, d) for c, d, _ in nodules], notes
 
 

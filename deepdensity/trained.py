@@ -4,6 +4,7 @@ parameters, eqs. 10-13) and the decoder (y -> rendered density), for `encode` an
 `generate`."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,21 @@ class TrainedRun:
         rho = out[4] if len(out) > 4 else np.zeros(sigma.shape[:-1] + (0,), sigma.dtype)
         cov = covariance(sigma, rho, self.cfg.sigma_min, self.cfg.corr_max).numpy()
         return {"latent": y, "alpha": alpha, "mu": mu, "cov": cov}
+
+    def encode_cubes(self, cubes: np.ndarray, batch: int, density: bool = False, progress: bool = False) -> tuple:
+        """(params, mass): `encode` over all `cubes` in batches of `batch` (and, with
+        `density`, the rendered cubes), and each cube's mass (model_input)."""
+        from tqdm import tqdm
+        parts, masses = [], []
+        for span in tqdm(list(batches(len(cubes), batch)), desc="encode", unit="batch", disable=not progress,
+                         file=sys.stderr):
+            x, mass = self.model_input(cubes[span])
+            out = self.encode(x)
+            if density:
+                out["density"] = self.model(x, training=False).numpy()[..., 0]
+            parts.append(out)
+            masses.append(mass)
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, np.concatenate(masses)
 
 
 def batches(n: int, size: int):
