@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""Train the DeepDensity autoencoder under one of the paper's four scaling policies.
+"""Train the DeepDensity autoencoder under one of the paper's four scaling policies, or two beyond it.
 
     python train.py --mode strong --config configs/smoke.yaml             # one worker
     horovodrun -np 4 python train.py --mode weak --config configs/smoke.yaml --out runs/x
     python train.py --mode warmup --emulate-workers 8 --out runs/w8       # N=8's path, one process
+    horovodrun -np 4 python train.py --mode adaptive     # batch grows with the gradient's noise
+    horovodrun -np 4 python train.py --mode local --set local_steps=8     # average weights every 8 steps
 
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
@@ -16,7 +18,7 @@ import sys
 
 from deepdensity.config import ConfigError, load
 from deepdensity.data import DataError
-from deepdensity.rules import MODES
+from deepdensity.rules import ALL_MODES
 from deepdensity.runs import DamagedRun
 from deepdensity.trainer import RunError, train
 
@@ -24,7 +26,8 @@ from deepdensity.trainer import RunError, train
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--mode", required=True, choices=MODES, help="batch/lr policy (paper section IV)")
+    ap.add_argument("--mode", required=True, choices=ALL_MODES,
+                    help="batch/lr policy: the paper's four (section IV), or adaptive, local (README)")
     ap.add_argument("--config", help="YAML file of settings that differ from the defaults")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting, e.g. --set base_lr=0.002 (repeatable)")

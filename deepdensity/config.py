@@ -69,6 +69,15 @@ class Config:
     # this many epochs. 0 = off, as in the paper, which ran failures to its 400-epoch cap.
     stall_patience: int = 0
 
+    # --- beyond the paper (modes adaptive and local) -----------------------------------
+    # adaptive: grow the batch when the epoch's gradient noise exceeds theta^2 times its
+    # squared norm (De et al. 2017's test). 1 = noise no larger than the signal; chosen before
+    # any run, not tuned on this data.
+    adaptive_theta: float = 1.0
+    # local: H, the local steps each worker takes between weight averagings (1 = every step).
+    # 4 cuts the allreduces per epoch by 4; chosen before any run, not tuned on this data.
+    local_steps: int = 4
+
     # --- runtime -----------------------------------------------------------------------
     # Intra-op threads per process; 0 = this host's cores divided by the local processes,
     # so N processes on one host do not oversubscribe it.
@@ -237,6 +246,8 @@ def validate(cfg: Config) -> None:
          f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
         (cfg.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
         (cfg.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
+        (0 < cfg.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
+        (cfg.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),
     ]
     for ok, msg in checks:
         if not ok:

@@ -37,7 +37,7 @@ class Single:
     def wrap_optimizer(self, opt):
         return opt
 
-    def callbacks(self):
+    def callbacks(self, broadcast_after_first_step: bool = True):
         return []
 
     def broadcast_state(self, model, optimizer):
@@ -45,6 +45,10 @@ class Single:
 
     def allreduce_max(self, value: float) -> float:
         return value
+
+    def average(self, tensors: list) -> list:
+        """The mean of each tensor over the processes (in a training step or eagerly)."""
+        return list(tensors)
 
 
 class Horovod(Single):
@@ -70,10 +74,12 @@ class Horovod(Single):
         # Horovod: average gradients across workers with allreduce before each update.
         return hvd.DistributedOptimizer(opt)
 
-    def callbacks(self):
-        return [
-            # Horovod: make every worker start from rank 0's weights and optimizer state.
-            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+    def callbacks(self, broadcast_after_first_step: bool = True):
+        # Horovod: make every worker start from rank 0's weights and optimizer state. The
+        # callback broadcasts after the first step, which would undo local SGD's first local
+        # step on the other workers; broadcast_state below already covers the start.
+        broadcast = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if broadcast_after_first_step else []
+        return broadcast + [
             # Horovod: average the epoch's metrics over workers; must precede any callback
             # that reads them (stopping rules, logging, checkpoints).
             hvd.callbacks.MetricAverageCallback(),
@@ -90,6 +96,13 @@ class Horovod(Single):
     def allreduce_max(self, value: float) -> float:
         # Horovod: a decision every worker must take together (e.g. stop) from local values.
         return float(hvd_tf.allreduce(tf.constant(float(value)), op=hvd_tf.Max))
+
+    def average(self, tensors: list) -> list:
+        # Horovod: one fused allreduce of several tensors, for the modes that average by hand
+        # (adaptive: gradients and their squared norm; local: weights and Adam's moments).
+        if hvd.size() == 1:
+            return list(tensors)
+        return hvd_tf.grouped_allreduce(list(tensors), op=hvd_tf.Average)
 
 
 def create_slots(model, optimizer):

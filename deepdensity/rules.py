@@ -17,7 +17,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-MODES = ("strong", "weak", "linear", "warmup")
+MODES = ("strong", "weak", "linear", "warmup")          # the paper's four (section IV)
+# Beyond the paper (Goldstein 2018, section 4): grow the batch when the gradient is too noisy
+# to trust (De et al., AISTATS 2017), and let workers take H local steps between averagings.
+BEYOND_MODES = ("adaptive", "local")
+ALL_MODES = MODES + BEYOND_MODES
 
 
 class PlanError(ValueError):
@@ -61,12 +65,16 @@ def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105
     weak:   every worker takes B (global B*N), lr eta.
     linear: as weak, lr N*eta (Goyal et al.'s linear scaling rule).
     warmup: as linear, lr ramped from ~eta to N*eta over `warmup_epochs` (see `lr_at`).
+    adaptive: starts as strong (global B, B/N each), lr eta; the per-worker batch then grows
+            with the gradient's noise (`adaptive_batch`) up to weak's B. The plan holds the start.
+    local:  strong's batches and lr, but workers average their weights every H steps
+            instead of their gradients every step (`local_syncs_per_epoch`).
 
     `processes` defaults to `workers`; with fewer processes (emulation) each process
     takes global_batch / processes samples, which must divide evenly.
     """
-    if mode not in MODES:
-        raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in ALL_MODES:
+        raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(ALL_MODES)}")
     if not isinstance(workers, int) or workers < 1:
         raise PlanError(f"the number of workers must be a positive integer, got {workers!r}")
     if not isinstance(base_batch, int) or base_batch < 1:
@@ -79,10 +87,14 @@ def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105
     if processes < 1 or workers % processes:
         raise PlanError(f"{processes} processes cannot share the work of {workers} workers evenly")
 
-    if mode == "strong":
+    if mode == "adaptive" and workers < 2:
+        raise PlanError("adaptive estimates the gradient's variance from the spread of the N workers' "
+                        "gradients, so it needs N >= 2 workers (one worker is the sequential model: "
+                        "use --mode strong)")
+    if mode in ("strong", "adaptive", "local"):
         if base_batch % workers:
             raise PlanError(
-                f"strong scaling splits the global batch of {base_batch} over {workers} workers, "
+                f"{mode} splits the global batch of {base_batch} over {workers} workers, "
                 f"but {workers} does not divide {base_batch}; use a worker count that divides it "
                 f"(e.g. {', '.join(str(d) for d in divisors(base_batch))}) or change batch_size"
             )
@@ -136,7 +148,8 @@ def pass_length(n_train: int, base_batch: int) -> int:
     return length
 
 
-def steps_per_epoch(n_train: int, p: ScalingPlan, definition: str = "per_worker") -> int:
+def steps_per_epoch(n_train: int, p: ScalingPlan, definition: str = "per_worker",
+                    global_batch: Optional[int] = None) -> int:
     """Global steps of one epoch under an epoch definition.
 
     per_worker (the paper's, we believe): every worker processes one whole pass of
@@ -145,18 +158,24 @@ def steps_per_epoch(n_train: int, p: ScalingPlan, definition: str = "per_worker"
       1844 cubes, 57 * N for strong.
     global: the workers share one pass, floor(n_train / global_batch) steps, remainder dropped
       so that every worker's share of every step is the same size.
+    `global_batch` overrides the plan's (adaptive's batch of this epoch); a remainder of the
+    N passes that is not a whole global batch is then dropped, as a pass drops its own.
     """
+    gb = global_batch or p.global_batch
     if definition not in EPOCH_DEFINITIONS:
         raise PlanError(f"unknown epoch definition {definition!r}; choose one of {', '.join(EPOCH_DEFINITIONS)}")
     if definition == "per_worker":
         samples = p.workers * pass_length(n_train, p.base_batch)
-        if samples % p.global_batch:  # cannot happen for the four policies; guards new ones
-            raise PlanError(f"{p.workers} passes of the data are not whole global batches of {p.global_batch}")
-        return samples // p.global_batch
-    steps = n_train // p.global_batch
+        if samples % gb and global_batch is None:  # cannot happen for the fixed policies; guards new ones
+            raise PlanError(f"{p.workers} passes of the data are not whole global batches of {gb}")
+        if samples < gb:
+            raise PlanError(f"{p.workers} passes of {samples // p.workers} cubes are less than one global "
+                            f"batch of {gb}")
+        return samples // gb
+    steps = n_train // gb
     if steps < 1:
         raise PlanError(
-            f"the training set has {n_train} cubes, fewer than one global batch of {p.global_batch}; "
+            f"the training set has {n_train} cubes, fewer than one global batch of {gb}; "
             f"use more data, fewer workers or a smaller batch_size"
         )
     return steps
@@ -168,7 +187,7 @@ def pass_order(n_train: int, base_batch: int, k: int, seed: int) -> np.ndarray:
 
 
 def epoch_order(n_train: int, p: ScalingPlan, epoch: int, seed: int,
-                definition: str = "per_worker") -> np.ndarray:
+                definition: str = "per_worker", global_batch: Optional[int] = None) -> np.ndarray:
     """Sample indices of one epoch as a (steps, global_batch) array.
 
     per_worker: passes N*e .. N*(e+1)-1 of one stream that depends on (seed, pass) only,
@@ -178,16 +197,18 @@ def epoch_order(n_train: int, p: ScalingPlan, epoch: int, seed: int,
       its own, so a global batch could hold a sample twice; our stream is the same in
       distribution and exact for strong scaling.)
     global: one permutation drawn from (seed, epoch), shared by the workers.
-    Either way the order never depends on the number of processes or the rank.
+    Either way the order never depends on the number of processes or the rank, nor (for
+    adaptive, whose `global_batch` changes) on the batch: only the cut does.
     """
-    steps = steps_per_epoch(n_train, p, definition)
+    gb = global_batch or p.global_batch
+    steps = steps_per_epoch(n_train, p, definition, global_batch)
     if definition == "per_worker":
         first = p.workers * epoch
         stream = np.concatenate([pass_order(n_train, p.base_batch, k, seed)
                                  for k in range(first, first + p.workers)])
     else:
         stream = np.random.default_rng([seed, epoch]).permutation(n_train)
-    return stream[: steps * p.global_batch].reshape(steps, p.global_batch)
+    return stream[: steps * gb].reshape(steps, gb)
 
 
 def shard_of_batch(order: np.ndarray, rank: int, processes: int) -> np.ndarray:
@@ -212,6 +233,60 @@ def grad_slices(per_process_batch: int, max_pass_batch: int) -> int:
     if max_pass_batch == 0:
         return 1
     return next(s for s in divisors(per_process_batch) if per_process_batch // s <= max_pass_batch)
+
+
+# ------------------------------------------------------------------------------------
+# Beyond the paper: adaptive batches (De et al. 2017) and local SGD
+# ------------------------------------------------------------------------------------
+def gradient_noise(mean_part_sq_norm: float, sq_norm_of_mean: float, parts: int) -> float:
+    """Estimated E||g - grad l||^2, the squared error of the batch gradient g, from N part means.
+
+    g = (1/N) sum_i g_i is the mean of N equal parts' mean gradients g_i (the workers'
+    gradients before their allreduce). Each g_i has covariance Sigma / b, so the sample
+    variance of the parts, s^2 = 1/(N-1) sum_i ||g_i - g||^2, estimates tr(Sigma) / b, and
+    g's own error is s^2 / N. With sum_i ||g_i - g||^2 = N (mean_i ||g_i||^2 - ||g||^2):
+
+        E||g - grad l||^2  ~  (mean_i ||g_i||^2 - ||g||^2) / (N - 1).
+
+    This is De et al.'s V_B / |B| (AISTATS 2017, section 3) with the N part means standing
+    in for the |B| per-sample gradients, which no step computes."""
+    if parts < 2:
+        raise ValueError("need at least two parts to estimate a variance")
+    return max(0.0, (mean_part_sq_norm - sq_norm_of_mean) / (parts - 1))
+
+
+def adaptive_batch(per_worker_batch: int, noise: float, signal: float, theta: float, max_per_worker: int) -> int:
+    """The next per-worker batch of `adaptive`: De et al.'s big-batch test
+
+        E||g - grad l||^2 <= theta^2 ||g||^2      (noise <= theta^2 signal)
+
+    with both sides averaged over the epoch's steps. Kept when it holds; otherwise grown by
+    the factor that makes it hold (the noise falls as 1 / batch), rounded up to a whole
+    sample per worker, so the global batch stays a multiple of N; never above
+    `max_per_worker` and never shrunk (De et al.'s batches only grow)."""
+    if per_worker_batch < 1 or max_per_worker < 1:
+        raise ValueError("batches must be >= 1")
+    if not theta > 0:
+        raise ValueError("theta must be positive")
+    if not (math.isfinite(noise) and math.isfinite(signal)) or noise <= theta ** 2 * signal:
+        return per_worker_batch
+    if signal <= 0:
+        return max(per_worker_batch, max_per_worker)
+    grown = math.ceil(per_worker_batch * noise / (theta ** 2 * signal) - 1e-9)
+    return max(per_worker_batch, min(grown, max_per_worker))
+
+
+def local_syncs_per_epoch(steps: int, local_steps: int) -> int:
+    """Weight averagings (allreduces) in one epoch of `local`: after every H-th step, and
+    after the epoch's last step so that the model validated and saved is the average."""
+    if steps < 1 or local_steps < 1:
+        raise ValueError("steps and local_steps must be >= 1")
+    return -(-steps // local_steps)
+
+
+def is_sync_step(step: int, steps: int, local_steps: int) -> bool:
+    """Does `local` average the workers' weights after step `step` (0-based) of an epoch?"""
+    return (step + 1) % local_steps == 0 or step + 1 == steps
 
 
 def validation_shard(n_val: int, rank: int, processes: int) -> tuple:

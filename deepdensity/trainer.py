@@ -106,7 +106,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
 
 def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
            verbose: bool) -> dict:
-    from .model import build_model, for_training, make_adam
+    from .model import build_model, make_adam
 
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
@@ -159,11 +159,13 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     # Same seed on every worker: identical initial weights, so the first step is already
     # the sequential model's first step (the broadcast below only guarantees it).
     tf.keras.utils.set_random_seed(cfg.seed)
-    model = for_training(build_model(cfg, cubes.grid_size, cubes.ndim),
-                         rules.grad_slices(p.per_process_batch, cfg.max_pass_batch))
+    model = _training_model(build_model(cfg, cubes.grid_size, cubes.ndim), p, cfg, backend)
     first_lr = rules.lr_at(p, 0, 0, steps)
-    # Horovod: wrap the optimizer so gradients are averaged over workers.
-    optimizer = backend.wrap_optimizer(make_adam(cfg, first_lr))
+    # Horovod: wrap the optimizer so gradients are averaged over workers (adaptive and local
+    # average by hand in their training step, steps.py).
+    optimizer = make_adam(cfg, first_lr)
+    if mode not in rules.BEYOND_MODES:
+        optimizer = backend.wrap_optimizer(optimizer)
     model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
                   jit_compile=cfg.xla == "step")
     dist.create_slots(model, optimizer)
@@ -180,12 +182,20 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         elapsed_before = backend.allreduce_max(elapsed_before)
     # Horovod: start every worker from rank 0's weights and optimizer state.
     backend.broadcast_state(model, optimizer)
+    if mode == "local":
+        model.start_workers()
 
     say(p.describe())
     say(f"data: {cfg.data_path}  train {len(train_x)} cubes  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
     say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
         f"{steps * p.global_batch / rules.pass_length(len(train_x), p.base_batch):g} pass(es) of "
         f"{rules.pass_length(len(train_x), p.base_batch)} cubes")
+    if mode == "adaptive":
+        say(f"adaptive: the per-worker batch grows from {p.per_worker_batch} up to {cfg.batch_size} when the "
+            f"gradient's noise exceeds theta^2 = {cfg.adaptive_theta:g}^2 times its squared norm")
+    if mode == "local":
+        say(f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
+            f"({rules.local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})")
     say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
     if model.grad_slices > 1:
         say(f"each step averages the gradients of {model.grad_slices} slices of "
@@ -211,16 +221,29 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
 
-    # Data: one index stream for the whole run, so epochs follow each other without
-    # re-creating iterators; the order depends on (seed, pass) only, never on the rank.
-    orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p, e, cfg.seed, cfg.epoch_definition),
-                                   rank, processes)
-              for e in range(initial_epoch, cfg.max_epochs)]
-    index = np.concatenate(orders).astype(np.int32)            # (epochs * steps, per_process_batch)
     train_t = tf.constant(train_x[..., None])
-    train_ds = (tf.data.Dataset.from_tensor_slices(index)
+
+    def batches_of(index: np.ndarray) -> tf.data.Dataset:
+        return (tf.data.Dataset.from_tensor_slices(index.astype(np.int32))
                 .map(lambda i: (tf.gather(train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
                 .prefetch(2))
+
+    feed, mode_callbacks = None, []
+    if mode == "adaptive":
+        # The batch of each epoch is decided at the end of the one before, so every epoch
+        # gets its own index stream (and its own call of fit, which fixes steps per epoch).
+        feed = _AdaptiveFeed(len(train_x), p, cfg, rank, processes, initial_epoch,
+                             _adaptive_start(out if is_chief else None, p, initial_epoch, backend, processes))
+        mode_callbacks = [_AdaptiveBatch(feed, cfg, say)]
+    else:
+        # Data: one index stream for the whole run, so epochs follow each other without
+        # re-creating iterators; the order depends on (seed, pass) only, never on the rank.
+        orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p, e, cfg.seed, cfg.epoch_definition),
+                                       rank, processes)
+                  for e in range(initial_epoch, cfg.max_epochs)]
+        train_ds = batches_of(np.concatenate(orders))
+        if mode == "local":
+            mode_callbacks = [_LocalSync(steps, cfg.local_steps)]
     lo, hi = rules.validation_shard(len(val_x), rank, processes)
     val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
         p.per_process_batch // model.grad_slices)
@@ -230,11 +253,18 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
                            progress=verbose and is_chief, val_history=val_history, agree=agree,
                            resumed_state=state)
-    callbacks = backend.callbacks() + [_PolicyLR(p, steps), study]
+    callbacks = backend.callbacks(broadcast_after_first_step=mode != "local") + [_PolicyLR(p, steps)] \
+        + mode_callbacks + [study]
     if is_chief and out:    # Horovod: rank 0 alone writes TensorBoard logs (after `study` puts lr in the logs)
         callbacks += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
-              steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    if feed is None:
+        model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
+                  steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    else:
+        while feed.epoch < cfg.max_epochs and study.status is None:
+            model.fit(batches_of(feed.index()), validation_data=val_ds, epochs=feed.epoch + 1,
+                      initial_epoch=feed.epoch, steps_per_epoch=feed.steps(), callbacks=callbacks, verbose=0)
+    study.finish()
     result = study.result()
     if is_chief and out:
         tmp = out / "weights.tmp.h5"
@@ -243,6 +273,101 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         write_atomic(out / "result.json", json.dumps(result, indent=2))
         write_atomic(out / "state.json", json.dumps({**study.state, "status": result["status"]}))
     return result
+
+
+# Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
+ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")
+
+
+def _training_model(model: tf.keras.Model, p: rules.ScalingPlan, cfg: Config, backend):
+    """The model with the training step of its mode: the four policies' (slices of one
+    synchronous step), adaptive's (also measures the gradient's noise), local's (one step
+    per worker on its own weights)."""
+    from .model import for_training
+    from .steps import LocalStep, NoiseStep
+
+    parts = p.workers // p.processes          # workers this process holds
+    if p.mode not in rules.BEYOND_MODES:
+        return for_training(model, rules.grad_slices(p.per_process_batch, cfg.max_pass_batch))
+    trainable = (NoiseStep if p.mode == "adaptive" else LocalStep)(model.inputs, model.outputs, name=model.name)
+    trainable.parts, trainable.workers = parts, p.workers
+    trainable.average = backend.average       # Horovod: the allreduce these steps call by hand
+    return trainable
+
+
+def _adaptive_start(out: Optional[Path], p: rules.ScalingPlan, initial_epoch: int, backend, processes: int) -> int:
+    """Adaptive's per-worker batch for the first epoch to run: the plan's at the start, on
+    resume the batch the last finished epoch chose (rank 0 reads it; all workers agree)."""
+    per_worker = p.per_worker_batch
+    if out is not None and initial_epoch > 0:
+        rows = [m for m in read_metrics(out) if m["epoch"] == initial_epoch]
+        if rows and isinstance(rows[-1].get("next_global_batch"), int):
+            per_worker = rows[-1]["next_global_batch"] // p.workers
+    if processes > 1:
+        per_worker = int(backend.allreduce_max(per_worker))
+    return per_worker
+
+
+class _AdaptiveFeed:
+    """Adaptive's next epoch: its number and per-worker batch (set by `_AdaptiveBatch`)."""
+
+    def __init__(self, n_train, p, cfg, rank, processes, epoch, per_worker_batch):
+        self.n_train, self.p, self.cfg, self.rank, self.processes = n_train, p, cfg, rank, processes
+        self.epoch, self.per_worker_batch = epoch, per_worker_batch
+
+    def global_batch(self) -> int:
+        return self.per_worker_batch * self.p.workers
+
+    def steps(self) -> int:
+        return rules.steps_per_epoch(self.n_train, self.p, self.cfg.epoch_definition, self.global_batch())
+
+    def index(self) -> np.ndarray:
+        """This process's share of every global batch of the epoch: (steps, per_process_batch)."""
+        order = rules.epoch_order(self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition,
+                                  self.global_batch())
+        return rules.shard_of_batch(order, self.rank, self.processes)
+
+
+class _AdaptiveBatch(tf.keras.callbacks.Callback):
+    """De et al.'s big-batch test at the end of each epoch (rules.adaptive_batch) on the
+    epoch's mean gradient statistics, which every worker holds alike after the allreduce;
+    grows the per-worker batch for the next epoch, up to the base batch B (weak's)."""
+
+    def __init__(self, feed: _AdaptiveFeed, cfg: Config, say):
+        super().__init__()
+        self.feed, self.cfg, self.say = feed, cfg, say
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {} if logs is None else logs
+        feed, n = self.feed, self.feed.p.workers
+        noise = rules.gradient_noise(float(logs["grad_part_sq"]), float(logs["grad_sq"]), n)
+        b = feed.per_worker_batch
+        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta,
+                                     self.cfg.batch_size)
+        logs.update(global_batch=b * n, steps=feed.steps(), allreduces=feed.steps(), grad_noise=noise,
+                    next_global_batch=grown * n)
+        if grown != b:
+            self.say(f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
+                     f"global batch {b * n} -> {grown * n}")
+        feed.per_worker_batch, feed.epoch = grown, epoch + 1
+
+
+class _LocalSync(tf.keras.callbacks.Callback):
+    """Local SGD's communication: average the workers' weights and moments after every H-th
+    step and after an epoch's last (before Keras validates the epoch)."""
+
+    def __init__(self, steps: int, local_steps: int):
+        super().__init__()
+        self.steps, self.local_steps = steps, local_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if rules.is_sync_step(batch, self.steps, self.local_steps):
+            self.model.average_workers()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["allreduces"] = rules.local_syncs_per_epoch(self.steps, self.local_steps) \
+                if self.model.workers > 1 else 0
 
 
 def _finite(x) -> Optional[float]:
@@ -294,6 +419,8 @@ class _StudyCallback(tf.keras.callbacks.Callback):
         return self.elapsed_before + time.perf_counter() - self.t0
 
     def on_train_begin(self, logs=None):
+        if hasattr(self, "t0"):                # adaptive calls fit once per epoch: one run, one clock
+            return
         self.t0 = time.perf_counter()          # start mark of time to target
         if self.progress and sys.stderr.isatty():
             from tqdm import tqdm
@@ -315,7 +442,7 @@ class _StudyCallback(tf.keras.callbacks.Callback):
         if reason == "reached_target":
             self.time_to_target_s = seconds
         self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
-                     "lr": lr, "seconds": seconds}
+                     "lr": lr, "seconds": seconds, **self._batch_facts(logs)}
         if self.out is not None:
             with open(self.out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(self.last) + "\n")
@@ -340,7 +467,16 @@ class _StudyCallback(tf.keras.callbacks.Callback):
             self.status = reason
             self.model.stop_training = True
 
-    def on_train_end(self, logs=None):
+    def _batch_facts(self, logs: dict) -> dict:
+        """Global batch, steps and allreduces of the epoch (a mode's callback may have put
+        its own in `logs`: adaptive's batch changes, local's allreduces are every H steps)."""
+        facts = {"global_batch": self.p.global_batch, "steps": self.steps,
+                 "allreduces": self.steps if self.p.workers > 1 else 0}
+        facts.update({k: logs[k] if isinstance(logs[k], int) else float(logs[k]) for k in ROW_EXTRAS if k in logs})
+        return facts
+
+    def finish(self):
+        """The run's last line (after the last call of fit)."""
         if self.bar is not None:
             self.bar.close()
         if self.status == "reached_target":

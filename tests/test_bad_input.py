@@ -107,6 +107,10 @@ CASES = [
     ("train", ["--set", "max_train_cubes=16"], "fewer than one batch"),
     ("train", ["--emulate-workers", "3"], "3 does not divide 32"),
     ("train", ["--emulate-workers", "0"], "--emulate-workers must be >= 1"),
+    ("train", ["--mode", "adaptive"], "needs N >= 2 workers"),
+    ("train", ["--mode", "local", "--emulate-workers", "3"], "3 does not divide 32"),
+    ("train", ["--set", "local_steps=0"], "local_steps must be >= 1"),
+    ("train", ["--set", "adaptive_theta=0"], "adaptive_theta must be a finite number > 0"),
     # train.py: config files
     ("train", ["--config", "{d}/latin1.yaml"], "is not UTF-8 text"),
     ("train", ["--config", "{data}"], "is an HDF5 file, not text"),

@@ -114,3 +114,34 @@ if hvd.rank() == 0:
     got = json.loads(line.split("JSON", 1)[1])
     assert len(got["horovod"]) == 12
     assert got["ours"] == [pytest.approx(h, rel=1e-6) for h in got["horovod"]]
+
+
+def rows(out):
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_adaptive_takes_the_same_decisions_on_two_real_and_two_emulated_workers(tmp_path, smoke_data):
+    """The spread of the two workers' gradients comes from an allreduce under horovodrun and
+    from two slices in one process: the same statistics, the same batch every epoch."""
+    extra = ["--set", "adaptive_theta=0.5"]
+    launch([], "adaptive", tmp_path / "emu", smoke_data, "--emulate-workers", "2", *extra)
+    launch([horovodrun(), "-np", "2"], "adaptive", tmp_path / "real", smoke_data, *extra)
+    emu, real = rows(tmp_path / "emu"), rows(tmp_path / "real")
+    assert [r["global_batch"] for r in real] == [r["global_batch"] for r in emu]
+    assert [r["next_global_batch"] for r in real] == [r["next_global_batch"] for r in emu]
+    assert emu[-1]["global_batch"] > 32, "theta 0.5 grows the batch on the smoke data"
+    for a, b in zip(emu, real):
+        assert b["grad_noise"] == pytest.approx(a["grad_noise"], rel=1e-3)
+        assert b["grad_sq"] == pytest.approx(a["grad_sq"], rel=1e-4)
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_data):
+    extra = ["--set", "local_steps=3"]
+    emulated = launch([], "local", tmp_path / "emu", smoke_data, "--emulate-workers", "2", *extra)
+    real = launch([horovodrun(), "-np", "2"], "local", tmp_path / "real", smoke_data, *extra)
+    assert_same_path(emulated, real)
+    assert [r["allreduces"] for r in rows(tmp_path / "real")] == [3, 3, 3]
+    w1, w2 = weights(tmp_path / "emu"), weights(tmp_path / "real")
+    for name in w1:
+        assert w2[name] == pytest.approx(w1[name], rel=1e-4, abs=1e-6), name

@@ -1,0 +1,262 @@
+"""The two modes beyond the paper: adaptive batches (De et al. 2017) and local SGD.
+
+Rules against NumPy and hand-made gradients; the training steps against plain Keras
+steps on a tiny model (an independent path: per-part gradients from GradientTape, one
+model per worker); the trainer's bookkeeping (batches, allreduces, resume) on smoke runs.
+"""
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run
+from deepdensity import rules
+
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+# ------------------------------------------------------------------------------------
+# rules
+# ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("parts", [2, 3, 8])
+def test_gradient_noise_is_the_sample_variance_of_the_part_means_over_n(parts):
+    rng = np.random.default_rng(parts)
+    g = rng.normal(size=(parts, 50)) + 0.3              # N part means of a 50-weight model
+    mean = g.mean(axis=0)
+    by_definition = np.sum((g - mean) ** 2) / (parts - 1) / parts     # s^2 / N
+    noise = rules.gradient_noise(float(np.mean(np.sum(g ** 2, axis=1))), float(mean @ mean), parts)
+    assert noise == pytest.approx(by_definition, rel=1e-9)
+
+
+def test_gradient_noise_estimates_the_error_of_the_batch_gradient():
+    """Parts drawn around a known gradient with known per-sample covariance: the estimate
+    averages to E||g - grad||^2 = tr(Sigma) / (N b)."""
+    rng = np.random.default_rng(0)
+    true, n, b, sigma = np.full(20, 0.1), 4, 8, 0.5
+    estimates, errors = [], []
+    for _ in range(4000):
+        parts = true + rng.normal(scale=sigma, size=(n, b, 20)).mean(axis=1)
+        g = parts.mean(axis=0)
+        estimates.append(rules.gradient_noise(float(np.mean(np.sum(parts ** 2, axis=1))), float(g @ g), n))
+        errors.append(float(np.sum((g - true) ** 2)))
+    expected = 20 * sigma ** 2 / (n * b)
+    assert np.mean(errors) == pytest.approx(expected, rel=0.05)
+    assert np.mean(estimates) == pytest.approx(expected, rel=0.05)
+
+
+def test_gradient_noise_needs_two_parts_and_is_never_negative():
+    with pytest.raises(ValueError):
+        rules.gradient_noise(1.0, 1.0, 1)
+    assert rules.gradient_noise(1.0, 1.0 + 1e-7, 2) == 0.0   # float32 rounding of identical parts
+
+
+@pytest.mark.parametrize("b, noise, signal, theta, cap, expected", [
+    (8, 1.0, 1.0, 1.0, 32, 8),        # noise = theta^2 signal: the test holds, keep
+    (8, 0.5, 1.0, 1.0, 32, 8),
+    (8, 2.0, 1.0, 1.0, 32, 16),       # twice too noisy: twice the batch
+    (8, 1.1, 1.0, 1.0, 32, 9),        # 8.8 -> a whole sample more per worker
+    (8, 1.0, 1.0, 0.5, 32, 32),       # theta^2 = 0.25: 4x
+    (8, 100.0, 1.0, 1.0, 32, 32),     # never beyond the cap (weak's B)
+    (32, 100.0, 1.0, 1.0, 32, 32),
+    (8, 1.0, 0.0, 1.0, 32, 32),       # no signal at all: as big as allowed
+    (8, math.nan, 1.0, 1.0, 32, 8),   # no estimate: keep
+])
+def test_adaptive_batch(b, noise, signal, theta, cap, expected):
+    assert rules.adaptive_batch(b, noise, signal, theta, cap) == expected
+
+
+def test_adaptive_batch_passes_its_own_test_after_growing():
+    for noise in np.linspace(0.1, 5, 50):
+        grown = rules.adaptive_batch(4, float(noise), 1.0, 1.0, 10 ** 6)
+        assert noise * 4 / grown <= 1.0 + 1e-12          # the noise falls as 1 / batch
+        assert grown == 4 or noise * 4 / (grown - 1) > 1.0  # and no more than needed
+
+
+@pytest.mark.parametrize("steps", [1, 5, 8, 57, 456])
+@pytest.mark.parametrize("h", [1, 2, 3, 4, 8, 1000])
+def test_local_syncs_count_the_sync_steps(steps, h):
+    syncs = [s for s in range(steps) if rules.is_sync_step(s, steps, h)]
+    assert len(syncs) == rules.local_syncs_per_epoch(steps, h)
+    assert syncs[-1] == steps - 1                      # every epoch ends averaged
+    assert all(b - a <= h for a, b in zip([-1] + syncs, syncs))
+
+
+def test_plans_of_the_beyond_modes():
+    a = rules.plan("adaptive", 4, 32, 0.001)
+    assert (a.global_batch, a.per_worker_batch, a.peak_lr) == (32, 8, 0.001)
+    loc = rules.plan("local", 8, 32, 0.001, processes=1)
+    assert (loc.global_batch, loc.per_worker_batch, loc.per_process_batch, loc.peak_lr) == (32, 4, 32, 0.001)
+    with pytest.raises(rules.PlanError, match="N >= 2"):
+        rules.plan("adaptive", 1)
+    with pytest.raises(rules.PlanError, match="3 does not divide 32"):
+        rules.plan("local", 3)
+
+
+def test_an_adaptive_epoch_keeps_the_sample_stream_and_drops_only_the_remainder():
+    p = rules.plan("adaptive", 4, 32)
+    n_train = 1844                               # 57 batches of 32: 1824 a pass
+    base = rules.epoch_order(n_train, p, 3, seed=7)
+    for gb in (32, 36, 88, 128):
+        order = rules.epoch_order(n_train, p, 3, seed=7, global_batch=gb)
+        steps = rules.steps_per_epoch(n_train, p, global_batch=gb)
+        assert order.shape == (steps, gb) and steps == 4 * 1824 // gb
+        np.testing.assert_array_equal(order.ravel(), base.ravel()[: steps * gb])
+
+
+# ------------------------------------------------------------------------------------
+# training steps, on a tiny model
+# ------------------------------------------------------------------------------------
+def _tiny(cls):
+    import tensorflow as tf
+    tf.keras.utils.set_random_seed(0)
+    x = tf.keras.Input((4,))
+    y = tf.keras.layers.Dense(2)(tf.keras.layers.Dense(3, activation="tanh")(x))
+    return cls(x, y)
+
+
+def _data(n=48):
+    rng = np.random.default_rng(1)
+    return rng.normal(size=(n, 4)).astype("f4"), rng.normal(size=(n, 2)).astype("f4")
+
+
+def _compiled(cls, optimizer, parts):
+    from deepdensity import dist
+    model = _tiny(cls)
+    model.compile(optimizer=optimizer, loss="mse")
+    dist.create_slots(model, model.optimizer)
+    if hasattr(model, "start_workers"):
+        model.parts = parts
+        model.start_workers()
+    elif hasattr(model, "part_sq_tracker"):
+        model.parts, model.workers = parts, parts
+    else:
+        model.grad_slices = parts
+    return model
+
+
+def _fit(model, x, y, batch, every=None):
+    import tensorflow as tf
+
+    class Sync(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, b, logs=None):
+            if every and (b + 1) % every == 0:
+                self.model.average_workers()
+    model.fit(x, y, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[Sync()])
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def _sgd():
+    import tensorflow as tf
+    return tf.keras.optimizers.legacy.SGD(0.1)
+
+
+def _adam():
+    import tensorflow as tf
+    return tf.keras.optimizers.legacy.Adam(0.01)
+
+
+def test_noise_step_reports_the_part_gradients_statistics():
+    """One step of NoiseStep with 4 parts against GradientTape on each part separately."""
+    import tensorflow as tf
+    from deepdensity.steps import NoiseStep
+    x, y = _data(16)
+    model = _compiled(NoiseStep, _sgd(), 4)
+    reference = _tiny(tf.keras.Model)                  # same seed: same initial weights
+    parts = []
+    for i in range(4):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(reference(x[4 * i:4 * i + 4]) - y[4 * i:4 * i + 4]))
+        parts.append(np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, reference.trainable_variables)]))
+    parts = np.array(parts, dtype=np.float64)
+    mean = parts.mean(axis=0)
+    logs = model.train_on_batch(x, y, return_dict=True)
+    assert logs["grad_part_sq"] == pytest.approx(np.mean(np.sum(parts ** 2, axis=1)), rel=1e-5)
+    assert logs["grad_sq"] == pytest.approx(mean @ mean, rel=1e-5)
+    after = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    before = np.concatenate([v.numpy().ravel() for v in reference.trainable_variables])
+    np.testing.assert_allclose(after, before - 0.1 * mean, rtol=1e-5, atol=1e-7)
+
+
+def test_local_with_h1_and_sgd_is_synchronous_data_parallelism():
+    """The identity local SGD rests on: with plain SGD, averaging the weights after every
+    step is averaging the gradients before it."""
+    from deepdensity.model import SlicedStep
+    from deepdensity.steps import LocalStep
+    x, y = _data()
+    local = _fit(_compiled(LocalStep, _sgd(), 2), x, y, 8, every=1)
+    sync = _fit(_compiled(SlicedStep, _sgd(), 2), x, y, 8)
+    for a, b in zip(local, sync):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_local_with_h1_and_adam_is_synchronous_only_when_the_workers_agree():
+    """With Adam it is not: the second moment averages g_i^2, not (mean g)^2. When both
+    workers hold the same samples the gradients agree and so do the two paths."""
+    from deepdensity.model import SlicedStep
+    from deepdensity.steps import LocalStep
+    x, y = _data()
+    gap = max(np.abs(a - b).max() for a, b in zip(_fit(_compiled(LocalStep, _adam(), 2), x, y, 8, every=1),
+                                                 _fit(_compiled(SlicedStep, _adam(), 2), x, y, 8)))
+    assert gap > 1e-3
+    twin = np.concatenate([np.concatenate([x[i:i + 4]] * 2) for i in range(0, 48, 8)])
+    twin_y = np.concatenate([np.concatenate([y[i:i + 4]] * 2) for i in range(0, 48, 8)])
+    for a, b in zip(_fit(_compiled(LocalStep, _adam(), 2), twin, twin_y, 8, every=1),
+                    _fit(_compiled(SlicedStep, _adam(), 2), twin, twin_y, 8)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_local_workers_between_averagings_are_independent_models():
+    """Two emulated workers that never average follow two separate one-model runs on their
+    halves: the swapping in and out of weights and moments loses nothing. Averaging at the
+    end gives the mean of the two."""
+    from deepdensity.steps import LocalStep
+    x, y = _data()
+    model = _compiled(LocalStep, _adam(), 2)
+    _fit(model, x, y, 8)
+    halves = []
+    for w in range(2):
+        xs = np.concatenate([x[i + 4 * w:i + 4 * w + 4] for i in range(0, 48, 8)])
+        ys = np.concatenate([y[i + 4 * w:i + 4 * w + 4] for i in range(0, 48, 8)])
+        halves.append(_fit(_compiled(LocalStep, _adam(), 1), xs, ys, 4))
+    for k, store in enumerate(model.stores[:len(halves[0])]):
+        for w in range(2):
+            np.testing.assert_allclose(store.numpy()[w], halves[w][k], rtol=1e-5, atol=1e-6)
+    model.average_workers()
+    for v, a, b in zip(model.trainable_variables, *halves):
+        np.testing.assert_allclose(v.numpy(), (a + b) / 2, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------
+# the trainer's bookkeeping
+# ------------------------------------------------------------------------------------
+def train(out, mode, data, *extra):
+    run([sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE, "--set", f"data_path={data}",
+         "--out", str(out), "--quiet", *extra])
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_adaptive_grows_its_batch_as_its_test_says_and_resumes_with_it(tmp_path, smoke_data):
+    extra = ["--emulate-workers", "2", "--set", "adaptive_theta=0.5"]
+    rows = train(tmp_path / "whole", "adaptive", smoke_data, *extra, "--set", "max_epochs=3")
+    for row, nxt in zip(rows, rows[1:]):
+        assert nxt["global_batch"] == row["next_global_batch"]
+        b = row["global_batch"] // 2
+        assert row["next_global_batch"] == 2 * rules.adaptive_batch(b, row["grad_noise"], row["grad_sq"], 0.5, 32)
+        assert row["steps"] == rules.steps_per_epoch(128, rules.plan("adaptive", 2), global_batch=row["global_batch"])
+    assert rows[0]["global_batch"] == 32 and rows[-1]["global_batch"] > 32, "the smoke data grows at theta 0.5"
+    train(tmp_path / "cut", "adaptive", smoke_data, *extra, "--set", "max_epochs=1")
+    resumed = train(tmp_path / "cut", "adaptive", smoke_data, *extra, "--set", "max_epochs=3", "--resume")
+    assert [r["global_batch"] for r in resumed] == [r["global_batch"] for r in rows]
+    for a, b in zip(resumed, rows):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+
+
+def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_data):
+    rows = train(tmp_path / "loc", "local", smoke_data, "--emulate-workers", "2", "--set", "local_steps=3",
+                 "--set", "max_epochs=2")
+    assert [(r["steps"], r["allreduces"], r["global_batch"]) for r in rows] == [(8, 3, 32)] * 2
+    strong = train(tmp_path / "strong", "strong", smoke_data, "--emulate-workers", "2", "--set", "max_epochs=2")
+    assert [(r["steps"], r["allreduces"]) for r in strong] == [(8, 8)] * 2
+    assert rows[-1]["val_loss"] != pytest.approx(strong[-1]["val_loss"], rel=1e-6), "local is not strong"
