@@ -15,7 +15,8 @@ from .runs import read_metrics
 from .tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, failures, median_time
 
 MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
-              "warmup": ("tab:green", "^"), "linear": ("tab:red", "v")}
+              "warmup": ("tab:green", "^"), "linear": ("tab:red", "v"),
+              "adaptive": ("tab:purple", "D"), "local": ("tab:brown", "P")}
 
 
 def _f(x, digits=2) -> str:

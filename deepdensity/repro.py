@@ -129,8 +129,10 @@ def _validate_study(study: Study, path: Path) -> None:
     ints("seeds", study.seeds)
     if not all(s < 2 ** 32 for s in study.seeds):
         fail("seeds must be below 2^32")
-    if not isinstance(study.modes, list) or not study.modes or not set(study.modes) <= set(rules.MODES):
-        fail(f"modes must be a non-empty list of {', '.join(rules.MODES)}, got {study.modes!r}")
+    if not isinstance(study.modes, list) or not study.modes or not set(study.modes) <= set(rules.ALL_MODES):
+        fail(f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {study.modes!r}")
+    if set(study.modes) & set(rules.BEYOND_MODES) and "strong" not in study.modes:
+        fail("a study of adaptive or local compares them with strong scaling: add strong to modes")
     if study.base_lr != "edge" and (isinstance(study.base_lr, bool) or
                                     not isinstance(study.base_lr, (int, float)) or not 0 < study.base_lr < math.inf):
         fail(f"base_lr must be 'edge' or a positive number, got {study.base_lr!r}")
@@ -230,11 +232,16 @@ def main(argv=None) -> int:
     ap.add_argument("--lr-sweep", action="store_true",
                     help="only find the sequential model's edge of stability (reports/lr_sweep.json)")
     ap.add_argument("--runs", help="runs folder (default runs/study-PRESET)")
-    ap.add_argument("--reports", default=str(ROOT / "reports"), help="where the reports go")
+    ap.add_argument("--compare-with", default=str(ROOT / "reports"),
+                    help="for adaptive/local: the default study's reports, whose weak, linear and warmup "
+                         "rows the report shows beside them (default reports/)")
+    ap.add_argument("--reports", help="where the reports go (default reports/ for the default preset, "
+                                      "reports/PRESET/ for the others)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     try:
         name, study = load_study(args.preset)
+        args.reports = args.reports or str(ROOT / "reports" / ("" if name == "default" else name))
         _check_runner(args.runner)
         return run_study(name, study, args)
     except (StudyError, rules.PlanError, DamagedRun) as e:
@@ -374,7 +381,10 @@ def run_study(name: str, study: Study, args) -> int:
                 if n > 1 and (mode != "strong" or real_strong):
                     nm = f"{mode}-n{n}-s{seed}"
                     results[(mode, n, seed)] = (runner.run(nm, mode, n, {**common, "seed": seed}), nm)
-    r2 = runner.run(f"seq-2eta-s{seed0}", "strong", 1, {**common, "seed": seed0, "base_lr": repr(2 * eta)})
+    beyond = [m for m in study.modes if m in rules.BEYOND_MODES]
+    # the 2 x eta check belongs to the paper's claims, which a study of the beyond modes does not make
+    r2 = None if beyond else runner.run(f"seq-2eta-s{seed0}", "strong", 1,
+                                        {**common, "seed": seed0, "base_lr": repr(2 * eta)})
 
     # 3. Time per epoch: measured for N = 1 (or every N with --runner), modelled beyond.
     timing = _timing(root, cfg)
@@ -397,12 +407,26 @@ def run_study(name: str, study: Study, args) -> int:
                 if args.runner and n > 1:      # a real run on n workers: its own clock
                     epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
                     source, t = "measured", r["time_to_target_s"]
+                elif mode in rules.BEYOND_MODES and n > 1:   # batch or allreduces vary: epoch by epoch
+                    epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
+                    source = "modelled"
                 else:                          # one process here: N = 1 measured, N > 1 modelled
                     epoch_s, source = (seq_epoch, "measured") if n == 1 else (modelled(mode, n), "modelled")
                     t = epochs_to_target * epoch_s if epochs_to_target else None
                 cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
                                   source, t, run_name, r.get("final_val_loss")))
 
+    # the facts another study needs to know whether its rows compare with these
+    write_atomic(out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
+                                                 "collapse_loss": collapse_loss}, indent=2))
+    if beyond:
+        from .report_beyond import write_beyond_reports
+        earlier = _default_study_cells(Path(args.compare_with), eta, target, modelled, seq_epoch, study.workers)
+        write_beyond_reports(out, name=name, study=study, cfg=cfg, cells=cells, earlier=earlier, target=target,
+                             cap=cap, eta=eta, timing=timing, runs_root=root, n_train=n_train, n_val=n_val,
+                             wall_s=time.perf_counter() - t_start)
+        print(f"reports written to {out} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
+        return 0
     claims = evaluate_claims(cells, study.workers, r2["status"] == "reached_target",
                              eta_at_edge=sweep is not None)
     steps1 = rules.steps_per_epoch(n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
@@ -419,6 +443,50 @@ def run_study(name: str, study: Study, args) -> int:
     for c in claims:
         print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")
     return 0
+
+
+def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
+                        epochs_to_target: Optional[int]) -> tuple:
+    """(median seconds per epoch, time to target or None) of an adaptive or local run on n
+    devices, from each epoch's own steps, batch and allreduces (rules.epoch_seconds)."""
+    size = rules.LOCAL_ALLREDUCE_SIZE if mode == "local" else 1.0
+    per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
+                                     timing["step_fixed_s"], timing["per_sample_s"],
+                                     timing["allreduce_per_doubling_s"], timing["eval_per_sample_s"], size)
+                 for r in read_metrics(run_dir)]
+    t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
+    return statistics.median(per_epoch or [math.nan]), t
+
+
+def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:
+    """(cells, note): the default study's weak, linear and warmup cells (reports/cells.json),
+    their times modelled again with this study's timing so that every row uses the same
+    clock; none, and why, when that study ran another eta or target."""
+    cells_path, sweep_path, study_path = reports / "cells.json", reports / "lr_sweep.json", reports / "study.json"
+    if not cells_path.is_file():
+        return [], f"no {cells_path}: run `make repro` (the default preset) for the paper's four modes"
+    if study_path.is_file():
+        facts = read_json(study_path, "default study's eta and target")
+        their_eta, their_target = facts["eta"], facts["target"]
+    else:   # reports written before study.json existed: the edge and the protocol table's target
+        their_eta = read_json(sweep_path, "default study's lr search")["edge_lr"] if sweep_path.is_file() else None
+        row = next((r for r in json.loads(protocol.read_text()) if r[0] == "target")
+                   if (protocol := reports / "protocol.json").is_file() else None, None)
+        their_target = float(row[2].split()[2].rstrip(",")) if row else None
+    if their_eta is None or their_target is None or not math.isclose(their_eta, eta, rel_tol=1e-9) \
+            or not math.isclose(their_target, target, rel_tol=1e-5):
+        return [], (f"{reports} holds a study with eta {their_eta}, target {their_target}; this one has "
+                    f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out")
+    cells = []
+    for c in json.loads(cells_path.read_text()):
+        if c["mode"] not in ("weak", "linear", "warmup") or c["n"] not in workers:
+            continue
+        epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
+        t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
+        cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
+                          "measured" if c["n"] == 1 else "modelled", t, c["run"], c.get("final_val_loss")))
+    return cells, (f"weak, linear and warmup: the default study's runs ({cells_path}, same eta and target), "
+                   f"their times modelled again with this study's timing")
 
 
 def _study_data(root: Path, name: str, d: dict) -> Path:

@@ -501,8 +501,31 @@ def epoch_seconds_model(mode: str, n: int, n_train: int, n_val: int, base_batch:
     """
     p = plan(mode, n, base_batch)
     steps = steps_per_epoch(n_train, p, definition)
-    step = step_fixed_s + per_sample_s * p.per_worker_batch + allreduce_per_doubling_s * math.log2(n)
-    return steps * step + eval_per_sample_s * n_val / n
+    return epoch_seconds(steps, p.per_worker_batch, steps, n, n_val, step_fixed_s, per_sample_s,
+                         allreduce_per_doubling_s, eval_per_sample_s)
+
+
+# Local SGD averages the weights and Adam's two moments: three times the gradient's floats.
+LOCAL_ALLREDUCE_SIZE = 3.0
+
+
+def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_val: int,
+                  step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
+                  eval_per_sample_s: float, allreduce_size: float = 1.0) -> float:
+    """Seconds of one epoch on n devices from what the epoch did (a metrics row):
+
+        steps * (step_fixed + per_sample * per_worker_batch)
+        + allreduces * allreduce_size * allreduce * log2 n + eval_per_sample * n_val / n
+
+    With one allreduce of the gradients per step (the paper's four, adaptive) this is
+    `epoch_seconds_model`; local SGD allreduces `allreduce_size` = 3 times the floats
+    every H steps, its cost taken as proportional to the floats (bandwidth-bound: an
+    upper bound where latency dominates)."""
+    if n < 1 or steps < 0 or allreduces < 0:
+        raise ValueError("need n >= 1 and non-negative counts")
+    return (steps * (step_fixed_s + per_sample_s * per_worker_batch)
+            + allreduces * allreduce_size * allreduce_per_doubling_s * math.log2(n)
+            + eval_per_sample_s * n_val / n)
 
 
 def calibrate_target(sequential_val_losses: Sequence[float], epochs: int) -> tuple:

@@ -189,3 +189,56 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          same if runner else "see 'How each cell was obtained'"),
     ]
     return [list(r) for r in rows]
+
+
+# ------------------------------------------------------------------------------------
+# Beyond the paper: does a remedy beat strong scaling?
+# ------------------------------------------------------------------------------------
+def compare_with_strong(cells: list, mode: str, workers) -> list:
+    """[(N, verdict, mode's median time, strong's median time)] for N > 1 where `mode` ran:
+    verdict "faster" / "slower" / "as fast" (every seed of both reached the target; medians compared),
+    "failed" (a seed of `mode` did not reach it), "strong failed" (strong did not, `mode` did)."""
+    out = []
+    for n in workers:
+        mine = [c for c in cells if c.mode == mode and c.n == n]
+        if n == 1 or not mine:
+            continue
+        t, ts = median_time(cells, mode, n), median_time(cells, "strong", n)
+        if t is None:
+            verdict = "failed"
+        elif ts is None:
+            verdict = "strong failed"
+        elif math.isclose(t, ts, rel_tol=1e-9):
+            verdict = "as fast"
+        else:
+            verdict = "faster" if t < ts else "slower"
+        out.append((n, verdict, t, ts))
+    return out
+
+
+def beyond_answer(cells: list, modes, workers) -> str:
+    """The report's answer, from the cells: does either remedy reach the target faster than
+    strong scaling at some N?"""
+    sentences, winners = [], []
+    for mode in modes:
+        rows = compare_with_strong(cells, mode, workers)
+        if not rows:
+            continue
+        parts = []
+        for n, verdict, t, ts in rows:
+            if verdict in ("faster", "slower", "as fast"):
+                parts.append(f"N = {n}: {t:.3g} s against strong's {ts:.3g} s ({verdict}, {100 * (t / ts - 1):+.0f} %)")
+            elif verdict == "failed":
+                failed = [c for c in cells if c.mode == mode and c.n == n and not c.reached]
+                parts.append(f"N = {n}: did not reach the target ({', '.join(f'seed {c.seed} {c.status}' for c in failed)})")
+            else:
+                parts.append(f"N = {n}: {t:.3g} s while strong did not reach the target")
+        winners += [(mode, n) for n, verdict, _, _ in rows if verdict in ("faster", "strong failed")]
+        sentences.append(f"{mode}: " + "; ".join(parts) + ".")
+    if not sentences:
+        return "Neither remedy was run."
+    verdict = ("Yes: " + ", ".join(f"{m} at N = {n}" for m, n in winners) + " reached the target sooner than "
+               "strong scaling (median over seeds, every seed reaching it)." if winners else
+               "No: neither remedy reached the target sooner than strong scaling at any N run here "
+               "(median over seeds).")
+    return verdict + " " + " ".join(sentences)

@@ -260,3 +260,50 @@ def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_dat
     strong = train(tmp_path / "strong", "strong", smoke_data, "--emulate-workers", "2", "--set", "max_epochs=2")
     assert [(r["steps"], r["allreduces"]) for r in strong] == [(8, 8)] * 2
     assert rows[-1]["val_loss"] != pytest.approx(strong[-1]["val_loss"], rel=1e-6), "local is not strong"
+
+
+# ------------------------------------------------------------------------------------
+# the study's time model and answer
+# ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", rules.MODES)
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 32])
+def test_epoch_seconds_of_a_row_is_the_speedup_model_for_the_papers_modes(mode, n):
+    parts = dict(step_fixed_s=0.0135, per_sample_s=0.00124, allreduce_per_doubling_s=0.0057, eval_per_sample_s=0.00094)
+    p = rules.plan(mode, n, 32)
+    steps = rules.steps_per_epoch(1844, p)
+    by_row = rules.epoch_seconds(steps, p.per_worker_batch, steps, n, 256, **parts)
+    assert by_row == pytest.approx(rules.epoch_seconds_model(mode, n, 1844, 256, 32, **parts), rel=1e-12)
+    # by hand: steps x (fixed + per-sample x b + allreduce x log2 n) + evaluation shared by n
+    assert by_row == pytest.approx(steps * (0.0135 + 0.00124 * p.per_worker_batch + 0.0057 * math.log2(n))
+                                   + 0.00094 * 256 / n, rel=1e-12)
+
+
+def test_local_pays_three_gradient_allreduces_every_h_steps():
+    args = dict(n=8, n_val=256, step_fixed_s=0.01, per_sample_s=0.001, allreduce_per_doubling_s=0.005,
+                eval_per_sample_s=0.0)
+    every_step = rules.epoch_seconds(456, 4, 456, **args)
+    local = rules.epoch_seconds(456, 4, rules.local_syncs_per_epoch(456, 4), allreduce_size=3.0, **args)
+    assert every_step - local == pytest.approx((456 - 3 * 114) * 0.005 * 3, rel=1e-12)
+
+
+def _cell(mode, n, seed, t):
+    from deepdensity.tables import Cell
+    reached = t is not None
+    return Cell(mode, n, seed, "reached_target" if reached else "stalled", 5, 5 if reached else None, 1.0,
+                "modelled", t, f"{mode}-{n}-{seed}")
+
+
+def test_the_answer_compares_medians_over_seeds_and_names_failures():
+    from deepdensity.tables import beyond_answer, compare_with_strong
+    cells = [_cell("strong", n, s, t) for n, t in ((1, 100.0), (2, 60.0), (4, 40.0)) for s in (0, 1)]
+    cells += [_cell("adaptive", 2, 0, 50.0), _cell("adaptive", 2, 1, 80.0),    # median 65: slower
+              _cell("adaptive", 4, 0, 30.0), _cell("adaptive", 4, 1, 35.0),    # faster
+              _cell("local", 2, 0, 60.0), _cell("local", 2, 1, 60.0),
+              _cell("local", 4, 0, 20.0), _cell("local", 4, 1, None)]          # one seed failed
+    assert compare_with_strong(cells, "adaptive", [1, 2, 4]) == [(2, "slower", 65.0, 60.0), (4, "faster", 32.5, 40.0)]
+    assert [v for _, v, _, _ in compare_with_strong(cells, "local", [1, 2, 4])] == ["as fast", "failed"]
+    answer = beyond_answer(cells, ["adaptive", "local"], [1, 2, 4])
+    assert answer.startswith("Yes: adaptive at N = 4 reached the target sooner")
+    assert "seed 1 stalled" in answer
+    no = beyond_answer([c for c in cells if not (c.mode == "adaptive" and c.n == 4)], ["adaptive", "local"], [1, 2, 4])
+    assert no.startswith("No:")

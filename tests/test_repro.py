@@ -128,6 +128,24 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert second.stdout.count("finished earlier, skipped") == 6, second.stdout
     assert "] seq-s0: strong" not in second.stdout
 
+    # The beyond modes, with the same eta and target: the paper's other modes come from above.
+    beyond = tmp_path / "beyond.yaml"
+    beyond.write_text(preset.read_text().replace("[strong, weak, linear, warmup]", "[strong, adaptive, local]")
+                      + "mode_workers: {adaptive: [1, 2], local: [1, 2]}\n")
+    out = tmp_path / "beyond_reports"
+    run([sys.executable, "-m", "deepdensity.repro", "--preset", str(beyond), "--runs", str(tmp_path / "runs"),
+         "--reports", str(out), "--compare-with", str(reports)])
+    for name in ("REPORT.md", "time_to_target.md", "time_to_target.csv", "fig2.png", "fig7.png", "cells.json"):
+        assert (out / name).stat().st_size > 0, name
+    text = (out / "REPORT.md").read_text()
+    assert "## The answer" in text and ("Yes:" in text or "No:" in text)
+    header = (out / "time_to_target.md").read_text().splitlines()[0]
+    assert all(m in header for m in ("strong", "weak", "linear", "warmup", "adaptive", "local")), header
+    b_cells = json.loads((out / "cells.json").read_text())
+    assert {(c["mode"], c["n"]) for c in b_cells} == {(m, n) for m in ("strong", "adaptive", "local") for n in (1, 2)}
+    assert json.loads((out / "study.json").read_text())["target"] == pytest.approx(
+        json.loads((reports / "study.json").read_text())["target"], rel=1e-9), "the same calibrated target"
+
 
 def test_claims_over_the_n_each_mode_was_run_at():
     """A preset may run the costly modes at fewer N: their claims say so and judge what ran."""

@@ -1,0 +1,156 @@
+"""The `beyond` study's reports (issue 'Beyond the paper'): adaptive batches and local SGD
+next to the paper's four modes, and the answer to "does either beat strong scaling?"."""
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+from . import rules
+from .report import MODE_STYLE, _cells, _epochs, _f, _md_table, _time_range, _write_csv
+from .runs import read_metrics
+from .tables import beyond_answer, efficiency_table, failures
+
+ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
+
+
+def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target, cap, eta, timing, runs_root,
+                         n_train, n_val, wall_s) -> None:
+    """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes), fig7.png
+    (adaptive's batch per epoch) and cells.json under `out`. `earlier` = (cells, note): the
+    default study's weak/linear/warmup cells, or none and why."""
+    out.mkdir(parents=True, exist_ok=True)
+    earlier_cells, earlier_note = earlier
+    every = cells + earlier_cells
+    modes = [m for m in ORDER if any(c.mode == m for c in every)]
+    workers = study.workers
+    eff = efficiency_table(every, modes, workers)
+
+    head = ["N"] + [f"{m}: s (eff %)" for m in modes]
+    rows = [[n] + [f"{_time_range(every, m, n)} ({_f(eff[m][n], 0)})" if _cells(every, m, n) else "not run"
+                   for m in modes] for n in workers]
+    _write_csv(out / "time_to_target.csv", ["N"] + [f"{m} {k}" for m in modes for k in ("time_s", "efficiency")],
+               [[n] + [v for m in modes for v in (_time_range(every, m, n), _f(eff[m][n]))] for n in workers])
+    (out / "time_to_target.md").write_text(_md_table(head, rows))
+    _figures(out, every, modes, workers, runs_root, target, plt=_pyplot())
+    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
+
+    comm_rows = []
+    for m in modes:
+        for n in workers:
+            cs = [c for c in every if c.mode == m and c.n == n and n > 1]
+            if not cs:
+                continue
+            if m in rules.BEYOND_MODES:     # what the runs did, epoch by epoch
+                metrics = [read_metrics(runs_root / c.run) for c in cs]
+                per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
+                batches = sorted({r["global_batch"] for ms in metrics for r in ms})
+            else:                           # fixed by the policy (strong is read off the sequential run)
+                p = rules.plan(m, n, cfg.batch_size)
+                per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
+            comm_rows.append([m, n, _epochs(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches))])
+    fail_rows = [[m, n, s, st, ep, _f(v, 6)] for m, n, s, st, ep, v in failures(every)]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    steps1 = rules.steps_per_epoch(n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
+    text = f"""# Beyond the paper: adaptive batches and local SGD against strong scaling
+
+Preset `{name}`, `make repro PRESET={name}` (one process emulating N workers; time modelled); generated {when};
+this invocation took {wall_s / 60:.1f} min, reusing runs finished earlier.
+
+## The answer
+
+{beyond_answer(every, [m for m in ("adaptive", "local") if m in modes], workers)}
+
+## What was run
+
+- **adaptive** (De, Yadav, Jacobs and Goldstein, AISTATS 2017, "big batch" SGD; Goldstein 2018, section 4):
+  starts as strong scaling (global batch {cfg.batch_size}, {cfg.batch_size}/N per worker, lr eta). Each step
+  measures the spread of the N workers' mean gradients g_i around their mean g (one allreduce of ||g_i||^2
+  beside the gradients); E||g - grad||^2 is estimated as (mean ||g_i||^2 - ||g||^2) / (N - 1). At the end of
+  each epoch, De et al.'s test "noise <= theta^2 ||g||^2" on the epoch's means, with theta = {cfg.adaptive_theta:g};
+  where it fails the per-worker batch grows by the factor that makes it hold, up to {cfg.batch_size} per worker
+  (weak scaling's batch). The lr stays eta.
+- **local** (local SGD; Goldstein 2018, section 4): strong scaling's batches and lr, but every worker steps on its
+  own copy of the weights and Adam's moments, and the workers average weights and moments every H = {cfg.local_steps}
+  steps and at each epoch's end (one allreduce of 3x the gradient's floats). Averaging the moments too keeps every
+  worker on the same optimizer state after each round; with plain SGD and H = 1 this is exactly synchronous data
+  parallelism (tested), with Adam it cannot be (Adam's step is not linear in the gradient; a test shows the gap).
+- eta = {eta:.6g} ({"the edge of stability found by this study's search" if study.base_lr == "edge" else
+  "fixed by the preset"}); target {target:.6g}, the sequential run's validation loss after
+  {study.calibration_epochs} epochs (cap {cap} epochs). theta and H were chosen before any run and not tuned.
+- {earlier_note}.
+- Time: epochs x a modelled epoch as in the default study (step {timing['step_fixed_s'] * 1e3:.2f} ms +
+  {timing['per_sample_s'] * 1e3:.3f} ms per sample of the per-worker batch, allreduce
+  {timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N, evaluation shared); adaptive's epochs
+  each at their own batch and step count; local's allreduces every H steps, each counted as
+  {rules.LOCAL_ALLREDUCE_SIZE:g} gradient allreduces (cost taken as proportional to the floats: an upper bound
+  where latency dominates). N = 1 is the sequential run ({steps1} steps per pass), measured.
+
+## Time to target (s, median and range over seeds) and efficiency (%)
+
+{_md_table(head, rows)}
+## Epochs to target, allreduces per epoch and the batches used
+
+{_md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches"], comm_rows)}
+One epoch is N passes of {n_train} cubes (`{cfg.epoch_definition}`): strong scaling makes {steps1} x N steps
+and as many gradient allreduces per epoch.
+
+## Runs that did not reach the target
+
+{_md_table(['mode', 'N', 'seed', 'status', 'epochs run', 'last val_loss'], fail_rows) if fail_rows else 'none'}
+
+## Figures
+
+![fig2](fig2.png) ![fig7](fig7.png)
+
+Fig. 2: time to target against N, the paper's four modes and the two beyond it (missing points: not reached).
+Fig. 7: adaptive's global batch per epoch (top) and validation loss (bottom), each N and seed.
+"""
+    (out / "REPORT.md").write_text(text)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _figures(out: Path, cells, modes, workers, runs_root: Path, target: float, plt) -> None:
+    from .tables import median_time
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for mode in modes:
+        pts = [(n, median_time(cells, mode, n)) for n in workers]
+        pts = [(n, t) for n, t in pts if t is not None]
+        if pts:
+            color, marker = MODE_STYLE[mode]
+            ax.plot(*zip(*pts), marker=marker, color=color, label=mode,
+                    ls="--" if mode in rules.BEYOND_MODES else "-")
+    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s)",
+           title="Time to target (missing points: target not reached)")
+    ax.set_xticks(workers, [str(n) for n in workers])
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(out / "fig2.png", dpi=110)
+    plt.close(fig)
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
+    cmap = plt.get_cmap("viridis")
+    runs = sorted({(c.n, c.seed, c.run) for c in cells if c.mode == "adaptive" and c.n > 1})
+    for i, (n, seed, run) in enumerate(runs):
+        rows = read_metrics(runs_root / run)
+        ep = [r["epoch"] for r in rows]
+        style = dict(color=cmap(i / max(1, len(runs) - 1)), ls="-" if seed == runs[0][1] else ":",
+                     marker="o", markersize=3, label=f"N = {n}, seed {seed}")
+        top.step(ep, [r["global_batch"] for r in rows], where="mid", **style)
+        bottom.plot(ep, [r["val_loss"] for r in rows], **style)
+    bottom.axhline(target, color="gray", ls="--", lw=1, label="target")
+    top.set(ylabel="global batch", yscale="log", title="adaptive: batch and validation loss per epoch")
+    bottom.set(xlabel="epoch", ylabel="validation MSLE", yscale="log")
+    if runs:
+        top.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "fig7.png", dpi=110)
+    plt.close(fig)
