@@ -22,6 +22,7 @@ setup(
         "tqdm>=4.60",
         "scipy>=1.10",          # ndimage: trilinear resampling of scans
         "SimpleITK>=2.3",       # MetaImage (.mhd/.raw/.zraw, .mha), as LUNA16's own code reads it
+        "scikit-learn>=1.3",    # PCA, t-SNE and DBSCAN of the data filter (Gahlot et al. 2020)
     ],
     extras_require={
         # TF 2.16+ ships Keras 3, which Horovod 0.28.1 does not support (horovod/horovod#4290).
