@@ -66,5 +66,7 @@ class SliceImages(tf.keras.callbacks.Callback):
         self.writer.flush()
 
     def on_train_end(self, logs=None):
+        # adaptive calls fit once per epoch: the next call opens a new writer on the same folder
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
