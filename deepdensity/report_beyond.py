@@ -10,13 +10,14 @@ from pathlib import Path
 from . import rules
 from .report import MODE_STYLE, _cells, _epochs, _f, _md_table, _runs_minutes, _time_range, _write_csv
 from .runs import read_metrics
-from .tables import beyond_answer, efficiency_table, failures
+from .tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
+                     preferred_batch)
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
 
 
 def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target, cap, eta, timing, runs_root,
-                         n_train, n_val, wall_s) -> None:
+                         n_train, n_val, wall_s, filtering=None, sweep=None) -> None:
     """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes), fig7.png
     (adaptive's batch per epoch) and cells.json under `out`. `earlier` = (cells, note): the
     default study's weak/linear/warmup cells, or none and why."""
@@ -124,7 +125,113 @@ theta^2 = {cfg.adaptive_theta ** 2:g}; the last column shows the range its runs 
 Fig. 2: time to target against N, the paper's four modes and the two beyond it (missing points: not reached).
 Fig. 7: adaptive's global batch per epoch (top) and validation loss (bottom), each N and seed.
 """
+    if filtering:
+        text += _filtering_md(out, filtering, target)
+    if sweep:
+        text += _sweep_md(out, sweep, cfg, eta, target)
     (out / "REPORT.md").write_text(text)
+
+
+def _filtering_md(out: Path, filtering: dict, target: float) -> str:
+    import shutil
+    rows, facts = filtering["rows"], filtering["filter"]
+    for fig in filtering["figures"]:
+        if Path(fig).exists():
+            shutil.copy(fig, out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
+    table = filter_table(rows)
+    (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": rows}, indent=2))
+    _filter_figure(out / "fig8.png", table)
+    md = _md_table(["mode", "N", "data", "epochs to target (per seed)", "time to target (s, median)"],
+                   [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), _f(t, 1)]
+                    for m, n, d, eps, t in table])
+    return f"""
+## Filtering the data for large batches (Gahlot et al. 2020)
+
+{filter_answer(rows)}
+
+The sequential run of the first seed encoded every training cube (latent y, eq. 9); PCA to
+{facts.get('pca_components')} dimensions, t-SNE to 2-D (perplexity {facts.get('tsne_perplexity')}), DBSCAN with
+min_samples {facts.get('dbscan_min_samples')} and eps {float(facts.get('dbscan_eps', float('nan'))):.4g} (the knee of the
+k-distance curve) found {facts.get('clusters')} clusters and called **{facts.get('n_dropped')} of
+{facts.get('n_train_before')}** training cubes noise; they were dropped (`network`), and as many cubes at random
+for the control (`random`). The validation split, the target ({target:.6g}), eta and the seeds are the study's.
+Each mode runs at the N where the default study found it slowest or failing (tables.filter_n). Time is
+modelled epoch by epoch from each run's own steps (fewer cubes, fewer steps per epoch).
+
+{md}
+![fig8](fig8.png) ![embedding](filter.embedding.png)
+
+Fig. 8: time to target per data set (missing bars: not reached by every seed). The embedding with DBSCAN's
+clusters and its noise in black (their Fig. 3); `filter.dropped.png` shows the dropped cubes' central slices.
+"""
+
+
+def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
+    (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
+    _sweep_figure(out / "fig9.png", sweep)
+    best = {rule: preferred_batch(sweep, rule) for rule in ("eta", "linear")}
+    md = _md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
+                   [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], _f(r["epoch_seconds"]),
+                     _f(r["time_to_target_s"], 1)] for r in sweep])
+    return f"""
+## The preferred batch size (Gahlot et al.'s Fig. 4 and 5, for this model)
+
+The sequential model (one worker) at each global batch b, at eta = {eta:.6g} (weak scaling's lr) and at the
+linear rule's eta x b / {cfg.batch_size}; an epoch is one pass (floor(n / b) x b cubes), cap and stopping
+rules as the study's, target {target:.6g}; time modelled for one device from each epoch's steps.
+Preferred batch (shortest time to target): **{best['eta'] or 'none reached'}** at eta,
+**{best['linear'] or 'none reached'}** with the linear rule.
+
+{md}
+![fig9](fig9.png)
+
+Fig. 9: epochs and time to target against the global batch, both lr rules; the preferred batch is circled.
+"""
+
+
+def _filter_figure(path: Path, table: list) -> None:
+    plt = _pyplot()
+    groups = list(dict.fromkeys((m, n) for m, n, *_ in table))
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    colors = {"full": "tab:gray", "network": "tab:blue", "random": "tab:orange"}
+    for gi, (mode, n) in enumerate(groups):
+        for di, data in enumerate(("full", "network", "random")):
+            t = next((tm for m, nn, d, _, tm in table if (m, nn, d) == (mode, n, data)), None)
+            if t is not None:
+                ax.bar(gi + (di - 1) * 0.27, t, width=0.25, color=colors[data], label=data if gi == 0 else None)
+    ax.set_xticks(range(len(groups)), [f"{m} N = {n}" for m, n in groups])
+    ax.set(ylabel="time to target (s, median over seeds)", title="Full, network-filtered and random-filtered data")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _sweep_figure(path: Path, sweep: list) -> None:
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
+    for rule, color in (("eta", "tab:blue"), ("linear", "tab:red")):
+        rows = [r for r in sweep if r["lr_rule"] == rule]
+        reached = [r for r in rows if r["time_to_target_s"] is not None]
+        top.plot([r["batch"] for r in reached], [r["epochs"] for r in reached], "o-", color=color,
+                 label=f"lr {'eta' if rule == 'eta' else 'eta x b / B'}")
+        bottom.plot([r["batch"] for r in reached], [r["time_to_target_s"] for r in reached], "o-", color=color)
+        missed = [r["batch"] for r in rows if r["time_to_target_s"] is None]
+        if missed:
+            bottom.plot(missed, [bottom.get_ylim()[1]] * len(missed), "x", color=color, label=f"{rule}: not reached")
+        best = preferred_batch(sweep, rule)
+        if best is not None:
+            t = next(r["time_to_target_s"] for r in reached if r["batch"] == best)
+            bottom.plot([best], [t], "o", ms=14, mfc="none", color=color)
+    top.set(ylabel="epochs (passes) to target", xscale="log", yscale="log",
+            title="Sequential model: batch size against epochs and time to target")
+    bottom.set(xlabel="global batch", ylabel="time to target (s)", xscale="log", yscale="log")
+    top.legend(fontsize=8)
+    if bottom.get_legend_handles_labels()[0]:
+        bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _pyplot():

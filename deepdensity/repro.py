@@ -68,6 +68,13 @@ class Study:
     base_lr: object = "edge"
     # {mode: [N, ...]}: run a mode at fewer N than `workers` (its costly cells), e.g. to fit a budget.
     mode_workers: dict = field(default_factory=dict)
+    # Beyond the paper, part 2 (Gahlot et al. 2020): modes of the paper to train again on data
+    # filtered by the sequential run's features and on the random control, each at the N
+    # tables.filter_n picks from the default study's cells (where it is slowest or fails).
+    filter_modes: list = field(default_factory=list)
+    # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
+    # rule's eta * b / B: epochs and time to target against batch size.
+    batch_sweep: list = field(default_factory=list)
 
 
 def load_study(preset: str) -> tuple:
@@ -141,6 +148,11 @@ def _validate_study(study: Study, path: Path) -> None:
     for mode, ns in study.mode_workers.items():
         if mode not in study.modes or not isinstance(ns, list) or not set(ns) <= set(study.workers) or 1 not in ns:
             fail(f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
+    large = ("weak", "linear", "warmup")
+    if not isinstance(study.filter_modes, list) or not set(study.filter_modes) <= set(large) \
+            or len(set(study.filter_modes)) != len(study.filter_modes):
+        fail(f"filter_modes must list some of {', '.join(large)} (the large-batch modes), got {study.filter_modes!r}")
+    ints("batch_sweep", study.batch_sweep, lo=1, nonempty=False)
 
 
 # ------------------------------------------------------------------------------------
@@ -422,9 +434,11 @@ def run_study(name: str, study: Study, args) -> int:
     if beyond:
         from .report_beyond import write_beyond_reports
         earlier = _default_study_cells(Path(args.compare_with), eta, target, modelled, seq_epoch, study.workers)
+        filtering = filter_experiment(runner, study, common, earlier[0], cells, n_val, timing, modelled)
+        sweep_rows = batch_sweep(runner, study, cfg, eta, target, cap, n_val, timing, patience=cfg.stall_patience)
         write_beyond_reports(out, name=name, study=study, cfg=cfg, cells=cells, earlier=earlier, target=target,
                              cap=cap, eta=eta, timing=timing, runs_root=root, n_train=n_train, n_val=n_val,
-                             wall_s=time.perf_counter() - t_start)
+                             wall_s=time.perf_counter() - t_start, filtering=filtering, sweep=sweep_rows)
         print(f"reports written to {out} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
         return 0
     claims = evaluate_claims(cells, study.workers, r2["status"] == "reached_target",
@@ -456,6 +470,91 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
                  for r in read_metrics(run_dir)]
     t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
     return statistics.median(per_epoch or [math.nan]), t
+
+
+def _timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: dict) -> dict:
+    """A run's outcome with its modelled time to target (epoch by epoch, from its rows)."""
+    reached = result["status"] == "reached_target"
+    epoch_s, t = _modelled_from_rows(run_dir, mode, n, n_val, timing, result["epochs"] if reached else None)
+    return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
+            else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,
+            "final_val_loss": result.get("final_val_loss")}
+
+
+def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
+                      n_val: int, timing: dict, modelled, say=print) -> Optional[dict]:
+    """Gahlot et al.'s experiment: each of `filter_modes` at the N where it is slowest or
+    fails (tables.filter_n, on the default study's cells) trained on the full data, on the
+    data filtered by the first seed's sequential run (python -m deepdensity.filter) and on
+    the random control; same validation set, target and seeds. The full-data runs are the
+    default study's when it has them (their times modelled again here), else run here."""
+    from .tables import filter_n
+    if not study.filter_modes:
+        return None
+    root, seeds = runner.root, study.seeds
+    data, filtered = root / "data.h5", root / "data.filtered.h5"
+    random_ctl = filtered.with_suffix(".random.h5")
+    if not (filtered.exists() and random_ctl.exists()):
+        say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
+        proc = subprocess.run([sys.executable, "-m", "deepdensity.filter", "--run", str(root / f"seq-s{seeds[0]}"),
+                               "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0])],
+                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        if proc.returncode != 0:
+            raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        say(proc.stdout.strip())
+    rows = []
+    for mode in study.filter_modes:
+        source = earlier_cells if any(c.mode == mode for c in earlier_cells) else own_cells
+        n = filter_n(source, mode)
+        if n is None:
+            raise StudyError(f"filter_modes: {mode} ran at no N > 1, neither here nor in --compare-with's cells")
+        for seed in seeds:
+            full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
+            if full:
+                c = full[0]
+                rows.append({"mode": mode, "n": n, "seed": seed, "data": "full", "status": c.status,
+                             "epochs": c.epochs, "epochs_to_target": c.epochs_to_target,
+                             "epoch_seconds": modelled(mode, n), "run": f"(default study) {c.run}",
+                             "time_to_target_s": c.epochs_to_target * modelled(mode, n) if c.epochs_to_target else None,
+                             "final_val_loss": c.final_val_loss})
+            else:
+                nm = f"{mode}-n{n}-s{seed}"
+                r = runner.run(nm, mode, n, {**common, "seed": seed})
+                rows.append({"mode": mode, "n": n, "seed": seed, "data": "full",
+                             **_timed(root / nm, mode, n, n_val, timing, r)})
+            for variant, path in (("network", filtered), ("random", random_ctl)):
+                nm = f"{mode}-n{n}-{variant}-s{seed}"
+                r = runner.run(nm, mode, n, {**common, "seed": seed, "data_path": str(path)})
+                rows.append({"mode": mode, "n": n, "seed": seed, "data": variant,
+                             **_timed(root / nm, mode, n, n_val, timing, r)})
+    import h5py
+    with h5py.File(filtered, "r") as f:
+        facts = {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
+                 if k.startswith("filter_")}
+    return {"rows": rows, "filter": facts, "figures": [filtered.with_suffix(".embedding.png"),
+                                                       filtered.with_suffix(".dropped.png")]}
+
+
+def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
+                timing: dict, patience: int) -> list:
+    """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
+    scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
+    the target. b = B at eta is the first seed's sequential run itself."""
+    rows, seed = [], study.seeds[0]
+    for b in study.batch_sweep:
+        for rule, lr in (("eta", eta), ("linear", eta * b / cfg.batch_size)):
+            if b == cfg.batch_size:                        # both rules give eta: the sequential run
+                nm = f"seq-s{seed}"
+                vals = _val_losses(runner.root / nm)
+                status, epochs = rules.derive_strong(vals, 1, target, cap, patience) or ("max_epochs", len(vals))
+                r = {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
+            else:
+                nm = f"batch-b{b}-{rule}-s{seed}"
+                r = runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
+                                                 "seed": seed, "batch_size": b})
+            timed = _timed(runner.root / nm, "strong", 1, n_val, timing, r)
+            rows.append({"batch": b, "lr_rule": rule, "lr": lr, **timed})
+    return rows
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:

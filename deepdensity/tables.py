@@ -242,3 +242,60 @@ def beyond_answer(cells: list, modes, workers) -> str:
                "No: neither remedy reached the target sooner than strong scaling at any N run here "
                "(median over seeds).")
     return verdict + " " + " ".join(sentences)
+
+
+def filter_n(cells: list, mode: str) -> Optional[int]:
+    """The N > 1 at which to test data filtering for `mode` (Gahlot et al.'s remedy for large
+    batches): the smallest N where a seed failed to reach the target; if none failed, the N
+    with the longest median time to target; None if the mode was not run at N > 1."""
+    ns = sorted({c.n for c in cells if c.mode == mode and c.n > 1})
+    failed = [n for n in ns if any(not c.reached for c in cells if c.mode == mode and c.n == n)]
+    if failed:
+        return failed[0]
+    if not ns:
+        return None
+    return max(ns, key=lambda n: (median_time(cells, mode, n) or 0.0, n))
+
+
+def _median_or_none(times: list) -> Optional[float]:
+    return None if not times or any(t is None for t in times) else statistics.median(times)
+
+
+def filter_table(rows: list) -> list:
+    """[(mode, N, data, epochs per seed, median time or None)] of the filtering experiment,
+    data in the order full, network, random."""
+    out = []
+    for mode, n in dict.fromkeys((r["mode"], r["n"]) for r in rows):
+        for data in ("full", "network", "random"):
+            rs = sorted((r for r in rows if (r["mode"], r["n"], r["data"]) == (mode, n, data)), key=lambda r: r["seed"])
+            if rs:
+                out.append((mode, n, data, [r["epochs_to_target"] for r in rs],
+                            _median_or_none([r["time_to_target_s"] for r in rs])))
+    return out
+
+
+def filter_answer(rows: list) -> str:
+    """Does network filtering make the large-batch mode reach the target sooner than the full
+    data and than the random control? From the rows, median over seeds."""
+    def fmt(t):
+        return "not reached by every seed" if t is None else f"{t:.3g} s"
+    sentences, helped = [], []
+    table = filter_table(rows)
+    for mode, n in dict.fromkeys((m, n) for m, n, *_ in table):
+        t = {d: tm for m, nn, d, _, tm in table if (m, nn) == (mode, n)}
+        sentences.append(f"{mode} at N = {n}: full {fmt(t.get('full'))}, network-filtered {fmt(t.get('network'))}, "
+                         f"random control {fmt(t.get('random'))}.")
+        net = t.get("network")
+        if net is not None and all(t.get(d) is None or net < t[d] for d in ("full", "random")):
+            helped.append(f"{mode} at N = {n}")
+    verdict = ("Yes for " + ", ".join(helped) + ": the network-filtered data reached the target sooner than both the "
+               "full data and the random control." if helped else
+               "No: the network-filtered data did not reach the target sooner than both the full data and the "
+               "random control for any mode tested.")
+    return verdict + " " + " ".join(sentences)
+
+
+def preferred_batch(rows: list, lr_rule: str) -> Optional[int]:
+    """The global batch with the shortest time to target under `lr_rule` (None if none reached)."""
+    reached = [r for r in rows if r["lr_rule"] == lr_rule and r["time_to_target_s"] is not None]
+    return min(reached, key=lambda r: (r["time_to_target_s"], r["batch"]))["batch"] if reached else None

@@ -131,7 +131,8 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     # The beyond modes, with the same eta and target: the paper's other modes come from above.
     beyond = tmp_path / "beyond.yaml"
     beyond.write_text(preset.read_text().replace("[strong, weak, linear, warmup]", "[strong, adaptive, local]")
-                      + "mode_workers: {adaptive: [1, 2], local: [1, 2]}\n")
+                      + "mode_workers: {adaptive: [1, 2], local: [1, 2]}\n"
+                      + "filter_modes: [weak]\nbatch_sweep: [16, 32, 64]\n")
     out = tmp_path / "beyond_reports"
     run([sys.executable, "-m", "deepdensity.repro", "--preset", str(beyond), "--runs", str(tmp_path / "runs"),
          "--reports", str(out), "--compare-with", str(reports)])
@@ -143,6 +144,15 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert all(m in header for m in ("strong", "weak", "linear", "warmup", "adaptive", "local")), header
     b_cells = json.loads((out / "cells.json").read_text())
     assert {(c["mode"], c["n"]) for c in b_cells} == {(m, n) for m in ("strong", "adaptive", "local") for n in (1, 2)}
+    assert "## Filtering the data for large batches" in text and "## The preferred batch size" in text
+    filtering = json.loads((out / "filtering.json").read_text())
+    assert sorted((r["data"], r["seed"]) for r in filtering["runs"]) == [("full", 0), ("network", 0), ("random", 0)]
+    assert {r["n"] for r in filtering["runs"]} == {2} and filtering["filter"]["n_train_before"] == 64
+    sweep = json.loads((out / "batch_sweep.json").read_text())
+    assert sorted((r["batch"], r["lr_rule"]) for r in sweep) == [(b, rule) for b in (16, 32, 64) for rule in ("eta", "linear")]
+    assert next(r for r in sweep if r["batch"] == 64 and r["lr_rule"] == "linear")["lr"] == pytest.approx(0.0021)
+    for name in ("fig8.png", "fig9.png", "filter.embedding.png"):
+        assert (out / name).stat().st_size > 0, name
     assert json.loads((out / "study.json").read_text())["target"] == pytest.approx(
         json.loads((reports / "study.json").read_text())["target"], rel=1e-9), "the same calibrated target"
 
