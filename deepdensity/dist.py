@@ -118,15 +118,20 @@ def setup(intra_op_threads: int = 0):
     """Initialise the process group and pin this process to its device and thread share."""
     backend = Horovod() if hvd is not None else Single()
     # Horovod: pin one GPU per local process (no-op on CPU-only hosts).
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if gpus:
-        tf.config.set_visible_devices(gpus[backend.local_rank() % len(gpus)], "GPU")
     # N processes on one host each get an equal share of its cores, not all of them.
     threads = intra_op_threads or max(1, (os.cpu_count() or 1) // backend.local_size())
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        if gpus:
+            tf.config.set_visible_devices(gpus[backend.local_rank() % len(gpus)], "GPU")
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+    except RuntimeError:
+        # TensorFlow already ran in this process (a caller such as a notebook or a test used it
+        # first): devices and threads can no longer change, so the run uses what is set.
+        threads = tf.config.threading.get_intra_op_parallelism_threads() or threads
     return backend, threads
 
 

@@ -194,14 +194,18 @@ def _filter_figure(path: Path, table: list) -> None:
     groups = list(dict.fromkeys((m, n) for m, n, *_ in table))
     fig, ax = plt.subplots(figsize=(6.4, 4))
     colors = {"full": "tab:gray", "network": "tab:blue", "random": "tab:orange"}
+    from matplotlib.patches import Patch
     for gi, (mode, n) in enumerate(groups):
         for di, data in enumerate(("full", "network", "random")):
+            x = gi + (di - 1) * 0.27
             t = next((tm for m, nn, d, _, tm in table if (m, nn, d) == (mode, n, data)), None)
             if t is not None:
-                ax.bar(gi + (di - 1) * 0.27, t, width=0.25, color=colors[data], label=data if gi == 0 else None)
+                ax.bar(x, t, width=0.25, color=colors[data])
+            elif any((m, nn, d) == (mode, n, data) for m, nn, d, *_ in table):
+                ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=7, color=colors[data])
     ax.set_xticks(range(len(groups)), [f"{m} N = {n}" for m, n in groups])
     ax.set(ylabel="time to target (s, median over seeds)", title="Full, network-filtered and random-filtered data")
-    ax.legend(fontsize=8)
+    ax.legend(handles=[Patch(color=c, label=d) for d, c in colors.items()], fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -131,24 +131,11 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         say(f"nothing to resume in {out}; starting a new run there")
     if state:
         _check_resume(out, {**cfg.to_dict(), "mode": mode, "workers": workers, "world_size": processes})
-    # A run stopped at the epoch cap is extended by a larger max_epochs; the others are final.
-    finished = bool(state and (state.get("status") in ("reached_target", "diverged", "stalled") or
-                               (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
-    if processes > 1:  # only rank 0 reads the folder; all workers must stop or go on together
-        finished = bool(backend.allreduce_max(float(finished)))
-    if finished:
+    if _finished(state, cfg, backend, processes):
         say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
         return read_json(out / "result.json", "finished run's result") if is_chief else {}
 
-    cubes = load_cubes(cfg.data_path)
-    train_x, val_x = cubes.train, cubes.val
-    if cfg.max_train_cubes:
-        train_x = train_x[: cfg.max_train_cubes]
-    if cfg.intensity_scaling == "density":
-        train_x, empty_train = to_density(train_x)
-        val_x, empty_val = to_density(val_x)
-        if empty_train + empty_val:
-            say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
+    cubes, train_x, val_x = _training_data(cfg, say)
     try:
         steps = rules.steps_per_epoch(len(train_x), p, cfg.epoch_definition)
     except rules.PlanError as e:
@@ -171,51 +158,23 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     dist.create_slots(model, optimizer)
 
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    initial_epoch, elapsed_before = 0, 0.0
     if state:
         _check_resume(out, {"n_train": len(train_x), "n_val": len(val_x)})
-        _restore(ckpt, out, state)
-        initial_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
-    if processes > 1:
-        # Every worker must learn where rank 0 resumes (only rank 0 reads the folder).
-        initial_epoch = int(backend.allreduce_max(initial_epoch))
-        elapsed_before = backend.allreduce_max(elapsed_before)
+    initial_epoch, elapsed_before = _resume_point(ckpt, out, state, backend, processes)
     # Horovod: start every worker from rank 0's weights and optimizer state.
     backend.broadcast_state(model, optimizer)
     if mode == "local":
         model.start_workers()
 
-    say(p.describe())
-    say(f"data: {cfg.data_path}  train {len(train_x)} cubes  val {len(val_x)}  cube {cubes.grid_size}^{cubes.ndim}")
-    say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
-        f"{steps * p.global_batch / rules.pass_length(len(train_x), p.base_batch):g} pass(es) of "
-        f"{rules.pass_length(len(train_x), p.base_batch)} cubes")
-    if mode == "adaptive":
-        say(f"adaptive: the per-worker batch grows from {p.per_worker_batch} up to {cfg.batch_size} when the "
-            f"gradient's noise exceeds theta^2 = {cfg.adaptive_theta:g}^2 times its squared norm")
-    if mode == "local":
-        say(f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
-            f"({rules.local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})")
-    say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
-    if model.grad_slices > 1:
-        say(f"each step averages the gradients of {model.grad_slices} slices of "
-            f"{p.per_process_batch // model.grad_slices} (max_pass_batch {cfg.max_pass_batch})")
-
+    _describe(say, p, cfg, cubes, len(train_x), len(val_x), steps, threads, model.grad_slices)
     val_history = []
     if is_chief and out:
-        if initial_epoch == 0:
-            write_atomic(out / "config.json", json.dumps({
-                **cfg.to_dict(), "mode": mode, "world_size": processes, "workers": workers,
-                "emulated": emulate_workers > 1, "global_batch": p.global_batch,
-                "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
-                "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
-                "n_val": len(val_x), "threads_per_process": threads, "versions": _versions(),
-            }, indent=2))
-            (out / "metrics.jsonl").write_text("")
-        else:  # drop lines of epochs the checkpoint does not cover
-            kept = [m for m in read_metrics(out) if m["epoch"] <= initial_epoch]
-            val_history = [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
-            write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
+        val_history = _start_files(out, initial_epoch, {
+            **cfg.to_dict(), "mode": mode, "world_size": processes, "workers": workers,
+            "emulated": emulate_workers > 1, "global_batch": p.global_batch,
+            "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
+            "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
+            "n_val": len(val_x), "threads_per_process": threads, "versions": _versions()})
 
     if initial_epoch >= cfg.max_epochs:
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
@@ -273,6 +232,75 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         write_atomic(out / "result.json", json.dumps(result, indent=2))
         write_atomic(out / "state.json", json.dumps({**study.state, "status": result["status"]}))
     return result
+
+
+def _finished(state: Optional[dict], cfg: Config, backend, processes: int) -> bool:
+    """Is the run in the folder final? A run stopped at the epoch cap is extended by a larger
+    max_epochs; the others are final. Only rank 0 reads the folder; all workers agree."""
+    finished = bool(state and (state.get("status") in ("reached_target", "diverged", "stalled") or
+                               (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
+    if processes > 1:
+        finished = bool(backend.allreduce_max(float(finished)))
+    return finished
+
+
+def _resume_point(ckpt, out: Optional[Path], state: Optional[dict], backend, processes: int) -> tuple:
+    """(first epoch to run, seconds already spent): restores the checkpoint of a resumed run."""
+    initial_epoch, elapsed_before = 0, 0.0
+    if state:
+        _restore(ckpt, out, state)
+        initial_epoch, elapsed_before = state["epoch"] + 1, state["elapsed_s"]
+    if processes > 1:
+        # Every worker must learn where rank 0 resumes (only rank 0 reads the folder).
+        initial_epoch = int(backend.allreduce_max(initial_epoch))
+        elapsed_before = backend.allreduce_max(elapsed_before)
+    return initial_epoch, elapsed_before
+
+
+def _training_data(cfg: Config, say) -> tuple:
+    """(cubes file, training cubes, validation cubes) as the model sees them."""
+    cubes = load_cubes(cfg.data_path)
+    train_x, val_x = cubes.train, cubes.val
+    if cfg.max_train_cubes:
+        train_x = train_x[: cfg.max_train_cubes]
+    if cfg.intensity_scaling == "density":
+        train_x, empty_train = to_density(train_x)
+        val_x, empty_val = to_density(val_x)
+        if empty_train + empty_val:
+            say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
+    return cubes, train_x, val_x
+
+
+def _describe(say, p: rules.ScalingPlan, cfg: Config, cubes, n_train: int, n_val: int, steps: int, threads: int,
+              grad_slices: int) -> None:
+    """The run's arithmetic, printed at start-up (rank 0)."""
+    say(p.describe())
+    say(f"data: {cfg.data_path}  train {n_train} cubes  val {n_val}  cube {cubes.grid_size}^{cubes.ndim}")
+    say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
+        f"{steps * p.global_batch / rules.pass_length(n_train, p.base_batch):g} pass(es) of "
+        f"{rules.pass_length(n_train, p.base_batch)} cubes")
+    if p.mode == "adaptive":
+        say(f"adaptive: the per-worker batch grows from {p.per_worker_batch} up to {cfg.batch_size} when the "
+            f"gradient's noise exceeds theta^2 = {cfg.adaptive_theta:g}^2 times its squared norm")
+    if p.mode == "local":
+        say(f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
+            f"({rules.local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})")
+    say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+    if grad_slices > 1:
+        say(f"each step averages the gradients of {grad_slices} slices of "
+            f"{p.per_process_batch // grad_slices} (max_pass_batch {cfg.max_pass_batch})")
+
+
+def _start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
+    """A new run writes config.json and an empty metrics.jsonl; a resumed one drops the
+    metrics lines of epochs its checkpoint does not cover. Returns the kept val_losses."""
+    if initial_epoch == 0:
+        write_atomic(out / "config.json", json.dumps(run_config, indent=2))
+        (out / "metrics.jsonl").write_text("")
+        return []
+    kept = [m for m in read_metrics(out) if m["epoch"] <= initial_epoch]
+    write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
+    return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
 
 
 # Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
