@@ -299,3 +299,30 @@ def preferred_batch(rows: list, lr_rule: str) -> Optional[int]:
     """The global batch with the shortest time to target under `lr_rule` (None if none reached)."""
     reached = [r for r in rows if r["lr_rule"] == lr_rule and r["time_to_target_s"] is not None]
     return min(reached, key=lambda r: (r["time_to_target_s"], r["batch"]))["batch"] if reached else None
+
+
+def sweep_answer(rows: list) -> str:
+    """Which global batch reaches the target soonest under each lr rule, how time to target grows
+    past it, and from which batch on nothing reached the target. From the batch sweep's rows."""
+    sentences = []
+    for rule, label in (("eta", "At eta"), ("linear", "With the linear rule")):
+        rs = sorted((r for r in rows if r["lr_rule"] == rule), key=lambda r: r["batch"])
+        best = preferred_batch(rs, rule)
+        if best is None:
+            sentences.append(f"{label} no batch reached the target.")
+            continue
+        by_batch = {r["batch"]: r for r in rs}
+        above = [r for r in rs if r["batch"] > best]
+        grew = ", ".join(f"{r['batch']}: {r['time_to_target_s']:.3g} s" for r in above
+                         if r["time_to_target_s"] is not None)
+        failed = [r["batch"] for r in above if r["time_to_target_s"] is None]
+        text = (f"{label} the preferred batch is {best} ({by_batch[best]['time_to_target_s']:.3g} s, "
+                f"{by_batch[best]['epochs_to_target']} passes)")
+        if grew:
+            text += f"; above it time to target grows ({grew})"
+        if failed and all(r["time_to_target_s"] is None for r in above if r["batch"] >= failed[0]):
+            text += f"; no batch from {failed[0]} up reached the target"
+        elif failed:
+            text += "; " + ", ".join(map(str, failed)) + " did not reach the target"
+        sentences.append(text + ".")
+    return " ".join(sentences)

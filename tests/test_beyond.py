@@ -309,3 +309,47 @@ def test_the_answer_compares_medians_over_seeds_and_names_failures():
     assert "seed 1 stalled" in answer
     no = beyond_answer([c for c in cells if not (c.mode == "adaptive" and c.n == 4)], ["adaptive", "local"], [1, 2, 4])
     assert no.startswith("No:")
+
+
+def test_filter_n_is_the_first_failing_n_else_the_slowest():
+    from deepdensity.tables import filter_n
+    cells = [_cell("weak", 1, 0, 100.0), _cell("weak", 2, 0, 60.0), _cell("weak", 4, 0, 70.0), _cell("weak", 8, 0, 50.0)]
+    assert filter_n(cells, "weak") == 4                      # slowest median, no failure
+    cells += [_cell("weak", 8, 1, None), _cell("weak", 2, 1, 61.0)]
+    assert filter_n(cells, "weak") == 8                      # a failing seed wins over time
+    assert filter_n(cells, "warmup") is None                 # never run
+
+
+def _filter_row(mode, data, seed, t):
+    return {"mode": mode, "n": 4, "data": data, "seed": seed, "time_to_target_s": t,
+            "epochs_to_target": None if t is None else int(t // 3)}
+
+
+def test_filtering_helps_only_when_the_network_beats_both_full_and_random():
+    from deepdensity.tables import filter_answer, filter_table
+    rows = [_filter_row("weak", d, s, t) for d, ts in (("full", (40.0, None)), ("network", (30.0, 34.0)),
+                                                       ("random", (33.0, 35.0))) for s, t in enumerate(ts)]
+    table = filter_table(rows)
+    assert [(d, eps, t) for _, _, d, eps, t in table] == [("full", [13, None], None), ("network", [10, 11], 32.0),
+                                                          ("random", [11, 11], 34.0)]
+    assert filter_answer(rows).startswith("Yes for weak at N = 4")
+    slower = [dict(r, time_to_target_s=40.0) if r["data"] == "network" else r for r in rows]
+    assert filter_answer(slower).startswith("No:")           # the random control was faster
+
+
+def _sweep_row(batch, rule, t):
+    return {"batch": batch, "lr_rule": rule, "time_to_target_s": t, "epochs_to_target": None if t is None else 9}
+
+
+def test_the_preferred_batch_is_the_fastest_to_reach_the_target():
+    from deepdensity.tables import preferred_batch, sweep_answer
+    rows = [_sweep_row(b, "eta", t) for b, t in ((8, 70.0), (16, 50.0), (32, 50.0), (64, 80.0), (128, None), (256, None))]
+    rows += [_sweep_row(b, "linear", t) for b, t in ((8, 60.0), (16, None), (32, 65.0), (64, None))]
+    assert preferred_batch(rows, "eta") == 16                # a tie goes to the smaller batch
+    assert preferred_batch(rows, "linear") == 8
+    assert preferred_batch([r for r in rows if r["time_to_target_s"] is None], "eta") is None
+    answer = sweep_answer(rows)
+    assert "At eta the preferred batch is 16 (50 s, 9 passes); above it time to target grows (32: 50 s, 64: 80 s); " \
+           "no batch from 128 up reached the target." in answer
+    assert "With the linear rule the preferred batch is 8" in answer and "16, 64 did not reach the target" in answer
+    assert "no batch reached" in sweep_answer([_sweep_row(8, "eta", None)])
