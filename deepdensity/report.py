@@ -168,7 +168,7 @@ def _figures(out: Path, study, cfg, cells, target, runs_root, seq_run, sweep, ru
 
 def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
                seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val, runner,
-               sweep, wall_s, collapse_loss) -> None:
+               sweep, invocation, collapse_loss) -> None:
     workers = study.workers
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -187,8 +187,7 @@ def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, 
 
 Preset `{name}` ({'real runs: ' + runner if runner else 'emulated workers, modelled time'}); generated {when}
 by `make repro{'' if name == 'default' else ' PRESET=' + name}` at git revision `{rev}`. The training runs behind it
-took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process start-up); this invocation took
-{wall_s / 60:.1f} min, reusing runs finished earlier.
+took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process start-up); {invocation}.
 
 ## Claims
 

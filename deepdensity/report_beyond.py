@@ -17,7 +17,7 @@ ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
 
 
 def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target, cap, eta, timing, runs_root,
-                         n_train, n_val, wall_s, filtering=None, sweep=None) -> None:
+                         n_train, n_val, invocation, filtering=None, sweep=None) -> None:
     """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes), fig7.png
     (adaptive's batch per epoch) and cells.json under `out`. `earlier` = (cells, note): the
     default study's weak/linear/warmup cells, or none and why."""
@@ -72,7 +72,7 @@ def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target,
 
 Preset `{name}`, `make repro PRESET={name}` (one process emulating N workers; time modelled); generated {when}.
 The training runs behind it took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process
-start-up); this invocation took {wall_s / 60:.1f} min, reusing runs finished earlier.
+start-up); {invocation}.
 
 ## The answer
 

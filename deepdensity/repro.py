@@ -169,6 +169,12 @@ class StudyRunner:
         self.root, self.train_yaml, self.runner = root, train_yaml, runner
         self.done, self.say = 0, say
         self.t0 = time.perf_counter()
+        self.trained, self.reused = set(), set()     # run names, this invocation
+
+    def summary(self, wall_s: float) -> str:
+        """What this invocation did, for the reports: its time and the runs it trained or reused."""
+        return (f"this invocation took {wall_s / 60:.1f} min, trained {len(self.trained)} run(s) and reused "
+                f"{len(self.reused - self.trained)} finished earlier")
 
     def run(self, name: str, mode: str, n: int, settings: dict) -> dict:
         """Run `name` with `settings`; a finished run is reused, and one that stopped at its
@@ -180,7 +186,9 @@ class StudyRunner:
             r = read_json(result_path, "finished run's result")
             if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
                 self.say(f"[{self.done}] {name}: finished earlier, skipped")
+                self.reused.add(name)
                 return r
+        self.trained.add(name)
         elapsed = time.perf_counter() - self.t0
         self.say(f"[{self.done}] {name}: {mode} N={n} "
                  f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
@@ -438,7 +446,8 @@ def run_study(name: str, study: Study, args) -> int:
         sweep_rows = batch_sweep(runner, study, cfg, eta, target, cap, n_val, timing, patience=cfg.stall_patience)
         write_beyond_reports(out, name=name, study=study, cfg=cfg, cells=cells, earlier=earlier, target=target,
                              cap=cap, eta=eta, timing=timing, runs_root=root, n_train=n_train, n_val=n_val,
-                             wall_s=time.perf_counter() - t_start, filtering=filtering, sweep=sweep_rows)
+                             invocation=runner.summary(time.perf_counter() - t_start), filtering=filtering,
+                             sweep=sweep_rows)
         print(f"reports written to {out} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
         return 0
     claims = evaluate_claims(cells, study.workers, r2["status"] == "reached_target",
@@ -452,7 +461,7 @@ def run_study(name: str, study: Study, args) -> int:
                   target=target, cap=cap, timing=timing, strong_model=strong_model, seq_epoch_s=seq_epoch,
                   modelled_seq_epoch_s=modelled("strong", 1), runs_root=root, seq_run=seq_run,
                   seq_2eta=r2, n_train=n_train, n_val=n_val, runner=args.runner, sweep=sweep,
-                  collapse_loss=collapse_loss, wall_s=time.perf_counter() - t_start)
+                  collapse_loss=collapse_loss, invocation=runner.summary(time.perf_counter() - t_start))
     print(f"reports written to {args.reports} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
     for c in claims:
         print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")

@@ -103,6 +103,29 @@ def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
          "--set", "max_epochs=1", "--out", str(tmp_path / "on_filtered"), "--quiet"])
 
 
+def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
+    from deepdensity import ingest
+    scans = tmp_path / "scans"
+    csv_path = ingest.synth_scans(scans, n_scans=24, seed=3, fmt="dicom")
+    data = tmp_path / "scans.h5"
+    run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans), "--annotations", str(csv_path),
+         "--out", str(data), "--val", "8"])
+    run_dir = tmp_path / "run"
+    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}",
+         "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(run_dir), "--quiet"])
+    out = tmp_path / "filtered.h5"
+    run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(data), "--out", str(out),
+         "--perplexity", "10"])
+    with h5py.File(data, "r") as f, h5py.File(out, "r") as g:
+        dropped = g["filter/dropped_index"][...]
+        assert len(dropped) == g.attrs["filter_n_dropped"] and len(f["train/cubes"]) == 40
+        for name in ("cubes", "seriesuid", "world_xyz", "diameter_mm"):
+            np.testing.assert_array_equal(g[f"train/{name}"][...], np.delete(f[f"train/{name}"][...], dropped, axis=0))
+            np.testing.assert_array_equal(g[f"val/{name}"][...], f[f"val/{name}"][...])
+    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={out}",
+         "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "on_filtered"), "--quiet"])
+
+
 @pytest.mark.parametrize("case", ["no_weights", "other_cube_size", "too_small", "overwrite"])
 def test_bad_input_is_one_error_line(tmp_path, smoke_data, capsys, case):
     run_dir, data = tmp_path / "run", smoke_data

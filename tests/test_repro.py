@@ -120,6 +120,8 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     strong2 = next(c for c in cells if c["mode"] == "strong" and c["n"] == 2)
     assert strong2["run"] == seq["run"] == "seq-s0", "strong N = 2 is read off the sequential run"
     assert "Protocol: paper vs ours" in (reports / "REPORT.md").read_text()
+    # seq-s0, weak, linear and warmup at N = 2, seq at 2 x eta; none from before
+    assert "trained 5 run(s) and reused 0 finished earlier" in (reports / "REPORT.md").read_text()
     assert all(c["time_source"] == "modelled" for c in cells if c["n"] == 2)
     table1 = (reports / "table1.csv").read_text().splitlines()
     assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
@@ -127,6 +129,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     # the sequential run (asked for twice: calibration and strong), 3 modes at N = 2, 2 x eta
     assert second.stdout.count("finished earlier, skipped") == 6, second.stdout
     assert "] seq-s0: strong" not in second.stdout
+    assert "trained 0 run(s) and reused 5 finished earlier" in (reports / "REPORT.md").read_text()
 
     # The beyond modes, with the same eta and target: the paper's other modes come from above.
     beyond = tmp_path / "beyond.yaml"
@@ -140,6 +143,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
         assert (out / name).stat().st_size > 0, name
     text = (out / "REPORT.md").read_text()
     assert "## The answer" in text and ("Yes:" in text or "No:" in text)
+    assert "and reused 1 finished earlier" in text, "the sequential run, shared with the study above"
     header = (out / "time_to_target.md").read_text().splitlines()[0]
     assert all(m in header for m in ("strong", "weak", "linear", "warmup", "adaptive", "local")), header
     b_cells = json.loads((out / "cells.json").read_text())
