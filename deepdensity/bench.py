@@ -184,7 +184,7 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     cfg = load(cfg_path, [])
     backend, _ = dist.setup(cfg.intra_op_threads)
     model = build_model(cfg, 16, 3)
-    model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr)),
+    model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr), cfg.allreduce_groups),
                   loss=tf.keras.losses.MeanSquaredLogarithmicError())
     x = tf.constant(np.random.default_rng(backend.rank()).uniform(
         size=(per_process_batch, 16, 16, 16, 1)).astype("f4") / 64)

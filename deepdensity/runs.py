@@ -26,6 +26,7 @@ class DamagedRun(ValueError):
 RESUMABLE = {
     "max_epochs": "extends the run (or ends it sooner)",
     "intra_op_threads": "speed only",
+    "allreduce_groups": "speed only: the same sums (tests/test_horovod.py)",
     "max_pass_batch": "memory only: the same average gradient",
     "xla": "speed only: the same arithmetic",
     "deterministic": "kernel choice only",

@@ -152,7 +152,7 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     # average by hand in their training step, steps.py).
     optimizer = make_adam(cfg, first_lr)
     if mode not in rules.BEYOND_MODES:
-        optimizer = backend.wrap_optimizer(optimizer)
+        optimizer = backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
     model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
                   jit_compile=cfg.xla == "step")
     dist.create_slots(model, optimizer)

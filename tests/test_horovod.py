@@ -79,6 +79,11 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode)
         sliced = launch([], mode, tmp_path / "sliced", smoke_data, "--emulate-workers", "2",
                         "--set", "max_pass_batch=32", *extra)
         assert_same_path(sliced, real)
+        # the gradients in one fused allreduce (allreduce_groups=1, the default) or one each:
+        # the same sums, so the same losses to the bit
+        ungrouped = launch([horovodrun(), "-np", "2"], mode, tmp_path / "ungrouped", smoke_data,
+                           "--set", "allreduce_groups=0", *extra)
+        assert ungrouped == real
     if mode == "warmup":
         assert real[0][2] < real[-1][2] == pytest.approx(2 * 0.00105)
     # Horovod: rank 0 alone writes TensorBoard logs, one events file per folder
