@@ -94,10 +94,11 @@ class Config:
     # Most samples one forward/backward pass holds (0 = no limit). A larger batch per process
     # (only when one process emulates many workers: weak N = 32 is 1024 samples) is cut
     # into equal slices whose gradients are averaged: the same gradient, with less memory
-    # (make bench: 2.23 GB peak resident for weak N = 32 at K = 50, 2.66 GB in one pass).
+    # (make bench: 2.28 GB peak resident for weak N = 32 at K = 50, 3.14 GB in one pass).
     max_pass_batch: int = 256
     # Where XLA compiles: "coefficients" (the rendering's per-component algebra, some fifty
-    # tiny ops that XLA fuses: 1.3 ms less per step at batch 32, K = 50), "step" (the whole
+    # tiny ops that XLA fuses: 0.9-1.3 ms less per step at batch 32, K = 50, in earlier make
+    # bench runs, none in the latest, 38.3 against 38.2 ms: within noise), "step" (the whole
     # training step: 7x slower on the 2-core CPU, make bench prints it) or "off".
     xla: str = "coefficients"
     # TensorBoard (rank 0, `--out DIR` -> DIR/tb/): central slices of validation cubes next to
