@@ -319,7 +319,7 @@ def sweep_answer(rows: list) -> str:
         text = (f"{label} the preferred batch is {best} ({by_batch[best]['time_to_target_s']:.3g} s, "
                 f"{by_batch[best]['epochs_to_target']} passes)")
         if grew:
-            text += f"; above it time to target grows ({grew})"
+            text += f"; above it time to target is longer ({grew})"
         if failed and all(r["time_to_target_s"] is None for r in above if r["batch"] >= failed[0]):
             text += f"; no batch from {failed[0]} up reached the target"
         elif failed:

@@ -349,7 +349,7 @@ def test_the_preferred_batch_is_the_fastest_to_reach_the_target():
     assert preferred_batch(rows, "linear") == 8
     assert preferred_batch([r for r in rows if r["time_to_target_s"] is None], "eta") is None
     answer = sweep_answer(rows)
-    assert "At eta the preferred batch is 16 (50 s, 9 passes); above it time to target grows (32: 50 s, 64: 80 s); " \
+    assert "At eta the preferred batch is 16 (50 s, 9 passes); above it time to target is longer (32: 50 s, 64: 80 s); " \
            "no batch from 128 up reached the target." in answer
     assert "With the linear rule the preferred batch is 8" in answer and "16, 64 did not reach the target" in answer
     assert "no batch reached" in sweep_answer([_sweep_row(8, "eta", None)])
