@@ -19,8 +19,8 @@ MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
               "adaptive": ("tab:purple", "D"), "local": ("tab:brown", "P")}
 
 
-def _f(x, digits=2) -> str:
-    return "NaN" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+def _f(x, digits=2, missing="NaN") -> str:
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def _md_table(header, rows) -> str:

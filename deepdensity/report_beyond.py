@@ -142,7 +142,7 @@ def _filtering_md(out: Path, filtering: dict, target: float) -> str:
     (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": rows}, indent=2))
     _filter_figure(out / "fig8.png", table)
     md = _md_table(["mode", "N", "data", "epochs to target (per seed)", "time to target (s, median)"],
-                   [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), _seconds(t, "not every seed reached")]
+                   [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), _f(t, 1, "not every seed reached")]
                     for m, n, d, eps, t in table])
     return f"""
 ## Filtering the data for large batches (Gahlot et al. 2020)
@@ -172,7 +172,7 @@ def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
     best = {rule: preferred_batch(sweep, rule) for rule in ("eta", "linear")}
     md = _md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
                    [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], _f(r["epoch_seconds"]),
-                     _seconds(r["time_to_target_s"])] for r in sweep])
+                     _f(r["time_to_target_s"], 1, "not reached")] for r in sweep])
     return f"""
 ## The preferred batch size (Gahlot et al.'s Fig. 4 and 5, for this model)
 
@@ -190,10 +190,6 @@ spread the study's own runs show, so neighbouring batches within a few seconds o
 
 Fig. 9: epochs and time to target against the global batch, both lr rules; the preferred batch is circled.
 """
-
-
-def _seconds(t, missing="not reached") -> str:
-    return missing if t is None else f"{t:.1f}"
 
 
 def _filter_figure(path: Path, table: list) -> None:

@@ -302,25 +302,24 @@ def preferred_batch(rows: list, lr_rule: str) -> Optional[int]:
 
 
 def sweep_answer(rows: list) -> str:
-    """Which global batch reaches the target soonest under each lr rule, how time to target grows
-    past it, and from which batch on nothing reached the target. From the batch sweep's rows."""
+    """Which global batch reaches the target soonest under each lr rule, the times of the larger
+    batches that reached it, and which did not. From the batch sweep's rows."""
     sentences = []
     for rule, label in (("eta", "At eta"), ("linear", "With the linear rule")):
-        rs = sorted((r for r in rows if r["lr_rule"] == rule), key=lambda r: r["batch"])
-        best = preferred_batch(rs, rule)
+        best = preferred_batch(rows, rule)
         if best is None:
             sentences.append(f"{label} no batch reached the target.")
             continue
-        by_batch = {r["batch"]: r for r in rs}
-        above = [r for r in rs if r["batch"] > best]
-        grew = ", ".join(f"{r['batch']}: {r['time_to_target_s']:.3g} s" for r in above
-                         if r["time_to_target_s"] is not None)
+        rs = sorted((r for r in rows if r["lr_rule"] == rule and r["batch"] >= best), key=lambda r: r["batch"])
+        best_row, above = rs[0], rs[1:]
+        reached = [r for r in above if r["time_to_target_s"] is not None]
         failed = [r["batch"] for r in above if r["time_to_target_s"] is None]
-        text = (f"{label} the preferred batch is {best} ({by_batch[best]['time_to_target_s']:.3g} s, "
-                f"{by_batch[best]['epochs_to_target']} passes)")
-        if grew:
-            text += f"; above it time to target is longer ({grew})"
-        if failed and all(r["time_to_target_s"] is None for r in above if r["batch"] >= failed[0]):
+        text = (f"{label} the preferred batch is {best} ({best_row['time_to_target_s']:.3g} s, "
+                f"{best_row['epochs_to_target']} passes)")
+        if reached:
+            text += ("; above it time to target is longer ("
+                     + ", ".join(f"{r['batch']}: {r['time_to_target_s']:.3g} s" for r in reached) + ")")
+        if failed and all(r["batch"] < failed[0] for r in reached):
             text += f"; no batch from {failed[0]} up reached the target"
         elif failed:
             text += "; " + ", ".join(map(str, failed)) + " did not reach the target"

@@ -14,6 +14,12 @@ from deepdensity.data import DataError, load_cubes
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
+def train_one_epoch(data, out, *extra):
+    """A trained run to filter with: the smoke model, one epoch on `data`."""
+    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}",
+         "--set", "max_epochs=1", "--out", str(out), "--quiet", *extra])
+
+
 def test_the_knee_is_the_corner_of_a_two_segment_curve():
     flat, steep = np.linspace(0, 1, 81), np.linspace(1, 20, 21)[1:]
     assert filt.knee_index(np.concatenate([flat, steep])) == 80
@@ -81,8 +87,7 @@ def test_write_filtered_drops_train_rows_only(tmp_path, smoke_data):
 
 def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
     run_dir = tmp_path / "run"
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-         f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(run_dir), "--quiet"])
+    train_one_epoch(smoke_data, run_dir)
     out = tmp_path / "filtered.h5"
     proc = run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(smoke_data),
                 "--out", str(out)])
@@ -99,8 +104,7 @@ def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
     assert attrs["filter_eps_rule"] == "knee of the k-distance curve" and attrs["filter_dbscan_min_samples"] == 4
     for fig in ("filtered.embedding.png", "filtered.dropped.png"):
         assert (tmp_path / fig).stat().st_size > 0
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={out}",
-         "--set", "max_epochs=1", "--out", str(tmp_path / "on_filtered"), "--quiet"])
+    train_one_epoch(out, tmp_path / "on_filtered")
 
 
 def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
@@ -111,8 +115,7 @@ def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
     run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans), "--annotations", str(csv_path),
          "--out", str(data), "--val", "8"])
     run_dir = tmp_path / "run"
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}",
-         "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(run_dir), "--quiet"])
+    train_one_epoch(data, run_dir, "--set", "max_train_cubes=0")
     out = tmp_path / "filtered.h5"
     run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(data), "--out", str(out),
          "--perplexity", "10"])
@@ -122,8 +125,7 @@ def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
         for name in ("cubes", "seriesuid", "world_xyz", "diameter_mm"):
             np.testing.assert_array_equal(g[f"train/{name}"][...], np.delete(f[f"train/{name}"][...], dropped, axis=0))
             np.testing.assert_array_equal(g[f"val/{name}"][...], f[f"val/{name}"][...])
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={out}",
-         "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "on_filtered"), "--quiet"])
+    train_one_epoch(out, tmp_path / "on_filtered", "--set", "max_train_cubes=0")
 
 
 @pytest.mark.parametrize("case", ["no_weights", "other_cube_size", "too_small", "overwrite"])
@@ -134,8 +136,7 @@ def test_bad_input_is_one_error_line(tmp_path, smoke_data, capsys, case):
         (run_dir / "config.json").write_text("{}")
         expected = "holds no weights.h5"
     else:
-        run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-             f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(run_dir), "--quiet"])
+        train_one_epoch(smoke_data, run_dir)
     argv = []
     if case == "other_cube_size":
         data = tmp_path / "c8.h5"
