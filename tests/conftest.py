@@ -8,6 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# as deepdensity/__init__.py does, for the tests that import TensorFlow before the package
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 
 def run(args, cwd=ROOT, timeout=600, check=True):
