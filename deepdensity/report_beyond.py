@@ -37,35 +37,9 @@ def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target,
     _figures(out, every, modes, workers, runs_root, target, plt=_pyplot())
     (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
 
-    comm_rows = []
-    for m in modes:
-        for n in workers:
-            cs = [c for c in every if c.mode == m and c.n == n and n > 1]
-            if not cs:
-                continue
-            ratio = ""
-            if m in rules.BEYOND_MODES:     # what the runs did, epoch by epoch
-                metrics = [read_metrics(runs_root / c.run) for c in cs]
-                per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
-                batches = sorted({r["global_batch"] for ms in metrics for r in ms})
-                ratios = [r["grad_noise"] / r["grad_sq"] for ms in metrics for r in ms if r.get("grad_sq")]
-                ratio = f"{min(ratios):.3g}-{max(ratios):.3g}" if ratios else ""
-            else:                           # fixed by the policy (strong is read off the sequential run)
-                p = rules.plan(m, n, cfg.batch_size)
-                per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
-            comm_rows.append([m, n, _epochs(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
+    comm_rows = _communication_rows(every, modes, workers, cfg, n_train, runs_root)
     fail_rows = [[m, n, s, st, ep, _f(v, 6)] for m, n, s, st, ep, v in failures(every)]
-    adaptive_rows = [r for c in cells if c.mode == "adaptive" and c.n > 1 for r in read_metrics(runs_root / c.run)]
-    never_grew = ""
-    if adaptive_rows and all(r["global_batch"] == cfg.batch_size for r in adaptive_rows):
-        top = max(r["grad_noise"] / r["grad_sq"] for r in adaptive_rows if r.get("grad_sq"))
-        never_grew = (f"\n\nadaptive's test never fired: noise / ||g||^2 stayed at or below {top:.3g}, under "
-                      f"theta^2 = {cfg.adaptive_theta ** 2:g}, in every epoch of every run, so adaptive ran strong "
-                      f"scaling's batches throughout. It then differs from strong scaling only in how the workers' "
-                      f"part gradients are summed (float rounding), which the training amplifies over epochs; "
-                      f"and strong scaling at N reaches the target, the sequential run's loss after "
-                      f"{study.calibration_epochs} passes, exactly at epoch {study.calibration_epochs}/N by "
-                      f"construction, so such rounding decides whether adaptive arrives then or an epoch later.")
+    never_grew = _adaptive_never_grew(cells, runs_root, cfg, study.calibration_epochs)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     steps1 = rules.steps_per_epoch(n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
     text = f"""# Beyond the paper: adaptive batches and local SGD against strong scaling
@@ -130,6 +104,45 @@ Fig. 7: adaptive's global batch per epoch (top) and validation loss (bottom), ea
     if sweep:
         text += _sweep_md(out, sweep, cfg, eta, target)
     (out / "REPORT.md").write_text(text)
+
+
+def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, runs_root: Path) -> list:
+    """Per mode and N > 1: epochs to target, allreduces per epoch, the global batches used and
+    (adaptive, local) the range of noise / ||g||^2 its runs saw."""
+    rows = []
+    for m in modes:
+        for n in workers:
+            cs = [c for c in every if c.mode == m and c.n == n and n > 1]
+            if not cs:
+                continue
+            ratio = ""
+            if m in rules.BEYOND_MODES:     # what the runs did, epoch by epoch
+                metrics = [read_metrics(runs_root / c.run) for c in cs]
+                per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
+                batches = sorted({r["global_batch"] for ms in metrics for r in ms})
+                ratios = [r["grad_noise"] / r["grad_sq"] for ms in metrics for r in ms if r.get("grad_sq")]
+                ratio = f"{min(ratios):.3g}-{max(ratios):.3g}" if ratios else ""
+            else:                           # fixed by the policy (strong is read off the sequential run)
+                p = rules.plan(m, n, cfg.batch_size)
+                per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
+            rows.append([m, n, _epochs(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
+    return rows
+
+
+def _adaptive_never_grew(cells: list, runs_root: Path, cfg, calibration_epochs: int) -> str:
+    """A paragraph for when adaptive's test never fired in any run (it then ran strong
+    scaling's batches throughout), else the empty string."""
+    rows = [r for c in cells if c.mode == "adaptive" and c.n > 1 for r in read_metrics(runs_root / c.run)]
+    if not rows or any(r["global_batch"] != cfg.batch_size for r in rows):
+        return ""
+    top = max(r["grad_noise"] / r["grad_sq"] for r in rows if r.get("grad_sq"))
+    return (f"\n\nadaptive's test never fired: noise / ||g||^2 stayed at or below {top:.3g}, under "
+            f"theta^2 = {cfg.adaptive_theta ** 2:g}, in every epoch of every run, so adaptive ran strong "
+            f"scaling's batches throughout. It then differs from strong scaling only in how the workers' "
+            f"part gradients are summed (float rounding), which the training amplifies over epochs; "
+            f"and strong scaling at N reaches the target, the sequential run's loss after "
+            f"{calibration_epochs} passes, exactly at epoch {calibration_epochs}/N by "
+            f"construction, so such rounding decides whether adaptive arrives then or an epoch later.")
 
 
 def _filtering_md(out: Path, filtering: dict, target: float) -> str:

@@ -350,8 +350,7 @@ def run_study(name: str, study: Study, args) -> int:
     train_yaml.write_text(yaml.safe_dump({**study.train, "data_path": str(data_path),
                                           "deterministic": True}))
     cfg = load(str(train_yaml))
-    E, seeds, seed0 = study.calibration_epochs, study.seeds, study.seeds[0]
-    patience = cfg.stall_patience or DEFAULT_PATIENCE
+    E, seed0 = study.calibration_epochs, study.seeds[0]
     out = Path(args.reports)
     out.mkdir(parents=True, exist_ok=True)
     runner = StudyRunner(root, train_yaml, args.runner or None)
@@ -361,12 +360,7 @@ def run_study(name: str, study: Study, args) -> int:
 
     # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
     if study.base_lr == "edge" or args.lr_sweep:
-        eta, probes = find_edge(runner, cfg.base_lr, E, patience, seeds, collapse_loss)
-        sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
-                 "seeds": seeds, "collapse_loss": collapse_loss, "probes": probes}
-        write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
-        print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
-              f"{eta * rules.EDGE_STEP:.6g} diverges")
+        eta, sweep = _edge_of_stability(runner, study, cfg, collapse_loss, out)
         if args.lr_sweep:
             return 0
     else:
@@ -383,24 +377,8 @@ def run_study(name: str, study: Study, args) -> int:
         target, cap = study.target_loss, 4 * E
     common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap}
 
-    # 2. Every cell's convergence. Strong scaling follows the sequential path (the tests show
-    #    it under horovodrun), so unless its runs are real it is read off each seed's sequential run.
-    real_strong = bool(args.runner)
-    results = {}
-    for seed in seeds:
-        derived, seq_vals = strong_from_sequential(runner, seed, eta, seq_passes,
-                                                   [n for n in study.workers if n == 1 or not real_strong],
-                                                   target, cap, cfg.stall_patience)
-        for n, (status, epochs) in derived.items():
-            last = rules.sample_epoch_losses(seq_vals, n)[epochs - 1]
-            results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
-                                             "final_val_loss": last if math.isfinite(last) else None},
-                                            f"seq-s{seed}")
-        for mode in study.modes:
-            for n in study.mode_workers.get(mode, study.workers):
-                if n > 1 and (mode != "strong" or real_strong):
-                    nm = f"{mode}-n{n}-s{seed}"
-                    results[(mode, n, seed)] = (runner.run(nm, mode, n, {**common, "seed": seed}), nm)
+    # 2. Every cell's convergence.
+    results = _convergence(runner, study, cfg, eta, seq_passes, target, cap, common, real_strong=bool(args.runner))
     beyond = [m for m in study.modes if m in rules.BEYOND_MODES]
     # the 2 x eta check belongs to the paper's claims, which a study of the beyond modes does not make
     r2 = None if beyond else runner.run(f"seq-2eta-s{seed0}", "strong", 1,
@@ -417,24 +395,7 @@ def run_study(name: str, study: Study, args) -> int:
                                          timing["per_sample_s"], timing["allreduce_per_doubling_s"],
                                          timing["eval_per_sample_s"], cfg.epoch_definition)
 
-    cells = []
-    for mode in study.modes:
-        for n in study.mode_workers.get(mode, study.workers):
-            for seed in seeds:
-                r, run_name = results[("strong", 1, seed) if n == 1 else
-                                      ("strong", n, seed) if mode == "strong" else (mode, n, seed)]
-                epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
-                if args.runner and n > 1:      # a real run on n workers: its own clock
-                    epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
-                    source, t = "measured", r["time_to_target_s"]
-                elif mode in rules.BEYOND_MODES and n > 1:   # batch or allreduces vary: epoch by epoch
-                    epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
-                    source = "modelled"
-                else:                          # one process here: N = 1 measured, N > 1 modelled
-                    epoch_s, source = (seq_epoch, "measured") if n == 1 else (modelled(mode, n), "modelled")
-                    t = epochs_to_target * epoch_s if epochs_to_target else None
-                cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
-                                  source, t, run_name, r.get("final_val_loss")))
+    cells = _study_cells(study, results, root, args.runner, timing, seq_epoch, n_val, modelled)
 
     # the facts another study needs to know whether its rows compare with these
     write_atomic(out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
@@ -466,6 +427,66 @@ def run_study(name: str, study: Study, args) -> int:
     for c in claims:
         print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")
     return 0
+
+
+def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:
+    """(eta, the search's record): find_edge over the study's seeds, written to lr_sweep.json."""
+    E, patience = study.calibration_epochs, cfg.stall_patience or DEFAULT_PATIENCE
+    eta, probes = find_edge(runner, cfg.base_lr, E, patience, study.seeds, collapse_loss)
+    sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
+             "seeds": study.seeds, "collapse_loss": collapse_loss, "probes": probes}
+    write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
+    print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
+          f"{eta * rules.EDGE_STEP:.6g} diverges")
+    return eta, sweep
+
+
+def _convergence(runner: "StudyRunner", study: Study, cfg, eta: float, seq_passes: int, target: float, cap: int,
+                 common: dict, real_strong: bool) -> dict:
+    """{(mode, n, seed): (result, run name)} for every cell of the study. Strong scaling follows
+    the sequential path (the tests show it under horovodrun), so unless its runs are real
+    (`real_strong`) it is read off each seed's sequential run."""
+    results = {}
+    for seed in study.seeds:
+        derived, seq_vals = strong_from_sequential(runner, seed, eta, seq_passes,
+                                                   [n for n in study.workers if n == 1 or not real_strong],
+                                                   target, cap, cfg.stall_patience)
+        for n, (status, epochs) in derived.items():
+            last = rules.sample_epoch_losses(seq_vals, n)[epochs - 1]
+            results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
+                                             "final_val_loss": last if math.isfinite(last) else None},
+                                            f"seq-s{seed}")
+        for mode in study.modes:
+            for n in study.mode_workers.get(mode, study.workers):
+                if n > 1 and (mode != "strong" or real_strong):
+                    nm = f"{mode}-n{n}-s{seed}"
+                    results[(mode, n, seed)] = (runner.run(nm, mode, n, {**common, "seed": seed}), nm)
+    return results
+
+
+def _study_cells(study: Study, results: dict, root: Path, real_runner: Optional[str], timing: dict,
+                 seq_epoch: float, n_val: int, modelled) -> list:
+    """One Cell per mode, N and seed, with its time to target: measured for N = 1 (and every
+    N run for real with a runner), modelled from the timing probe otherwise."""
+    cells = []
+    for mode in study.modes:
+        for n in study.mode_workers.get(mode, study.workers):
+            for seed in study.seeds:
+                r, run_name = results[("strong", 1, seed) if n == 1 else
+                                      ("strong", n, seed) if mode == "strong" else (mode, n, seed)]
+                epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
+                if real_runner and n > 1:      # a real run on n workers: its own clock
+                    epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
+                    source, t = "measured", r["time_to_target_s"]
+                elif mode in rules.BEYOND_MODES and n > 1:   # batch or allreduces vary: epoch by epoch
+                    epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
+                    source = "modelled"
+                else:                          # one process here: N = 1 measured, N > 1 modelled
+                    epoch_s, source = (seq_epoch, "measured") if n == 1 else (modelled(mode, n), "modelled")
+                    t = epochs_to_target * epoch_s if epochs_to_target else None
+                cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
+                                  source, t, run_name, r.get("final_val_loss")))
+    return cells
 
 
 def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
@@ -571,8 +592,9 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
     their times modelled again with this study's timing so that every row uses the same
     clock; none, and why, when that study ran another eta or target."""
     cells_path, sweep_path, study_path = reports / "cells.json", reports / "lr_sweep.json", reports / "study.json"
+    shown = _relative_to_root(cells_path)
     if not cells_path.is_file():
-        return [], f"no {cells_path}: run `make repro` (the default preset) for the paper's four modes"
+        return [], f"no {shown}: run `make repro` (the default preset) for the paper's four modes"
     if study_path.is_file():
         facts = read_json(study_path, "default study's eta and target")
         their_eta, their_target = facts["eta"], facts["target"]
@@ -583,7 +605,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         their_target = float(row[2].split()[2].rstrip(",")) if row else None
     if their_eta is None or their_target is None or not math.isclose(their_eta, eta, rel_tol=1e-9) \
             or not math.isclose(their_target, target, rel_tol=1e-5):
-        return [], (f"{reports} holds a study with eta {their_eta}, target {their_target}; this one has "
+        return [], (f"{_relative_to_root(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
                     f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out")
     cells = []
     for c in json.loads(cells_path.read_text()):
@@ -593,8 +615,16 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
         cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
                           "measured" if c["n"] == 1 else "modelled", t, c["run"], c.get("final_val_loss")))
-    return cells, (f"weak, linear and warmup: the default study's runs ({cells_path}, same eta and target), "
+    return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
+
+
+def _relative_to_root(path: Path) -> Path:
+    """`path` relative to the repository when inside it, so a report reads the same on any clone."""
+    try:
+        return path.resolve().relative_to(ROOT)
+    except ValueError:
+        return path
 
 
 def _study_data(root: Path, name: str, d: dict) -> Path:
