@@ -5,8 +5,9 @@
 Prints, and writes to reports/bench.json:
   - step time, samples/s and the rendering's share at per-worker batches 1..32 and at the
     global batches emulation uses (256, 1024; cut into slices of `max_pass_batch`);
-  - the same step with the former direct rendering (DirectDeepDensity below), the two
-    taking turns step by step in one run, so the speed-up is a ratio on one machine;
+  - the same step with the former direct rendering (DirectDeepDensity below); the step, the
+    direct step and the rendering alone take turns in one run, so the speed-up and the
+    rendering's share are ratios on one machine at one moment;
   - the model's FLOPs per sample, counted from its layers, and the achieved GFLOP/s next
     to a roof measured here (a large float32 matmul and the model's first Conv3D);
   - the step at batch 32 under each `xla` setting (off, coefficients, whole step);
@@ -75,29 +76,15 @@ def trainable(cfg, batch: int, layer=DeepDensity):
     return model
 
 
-def paired_step_seconds(models: dict, batch: int, repeats: int) -> dict:
-    """Median seconds of one training step (forward, backward, Adam) of each model, the
-    models taking turns step by step (A B A B ...), so a noisy machine slows them alike."""
+def training_step(model, batch: int):
+    """A callable running one training step (forward, backward, Adam) of `model` at this batch."""
     x = tf.constant(np.random.default_rng(0).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64)
-    for model in models.values():  # trace and warm up
-        model.train_on_batch(x, x)
-        model.train_on_batch(x, x)
-    samples = {name: [] for name in models}
-    for _ in range(repeats):
-        for name, model in models.items():
-            t = time.perf_counter()
-            model.train_on_batch(x, x)
-            samples[name].append(time.perf_counter() - t)
-    return {name: float(np.median(v)) for name, v in samples.items()}
+    return lambda: model.train_on_batch(x, x)
 
 
-def step_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
-    """Median seconds of one training step of the trainer's model at this batch."""
-    return paired_step_seconds({"model": trainable(cfg, batch, layer)}, batch, repeats)["model"]
-
-
-def render_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
-    """Median seconds to render the mixture and differentiate it (the layer alone)."""
+def rendering(cfg, batch: int, layer=DeepDensity):
+    """A callable rendering the mixture of `batch` random heads and differentiating it (the
+    layer alone, as in a training step)."""
     rng = np.random.default_rng(0)
     K = cfg.n_components
     heads = [tf.Variable(v.astype("f4")) for v in (
@@ -111,7 +98,27 @@ def render_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
             out = tf.reduce_sum(tf.math.log1p(render(heads)))
         return tape.gradient(out, heads)
 
-    return median_seconds(lambda: [g.numpy() for g in run()], repeats)
+    return lambda: [g.numpy() for g in run()]
+
+
+def paired_seconds(fns: dict, repeats: int) -> dict:
+    """Median seconds of each callable, the callables taking turns (A B C A B C ...), so a
+    noisy machine slows them alike and their ratios hold within one run."""
+    for fn in fns.values():  # trace and warm up
+        fn()
+        fn()
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t)
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+def step_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
+    """Median seconds of one training step of the trainer's model at this batch."""
+    return paired_seconds({"model": training_step(trainable(cfg, batch, layer), batch)}, repeats)["model"]
 
 
 def forward_flops_per_sample(model) -> dict:
@@ -301,22 +308,22 @@ def main(argv=None) -> int:
     rows = []
     for b in STEP_BATCHES:
         repeats = args.repeats if b <= 32 else max(3, args.repeats // 4)
-        models = {"new": trainable(cfg, b)}
-        if b in DIRECT_BATCHES:
-            models["direct"] = trainable(cfg, b, DirectDeepDensity)
-        times = paired_step_seconds(models, b, repeats)
-        s, d = times["new"], times.get("direct")
         slices = grad_slices(b, cfg.max_pass_batch)
-        r = render_seconds(cfg, b // slices, repeats) * slices
+        # the step, the direct form's step and the rendering alone (once per slice) in turns
+        fns = {"new": training_step(trainable(cfg, b), b), "render": rendering(cfg, b // slices)}
+        if b in DIRECT_BATCHES:
+            fns["direct"] = training_step(trainable(cfg, b, DirectDeepDensity), b)
+        times = paired_seconds(fns, repeats)
+        s, d, r = times["new"], times.get("direct"), times["render"] * slices
         row = {"batch": b, "slices": slices, "step_ms": s * 1e3, "samples_per_s": b / s,
                "gflops": 3 * fwd * b / s / 1e9, "render_ms": r * 1e3, "render_share": r / s,
                "direct_step_ms": d * 1e3 if d else None, "step_ratio_new_over_direct": s / d if d else None}
         rows.append(row)
         print(f"{b:>6} {s * 1e3:>9.1f} {b / s:>10.0f} {row['gflops']:>8.1f} {r * 1e3:>10.1f} {r / s:>6.0%}"
               + (f" {d * 1e3:>15.1f} {s / d:>11.2f}" if d else f" {'-':>15} {'-':>11}"))
-    xla = {k: v * 1e3 for k, v in paired_step_seconds(
-        {choice: trainable(dataclasses.replace(cfg, xla=choice), 32) for choice in XLA_CHOICES},
-        32, args.repeats).items()}
+    xla = {k: v * 1e3 for k, v in paired_seconds(
+        {choice: training_step(trainable(dataclasses.replace(cfg, xla=choice), 32), 32) for choice in XLA_CHOICES},
+        args.repeats).items()}
     print("\nstep at batch 32 by the `xla` setting: "
           + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
     report = {"config": args.config, "n_components": cfg.n_components, "threads": threads,
