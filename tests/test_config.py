@@ -1,6 +1,11 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from deepdensity.config import Config, ConfigError, load, parse_set
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_are_the_papers():
@@ -96,3 +101,14 @@ def test_shipped_configs_load():
     root = Path(__file__).resolve().parents[1]
     for p in sorted((root / "configs").glob("*.yaml")):
         load(str(p))
+
+
+def test_the_package_turns_onednn_on_unless_the_user_said_otherwise():
+    import subprocess
+    import sys
+    code = "import os, deepdensity; print(os.environ['TF_ENABLE_ONEDNN_OPTS'])"
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    for given, expected in ((None, "1"), ("0", "0")):
+        run_env = env if given is None else {**env, "TF_ENABLE_ONEDNN_OPTS": given}
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=run_env, capture_output=True, text=True)
+        assert out.stdout.strip() == expected, out.stderr
