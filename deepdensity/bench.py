@@ -58,16 +58,6 @@ class DirectDeepDensity(DeepDensity):
         return tf.exp(direct_log_mixture_density(grid_points(self.grid_size, self.ndim), alpha, mu, cov))
 
 
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # trace and warm up
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return float(np.median(samples))
-
-
 def trainable(cfg, batch: int, layer=DeepDensity):
     """The trainer's model at this batch: its train_step (slices included), its `xla`."""
     model = for_training(build_model(cfg, 16, 3, density_layer=layer), grad_slices(batch, cfg.max_pass_batch))
@@ -114,6 +104,11 @@ def paired_seconds(fns: dict, repeats: int) -> dict:
             fn()
             samples[name].append(time.perf_counter() - t)
     return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median seconds of one call of `fn` (after two warm-up calls)."""
+    return paired_seconds({"fn": fn}, repeats)["fn"]
 
 
 def step_seconds(cfg, batch: int, repeats: int, layer=DeepDensity) -> float:
@@ -173,15 +168,28 @@ def printed_value(proc: subprocess.CompletedProcess, key: str):
     return values[0] if values else None
 
 
-def allreduce_seconds(n: int, n_weights: int) -> float:
+def allreduce_seconds(n: int, n_weights: int, cycle_ms: float = 0.0) -> float:
     """Median seconds of a Gloo allreduce of `n_weights` floats on n local processes
-    (`horovodrun -np n python -m deepdensity.dist`); RuntimeError with its stderr if it fails."""
+    (`horovodrun -np n python -m deepdensity.dist`) with Horovod's cycle at `cycle_ms` as in
+    training (an allreduce waits for the next cycle); RuntimeError with its stderr if it fails."""
+    from .dist import cycle_time_env
     proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", str(n_weights)],
-                timeout=600)
+                cycle_time_env(cycle_ms), timeout=600)
     seconds = printed_value(proc, "ALLREDUCE_SECONDS")
     if proc.returncode or seconds is None:
         raise RuntimeError(f"allreduce timing on {n} processes failed:\n{proc.stderr[-2000:]}")
     return seconds
+
+
+def idle_cpu_share(n: int, cycle_ms: float, seconds: float = 10.0) -> float:
+    """Share of a core an idle rank of `horovodrun -np n` uses with Horovod's cycle at
+    `cycle_ms` (its background thread syncs with the other ranks every cycle)."""
+    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", "--idle", str(seconds)],
+                {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"}, timeout=600)
+    share = printed_value(proc, "IDLE_CPU_SHARE")
+    if proc.returncode or share is None:
+        raise RuntimeError(f"idle run on {n} processes failed:\n{proc.stderr[-2000:]}")
+    return share
 
 
 def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
@@ -189,7 +197,7 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     (rank 0 prints it); run under horovodrun or as one process."""
     from . import dist
     cfg = load(cfg_path, [])
-    backend, _ = dist.setup(cfg.intra_op_threads)
+    backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
     model = build_model(cfg, 16, 3)
     model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr), cfg.allreduce_groups),
                   loss=tf.keras.losses.MeanSquaredLogarithmicError())
@@ -205,17 +213,24 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     return per_process_batch * backend.size() * steps / seconds
 
 
-def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int = 100, pairs: int = 5,
-                    env: Optional[dict] = None) -> dict:
+def cycle_in_effect(cycle_ms: float) -> Optional[float]:
+    """Horovod's cycle time in ms that runs get from config.horovod_cycle_ms and the
+    environment (a user's HOROVOD_CYCLE_TIME wins); None for Horovod's default."""
+    value = os.environ.get("HOROVOD_CYCLE_TIME")
+    return float(value) if value else (cycle_ms or None)
+
+
+def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int = 32, steps: int = 100,
+                    pairs: int = 5) -> dict:
     """horovodrun -np 2 (per-worker batch `batch`, one core each) against one process on both
     cores at the same global batch, run in turn `pairs` times (A B A B ...) so that the ratio
     is taken pair by pair and survives a machine whose speed drifts; and the Gloo allreduce
-    of the gradients at N = 2, 4. `env` is added to the environment of the runs."""
+    of the gradients at N = 2, 4. All of them with Horovod's cycle at `cycle_ms`."""
     cmd = [sys.executable, "-m", "deepdensity.bench", "--throughput", "--config", cfg_path, "--steps", str(steps)]
     one_rates, two_rates = [], []
     for _ in range(pairs):
-        one = _run(cmd + ["--batch", str(2 * batch)], env)
-        two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)], env)
+        one = _run(cmd + ["--batch", str(2 * batch)])
+        two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)])
         a, b = printed_value(one, "SAMPLES_PER_S"), printed_value(two, "SAMPLES_PER_S")
         if a is None or b is None:
             failed = one if a is None else two
@@ -224,25 +239,36 @@ def horovod_figures(cfg_path: str, n_weights: int, batch: int = 32, steps: int =
         one_rates.append(a)
         two_rates.append(b)
     ratios = [b / a for a, b in zip(one_rates, two_rates)]
-    out = {"steps": steps, "pairs": len(ratios), "env": env or {},
+    out = {"steps": steps, "pairs": len(ratios), "horovod_cycle_ms": cycle_in_effect(cycle_ms),
            "one_process_samples_s": statistics.median(one_rates) if one_rates else None,
            "horovodrun_np2_samples_s": statistics.median(two_rates) if two_rates else None,
            "ratio_median": statistics.median(ratios) if ratios else None,
            "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None)}
     for n in (2, 4):
         try:
-            out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights) * 1e3
+            out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights, cycle_ms) * 1e3
         except RuntimeError:
             out[f"allreduce_np{n}_ms"] = None
+    out["idle_core_share_np2"] = {}
+    for cycle in sorted({1.0, out["horovod_cycle_ms"] or 1.0}):  # Horovod 0.28's default and ours
+        try:
+            out["idle_core_share_np2"][f"{cycle:g}"] = idle_cpu_share(2, cycle)
+        except RuntimeError:
+            out["idle_core_share_np2"][f"{cycle:g}"] = None
     return out
 
 
 def _print_horovod(hv: dict) -> None:
     one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
-    print(f"\nsamples/s, global batch 64, median of {hv['pairs']} pairs of {hv['steps']} steps: one process "
+    cycle = f"{hv['horovod_cycle_ms']:g} ms" if hv.get("horovod_cycle_ms") else "Horovod's default"
+    print(f"\nsamples/s, global batch 64, median of {hv['pairs']} pairs of {hv['steps']} steps, Horovod "
+          f"cycle {cycle}: one process "
           f"(2 threads) {one or float('nan'):.0f}; horovodrun -np 2 (1 thread each, 32 per worker) "
           f"{two or float('nan'):.0f}; ratio pair by pair {hv['ratio_median'] or float('nan'):.2f} "
           f"(min {hv['ratio_min'] or float('nan'):.2f}, max {hv['ratio_max'] or float('nan'):.2f})")
+    idle = hv.get("idle_core_share_np2", {})
+    print("idle ranks of horovodrun -np 2, share of a core each (the slower rank): " + ", ".join(
+        f"cycle {c} ms {100 * (v if v is not None else float('nan')):.1f} %" for c, v in idle.items()))
 
 
 def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
@@ -280,7 +306,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.horovod:
         cfg = load(args.config, [])
-        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), pairs=args.pairs))
+        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms,
+                                       pairs=args.pairs))
         return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
@@ -332,7 +359,7 @@ def main(argv=None) -> int:
               "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__}}
 
     if not args.quick:
-        hv = horovod_figures(args.config, model.count_params())
+        hv = horovod_figures(args.config, model.count_params(), cfg.horovod_cycle_ms)
         _print_horovod(hv)
         print(f"Gloo allreduce of the {model.count_params():,} gradients: "
               + ", ".join(f"N={n} {hv.get(f'allreduce_np{n}_ms') or float('nan'):.2f} ms" for n in (2, 4)))

@@ -89,6 +89,12 @@ class Config:
     # Horovod's default, one allreduce per gradient as it is ready (overlaps communication with
     # the backward pass, which pays for models with far more weights than this one).
     allreduce_groups: int = 1
+    # Horovod: its background thread's cycle in ms (HOROVOD_CYCLE_TIME; a user's own setting
+    # of that variable wins). 5 = the default of the Horovod the paper ran (0.13-0.20, 2018);
+    # Horovod 0.21+ defaults to 1. Each cycle syncs cache bits across ranks even when idle: two
+    # idle ranks on this 2-core host spent 13-27 % of a core each at 1 ms, 7 % at 5 ms (README,
+    # "Horovod's cycle"). 0 = Horovod's own default.
+    horovod_cycle_ms: float = 5.0
     # Ask TensorFlow for deterministic kernels (bitwise-repeatable runs, maybe slower on GPU).
     deterministic: bool = False
     # Most samples one forward/backward pass holds (0 = no limit). A larger batch per process
@@ -248,6 +254,7 @@ def validate(cfg: Config) -> None:
         (cfg.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
         (cfg.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
         (cfg.allreduce_groups >= 0, "allreduce_groups must be >= 0 (0 = Horovod's default, no explicit groups)"),
+        (cfg.horovod_cycle_ms >= 0, "horovod_cycle_ms must be >= 0 (0 = Horovod's default)"),
         (cfg.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
         (cfg.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
         (cfg.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),

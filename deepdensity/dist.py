@@ -115,8 +115,20 @@ def create_slots(model, optimizer):
         optimizer.build(model.trainable_variables)
 
 
-def setup(intra_op_threads: int = 0):
-    """Initialise the process group and pin this process to its device and thread share."""
+def cycle_time_env(cycle_ms: float) -> dict:
+    """The environment that gives Horovod's background thread a `cycle_ms` cycle: {} when
+    cycle_ms is 0 (Horovod's own default) or the user already set HOROVOD_CYCLE_TIME."""
+    if cycle_ms <= 0 or "HOROVOD_CYCLE_TIME" in os.environ:
+        return {}
+    return {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"}
+
+
+def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
+    """Initialise the process group and pin this process to its device and thread share.
+    `cycle_ms`: Horovod's cycle time (config.horovod_cycle_ms; 0 = Horovod's default)."""
+    # Horovod: the background thread reads its cycle time once, in init. Every cycle it syncs
+    # its cache bits with all ranks, busy work that on a CPU host competes with training.
+    os.environ.update(cycle_time_env(cycle_ms))
     backend = Horovod() if hvd is not None else Single()
     # Horovod: pin one GPU per local process (no-op on CPU-only hosts).
     # N processes on one host each get an equal share of its cores, not all of them.
@@ -147,8 +159,14 @@ def time_allreduce(n_floats: int, repeats: int = 20) -> float:
         return 0.0
     grad = tf.constant(np.ones(n_floats, np.float32))
     hvd_tf.allreduce(grad, op=hvd_tf.Average)  # warm up: negotiation, buffers
+    # A step's allreduce is enqueued at a random point of Horovod's cycle and waits for the
+    # next one, half a cycle on average; back-to-back probes would each wait nearly a whole
+    # cycle. The same seed on every rank: the ranks end a step's backward pass together.
+    cycle_s = float(os.environ.get("HOROVOD_CYCLE_TIME") or 1.0) / 1e3  # 1 ms: Horovod 0.28's default
+    phase = np.random.default_rng(0)
     samples = []
     for i in range(repeats):
+        time.sleep(phase.uniform(0, cycle_s))
         t = time.perf_counter()
         hvd_tf.allreduce(grad, op=hvd_tf.Average, name=f"probe{i}").numpy()
         samples.append(time.perf_counter() - t)
@@ -156,9 +174,27 @@ def time_allreduce(n_floats: int, repeats: int = 20) -> float:
     return backend.allreduce_max(float(np.median(samples)))
 
 
+def idle_cpu_share(seconds: float) -> float:
+    """Share of a core this process uses while it sleeps `seconds` after init, the slowest
+    rank's: what Horovod's background cycle costs on its own."""
+    import resource
+    import time
+
+    backend, _ = setup()
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    time.sleep(seconds)
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return backend.allreduce_max(cpu / wall)
+
+
 if __name__ == "__main__":
-    # horovodrun -np N python -m deepdensity.dist FLOATS: prints the allreduce time on rank 0
+    # horovodrun -np N python -m deepdensity.dist FLOATS: prints the allreduce time on rank 0;
+    # ... -m deepdensity.dist --idle SECONDS: prints the idle share of a core instead.
     import sys
-    seconds = time_allreduce(int(sys.argv[1]))
+    if sys.argv[1] == "--idle":
+        key, value = "IDLE_CPU_SHARE", idle_cpu_share(float(sys.argv[2]))
+    else:
+        key, value = "ALLREDUCE_SECONDS", time_allreduce(int(sys.argv[1]))
     if hvd is None or hvd.rank() == 0:
-        print(f"ALLREDUCE_SECONDS {seconds:.9f}")
+        print(f"{key} {value:.9f}")

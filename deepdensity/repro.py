@@ -233,7 +233,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     for n in (2, 4):
         say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
         try:
-            allreduce[n] = allreduce_seconds(n, n_weights)
+            allreduce[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
         except RuntimeError as e:
             raise StudyError(str(e)) from None
     ns = sorted(allreduce)

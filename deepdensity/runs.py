@@ -27,6 +27,7 @@ RESUMABLE = {
     "max_epochs": "extends the run (or ends it sooner)",
     "intra_op_threads": "speed only",
     "allreduce_groups": "speed only: the same sums (tests/test_horovod.py)",
+    "horovod_cycle_ms": "speed only: when allreduces start, not what they sum",
     "max_pass_batch": "memory only: the same average gradient",
     "xla": "speed only: the same arithmetic",
     "deterministic": "kernel choice only",

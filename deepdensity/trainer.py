@@ -111,7 +111,7 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
     # Horovod: init and pin (device and thread share) before any other TensorFlow work.
-    backend, threads = dist.setup(cfg.intra_op_threads)
+    backend, threads = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
     rank, processes = backend.rank(), backend.size()
     if emulate_workers > 1 and processes > 1:
         raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
@@ -285,7 +285,8 @@ def _describe(say, p: rules.ScalingPlan, cfg: Config, cubes, n_train: int, n_val
     if p.mode == "local":
         say(f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
             f"({rules.local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})")
-    say(f"threads per process: {threads}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+    cycle = os.environ.get("HOROVOD_CYCLE_TIME")
+    say(f"threads per process: {threads}  Horovod cycle {cycle + ' ms' if cycle else 'default'}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
     if grad_slices > 1:
         say(f"each step averages the gradients of {grad_slices} slices of "
             f"{p.per_process_batch // grad_slices} (max_pass_batch {cfg.max_pass_batch})")

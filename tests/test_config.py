@@ -38,6 +38,7 @@ def test_yaml_then_set_overrides(tmp_path):
     (["xla=always"], "xla must be one of"),
     (["max_pass_batch=-1"], "max_pass_batch must be >= 0"),
     (["allreduce_groups=-1"], "allreduce_groups must be >= 0"),
+    (["horovod_cycle_ms=-1"], "horovod_cycle_ms must be >= 0"),
     (["base_lr=.inf"], "base_lr must be a finite number > 0"),
     (["base_lr=.nan"], "base_lr must be a finite number > 0"),
     (["beta_1=1"], "beta_1 must be in \\[0, 1\\)"),

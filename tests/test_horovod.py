@@ -150,3 +150,37 @@ def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_
     w1, w2 = weights(tmp_path / "emu"), weights(tmp_path / "real")
     for name in w1:
         assert w2[name] == pytest.approx(w1[name], rel=1e-4, abs=1e-6), name
+
+
+CYCLES = """
+import sys, time
+from deepdensity import dist
+dist.setup(0, float(sys.argv[1]))
+time.sleep(1.5)  # idle: Horovod's background thread just cycles
+"""
+
+
+@pytest.mark.parametrize("configured, user_env, expected_ms", [
+    (20.0, None, 20.0),  # config.horovod_cycle_ms reaches Horovod
+    (20.0, "3", 3.0),    # a user's own HOROVOD_CYCLE_TIME wins
+    (0.0, None, 1.0),    # 0 leaves Horovod 0.28's default, 1 ms
+])
+def test_the_cycle_time_horovod_runs_is_the_one_configured(tmp_path, monkeypatch, configured, user_env,
+                                                          expected_ms):
+    import re
+    import statistics
+    # Horovod's own timeline marks the start of each background cycle: the spacing of those
+    # marks is the cycle time Horovod actually runs, whatever our code believes it set.
+    timeline = tmp_path / "timeline.json"
+    monkeypatch.setenv("HOROVOD_TIMELINE", str(timeline))
+    monkeypatch.setenv("HOROVOD_TIMELINE_MARK_CYCLES", "1")
+    if user_env is None:
+        monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
+    else:
+        monkeypatch.setenv("HOROVOD_CYCLE_TIME", user_env)
+    run([sys.executable, "-c", CYCLES, str(configured)])
+    starts = [int(t) for t in re.findall(r'"CYCLE_START", "ts": (\d+)', timeline.read_text())]
+    assert len(starts) > 10
+    gap_ms = statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1e3
+    # a cycle sleeps out the rest of its time, so it lasts its setting plus a little work
+    assert expected_ms <= gap_ms < expected_ms * 1.5 + 1

@@ -19,7 +19,8 @@ def test_a_resume_may_change_only_speed_memory_and_length():
     for key in RESUMABLE:
         assert key in DEFAULTS, f"{key} is a setting"
     wanted = {**DEFAULTS, "mode": "strong", "workers": 1, "world_size": 1,
-              "max_epochs": 999, "intra_op_threads": 7, "allreduce_groups": 0, "max_pass_batch": 64, "xla": "off",
+              "max_epochs": 999, "intra_op_threads": 7, "allreduce_groups": 0, "horovod_cycle_ms": 1.0, "max_pass_batch": 64,
+              "xla": "off",
               "deterministic": True}
     assert resume_changes(saved, wanted, DEFAULTS) == []
 
