@@ -90,10 +90,11 @@ class Config:
     # the backward pass, which pays for models with far more weights than this one).
     allreduce_groups: int = 1
     # Horovod: its background thread's cycle in ms (HOROVOD_CYCLE_TIME; a user's own setting
-    # of that variable wins). 5 = the default of the Horovod the paper ran (0.13-0.20, 2018);
-    # Horovod 0.21+ defaults to 1. Each cycle syncs cache bits across ranks even when idle: two
-    # idle ranks on this 2-core host spent 13-27 % of a core each at 1 ms, 7 % at 5 ms (README,
-    # "Horovod's cycle"). 0 = Horovod's own default.
+    # of that variable wins). 5 = every Horovod of the paper's time (0.12 slept 5 ms a cycle,
+    # 0.13-0.20 defaulted to 5; the paper ran TensorFlow 1.7.1, 2018); 0.21+ defaults to 1.
+    # Each cycle syncs with the other ranks even when idle, which on a CPU host takes cores
+    # from training (make bench: idle ranks' share of a core at 1 ms and at 5 ms).
+    # 0 = Horovod's own default.
     horovod_cycle_ms: float = 5.0
     # Ask TensorFlow for deterministic kernels (bitwise-repeatable runs, maybe slower on GPU).
     deterministic: bool = False
