@@ -101,7 +101,7 @@ class Config:
     # Most samples one forward/backward pass holds (0 = no limit). A larger batch per process
     # (only when one process emulates many workers: weak N = 32 is 1024 samples) is cut
     # into equal slices whose gradients are averaged: the same gradient, with less memory
-    # (make bench: 2.28 GB peak resident for weak N = 32 at K = 50, 3.14 GB in one pass).
+    # (make bench at 1313f33: 2.24 GB peak resident for weak N = 32 at K = 50, 3.14 GB in one pass).
     max_pass_batch: int = 256
     # Where XLA compiles: "coefficients" (the rendering's per-component algebra, some fifty
     # tiny ops that XLA fuses: 0.9-1.3 ms less per step at batch 32, K = 50, in earlier make
