@@ -28,13 +28,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from . import dist  # noqa: E402
 from .config import XLA_CHOICES, load  # noqa: E402
 from .layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
 from .model import build_model, for_training, make_adam  # noqa: E402
@@ -168,34 +168,33 @@ def printed_value(proc: subprocess.CompletedProcess, key: str):
     return values[0] if values else None
 
 
+def _dist_probe(n: int, args: list, env: dict, key: str) -> float:
+    """`horovodrun -np n python -m deepdensity.dist ARGS` with `env` added: the value rank 0
+    prints after `key`; RuntimeError with its stderr if the run fails."""
+    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", *map(str, args)],
+                env, timeout=600)
+    value = printed_value(proc, key)
+    if proc.returncode or value is None:
+        raise RuntimeError(f"python -m deepdensity.dist {' '.join(map(str, args))} on {n} processes failed:\n"
+                           f"{proc.stderr[-2000:]}")
+    return value
+
+
 def allreduce_seconds(n: int, n_weights: int, cycle_ms: float = 0.0) -> float:
-    """Median seconds of a Gloo allreduce of `n_weights` floats on n local processes
-    (`horovodrun -np n python -m deepdensity.dist`) with Horovod's cycle at `cycle_ms` as in
-    training (an allreduce waits for the next cycle); RuntimeError with its stderr if it fails."""
-    from .dist import cycle_time_env
-    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", str(n_weights)],
-                cycle_time_env(cycle_ms), timeout=600)
-    seconds = printed_value(proc, "ALLREDUCE_SECONDS")
-    if proc.returncode or seconds is None:
-        raise RuntimeError(f"allreduce timing on {n} processes failed:\n{proc.stderr[-2000:]}")
-    return seconds
+    """Median seconds of a Gloo allreduce of `n_weights` floats on n local processes with
+    Horovod's cycle at `cycle_ms` as in training (an allreduce waits for the next cycle)."""
+    return _dist_probe(n, [n_weights], dist.cycle_time_env(cycle_ms), "ALLREDUCE_SECONDS")
 
 
 def idle_cpu_share(n: int, cycle_ms: float, seconds: float = 10.0) -> float:
     """Share of a core an idle rank of `horovodrun -np n` uses with Horovod's cycle at
     `cycle_ms` (its background thread syncs with the other ranks every cycle)."""
-    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", "--idle", str(seconds)],
-                {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"}, timeout=600)
-    share = printed_value(proc, "IDLE_CPU_SHARE")
-    if proc.returncode or share is None:
-        raise RuntimeError(f"idle run on {n} processes failed:\n{proc.stderr[-2000:]}")
-    return share
+    return _dist_probe(n, ["--idle", seconds], {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"}, "IDLE_CPU_SHARE")
 
 
 def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     """Samples/s of the whole world training with Horovod's DistributedOptimizer
     (rank 0 prints it); run under horovodrun or as one process."""
-    from . import dist
     cfg = load(cfg_path, [])
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
     model = build_model(cfg, 16, 3)
@@ -211,13 +210,6 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
         model.train_on_batch(x, x)
     seconds = backend.allreduce_max(time.perf_counter() - t)
     return per_process_batch * backend.size() * steps / seconds
-
-
-def cycle_in_effect(cycle_ms: float) -> Optional[float]:
-    """Horovod's cycle time in ms that runs get from config.horovod_cycle_ms and the
-    environment (a user's HOROVOD_CYCLE_TIME wins); None for Horovod's default."""
-    value = os.environ.get("HOROVOD_CYCLE_TIME")
-    return float(value) if value else (cycle_ms or None)
 
 
 def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int = 32, steps: int = 100,
@@ -239,7 +231,7 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
         one_rates.append(a)
         two_rates.append(b)
     ratios = [b / a for a, b in zip(one_rates, two_rates)]
-    out = {"steps": steps, "pairs": len(ratios), "horovod_cycle_ms": cycle_in_effect(cycle_ms),
+    out = {"steps": steps, "pairs": len(ratios), "horovod_cycle_ms": dist.cycle_ms_in_effect(cycle_ms),
            "one_process_samples_s": statistics.median(one_rates) if one_rates else None,
            "horovodrun_np2_samples_s": statistics.median(two_rates) if two_rates else None,
            "ratio_median": statistics.median(ratios) if ratios else None,
@@ -250,7 +242,7 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
         except RuntimeError:
             out[f"allreduce_np{n}_ms"] = None
     out["idle_core_share_np2"] = {}
-    for cycle in sorted({1.0, out["horovod_cycle_ms"] or 1.0}):  # Horovod 0.28's default and ours
+    for cycle in sorted({dist.HOROVOD_DEFAULT_CYCLE_MS, out["horovod_cycle_ms"]}):  # Horovod's and ours
         try:
             out["idle_core_share_np2"][f"{cycle:g}"] = idle_cpu_share(2, cycle)
         except RuntimeError:
@@ -260,9 +252,8 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
 
 def _print_horovod(hv: dict) -> None:
     one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
-    cycle = f"{hv['horovod_cycle_ms']:g} ms" if hv.get("horovod_cycle_ms") else "Horovod's default"
     print(f"\nsamples/s, global batch 64, median of {hv['pairs']} pairs of {hv['steps']} steps, Horovod "
-          f"cycle {cycle}: one process "
+          f"cycle {hv['horovod_cycle_ms']:g} ms: one process "
           f"(2 threads) {one or float('nan'):.0f}; horovodrun -np 2 (1 thread each, 32 per worker) "
           f"{two or float('nan'):.0f}; ratio pair by pair {hv['ratio_median'] or float('nan'):.2f} "
           f"(min {hv['ratio_min'] or float('nan'):.2f}, max {hv['ratio_max'] or float('nan'):.2f})")
@@ -311,7 +302,6 @@ def main(argv=None) -> int:
         return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
-        from . import dist
         if dist.hvd is None or dist.hvd.rank() == 0:
             print(f"SAMPLES_PER_S {rate:.3f}")
         return 0

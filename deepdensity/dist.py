@@ -115,12 +115,23 @@ def create_slots(model, optimizer):
         optimizer.build(model.trainable_variables)
 
 
+HOROVOD_DEFAULT_CYCLE_MS = 1.0  # Horovod 0.21 and later
+
+
 def cycle_time_env(cycle_ms: float) -> dict:
     """The environment that gives Horovod's background thread a `cycle_ms` cycle: {} when
     cycle_ms is 0 (Horovod's own default) or the user already set HOROVOD_CYCLE_TIME."""
     if cycle_ms <= 0 or "HOROVOD_CYCLE_TIME" in os.environ:
         return {}
     return {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"}
+
+
+def cycle_ms_in_effect(cycle_ms: float = 0.0) -> float:
+    """The cycle in ms Horovod runs in this process after setup(..., cycle_ms), or in a child
+    started with cycle_time_env(cycle_ms): the user's HOROVOD_CYCLE_TIME, else cycle_ms, else
+    Horovod's default."""
+    value = {**os.environ, **cycle_time_env(cycle_ms)}.get("HOROVOD_CYCLE_TIME")
+    return float(value) if value else HOROVOD_DEFAULT_CYCLE_MS
 
 
 def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
@@ -162,7 +173,7 @@ def time_allreduce(n_floats: int, repeats: int = 20) -> float:
     # A step's allreduce is enqueued at a random point of Horovod's cycle and waits for the
     # next one, half a cycle on average; back-to-back probes would each wait nearly a whole
     # cycle. The same seed on every rank: the ranks end a step's backward pass together.
-    cycle_s = float(os.environ.get("HOROVOD_CYCLE_TIME") or 1.0) / 1e3  # 1 ms: Horovod 0.28's default
+    cycle_s = cycle_ms_in_effect() / 1e3
     phase = np.random.default_rng(0)
     samples = []
     for i in range(repeats):

@@ -285,8 +285,7 @@ def _describe(say, p: rules.ScalingPlan, cfg: Config, cubes, n_train: int, n_val
     if p.mode == "local":
         say(f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
             f"({rules.local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})")
-    cycle = os.environ.get("HOROVOD_CYCLE_TIME")
-    say(f"threads per process: {threads}  Horovod cycle {cycle + ' ms' if cycle else 'default'}  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+    say(f"threads per process: {threads}  Horovod cycle {dist.cycle_ms_in_effect():g} ms  target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
     if grad_slices > 1:
         say(f"each step averages the gradients of {grad_slices} slices of "
             f"{p.per_process_batch // grad_slices} (max_pass_batch {cfg.max_pass_batch})")

@@ -99,8 +99,7 @@ def test_parse_set_reads_yaml_scalars():
 
 def test_shipped_configs_load():
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    for p in sorted((root / "configs").glob("*.yaml")):
+    for p in sorted((ROOT / "configs").glob("*.yaml")):
         load(str(p))
 
 
