@@ -17,10 +17,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up
 import sys
 
 from deepdensity.config import ConfigError, load
-from deepdensity.data import DataError
-from deepdensity.rules import ALL_MODES
-from deepdensity.runs import DamagedRun
-from deepdensity.trainer import RunError, train
+from deepdensity.data.cubes import DataError
+from deepdensity.scaling.rules import ALL_MODES
+from deepdensity.training.runs import DamagedRun
+from deepdensity.training.trainer import RunError, train
 
 
 def main(argv=None) -> int:

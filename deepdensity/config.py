@@ -13,8 +13,8 @@ from typing import Any, Optional, Tuple
 
 import yaml
 
-from .rules import EPOCH_DEFINITIONS
-from .textfile import read_text
+from deepdensity.scaling.rules import EPOCH_DEFINITIONS
+from deepdensity.utils.textfile import read_text
 
 
 XLA_CHOICES = ("coefficients", "step", "off")

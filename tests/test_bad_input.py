@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from deepdensity import data as data_cli
-from deepdensity import repro
+from deepdensity.data import cubes as data_cli
+from deepdensity.study import repro
 
 _spec = importlib.util.spec_from_file_location("train_cli", ROOT / "train.py")
 train_cli = importlib.util.module_from_spec(_spec)
@@ -290,7 +290,7 @@ def _corruptions(good, rng):
 
 
 def test_a_corrupted_data_file_is_a_data_error_or_loads(tmp_path, smoke_data):
-    from deepdensity.data import DataError, load_cubes
+    from deepdensity.data.cubes import DataError, load_cubes
     rng = np.random.default_rng(1)
     refused = 0
     for round_ in range(3):                     # truncation and flips land elsewhere each round

@@ -354,14 +354,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "prepare":
-            from .ingest import prepare
+            from deepdensity.data.ingest import prepare
             summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
                               spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
                               window=tuple(args.window), progress=sys.stderr.isatty(),
                               lidc_xml=args.lidc_xml, min_readers=args.min_readers)
             _print_summary(summary, f" -> {args.out}")
         elif args.cmd == "synth-scans":
-            from .ingest import synth_scans
+            from deepdensity.data.ingest import synth_scans
             csv_path = synth_scans(args.out, args.n, args.seed, args.format)
             readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
             print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
@@ -399,9 +399,3 @@ def _print_summary(summary, written_to: str) -> None:
     for kind, why in summary.skipped:
         print(f"  {kind}: {why}")
 
-
-if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy: its DataError must be the one
-    # that deepdensity.ingest raises, or the except clause above would not catch it.
-    from deepdensity.data import main as _main
-    sys.exit(_main())

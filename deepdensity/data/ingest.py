@@ -32,8 +32,8 @@ from typing import Optional
 import numpy as np
 from scipy import ndimage
 
-from .data import HU_AIR, HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
-from .textfile import read_text
+from deepdensity.data.cubes import HU_AIR, HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
+from deepdensity.utils.textfile import read_text
 
 
 class NotEnoughNodules(DataError):
@@ -464,7 +464,7 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
         raise DataError(f"{folder} is not a folder")
     summary = Summary()
     if lidc_xml:
-        from . import lidc
+        from deepdensity.data import lidc
         readings, xml_notes = lidc.read_folder(folder)
         if not readings:
             raise DataError(f"no LIDC XML readings (LidcReadMessage) under {folder}")
@@ -566,7 +566,7 @@ def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary,
 # ------------------------------------------------------------------------------------
 def synth_scan(rng: np.random.Generator, shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), n_nodules: int = 2):
     """A CT-like volume hu[k, j, i] with solid nodules at known voxel positions (i, j, k)."""
-    from .data import _smooth
+    from deepdensity.data.cubes import _smooth
     nk, nj, ni = shape
     hu = -860.0 + 60.0 * _smooth(rng.normal(size=shape), 2.0) * 3.0
     kk, jj, ii = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
@@ -646,7 +646,7 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
             vol.slice_uids = tuple(write_dicom_series(out_dir / f"scan{s}", hu, origin, spacing, direction[:, 0],
                                                       direction[:, 1], uid, rng))
             # LIDC-style readings: four radiologists who agree on every nodule
-            from .lidc import write_xml
+            from deepdensity.data.lidc import write_xml
             write_xml(out_dir / f"scan{s}" / "readings.xml", uid, [list(zip(centres, diameters))] * 4, vol)
         else:
             write_metaimage(out_dir / f"{uid}.mhd", hu, origin, spacing, direction)

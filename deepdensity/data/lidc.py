@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from .data import DataError
+from deepdensity.data.cubes import DataError
 
 NAMESPACE = "http://www.nih.gov"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .config import Config
-from .layers import DeepDensity, n_correlations
+from deepdensity.config import Config
+from deepdensity.model.layers import DeepDensity, n_correlations
 
 _CONV = {1: tf.keras.layers.Conv1D, 2: tf.keras.layers.Conv2D, 3: tf.keras.layers.Conv3D}
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .model import SlicedStep
+from deepdensity.model.autoencoder import SlicedStep
 
 
 def _identity(tensors):

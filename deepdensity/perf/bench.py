@@ -34,13 +34,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from . import dist  # noqa: E402
-from .config import XLA_CHOICES, load  # noqa: E402
-from .layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
-from .model import build_model, for_training, make_adam  # noqa: E402
-from .rules import grad_slices  # noqa: E402
+from deepdensity.training import dist  # noqa: E402
+from deepdensity.config import XLA_CHOICES, load  # noqa: E402
+from deepdensity.model.layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
+from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
+from deepdensity.scaling.rules import grad_slices  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEP_BATCHES = (1, 2, 4, 8, 16, 32, 256, 1024)
 DIRECT_BATCHES = (1, 2, 4, 8, 16, 32)   # the direct form at 256 needs a 0.6 GB tensor per op
 
@@ -171,7 +171,7 @@ def printed_value(proc: subprocess.CompletedProcess, key: str):
 def _dist_probe(n: int, args: list, env: dict, key: str) -> float:
     """`horovodrun -np n python -m deepdensity.dist ARGS` with `env` added: the value rank 0
     prints after `key`; RuntimeError with its stderr if the run fails."""
-    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.dist", *map(str, args)],
+    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.training.dist", *map(str, args)],
                 env, timeout=600)
     value = printed_value(proc, key)
     if proc.returncode or value is None:
@@ -218,7 +218,7 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
     cores at the same global batch, run in turn `pairs` times (A B A B ...) so that the ratio
     is taken pair by pair and survives a machine whose speed drifts; and the Gloo allreduce
     of the gradients at N = 2, 4. All of them with Horovod's cycle at `cycle_ms`."""
-    cmd = [sys.executable, "-m", "deepdensity.bench", "--throughput", "--config", cfg_path, "--steps", str(steps)]
+    cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--throughput", "--config", cfg_path, "--steps", str(steps)]
     one_rates, two_rates = [], []
     for _ in range(pairs):
         one = _run(cmd + ["--batch", str(2 * batch)])

@@ -10,9 +10,9 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from .rules import sample_epoch_losses
-from .runs import read_metrics
-from .tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, failures, median_time
+from deepdensity.scaling.rules import sample_epoch_losses
+from deepdensity.training.runs import read_metrics
+from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, failures, median_time
 
 MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
               "warmup": ("tab:green", "^"), "linear": ("tab:red", "v"),
@@ -172,7 +172,7 @@ def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, 
     workers = study.workers
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[1]).stdout.strip() or "unknown"
+                             cwd=Path(__file__).resolve().parents[2]).stdout.strip() or "unknown"
     except OSError:
         rev = "unknown"
     versions = json.loads((seq_run / "config.json").read_text()).get("versions", {})
@@ -307,8 +307,8 @@ def _sweep_figure(path: Path, sweep: dict, plt) -> None:
 def _figure1(path: Path, cfg, seq_run: Path, plt) -> None:
     """Central slices of a few validation cubes next to the density the trained model renders."""
 
-    from .data import load_cubes, to_density
-    from .model import build_model
+    from deepdensity.data.cubes import load_cubes, to_density
+    from deepdensity.model.autoencoder import build_model
     cubes = load_cubes(cfg.data_path)
     x, _ = to_density(cubes.val[:4])
     model = build_model(cfg, cubes.grid_size, cubes.ndim)

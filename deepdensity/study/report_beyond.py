@@ -7,10 +7,10 @@ import json
 import statistics
 from pathlib import Path
 
-from . import rules
-from .report import MODE_STYLE, _cells, _epochs, _f, _md_table, _runs_minutes, _time_range, _write_csv
-from .runs import read_metrics
-from .tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
+from deepdensity.scaling import rules
+from deepdensity.study.report import MODE_STYLE, _cells, _epochs, _f, _md_table, _runs_minutes, _time_range, _write_csv
+from deepdensity.training.runs import read_metrics
+from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
                      preferred_batch, sweep_answer)
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
@@ -262,7 +262,7 @@ def _pyplot():
 
 
 def _figures(out: Path, cells, modes, workers, runs_root: Path, target: float, plt) -> None:
-    from .tables import median_time
+    from deepdensity.study.tables import median_time
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for mode in modes:
         pts = [(n, median_time(cells, mode, n)) for n in workers]

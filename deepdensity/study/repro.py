@@ -38,18 +38,19 @@ from typing import Optional
 
 import yaml
 
-from . import rules
-from .config import read_mapping
-from .report import write_reports
-from .runs import DamagedRun, read_json, read_metrics, write_atomic
-from .tables import Cell, evaluate_claims, protocol_rows
+from deepdensity.scaling import rules
+from deepdensity.config import read_mapping
+from deepdensity.study.report import write_reports
+from deepdensity.training.runs import DamagedRun, read_json, read_metrics, write_atomic
+from deepdensity.study.tables import Cell, evaluate_claims, protocol_rows
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the study log should show the study, not TF banners
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = Path(__file__).resolve().parent / "presets"
 class StudyError(ValueError):
     pass
 
@@ -78,9 +79,9 @@ class Study:
 
 
 def load_study(preset: str) -> tuple:
-    path = Path(preset) if preset.endswith(".yaml") else ROOT / "configs" / "study" / f"{preset}.yaml"
+    path = Path(preset) if preset.endswith(".yaml") else PRESETS / f"{preset}.yaml"
     if not path.is_file():
-        names = sorted(p.stem for p in (ROOT / "configs" / "study").glob("*.yaml"))
+        names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
         raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
     raw = read_mapping(path, "study preset", StudyError)
     known = set(Study.__dataclass_fields__)
@@ -95,7 +96,7 @@ def load_study(preset: str) -> tuple:
 def _validate_study(study: Study, path: Path) -> None:
     """Every key of a preset checked for type and range, and its `train:` settings checked
     by the config schema, before the study writes anything."""
-    from .config import Config, ConfigError, apply
+    from deepdensity.config import Config, ConfigError, apply
 
     def fail(msg):
         raise StudyError(f"{path}: {msg}")
@@ -220,8 +221,8 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
     """The speedup model's parts, measured on this machine (see module docstring)."""
     import numpy as np
 
-    from .bench import allreduce_seconds, median_seconds, step_seconds
-    from .model import build_model
+    from deepdensity.perf.bench import allreduce_seconds, median_seconds, step_seconds
+    from deepdensity.model.autoencoder import build_model
     batches = [1, 2, 4, 8, 16, 32]
     say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
     steps = {b: step_seconds(cfg, b, repeats=7) for b in batches}
@@ -247,7 +248,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.repro", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--preset", default="default", help="configs/study/NAME.yaml, or a path")
+    ap.add_argument("--preset", default="default", help="deepdensity/study/presets/NAME.yaml, or a path")
     ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'")
     ap.add_argument("--lr-sweep", action="store_true",
                     help="only find the sequential model's edge of stability (reports/lr_sweep.json)")
@@ -339,7 +340,7 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
 
 
 def run_study(name: str, study: Study, args) -> int:
-    from .config import load
+    from deepdensity.config import load
 
     root = Path(args.runs or ROOT / "runs" / f"study-{name}")
     root.mkdir(parents=True, exist_ok=True)
@@ -401,7 +402,7 @@ def run_study(name: str, study: Study, args) -> int:
     write_atomic(out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
                                                  "collapse_loss": collapse_loss}, indent=2))
     if beyond:
-        from .report_beyond import write_beyond_reports
+        from deepdensity.study.report_beyond import write_beyond_reports
         earlier = _default_study_cells(Path(args.compare_with), eta, target, modelled, seq_epoch, study.workers)
         filtering = filter_experiment(runner, study, common, earlier[0], cells, n_val, timing, modelled)
         sweep_rows = batch_sweep(runner, study, cfg, eta, target, cap, n_val, timing, patience=cfg.stall_patience)
@@ -518,7 +519,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     data filtered by the first seed's sequential run (python -m deepdensity.filter) and on
     the random control; same validation set, target and seeds. The full-data runs are the
     default study's when it has them (their times modelled again here), else run here."""
-    from .tables import filter_n
+    from deepdensity.study.tables import filter_n
     if not study.filter_modes:
         return None
     root, seeds = runner.root, study.seeds
@@ -526,7 +527,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     random_ctl = filtered.with_suffix(".random.h5")
     if not (filtered.exists() and random_ctl.exists()):
         say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
-        proc = subprocess.run([sys.executable, "-m", "deepdensity.filter", "--run", str(root / f"seq-s{seeds[0]}"),
+        proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(root / f"seq-s{seeds[0]}"),
                                "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0])],
                               capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
@@ -629,7 +630,7 @@ def _relative_to_root(path: Path) -> Path:
 
 def _study_data(root: Path, name: str, d: dict) -> Path:
     """The study's synthetic data set, written once per runs folder."""
-    from .data import HU_WINDOW, synthesize, write_cubes
+    from deepdensity.data.cubes import HU_WINDOW, synthesize, write_cubes
     data_path = root / "data.h5"
     if not data_path.exists():
         print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")
@@ -643,7 +644,7 @@ def _study_data(root: Path, name: str, d: dict) -> Path:
 def _data_facts(cfg) -> tuple:
     """(n_train, n_val, collapse loss): the split sizes the runs train on, and the
     validation loss of rendering the training set's mean cube for every input."""
-    from .data import input_independent_loss, load_cubes, to_density
+    from deepdensity.data.cubes import input_independent_loss, load_cubes, to_density
     cubes = load_cubes(cfg.data_path)
     train, val = cubes.train[: cfg.max_train_cubes or None], cubes.val
     if cfg.intensity_scaling == "density":
@@ -656,7 +657,7 @@ def _timing(root: Path, cfg) -> dict:
     timing_path = root / "timing.json"
     if timing_path.exists():
         return json.loads(timing_path.read_text())
-    from .model import build_model
+    from deepdensity.model.autoencoder import build_model
     timing = measure_timing(cfg, build_model(cfg, 16, 3).count_params())
     write_atomic(timing_path, json.dumps(timing, indent=2))  # a cache reread by every rerun
     return timing

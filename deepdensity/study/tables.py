@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from . import rules
+from deepdensity.scaling import rules
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}

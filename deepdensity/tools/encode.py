@@ -22,8 +22,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .data import DataError, load_cubes, read_columns
-from .runs import DamagedRun
+from deepdensity.data.cubes import DataError, load_cubes, read_columns
+from deepdensity.training.runs import DamagedRun
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
 
 
 def write_params(args) -> None:
-    from .trained import TrainedRun
+    from deepdensity.tools.trained import TrainedRun
     cubes = load_cubes(args.data)
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs

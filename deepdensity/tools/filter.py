@@ -34,8 +34,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .data import DataError, load_cubes
-from .runs import DamagedRun
+from deepdensity.data.cubes import DataError, load_cubes
+from deepdensity.training.runs import DamagedRun
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -224,7 +224,7 @@ def run_filter(args) -> str:
     cubes = load_cubes(data)
     n = len(cubes.train)
     check_perplexity(n, args.perplexity, str(data))
-    from .trained import TrainedRun
+    from deepdensity.tools.trained import TrainedRun
     run = TrainedRun(args.run, cubes.train.shape[1], cubes.train.ndim - 1)
     params, _ = run.encode_cubes(cubes.train, args.batch, progress=sys.stderr.isatty())
     embedding = embed(params["latent"].astype(np.float64), args.seed, args.perplexity)

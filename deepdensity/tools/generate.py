@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DataError, Split, load_cubes, read_columns, write_cubes
-from .runs import DamagedRun
+from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, write_cubes
+from deepdensity.training.runs import DamagedRun
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
 def generate(args) -> None:
     import tensorflow as tf
 
-    from .trained import TrainedRun, batches
+    from deepdensity.tools.trained import TrainedRun, batches
     cubes = load_cubes(args.data)
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     tf.keras.utils.set_random_seed(args.seed)

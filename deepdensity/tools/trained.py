@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from .config import FIELDS, Config, ConfigError, apply
-from .data import DataError, to_density
-from .layers import covariance
-from .model import build_model
-from .runs import DamagedRun, read_json
+from deepdensity.config import FIELDS, Config, ConfigError, apply
+from deepdensity.data.cubes import DataError, to_density
+from deepdensity.model.layers import covariance
+from deepdensity.model.autoencoder import build_model
+from deepdensity.training.runs import DamagedRun, read_json
 
 
 class TrainedRun:

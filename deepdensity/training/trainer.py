@@ -17,10 +17,12 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from . import dist, rules, watch
-from .config import Config, ConfigError
-from .data import DataError, load_cubes, to_density
-from .runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes, write_atomic
+from deepdensity.training import dist
+from deepdensity.scaling import rules
+from deepdensity.training import watch
+from deepdensity.config import Config, ConfigError
+from deepdensity.data.cubes import DataError, load_cubes, to_density
+from deepdensity.training.runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes, write_atomic
 
 
 class RunError(ValueError):
@@ -106,7 +108,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
 
 def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
            verbose: bool) -> dict:
-    from .model import build_model, make_adam
+    from deepdensity.model.autoencoder import build_model, make_adam
 
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
@@ -311,8 +313,8 @@ def _training_model(model: tf.keras.Model, p: rules.ScalingPlan, cfg: Config, ba
     """The model with the training step of its mode: the four policies' (slices of one
     synchronous step), adaptive's (also measures the gradient's noise), local's (one step
     per worker on its own weights)."""
-    from .model import for_training
-    from .steps import LocalStep, NoiseStep
+    from deepdensity.model.autoencoder import for_training
+    from deepdensity.model.steps import LocalStep, NoiseStep
 
     parts = p.workers // p.processes          # workers this process holds
     if p.mode not in rules.BEYOND_MODES:

@@ -2,7 +2,7 @@ import h5py
 import numpy as np
 import pytest
 
-from deepdensity import data
+from deepdensity.data import cubes as data
 
 
 def test_synth_is_deterministic_and_extends(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from conftest import run
-from deepdensity import ingest
-from deepdensity.data import DataError, load_cubes
+from deepdensity.data import ingest
+from deepdensity.data.cubes import DataError, load_cubes
 
 TESTDATA = Path(get_testdata_file("CT_small.dcm", download=False)).parent
 DIRTESTS = TESTDATA / "dicomdirtests"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run
-from deepdensity import ingest, lidc
-from deepdensity.data import DataError
+from deepdensity.data import ingest
+from deepdensity.data import lidc
+from deepdensity.data.cubes import DataError
 
 
 def axial_volume(shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), origin=(-35.0, -40.0, -120.0)):

@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 
 from deepdensity.config import Config
-from deepdensity import layers
-from deepdensity.layers import (DeepDensity, correlation_pairs, covariance, direct_log_mixture_density,
+from deepdensity.model import layers
+from deepdensity.model.layers import (DeepDensity, correlation_pairs, covariance, direct_log_mixture_density,
                                 grid_monomials, grid_points, log_mixture_density, mixture_density,
                                 monomials)
-from deepdensity.model import build_model
+from deepdensity.model.autoencoder import build_model
 
 
 def numpy_mixture(points, alpha, mu, cov):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from deepdensity import rules
+from deepdensity.scaling import rules
 
 ETA = 0.00105
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run
-from deepdensity import rules
+from deepdensity.scaling import rules
 
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
@@ -122,7 +122,7 @@ def _data(n=48):
 
 
 def _compiled(cls, optimizer, parts):
-    from deepdensity import dist
+    from deepdensity.training import dist
     model = _tiny(cls)
     model.compile(optimizer=optimizer, loss="mse")
     dist.create_slots(model, model.optimizer)
@@ -160,7 +160,7 @@ def _adam():
 def test_noise_step_reports_the_part_gradients_statistics():
     """One step of NoiseStep with 4 parts against GradientTape on each part separately."""
     import tensorflow as tf
-    from deepdensity.steps import NoiseStep
+    from deepdensity.model.steps import NoiseStep
     x, y = _data(16)
     model = _compiled(NoiseStep, _sgd(), 4)
     reference = _tiny(tf.keras.Model)                  # same seed: same initial weights
@@ -182,8 +182,8 @@ def test_noise_step_reports_the_part_gradients_statistics():
 def test_local_with_h1_and_sgd_is_synchronous_data_parallelism():
     """The identity local SGD rests on: with plain SGD, averaging the weights after every
     step is averaging the gradients before it."""
-    from deepdensity.model import SlicedStep
-    from deepdensity.steps import LocalStep
+    from deepdensity.model.autoencoder import SlicedStep
+    from deepdensity.model.steps import LocalStep
     x, y = _data()
     local = _fit(_compiled(LocalStep, _sgd(), 2), x, y, 8, every=1)
     sync = _fit(_compiled(SlicedStep, _sgd(), 2), x, y, 8)
@@ -194,8 +194,8 @@ def test_local_with_h1_and_sgd_is_synchronous_data_parallelism():
 def test_local_with_h1_and_adam_is_synchronous_only_when_the_workers_agree():
     """With Adam it is not: the second moment averages g_i^2, not (mean g)^2. When both
     workers hold the same samples the gradients agree and so do the two paths."""
-    from deepdensity.model import SlicedStep
-    from deepdensity.steps import LocalStep
+    from deepdensity.model.autoencoder import SlicedStep
+    from deepdensity.model.steps import LocalStep
     x, y = _data()
     gap = max(np.abs(a - b).max() for a, b in zip(_fit(_compiled(LocalStep, _adam(), 2), x, y, 8, every=1),
                                                  _fit(_compiled(SlicedStep, _adam(), 2), x, y, 8)))
@@ -211,7 +211,7 @@ def test_local_workers_between_averagings_are_independent_models():
     """Two emulated workers that never average follow two separate one-model runs on their
     halves: the swapping in and out of weights and moments loses nothing. Averaging at the
     end gives the mean of the two."""
-    from deepdensity.steps import LocalStep
+    from deepdensity.model.steps import LocalStep
     x, y = _data()
     model = _compiled(LocalStep, _adam(), 2)
     _fit(model, x, y, 8)
@@ -289,14 +289,14 @@ def test_local_pays_three_gradient_allreduces_every_h_steps():
 
 
 def _cell(mode, n, seed, t):
-    from deepdensity.tables import Cell
+    from deepdensity.study.tables import Cell
     reached = t is not None
     return Cell(mode, n, seed, "reached_target" if reached else "stalled", 5, 5 if reached else None, 1.0,
                 "modelled", t, f"{mode}-{n}-{seed}")
 
 
 def test_the_answer_compares_medians_over_seeds_and_names_failures():
-    from deepdensity.tables import beyond_answer, compare_with_strong
+    from deepdensity.study.tables import beyond_answer, compare_with_strong
     cells = [_cell("strong", n, s, t) for n, t in ((1, 100.0), (2, 60.0), (4, 40.0)) for s in (0, 1)]
     cells += [_cell("adaptive", 2, 0, 50.0), _cell("adaptive", 2, 1, 80.0),    # median 65: slower
               _cell("adaptive", 4, 0, 30.0), _cell("adaptive", 4, 1, 35.0),    # faster
@@ -312,7 +312,7 @@ def test_the_answer_compares_medians_over_seeds_and_names_failures():
 
 
 def test_filter_n_is_the_first_failing_n_else_the_slowest():
-    from deepdensity.tables import filter_n
+    from deepdensity.study.tables import filter_n
     cells = [_cell("weak", 1, 0, 100.0), _cell("weak", 2, 0, 60.0), _cell("weak", 4, 0, 70.0), _cell("weak", 8, 0, 50.0)]
     assert filter_n(cells, "weak") == 4                      # slowest median, no failure
     cells += [_cell("weak", 8, 1, None), _cell("weak", 2, 1, 61.0)]
@@ -326,7 +326,7 @@ def _filter_row(mode, data, seed, t):
 
 
 def test_filtering_helps_only_when_the_network_beats_both_full_and_random():
-    from deepdensity.tables import filter_answer, filter_table
+    from deepdensity.study.tables import filter_answer, filter_table
     rows = [_filter_row("weak", d, s, t) for d, ts in (("full", (40.0, None)), ("network", (30.0, 34.0)),
                                                        ("random", (33.0, 35.0))) for s, t in enumerate(ts)]
     table = filter_table(rows)
@@ -342,7 +342,7 @@ def _sweep_row(batch, rule, t):
 
 
 def test_the_preferred_batch_is_the_fastest_to_reach_the_target():
-    from deepdensity.tables import preferred_batch, sweep_answer
+    from deepdensity.study.tables import preferred_batch, sweep_answer
     rows = [_sweep_row(b, "eta", t) for b, t in ((8, 70.0), (16, 50.0), (32, 50.0), (64, 80.0), (128, None), (256, None))]
     rows += [_sweep_row(b, "linear", t) for b, t in ((8, 60.0), (16, None), (32, 65.0), (64, None))]
     assert preferred_batch(rows, "eta") == 16                # a tie goes to the smaller batch

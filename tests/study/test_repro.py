@@ -3,9 +3,11 @@ import math
 
 import pytest
 
-from deepdensity import repro, rules, tables
-from deepdensity.repro import load_study
-from deepdensity.tables import Cell, efficiency_table, evaluate_claims
+from deepdensity.study import repro
+from deepdensity.scaling import rules
+from deepdensity.study import tables
+from deepdensity.study.repro import load_study
+from deepdensity.study.tables import Cell, efficiency_table, evaluate_claims
 
 W = [1, 2, 4, 8, 16, 32]
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run
-from deepdensity import encode, generate
-from deepdensity.layers import grid_points, mixture_density
+from deepdensity.tools import encode
+from deepdensity.tools import generate
+from deepdensity.model.layers import grid_points, mixture_density
 
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 

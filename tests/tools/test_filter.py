@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run
-from deepdensity import filter as filt
-from deepdensity.data import DataError, load_cubes
+from deepdensity.tools import filter as filt
+from deepdensity.data.cubes import DataError, load_cubes
 
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
@@ -108,7 +108,7 @@ def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
 
 
 def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
-    from deepdensity import ingest
+    from deepdensity.data import ingest
     scans = tmp_path / "scans"
     csv_path = ingest.synth_scans(scans, n_scans=24, seed=3, fmt="dicom")
     data = tmp_path / "scans.h5"

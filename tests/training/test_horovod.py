@@ -96,7 +96,7 @@ def test_our_warmup_matches_horovods_own_callback(tmp_path):
     script = tmp_path / "warm.py"
     script.write_text("""
 import json, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
-from deepdensity import rules
+from deepdensity.scaling import rules
 hvd.init()
 steps, W, eta = 3, 2, 0.00105
 seen = []
@@ -154,7 +154,7 @@ def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_
 
 CYCLES = """
 import sys, time
-from deepdensity import dist
+from deepdensity.training import dist
 dist.setup(0, float(sys.argv[1]))
 time.sleep(1.5)  # idle: Horovod's background thread just cycles
 """

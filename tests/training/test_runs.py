@@ -4,7 +4,7 @@ import json
 import pytest
 
 from deepdensity.config import Config
-from deepdensity.runs import RESUMABLE, DamagedRun, read_json, read_metrics, resume_changes
+from deepdensity.training.runs import RESUMABLE, DamagedRun, read_json, read_metrics, resume_changes
 
 DEFAULTS = Config().to_dict()
 

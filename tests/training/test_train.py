@@ -54,9 +54,9 @@ def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
     # ceiling, like the paper's Fig. 3), so feed the callback a NaN epoch directly.
     import tensorflow as tf
 
-    from deepdensity import rules
+    from deepdensity.scaling import rules
     from deepdensity.config import Config
-    from deepdensity.trainer import _StudyCallback
+    from deepdensity.training.trainer import _StudyCallback
 
     cfg = Config(max_epochs=50)
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
@@ -76,8 +76,8 @@ def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
 def study_callback(cfg, history=()):
     import tensorflow as tf
 
-    from deepdensity import rules
-    from deepdensity.trainer import _StudyCallback
+    from deepdensity.scaling import rules
+    from deepdensity.training.trainer import _StudyCallback
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
     model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
     cb = _StudyCallback(rules.plan("linear", 4), cfg, 3, None, None, 0.0, lambda *a: None, False,

@@ -1,7 +1,7 @@
 """The TensorBoard slice image, checked against the cubes it shows."""
 import numpy as np
 
-from deepdensity.watch import UPSCALE, slice_grid
+from deepdensity.training.watch import UPSCALE, slice_grid
 
 
 def test_slice_grid_puts_each_cubes_central_slice_beside_its_rendering():
