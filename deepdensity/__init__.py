@@ -1,3 +1,5 @@
+"""deepdensity: Cunha et al. (HPML 2018), strong vs weak scaling of a 3D Gaussian-mixture
+autoencoder, in tf.keras + Horovod. The layout: README.md, section Layout."""
 import os
 
 # TensorFlow 2.15's x86 wheels turn oneDNN on by default only on CPUs with AVX-512-class
@@ -6,3 +8,8 @@ import os
 # made a training step 400 x slower. Set before TensorFlow is imported; ignored on GPUs'
 # kernels; a user's own TF_ENABLE_ONEDNN_OPTS=0 still wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+# TensorFlow's start-up lines (CPU feature notices, oneDNN banners) are not the run's output;
+# set once here, for every command and module, before any of them imports TensorFlow. A
+# user's own TF_CPP_MIN_LOG_LEVEL still wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

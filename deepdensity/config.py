@@ -14,13 +14,14 @@ from typing import Any, Optional, Tuple
 import yaml
 
 from deepdensity.scaling.rules import EPOCH_DEFINITIONS
+from deepdensity.utils.errors import UserError
 from deepdensity.utils.textfile import read_text
 
 
 XLA_CHOICES = ("coefficients", "step", "off")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """Bad configuration: reported as one line and exit status 2."""
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from deepdensity.data import cubes as data_cli
+from deepdensity.data import cli as data_cli
 from deepdensity.study import repro
 
 _spec = importlib.util.spec_from_file_location("train_cli", ROOT / "train.py")

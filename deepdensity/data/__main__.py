@@ -1,6 +1,6 @@
-"""`python -m deepdensity.data synth|prepare|synth-scans ...`: the data tools (see cubes.main)."""
+"""`python -m deepdensity.data synth|prepare|synth-scans ...`: the data tools (see data/cli.py)."""
 import sys
 
-from deepdensity.data.cubes import main
+from deepdensity.data.cli import main
 
 sys.exit(main())

@@ -33,6 +33,8 @@ import numpy as np
 from scipy import ndimage
 
 from deepdensity.data.cubes import HU_AIR, HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
+from deepdensity.data.synth import smooth_field
+from deepdensity.utils.files import atomic_path
 from deepdensity.utils.textfile import read_text
 
 
@@ -417,11 +419,10 @@ class _ScanCache:
 
     def put(self, uid: str, rows: list, padded: int, skipped: list) -> None:
         cube = rows[0][0].shape if rows else (0,)
-        tmp = self.folder / f"{self.name(uid)}.tmp.npz"
-        np.savez(tmp, cubes=np.array([r[0] for r in rows]).reshape((len(rows),) + cube),
-                 xyz=np.array([r[1] for r in rows]).reshape(-1, 3), diameter=np.array([r[2] for r in rows], float),
-                 padded=padded, skipped=np.array(skipped, dtype=str).reshape(-1, 2))
-        os.replace(tmp, self.folder / f"{self.name(uid)}.npz")
+        with atomic_path(self.folder / f"{self.name(uid)}.npz", suffix=".npz") as tmp:  # savez adds .npz otherwise
+            np.savez(tmp, cubes=np.array([r[0] for r in rows]).reshape((len(rows),) + cube),
+                     xyz=np.array([r[1] for r in rows]).reshape(-1, 3), diameter=np.array([r[2] for r in rows], float),
+                     padded=padded, skipped=np.array(skipped, dtype=str).reshape(-1, 2))
 
     def clear(self) -> None:
         import shutil
@@ -566,9 +567,8 @@ def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary,
 # ------------------------------------------------------------------------------------
 def synth_scan(rng: np.random.Generator, shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), n_nodules: int = 2):
     """A CT-like volume hu[k, j, i] with solid nodules at known voxel positions (i, j, k)."""
-    from deepdensity.data.cubes import _smooth
     nk, nj, ni = shape
-    hu = -860.0 + 60.0 * _smooth(rng.normal(size=shape), 2.0) * 3.0
+    hu = -860.0 + 60.0 * smooth_field(rng.normal(size=shape), 2.0) * 3.0
     kk, jj, ii = np.meshgrid(*[np.arange(s) for s in shape], indexing="ij")
     mm = np.stack([ii * spacing[0], jj * spacing[1], kk * spacing[2]], axis=-1)
     centres, diameters = [], []

@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -39,8 +38,11 @@ from deepdensity.config import XLA_CHOICES, load  # noqa: E402
 from deepdensity.model.layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
+from deepdensity.utils.errors import command  # noqa: E402
+from deepdensity.utils.files import write_atomic  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+# the folder that holds the deepdensity package (a checkout or site-packages), for child processes
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 STEP_BATCHES = (1, 2, 4, 8, 16, 32, 256, 1024)
 DIRECT_BATCHES = (1, 2, 4, 8, 16, 32)   # the direct form at 256 needs a 0.6 GB tensor per op
 
@@ -153,8 +155,8 @@ def roof_gflops(repeats: int) -> dict:
 
 
 def _run(args, env=None, timeout=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(PACKAGE_PARENT), **(env or {})}
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _horovodrun():
@@ -282,6 +284,7 @@ def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
     return {"max_pass_batch": max_pass_batch, "peak_rss_gb": kb / 2 ** 20, "seconds": seconds}
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/paper.yaml")
@@ -361,10 +364,7 @@ def main(argv=None) -> int:
         report.update(horovod=hv, weak32_memory=memory)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(report, indent=2))
     print(f"\nwritten: {out}")
     return 0
 

@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from deepdensity.utils.errors import UserError
+
 MODES = ("strong", "weak", "linear", "warmup")          # the paper's four (section IV)
 # Beyond the paper (Goldstein 2018, section 4): grow the batch when the gradient is too noisy
 # to trust (De et al., AISTATS 2017), and let workers take H local steps between averagings.
@@ -24,7 +26,7 @@ BEYOND_MODES = ("adaptive", "local")
 ALL_MODES = MODES + BEYOND_MODES
 
 
-class PlanError(ValueError):
+class PlanError(UserError):
     """A policy cannot be applied to this number of workers (e.g. N does not divide B)."""
 
 

@@ -41,17 +41,17 @@ import yaml
 from deepdensity.scaling import rules
 from deepdensity.config import read_mapping
 from deepdensity.study.report import write_reports
-from deepdensity.training.runs import DamagedRun, read_json, read_metrics, write_atomic
+from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.study.tables import Cell, evaluate_claims, protocol_rows
+from deepdensity.utils.errors import UserError, command
+from deepdensity.utils.files import write_atomic
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the study log should show the study, not TF banners
 
-ROOT = Path(__file__).resolve().parents[2]
 PRESETS = Path(__file__).resolve().parent / "presets"
-class StudyError(ValueError):
+class StudyError(UserError):
     pass
 
 
@@ -194,7 +194,7 @@ class StudyRunner:
         self.say(f"[{self.done}] {name}: {mode} N={n} "
                  f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
                  f"up to {settings.get('max_epochs', '?')} epochs); {_fmt_s(elapsed)} so far")
-        cmd = [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", str(self.train_yaml),
+        cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
                "--out", str(out), "--quiet"]
         if (out / "state.json").exists():
             cmd.append("--resume")      # a run killed mid-way, or extended, continues from its checkpoint
@@ -245,6 +245,7 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
             "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
 
 
+@command(os_hint="pass other --runs / --reports folders")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.repro", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -253,24 +254,17 @@ def main(argv=None) -> int:
     ap.add_argument("--lr-sweep", action="store_true",
                     help="only find the sequential model's edge of stability (reports/lr_sweep.json)")
     ap.add_argument("--runs", help="runs folder (default runs/study-PRESET)")
-    ap.add_argument("--compare-with", default=str(ROOT / "reports"),
+    ap.add_argument("--compare-with", default="reports",
                     help="for adaptive/local: the default study's reports, whose weak, linear and warmup "
                          "rows the report shows beside them (default reports/)")
     ap.add_argument("--reports", help="where the reports go (default reports/ for the default preset, "
                                       "reports/PRESET/ for the others)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
-    try:
-        name, study = load_study(args.preset)
-        args.reports = args.reports or str(ROOT / "reports" / ("" if name == "default" else name))
-        _check_runner(args.runner)
-        return run_study(name, study, args)
-    except (StudyError, rules.PlanError, DamagedRun) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror}; pass other --runs / --reports folders", file=sys.stderr)
-        return 2
+    name, study = load_study(args.preset)
+    args.reports = args.reports or str(Path("reports") / ("" if name == "default" else name))
+    _check_runner(args.runner)
+    return run_study(name, study, args)
 
 
 def _check_runner(runner: Optional[str]) -> None:
@@ -342,7 +336,7 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
 def run_study(name: str, study: Study, args) -> int:
     from deepdensity.config import load
 
-    root = Path(args.runs or ROOT / "runs" / f"study-{name}")
+    root = Path(args.runs or Path("runs") / f"study-{name}")
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     data_path = _study_data(root, name, study.data)
@@ -529,7 +523,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
         say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
         proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(root / f"seq-s{seeds[0]}"),
                                "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0])],
-                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                              capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
             raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         say(proc.stdout.strip())
@@ -593,7 +587,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
     their times modelled again with this study's timing so that every row uses the same
     clock; none, and why, when that study ran another eta or target."""
     cells_path, sweep_path, study_path = reports / "cells.json", reports / "lr_sweep.json", reports / "study.json"
-    shown = _relative_to_root(cells_path)
+    shown = _relative_to_cwd(cells_path)
     if not cells_path.is_file():
         return [], f"no {shown}: run `make repro` (the default preset) for the paper's four modes"
     if study_path.is_file():
@@ -606,7 +600,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         their_target = float(row[2].split()[2].rstrip(",")) if row else None
     if their_eta is None or their_target is None or not math.isclose(their_eta, eta, rel_tol=1e-9) \
             or not math.isclose(their_target, target, rel_tol=1e-5):
-        return [], (f"{_relative_to_root(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
+        return [], (f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
                     f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out")
     cells = []
     for c in json.loads(cells_path.read_text()):
@@ -620,17 +614,19 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
                    f"their times modelled again with this study's timing")
 
 
-def _relative_to_root(path: Path) -> Path:
-    """`path` relative to the repository when inside it, so a report reads the same on any clone."""
+def _relative_to_cwd(path: Path) -> Path:
+    """`path` relative to the working directory when inside it (`make repro` runs in the
+    checkout), so a report reads the same on any clone."""
     try:
-        return path.resolve().relative_to(ROOT)
+        return path.resolve().relative_to(Path.cwd())
     except ValueError:
         return path
 
 
 def _study_data(root: Path, name: str, d: dict) -> Path:
     """The study's synthetic data set, written once per runs folder."""
-    from deepdensity.data.cubes import HU_WINDOW, synthesize, write_cubes
+    from deepdensity.data.cubes import HU_WINDOW, write_cubes
+    from deepdensity.data.synth import synthesize
     data_path = root / "data.h5"
     if not data_path.exists():
         print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")

@@ -14,18 +14,16 @@ holds world positions (`world_xyz`, attribute `spacing_mm`, 3-D), also `mu_world
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from deepdensity.data.cubes import DataError, load_cubes, read_columns
-from deepdensity.training.runs import DamagedRun
+from deepdensity.utils.errors import command
+from deepdensity.utils.files import atomic_path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def cube_to_world(points: np.ndarray, centre_xyz: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarray:
@@ -40,6 +38,7 @@ def cov_to_world(cov: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarr
     return (grid_size * spacing_mm / 2) ** 2 * cov[..., ::-1, ::-1]
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -50,13 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass")
     ap.add_argument("--density", action="store_true", help="also store the rendered densities")
     args = ap.parse_args(argv)
-    try:
-        if args.batch < 1:
-            raise DataError("--batch must be >= 1")
-        write_params(args)
-    except (DataError, DamagedRun, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.batch < 1:
+        raise DataError("--batch must be >= 1")
+    write_params(args)
     return 0
 
 
@@ -66,10 +61,7 @@ def write_params(args) -> None:
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
+    with atomic_path(out) as tmp:
         with h5py.File(tmp, "w") as f:
             f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
                             "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
@@ -88,10 +80,6 @@ def write_params(args) -> None:
                 if "seriesuid" in columns:
                     g.create_dataset("seriesuid", data=columns["seriesuid"].astype(object), dtype=h5py.string_dtype())
                 print(f"{split}: {len(params['alpha'])} cubes encoded")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     print(f"wrote {out}")
 
 

@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from deepdensity.data.cubes import DataError, load_cubes
-from deepdensity.training.runs import DamagedRun
+from deepdensity.utils.errors import command
+from deepdensity.utils.files import atomic_path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
 PERPLEXITY = 30.0        # t-SNE's usual value (van der Maaten and Hinton 2008; scikit-learn's default)
@@ -118,10 +116,7 @@ def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> No
     """A copy of `src` whose training split lacks the cubes `dropped` (and their rows of every
     other per-cube dataset); the validation split and the attributes are kept, `attrs` added.
     Written to a temporary file and renamed: never half a file."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=dst.name + ".", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
+    with atomic_path(dst) as tmp:
         with h5py.File(src, "r") as f, h5py.File(tmp, "w") as g:
             g.attrs.update(dict(f.attrs))
             g.attrs.update({f"filter_{k}": v if isinstance(v, (int, float, str)) else json.dumps(v)
@@ -140,11 +135,6 @@ def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> No
                                   chunks=(1,) + data.shape[1:]) if name == "cubes" and len(data) else {}
                     out.create_dataset(name, data=data, dtype=ds.dtype, **packed)
             g.create_dataset("filter/dropped_index", data=np.asarray(dropped, np.int64))
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray,
@@ -189,6 +179,7 @@ def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, c
 # ------------------------------------------------------------------------------------
 # Command line
 # ------------------------------------------------------------------------------------
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.filter", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -200,15 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--perplexity", type=float, default=PERPLEXITY, help="t-SNE's perplexity")
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass of the encoder")
     args = ap.parse_args(argv)
-    try:
-        summary = run_filter(args)
-    except (DataError, DamagedRun) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
-        return 2
-    print(summary)
+    print(run_filter(args))
     return 0
 
 

@@ -20,16 +20,14 @@ shows real cubes next to generated ones. The same seed gives the same file.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, write_cubes
-from deepdensity.training.runs import DamagedRun
+from deepdensity.utils.errors import command
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SCHEMES = ("interpolate", "perturb")
 
@@ -52,6 +50,7 @@ def latent_draws(latents: np.ndarray, masses: np.ndarray, n: int, scheme: str, r
     raise DataError(f"unknown scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
 
 
+@command
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -65,15 +64,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=256)
     args = ap.parse_args(argv)
-    try:
-        if args.n < 1 or args.batch < 1:
-            raise DataError("--n and --batch must be >= 1")
-        if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
-            raise DataError("--t-min must be in [0, 0.5), --noise a finite number >= 0, --seed >= 0")
-        generate(args)
-    except (DataError, DamagedRun, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.n < 1 or args.batch < 1:
+        raise DataError("--n and --batch must be >= 1")
+    if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
+        raise DataError("--t-min must be in [0, 0.5), --noise a finite number >= 0, --seed >= 0")
+    generate(args)
     return 0
 
 

@@ -18,6 +18,14 @@ except ImportError:  # pragma: no cover - exercised only where Horovod is missin
     hvd = hvd_tf = None
 
 
+def horovod_version():
+    """Horovod's version string, or None where it is not installed (recorded in config.json)."""
+    if hvd is None:
+        return None
+    import horovod
+    return horovod.__version__
+
+
 class Single:
     """One process, no Horovod."""
     available = False

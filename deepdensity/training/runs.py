@@ -2,22 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: never half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from deepdensity.utils.errors import UserError
 
 
-class DamagedRun(ValueError):
+class DamagedRun(UserError):
     """A run folder whose files cannot be read back: reported as one line, exit status 2."""
 
 

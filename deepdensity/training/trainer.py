@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -19,13 +17,15 @@ import tensorflow as tf
 
 from deepdensity.training import dist
 from deepdensity.scaling import rules
-from deepdensity.training import watch
+from deepdensity.training import callbacks, watch
 from deepdensity.config import Config, ConfigError
 from deepdensity.data.cubes import DataError, load_cubes, to_density
-from deepdensity.training.runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes, write_atomic
+from deepdensity.training.runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes
+from deepdensity.utils.errors import UserError
+from deepdensity.utils.files import atomic_path, write_atomic
 
 
-class RunError(ValueError):
+class RunError(UserError):
     """A run that cannot start as asked (bad output folder, nothing to resume, ...)."""
 
 
@@ -83,11 +83,7 @@ def _versions() -> dict:
     v = {"python": platform.python_version(), "tensorflow": tf.__version__, "numpy": np.__version__,
          "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
          "gpus": len(tf.config.list_physical_devices("GPU"))}
-    try:
-        import horovod
-        v["horovod"] = horovod.__version__
-    except ImportError:
-        v["horovod"] = None
+    v["horovod"] = dist.horovod_version()
     return v
 
 
@@ -106,10 +102,24 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         raise
 
 
-def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
-           verbose: bool) -> dict:
-    from deepdensity.model.autoencoder import build_model, make_adam
+@dataclass
+class _Launch:
+    """Who this process is in the run and what the policy asks of it."""
+    backend: object                  # dist.Horovod, or dist.Single without Horovod
+    threads: int
+    rank: int
+    processes: int                   # Horovod's world size
+    workers: int                     # N: the world size, or the emulated N
+    p: rules.ScalingPlan
+    out: Optional[Path]
+    say: object                      # print on rank 0 unless quiet, else nothing
 
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int, verbose: bool) -> _Launch:
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
     # Horovod: init and pin (device and thread share) before any other TensorFlow work.
@@ -118,122 +128,159 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
     if emulate_workers > 1 and processes > 1:
         raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
     workers = emulate_workers if emulate_workers > 1 else processes
-    is_chief = rank == 0
-    say = print if (verbose and is_chief) else (lambda *a, **k: None)
-
     # Horovod: scale batch and lr by the policy (all arithmetic lives in rules.py).
     try:
         p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
     except rules.PlanError as e:
         raise ConfigError(str(e)) from None
+    say = print if (verbose and rank == 0) else (lambda *a, **k: None)
+    return _Launch(backend, threads, rank, processes, workers, p, Path(out_dir) if out_dir else None, say)
 
-    out = Path(out_dir) if out_dir else None
-    state = _check_out_dir(out, resume) if (out and is_chief) else None
-    if resume and out and is_chief and state is None:
-        say(f"nothing to resume in {out}; starting a new run there")
+
+def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
+           verbose: bool) -> dict:
+    run = _launch(cfg, mode, out_dir, emulate_workers, verbose)
+    out, p = run.out, run.p
+    state = _check_out_dir(out, resume) if (out and run.is_chief) else None
+    if resume and out and run.is_chief and state is None:
+        run.say(f"nothing to resume in {out}; starting a new run there")
     if state:
-        _check_resume(out, {**cfg.to_dict(), "mode": mode, "workers": workers, "world_size": processes})
-    if _finished(state, cfg, backend, processes):
-        say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
-        return read_json(out / "result.json", "finished run's result") if is_chief else {}
+        _check_resume(out, {**cfg.to_dict(), "mode": mode, "workers": run.workers, "world_size": run.processes})
+    if _finished(state, cfg, run.backend, run.processes):
+        run.say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
+        return read_json(out / "result.json", "finished run's result") if run.is_chief else {}
 
-    cubes, train_x, val_x = _training_data(cfg, say)
+    cubes, train_x, val_x = _training_data(cfg, run.say)
     try:
         steps = rules.steps_per_epoch(len(train_x), p, cfg.epoch_definition)
     except rules.PlanError as e:
         raise ConfigError(f"{cfg.data_path}: {e}") from None
-
-    if cfg.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    # Same seed on every worker: identical initial weights, so the first step is already
-    # the sequential model's first step (the broadcast below only guarantees it).
-    tf.keras.utils.set_random_seed(cfg.seed)
-    model = _training_model(build_model(cfg, cubes.grid_size, cubes.ndim), p, cfg, backend)
-    first_lr = rules.lr_at(p, 0, 0, steps)
-    # Horovod: wrap the optimizer so gradients are averaged over workers (adaptive and local
-    # average by hand in their training step, steps.py).
-    optimizer = make_adam(cfg, first_lr)
-    if mode not in rules.BEYOND_MODES:
-        optimizer = backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
-                  jit_compile=cfg.xla == "step")
-    dist.create_slots(model, optimizer)
-
+    model, optimizer = _compiled_model(cfg, run, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     if state:
         _check_resume(out, {"n_train": len(train_x), "n_val": len(val_x)})
-    initial_epoch, elapsed_before = _resume_point(ckpt, out, state, backend, processes)
+    initial_epoch, elapsed_before = _resume_point(ckpt, out, state, run.backend, run.processes)
     # Horovod: start every worker from rank 0's weights and optimizer state.
-    backend.broadcast_state(model, optimizer)
+    run.backend.broadcast_state(model, optimizer)
     if mode == "local":
         model.start_workers()
 
-    _describe(say, p, cfg, cubes, len(train_x), len(val_x), steps, threads, model.grad_slices)
+    _describe(run.say, p, cfg, cubes, len(train_x), len(val_x), steps, run.threads, model.grad_slices)
     val_history = []
-    if is_chief and out:
+    if run.is_chief and out:
         val_history = _start_files(out, initial_epoch, {
-            **cfg.to_dict(), "mode": mode, "world_size": processes, "workers": workers,
+            **cfg.to_dict(), "mode": mode, "world_size": run.processes, "workers": run.workers,
             "emulated": emulate_workers > 1, "global_batch": p.global_batch,
             "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
             "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
-            "n_val": len(val_x), "threads_per_process": threads, "versions": _versions()})
-
+            "n_val": len(val_x), "threads_per_process": run.threads, "versions": _versions()})
     if initial_epoch >= cfg.max_epochs:
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
 
-    train_t = tf.constant(train_x[..., None])
+    record = callbacks.RunRecord(p, cfg, steps, elapsed_before, val_history)
+    feeds = _Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
+    cbs, progress, checkpoint = _callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose)
+    feeds.fit(model, cbs, steps, record)
+    progress.finish()
+    result = record.result()
+    if run.is_chief and out:
+        with atomic_path(out / "weights.h5", suffix=".h5") as tmp:  # Keras picks the format by suffix
+            model.save_weights(str(tmp))
+        write_atomic(out / "result.json", json.dumps(result, indent=2))
+        write_atomic(out / "state.json", json.dumps({**checkpoint.state, "status": result["status"]}))
+    return result
 
-    def batches_of(index: np.ndarray) -> tf.data.Dataset:
+
+def _compiled_model(cfg: Config, run: _Launch, cubes, steps: int) -> tuple:
+    """(model with its mode's training step, optimizer), compiled, optimizer slots made."""
+    from deepdensity.model.autoencoder import build_model, make_adam
+
+    if cfg.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    # Same seed on every worker: identical initial weights, so the first step is already
+    # the sequential model's first step (the broadcast only guarantees it).
+    tf.keras.utils.set_random_seed(cfg.seed)
+    model = _training_model(build_model(cfg, cubes.grid_size, cubes.ndim), run.p, cfg, run.backend)
+    # Horovod: wrap the optimizer so gradients are averaged over workers (adaptive and local
+    # average by hand in their training step, model/steps.py).
+    optimizer = make_adam(cfg, rules.lr_at(run.p, 0, 0, steps))
+    if run.p.mode not in rules.BEYOND_MODES:
+        optimizer = run.backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
+                  jit_compile=cfg.xla == "step")
+    dist.create_slots(model, optimizer)
+    return model, optimizer
+
+
+class _Feeds:
+    """The run's training and validation data as tf.data pipelines, and the fit loop over
+    them. The order of the training cubes depends on (seed, pass) only, never on the rank."""
+
+    def __init__(self, cfg: Config, run: _Launch, train_x, val_x, initial_epoch: int, grad_slices: int):
+        self.cfg, self.run, self.initial_epoch = cfg, run, initial_epoch
+        self.n_train = len(train_x)
+        self.train_t = tf.constant(train_x[..., None])
+        lo, hi = rules.validation_shard(len(val_x), run.rank, run.processes)
+        self.val = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
+            run.p.per_process_batch // grad_slices)
+        self.adaptive = None
+        if run.p.mode == "adaptive":
+            # The batch of each epoch is decided at the end of the one before, so every epoch
+            # gets its own index stream (and its own call of fit, which fixes steps per epoch).
+            self.adaptive = callbacks.AdaptiveFeed(
+                self.n_train, run.p, cfg, run.rank, run.processes, initial_epoch,
+                _adaptive_start(run.out if run.is_chief else None, run.p, initial_epoch, run.backend,
+                                run.processes))
+
+    def batches_of(self, index: np.ndarray) -> tf.data.Dataset:
         return (tf.data.Dataset.from_tensor_slices(index.astype(np.int32))
-                .map(lambda i: (tf.gather(train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
+                .map(lambda i: (tf.gather(self.train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
                 .prefetch(2))
 
-    feed, mode_callbacks = None, []
-    if mode == "adaptive":
-        # The batch of each epoch is decided at the end of the one before, so every epoch
-        # gets its own index stream (and its own call of fit, which fixes steps per epoch).
-        feed = _AdaptiveFeed(len(train_x), p, cfg, rank, processes, initial_epoch,
-                             _adaptive_start(out if is_chief else None, p, initial_epoch, backend, processes))
-        mode_callbacks = [_AdaptiveBatch(feed, cfg, say)]
-    else:
-        # Data: one index stream for the whole run, so epochs follow each other without
-        # re-creating iterators; the order depends on (seed, pass) only, never on the rank.
-        orders = [rules.shard_of_batch(rules.epoch_order(len(train_x), p, e, cfg.seed, cfg.epoch_definition),
-                                       rank, processes)
-                  for e in range(initial_epoch, cfg.max_epochs)]
-        train_ds = batches_of(np.concatenate(orders))
-        if mode == "local":
-            mode_callbacks = [_LocalSync(steps, cfg.local_steps)]
-    lo, hi = rules.validation_shard(len(val_x), rank, processes)
-    val_ds = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
-        p.per_process_batch // model.grad_slices)
+    def whole_run(self) -> tf.data.Dataset:
+        """One index stream for the whole run, so epochs follow each other without
+        re-creating iterators."""
+        p, cfg, run = self.run.p, self.cfg, self.run
+        orders = [rules.shard_of_batch(rules.epoch_order(self.n_train, p, e, cfg.seed, cfg.epoch_definition),
+                                       run.rank, run.processes)
+                  for e in range(self.initial_epoch, cfg.max_epochs)]
+        return self.batches_of(np.concatenate(orders))
 
+    def fit(self, model, cbs: list, steps: int, record: callbacks.RunRecord) -> None:
+        cfg = self.cfg
+        if self.adaptive is None:
+            model.fit(self.whole_run(), validation_data=self.val, epochs=cfg.max_epochs,
+                      initial_epoch=self.initial_epoch, steps_per_epoch=steps, callbacks=cbs, verbose=0)
+            return
+        feed = self.adaptive
+        while feed.epoch < cfg.max_epochs and record.status is None:
+            model.fit(self.batches_of(feed.index()), validation_data=self.val, epochs=feed.epoch + 1,
+                      initial_epoch=feed.epoch, steps_per_epoch=feed.steps(), callbacks=cbs, verbose=0)
+
+
+def _callbacks(cfg: Config, run: _Launch, record: callbacks.RunRecord, feeds: _Feeds, steps: int, ckpt,
+               state: Optional[dict], val_x, verbose: bool) -> tuple:
+    """(the callbacks in their order, the Progress callback, the Checkpoint callback or None)."""
+    p, out = run.p, run.out
+    mode_cbs = []
+    if feeds.adaptive is not None:
+        mode_cbs = [callbacks.AdaptiveBatch(feeds.adaptive, cfg, run.say)]
+    elif p.mode == "local":
+        mode_cbs = [callbacks.LocalSync(steps, cfg.local_steps)]
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
-    agree = backend.allreduce_max if processes > 1 else float
-    study = _StudyCallback(p, cfg, steps, out if is_chief else None, ckpt, elapsed_before, say,
-                           progress=verbose and is_chief, val_history=val_history, agree=agree,
-                           resumed_state=state)
-    callbacks = backend.callbacks(broadcast_after_first_step=mode != "local") + [_PolicyLR(p, steps)] \
-        + mode_callbacks + [study]
-    if is_chief and out:    # Horovod: rank 0 alone writes TensorBoard logs (after `study` puts lr in the logs)
-        callbacks += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    if feed is None:
-        model.fit(train_ds, validation_data=val_ds, epochs=cfg.max_epochs, initial_epoch=initial_epoch,
-                  steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    else:
-        while feed.epoch < cfg.max_epochs and study.status is None:
-            model.fit(batches_of(feed.index()), validation_data=val_ds, epochs=feed.epoch + 1,
-                      initial_epoch=feed.epoch, steps_per_epoch=feed.steps(), callbacks=callbacks, verbose=0)
-    study.finish()
-    result = study.result()
-    if is_chief and out:
-        tmp = out / "weights.tmp.h5"
-        model.save_weights(str(tmp))
-        os.replace(tmp, out / "weights.h5")
-        write_atomic(out / "result.json", json.dumps(result, indent=2))
-        write_atomic(out / "state.json", json.dumps({**study.state, "status": result["status"]}))
-    return result
+    agree = run.backend.allreduce_max if run.processes > 1 else float
+    cbs = run.backend.callbacks(broadcast_after_first_step=p.mode != "local") + [callbacks.PolicyLR(p, steps)] \
+        + mode_cbs + [callbacks.EpochRow(record), callbacks.Stopping(record, agree)]
+    checkpoint = None
+    if run.is_chief and out:
+        # Horovod: rank 0 alone writes the run folder and the TensorBoard logs (after EpochRow
+        # puts the lr in the logs)
+        checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
+        cbs += [callbacks.MetricsLog(record, out), checkpoint]
+        cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
+    progress = callbacks.Progress(record, run.say, bar=verbose and run.is_chief)
+    return cbs + [progress], progress, checkpoint
 
 
 def _finished(state: Optional[dict], cfg: Config, backend, processes: int) -> bool:
@@ -305,10 +352,6 @@ def _start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
 
 
-# Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
-ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")
-
-
 def _training_model(model: tf.keras.Model, p: rules.ScalingPlan, cfg: Config, backend):
     """The model with the training step of its mode: the four policies' (slices of one
     synchronous step), adaptive's (also measures the gradient's noise), local's (one step
@@ -338,189 +381,3 @@ def _adaptive_start(out: Optional[Path], p: rules.ScalingPlan, initial_epoch: in
     return per_worker
 
 
-class _AdaptiveFeed:
-    """Adaptive's next epoch: its number and per-worker batch (set by `_AdaptiveBatch`)."""
-
-    def __init__(self, n_train, p, cfg, rank, processes, epoch, per_worker_batch):
-        self.n_train, self.p, self.cfg, self.rank, self.processes = n_train, p, cfg, rank, processes
-        self.epoch, self.per_worker_batch = epoch, per_worker_batch
-
-    def global_batch(self) -> int:
-        return self.per_worker_batch * self.p.workers
-
-    def steps(self) -> int:
-        return rules.steps_per_epoch(self.n_train, self.p, self.cfg.epoch_definition, self.global_batch())
-
-    def index(self) -> np.ndarray:
-        """This process's share of every global batch of the epoch: (steps, per_process_batch)."""
-        order = rules.epoch_order(self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition,
-                                  self.global_batch())
-        return rules.shard_of_batch(order, self.rank, self.processes)
-
-
-class _AdaptiveBatch(tf.keras.callbacks.Callback):
-    """De et al.'s big-batch test at the end of each epoch (rules.adaptive_batch) on the
-    epoch's mean gradient statistics, which every worker holds alike after the allreduce;
-    grows the per-worker batch for the next epoch, up to the base batch B (weak's)."""
-
-    def __init__(self, feed: _AdaptiveFeed, cfg: Config, say):
-        super().__init__()
-        self.feed, self.cfg, self.say = feed, cfg, say
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = {} if logs is None else logs
-        feed, n = self.feed, self.feed.p.workers
-        noise = rules.gradient_noise(float(logs["grad_part_sq"]), float(logs["grad_sq"]), n)
-        b = feed.per_worker_batch
-        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta,
-                                     self.cfg.batch_size)
-        logs.update(global_batch=b * n, steps=feed.steps(), allreduces=feed.steps(), grad_noise=noise,
-                    next_global_batch=grown * n)
-        if grown != b:
-            self.say(f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
-                     f"global batch {b * n} -> {grown * n}")
-        feed.per_worker_batch, feed.epoch = grown, epoch + 1
-
-
-class _LocalSync(tf.keras.callbacks.Callback):
-    """Local SGD's communication: average the workers' weights and moments after every H-th
-    step and after an epoch's last (before Keras validates the epoch)."""
-
-    def __init__(self, steps: int, local_steps: int):
-        super().__init__()
-        self.steps, self.local_steps = steps, local_steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        if rules.is_sync_step(batch, self.steps, self.local_steps):
-            self.model.average_workers()
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            logs["allreduces"] = rules.local_syncs_per_epoch(self.steps, self.local_steps) \
-                if self.model.workers > 1 else 0
-
-
-def _finite(x) -> Optional[float]:
-    return float(x) if x is not None and math.isfinite(float(x)) else None
-
-
-class _PolicyLR(tf.keras.callbacks.Callback):
-    """Sets the lr of every batch from rules.lr_at: constant, or Horovod's warmup ramp.
-
-    Written here rather than using hvd.callbacks.LearningRateWarmupCallback because the
-    ramp must also run with emulated workers, where hvd.size() is 1.
-    """
-
-    def __init__(self, p: rules.ScalingPlan, steps: int):
-        super().__init__()
-        self.p, self.steps, self.epoch = p, steps, 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-        self._set(0)
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.p.mode == "warmup" and self.epoch < self.p.warmup_epochs:
-            self._set(batch)
-
-    def _set(self, batch):
-        tf.keras.backend.set_value(self.model.optimizer.lr, rules.lr_at(self.p, self.epoch, batch, self.steps))
-
-
-class _StudyCallback(tf.keras.callbacks.Callback):
-    """Stopping rules, time to target, metrics.jsonl, checkpoints and the progress line.
-
-    Runs after MetricAverageCallback, so the losses it reads are the same on every
-    worker and every worker takes the same decision to stop.
-    """
-
-    def __init__(self, p, cfg, steps, out, ckpt, elapsed_before, say, progress, val_history=(), agree=float,
-                 resumed_state=None):
-        super().__init__()
-        self.p, self.cfg, self.steps, self.out, self.ckpt = p, cfg, steps, out, ckpt
-        self.elapsed_before, self.say = elapsed_before, say
-        self.val_history, self.agree = list(val_history), agree
-        self.status, self.time_to_target_s, self.last = None, None, {}
-        self.state = dict(resumed_state or {})   # its checkpoint is deleted once the next one is written
-        self.bar = None
-        self.progress = progress
-
-    def elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.t0
-
-    def on_train_begin(self, logs=None):
-        if hasattr(self, "t0"):                # adaptive calls fit once per epoch: one run, one clock
-            return
-        self.t0 = time.perf_counter()          # start mark of time to target
-        if self.progress and sys.stderr.isatty():
-            from tqdm import tqdm
-            self.bar = tqdm(total=self.cfg.max_epochs, initial=self.params.get("initial_epoch", 0) or 0,
-                            desc=f"{self.p.mode} N={self.p.workers}", unit="epoch", file=sys.stderr)
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = {} if logs is None else logs   # the same dict the later callbacks get
-        seconds = self.elapsed()              # stop mark: after this epoch's validation
-        loss, val_loss = float(logs.get("loss", float("nan"))), float(logs.get("val_loss", float("nan")))
-        # What the optimizer held for the epoch's last batch, read back, not recomputed.
-        lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
-        logs["lr"] = lr                       # for TensorBoard, which runs after this callback
-        self.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
-        reason = rules.stop_reason(epoch, loss, val_loss, self.cfg.target_loss, self.cfg.max_epochs,
-                                   self.val_history, self.cfg.stall_patience)
-        if self.cfg.stall_patience and self.agree(float(reason == "stalled")):
-            reason = reason or "stalled"
-        if reason == "reached_target":
-            self.time_to_target_s = seconds
-        self.last = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss),
-                     "lr": lr, "seconds": seconds, **self._batch_facts(logs)}
-        if self.out is not None:
-            with open(self.out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(self.last) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            path = self.ckpt.write(str(self.out / "ckpt" / f"epoch-{epoch + 1:04d}"))
-            prev = self.state.get("checkpoint")
-            self.state = {"epoch": epoch, "elapsed_s": seconds,
-                          "checkpoint": os.path.relpath(path, self.out), "status": "running"}
-            write_atomic(self.out / "state.json", json.dumps(self.state))
-            if prev and prev != self.state["checkpoint"]:
-                for f in (self.out / "ckpt").glob(Path(prev).name + ".*"):
-                    f.unlink()
-        line = (f"epoch {epoch + 1:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {lr:.6g}  "
-                f"{seconds:8.1f}s")
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"loss {loss:.4g} val {val_loss:.4g}")
-            self.bar.update(1)
-        else:
-            self.say(line)
-        if reason:
-            self.status = reason
-            self.model.stop_training = True
-
-    def _batch_facts(self, logs: dict) -> dict:
-        """Global batch, steps and allreduces of the epoch (a mode's callback may have put
-        its own in `logs`: adaptive's batch changes, local's allreduces are every H steps)."""
-        facts = {"global_batch": self.p.global_batch, "steps": self.steps,
-                 "allreduces": self.steps if self.p.workers > 1 else 0}
-        facts.update({k: logs[k] if isinstance(logs[k], int) else float(logs[k]) for k in ROW_EXTRAS if k in logs})
-        return facts
-
-    def finish(self):
-        """The run's last line (after the last call of fit)."""
-        if self.bar is not None:
-            self.bar.close()
-        if self.status == "reached_target":
-            what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
-        elif self.status == "diverged":
-            what = "stopped: non-finite loss"
-        elif self.status == "stalled":
-            what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
-        else:
-            what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
-        self.say(f"{what} after {self.last.get('epoch')} epochs")
-
-    def result(self) -> dict:
-        return {"status": self.status or "max_epochs", "mode": self.p.mode, "workers": self.p.workers,
-                "epochs": self.last.get("epoch"), "time_to_target_s": self.time_to_target_s,
-                "final_val_loss": self.last.get("val_loss"), "final_loss": self.last.get("loss"),
-                "seconds": self.last.get("seconds"), "target_loss": self.cfg.target_loss}

@@ -3,24 +3,25 @@ import numpy as np
 import pytest
 
 from deepdensity.data import cubes as data
+from deepdensity.data import synth
 
 
 def test_synth_is_deterministic_and_extends(tmp_path):
-    a_train, a_val = data.synthesize(40, 8, seed=3, progress=False)
-    b_train, b_val = data.synthesize(40, 8, seed=3, progress=False)
+    a_train, a_val = synth.synthesize(40, 8, seed=3, progress=False)
+    b_train, b_val = synth.synthesize(40, 8, seed=3, progress=False)
     np.testing.assert_array_equal(a_train.cubes, b_train.cubes)
     np.testing.assert_array_equal(a_val.cubes, b_val.cubes)
-    c_train, _ = data.synthesize(40, 8, seed=4, progress=False)
+    c_train, _ = synth.synthesize(40, 8, seed=4, progress=False)
     assert not np.array_equal(a_train.cubes, c_train.cubes)
     # cube i depends on (seed, i) only
-    cube0, *_ = data.synth_cube(np.random.default_rng([3, 0]))
+    cube0, *_ = synth.synth_cube(np.random.default_rng([3, 0]))
     all_ids = np.concatenate([a_train.seriesuid, a_val.seriesuid])
     all_cubes = np.concatenate([a_train.cubes, a_val.cubes])
     np.testing.assert_array_equal(all_cubes[list(all_ids).index("synthetic.3.0")], data.hu_to_unit(cube0))
 
 
 def test_synth_looks_like_windowed_ct_with_a_nodule_in_the_middle():
-    train, val = data.synthesize(200, 20, seed=0, progress=False)
+    train, val = synth.synthesize(200, 20, seed=0, progress=False)
     c = train.cubes
     assert c.dtype == np.float32 and c.min() >= 0 and c.max() <= 1
     # parenchyma (~ -860 HU -> 0.1) dominates the corners, the nodule sits at the centre
@@ -29,12 +30,12 @@ def test_synth_looks_like_windowed_ct_with_a_nodule_in_the_middle():
     assert np.median(corners) < 0.2
     assert np.median(centre.mean(axis=1)) > np.median(corners.mean(axis=1)) + 0.1
     kinds = set(np.concatenate([train.extra["kind"], val.extra["kind"]]))
-    assert kinds == set(data.NODULE_KINDS)
+    assert kinds == set(synth.NODULE_KINDS)
     assert train.diameter_mm.min() >= 3.0
 
 
 def test_write_and_load_round_trip(tmp_path):
-    train, val = data.synthesize(30, 6, seed=1, progress=False)
+    train, val = synth.synthesize(30, 6, seed=1, progress=False)
     path = tmp_path / "x.h5"
     data.write_cubes(path, train, val, {"cube_size": 16, "source": "synthetic"})
     assert [p.name for p in tmp_path.iterdir()] == ["x.h5"], "no temporary file left behind"
@@ -48,7 +49,7 @@ def test_write_and_load_round_trip(tmp_path):
 
 
 def test_failed_write_leaves_nothing(tmp_path):
-    train, val = data.synthesize(10, 2, seed=1, progress=False)
+    train, val = synth.synthesize(10, 2, seed=1, progress=False)
     with pytest.raises(Exception):
         data.write_cubes(tmp_path / "x.h5", train, val, {"bad": object()})
     assert list(tmp_path.iterdir()) == []
@@ -82,7 +83,7 @@ def test_load_errors(tmp_path):
     with pytest.raises(data.DataError, match="expects 16"):
         data.load_cubes(good, expect_grid=16)
     trunc = tmp_path / "trunc.h5"
-    train, val = data.synthesize(30, 6, seed=1, progress=False)
+    train, val = synth.synthesize(30, 6, seed=1, progress=False)
     data.write_cubes(trunc, train, val, {})
     raw = trunc.read_bytes()
     trunc.write_bytes(raw[: len(raw) // 2])

@@ -51,40 +51,32 @@ def test_stops_at_the_target(tmp_path, smoke_data):
 
 def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
     # A huge lr does not give NaN here (the bounded density saturates the loss at a
-    # ceiling, like the paper's Fig. 3), so feed the callback a NaN epoch directly.
-    import tensorflow as tf
-
-    from deepdensity.scaling import rules
+    # ceiling, like the paper's Fig. 3), so feed the callbacks a NaN epoch directly.
     from deepdensity.config import Config
-    from deepdensity.training.trainer import _StudyCallback
-
     cfg = Config(max_epochs=50)
-    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
-    model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
-    cb = _StudyCallback(rules.plan("linear", 4), cfg, 3, None, None, 0.0, lambda *a: None, False)
-    cb.set_model(model)
-    cb.on_train_begin()
+    cb, record, model = record_callbacks(cfg)
     cb.on_epoch_end(0, {"loss": 0.5, "val_loss": 0.4})
     assert not model.stop_training
     cb.on_epoch_end(1, {"loss": float("nan"), "val_loss": 0.4})
     assert model.stop_training
-    result = cb.result()
+    result = record.result()
     assert result["status"] == "diverged" and result["epochs"] == 2
     assert result["final_loss"] is None and result["time_to_target_s"] is None
 
 
-def study_callback(cfg, history=()):
+def record_callbacks(cfg, history=()):
+    """The run's own callbacks that decide an epoch's row and whether to stop (EpochRow,
+    Stopping), on a tiny model, as the trainer orders them; returns (callbacks, record, model)."""
     import tensorflow as tf
 
     from deepdensity.scaling import rules
-    from deepdensity.training.trainer import _StudyCallback
+    from deepdensity.training import callbacks
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
     model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
-    cb = _StudyCallback(rules.plan("linear", 4), cfg, 3, None, None, 0.0, lambda *a: None, False,
-                        val_history=history)
-    cb.set_model(model)
+    record = callbacks.RunRecord(rules.plan("linear", 4), cfg, 3, 0.0, history)
+    cb = tf.keras.callbacks.CallbackList([callbacks.EpochRow(record), callbacks.Stopping(record)], model=model)
     cb.on_train_begin()
-    return cb, model
+    return cb, record, model
 
 
 @pytest.mark.parametrize("resumed", [0, 2])
@@ -93,23 +85,23 @@ def test_a_run_that_rose_to_a_ceiling_stops_as_stalled(resumed):
     resume count (they come from metrics.jsonl)."""
     from deepdensity.config import Config
     curve = [0.05, 0.03, 0.08, 0.2, 0.2, 0.2, 0.2]
-    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001, stall_patience=3), curve[:resumed])
+    cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001, stall_patience=3), curve[:resumed])
     for epoch in range(resumed, len(curve)):
         cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": curve[epoch]})
         assert model.stop_training == (epoch == 4), epoch
         if model.stop_training:
             break
-    assert cb.result()["status"] == "stalled" and cb.result()["epochs"] == 5
+    assert record.result()["status"] == "stalled" and record.result()["epochs"] == 5
 
 
 def test_the_stall_rule_is_off_by_default_and_spares_a_slow_decrease():
     from deepdensity.config import Config
     assert Config().stall_patience == 0
-    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001))
+    cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001))
     for epoch in range(10):
         cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.2})
     assert not model.stop_training
-    cb, model = study_callback(Config(max_epochs=50, target_loss=0.001, stall_patience=2))
+    cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001, stall_patience=2))
     for epoch in range(40):
         cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.01 * 0.999 ** epoch})
     assert not model.stop_training

@@ -1,0 +1,98 @@
+"""`python -m deepdensity.data` (or `deepdensity data`): make the cubes a run trains on.
+
+    python -m deepdensity.data synth --out data/synth.h5 --n 2100 --seed 0
+    python -m deepdensity.data prepare --luna DIR --annotations annotations.csv --out data/luna.h5
+    python -m deepdensity.data prepare --dicom DIR --annotations nodules.csv --out data/lidc.h5
+    python -m deepdensity.data synth-scans --out data/scans --n 3 [--format mhd]
+
+The file layout is described in deepdensity/data/cubes.py.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from deepdensity.data.cubes import HU_WINDOW, DataError, write_cubes
+from deepdensity.data.ingest import prepare, synth_scans
+from deepdensity.data.synth import KIND_PROBS, NODULE_KINDS, synthesize
+from deepdensity.utils.errors import command
+
+
+@command
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m deepdensity.data", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("synth", help="write synthetic LUNA-like nodule cubes to HDF5")
+    s.add_argument("--out", required=True, help="output .h5 path")
+    s.add_argument("--n", type=int, default=2100, help="number of cubes (paper: 2100 nodules)")
+    s.add_argument("--val", type=int, default=256, help="validation cubes (paper: 256)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
+    s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
+    pr = sub.add_parser("prepare", help="cut nodule cubes from DICOM series or LUNA16 volumes")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
+    src.add_argument("--luna", help="folder of LUNA16 .mhd/.raw volumes")
+    pr.add_argument("--annotations", help="CSV: seriesuid,coordX,coordY,coordZ,diameter_mm (LUNA16's)")
+    pr.add_argument("--lidc-xml", action="store_true",
+                    help="nodules from LIDC-IDRI's XML readings next to the --dicom series instead of a CSV")
+    pr.add_argument("--min-readers", type=int, default=3,
+                    help="with --lidc-xml: keep nodules >= 3 mm marked by at least this many readers (LUNA16: 3)")
+    pr.add_argument("--out", required=True, help="output .h5 path")
+    pr.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
+    pr.add_argument("--spacing", type=float, default=1.0, help="isotropic voxel spacing of the cubes, mm")
+    pr.add_argument("--val", type=int, default=256, help="validation cubes, whole scans at a time")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--window", type=float, nargs=2, default=list(HU_WINDOW), metavar=("LO", "HI"),
+                    help="HU window mapped to [0, 1]")
+    sd = sub.add_parser("synth-scans", help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
+    sd.add_argument("--out", required=True, help="output folder")
+    sd.add_argument("--n", type=int, default=3, help="number of scans")
+    sd.add_argument("--seed", type=int, default=0)
+    sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "prepare":
+            summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
+                              spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
+                              window=tuple(args.window), progress=sys.stderr.isatty(),
+                              lidc_xml=args.lidc_xml, min_readers=args.min_readers)
+            _print_summary(summary, f" -> {args.out}")
+        elif args.cmd == "synth-scans":
+            csv_path = synth_scans(args.out, args.n, args.seed, args.format)
+            readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
+            print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
+        elif args.cmd == "synth":
+            train, val = synthesize(args.n, args.val, args.seed, args.cube, args.spacing,
+                                    progress=sys.stderr.isatty())
+            write_cubes(args.out, train, val, {
+                "cube_size": args.cube, "ndim": 3, "spacing_mm": args.spacing,
+                "hu_window": list(HU_WINDOW), "source": "synthetic",
+                "created_by": f"python -m deepdensity.data synth --n {args.n} --val {args.val} "
+                              f"--seed {args.seed} --cube {args.cube} --spacing {args.spacing}",
+                "seed": args.seed, "kinds": list(NODULE_KINDS), "kind_probs": list(KIND_PROBS),
+            })
+            print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "
+                  f"of {args.cube}^3 (seed {args.seed})")
+    except KeyboardInterrupt:
+        if args.cmd != "prepare":
+            raise
+        print(f"interrupted: the scans already cut are kept in {args.out}.partial; run the same command "
+              f"again to go on from there", file=sys.stderr)
+        return 130
+    except DataError as e:
+        if getattr(e, "summary", None) is not None:    # what was skipped, and why, before the verdict
+            _print_summary(e.summary, "")
+        raise
+    return 0
+
+
+def _print_summary(summary, written_to: str) -> None:
+    print(f"scans read: {summary.scans_read}; nodules written: {summary.nodules_written} "
+          f"({summary.padded} padded with air at the scan's edge){written_to}")
+    skipped = [s for s in summary.skipped if s[0] != "note"]
+    print(f"skipped: {len(skipped)}")
+    for kind, why in summary.skipped:
+        print(f"  {kind}: {why}")
+

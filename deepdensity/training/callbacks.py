@@ -1,0 +1,275 @@
+"""The training run's Keras callbacks, one concern each (as Horovod's own are split).
+
+Order in a run (trainer._callbacks): Horovod's broadcast and metric averaging, `PolicyLR`,
+a mode's own (`AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
+epoch's row), `Stopping` (the paper's stopping rules), and on rank 0 alone `MetricsLog`,
+`Checkpoint` and TensorBoard; `Progress` last. They share one `RunRecord`, and run after
+Horovod's MetricAverageCallback, so the losses they read are the same on every worker and
+every worker takes the same decision to stop.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from deepdensity.scaling import rules
+from deepdensity.utils.files import write_atomic
+
+# Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
+ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")
+
+
+def _finite(x) -> Optional[float]:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+class RunRecord:
+    """What the run's callbacks share: the run's clock (time to target starts at the first
+    fit and stops after each epoch's validation), the validation history, the last epoch's
+    row, and how the run ended."""
+
+    def __init__(self, p: rules.ScalingPlan, cfg, steps: int, elapsed_before: float = 0.0, val_history=()):
+        self.p, self.cfg, self.steps = p, cfg, steps
+        self.elapsed_before, self.t0 = elapsed_before, None
+        self.val_history = list(val_history)
+        self.status, self.time_to_target_s = None, None
+        self.row, self.losses = {}, (math.nan, math.nan)
+
+    def start_clock(self) -> None:
+        if self.t0 is None:                   # adaptive calls fit once per epoch: one run, one clock
+            self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t0
+
+    def final_line(self) -> str:
+        """The run's last line, whatever ended it."""
+        if self.status == "reached_target":
+            what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
+        elif self.status == "diverged":
+            what = "stopped: non-finite loss"
+        elif self.status == "stalled":
+            what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
+        else:
+            what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
+        return f"{what} after {self.row.get('epoch')} epochs"
+
+    def result(self) -> dict:
+        """result.json's content."""
+        return {"status": self.status or "max_epochs", "mode": self.p.mode, "workers": self.p.workers,
+                "epochs": self.row.get("epoch"), "time_to_target_s": self.time_to_target_s,
+                "final_val_loss": self.row.get("val_loss"), "final_loss": self.row.get("loss"),
+                "seconds": self.row.get("seconds"), "target_loss": self.cfg.target_loss}
+
+
+class EpochRow(tf.keras.callbacks.Callback):
+    """The epoch's row of metrics.jsonl: losses, the lr the optimizer held for the epoch's
+    last batch (read back, not recomputed), the run's clock, and the epoch's batch facts."""
+
+    def __init__(self, record: RunRecord):
+        super().__init__()
+        self.record = record
+
+    def on_train_begin(self, logs=None):
+        self.record.start_clock()             # start mark of time to target
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {} if logs is None else logs   # the same dict the later callbacks get
+        r = self.record
+        seconds = r.elapsed()                 # stop mark: after this epoch's validation
+        loss, val_loss = float(logs.get("loss", math.nan)), float(logs.get("val_loss", math.nan))
+        lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        logs["lr"] = lr                       # for TensorBoard, which runs after this callback
+        r.losses = (loss, val_loss)
+        r.row = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss), "lr": lr,
+                 "seconds": seconds, **self._batch_facts(logs)}
+
+    def _batch_facts(self, logs: dict) -> dict:
+        """Global batch, steps and allreduces of the epoch (a mode's callback may have put
+        its own in `logs`: adaptive's batch changes, local's allreduces are every H steps)."""
+        p, steps = self.record.p, self.record.steps
+        facts = {"global_batch": p.global_batch, "steps": steps, "allreduces": steps if p.workers > 1 else 0}
+        facts.update({k: logs[k] if isinstance(logs[k], int) else float(logs[k]) for k in ROW_EXTRAS if k in logs})
+        return facts
+
+
+class Stopping(tf.keras.callbacks.Callback):
+    """The stopping rules (rules.stop_reason): the target, a non-finite loss, a stall, the
+    cap. `agree` makes the stall decision the same on every worker: only rank 0 holds a
+    resumed run's history (Horovod: an allreduce of the maximum)."""
+
+    def __init__(self, record: RunRecord, agree=float):
+        super().__init__()
+        self.record, self.agree = record, agree
+
+    def on_epoch_end(self, epoch, logs=None):
+        r, cfg = self.record, self.record.cfg
+        loss, val_loss = r.losses
+        r.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
+        reason = rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
+                                   r.val_history, cfg.stall_patience)
+        if cfg.stall_patience and self.agree(float(reason == "stalled")):
+            reason = reason or "stalled"
+        if reason == "reached_target":
+            r.time_to_target_s = r.row["seconds"]
+        if reason:
+            r.status = reason
+            self.model.stop_training = True
+
+
+class MetricsLog(tf.keras.callbacks.Callback):
+    """Appends each epoch's row to metrics.jsonl, flushed to disk before the next epoch
+    (rank 0 only)."""
+
+    def __init__(self, record: RunRecord, out: Path):
+        super().__init__()
+        self.record, self.path = record, out / "metrics.jsonl"
+
+    def on_epoch_end(self, epoch, logs=None):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(self.record.row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class Checkpoint(tf.keras.callbacks.Callback):
+    """A checkpoint after every epoch and state.json naming it, so `--resume` continues a
+    killed run; the previous checkpoint goes once the new one is written (rank 0 only)."""
+
+    def __init__(self, record: RunRecord, out: Path, ckpt: tf.train.Checkpoint, resumed_state: Optional[dict]):
+        super().__init__()
+        self.record, self.out, self.ckpt = record, out, ckpt
+        self.state = dict(resumed_state or {})
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = self.ckpt.write(str(self.out / "ckpt" / f"epoch-{epoch + 1:04d}"))
+        prev = self.state.get("checkpoint")
+        self.state = {"epoch": epoch, "elapsed_s": self.record.row["seconds"],
+                      "checkpoint": os.path.relpath(path, self.out), "status": "running"}
+        write_atomic(self.out / "state.json", json.dumps(self.state))
+        if prev and prev != self.state["checkpoint"]:
+            for f in (self.out / "ckpt").glob(Path(prev).name + ".*"):
+                f.unlink()
+
+
+class Progress(tf.keras.callbacks.Callback):
+    """A progress bar on a terminal, else one line per epoch (rank 0; silent with --quiet)."""
+
+    def __init__(self, record: RunRecord, say, bar: bool):
+        super().__init__()
+        self.record, self.say, self.want_bar, self.bar = record, say, bar, None
+
+    def on_train_begin(self, logs=None):
+        if self.want_bar and self.bar is None and sys.stderr.isatty():
+            from tqdm import tqdm
+            p = self.record.p
+            self.bar = tqdm(total=self.record.cfg.max_epochs, initial=self.params.get("initial_epoch", 0) or 0,
+                            desc=f"{p.mode} N={p.workers}", unit="epoch", file=sys.stderr)
+
+    def on_epoch_end(self, epoch, logs=None):
+        row, (loss, val_loss) = self.record.row, self.record.losses
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"loss {loss:.4g} val {val_loss:.4g}")
+            self.bar.update(1)
+        else:
+            self.say(f"epoch {epoch + 1:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {row['lr']:.6g}  "
+                     f"{row['seconds']:8.1f}s")
+
+    def finish(self) -> None:
+        """Close the bar and print how the run ended (after the last call of fit)."""
+        if self.bar is not None:
+            self.bar.close()
+        self.say(self.record.final_line())
+
+
+class PolicyLR(tf.keras.callbacks.Callback):
+    """Sets the lr of every batch from rules.lr_at: constant, or Horovod's warmup ramp.
+
+    Written here rather than using hvd.callbacks.LearningRateWarmupCallback because the
+    ramp must also run with emulated workers, where hvd.size() is 1.
+    """
+
+    def __init__(self, p: rules.ScalingPlan, steps: int):
+        super().__init__()
+        self.p, self.steps, self.epoch = p, steps, 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self._set(0)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.p.mode == "warmup" and self.epoch < self.p.warmup_epochs:
+            self._set(batch)
+
+    def _set(self, batch):
+        tf.keras.backend.set_value(self.model.optimizer.lr, rules.lr_at(self.p, self.epoch, batch, self.steps))
+
+
+class AdaptiveFeed:
+    """Adaptive's next epoch: its number and per-worker batch (set by `AdaptiveBatch`)."""
+
+    def __init__(self, n_train, p, cfg, rank, processes, epoch, per_worker_batch):
+        self.n_train, self.p, self.cfg, self.rank, self.processes = n_train, p, cfg, rank, processes
+        self.epoch, self.per_worker_batch = epoch, per_worker_batch
+
+    def global_batch(self) -> int:
+        return self.per_worker_batch * self.p.workers
+
+    def steps(self) -> int:
+        return rules.steps_per_epoch(self.n_train, self.p, self.cfg.epoch_definition, self.global_batch())
+
+    def index(self) -> np.ndarray:
+        """This process's share of every global batch of the epoch: (steps, per_process_batch)."""
+        order = rules.epoch_order(self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition,
+                                  self.global_batch())
+        return rules.shard_of_batch(order, self.rank, self.processes)
+
+
+class AdaptiveBatch(tf.keras.callbacks.Callback):
+    """De et al.'s big-batch test at the end of each epoch (rules.adaptive_batch) on the
+    epoch's mean gradient statistics, which every worker holds alike after the allreduce;
+    grows the per-worker batch for the next epoch, up to the base batch B (weak's)."""
+
+    def __init__(self, feed: AdaptiveFeed, cfg, say):
+        super().__init__()
+        self.feed, self.cfg, self.say = feed, cfg, say
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {} if logs is None else logs
+        feed, n = self.feed, self.feed.p.workers
+        noise = rules.gradient_noise(float(logs["grad_part_sq"]), float(logs["grad_sq"]), n)
+        b = feed.per_worker_batch
+        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta,
+                                     self.cfg.batch_size)
+        logs.update(global_batch=b * n, steps=feed.steps(), allreduces=feed.steps(), grad_noise=noise,
+                    next_global_batch=grown * n)
+        if grown != b:
+            self.say(f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
+                     f"global batch {b * n} -> {grown * n}")
+        feed.per_worker_batch, feed.epoch = grown, epoch + 1
+
+
+class LocalSync(tf.keras.callbacks.Callback):
+    """Local SGD's communication: average the workers' weights and moments after every H-th
+    step and after an epoch's last (before Keras validates the epoch)."""
+
+    def __init__(self, steps: int, local_steps: int):
+        super().__init__()
+        self.steps, self.local_steps = steps, local_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if rules.is_sync_step(batch, self.steps, self.local_steps):
+            self.model.average_workers()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["allreduces"] = rules.local_syncs_per_epoch(self.steps, self.local_steps) \
+                if self.model.workers > 1 else 0

@@ -1,0 +1,41 @@
+"""Train the DeepDensity autoencoder under one of the paper's four scaling policies, or two beyond it.
+
+    python train.py --mode strong --config configs/smoke.yaml             # one worker
+    horovodrun -np 4 python train.py --mode weak --config configs/smoke.yaml --out runs/x
+    python train.py --mode warmup --emulate-workers 8 --out runs/w8       # N=8's path, one process
+    horovodrun -np 4 python train.py --mode adaptive     # batch grows with the gradient's noise
+    horovodrun -np 4 python train.py --mode local --set local_steps=8     # average weights every 8 steps
+
+The number of workers comes from Horovod (or --emulate-workers), never from the config.
+Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
+"""
+import argparse
+
+from deepdensity.config import load
+from deepdensity.scaling.rules import ALL_MODES
+from deepdensity.training.trainer import train
+from deepdensity.utils.errors import command
+
+
+@command
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--mode", required=True, choices=ALL_MODES,
+                    help="batch/lr policy: the paper's four (section IV), or adaptive, local (README)")
+    ap.add_argument("--config", help="YAML file of settings that differ from the defaults")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
+    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5)")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
+                    help="one process following the optimisation path of N Horovod workers")
+    ap.add_argument("--quiet", action="store_true", help="no per-epoch output")
+    args = ap.parse_args(argv)
+    if args.resume and not args.out:
+        ap.error("--resume needs --out")
+    cfg = load(args.config, args.set)
+    train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
+          verbose=not args.quiet)
+    return 0
+

@@ -1,0 +1,39 @@
+"""The one way a command reports bad input: `error: <one line>` on stderr and exit status 2.
+
+Every error a user can fix (a bad setting, a missing or damaged file, a preset that does not
+parse) derives from UserError, so that one wrapper, `command`, handles them all the same.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+EXIT_BAD_INPUT = 2
+EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
+
+
+class UserError(ValueError):
+    """Input the user can fix; the message is the whole story, so no traceback."""
+
+
+def command(main=None, *, os_hint: str = ""):
+    """Wrap a command's `main(argv) -> int` so that a UserError or an OSError becomes one
+    `error:` line and exit 2. `os_hint` is appended to an OSError's line (what to try)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapped(argv=None) -> int:
+            try:
+                return fn(argv) or 0
+            except UserError as e:
+                return _fail(str(e))
+            except OSError as e:
+                where = f"{e.filename}: " if e.filename else ""
+                what = e.strerror or str(e)
+                return _fail(f"{where}{what}" + (f"; {os_hint}" if os_hint else ""))
+        return wrapped
+    return wrap(main) if main is not None else wrap
+
+
+def _fail(line: str) -> int:
+    print(f"error: {line}", file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -1,0 +1,125 @@
+"""The package's shape, read from its source: one-way imports, no private names across
+modules, Horovod in one module, the pure rules free of TensorFlow, and short functions.
+
+Imports are read with `ast`, function-level ones included, so a cycle hidden inside a
+function (the kind that works until someone moves an import to the top) still counts.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "deepdensity"
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(path: Path):
+    """(imported module, [names]) for every import statement anywhere in the file."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, []
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError(f"{path}: relative import; the package uses absolute ones")
+            names = [a.name for a in node.names]
+            yield node.module, names
+
+
+def internal_edges(name: str) -> set:
+    """The package modules `name` imports (a `from pkg import mod` counts as pkg.mod)."""
+    edges = set()
+    for mod, names in imports_of(MODULES[name]):
+        if not mod.startswith("deepdensity"):
+            continue
+        subs = {f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES}
+        edges |= subs or {mod}
+    return edges - {name, "deepdensity"}
+
+
+def find_cycle(graph: dict):
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = "open"
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == "open":
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = "done"
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle_and_accepts_a_tree():
+    # the checker itself must be able to fail
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_even_through_function_level_imports():
+    graph = {name: internal_edges(name) for name in MODULES}
+    # the entry points (`__main__`, the cli table and the aliases) import everything by design,
+    # and nothing imports them back, so they cannot close a cycle; they are in the graph anyway
+    assert find_cycle(graph) is None
+
+
+def test_no_module_imports_another_modules_private_names():
+    offenders = []
+    for name, path in MODULES.items():
+        for mod, names in imports_of(path):
+            if mod.startswith("deepdensity"):
+                offenders += [f"{name} imports {mod}.{n}" for n in names if n.startswith("_")]
+    assert offenders == []
+
+
+def test_horovod_is_imported_in_one_module_only():
+    importers = sorted(name for name, path in MODULES.items()
+                       if any(mod.split(".")[0] == "horovod" for mod, _ in imports_of(path)))
+    assert importers == ["deepdensity.training.dist"]
+
+
+@pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.study.tables",
+                                  "deepdensity.config", "deepdensity.training.runs"])
+def test_pure_modules_import_no_framework(pure):
+    """The rules and the tables are tested exhaustively without starting TensorFlow, and the
+    study driver reads run folders without it; check the closure of their imports."""
+    seen, todo = set(), [pure]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for mod, _ in imports_of(MODULES[n]):
+            assert mod.split(".")[0] not in ("tensorflow", "horovod", "keras"), f"{n} imports {mod}"
+        todo += internal_edges(n)
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {n} lines")
+    assert long == []
