@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import yaml
 
 from deepdensity.scaling.rules import EPOCH_DEFINITIONS
+from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.textfile import read_text
 
@@ -116,82 +116,49 @@ class Config:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def rules(self) -> list:
+        """Every field's range (schema.build tests them in order); NaN fails every comparison."""
+        return [(lambda ok=ok: ok, msg) for ok, msg in [
+            (self.n_components >= 1, "n_components must be >= 1"),
+            (len(self.conv_filters) == len(self.conv_kernels) == len(self.conv_strides),
+             "conv_filters, conv_kernels and conv_strides must have the same length"),
+            (all(v >= 1 for v in self.conv_filters + self.conv_kernels + self.conv_strides),
+             "conv_filters, conv_kernels and conv_strides must be positive"),
+            (self.latent_dim >= 1, "latent_dim must be >= 1"),
+            (0 < self.sigma_min < 1, "sigma_min must be in (0, 1)"),
+            (0 <= self.corr_max < 1, "corr_max must be in [0, 1)"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (0 < self.base_lr < math.inf, "base_lr must be a finite number > 0"),
+            (0 <= self.beta_1 < 1, "beta_1 must be in [0, 1)"),
+            (0 <= self.beta_2 < 1, "beta_2 must be in [0, 1)"),
+            (0 < self.epsilon < math.inf, "epsilon must be a finite number > 0"),
+            (0 <= self.seed < 2 ** 32, "seed must be in [0, 2^32): NumPy and TensorFlow seeds are unsigned"),
+            (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
+            (self.max_epochs >= 1, "max_epochs must be >= 1"),
+            (0 <= self.target_loss < math.inf, "target_loss must be a finite number >= 0"),
+            (self.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
+            (self.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
+            (self.allreduce_groups >= 0,
+             "allreduce_groups must be >= 0 (0 = Horovod's default, no explicit groups)"),
+            (self.horovod_cycle_ms >= 0, "horovod_cycle_ms must be >= 0 (0 = Horovod's default)"),
+            (self.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
+            (self.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
+            (self.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
+            (self.epoch_definition in EPOCH_DEFINITIONS,
+             f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
+            (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
+            (self.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
+            (0 < self.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
+            (self.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),
+        ]]
+
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-_HINTS = typing.get_type_hints(Config)
-
-
-def _coerce(key: str, value: Any) -> Any:
-    """Check `value` against the declared type of `key`, converting where it is lossless."""
-    hint = _HINTS[key]
-    origin = typing.get_origin(hint)
-    what = f"{key} expects"
-    if origin in (tuple, Tuple):
-        if isinstance(value, str):
-            value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{what} a list of integers like [32, 32, 32], got {value!r}")
-        return tuple(_coerce_scalar(key, int, v) for v in value)
-    return _coerce_scalar(key, hint, value)
-
-
-def _coerce_scalar(key: str, typ: type, value: Any) -> Any:
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{key} expects true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key} expects an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{key} expects an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key} expects a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{key} expects a number, got {value!r}")
-    if typ is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{key} expects a string, got {value!r}")
-    raise ConfigError(f"{key}: unsupported type {typ}")
-
-
-def _unknown(key: str) -> ConfigError:
-    import difflib
-    close = difflib.get_close_matches(key, FIELDS, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return ConfigError(f"unknown config key {key!r}{hint}; known keys: {', '.join(FIELDS)}")
 
 
 def apply(cfg: Config, updates: dict, source: str) -> Config:
-    values = cfg.to_dict()
-    for key, value in updates.items():
-        if key not in FIELDS:
-            raise _unknown(key)
-        try:
-            values[key] = _coerce(key, value)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
-    out = Config(**values)
-    validate(out)
-    return out
+    """`cfg` with `updates` (from `source`: a file or --set) read and checked by the schema."""
+    return schema.build(Config, updates, error=ConfigError, what="config key", source=source, base=cfg)
 
 
 def parse_set(items) -> dict:
@@ -232,42 +199,3 @@ def read_mapping(path, what: str, error: type) -> dict:
     if bad:
         raise error(f"{what} {path}: key {bad[0]!r} is not a setting name (write names like base_lr)")
     return data
-
-
-def validate(cfg: Config) -> None:
-    checks = [
-        (cfg.n_components >= 1, "n_components must be >= 1"),
-        (len(cfg.conv_filters) == len(cfg.conv_kernels) == len(cfg.conv_strides),
-         "conv_filters, conv_kernels and conv_strides must have the same length"),
-        (all(v >= 1 for v in cfg.conv_filters + cfg.conv_kernels + cfg.conv_strides),
-         "conv_filters, conv_kernels and conv_strides must be positive"),
-        (cfg.latent_dim >= 1, "latent_dim must be >= 1"),
-        (0 < cfg.sigma_min < 1, "sigma_min must be in (0, 1)"),  # NaN fails every comparison
-        (0 <= cfg.corr_max < 1, "corr_max must be in [0, 1)"),
-        (cfg.batch_size >= 1, "batch_size must be >= 1"),
-        (0 < cfg.base_lr < math.inf, "base_lr must be a finite number > 0"),
-        (0 <= cfg.beta_1 < 1, "beta_1 must be in [0, 1)"),
-        (0 <= cfg.beta_2 < 1, "beta_2 must be in [0, 1)"),
-        (0 < cfg.epsilon < math.inf, "epsilon must be a finite number > 0"),
-        (0 <= cfg.seed < 2 ** 32, "seed must be in [0, 2^32): NumPy and TensorFlow seeds are unsigned"),
-        (cfg.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
-        (cfg.max_epochs >= 1, "max_epochs must be >= 1"),
-        (0 <= cfg.target_loss < math.inf, "target_loss must be a finite number >= 0"),
-        (cfg.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
-        (cfg.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
-        (cfg.allreduce_groups >= 0, "allreduce_groups must be >= 0 (0 = Horovod's default, no explicit groups)"),
-        (cfg.horovod_cycle_ms >= 0, "horovod_cycle_ms must be >= 0 (0 = Horovod's default)"),
-        (cfg.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
-        (cfg.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
-        (cfg.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
-        (cfg.epoch_definition in EPOCH_DEFINITIONS,
-         f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
-        (cfg.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
-        (cfg.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
-        (0 < cfg.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
-        (cfg.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise ConfigError(msg)
-

@@ -1,11 +1,9 @@
 import os
-from pathlib import Path
 
 import pytest
 
 from deepdensity.config import Config, ConfigError, load, parse_set
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def test_defaults_are_the_papers():
@@ -98,7 +96,6 @@ def test_parse_set_reads_yaml_scalars():
 
 
 def test_shipped_configs_load():
-    from pathlib import Path
     for p in sorted((ROOT / "configs").glob("*.yaml")):
         load(str(p))
 

@@ -18,8 +18,7 @@ from deepdensity.data.synth import KIND_PROBS, NODULE_KINDS, synthesize
 from deepdensity.utils.errors import command
 
 
-@command
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.data", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -51,7 +50,12 @@ def main(argv=None) -> int:
     sd.add_argument("--n", type=int, default=3, help="number of scans")
     sd.add_argument("--seed", type=int, default=0)
     sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom")
-    args = ap.parse_args(argv)
+    return ap
+
+
+@command
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.cmd == "prepare":
             summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,

@@ -447,62 +447,14 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     The nodules come from a LUNA16-format CSV (`annotations`) or, with `lidc_xml`, from
     LIDC-IDRI's XML readings under the `dicom` folder (deepdensity.lidc). Scans already
     cut by an interrupted run with the same settings are not read again (_ScanCache)."""
-    from tqdm import tqdm
-
-    if bool(dicom) == bool(luna):
-        raise DataError("give exactly one of --dicom DIR or --luna DIR")
-    if bool(annotations) == bool(lidc_xml):
-        raise DataError("give exactly one of --annotations CSV or --lidc-xml")
-    if lidc_xml and not dicom:
-        raise DataError("--lidc-xml reads the XML files next to DICOM series: use it with --dicom")
-    if n_val < 0:
-        raise DataError(f"--val must be >= 0 (validation cubes), got {n_val}")
-    check_geometry(cube, spacing_mm, window)
-    if lidc_xml and min_readers < 1:
-        raise DataError(f"--min-readers must be >= 1, got {min_readers}")
+    _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers)
     folder = Path(dicom or luna)
-    if not folder.is_dir():
-        raise DataError(f"{folder} is not a folder")
     summary = Summary()
-    if lidc_xml:
-        from deepdensity.data import lidc
-        readings, xml_notes = lidc.read_folder(folder)
-        if not readings:
-            raise DataError(f"no LIDC XML readings (LidcReadMessage) under {folder}")
-        summary.skipped += [("note", n) for n in xml_notes]
-        notes = {uid: [] for uid in readings}      # filled per series below, once its geometry is known
-    else:
-        notes = read_annotations(annotations)
-    scans = _scans(dicom, luna, summary)
+    readings, notes = _nodule_marks(folder, annotations, lidc_xml, summary)
     cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window, min_readers),
                        say)
-    per_series, seen = defaultdict(list), set()
-    bar = tqdm(scans, desc="scans", unit="scan", disable=not progress, file=sys.stderr)
-    for uid, load in bar:
-        cached = cache.get(uid)
-        if cached is None:
-            before = len(summary.skipped)
-            try:
-                vol = load()
-            except ScanError as e:
-                summary.skipped.append(("scan", str(e)))
-                continue
-            if lidc_xml and vol.uid in readings:
-                notes[vol.uid], why = lidc.nodules_of_volume(readings[vol.uid], vol, min_readers)
-                summary.skipped += [("note", f"series {vol.uid}: {w}") for w in why]
-            rows, padded = _cut_scan(vol, notes.get(vol.uid, []), cube, spacing_mm, window, summary)
-            cache.put(uid, rows, padded, summary.skipped[before:])
-        else:
-            rows, padded, skipped = cached
-            summary.skipped += skipped
-        summary.scans_read += 1
-        summary.padded += padded
-        seen.add(uid)
-        if rows:
-            per_series[uid] = rows
-        summary.nodules_written += len(rows)
-        bar.set_postfix(cubes=summary.nodules_written, skipped=sum(k != "note" for k, _ in summary.skipped))
-    bar.close()
+    cut = _Cutter(cube, spacing_mm, window, readings, notes, min_readers, summary)
+    per_series, seen = _cut_scans(_scans(dicom, luna, summary), cut, cache, progress)
     for uid in sorted(set(notes) - seen):
         what = "the XML readings" if lidc_xml else f"{len(notes[uid])} annotation(s)"
         summary.skipped.append(("nodule", f"{what} of {uid}: no scan with that seriesuid"))
@@ -519,6 +471,88 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
         raise
     cache.clear()
     return summary
+
+
+def _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers) -> None:
+    """prepare's arguments, each refused with what to pass instead."""
+    if bool(dicom) == bool(luna):
+        raise DataError("give exactly one of --dicom DIR or --luna DIR")
+    if bool(annotations) == bool(lidc_xml):
+        raise DataError("give exactly one of --annotations CSV or --lidc-xml")
+    if lidc_xml and not dicom:
+        raise DataError("--lidc-xml reads the XML files next to DICOM series: use it with --dicom")
+    if n_val < 0:
+        raise DataError(f"--val must be >= 0 (validation cubes), got {n_val}")
+    check_geometry(cube, spacing_mm, window)
+    if lidc_xml and min_readers < 1:
+        raise DataError(f"--min-readers must be >= 1, got {min_readers}")
+    if not Path(dicom or luna).is_dir():
+        raise DataError(f"{dicom or luna} is not a folder")
+
+
+def _nodule_marks(folder: Path, annotations, lidc_xml: bool, summary: Summary) -> tuple:
+    """(LIDC readings per series or None, {seriesuid: [(world xyz, diameter)]}): from the
+    CSV, or from the XML readings (their nodules are filled in per series, once its
+    geometry is known)."""
+    if not lidc_xml:
+        return None, read_annotations(annotations)
+    from deepdensity.data import lidc
+    readings, xml_notes = lidc.read_folder(folder)
+    if not readings:
+        raise DataError(f"no LIDC XML readings (LidcReadMessage) under {folder}")
+    summary.skipped += [("note", n) for n in xml_notes]
+    return readings, {uid: [] for uid in readings}
+
+
+@dataclass
+class _Cutter:
+    """Cuts one loaded scan's nodules into cubes, recording what it skipped in `summary`."""
+    cube: int
+    spacing_mm: float
+    window: tuple
+    readings: Optional[dict]
+    notes: dict
+    min_readers: int
+    summary: Summary
+
+    def __call__(self, vol: Volume) -> tuple:
+        if self.readings is not None and vol.uid in self.readings:
+            from deepdensity.data import lidc
+            self.notes[vol.uid], why = lidc.nodules_of_volume(self.readings[vol.uid], vol, self.min_readers)
+            self.summary.skipped += [("note", f"series {vol.uid}: {w}") for w in why]
+        return _cut_scan(vol, self.notes.get(vol.uid, []), self.cube, self.spacing_mm, self.window, self.summary)
+
+
+def _cut_scans(scans: list, cut: _Cutter, cache: "_ScanCache", progress: bool) -> tuple:
+    """({seriesuid: cube rows}, seriesuids read): every scan cut, or taken from the cache of
+    an interrupted run, with a progress bar."""
+    from tqdm import tqdm
+    summary = cut.summary
+    per_series, seen = defaultdict(list), set()
+    bar = tqdm(scans, desc="scans", unit="scan", disable=not progress, file=sys.stderr)
+    for uid, load in bar:
+        cached = cache.get(uid)
+        if cached is None:
+            before = len(summary.skipped)
+            try:
+                vol = load()
+            except ScanError as e:
+                summary.skipped.append(("scan", str(e)))
+                continue
+            rows, padded = cut(vol)
+            cache.put(uid, rows, padded, summary.skipped[before:])
+        else:
+            rows, padded, skipped = cached
+            summary.skipped += skipped
+        summary.scans_read += 1
+        summary.padded += padded
+        seen.add(uid)
+        if rows:
+            per_series[uid] = rows
+        summary.nodules_written += len(rows)
+        bar.set_postfix(cubes=summary.nodules_written, skipped=sum(k != "note" for k, _ in summary.skipped))
+    bar.close()
+    return per_series, seen
 
 
 def _cut_scan(vol: Volume, nodules, cube, spacing_mm, window, summary) -> tuple:

@@ -284,20 +284,27 @@ def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
     return {"max_pass_batch": max_pass_batch, "peak_rss_gb": kb / 2 ** 20, "seconds": seconds}
 
 
-@command
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m deepdensity.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="configs/paper.yaml")
-    ap.add_argument("--repeats", type=int, default=20, help="timed repeats per figure (a quarter above batch 32)")
+    ap.add_argument("--config", default="configs/paper.yaml",
+                    help="the model's settings (default: %(default)s, the paper's)")
+    ap.add_argument("--repeats", type=int, default=20,
+                    help="timed repeats per figure, a quarter above batch 32 (default: %(default)s)")
     ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
-    ap.add_argument("--out", default="reports/bench.json")
+    ap.add_argument("--out", default="reports/bench.json", help="the figures as JSON (default: %(default)s)")
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
                     help="only horovodrun -np 2 against one process (paired runs), printed, not saved")
-    ap.add_argument("--pairs", type=int, default=5, help="with --horovod: paired runs (A B A B ...)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--pairs", type=int, default=5,
+                    help="with --horovod: paired runs A B A B ... (default: %(default)s)")
+    return ap
+
+
+@command
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if args.horovod:
         cfg = load(args.config, [])
         _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms,
@@ -308,65 +315,78 @@ def main(argv=None) -> int:
         if dist.hvd is None or dist.hvd.rank() == 0:
             print(f"SAMPLES_PER_S {rate:.3f}")
         return 0
+    report = step_report(args.config, args.repeats)
+    if not args.quick:
+        report.update(distributed_report(args.config, report["weights"]))
+    out = Path(args.out)
+    write_atomic(out, json.dumps(report, indent=2))
+    print(f"\nwritten: {out}")
+    return 0
 
-    cfg = load(args.config, [])
+
+def step_report(config: str, repeats: int) -> dict:
+    """The model's FLOPs, the host's roof, the step and its rendering at every batch, and the
+    `xla` settings, printed and returned."""
+    cfg = load(config, [])
     model = build_model(cfg, 16, 3)
     flops = forward_flops_per_sample(model)
     fwd = sum(flops.values())
     threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
-    print(f"config {args.config}: K={cfg.n_components} filters={list(cfg.conv_filters)} "
+    print(f"config {config}: K={cfg.n_components} filters={list(cfg.conv_filters)} "
           f"latent={cfg.latent_dim}; {model.count_params():,} weights; {threads} threads; "
           f"max_pass_batch {cfg.max_pass_batch}")
     print("forward FLOPs per sample: " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in flops.items())
           + f"; total {fwd / 1e6:.1f} M (a training step ~3x)")
-    roof = roof_gflops(args.repeats)
+    roof = roof_gflops(repeats)
     print(f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
           f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s")
+    rows = step_rows(cfg, fwd, repeats)
+    xla = {k: v * 1e3 for k, v in paired_seconds(
+        {choice: training_step(trainable(dataclasses.replace(cfg, xla=choice), 32), 32) for choice in XLA_CHOICES},
+        repeats).items()}
+    print("\nstep at batch 32 by the `xla` setting: "
+          + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
+    return {"config": config, "n_components": cfg.n_components, "threads": threads,
+            "weights": model.count_params(), "forward_flops_per_sample": flops, "roof_gflops": roof,
+            "steps": rows, "xla_step_ms_b32": xla, "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__}}
 
+
+def step_rows(cfg, forward_flops: float, repeats: int) -> list:
+    """Step time, samples/s and the rendering's share at every batch of STEP_BATCHES, against
+    the direct form where it fits in memory; printed as a table."""
     print(f"\n{'batch':>6} {'step ms':>9} {'samples/s':>10} {'GFLOP/s':>8} {'render ms':>10} {'share':>6}"
           f" {'direct step ms':>15} {'new/direct':>11}")
     rows = []
     for b in STEP_BATCHES:
-        repeats = args.repeats if b <= 32 else max(3, args.repeats // 4)
         slices = grad_slices(b, cfg.max_pass_batch)
         # the step, the direct form's step and the rendering alone (once per slice) in turns
         fns = {"new": training_step(trainable(cfg, b), b), "render": rendering(cfg, b // slices)}
         if b in DIRECT_BATCHES:
             fns["direct"] = training_step(trainable(cfg, b, DirectDeepDensity), b)
-        times = paired_seconds(fns, repeats)
+        times = paired_seconds(fns, repeats if b <= 32 else max(3, repeats // 4))
         s, d, r = times["new"], times.get("direct"), times["render"] * slices
         row = {"batch": b, "slices": slices, "step_ms": s * 1e3, "samples_per_s": b / s,
-               "gflops": 3 * fwd * b / s / 1e9, "render_ms": r * 1e3, "render_share": r / s,
+               "gflops": 3 * forward_flops * b / s / 1e9, "render_ms": r * 1e3, "render_share": r / s,
                "direct_step_ms": d * 1e3 if d else None, "step_ratio_new_over_direct": s / d if d else None}
         rows.append(row)
         print(f"{b:>6} {s * 1e3:>9.1f} {b / s:>10.0f} {row['gflops']:>8.1f} {r * 1e3:>10.1f} {r / s:>6.0%}"
               + (f" {d * 1e3:>15.1f} {s / d:>11.2f}" if d else f" {'-':>15} {'-':>11}"))
-    xla = {k: v * 1e3 for k, v in paired_seconds(
-        {choice: training_step(trainable(dataclasses.replace(cfg, xla=choice), 32), 32) for choice in XLA_CHOICES},
-        args.repeats).items()}
-    print("\nstep at batch 32 by the `xla` setting: "
-          + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
-    report = {"config": args.config, "n_components": cfg.n_components, "threads": threads,
-              "weights": model.count_params(), "forward_flops_per_sample": flops, "roof_gflops": roof,
-              "steps": rows, "xla_step_ms_b32": xla,
-              "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__}}
+    return rows
 
-    if not args.quick:
-        hv = horovod_figures(args.config, model.count_params(), cfg.horovod_cycle_ms)
-        _print_horovod(hv)
-        print(f"Gloo allreduce of the {model.count_params():,} gradients: "
-              + ", ".join(f"N={n} {hv.get(f'allreduce_np{n}_ms') or float('nan'):.2f} ms" for n in (2, 4)))
-        memory = [peak_memory_weak32(args.config, cfg.max_pass_batch), peak_memory_weak32(args.config, 0)]
-        for m in memory:
-            what = (f"{m['peak_rss_gb']:.2f} GB peak resident ({m['seconds']:.0f} s with start-up)"
-                    if "peak_rss_gb" in m else f"failed: {m['error']}")
-            print(f"weak N=32 emulated, one epoch, max_pass_batch {m['max_pass_batch']}: {what}")
-        report.update(horovod=hv, weak32_memory=memory)
 
-    out = Path(args.out)
-    write_atomic(out, json.dumps(report, indent=2))
-    print(f"\nwritten: {out}")
-    return 0
+def distributed_report(config: str, n_weights: int) -> dict:
+    """horovodrun -np 2 against one process, Gloo's allreduce, and weak N = 32's memory."""
+    cfg = load(config, [])
+    hv = horovod_figures(config, n_weights, cfg.horovod_cycle_ms)
+    _print_horovod(hv)
+    print(f"Gloo allreduce of the {n_weights:,} gradients: "
+          + ", ".join(f"N={n} {hv.get(f'allreduce_np{n}_ms') or float('nan'):.2f} ms" for n in (2, 4)))
+    memory = [peak_memory_weak32(config, cfg.max_pass_batch), peak_memory_weak32(config, 0)]
+    for m in memory:
+        what = (f"{m['peak_rss_gb']:.2f} GB peak resident ({m['seconds']:.0f} s with start-up)"
+                if "peak_rss_gb" in m else f"failed: {m['error']}")
+        print(f"weak N=32 emulated, one epoch, max_pass_batch {m['max_pass_batch']}: {what}")
+    return {"horovod": hv, "weak32_memory": memory}
 
 
 if __name__ == "__main__":

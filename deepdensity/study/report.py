@@ -1,71 +1,30 @@
-"""The study's reports: Tables I-II, Figures 1-5 and REPORT.md, each next to the paper's."""
+"""The default study's reports: Tables I-II, Figures 1-6 and REPORT.md (templates/report.md),
+each next to the paper's, rendered from a StudyRecord."""
 from __future__ import annotations
 
-import csv
 import datetime
 import json
 import math
 import platform
-import statistics
-import subprocess
 from pathlib import Path
 
 from deepdensity.scaling.rules import sample_epoch_losses
-from deepdensity.training.runs import read_metrics
+from deepdensity.study.record import StudyRecord
+from deepdensity.study.render import (MODE_STYLE, cells_at, epochs_listing, fill, fmt, git_revision, host, md_table,
+                                      pyplot, runs_minutes, time_range, write_csv)
 from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table, failures, median_time
-
-MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
-              "warmup": ("tab:green", "^"), "linear": ("tab:red", "v"),
-              "adaptive": ("tab:purple", "D"), "local": ("tab:brown", "P")}
+from deepdensity.training.runs import read_metrics
 
 
-def _f(x, digits=2, missing="NaN") -> str:
-    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def _md_table(header, rows) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _write_csv(path: Path, header, rows) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-
-
-def _cells(cells, mode, n):
-    return [c for c in cells if c.mode == mode and c.n == n]
-
-
-def _time_range(cells, mode, n) -> str:
-    cs = _cells(cells, mode, n)
-    times = [c.time_to_target_s for c in cs if c.time_to_target_s is not None]
-    if len(times) < len(cs) or not times:
-        return "not reached" if cs else ""
-    med = statistics.median(times)
-    return f"{med:.1f}" + (f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else "")
-
-
-def _epochs(cells, mode, n) -> str:
-    cs = _cells(cells, mode, n)
-    return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})" for c in cs)
-
-
-def write_reports(out: Path, *, study, cfg, cells, claims, protocol, target, runs_root, seq_run, sweep,
-                  runner, **details) -> None:
-    """Tables I-II, the figures and REPORT.md from the study's finished cells; `details`
-    are the rest of REPORT.md's keywords (see `_report_md`)."""
+def write_reports(out: Path, record: StudyRecord) -> None:
+    """Tables I-II, the figures, REPORT.md and the cells, claims and protocol as JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    _tables(out, study, cells)
-    _figures(out, study, cfg, cells, target, runs_root, seq_run, sweep, runner)
-    _report_md(out, study=study, cfg=cfg, cells=cells, claims=claims, protocol=protocol, target=target,
-               runs_root=runs_root, seq_run=seq_run, sweep=sweep, runner=runner, **details)
-    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
-    (out / "claims.json").write_text(json.dumps(claims, indent=2))
-    (out / "protocol.json").write_text(json.dumps(protocol, indent=2))
+    _tables(out, record.study, record.cells)
+    _figures(out, record)
+    (out / "REPORT.md").write_text(fill("report.md", **_report_fields(out, record)))
+    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in record.cells], indent=2))
+    (out / "claims.json").write_text(json.dumps(record.claims, indent=2))
+    (out / "protocol.json").write_text(json.dumps(record.protocol, indent=2))
 
 
 def _tables(out: Path, study, cells) -> None:
@@ -76,35 +35,45 @@ def _tables(out: Path, study, cells) -> None:
     # Table I: strong scaling
     head1 = ["N", "epochs to target", "s / epoch", "time to target (s)", "time", "efficiency % (ours)",
              "efficiency % (paper)"]
-    rows1 = [[n, _epochs(cells, "strong", n), _f(_cells(cells, "strong", n)[0].epoch_seconds),
-              _time_range(cells, "strong", n), src[("strong", n)], _f(eff["strong"][n]), _f(PAPER_TABLE1.get(n))]
+    rows1 = [[n, epochs_listing(cells, "strong", n), fmt(cells_at(cells, "strong", n)[0].epoch_seconds),
+              time_range(cells, "strong", n), src[("strong", n)], fmt(eff["strong"][n]), fmt(PAPER_TABLE1.get(n))]
              for n in workers] if "strong" in study.modes else []
-    _write_csv(out / "table1.csv", head1, rows1)
+    write_csv(out / "table1.csv", head1, rows1)
     (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's.\n\n"
-                                   + _md_table(head1, rows1))
+                                   + md_table(head1, rows1))
 
     # Table II: weak, warmup, linear
     modes2 = [m for m in ("weak", "warmup", "linear") if m in study.modes]
     head2 = ["N"] + [f"{m} {w}" for m in modes2 for w in ("(ours)", "(paper)")] + ["time"]
-    rows2 = [[n] + [v for m in modes2 for v in (_f(eff[m][n]) if (m, n) in src else "not run",
-                                                 _f(PAPER_TABLE2[m].get(n)))]
+    rows2 = [[n] + [v for m in modes2 for v in (fmt(eff[m][n]) if (m, n) in src else "not run",
+                                                 fmt(PAPER_TABLE2[m].get(n)))]
              + [src.get((modes2[0], n), "") if modes2 else ""] for n in workers]
-    _write_csv(out / "table2.csv", head2, rows2)
+    write_csv(out / "table2.csv", head2, rows2)
     (out / "table2.md").write_text("Table II: efficiency of weak scaling, warmup and the linear scaling rule, "
                                    "T1 / (N TN) on time to target; NaN where the target was not reached.\n\n"
-                                   + _md_table(head2, rows2))
+                                   + md_table(head2, rows2))
 
 
-def _figures(out: Path, study, cfg, cells, target, runs_root, seq_run, sweep, runner) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _figures(out: Path, r: StudyRecord) -> None:
+    plt = pyplot()
+    _time_to_target_figure(out / "fig2.png", r, plt)
+    warmup8 = cells_at(r.cells, "warmup", 8)
+    if warmup8:
+        _warmup_figure(out / "fig3.png", read_metrics(r.runs_root / warmup8[0].run), r.target, plt)
+    for fig_name, mode in (("fig4.png", "strong"), ("fig5.png", "weak")):
+        if mode in r.study.modes:
+            _loss_against_time_figure(out / fig_name, r, mode, plt)
+    _figure1(out / "fig1.png", r.cfg, r.seq_run, plt)
+    if r.sweep:
+        _sweep_figure(out / "fig6.png", r.sweep, plt)
 
-    workers = study.workers
-    # Figure 2: time to target against N
+
+def _time_to_target_figure(path: Path, r: StudyRecord, plt) -> None:
+    """Fig. 2: time to target against N, one line per mode."""
+    workers = r.study.workers
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for mode in study.modes:
-        pts = [(n, median_time(cells, mode, n)) for n in workers]
+    for mode in r.study.modes:
+        pts = [(n, median_time(r.cells, mode, n)) for n in workers]
         pts = [(n, t) for n, t in pts if t is not None]
         if pts:
             color, marker = MODE_STYLE[mode]
@@ -115,154 +84,126 @@ def _figures(out: Path, study, cfg, cells, target, runs_root, seq_run, sweep, ru
     ax.legend()
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(out / "fig2.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
-    # Figure 3: warmup at N = 8, loss and lr
-    w8 = [c for c in cells if c.mode == "warmup" and c.n == 8]
-    if w8:
-        m = read_metrics(runs_root / w8[0].run)
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        ep = [r["epoch"] for r in m]
-        ax.plot(ep, [r["loss"] for r in m], label="training loss", color="tab:blue")
-        ax.plot(ep, [r["val_loss"] for r in m], label="validation loss", color="tab:orange")
-        ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-        ax.set(xlabel="epoch", ylabel="MSLE", yscale="log", title="Warmup, N = 8")
-        ax2 = ax.twinx()
-        ax2.plot(ep, [r["lr"] for r in m], color="tab:green", lw=1, label="lr (end of epoch)")
-        ax2.set_ylabel("learning rate")
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "fig3.png", dpi=110)
-        plt.close(fig)
 
-    # Figures 4 and 5: loss curves of strong and weak scaling against time
-    for fig_name, mode in (("fig4.png", "strong"), ("fig5.png", "weak")):
-        if mode not in study.modes:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        cmap = plt.get_cmap("viridis")
-        for i, n in enumerate(workers):
-            if not _cells(cells, mode, n):
-                continue                          # not run at this N by the preset
-            c = _cells(cells, mode, n)[0]
-            vals = [r["val_loss"] for r in read_metrics(runs_root / c.run)]
-            if mode == "strong" and not runner:   # read off the sequential run at its epoch ends
-                vals = sample_epoch_losses(vals, n)[:c.epochs]
-            ax.plot([(e + 1) * c.epoch_seconds for e in range(len(vals))], vals,
-                    color=cmap(i / max(1, len(workers) - 1)), label=f"N = {n}")
-        ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-        ax.set(xlabel="time (s; epochs x s/epoch at N)", ylabel="validation MSLE", yscale="log",
-               title=f"{mode} scaling: validation loss")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / fig_name, dpi=110)
-        plt.close(fig)
-
-    _figure1(out / "fig1.png", cfg, seq_run, plt)
-    if sweep:
-        _sweep_figure(out / "fig6.png", sweep, plt)
+def _warmup_figure(path: Path, m: list, target: float, plt) -> None:
+    """Fig. 3: warmup at N = 8, training and validation loss and the lr per epoch."""
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    ep = [r["epoch"] for r in m]
+    ax.plot(ep, [r["loss"] for r in m], label="training loss", color="tab:blue")
+    ax.plot(ep, [r["val_loss"] for r in m], label="validation loss", color="tab:orange")
+    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
+    ax.set(xlabel="epoch", ylabel="MSLE", yscale="log", title="Warmup, N = 8")
+    ax2 = ax.twinx()
+    ax2.plot(ep, [r["lr"] for r in m], color="tab:green", lw=1, label="lr (end of epoch)")
+    ax2.set_ylabel("learning rate")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
-def _report_md(out: Path, *, name, study, cfg, cells, claims, protocol, target, cap, timing, strong_model,
-               seq_epoch_s, modelled_seq_epoch_s, runs_root, seq_run, seq_2eta, n_train, n_val, runner,
-               sweep, invocation, collapse_loss) -> None:
-    workers = study.workers
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[2]).stdout.strip() or "unknown"
-    except OSError:
-        rev = "unknown"
-    versions = json.loads((seq_run / "config.json").read_text()).get("versions", {})
-    claims_md = _md_table(["claim", "paper", "ours", "verdict"],
-                          [[c["claim"], c["paper"], c["ours"], f"**{c['verdict']}**"] for c in claims])
-    conv_rows = [[m] + [_epochs(cells, m, n) or "not run" for n in workers] for m in study.modes]
-    fail_rows = [[m, n, s, st, ep, _f(v, 6)] for m, n, s, st, ep, v in failures(cells)]
-    timing_rows = [[b, f"{s * 1e3:.1f}"] for b, s in timing["step_seconds"].items()]
-    ar_rows = [[n, f"{s * 1e3:.2f}"] for n, s in timing["allreduce_seconds"].items()]
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = f"""# Scaling study: ours next to Cunha et al. (HPML 2018)
-
-Preset `{name}` ({'real runs: ' + runner if runner else 'emulated workers, modelled time'}); generated {when}
-by `make repro{'' if name == 'default' else ' PRESET=' + name}` at git revision `{rev}`. The training runs behind it
-took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process start-up); {invocation}.
-
-## Claims
-
-{claims_md}
-Evidence: each verdict comes from the cells below (epochs to target per mode, N and seed); a cell
-counts as reached only if every seed reached the target. Runs that did not are listed with their status
-and last validation loss.
-
-## Protocol: paper vs ours
-
-{_md_table(["point", "paper", "ours", "difference and why"], protocol)}
-## Settings
-
-- Data: {n_train} training and {n_val} validation synthetic LUNA-like cubes of 16^3 (`python -m deepdensity.data synth`),
-  not LUNA16: the paper's absolute target belongs to its data, so the target is calibrated as the paper describes it.
-- Epochs: `{cfg.epoch_definition}` ({'every worker walks one whole pass of the training set per epoch' if cfg.epoch_definition == 'per_worker' else 'the workers share one pass per epoch'}).
-- Target: validation MSLE **{target:.6g}**, what the sequential run reaches after {study.calibration_epochs} epochs
-  (paper: 0.0016384, about 100 epochs); cap {cap} epochs (paper: 400). Stop at the first non-finite loss{
-  f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as `stalled`" if cfg.stall_patience else ""}.
-- Model: K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, stride
-  {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam lr {cfg.base_lr:g}, beta {cfg.beta_1}/{cfg.beta_2},
-  eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs. Seeds: {study.seeds}.
-- Base lr: eta = {cfg.base_lr:.6g}; the sequential run at 2 x eta {'reached' if seq_2eta['status'] == 'reached_target' else 'did not reach'}
-  the target ({seq_2eta['status']} after {seq_2eta['epochs']} epochs, final val_loss {_f(seq_2eta['final_val_loss'], 6)}).
-  {_lr_edge(sweep)}
-- Environment: Python {versions.get('python')}, TensorFlow {versions.get('tensorflow')}, Horovod {versions.get('horovod')},
-  NumPy {versions.get('numpy')}; {platform.machine()} CPU, {versions.get('gpus', 0)} GPU(s); {platform.platform()}.
-
-## How each cell was obtained
-
-- Convergence (epochs to target): {'real multi-worker runs' if runner else 'one process following N workers (`train.py --emulate-workers N`: same global batch, lr schedule and data order as N Horovod workers; checked against real `horovodrun -np 2` by the tests). Strong scaling at every N takes the sequential run'}{'' if runner else "'s path, which a test shows `horovodrun -np 2` follows"}.
-- Time: every cell is epochs to target x seconds per epoch. N = 1: **measured** here, median epoch
-  {seq_epoch_s:.2f} s. N > 1: **modelled** with the paper's T_S + T_P / n + c log2 n built from parts measured here
-  (the model predicts {modelled_seq_epoch_s:.2f} s at N = 1 against the measured {seq_epoch_s:.2f} s):
-  a step costs {timing['step_fixed_s'] * 1e3:.2f} ms + {timing['per_sample_s'] * 1e3:.3f} ms per sample of the
-  per-worker batch + {timing['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N; evaluation
-  {timing['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers. For strong scaling this is
-  T_S = {strong_model.t_serial:.2f} s, T_P = {strong_model.t_parallel:.2f} s, c = {strong_model.c_comm:.3f} s per epoch.
-  Every worker is assumed to be a device like this 2-core CPU, as each K80 was one device in the paper.
-
-Step time per batch (ms), measured: {', '.join(f'{b}: {s}' for b, s in timing_rows)}.
-Gloo allreduce of {timing['n_weights']:,} float32 gradients (ms), measured on this host: {', '.join(f'N={n}: {s}' for n, s in ar_rows)}.
-
-## Table I: strong scaling
-
-{(out / 'table1.md').read_text().split(chr(10), 2)[2]}
-## Table II: weak scaling, warmup, linear scaling rule
-
-{(out / 'table2.md').read_text().split(chr(10), 2)[2]}
-## Epochs to target (or status and epochs run)
-
-{_md_table(['mode'] + [f'N={n}' for n in workers], conv_rows)}
-Runs that did not reach the target (the paper's NaN cells). For scale: the target is {_f(target, 6)}; the
-collapse level, the loss of rendering the training set's mean cube for every input, is {_f(collapse_loss, 6)}.
-
-{_md_table(['mode', 'N', 'seed', 'status', 'epochs run', 'last val_loss'], fail_rows) if fail_rows else 'none'}
-## Figures
-
-![fig2](fig2.png) ![fig3](fig3.png)
-
-![fig4](fig4.png) ![fig5](fig5.png)
-
-![fig1](fig1.png) {'![fig6](fig6.png)' if sweep else ''}
-
-Fig. 1: central slices of validation cubes (top) and the densities the sequential model renders for them (bottom).
-Fig. 2: time to target against N. Fig. 3: warmup at N = 8, loss and lr. Fig. 4/5: validation loss of strong and
-weak scaling against (modelled) time. Fig. 6: the search for the edge of stability, validation loss per epoch
-for each lr tried.
-"""
-    (out / "REPORT.md").write_text(text)
+def _loss_against_time_figure(path: Path, r: StudyRecord, mode: str, plt) -> None:
+    """Figs. 4 and 5: validation loss of strong or weak scaling against (modelled) time."""
+    workers = r.study.workers
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    cmap = plt.get_cmap("viridis")
+    for i, n in enumerate(workers):
+        if not cells_at(r.cells, mode, n):
+            continue                          # not run at this N by the preset
+        c = cells_at(r.cells, mode, n)[0]
+        vals = [row["val_loss"] for row in read_metrics(r.runs_root / c.run)]
+        if mode == "strong" and not r.runner:   # read off the sequential run at its epoch ends
+            vals = sample_epoch_losses(vals, n)[:c.epochs]
+        ax.plot([(e + 1) * c.epoch_seconds for e in range(len(vals))], vals,
+                color=cmap(i / max(1, len(workers) - 1)), label=f"N = {n}")
+    ax.axhline(r.target, color="gray", ls="--", lw=1, label="target")
+    ax.set(xlabel="time (s; epochs x s/epoch at N)", ylabel="validation MSLE", yscale="log",
+           title=f"{mode} scaling: validation loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
-def _runs_minutes(runs_root: Path) -> float:
-    """Sum of the study's runs' own training clocks."""
-    return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60
+def _report_fields(out: Path, r: StudyRecord) -> dict:
+    """The $fields of templates/report.md."""
+    return {**_header_fields(r), **_settings_fields(r), **_timing_fields(r), **_result_fields(out, r)}
+
+
+def _header_fields(r: StudyRecord) -> dict:
+    claims = md_table(["claim", "paper", "ours", "verdict"],
+                      [[c["claim"], c["paper"], c["ours"], f"**{c['verdict']}**"] for c in r.claims])
+    return {"name": r.name, "how_run": "real runs: " + r.runner if r.runner else "emulated workers, modelled time",
+            "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "make_command": "make repro" + ("" if r.name == "default" else " PRESET=" + r.name),
+            "revision": git_revision(), "runs_minutes": f"{runs_minutes(r.runs_root):.1f}",
+            "invocation": r.invocation, "claims_table": claims,
+            "protocol_table": md_table(["point", "paper", "ours", "difference and why"], r.protocol)}
+
+
+def _settings_fields(r: StudyRecord) -> dict:
+    cfg, s2 = r.cfg, r.seq_2eta
+    versions = json.loads((r.seq_run / "config.json").read_text()).get("versions", {})
+    per_worker = cfg.epoch_definition == "per_worker"
+    return {
+        "n_train": r.n_train, "n_val": r.n_val, "epoch_definition": cfg.epoch_definition,
+        "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
+        else "the workers share one pass per epoch",
+        "target": f"{r.target:.6g}", "calibration_epochs": r.study.calibration_epochs, "cap": r.cap,
+        "stall_rule": f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as "
+                      f"`stalled`" if cfg.stall_patience else "",
+        "model_line": f"K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, "
+                      f"stride\n  {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam lr {cfg.base_lr:g}, beta "
+                      f"{cfg.beta_1}/{cfg.beta_2},\n  eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup "
+                      f"{cfg.warmup_epochs} epochs. Seeds: {r.study.seeds}.",
+        "eta": f"{cfg.base_lr:.6g}",
+        "double_eta_outcome": "(not run)" if s2 is None else
+        f"{'reached' if s2['status'] == 'reached_target' else 'did not reach'}\n  the target ({s2['status']} after "
+        f"{s2['epochs']} epochs, final val_loss {fmt(s2['final_val_loss'], 6)})",
+        "lr_edge": _lr_edge(r.sweep),
+        "environment": f"Python {versions.get('python')}, TensorFlow {versions.get('tensorflow')}, Horovod "
+                       f"{versions.get('horovod')},\n  NumPy {versions.get('numpy')}; {host()}, "
+                       f"{versions.get('gpus', 0)} GPU(s); {platform.platform()}.",
+    }
+
+
+def _timing_fields(r: StudyRecord) -> dict:
+    t, m = r.timing, r.strong_model
+    emulated = ("one process following N workers (`train.py --emulate-workers N`: same global batch, lr "
+                "schedule and data order as N Horovod workers; checked against real `horovodrun -np 2` by the "
+                "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
+                "`horovodrun -np 2` follows")
+    model = (f"N = 1: **measured** here, median epoch\n  {r.seq_epoch_s:.2f} s. N > 1: **modelled** with the "
+             f"paper's T_S + T_P / n + c log2 n built from parts measured here\n  (the model predicts "
+             f"{r.modelled_seq_epoch_s:.2f} s at N = 1 against the measured {r.seq_epoch_s:.2f} s):\n  a step costs "
+             f"{t['step_fixed_s'] * 1e3:.2f} ms + {t['per_sample_s'] * 1e3:.3f} ms per sample of the\n  per-worker "
+             f"batch + {t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N; evaluation\n  "
+             f"{t['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers. For strong scaling "
+             f"this is\n  T_S = {m.t_serial:.2f} s, T_P = {m.t_parallel:.2f} s, c = {m.c_comm:.3f} s per epoch.\n  "
+             f"Every worker is assumed to be a device like this host ({host()}), as each K80 was one device in the "
+             f"paper.")
+    return {"convergence_source": "real multi-worker runs" if r.runner else emulated, "time_model": model,
+            "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
+            "n_weights": f"{t['n_weights']:,}",
+            "allreduce_times": ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in t["allreduce_seconds"].items())}
+
+
+def _result_fields(out: Path, r: StudyRecord) -> dict:
+    workers = r.study.workers
+    conv_rows = [[m] + [epochs_listing(r.cells, m, n) or "not run" for n in workers] for m in r.study.modes]
+    fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(r.cells)]
+    return {"table1": (out / "table1.md").read_text().split("\n", 2)[2],
+            "table2": (out / "table2.md").read_text().split("\n", 2)[2],
+            "convergence_table": md_table(["mode"] + [f"N={n}" for n in workers], conv_rows),
+            "target_6": fmt(r.target, 6), "collapse_6": fmt(r.collapse_loss, 6),
+            "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
+            if fail_rows else "none",
+            "fig6": "![fig6](fig6.png)" if r.sweep else ""}
 
 
 def _lr_edge(sweep) -> str:

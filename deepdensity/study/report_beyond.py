@@ -1,109 +1,80 @@
-"""The `beyond` study's reports (issue 'Beyond the paper'): adaptive batches and local SGD
-next to the paper's four modes, and the answer to "does either beat strong scaling?"."""
+"""The `beyond` study's reports: adaptive batches and local SGD next to the paper's four
+modes and the answer to "does either beat strong scaling?", the data filter and the batch
+sweep; rendered from a BeyondRecord and templates/beyond.md, filtering.md, batch_sweep.md."""
 from __future__ import annotations
 
 import datetime
 import json
+import shutil
 import statistics
 from pathlib import Path
 
 from deepdensity.scaling import rules
-from deepdensity.study.report import MODE_STYLE, _cells, _epochs, _f, _md_table, _runs_minutes, _time_range, _write_csv
-from deepdensity.training.runs import read_metrics
+from deepdensity.study.record import BeyondRecord
+from deepdensity.study.render import (MODE_STYLE, cells_at, epochs_listing, fill, fmt, md_table, pyplot,
+                                      runs_minutes, time_range, write_csv)
 from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
-                     preferred_batch, sweep_answer)
+                                      median_time, preferred_batch, sweep_answer)
+from deepdensity.training.runs import read_metrics
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
 
 
-def write_beyond_reports(out: Path, *, name, study, cfg, cells, earlier, target, cap, eta, timing, runs_root,
-                         n_train, n_val, invocation, filtering=None, sweep=None) -> None:
+def write_beyond_reports(out: Path, r: BeyondRecord) -> None:
     """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes), fig7.png
-    (adaptive's batch per epoch) and cells.json under `out`. `earlier` = (cells, note): the
-    default study's weak/linear/warmup cells, or none and why."""
+    (adaptive's batch per epoch) and cells.json under `out`; the filter's and the batch
+    sweep's sections, figures and JSON where the study ran them."""
     out.mkdir(parents=True, exist_ok=True)
-    earlier_cells, earlier_note = earlier
-    every = cells + earlier_cells
+    every = r.cells + r.earlier[0]
     modes = [m for m in ORDER if any(c.mode == m for c in every)]
-    workers = study.workers
-    eff = efficiency_table(every, modes, workers)
-
-    head = ["N"] + [f"{m}: s (eff %)" for m in modes]
-    rows = [[n] + [f"{_time_range(every, m, n)} ({_f(eff[m][n], 0)})" if _cells(every, m, n) else "not run"
-                   for m in modes] for n in workers]
-    _write_csv(out / "time_to_target.csv", ["N"] + [f"{m} {k}" for m in modes for k in ("time_s", "efficiency")],
-               [[n] + [v for m in modes for v in (_time_range(every, m, n), _f(eff[m][n]))] for n in workers])
-    (out / "time_to_target.md").write_text(_md_table(head, rows))
-    _figures(out, every, modes, workers, runs_root, target, plt=_pyplot())
-    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in cells], indent=2))
-
-    comm_rows = _communication_rows(every, modes, workers, cfg, n_train, runs_root)
-    fail_rows = [[m, n, s, st, ep, _f(v, 6)] for m, n, s, st, ep, v in failures(every)]
-    never_grew = _adaptive_never_grew(cells, runs_root, cfg, study.calibration_epochs)
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    steps1 = rules.steps_per_epoch(n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
-    text = f"""# Beyond the paper: adaptive batches and local SGD against strong scaling
-
-Preset `{name}`, `make repro PRESET={name}` (one process emulating N workers; time modelled); generated {when}.
-The training runs behind it took {_runs_minutes(runs_root):.1f} min by their own clocks (excluding process
-start-up); {invocation}.
-
-## The answer
-
-{beyond_answer(every, [m for m in ("adaptive", "local") if m in modes], workers)}{never_grew}
-
-## What was run
-
-- **adaptive** (De, Yadav, Jacobs and Goldstein, AISTATS 2017, "big batch" SGD; Goldstein 2018, section 4):
-  starts as strong scaling (global batch {cfg.batch_size}, {cfg.batch_size}/N per worker, lr eta). Each step
-  measures the spread of the N workers' mean gradients g_i around their mean g (one allreduce of ||g_i||^2
-  beside the gradients); E||g - grad||^2 is estimated as (mean ||g_i||^2 - ||g||^2) / (N - 1). At the end of
-  each epoch, De et al.'s test "noise <= theta^2 ||g||^2" on the epoch's means, with theta = {cfg.adaptive_theta:g};
-  where it fails the per-worker batch grows by the factor that makes it hold, up to {cfg.batch_size} per worker
-  (weak scaling's batch). The lr stays eta.
-- **local** (local SGD; Goldstein 2018, section 4): strong scaling's batches and lr, but every worker steps on its
-  own copy of the weights and Adam's moments, and the workers average weights and moments every H = {cfg.local_steps}
-  steps and at each epoch's end (one allreduce of 3x the gradient's floats). Averaging the moments too keeps every
-  worker on the same optimizer state after each round; with plain SGD and H = 1 this is exactly synchronous data
-  parallelism (tested), with Adam it cannot be (Adam's step is not linear in the gradient; a test shows the gap).
-- eta = {eta:.6g} ({"the edge of stability found by this study's search" if study.base_lr == "edge" else
-  "fixed by the preset"}); target {target:.6g}, the sequential run's validation loss after
-  {study.calibration_epochs} epochs (cap {cap} epochs). theta and H were chosen before any run and not tuned.
-- {earlier_note}.
-- Time: epochs x a modelled epoch as in the default study (step {timing['step_fixed_s'] * 1e3:.2f} ms +
-  {timing['per_sample_s'] * 1e3:.3f} ms per sample of the per-worker batch, allreduce
-  {timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N, evaluation shared); adaptive's epochs
-  each at their own batch and step count; local's allreduces every H steps, each counted as
-  {rules.LOCAL_ALLREDUCE_SIZE:g} gradient allreduces (cost taken as proportional to the floats: an upper bound
-  where latency dominates). N = 1 is the sequential run ({steps1} steps per pass), measured.
-
-## Time to target (s, median and range over seeds) and efficiency (%)
-
-{_md_table(head, rows)}
-## Epochs to target, allreduces per epoch and the batches used
-
-{_md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
-           "noise / ||g||^2 (adaptive, per epoch)"], comm_rows)}
-One epoch is N passes of {n_train} cubes (`{cfg.epoch_definition}`): strong scaling makes {steps1} x N steps
-and as many gradient allreduces per epoch. adaptive's test grows the batch when noise / ||g||^2 exceeds
-theta^2 = {cfg.adaptive_theta ** 2:g}; the last column shows the range its runs saw.
-
-## Runs that did not reach the target
-
-{_md_table(['mode', 'N', 'seed', 'status', 'epochs run', 'last val_loss'], fail_rows) if fail_rows else 'none'}
-
-## Figures
-
-![fig2](fig2.png) ![fig7](fig7.png)
-
-Fig. 2: time to target against N, the paper's four modes and the two beyond it (missing points: not reached).
-Fig. 7: adaptive's global batch per epoch (top) and validation loss (bottom), each N and seed.
-"""
-    if filtering:
-        text += _filtering_md(out, filtering, target)
-    if sweep:
-        text += _sweep_md(out, sweep, cfg, eta, target)
+    time_table = _time_table(out, every, modes, r.study.workers)
+    _figures(out, every, modes, r.study.workers, r.runs_root, r.target, plt=pyplot())
+    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in r.cells], indent=2))
+    text = fill("beyond.md", **_beyond_fields(r, every, modes), time_table=time_table)
+    if r.filtering:
+        text += _filtering_md(out, r.filtering, r.target)
+    if r.sweep:
+        text += _sweep_md(out, r.sweep, r.cfg, r.eta, r.target)
     (out / "REPORT.md").write_text(text)
+
+
+def _time_table(out: Path, every: list, modes: list, workers) -> str:
+    """Time to target and efficiency per mode and N: written as time_to_target.csv/.md, returned as markdown."""
+    eff = efficiency_table(every, modes, workers)
+    head = ["N"] + [f"{m}: s (eff %)" for m in modes]
+    rows = [[n] + [f"{time_range(every, m, n)} ({fmt(eff[m][n], 0)})" if cells_at(every, m, n) else "not run"
+                   for m in modes] for n in workers]
+    write_csv(out / "time_to_target.csv", ["N"] + [f"{m} {k}" for m in modes for k in ("time_s", "efficiency")],
+              [[n] + [v for m in modes for v in (time_range(every, m, n), fmt(eff[m][n]))] for n in workers])
+    (out / "time_to_target.md").write_text(md_table(head, rows))
+    return md_table(head, rows)
+
+
+def _beyond_fields(r: BeyondRecord, every: list, modes: list) -> dict:
+    """The $fields of templates/beyond.md but the time table."""
+    cfg, t, workers = r.cfg, r.timing, r.study.workers
+    steps1 = rules.steps_per_epoch(r.n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
+    fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(every)]
+    comm = md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
+                     "noise / ||g||^2 (adaptive, per epoch)"],
+                    _communication_rows(every, modes, workers, cfg, r.n_train, r.runs_root))
+    return {
+        "name": r.name, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs_minutes": f"{runs_minutes(r.runs_root):.1f}", "invocation": r.invocation,
+        "answer": beyond_answer(every, [m for m in ("adaptive", "local") if m in modes], workers),
+        "never_grew": _adaptive_never_grew(r.cells, r.runs_root, cfg, r.study.calibration_epochs),
+        "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "theta_sq": f"{cfg.adaptive_theta ** 2:g}",
+        "local_steps": cfg.local_steps, "eta": f"{r.eta:.6g}",
+        "eta_source": "the edge of stability found by this study's search" if r.study.base_lr == "edge"
+        else "fixed by the preset",
+        "target": f"{r.target:.6g}", "calibration_epochs": r.study.calibration_epochs, "cap": r.cap,
+        "earlier_note": r.earlier[1], "step_fixed_ms": f"{t['step_fixed_s'] * 1e3:.2f}",
+        "per_sample_ms": f"{t['per_sample_s'] * 1e3:.3f}", "allreduce_ms": f"{t['allreduce_per_doubling_s'] * 1e3:.2f}",
+        "local_allreduce_size": f"{rules.LOCAL_ALLREDUCE_SIZE:g}", "steps1": steps1, "n_train": r.n_train,
+        "epoch_definition": cfg.epoch_definition, "communication_table": comm,
+        "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
+        if fail_rows else "none",
+    }
 
 
 def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, runs_root: Path) -> list:
@@ -125,7 +96,7 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
             else:                           # fixed by the policy (strong is read off the sequential run)
                 p = rules.plan(m, n, cfg.batch_size)
                 per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
-            rows.append([m, n, _epochs(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
+            rows.append([m, n, epochs_listing(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
     return rows
 
 
@@ -146,7 +117,6 @@ def _adaptive_never_grew(cells: list, runs_root: Path, cfg, calibration_epochs: 
 
 
 def _filtering_md(out: Path, filtering: dict, target: float) -> str:
-    import shutil
     rows, facts = filtering["rows"], filtering["filter"]
     for fig in filtering["figures"]:
         if Path(fig).exists():
@@ -154,59 +124,30 @@ def _filtering_md(out: Path, filtering: dict, target: float) -> str:
     table = filter_table(rows)
     (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": rows}, indent=2))
     _filter_figure(out / "fig8.png", table)
-    md = _md_table(["mode", "N", "data", "epochs to target (per seed)", "time to target (s, median)"],
-                   [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), _f(t, 1, "not every seed reached")]
-                    for m, n, d, eps, t in table])
-    return f"""
-## Filtering the data for large batches (Gahlot et al. 2020)
-
-{filter_answer(rows)}
-
-The sequential run of the first seed encoded every training cube (latent y, eq. 9); PCA to
-{facts.get('pca_components')} dimensions, t-SNE to 2-D (perplexity {facts.get('tsne_perplexity')}), DBSCAN with
-min_samples {facts.get('dbscan_min_samples')} and eps {float(facts.get('dbscan_eps', float('nan'))):.4g} (the knee of the
-k-distance curve) found {facts.get('clusters')} clusters and called **{facts.get('n_dropped')} of
-{facts.get('n_train_before')}** training cubes noise; they were dropped (`network`), and as many cubes at random
-for the control (`random`). The validation split, the target ({target:.6g}), eta and the seeds are the study's.
-Each mode runs at the N where the default study found it slowest or failing (tables.filter_n). Time is
-modelled epoch by epoch from each run's own steps (fewer cubes, fewer steps per epoch).
-
-{md}
-![fig8](fig8.png) ![embedding](filter.embedding.png)
-
-Fig. 8: time to target per data set (missing bars: not reached by every seed). The embedding with DBSCAN's
-clusters and its noise in black (their Fig. 3); `filter.dropped.png` shows the dropped cubes' central slices.
-"""
+    md = md_table(["mode", "N", "data", "epochs to target (per seed)", "time to target (s, median)"],
+                  [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), fmt(t, 1, "not every seed reached")]
+                   for m, n, d, eps, t in table])
+    return fill("filtering.md", answer=filter_answer(rows), pca=facts.get("pca_components"),
+                perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
+                eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
+                n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"), target=f"{target:.6g}",
+                table=md)
 
 
 def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
     _sweep_figure(out / "fig9.png", sweep)
     best = {rule: preferred_batch(sweep, rule) for rule in ("eta", "linear")}
-    md = _md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
-                   [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], _f(r["epoch_seconds"]),
-                     _f(r["time_to_target_s"], 1, "not reached")] for r in sweep])
-    return f"""
-## The preferred batch size (Gahlot et al.'s Fig. 4 and 5, for this model)
-
-The sequential model (one worker) at each global batch b, at eta = {eta:.6g} (weak scaling's lr) and at the
-linear rule's eta x b / {cfg.batch_size}; an epoch is one pass (floor(n / b) x b cubes), cap and stopping
-rules as the study's, target {target:.6g}; time modelled for one device from each epoch's steps.
-Preferred batch (shortest time to target): **{best['eta'] or 'none reached'}** at eta,
-**{best['linear'] or 'none reached'}** with the linear rule.
-
-{sweep_answer(sweep)} One seed per batch: a pass or two either way is within the seed-to-seed
-spread the study's own runs show, so neighbouring batches within a few seconds of each other are a tie.
-
-{md}
-![fig9](fig9.png)
-
-Fig. 9: epochs and time to target against the global batch, both lr rules; the preferred batch is circled.
-"""
+    md = md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
+                  [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], fmt(r["epoch_seconds"]),
+                    fmt(r["time_to_target_s"], 1, "not reached")] for r in sweep])
+    return fill("batch_sweep.md", eta=f"{eta:.6g}", batch=cfg.batch_size, target=f"{target:.6g}",
+                best_eta=best["eta"] or "none reached", best_linear=best["linear"] or "none reached",
+                answer=sweep_answer(sweep), table=md)
 
 
 def _filter_figure(path: Path, table: list) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     groups = list(dict.fromkeys((m, n) for m, n, *_ in table))
     fig, ax = plt.subplots(figsize=(6.4, 4))
     colors = {"full": "tab:gray", "network": "tab:blue", "random": "tab:orange"}
@@ -228,7 +169,7 @@ def _filter_figure(path: Path, table: list) -> None:
 
 
 def _sweep_figure(path: Path, sweep: list) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
     for rule, color in (("eta", "tab:blue"), ("linear", "tab:red")):
         rows = [r for r in sweep if r["lr_rule"] == rule]
@@ -254,15 +195,7 @@ def _sweep_figure(path: Path, sweep: list) -> None:
     plt.close(fig)
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def _figures(out: Path, cells, modes, workers, runs_root: Path, target: float, plt) -> None:
-    from deepdensity.study.tables import median_time
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for mode in modes:
         pts = [(n, median_time(cells, mode, n)) for n in workers]

@@ -24,6 +24,7 @@ Finished runs are kept under runs/study-PRESET and skipped when the study is run
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -32,128 +33,24 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from deepdensity.scaling import rules
-from deepdensity.config import read_mapping
+from deepdensity.config import load
+from deepdensity.study.record import BeyondRecord, StudyRecord
 from deepdensity.study.report import write_reports
 from deepdensity.training.runs import read_json, read_metrics
+from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.tables import Cell, evaluate_claims, protocol_rows
-from deepdensity.utils.errors import UserError, command
+from deepdensity.utils.errors import command
 from deepdensity.utils.files import write_atomic
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
-
-
-PRESETS = Path(__file__).resolve().parent / "presets"
-class StudyError(UserError):
-    pass
-
-
-@dataclass
-class Study:
-    data: dict = field(default_factory=lambda: {"n": 2100, "val": 256, "seed": 0})
-    train: dict = field(default_factory=dict)
-    calibration_epochs: int = 100
-    target_loss: Optional[float] = None
-    workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
-    modes: list = field(default_factory=lambda: list(rules.MODES))
-    seeds: list = field(default_factory=lambda: [0])
-    # "edge": the sequential model's edge of stability found on this data (the paper's
-    # premise, section VI); a number: that base lr, fixed (the paper's literal is 0.00105).
-    base_lr: object = "edge"
-    # {mode: [N, ...]}: run a mode at fewer N than `workers` (its costly cells), e.g. to fit a budget.
-    mode_workers: dict = field(default_factory=dict)
-    # Beyond the paper, part 2 (Gahlot et al. 2020): modes of the paper to train again on data
-    # filtered by the sequential run's features and on the random control, each at the N
-    # tables.filter_n picks from the default study's cells (where it is slowest or fails).
-    filter_modes: list = field(default_factory=list)
-    # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
-    # rule's eta * b / B: epochs and time to target against batch size.
-    batch_sweep: list = field(default_factory=list)
-
-
-def load_study(preset: str) -> tuple:
-    path = Path(preset) if preset.endswith(".yaml") else PRESETS / f"{preset}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
-        raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
-    raw = read_mapping(path, "study preset", StudyError)
-    known = set(Study.__dataclass_fields__)
-    unknown = set(raw) - known
-    if unknown:
-        raise StudyError(f"{path}: unknown study keys {sorted(unknown)}; known: {sorted(known)}")
-    study = Study(**raw)
-    _validate_study(study, path)
-    return path.stem, study
-
-
-def _validate_study(study: Study, path: Path) -> None:
-    """Every key of a preset checked for type and range, and its `train:` settings checked
-    by the config schema, before the study writes anything."""
-    from deepdensity.config import Config, ConfigError, apply
-
-    def fail(msg):
-        raise StudyError(f"{path}: {msg}")
-
-    def ints(key, value, lo=0, nonempty=True):
-        if not isinstance(value, list) or (nonempty and not value) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= lo for v in value):
-            fail(f"{key} must be a {'non-empty ' if nonempty else ''}list of integers >= {lo}, got {value!r}")
-        if len(set(value)) != len(value):
-            fail(f"{key} lists a value twice: {value!r}")
-
-    if not isinstance(study.data, dict):
-        fail(f"data must be a mapping like {{n: 2100, val: 256, seed: 0}}, got {study.data!r}")
-    unknown = set(study.data) - {"n", "val", "seed"}
-    if unknown:
-        fail(f"unknown data keys {sorted(map(str, unknown))}; known: n, val, seed")
-    study.data = {**Study().data, **study.data}
-    d = study.data
-    if not all(isinstance(d[k], int) and not isinstance(d[k], bool) for k in d) or not 0 < d["val"] < d["n"] \
-            or not 0 <= d["seed"] < 2 ** 32:
-        fail(f"data needs integers n > val > 0 and a seed in [0, 2^32), got {d!r}")
-    if not isinstance(study.train, dict):
-        fail(f"train must be a mapping of training settings, got {study.train!r}")
-    try:
-        apply(Config(), study.train, f"{path}: train")
-    except ConfigError as e:
-        raise StudyError(str(e) if str(e).startswith(str(path)) else f"{path}: train: {e}") from None
-    if not isinstance(study.calibration_epochs, int) or isinstance(study.calibration_epochs, bool) \
-            or study.calibration_epochs < 1:
-        fail(f"calibration_epochs must be an integer >= 1, got {study.calibration_epochs!r}")
-    if study.target_loss is not None and (isinstance(study.target_loss, bool) or
-                                          not isinstance(study.target_loss, (int, float)) or
-                                          not 0 <= study.target_loss < math.inf):
-        fail(f"target_loss must be null (calibrate) or a finite number >= 0, got {study.target_loss!r}")
-    ints("workers", study.workers, lo=1)
-    if 1 not in study.workers:
-        fail("workers must include 1 (the sequential baseline)")
-    ints("seeds", study.seeds)
-    if not all(s < 2 ** 32 for s in study.seeds):
-        fail("seeds must be below 2^32")
-    if not isinstance(study.modes, list) or not study.modes or not set(study.modes) <= set(rules.ALL_MODES):
-        fail(f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {study.modes!r}")
-    if set(study.modes) & set(rules.BEYOND_MODES) and "strong" not in study.modes:
-        fail("a study of adaptive or local compares them with strong scaling: add strong to modes")
-    if study.base_lr != "edge" and (isinstance(study.base_lr, bool) or
-                                    not isinstance(study.base_lr, (int, float)) or not 0 < study.base_lr < math.inf):
-        fail(f"base_lr must be 'edge' or a positive number, got {study.base_lr!r}")
-    if not isinstance(study.mode_workers, dict):
-        fail("mode_workers must map a mode to a list of N")
-    for mode, ns in study.mode_workers.items():
-        if mode not in study.modes or not isinstance(ns, list) or not set(ns) <= set(study.workers) or 1 not in ns:
-            fail(f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
-    large = ("weak", "linear", "warmup")
-    if not isinstance(study.filter_modes, list) or not set(study.filter_modes) <= set(large) \
-            or len(set(study.filter_modes)) != len(study.filter_modes):
-        fail(f"filter_modes must list some of {', '.join(large)} (the large-batch modes), got {study.filter_modes!r}")
-    ints("batch_sweep", study.batch_sweep, lo=1, nonempty=False)
 
 
 # ------------------------------------------------------------------------------------
@@ -333,9 +230,73 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
         passes += max(undecided)
 
 
-def run_study(name: str, study: Study, args) -> int:
-    from deepdensity.config import load
+@dataclass
+class _StudyRun:
+    """One invocation of a study: its preset, where it writes, and the facts of its data."""
+    name: str
+    study: Study
+    root: Path                       # the runs folder
+    out: Path                        # the reports folder
+    train_yaml: Path                 # the settings every run of the study starts from
+    runner: "StudyRunner"
+    n_train: int
+    n_val: int
+    collapse_loss: float
+    t_start: float
 
+    def invocation(self) -> str:
+        return self.runner.summary(time.perf_counter() - self.t_start)
+
+    def elapsed(self) -> str:
+        return _fmt_s(time.perf_counter() - self.t_start)
+
+
+def run_study(name: str, study: Study, args) -> int:
+    """The study of a preset, from the edge of stability to the reports."""
+    s = _start_study(name, study, args)
+    cfg = load(str(s.train_yaml))
+    # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
+    if study.base_lr == "edge" or args.lr_sweep:
+        eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
+        if args.lr_sweep:
+            return 0
+    else:
+        eta, sweep = float(study.base_lr), None
+    cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
+
+    # 1. The sequential run of the first seed calibrates the target (paper: ~100 epochs).
+    #    It runs E + max(N) passes, so that every strong-scaling N has an epoch end past E.
+    E, seed0 = study.calibration_epochs, study.seeds[0]
+    seq_passes = E + max(study.workers)
+    if study.target_loss is None:
+        target, cap = rules.calibrate_target(sequential_path(s.runner, seed0, eta, seq_passes), E)
+        print(f"target: val_loss {target:.6g}, the sequential run's after {E} epochs; cap {cap} epochs")
+    else:
+        target, cap = study.target_loss, 4 * E
+    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap}
+
+    # 2. Every cell's convergence.
+    results = _convergence(s.runner, study, cfg, eta, seq_passes, target, cap, common, real_strong=bool(args.runner))
+
+    # 3. Time per epoch: measured for N = 1 (or every N with --runner), modelled beyond.
+    timing = _timing(s.root, cfg)
+    # the sequential run's epochs (passes) after its first, which holds tracing and warm-up
+    seq_epoch = statistics.median(epoch_durations(s.root / f"seq-s{seed0}") or [float("nan")])
+    modelled = functools.partial(_modelled_epoch, cfg, s.n_train, s.n_val, timing)
+    cells = _study_cells(study, results, s.root, args.runner, timing, seq_epoch, s.n_val, modelled)
+
+    # the facts another study needs to know whether its rows compare with these
+    write_atomic(s.out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
+                                                   "collapse_loss": s.collapse_loss}, indent=2))
+    if any(m in rules.BEYOND_MODES for m in study.modes):
+        _beyond_reports(s, cfg, cells, eta, target, cap, common, timing, modelled, seq_epoch, args.compare_with)
+    else:
+        _paper_reports(s, cfg, cells, eta, target, cap, common, timing, modelled, seq_epoch, sweep, args.runner)
+    return 0
+
+
+def _start_study(name: str, study: Study, args) -> _StudyRun:
+    """The runs folder with the study's data and settings, the reports folder, the runner."""
     root = Path(args.runs or Path("runs") / f"study-{name}")
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -344,84 +305,55 @@ def run_study(name: str, study: Study, args) -> int:
     # deterministic kernels: a rerun of the study gives the same epochs to target
     train_yaml.write_text(yaml.safe_dump({**study.train, "data_path": str(data_path),
                                           "deterministic": True}))
-    cfg = load(str(train_yaml))
-    E, seed0 = study.calibration_epochs, study.seeds[0]
     out = Path(args.reports)
     out.mkdir(parents=True, exist_ok=True)
-    runner = StudyRunner(root, train_yaml, args.runner or None)
-
-    n_train, n_val, collapse_loss = _data_facts(cfg)
+    n_train, n_val, collapse_loss = _data_facts(load(str(train_yaml)))
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
+    return _StudyRun(name, study, root, out, train_yaml, StudyRunner(root, train_yaml, args.runner or None),
+                     n_train, n_val, collapse_loss, t_start)
 
-    # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
-    if study.base_lr == "edge" or args.lr_sweep:
-        eta, sweep = _edge_of_stability(runner, study, cfg, collapse_loss, out)
-        if args.lr_sweep:
-            return 0
-    else:
-        eta, sweep = float(study.base_lr), None
-    cfg = load(str(train_yaml), [f"base_lr={eta!r}"])
 
-    # 1. The sequential run of the first seed calibrates the target (paper: ~100 epochs).
-    #    It runs E + max(N) passes, so that every strong-scaling N has an epoch end past E.
-    seq_passes = E + max(study.workers)
-    if study.target_loss is None:
-        target, cap = rules.calibrate_target(sequential_path(runner, seed0, eta, seq_passes), E)
-        print(f"target: val_loss {target:.6g}, the sequential run's after {E} epochs; cap {cap} epochs")
-    else:
-        target, cap = study.target_loss, 4 * E
-    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap}
+def _modelled_epoch(cfg, n_train: int, n_val: int, timing: dict, mode: str, n: int) -> float:
+    """Seconds per epoch of (mode, N) by the timing model built from this host's parts."""
+    return rules.epoch_seconds_model(mode, n, n_train, n_val, cfg.batch_size, timing["step_fixed_s"],
+                                     timing["per_sample_s"], timing["allreduce_per_doubling_s"],
+                                     timing["eval_per_sample_s"], cfg.epoch_definition)
 
-    # 2. Every cell's convergence.
-    results = _convergence(runner, study, cfg, eta, seq_passes, target, cap, common, real_strong=bool(args.runner))
-    beyond = [m for m in study.modes if m in rules.BEYOND_MODES]
-    # the 2 x eta check belongs to the paper's claims, which a study of the beyond modes does not make
-    r2 = None if beyond else runner.run(f"seq-2eta-s{seed0}", "strong", 1,
-                                        {**common, "seed": seed0, "base_lr": repr(2 * eta)})
 
-    # 3. Time per epoch: measured for N = 1 (or every N with --runner), modelled beyond.
-    timing = _timing(root, cfg)
-    seq_run = root / f"seq-s{seed0}"
-    # the sequential run's epochs (passes) after its first, which holds tracing and warm-up
-    seq_epoch = statistics.median(epoch_durations(seq_run) or [float("nan")])
-
-    def modelled(mode, n):
-        return rules.epoch_seconds_model(mode, n, n_train, n_val, cfg.batch_size, timing["step_fixed_s"],
-                                         timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                                         timing["eval_per_sample_s"], cfg.epoch_definition)
-
-    cells = _study_cells(study, results, root, args.runner, timing, seq_epoch, n_val, modelled)
-
-    # the facts another study needs to know whether its rows compare with these
-    write_atomic(out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
-                                                 "collapse_loss": collapse_loss}, indent=2))
-    if beyond:
-        from deepdensity.study.report_beyond import write_beyond_reports
-        earlier = _default_study_cells(Path(args.compare_with), eta, target, modelled, seq_epoch, study.workers)
-        filtering = filter_experiment(runner, study, common, earlier[0], cells, n_val, timing, modelled)
-        sweep_rows = batch_sweep(runner, study, cfg, eta, target, cap, n_val, timing, patience=cfg.stall_patience)
-        write_beyond_reports(out, name=name, study=study, cfg=cfg, cells=cells, earlier=earlier, target=target,
-                             cap=cap, eta=eta, timing=timing, runs_root=root, n_train=n_train, n_val=n_val,
-                             invocation=runner.summary(time.perf_counter() - t_start), filtering=filtering,
-                             sweep=sweep_rows)
-        print(f"reports written to {out} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
-        return 0
-    claims = evaluate_claims(cells, study.workers, r2["status"] == "reached_target",
-                             eta_at_edge=sweep is not None)
-    steps1 = rules.steps_per_epoch(n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
+def _paper_reports(s: _StudyRun, cfg, cells: list, eta: float, target: float, cap: int, common: dict,
+                   timing: dict, modelled, seq_epoch: float, sweep: Optional[dict], runner: str) -> None:
+    """The paper's claims from the cells (after the sequential run at 2 x eta), and the reports."""
+    seed0 = s.study.seeds[0]
+    r2 = s.runner.run(f"seq-2eta-s{seed0}", "strong", 1, {**common, "seed": seed0, "base_lr": repr(2 * eta)})
+    claims = evaluate_claims(cells, s.study.workers, r2["status"] == "reached_target", eta_at_edge=sweep is not None)
+    steps1 = rules.steps_per_epoch(s.n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
     strong_model = rules.SpeedupModel(
         steps1 * timing["step_fixed_s"], steps1 * cfg.batch_size * timing["per_sample_s"]
-        + n_val * timing["eval_per_sample_s"], steps1 * timing["allreduce_per_doubling_s"])
-    protocol = protocol_rows(study, cfg, n_train, n_val, target, cap, eta, sweep, args.runner)
-    write_reports(out, name=name, study=study, cfg=cfg, cells=cells, claims=claims, protocol=protocol,
-                  target=target, cap=cap, timing=timing, strong_model=strong_model, seq_epoch_s=seq_epoch,
-                  modelled_seq_epoch_s=modelled("strong", 1), runs_root=root, seq_run=seq_run,
-                  seq_2eta=r2, n_train=n_train, n_val=n_val, runner=args.runner, sweep=sweep,
-                  collapse_loss=collapse_loss, invocation=runner.summary(time.perf_counter() - t_start))
-    print(f"reports written to {args.reports} ({_fmt_s(time.perf_counter() - t_start)} this invocation)")
+        + s.n_val * timing["eval_per_sample_s"], steps1 * timing["allreduce_per_doubling_s"])
+    write_reports(s.out, StudyRecord(
+        name=s.name, study=s.study, cfg=cfg, cells=cells, claims=claims,
+        protocol=protocol_rows(s.study, cfg, s.n_train, s.n_val, target, cap, eta, sweep, runner),
+        target=target, cap=cap, collapse_loss=s.collapse_loss, timing=timing, seq_epoch_s=seq_epoch,
+        modelled_seq_epoch_s=modelled("strong", 1), strong_model=strong_model, seq_2eta=r2, sweep=sweep,
+        n_train=s.n_train, n_val=s.n_val, runner=runner, invocation=s.invocation(), runs_root=s.root,
+        seq_run=s.root / f"seq-s{seed0}"))
+    print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
     for c in claims:
         print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")
-    return 0
+
+
+def _beyond_reports(s: _StudyRun, cfg, cells: list, eta: float, target: float, cap: int, common: dict,
+                    timing: dict, modelled, seq_epoch: float, compare_with: str) -> None:
+    """The default study's cells beside ours, the filter and the batch sweep, and the reports."""
+    from deepdensity.study.report_beyond import write_beyond_reports
+    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, seq_epoch, s.study.workers)
+    filtering = filter_experiment(s.runner, s.study, common, earlier[0], cells, s.n_val, timing, modelled)
+    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing, patience=cfg.stall_patience)
+    write_beyond_reports(s.out, BeyondRecord(
+        name=s.name, study=s.study, cfg=cfg, cells=cells, earlier=earlier, target=target, cap=cap, eta=eta,
+        timing=timing, runs_root=s.root, n_train=s.n_train, n_val=s.n_val, invocation=s.invocation(),
+        filtering=filtering, sweep=sweep_rows))
+    print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
 
 
 def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:

@@ -60,72 +60,99 @@ def efficiency_table(cells: list, modes, workers) -> dict:
     return out
 
 
+class _Cells:
+    """Questions the claims ask of the study's cells."""
+
+    def __init__(self, cells: list, workers):
+        self.cells, self.workers = cells, list(workers)
+
+    def reached(self, mode, n) -> bool:
+        """Every seed of (mode, N) reached the target."""
+        runs = [c for c in self.cells if c.mode == mode and c.n == n]
+        return bool(runs) and all(c.reached for c in runs)
+
+    def known(self, mode) -> bool:
+        return any(c.mode == mode for c in self.cells)
+
+    def ran(self, mode, least=1) -> list:
+        """The N a mode was run at (a preset may run fewer N for the costly modes)."""
+        return sorted({c.n for c in self.cells if c.mode == mode and c.n >= least})
+
+    def only(self, mode, least=1) -> str:
+        """' (run at N = ... only)' where a mode skipped some of the study's N."""
+        return "" if self.ran(mode, least) == [n for n in self.workers if n >= least] else \
+            f" (run at N = {', '.join(map(str, self.ran(mode, least)))} only)"
+
+    def listing(self, mode, ns, want) -> str:
+        return ", ".join(str(n) for n in ns if self.reached(mode, n) == want) or "none"
+
+
+def _claim(claim, paper, ours, ok) -> dict:
+    verdict = "n/a" if ok is None else ("reproduced" if ok else "not reproduced")
+    return {"claim": claim, "paper": paper, "ours": ours, "verdict": verdict}
+
+
+def _strong_converges(v: _Cells) -> dict:
+    return _claim("Strong scaling converges at every N", "reached the target at N = 1..32",
+                  f"reached at N = {v.listing('strong', v.ran('strong'), True)}{v.only('strong')}",
+                  all(v.reached("strong", n) for n in v.ran("strong")))
+
+
+def _linear_fails(v: _Cells) -> dict:
+    return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
+                  f"failed at N = {v.listing('linear', v.ran('linear', 2), False)}{v.only('linear', 2)}",
+                  not any(v.reached("linear", n) for n in v.ran("linear", 2)))
+
+
+def _warmup_to_four(v: _Cells) -> dict:
+    return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
+                  f"reached at N = {v.listing('warmup', v.ran('warmup'), True)}{v.only('warmup')}",
+                  all(v.reached("warmup", n) == (n <= 4) for n in v.ran("warmup")))
+
+
+def _weak_converges_less_efficiently(v: _Cells) -> dict:
+    ns = v.ran("weak")
+    eff = efficiency_table(v.cells, ["weak"], ns)["weak"]
+    falling = [eff[n] for n in ns if not math.isnan(eff[n])]
+    ok = all(v.reached("weak", n) for n in ns) and all(b < a for a, b in zip(falling, falling[1:]))
+    return _claim("Weak scaling converges everywhere but its efficiency falls",
+                  "reached at every N; efficiency 100 -> 9.45 %",
+                  f"reached at N = {v.listing('weak', ns, True)}; efficiency "
+                  + ", ".join("NaN" if math.isnan(eff[n]) else f"{eff[n]:.1f}" for n in ns) + v.only("weak"), ok)
+
+
+def _strong_fastest(v: _Cells) -> dict:
+    faster = []
+    for n in v.ran("strong", 2):
+        ts = median_time(v.cells, "strong", n)
+        others = [median_time(v.cells, m, n) for m in ("weak", "linear", "warmup") if n in v.ran(m)]
+        faster.append(ts is not None and all(t is None or ts <= t for t in others))
+    everywhere = all(v.ran(m) == v.workers for m in ("weak", "linear", "warmup") if v.known(m))
+    return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
+                  f"fastest at N = {', '.join(str(n) for n, f in zip(v.ran('strong', 2), faster) if f) or 'none'}"
+                  + ("" if everywhere else " (against the other modes where they were run)"), all(faster))
+
+
+def _double_eta_diverges(seq_2eta_reached: bool, eta_at_edge: bool) -> dict:
+    return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
+                  "2 x eta " + ("reached the target" if seq_2eta_reached else "did not reach the target")
+                  + ("; eta is the edge found by the lr search, so this holds by the choice of eta"
+                     if eta_at_edge and not seq_2eta_reached else ""),
+                  not seq_2eta_reached)
+
+
 def evaluate_claims(cells: list, workers, seq_2eta_reached: Optional[bool], eta_at_edge: bool = False) -> list:
-    """The paper's claims (section VII) with its result, ours and a verdict.
+    """The paper's claims (section VII) with its result, ours and a verdict, for the modes
+    the study ran.
 
     `eta_at_edge`: eta was chosen as the edge of stability, so the 2 x eta claim checks
     the premise the study was set up with rather than a finding."""
-    def reached(mode, n):
-        runs = [c for c in cells if c.mode == mode and c.n == n]
-        return bool(runs) and all(c.reached for c in runs)
-
-    def known(mode):
-        return any(c.mode == mode for c in cells)
-
-    def ran(mode, least=1):
-        """The N a mode was run at (a preset may run fewer N for the costly modes)."""
-        return sorted({c.n for c in cells if c.mode == mode and c.n >= least})
-
-    def of(mode, least=1):
-        return "" if ran(mode, least) == [n for n in workers if n >= least] else \
-            f" (run at N = {', '.join(map(str, ran(mode, least)))} only)"
-
-    claims = []
-
-    def add(claim, paper, ours, ok):
-        verdict = "n/a" if ok is None else ("reproduced" if ok else "not reproduced")
-        claims.append({"claim": claim, "paper": paper, "ours": ours, "verdict": verdict})
-
-    def listing(mode, ns, want):
-        return ", ".join(str(n) for n in ns if reached(mode, n) == want) or "none"
-
-    if known("strong"):
-        add("Strong scaling converges at every N", "reached the target at N = 1..32",
-            f"reached at N = {listing('strong', ran('strong'), True)}{of('strong')}",
-            all(reached("strong", n) for n in ran("strong")))
-    if known("linear"):
-        add("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-            f"failed at N = {listing('linear', ran('linear', 2), False)}{of('linear', 2)}",
-            not any(reached("linear", n) for n in ran("linear", 2)))
-    if known("warmup"):
-        ok = all(reached("warmup", n) == (n <= 4) for n in ran("warmup"))
-        add("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
-            f"reached at N = {listing('warmup', ran('warmup'), True)}{of('warmup')}", ok)
-    if known("weak"):
-        ns = ran("weak")
-        eff = efficiency_table(cells, ["weak"], ns)["weak"]
-        falling = [eff[n] for n in ns if not math.isnan(eff[n])]
-        ok = all(reached("weak", n) for n in ns) and all(b < a for a, b in zip(falling, falling[1:]))
-        add("Weak scaling converges everywhere but its efficiency falls",
-            "reached at every N; efficiency 100 -> 9.45 %",
-            f"reached at N = {listing('weak', ns, True)}; efficiency "
-            + ", ".join("NaN" if math.isnan(eff[n]) else f"{eff[n]:.1f}" for n in ns) + of("weak"), ok)
-    if known("strong"):
-        faster = []
-        for n in ran("strong", 2):
-            ts = median_time(cells, "strong", n)
-            others = [median_time(cells, m, n) for m in ("weak", "linear", "warmup") if n in ran(m)]
-            faster.append(ts is not None and all(t is None or ts <= t for t in others))
-        add("Strong scaling is the fastest at every N", "fastest at N = 2..32",
-            f"fastest at N = {', '.join(str(n) for n, f in zip(ran('strong', 2), faster) if f) or 'none'}"
-            + ("" if all(ran(m) == workers for m in ("weak", "linear", "warmup") if known(m)) else
-               " (against the other modes where they were run)"), all(faster))
+    v = _Cells(cells, workers)
+    claims = [check(v) for mode, check in (("strong", _strong_converges), ("linear", _linear_fails),
+                                           ("warmup", _warmup_to_four), ("weak", _weak_converges_less_efficiently),
+                                           ("strong", _strong_fastest)) if v.known(mode)]
     if seq_2eta_reached is not None:
-        add("2 x eta diverges for the sequential model", "further increasing the lr diverges",
-            "2 x eta " + ("reached the target" if seq_2eta_reached else "did not reach the target")
-            + ("; eta is the edge found by the lr search, so this holds by the choice of eta"
-               if eta_at_edge and not seq_2eta_reached else ""),
-            not seq_2eta_reached)
+        claims.append(_double_eta_diverges(seq_2eta_reached, eta_at_edge))
     return claims
 
 

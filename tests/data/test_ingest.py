@@ -10,7 +10,7 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_file
 
-from conftest import run
+from tests.support import ROOT, run
 from deepdensity.data import ingest
 from deepdensity.data.cubes import DataError, load_cubes
 
@@ -90,7 +90,7 @@ def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
         assert f["train/world_xyz"].shape[1] == 3
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     # and train.py takes the file as it is
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     proc = run([sys.executable, str(root / "train.py"), "--mode", "strong", "--config",
                 str(root / "configs" / "smoke.yaml"), "--set", f"data_path={out}", "--set", "batch_size=2",
                 "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "run")])

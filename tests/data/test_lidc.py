@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from tests.support import ROOT, run
 from deepdensity.data import ingest
 from deepdensity.data import lidc
 from deepdensity.data.cubes import DataError

@@ -11,10 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from tests.support import ROOT, SMOKE, run
 from deepdensity.scaling import rules
 
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
 # ------------------------------------------------------------------------------------

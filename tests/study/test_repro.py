@@ -6,7 +6,7 @@ import pytest
 from deepdensity.study import repro
 from deepdensity.scaling import rules
 from deepdensity.study import tables
-from deepdensity.study.repro import load_study
+from deepdensity.study.preset import StudyError, load_study
 from deepdensity.study.tables import Cell, efficiency_table, evaluate_claims
 
 W = [1, 2, 4, 8, 16, 32]
@@ -72,27 +72,27 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         assert study.train["epoch_definition"] == "per_worker" and study.train["stall_patience"] > 0
         assert len(study.seeds) >= 2 and study.data == {"n": 2100, "val": 256, "seed": 0}
     assert load_study("default")[1].base_lr == "edge" and load_study("literal-eta")[1].base_lr == 0.00105
-    with pytest.raises(repro.StudyError, match="no study preset 'nope'"):
+    with pytest.raises(StudyError, match="no study preset 'nope'"):
         load_study("nope")
     bad = tmp_path / "bad.yaml"
     bad.write_text("workers: [2, 4]\n")
-    with pytest.raises(repro.StudyError, match="must include 1"):
+    with pytest.raises(StudyError, match="must include 1"):
         load_study(str(bad))
     bad.write_text("wokers: [1]\n")
-    with pytest.raises(repro.StudyError, match="unknown study keys"):
+    with pytest.raises(StudyError, match=r"unknown study key .wokers. \(did you mean workers\?\)"):
         load_study(str(bad))
     for text, message in (("base_lr: fast\n", "base_lr must be 'edge' or a positive number"),
                           ("base_lr: -1\n", "base_lr must be"),
                           ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
                           ("mode_workers: [1]\n", "mode_workers must map")):
         bad.write_text(text)
-        with pytest.raises(repro.StudyError, match=message):
+        with pytest.raises(StudyError, match=message):
             load_study(str(bad))
     bad.write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
-    with pytest.raises(repro.StudyError, match="study preset .* is not UTF-8 text"):
+    with pytest.raises(StudyError, match="study preset .* is not UTF-8 text"):
         load_study(str(bad))
     bad.write_text("1: [0]\n")
-    with pytest.raises(repro.StudyError, match="key 1 is not a setting name"):
+    with pytest.raises(StudyError, match="key 1 is not a setting name"):
         load_study(str(bad))
 
 
@@ -100,7 +100,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     import json
     import sys
 
-    from conftest import run
+    from tests.support import run
     preset = tmp_path / "tiny.yaml"
     preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
                       "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"

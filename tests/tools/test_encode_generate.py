@@ -6,12 +6,11 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from tests.support import ROOT, SMOKE, run
 from deepdensity.tools import encode
 from deepdensity.tools import generate
 from deepdensity.model.layers import grid_points, mixture_density
 
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
 @pytest.fixture(scope="module")

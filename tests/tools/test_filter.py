@@ -7,11 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from tests.support import ROOT, SMOKE, run
 from deepdensity.tools import filter as filt
 from deepdensity.data.cubes import DataError, load_cubes
 
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
 def train_one_epoch(data, out, *extra):

@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT, horovodrun, run
+from tests.support import ROOT, SMOKE, horovodrun, run
 
 pytestmark = pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
 def losses(out):

@@ -5,9 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, run
+from tests.support import ROOT, SMOKE, run
 
-SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
 def train(*args, data, check=True):

@@ -1,0 +1,108 @@
+"""A study preset (deepdensity/study/presets/NAME.yaml): which cells the study runs, on what
+data and with which seeds; read and checked by the same schema engine as the run settings."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from deepdensity.config import Config, ConfigError, apply, read_mapping
+from deepdensity.scaling import rules
+from deepdensity.utils import schema
+from deepdensity.utils.errors import UserError
+
+PRESETS = Path(__file__).resolve().parent / "presets"
+DATA_KEYS = ("n", "val", "seed")
+LARGE_BATCH_MODES = ("weak", "linear", "warmup")
+
+
+class StudyError(UserError):
+    """A preset that cannot be run: one line naming the file and the key."""
+
+
+@dataclass
+class Study:
+    data: dict = field(default_factory=lambda: {"n": 2100, "val": 256, "seed": 0})
+    train: dict = field(default_factory=dict)
+    calibration_epochs: int = 100
+    target_loss: Optional[float] = None
+    workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    modes: list = field(default_factory=lambda: list(rules.MODES))
+    seeds: list = field(default_factory=lambda: [0])
+    # "edge": the sequential model's edge of stability found on this data (the paper's
+    # premise, section VI); a number: that base lr, fixed (the paper's literal is 0.00105).
+    base_lr: object = "edge"
+    # {mode: [N, ...]}: run a mode at fewer N than `workers` (its costly cells), e.g. to fit a budget.
+    mode_workers: dict = field(default_factory=dict)
+    # Beyond the paper, part 2 (Gahlot et al. 2020): modes of the paper to train again on data
+    # filtered by the sequential run's features and on the random control, each at the N
+    # tables.filter_n picks from the default study's cells (where it is slowest or fails).
+    filter_modes: list = field(default_factory=list)
+    # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
+    # rule's eta * b / B: epochs and time to target against batch size.
+    batch_sweep: list = field(default_factory=list)
+
+    def rules(self) -> list:
+        """The checks of a preset, in order (each may rely on the ones before)."""
+        d = self.data
+        return [
+            (lambda: isinstance(d, dict), f"data must be a mapping like {{n: 2100, val: 256, seed: 0}}, got {d!r}"),
+            (lambda: set(d) <= set(DATA_KEYS),
+             f"unknown data keys {sorted(map(str, set(d) - set(DATA_KEYS))) if isinstance(d, dict) else ''}; "
+             f"known: n, val, seed"),
+            (lambda: self._complete_data(), "data needs integers n > val > 0 and a seed in [0, 2^32), "
+                                            f"got {d!r}"),
+            (lambda: isinstance(self.train, dict), f"train must be a mapping of training settings, got {self.train!r}"),
+            (lambda: schema.is_int(self.calibration_epochs) and self.calibration_epochs >= 1,
+             f"calibration_epochs must be an integer >= 1, got {self.calibration_epochs!r}"),
+            (lambda: self.target_loss is None or 0 <= self.target_loss < math.inf,
+             f"target_loss must be null (calibrate) or a finite number >= 0, got {self.target_loss!r}"),
+            *_integer_list("workers", self.workers, 1),
+            (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
+            *_integer_list("seeds", self.seeds, 0),
+            (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
+            (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(rules.ALL_MODES),
+             f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {self.modes!r}"),
+            (lambda: not set(self.modes) & set(rules.BEYOND_MODES) or "strong" in self.modes,
+             "a study of adaptive or local compares them with strong scaling: add strong to modes"),
+            (lambda: self.base_lr == "edge" or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
+             f"base_lr must be 'edge' or a positive number, got {self.base_lr!r}"),
+            (lambda: isinstance(self.mode_workers, dict), "mode_workers must map a mode to a list of N"),
+            *[(lambda ns=ns, mode=mode: mode in self.modes and isinstance(ns, list) and set(ns) <= set(self.workers)
+               and 1 in ns,
+               f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
+              for mode, ns in (self.mode_workers.items() if isinstance(self.mode_workers, dict) else ())],
+            (lambda: isinstance(self.filter_modes, list) and set(self.filter_modes) <= set(LARGE_BATCH_MODES)
+             and len(set(self.filter_modes)) == len(self.filter_modes),
+             f"filter_modes must list some of {', '.join(LARGE_BATCH_MODES)} (the large-batch modes), "
+             f"got {self.filter_modes!r}"),
+            *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
+        ]
+
+    def _complete_data(self) -> bool:
+        """Fill the data keys the preset leaves out from the defaults; are they in range?"""
+        self.data = d = {**Study().data, **self.data}
+        return all(schema.is_int(d[k]) for k in d) and 0 < d["val"] < d["n"] and 0 <= d["seed"] < 2 ** 32
+
+
+def _integer_list(key: str, value, lo: int, nonempty: bool = True) -> list:
+    return [(lambda: isinstance(value, list) and (bool(value) or not nonempty)
+             and all(schema.is_int(v) and v >= lo for v in value),
+             f"{key} must be a {'non-empty ' if nonempty else ''}list of integers >= {lo}, got {value!r}"),
+            (lambda: len(set(value)) == len(value), f"{key} lists a value twice: {value!r}")]
+
+
+def load_study(preset: str) -> tuple:
+    """(name, Study) of a preset's name (deepdensity/study/presets/NAME.yaml) or a .yaml path."""
+    path = Path(preset) if preset.endswith(".yaml") else PRESETS / f"{preset}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
+        raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
+    raw = read_mapping(path, "study preset", StudyError)
+    study = schema.build(Study, raw, error=StudyError, what="study key", source=str(path), prefix=f"{path}: ")
+    try:   # the runs' settings, by the run settings' own schema
+        apply(Config(), study.train, f"{path}: train")
+    except ConfigError as e:
+        raise StudyError(str(e) if str(e).startswith(str(path)) else f"{path}: train: {e}") from None
+    return path.stem, study

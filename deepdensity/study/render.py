@@ -1,0 +1,100 @@
+"""What the study's reports share: number and table formatting, the cells of one (mode, N),
+matplotlib, the host's description and the report templates (deepdensity/study/templates)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import statistics
+import string
+import subprocess
+from pathlib import Path
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
+              "warmup": ("tab:green", "^"), "linear": ("tab:red", "v"),
+              "adaptive": ("tab:purple", "D"), "local": ("tab:brown", "P")}
+
+
+def fmt(x, digits=2, missing="NaN") -> str:
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def md_table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, header, rows) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def cells_at(cells, mode, n) -> list:
+    """The cells (one per seed) of `mode` at N = `n`."""
+    return [c for c in cells if c.mode == mode and c.n == n]
+
+
+def time_range(cells, mode, n) -> str:
+    """Median time to target over the seeds and its range, or 'not reached'."""
+    cs = cells_at(cells, mode, n)
+    times = [c.time_to_target_s for c in cs if c.time_to_target_s is not None]
+    if len(times) < len(cs) or not times:
+        return "not reached" if cs else ""
+    med = statistics.median(times)
+    return f"{med:.1f}" + (f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else "")
+
+
+def epochs_listing(cells, mode, n) -> str:
+    """Epochs to target per seed, or '- (status, epochs run)' for a seed that missed."""
+    return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})"
+                     for c in cells_at(cells, mode, n))
+
+
+def runs_minutes(runs_root: Path) -> float:
+    """Sum of the study's runs' own training clocks."""
+    return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the platform reports it (Linux: /proc/cpuinfo)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host() -> str:
+    """One phrase naming the host a report ran on, from the platform itself."""
+    return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+def git_revision() -> str:
+    """The checkout's short revision, or 'unknown' outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def fill(template: str, **fields) -> str:
+    """deepdensity/study/templates/`template` with its $fields filled (a missing one is an error)."""
+    return string.Template((TEMPLATES / template).read_text()).substitute(fields)

@@ -1,0 +1,25 @@
+"""What several test modules share: the repository's root, the smoke config, and a
+subprocess runner with this interpreter's environment."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+
+
+def run(args, cwd=ROOT, timeout=600, check=True):
+    """Run a command with this interpreter's environment; returns CompletedProcess."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                             f"stderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def horovodrun():
+    exe = Path(sys.executable).with_name("horovodrun")
+    return str(exe) if exe.exists() else shutil.which("horovodrun")
