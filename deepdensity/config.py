@@ -85,16 +85,16 @@ class Config:
     intra_op_threads: int = 0
     # Horovod: allreduce groups for the gradients (DistributedOptimizer's `groups`). 1 = all of
     # a step's gradients negotiated and reduced as one fused allreduce once backward is done:
-    # the model's 0.86 MB of gradients are latency-bound, and a Horovod timeline on 2 CPU
-    # processes showed ~4 separate allreduces a step otherwise (7.7 ms against 3.1 ms). 0 =
-    # Horovod's default, one allreduce per gradient as it is ready (overlaps communication with
-    # the backward pass, which pays for models with far more weights than this one).
+    # the model's 0.86 MB of gradients are latency-bound, so one negotiation beats several
+    # (docs/performance.md). 0 = Horovod's default, one allreduce per gradient as it is ready
+    # (overlaps communication with the backward pass, which pays for models with far more
+    # weights than this one).
     allreduce_groups: int = 1
     # Horovod: its background thread's cycle in ms (HOROVOD_CYCLE_TIME; a user's own setting
     # of that variable wins). 5 = every Horovod of the paper's time (0.12 slept 5 ms a cycle,
     # 0.13-0.20 defaulted to 5; the paper ran TensorFlow 1.7.1, 2018); 0.21+ defaults to 1.
     # Each cycle syncs with the other ranks even when idle, which on a CPU host takes cores
-    # from training (make bench: idle ranks' share of a core at 1 ms and at 5 ms).
+    # from training (`make bench` prints an idle rank's share of a core at 1 ms and at 5 ms).
     # 0 = Horovod's own default.
     horovod_cycle_ms: float = 5.0
     # Ask TensorFlow for deterministic kernels (bitwise-repeatable runs, maybe slower on GPU).
@@ -102,12 +102,11 @@ class Config:
     # Most samples one forward/backward pass holds (0 = no limit). A larger batch per process
     # (only when one process emulates many workers: weak N = 32 is 1024 samples) is cut
     # into equal slices whose gradients are averaged: the same gradient, with less memory
-    # (make bench at 1313f33: 2.24 GB peak resident for weak N = 32 at K = 50, 3.14 GB in one pass).
+    # (`make bench` prints the peak memory of weak N = 32 with and without slices).
     max_pass_batch: int = 256
     # Where XLA compiles: "coefficients" (the rendering's per-component algebra, some fifty
-    # tiny ops that XLA fuses: 0.9-1.3 ms less per step at batch 32, K = 50, in earlier make
-    # bench runs, none in the latest, 38.3 against 38.2 ms: within noise), "step" (the whole
-    # training step: 7x slower on the 2-core CPU, make bench prints it) or "off".
+    # tiny ops that XLA fuses), "step" (the whole training step: XLA's CPU convolutions are
+    # slow, so use it on GPUs) or "off". `make bench` times all three on the host.
     xla: str = "coefficients"
     # TensorBoard (rank 0, `--out DIR` -> DIR/tb/): central slices of validation cubes next to
     # what the model renders, every this many epochs (0 = scalars only).

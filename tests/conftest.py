@@ -3,11 +3,16 @@ import sys
 
 import pytest
 
-from tests.support import run
+from tests import support
+from tests.support import ROOT, SMOKE, run
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # as deepdensity/__init__.py does, for the tests that import TensorFlow before the package
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+
+def pytest_runtest_setup(item):
+    support.CURRENT_TEST_IS_SLOW = item.get_closest_marker("slow") is not None
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +22,14 @@ def smoke_data(tmp_path_factory):
     run([sys.executable, "-m", "deepdensity.data", "synth", "--out", str(path), "--n", "320",
          "--val", "64", "--seed", "0"])
     return path
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, smoke_data):
+    """One finished run to read from (encode, generate, filter) or to copy and resume: strong
+    scaling, one worker, the smoke model, one epoch on smoke_data. Trained once per session;
+    a test that writes into a run folder copies this one first."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
+         f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--quiet"])
+    return out

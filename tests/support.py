@@ -10,8 +10,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 
+# Set by conftest for the test that is running: is it marked slow?
+CURRENT_TEST_IS_SLOW = False
+# What makes a command slow: training, a study, Horovod's launcher.
+SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench")
+
+
 def run(args, cwd=ROOT, timeout=600, check=True):
-    """Run a command with this interpreter's environment; returns CompletedProcess."""
+    """Run a command with this interpreter's environment; returns CompletedProcess.
+    A training or Horovod command is refused in a test not marked slow, so that the fast
+    tier stays fast by construction."""
+    if not CURRENT_TEST_IS_SLOW and any(any(word in str(a) for word in SLOW_COMMANDS) for a in args):
+        raise AssertionError(f"{args[:3]}... trains or launches Horovod: mark the test @pytest.mark.slow")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

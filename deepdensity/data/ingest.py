@@ -451,10 +451,11 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     folder = Path(dicom or luna)
     summary = Summary()
     readings, notes = _nodule_marks(folder, annotations, lidc_xml, summary)
+    scans = _scans(dicom, luna, summary)    # refuses a folder without scans before OUT.partial exists
     cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window, min_readers),
                        say)
     cut = _Cutter(cube, spacing_mm, window, readings, notes, min_readers, summary)
-    per_series, seen = _cut_scans(_scans(dicom, luna, summary), cut, cache, progress)
+    per_series, seen = _cut_scans(scans, cut, cache, progress)
     for uid in sorted(set(notes) - seen):
         what = "the XML readings" if lidc_xml else f"{len(notes[uid])} annotation(s)"
         summary.skipped.append(("nodule", f"{what} of {uid}: no scan with that seriesuid"))

@@ -304,8 +304,8 @@ class DeepDensity(tf.keras.layers.Layer):
         self.grid = grid_monomials(self.grid_size, self.ndim)
         self.monomials = monomials(grid_points(self.grid_size, self.ndim))
         # The per-component algebra (Cholesky rows, L^-1, P, P mu, log det) is some fifty
-        # tiny ops on (B, K, n, n) tensors; XLA fuses them: 3.4 -> 1.7 ms of a 12 ms
-        # rendering at batch 32, K = 50 (measured). XLA on the (B, K, V) part is slower.
+        # tiny ops on (B, K, n, n) tensors, which XLA fuses; XLA on the (B, K, V) part is
+        # slower (`make bench`, the `xla` settings).
         coefficients = self._coefficients
         self._coefficients_fn = (tf.function(coefficients, jit_compile=True) if self.jit_coefficients
                                  else coefficients)

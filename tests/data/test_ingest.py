@@ -72,6 +72,7 @@ def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
     assert 0.6 * diameter < extent_mm < 1.3 * diameter
 
 
+@pytest.mark.slow
 def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
     scans = tmp_path / "scans"
     csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")

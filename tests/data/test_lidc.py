@@ -115,6 +115,7 @@ def _edit_readers(xml_path, keep):
     tree.write(xml_path, xml_declaration=True, encoding="UTF-8")
 
 
+@pytest.mark.slow
 def test_prepare_from_lidc_xml_end_to_end_and_train_on_it(tmp_path):
     scans = tmp_path / "scans"
     csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")

@@ -236,6 +236,7 @@ def train(out, mode, data, *extra):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_adaptive_grows_its_batch_as_its_test_says_and_resumes_with_it(tmp_path, smoke_data):
     # images every epoch: the TensorBoard writers must survive adaptive's one fit per epoch
     extra = ["--emulate-workers", "2", "--set", "adaptive_theta=0.5", "--set", "tensorboard_images_every=1"]
@@ -254,6 +255,7 @@ def test_adaptive_grows_its_batch_as_its_test_says_and_resumes_with_it(tmp_path,
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_data):
     rows = train(tmp_path / "loc", "local", smoke_data, "--emulate-workers", "2", "--set", "local_steps=3",
                  "--set", "max_epochs=2")

@@ -96,6 +96,7 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         load_study(str(bad))
 
 
+@pytest.mark.slow
 def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     import json
     import sys

@@ -13,14 +13,7 @@ from deepdensity.model.layers import grid_points, mixture_density
 
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory, smoke_data):
-    out = tmp_path_factory.mktemp("trained") / "run"
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-         f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--quiet"])
-    return out
-
-
+@pytest.mark.slow
 def test_encoded_mixture_renders_back_to_the_models_output(tmp_path, smoke_run, smoke_data, capsys):
     out = tmp_path / "params.h5"
     assert encode.main(["--run", str(smoke_run), "--data", str(smoke_data), "--out", str(out),
@@ -53,6 +46,7 @@ def test_cube_to_world_follows_the_geometry_prepare_cuts_with():
     np.testing.assert_allclose(encode.cov_to_world(cov, G, s), np.diag([9.0, 4.0, 1.0]) * (G * s / 2) ** 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["interpolate", "perturb"])
 def test_generation_is_deterministic_recorded_and_trainable(tmp_path, smoke_run, smoke_data, scheme):
     def make(name, seed):
@@ -89,6 +83,7 @@ def test_latent_draws_stay_between_or_near_their_sources():
     np.testing.assert_array_equal(y, lat[[a for a, _ in src]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cli", ["encode", "generate"])
 def test_a_run_without_weights_or_data_of_another_size_is_one_error_line(tmp_path, smoke_run, smoke_data,
                                                                         capsys, cli):

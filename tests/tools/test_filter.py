@@ -84,9 +84,9 @@ def test_write_filtered_drops_train_rows_only(tmp_path, smoke_data):
     assert len(load_cubes(out).train) == 252
 
 
-def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
-    run_dir = tmp_path / "run"
-    train_one_epoch(smoke_data, run_dir)
+@pytest.mark.slow
+def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data, smoke_run):
+    run_dir = smoke_run
     out = tmp_path / "filtered.h5"
     proc = run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(smoke_data),
                 "--out", str(out)])
@@ -106,6 +106,7 @@ def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data):
     train_one_epoch(out, tmp_path / "on_filtered")
 
 
+@pytest.mark.slow
 def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
     from deepdensity.data import ingest
     scans = tmp_path / "scans"
@@ -127,15 +128,15 @@ def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
     train_one_epoch(out, tmp_path / "on_filtered", "--set", "max_train_cubes=0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["no_weights", "other_cube_size", "too_small", "overwrite"])
-def test_bad_input_is_one_error_line(tmp_path, smoke_data, capsys, case):
-    run_dir, data = tmp_path / "run", smoke_data
+def test_bad_input_is_one_error_line(tmp_path, smoke_data, smoke_run, capsys, case):
+    run_dir, data = smoke_run, smoke_data
     if case == "no_weights":
+        run_dir = tmp_path / "run"
         run_dir.mkdir()
         (run_dir / "config.json").write_text("{}")
         expected = "holds no weights.h5"
-    else:
-        train_one_epoch(smoke_data, run_dir)
     argv = []
     if case == "other_cube_size":
         data = tmp_path / "c8.h5"

@@ -10,7 +10,9 @@ import pytest
 
 from tests.support import ROOT, SMOKE, horovodrun, run
 
-pytestmark = pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")
+# Every test here launches horovodrun or trains in a subprocess.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
 
 
 def losses(out):

@@ -18,6 +18,7 @@ def metrics(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_output(tmp_path, smoke_data):
     out = tmp_path / "run"
     proc = train("--mode", "strong", "--out", str(out), data=smoke_data)
@@ -39,6 +40,7 @@ def test_smoke_run_writes_every_output(tmp_path, smoke_data):
     assert (out / "weights.h5").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_stops_at_the_target(tmp_path, smoke_data):
     out = tmp_path / "run"
     # a target above the first epoch's loss is reached at once
@@ -106,6 +108,7 @@ def test_the_stall_rule_is_off_by_default_and_spares_a_slow_decrease():
     assert not model.stop_training
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
     full, part = tmp_path / "full", tmp_path / "part"
     train("--mode", "warmup", "--emulate-workers", "2", "--out", str(full),
@@ -131,6 +134,7 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
     assert len(metrics(part)) == 3
 
 
+@pytest.mark.slow
 def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data):
     out = tmp_path / "w"
     train("--mode", "warmup", "--emulate-workers", "4", "--out", str(out), "--set", "warmup_epochs=2",
@@ -152,6 +156,7 @@ def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data)
     (["--set", "epoch_definition=pass"], "epoch_definition must be one of per_worker, global"),
     (["--set", "stall_patience=-1"], "stall_patience must be >= 0"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(smoke_data, args, message):
     proc = train("--mode", "strong", *args, data=smoke_data, check=False)
     assert proc.returncode == 2, proc.stderr
@@ -160,6 +165,7 @@ def test_bad_input_is_one_line_and_exit_2(smoke_data, args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unusable_output_folder_and_reused_folder(tmp_path, smoke_data):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -173,12 +179,14 @@ def test_unusable_output_folder_and_reused_folder(tmp_path, smoke_data):
 
 @pytest.mark.parametrize("args", [["--set", "data_path=/nonexistent/x.h5"], ["--set", "max_train_cubes=16"],
                                   ["--emulate-workers", "3"]])
+@pytest.mark.slow
 def test_a_refused_run_leaves_no_empty_output_folder(tmp_path, smoke_data, args):
     out = tmp_path / "run"
     proc = train("--mode", "strong", "--out", str(out), *args, data=smoke_data, check=False)
     assert proc.returncode == 2 and not out.exists()
 
 
+@pytest.mark.slow
 def test_wrong_cube_shape_is_rejected(tmp_path):
     import h5py
     bad = tmp_path / "bad.h5"
@@ -187,14 +195,6 @@ def test_wrong_cube_shape_is_rejected(tmp_path):
         f["val/cubes"] = np.zeros((8, 16, 16, 12), "f4")
     proc = train("--mode", "strong", data=bad, check=False)
     assert proc.returncode == 2 and "expected (N, G, G, G)" in proc.stderr
-
-
-@pytest.fixture(scope="module")
-def one_epoch_run(tmp_path_factory, smoke_data):
-    """A strong N = 1 run stopped at its cap after one epoch: what a resume continues."""
-    out = tmp_path_factory.mktemp("resume") / "run"
-    train("--mode", "strong", "--out", str(out), "--set", "max_epochs=1", data=smoke_data)
-    return out
 
 
 def refused(proc, *phrases):
@@ -209,11 +209,12 @@ def refused(proc, *phrases):
     (["--mode", "strong", "--set", "n_components=4"], ["n_components 8 -> 4"]),
     (["--mode", "strong", "--set", "max_train_cubes=64"], ["max_train_cubes 128 -> 64"]),
 ])
-def test_a_resume_that_would_change_the_path_is_refused_and_changes_nothing(tmp_path, one_epoch_run,
+@pytest.mark.slow
+def test_a_resume_that_would_change_the_path_is_refused_and_changes_nothing(tmp_path, smoke_run,
                                                                            smoke_data, args, phrases):
     import shutil
     run_dir = tmp_path / "run"
-    shutil.copytree(one_epoch_run, run_dir)
+    shutil.copytree(smoke_run, run_dir)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     proc = train(*args, "--out", str(run_dir), "--resume", "--set", "max_epochs=2", data=smoke_data, check=False)
     refused(proc, *phrases)
@@ -243,16 +244,18 @@ def delete_config(run_dir):
                                             (delete_checkpoint, "is missing"),
                                             (truncate_checkpoint, "is damaged"),
                                             (delete_config, "config.json is missing")])
-def test_a_damaged_run_folder_is_refused_with_what_to_do(tmp_path, one_epoch_run, smoke_data, damage, phrase):
+@pytest.mark.slow
+def test_a_damaged_run_folder_is_refused_with_what_to_do(tmp_path, smoke_run, smoke_data, damage, phrase):
     import shutil
     run_dir = tmp_path / "run"
-    shutil.copytree(one_epoch_run, run_dir)
+    shutil.copytree(smoke_run, run_dir)
     damage(run_dir)
     proc = train("--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2",
                  data=smoke_data, check=False)
     refused(proc, phrase, "start afresh")
 
 
+@pytest.mark.slow
 def test_tensorboard_logs_scalars_and_slice_images_on_rank_0(tmp_path, smoke_data):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     out = tmp_path / "run"
