@@ -12,8 +12,8 @@ setup(
     version="0.1.0",
     description="3D Gaussian-mixture autoencoder and its strong/weak scaling study under Horovod",
     packages=find_packages(include=["deepdensity", "deepdensity.*"]),
-    # the study presets, so that `deepdensity repro` runs outside a checkout too
-    package_data={"deepdensity.study": ["presets/*.yaml"]},
+    # the study presets and report templates, so that `deepdensity repro` runs outside a checkout too
+    package_data={"deepdensity.study": ["presets/*.yaml", "templates/*.md"]},
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},
     python_requires=">=3.10,<3.12",
     install_requires=[
