@@ -15,21 +15,21 @@ import sys
 from deepdensity.data.cubes import HU_WINDOW, DataError, write_cubes
 from deepdensity.data.ingest import prepare, synth_scans
 from deepdensity.data.synth import KIND_PROBS, NODULE_KINDS, synthesize
+from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.errors import command
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m deepdensity.data", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "python -m deepdensity.data")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("synth", help="write synthetic LUNA-like nodule cubes to HDF5")
+    s = sub.add_parser("synth", formatter_class=HelpFormatter, help="write synthetic LUNA-like nodule cubes to HDF5")
     s.add_argument("--out", required=True, help="output .h5 path")
     s.add_argument("--n", type=int, default=2100, help="number of cubes (paper: 2100 nodules)")
     s.add_argument("--val", type=int, default=256, help="validation cubes (paper: 256)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="cube i depends only on (seed, i)")
     s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
-    pr = sub.add_parser("prepare", help="cut nodule cubes from DICOM series or LUNA16 volumes")
+    pr = sub.add_parser("prepare", formatter_class=HelpFormatter, help="cut nodule cubes from DICOM series or LUNA16 volumes")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
     src.add_argument("--luna", help="folder of LUNA16 .mhd/.raw volumes")
@@ -42,14 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     pr.add_argument("--spacing", type=float, default=1.0, help="isotropic voxel spacing of the cubes, mm")
     pr.add_argument("--val", type=int, default=256, help="validation cubes, whole scans at a time")
-    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--seed", type=int, default=0, help="seeds which scans go to validation")
     pr.add_argument("--window", type=float, nargs=2, default=list(HU_WINDOW), metavar=("LO", "HI"),
                     help="HU window mapped to [0, 1]")
-    sd = sub.add_parser("synth-scans", help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
+    sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
     sd.add_argument("--out", required=True, help="output folder")
     sd.add_argument("--n", type=int, default=3, help="number of scans")
-    sd.add_argument("--seed", type=int, default=0)
-    sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom")
+    sd.add_argument("--seed", type=int, default=0, help="seeds the scans' anatomy and nodules")
+    sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom",
+                    help="DICOM series (with LIDC-style readings) or LUNA16's MetaImage")
     return ap
 
 

@@ -38,6 +38,7 @@ from deepdensity.config import XLA_CHOICES, load  # noqa: E402
 from deepdensity.model.layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
+from deepdensity.utils.args import parser  # noqa: E402
 from deepdensity.utils.errors import command  # noqa: E402
 from deepdensity.utils.files import write_atomic  # noqa: E402
 
@@ -285,20 +286,20 @@ def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m deepdensity.bench", description=__doc__.split("\n")[0])
+    ap = parser(__doc__, "python -m deepdensity.bench")
     ap.add_argument("--config", default="configs/paper.yaml",
-                    help="the model's settings (default: %(default)s, the paper's)")
+                    help="the model's settings (the paper's)")
     ap.add_argument("--repeats", type=int, default=20,
-                    help="timed repeats per figure, a quarter above batch 32 (default: %(default)s)")
+                    help="timed repeats per figure, a quarter above batch 32")
     ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
-    ap.add_argument("--out", default="reports/bench.json", help="the figures as JSON (default: %(default)s)")
+    ap.add_argument("--out", default="reports/bench.json", help="the figures as JSON")
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
                     help="only horovodrun -np 2 against one process (paired runs), printed, not saved")
     ap.add_argument("--pairs", type=int, default=5,
-                    help="with --horovod: paired runs A B A B ... (default: %(default)s)")
+                    help="with --horovod: paired runs A B A B ...")
     return ap
 
 

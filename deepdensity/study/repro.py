@@ -23,7 +23,6 @@ Finished runs are kept under runs/study-PRESET and skipped when the study is run
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -46,6 +45,7 @@ from deepdensity.study.report import write_reports
 from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.tables import Cell, evaluate_claims, protocol_rows
+from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import write_atomic
 
@@ -144,13 +144,12 @@ def measure_timing(cfg, n_weights: int, say=print) -> dict:
 
 @command(os_hint="pass other --runs / --reports folders")
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deepdensity.repro", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "python -m deepdensity.repro")
     ap.add_argument("--preset", default="default", help="deepdensity/study/presets/NAME.yaml, or a path")
-    ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'")
+    ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'; none: one process emulates N workers")
     ap.add_argument("--lr-sweep", action="store_true",
                     help="only find the sequential model's edge of stability (reports/lr_sweep.json)")
-    ap.add_argument("--runs", help="runs folder (default runs/study-PRESET)")
+    ap.add_argument("--runs", help="runs folder (default: runs/study-PRESET under the working directory)")
     ap.add_argument("--compare-with", default="reports",
                     help="for adaptive/local: the default study's reports, whose weak, linear and warmup "
                          "rows the report shows beside them (default reports/)")

@@ -13,7 +13,6 @@ holds world positions (`world_xyz`, attribute `spacing_mm`, 3-D), also `mu_world
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import h5py
 import numpy as np
 
 from deepdensity.data.cubes import DataError, load_cubes, read_columns
+from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import atomic_path
 
@@ -40,12 +40,11 @@ def cov_to_world(cov: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarr
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "python -m deepdensity.encode")
     ap.add_argument("--run", required=True, help="a run folder with weights.h5 and config.json")
     ap.add_argument("--data", required=True, help="cubes in deepdensity's HDF5 layout")
     ap.add_argument("--out", required=True, help="output .h5")
-    ap.add_argument("--split", choices=("train", "val", "all"), default="all")
+    ap.add_argument("--split", choices=("train", "val", "all"), default="all", help="which split to encode")
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass")
     ap.add_argument("--density", action="store_true", help="also store the rendered densities")
     args = ap.parse_args(argv)

@@ -24,7 +24,6 @@ DBSCAN's core points. min_samples = 4, Ester et al.'s choice for 2-D data.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ import h5py
 import numpy as np
 
 from deepdensity.data.cubes import DataError, load_cubes
+from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import atomic_path
 
@@ -181,8 +181,7 @@ def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, c
 # ------------------------------------------------------------------------------------
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deepdensity.filter", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "python -m deepdensity.filter")
     ap.add_argument("--run", required=True, help="a trained run folder (weights.h5, config.json)")
     ap.add_argument("--data", required=True, help="the HDF5 data file the run was trained on")
     ap.add_argument("--out", required=True, help="the filtered file (its random control goes beside it)")

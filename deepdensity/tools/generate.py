@@ -19,13 +19,13 @@ shows real cubes next to generated ones. The same seed gives the same file.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, write_cubes
+from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 
 
@@ -52,17 +52,17 @@ def latent_draws(latents: np.ndarray, masses: np.ndarray, n: int, scheme: str, r
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "python -m deepdensity.generate")
     ap.add_argument("--run", required=True, help="a run folder with weights.h5 and config.json")
     ap.add_argument("--data", required=True, help="the cubes it was trained on (deepdensity HDF5)")
     ap.add_argument("--n", type=int, required=True, help="cubes to generate")
     ap.add_argument("--out", required=True, help="output .h5 (and OUT.png)")
-    ap.add_argument("--scheme", choices=SCHEMES, default="interpolate")
+    ap.add_argument("--scheme", choices=SCHEMES, default="interpolate",
+                    help="how new latent vectors are drawn from the training cubes' (below)")
     ap.add_argument("--noise", type=float, default=0.1, help="perturb: noise in units of y's spread")
     ap.add_argument("--t-min", type=float, default=0.0, help="interpolate: t in [t_min, 1 - t_min]")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0, help="the same seed gives the same file")
+    ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass of the decoder")
     args = ap.parse_args(argv)
     if args.n < 1 or args.batch < 1:
         raise DataError("--n and --batch must be >= 1")

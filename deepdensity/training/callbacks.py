@@ -161,11 +161,12 @@ class Checkpoint(tf.keras.callbacks.Callback):
 
 
 class Progress(tf.keras.callbacks.Callback):
-    """A progress bar on a terminal, else one line per epoch (rank 0; silent with --quiet)."""
+    """A progress bar on a terminal, else one line per epoch (rank 0; silent with --quiet),
+    and how the run ended (rank 0, also with --quiet)."""
 
-    def __init__(self, record: RunRecord, say, bar: bool):
+    def __init__(self, record: RunRecord, say, tell, bar: bool):
         super().__init__()
-        self.record, self.say, self.want_bar, self.bar = record, say, bar, None
+        self.record, self.say, self.tell, self.want_bar, self.bar = record, say, tell, bar, None
 
     def on_train_begin(self, logs=None):
         if self.want_bar and self.bar is None and sys.stderr.isatty():
@@ -187,7 +188,7 @@ class Progress(tf.keras.callbacks.Callback):
         """Close the bar and print how the run ended (after the last call of fit)."""
         if self.bar is not None:
             self.bar.close()
-        self.say(self.record.final_line())
+        self.tell(self.record.final_line())
 
 
 class PolicyLR(tf.keras.callbacks.Callback):

@@ -9,28 +9,27 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
-import argparse
 
 from deepdensity.config import load
 from deepdensity.scaling.rules import ALL_MODES
 from deepdensity.training.trainer import train
+from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 
 
 @command
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = parser(__doc__, "train.py")
     ap.add_argument("--mode", required=True, choices=ALL_MODES,
-                    help="batch/lr policy: the paper's four (section IV), or adaptive, local (README)")
-    ap.add_argument("--config", help="YAML file of settings that differ from the defaults")
+                    help="batch/lr policy: the paper's four (section IV), or adaptive, local (docs/beyond.md)")
+    ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
-    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5)")
+    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); none: nothing written")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
     ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
                     help="one process following the optimisation path of N Horovod workers")
-    ap.add_argument("--quiet", action="store_true", help="no per-epoch output")
+    ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
     args = ap.parse_args(argv)
     if args.resume and not args.out:
         ap.error("--resume needs --out")

@@ -207,13 +207,25 @@ def idle_cpu_share(seconds: float) -> float:
     return backend.allreduce_max(cpu / wall)
 
 
-if __name__ == "__main__":
-    # horovodrun -np N python -m deepdensity.dist FLOATS: prints the allreduce time on rank 0;
-    # ... -m deepdensity.dist --idle SECONDS: prints the idle share of a core instead.
-    import sys
-    if sys.argv[1] == "--idle":
-        key, value = "IDLE_CPU_SHARE", idle_cpu_share(float(sys.argv[2]))
+def probe_main(argv=None) -> int:
+    """`horovodrun -np N python -m deepdensity.training.dist FLOATS`: the allreduce time of
+    FLOATS float32 values on rank 0; `--idle SECONDS`: an idle rank's share of a core.
+    What `make bench` and the study's timing probe run."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m deepdensity.training.dist", description=probe_main.__doc__)
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("floats", nargs="?", type=int, help="time an allreduce of this many float32 values")
+    what.add_argument("--idle", type=float, metavar="SECONDS", help="measure an idle rank's share of a core")
+    args = ap.parse_args(argv)
+    if args.idle is not None:
+        key, value = "IDLE_CPU_SHARE", idle_cpu_share(args.idle)
     else:
-        key, value = "ALLREDUCE_SECONDS", time_allreduce(int(sys.argv[1]))
+        key, value = "ALLREDUCE_SECONDS", time_allreduce(args.floats)
     if hvd is None or hvd.rank() == 0:
         print(f"{key} {value:.9f}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(probe_main())

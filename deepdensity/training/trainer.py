@@ -113,6 +113,7 @@ class _Launch:
     p: rules.ScalingPlan
     out: Optional[Path]
     say: object                      # print on rank 0 unless quiet, else nothing
+    tell: object                     # print on rank 0, quiet or not (how the run ended)
 
     @property
     def is_chief(self) -> bool:
@@ -133,8 +134,10 @@ def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int
         p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
     except rules.PlanError as e:
         raise ConfigError(str(e)) from None
-    say = print if (verbose and rank == 0) else (lambda *a, **k: None)
-    return _Launch(backend, threads, rank, processes, workers, p, Path(out_dir) if out_dir else None, say)
+    silent = lambda *a, **k: None  # noqa: E731
+    say = print if (verbose and rank == 0) else silent
+    tell = print if rank == 0 else silent
+    return _Launch(backend, threads, rank, processes, workers, p, Path(out_dir) if out_dir else None, say, tell)
 
 
 def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
@@ -279,7 +282,7 @@ def _callbacks(cfg: Config, run: _Launch, record: callbacks.RunRecord, feeds: _F
         checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
         cbs += [callbacks.MetricsLog(record, out), checkpoint]
         cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    progress = callbacks.Progress(record, run.say, bar=verbose and run.is_chief)
+    progress = callbacks.Progress(record, run.say, run.tell, bar=verbose and run.is_chief)
     return cbs + [progress], progress, checkpoint
 
 

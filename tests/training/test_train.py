@@ -278,3 +278,9 @@ def test_tensorboard_logs_scalars_and_slice_images_on_rank_0(tmp_path, smoke_dat
     assert [step for step, _ in images] == [1, 3], "the first epoch, then every 2"
     w, h = (int(v) for v in tf.make_ndarray(images[0][1])[:2])
     assert (w, h) == ((16 + 1 + 16) * 8, 4 * (16 + 1) * 8)
+
+
+@pytest.mark.slow
+def test_quiet_still_prints_how_the_run_ended(smoke_data):
+    proc = train("--mode", "strong", "--quiet", "--set", "max_epochs=1", data=smoke_data)
+    assert proc.stdout.splitlines() == ["stopped at the epoch cap (1) after 1 epochs"], proc.stdout
