@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from deepdensity.data.cubes import HU_WINDOW, DataError, write_cubes
+from deepdensity.data.cubes import HU_WINDOW, DataError
 from deepdensity.data.ingest import prepare, synth_scans
-from deepdensity.data.synth import KIND_PROBS, NODULE_KINDS, synthesize
+from deepdensity.data.synth import write_synthetic
 from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.errors import command
 
@@ -69,15 +69,8 @@ def main(argv=None) -> int:
             readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
             print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
         elif args.cmd == "synth":
-            train, val = synthesize(args.n, args.val, args.seed, args.cube, args.spacing,
-                                    progress=sys.stderr.isatty())
-            write_cubes(args.out, train, val, {
-                "cube_size": args.cube, "ndim": 3, "spacing_mm": args.spacing,
-                "hu_window": list(HU_WINDOW), "source": "synthetic",
-                "created_by": f"python -m deepdensity.data synth --n {args.n} --val {args.val} "
-                              f"--seed {args.seed} --cube {args.cube} --spacing {args.spacing}",
-                "seed": args.seed, "kinds": list(NODULE_KINDS), "kind_probs": list(KIND_PROBS),
-            })
+            train, val = write_synthetic(args.out, args.n, args.val, args.seed, args.cube, args.spacing,
+                                         progress=sys.stderr.isatty())
             print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "
                   f"of {args.cube}^3 (seed {args.seed})")
     except KeyboardInterrupt:

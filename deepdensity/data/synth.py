@@ -6,11 +6,16 @@ import sys
 
 import numpy as np
 
-from deepdensity.data.cubes import DataError, Split, check_geometry, hu_to_unit
+from deepdensity.data.cubes import HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
 
 NODULE_KINDS = ("solid", "part_solid", "ground_glass", "lobulated")
 # Rough LUNA16 mix of appearances; solid nodules dominate.
 KIND_PROBS = (0.55, 0.2, 0.1, 0.15)
+
+# The data sets the shipped settings name (Config's default, configs/paper.yaml and
+# configs/smoke.yaml), as (cubes, validation cubes, seed): made on first use, so that
+# `python train.py --mode weak` runs on a fresh clone with no other step.
+DEFAULT_DATA = {"data/synth.h5": (2100, 256, 0), "data/smoke.h5": (320, 64, 0)}
 
 
 def smooth_field(field: np.ndarray, sigma_vox: float) -> np.ndarray:
@@ -116,3 +121,17 @@ def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
     all_cubes = Split(cubes, uids, centres, diameters, {"kind": np.array(kinds, dtype=object)})
     order = np.random.default_rng([seed, 2**31]).permutation(n)
     return all_cubes.take(np.sort(order[n_val:])), all_cubes.take(np.sort(order[:n_val]))
+
+
+def write_synthetic(path, n: int, n_val: int, seed: int, size: int = 16, spacing_mm: float = 1.0,
+                    progress: bool = False) -> tuple:
+    """`synthesize` written to `path` in the project's layout, with how it was made; returns
+    (train, val)."""
+    train, val = synthesize(n, n_val, seed, size, spacing_mm, progress=progress)
+    write_cubes(path, train, val, {
+        "cube_size": size, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(HU_WINDOW),
+        "source": "synthetic", "seed": seed, "kinds": list(NODULE_KINDS), "kind_probs": list(KIND_PROBS),
+        "created_by": f"python -m deepdensity.data synth --n {n} --val {n_val} --seed {seed} --cube {size} "
+                      f"--spacing {spacing_mm}",
+    })
+    return train, val

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,7 @@ from deepdensity.training import dist
 from deepdensity.scaling import rules
 from deepdensity.training import callbacks, watch
 from deepdensity.config import Config, ConfigError
+from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.training.runs import RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics, resume_changes
 from deepdensity.utils.errors import UserError
@@ -153,6 +155,7 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
         run.say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
         return read_json(out / "result.json", "finished run's result") if run.is_chief else {}
 
+    _make_default_data(cfg.data_path, run)
     cubes, train_x, val_x = _training_data(cfg, run.say)
     try:
         steps = rules.steps_per_epoch(len(train_x), p, cfg.epoch_definition)
@@ -307,6 +310,24 @@ def _resume_point(ckpt, out: Optional[Path], state: Optional[dict], backend, pro
         initial_epoch = int(backend.allreduce_max(initial_epoch))
         elapsed_before = backend.allreduce_max(elapsed_before)
     return initial_epoch, elapsed_before
+
+
+def _make_default_data(path: str, run: _Launch) -> None:
+    """A data set the shipped settings name (synth.DEFAULT_DATA) that does not exist yet is
+    made: deterministic, written by rank 0 alone while the other workers wait."""
+    recipe = synth.DEFAULT_DATA.get(path)
+    need = float(run.is_chief and recipe is not None and not Path(path).exists())
+    if run.processes > 1:       # Horovod: rank 0 decides, every worker learns it
+        need = run.backend.allreduce_max(need)
+    if not need:
+        return
+    if run.is_chief:
+        n, n_val, seed = recipe
+        run.tell(f"making the default data set {path}: {n} synthetic cubes, {n_val} of them for validation, "
+                 f"seed {seed} (python -m deepdensity.data synth --out {path} --n {n} --val {n_val} --seed {seed})")
+        synth.write_synthetic(path, n, n_val, seed, progress=run.say is print and sys.stderr.isatty())
+    if run.processes > 1:       # Horovod: the others wait here until rank 0's file is complete
+        run.backend.allreduce_max(0.0)
 
 
 def _training_data(cfg: Config, say) -> tuple:

@@ -6,6 +6,7 @@ parse) derives from UserError, so that one wrapper, `command`, handles them all 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 EXIT_BAD_INPUT = 2
@@ -35,5 +36,15 @@ def command(main=None, *, os_hint: str = ""):
 
 
 def _fail(line: str) -> int:
-    print(f"error: {line}", file=sys.stderr)
+    # Horovod: every rank meets the same bad input; rank 0 alone says so, as it alone prints.
+    # Launchers name the rank in the environment (horovodrun: HOROVOD_RANK; mpirun: OMPI_*).
+    if _launcher_rank() == 0:
+        print(f"error: {line}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def _launcher_rank() -> int:
+    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0

@@ -186,3 +186,26 @@ def test_the_cycle_time_horovod_runs_is_the_one_configured(tmp_path, monkeypatch
     # a cycle sleeps out the rest of its time, so it lasts its setting plus a little work
     # (the 5 % below: the timeline's microsecond stamps, not a cycle cut short)
     assert 0.95 * expected_ms <= gap_ms < expected_ms * 1.5 + 1
+
+
+def test_the_default_data_set_is_made_once_by_rank_0_on_first_use(tmp_path, smoke_data):
+    """A fresh clone has no data/: configs/smoke.yaml names data/smoke.h5, which the first
+    run makes (rank 0 writes, rank 1 waits) and which equals `data synth`'s file."""
+    import h5py
+    import numpy as np
+    proc = run([horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "weak", "--config", SMOKE,
+                "--set", "max_epochs=1", "--quiet"], cwd=tmp_path)
+    made = [line for line in proc.stdout.splitlines() if "making the default data set data/smoke.h5" in line]
+    assert len(made) == 1, proc.stdout
+    assert "stopped at the epoch cap (1) after 1 epochs" in proc.stdout
+    with h5py.File(tmp_path / "data" / "smoke.h5") as a, h5py.File(smoke_data) as b:
+        for split in ("train", "val"):
+            np.testing.assert_array_equal(a[f"{split}/cubes"][...], b[f"{split}/cubes"][...])
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["smoke.h5"], "no temporary file left"
+
+
+def test_bad_input_under_horovodrun_is_said_once_by_rank_0(tmp_path):
+    proc = run([horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "weak",
+                "--set", "base_lr=-1"], cwd=tmp_path, check=False)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "error: base_lr must be" in line]
+    assert proc.returncode != 0 and len(said) == 1, proc.stdout + proc.stderr
