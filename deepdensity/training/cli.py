@@ -9,12 +9,16 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
+import json
+import shlex
+import sys
+from pathlib import Path
 
 from deepdensity.config import load
 from deepdensity.scaling.rules import ALL_MODES
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command
+from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
 
 
 @command
@@ -34,7 +38,26 @@ def main(argv=None) -> int:
     if args.resume and not args.out:
         ap.error("--resume needs --out")
     cfg = load(args.config, args.set)
-    train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
-          verbose=not args.quiet)
+    try:
+        train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
+              verbose=not args.quiet)
+    except KeyboardInterrupt as e:
+        interrupted = Interrupted(getattr(e, "code", EXIT_SIGINT))
+        interrupted.args = (where_to_continue(args.out, argv),)
+        raise interrupted from None
     return 0
+
+
+def where_to_continue(out, argv) -> str:
+    """The epoch a run folder holds and the command that continues it."""
+    if not out:
+        return "nothing was saved (no --out)"
+    state = Path(out) / "state.json"
+    try:
+        epoch = json.loads(state.read_text())["epoch"] + 1
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no epoch finished; {out} holds nothing to resume"
+    words = list(sys.argv[1:] if argv is None else argv)
+    again = " ".join(shlex.quote(w) for w in words + ([] if "--resume" in words else ["--resume"]))
+    return f"at epoch {epoch}, checkpointed in {out}; continue with: python train.py {again}"
 

@@ -180,21 +180,44 @@ def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate
             "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
             "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
             "n_val": len(val_x), "threads_per_process": run.threads, "versions": _versions()})
-    if initial_epoch >= cfg.max_epochs:
+    if initial_epoch > cfg.max_epochs:
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
-
     record = callbacks.RunRecord(p, cfg, steps, elapsed_before, val_history)
+    if initial_epoch == cfg.max_epochs:
+        # stopped after its last epoch's checkpoint and before its weights: finish it as it would have
+        _last_epoch_again(record, read_metrics(out) if (run.is_chief and out) else [])
+        run.tell(record.final_line())
+        return _save_run(model, record, run, state)
     feeds = _Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
     cbs, progress, checkpoint = _callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose)
     feeds.fit(model, cbs, steps, record)
     progress.finish()
+    return _save_run(model, record, run, checkpoint.state if checkpoint else None)
+
+
+def _last_epoch_again(record: callbacks.RunRecord, rows: list) -> None:
+    """The outcome of a run's last checkpointed epoch, from its metrics row (what Stopping
+    decided then, decided again)."""
+    if not rows:
+        return
+    last, cfg = rows[-1], record.cfg
+    loss, val_loss = (math.nan if last[k] is None else last[k] for k in ("loss", "val_loss"))
+    record.row, record.losses = last, (loss, val_loss)
+    record.status = rules.stop_reason(last["epoch"] - 1, loss, val_loss, cfg.target_loss, cfg.max_epochs,
+                                      record.val_history, cfg.stall_patience)
+    if record.status == "reached_target":
+        record.time_to_target_s = last["seconds"]
+
+
+def _save_run(model, record: callbacks.RunRecord, run: _Launch, state: Optional[dict]) -> dict:
+    """weights.h5, result.json and the final state.json (rank 0); returns the result."""
     result = record.result()
-    if run.is_chief and out:
-        with atomic_path(out / "weights.h5", suffix=".h5") as tmp:  # Keras picks the format by suffix
+    if run.is_chief and run.out:
+        with atomic_path(run.out / "weights.h5", suffix=".h5") as tmp:  # Keras picks the format by suffix
             model.save_weights(str(tmp))
-        write_atomic(out / "result.json", json.dumps(result, indent=2))
-        write_atomic(out / "state.json", json.dumps({**checkpoint.state, "status": result["status"]}))
+        write_atomic(run.out / "result.json", json.dumps(result, indent=2))
+        write_atomic(run.out / "state.json", json.dumps({**(state or {}), "status": result["status"]}))
     return result
 
 

@@ -11,6 +11,26 @@ import sys
 
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
+EXIT_SIGTERM = 143  # 128 + SIGTERM, what a scheduler sends before it kills a job
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: raised where the program is, so that `finally` blocks and atomic
+    writers clean up; `code` is the exit status a shell expects for that signal."""
+
+    def __init__(self, code: int = EXIT_SIGINT):
+        super().__init__()
+        self.code = code
+
+
+def raise_on_sigterm() -> None:
+    """Make SIGTERM end the program as Ctrl-C does (Python's default would end it at once,
+    with no cleanup and no word)."""
+    import signal
+
+    def handler(signum, frame):
+        raise Interrupted(EXIT_SIGTERM)
+    signal.signal(signal.SIGTERM, handler)
 
 
 class UserError(ValueError):
@@ -19,12 +39,20 @@ class UserError(ValueError):
 
 def command(main=None, *, os_hint: str = ""):
     """Wrap a command's `main(argv) -> int` so that a UserError or an OSError becomes one
-    `error:` line and exit 2. `os_hint` is appended to an OSError's line (what to try)."""
+    `error:` line and exit 2, and Ctrl-C or SIGTERM one `interrupted` line and exit 130 or
+    143 (a command that can say more, such as how to continue, raises `Interrupted` with
+    its own message). `os_hint` is appended to an OSError's line (what to try)."""
     def wrap(fn):
         @functools.wraps(fn)
         def wrapped(argv=None) -> int:
+            raise_on_sigterm()
             try:
                 return fn(argv) or 0
+            except KeyboardInterrupt as e:
+                code = getattr(e, "code", EXIT_SIGINT)
+                if _launcher_rank() == 0:
+                    print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+                return code
             except UserError as e:
                 return _fail(str(e))
             except OSError as e:

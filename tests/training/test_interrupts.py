@@ -1,0 +1,68 @@
+"""Ctrl-C and SIGTERM in the middle of a run: one line that says where the run stands and the
+command that continues it, exit 130 or 143, no traceback, a run folder that resumes; and a
+run stopped between its last checkpoint and its weights is finished by --resume."""
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import ROOT, SMOKE, run
+
+TF_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} |WARNING: All log messages)")
+
+
+def start(out, data, max_epochs=6):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
+                             "--set", f"data_path={data}", "--set", f"max_epochs={max_epochs}", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_a_run_in_one_line_and_the_line_continues_it(tmp_path, smoke_data, signum, code):
+    out = tmp_path / "run"
+    proc = start(out, smoke_data)
+    for line in proc.stdout:                       # wait for the first finished epoch
+        if line.startswith("epoch    1"):
+            break
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    # TensorFlow's C++ logger writes a few lines of its own (XLA's, with a timestamp or an absl
+    # prefix); everything else on stderr is ours
+    lines = [x for x in stderr.splitlines() if x.strip() and not TF_LOG_LINE.match(x)]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: at epoch "), stderr
+    assert "Traceback" not in stderr
+    assert not list(out.glob("**/*.tmp*")), "no temporary file left behind"
+    command = lines[0].split("continue with: ", 1)[1]
+    assert command.startswith("python train.py ") and command.endswith("--resume")
+    again = run([sys.executable] + shlex.split(command)[1:])
+    assert "stopped at the epoch cap (6) after 6 epochs" in again.stdout
+    epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4, 5, 6], "each epoch once, none lost, none twice"
+
+
+@pytest.mark.slow
+def test_resume_finishes_a_run_stopped_between_its_last_checkpoint_and_its_weights(tmp_path, smoke_run, smoke_data):
+    out = tmp_path / "run"
+    shutil.copytree(smoke_run, out)
+    finished = json.loads((out / "result.json").read_text())
+    (out / "weights.h5").unlink()
+    (out / "result.json").unlink()
+    state = json.loads((out / "state.json").read_text())
+    (out / "state.json").write_text(json.dumps({**state, "status": "running"}))
+    proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
+                f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--resume"])
+    assert "stopped at the epoch cap (1) after 1 epochs" in proc.stdout
+    result = json.loads((out / "result.json").read_text())
+    assert (result["status"], result["epochs"], result["final_val_loss"]) == \
+        (finished["status"], finished["epochs"], finished["final_val_loss"])
+    assert (out / "weights.h5").stat().st_size > 0
+    assert json.loads((out / "state.json").read_text())["status"] == "max_epochs"
