@@ -15,6 +15,19 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
 
 
+# Real and emulated workers (and N workers against the sequential run) differ only in float32
+# rounding: another thread count per process, and on another CPU other oneDNN kernels. The
+# largest relative difference of a loss over these 3-epoch runs (local, weak, warmup; real
+# against emulated) measured 7e-8 on a 2-core AVX2 AMD EPYC, the same with
+# ONEDNN_MAX_CPU_ISA=SSE41, and 4.6e-5 on an AVX-512/AMX Intel Xeon (where the former 1e-5
+# failed). The bound is ten times the largest and still a hundred times below what one epoch
+# changes the loss by on the smoke data (about 5 %), so a path that really differs fails.
+LOSS_REL = 5e-4
+# The weights drift with the losses; 2e-3 of a weight (1e-5 absolute near zero) is the same
+# margin over the loss's, not measured on the AVX-512 machine.
+WEIGHT_REL, WEIGHT_ABS = 2e-3, 1e-5
+
+
 def losses(out):
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return [(r["loss"], r["val_loss"], r["lr"]) for r in rows]
@@ -30,7 +43,7 @@ def assert_same_path(a, b):
     assert len(a) == len(b) == 3
     for (la, va, ra), (lb, vb, rb) in zip(a, b):
         # float32 rounding: the sum of two half-batch means is not bitwise the full mean
-        assert lb == pytest.approx(la, rel=1e-5) and vb == pytest.approx(va, rel=1e-5)
+        assert lb == pytest.approx(la, rel=LOSS_REL) and vb == pytest.approx(va, rel=LOSS_REL)
         assert rb == pytest.approx(ra, rel=1e-7)
 
 
@@ -55,13 +68,13 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     if per_worker:
         assert len(one) == 4 and len(two) == 2
         for (_, v2, r2), (_, v1, r1) in zip(two, one[1::2]):
-            assert v2 == pytest.approx(v1, rel=1e-5) and r2 == pytest.approx(r1, rel=1e-7)
+            assert v2 == pytest.approx(v1, rel=LOSS_REL) and r2 == pytest.approx(r1, rel=1e-7)
     else:
         assert_same_path(one, two)
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert w1.keys() == w2.keys() and len(w1) > 10
     for name in w1:
-        assert w2[name] == pytest.approx(w1[name], rel=1e-4, abs=1e-6), name
+        assert w2[name] == pytest.approx(w1[name], rel=WEIGHT_REL, abs=WEIGHT_ABS), name
     cfg = json.loads((tmp_path / "two" / "config.json").read_text())
     assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
     assert cfg["steps_per_epoch"] == (8 if per_worker else 4), "128 cubes: 4 steps a pass"
@@ -139,7 +152,7 @@ def test_adaptive_takes_the_same_decisions_on_two_real_and_two_emulated_workers(
     for a, b in zip(emu, real):
         assert b["grad_noise"] == pytest.approx(a["grad_noise"], rel=1e-3)
         assert b["grad_sq"] == pytest.approx(a["grad_sq"], rel=1e-4)
-        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=LOSS_REL)
 
 
 def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_data):
@@ -150,7 +163,7 @@ def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_
     assert [r["allreduces"] for r in rows(tmp_path / "real")] == [3, 3, 3]
     w1, w2 = weights(tmp_path / "emu"), weights(tmp_path / "real")
     for name in w1:
-        assert w2[name] == pytest.approx(w1[name], rel=1e-4, abs=1e-6), name
+        assert w2[name] == pytest.approx(w1[name], rel=WEIGHT_REL, abs=WEIGHT_ABS), name
 
 
 CYCLES = """
