@@ -1,8 +1,11 @@
 """A run folder's files, read and written without TensorFlow (the study driver needs them too)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
+from typing import Optional
 
 from deepdensity.utils.errors import UserError
 
@@ -83,3 +86,47 @@ def resume_changes(saved: dict, wanted: dict, defaults: dict) -> list:
         return a == b
     return [(key, saved.get(key, defaults.get(key)), value) for key, value in wanted.items()
             if key not in RESUMABLE and not same(saved.get(key, defaults.get(key)), value)]
+
+
+class RunInUse(UserError):
+    """Another process trains in the run folder."""
+
+
+@contextlib.contextmanager
+def locked(out: Path):
+    """Hold an exclusive lock on the run folder while the block runs, so that a second process
+    training into it is refused with the holder's pid instead of mixing two runs' epochs in
+    one metrics.jsonl. The lock is the kernel's (flock on the folder), so a killed holder
+    releases it. A folder that cannot be made is left to the caller's own check."""
+    import fcntl
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _flock_holder(out)
+            raise RunInUse(f"{out} is in use by another training process"
+                           f"{f' (pid {holder})' if holder else ''}; wait for it to end, or pass another --out") \
+                from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _flock_holder(path: Path) -> Optional[int]:
+    """The pid holding an flock on `path`, from Linux's /proc/locks (None elsewhere)."""
+    inode = str(os.stat(path).st_ino)
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].split(":")[-1] == inode:
+            return int(fields[4])
+    return None

@@ -6,6 +6,7 @@ checkpoint after every epoch so that `--resume` continues a killed run.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from deepdensity.training import dist
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks, watch
+from deepdensity.training import callbacks, runs, watch
 from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
@@ -145,6 +146,12 @@ def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int
 def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
            verbose: bool) -> dict:
     run = _launch(cfg, mode, out_dir, emulate_workers, verbose)
+    # rank 0 alone writes the run folder, so it alone holds its lock
+    with runs.locked(run.out) if (run.out and run.is_chief) else contextlib.nullcontext():
+        return _train_in(cfg, mode, run, resume, emulate_workers, verbose)
+
+
+def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_workers: int, verbose: bool) -> dict:
     out, p = run.out, run.p
     state = _check_out_dir(out, resume) if (out and run.is_chief) else None
     if resume and out and run.is_chief and state is None:

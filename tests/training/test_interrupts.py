@@ -66,3 +66,24 @@ def test_resume_finishes_a_run_stopped_between_its_last_checkpoint_and_its_weigh
         (finished["status"], finished["epochs"], finished["final_val_loss"])
     assert (out / "weights.h5").stat().st_size > 0
     assert json.loads((out / "state.json").read_text())["status"] == "max_epochs"
+
+
+@pytest.mark.slow
+def test_a_second_process_training_into_a_held_run_folder_is_refused_with_the_holders_pid(tmp_path, smoke_data):
+    out = tmp_path / "run"
+    first = start(out, smoke_data, max_epochs=500)     # still training when the second one starts
+    try:
+        for line in first.stdout:
+            if line.startswith("epoch    1"):
+                break
+        second = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
+                      f"data_path={smoke_data}", "--out", str(out), "--resume"], check=False)
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines()[-1] == \
+            f"error: {out} is in use by another training process (pid {first.pid}); wait for it to end, " \
+            f"or pass another --out"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, len(epochs) + 1)), "one run's epochs only"
