@@ -25,12 +25,15 @@ class Interrupted(KeyboardInterrupt):
 
 def raise_on_sigterm() -> None:
     """Make SIGTERM end the program as Ctrl-C does (Python's default would end it at once,
-    with no cleanup and no word)."""
+    with no cleanup and no word). Only the main thread may set a handler; a command called
+    from another thread keeps Python's default."""
     import signal
+    import threading
 
     def handler(signum, frame):
         raise Interrupted(EXIT_SIGTERM)
-    signal.signal(signal.SIGTERM, handler)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 class UserError(ValueError):

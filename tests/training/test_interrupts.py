@@ -21,7 +21,10 @@ def start(out, data, max_epochs=6):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
                              "--set", f"data_path={data}", "--set", f"max_epochs={max_epochs}", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            # a shell that runs us in the background ignores SIGINT, and a child would
+                            # inherit that: give the run the default disposition a terminal's job has
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 @pytest.mark.slow
