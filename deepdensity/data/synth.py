@@ -124,14 +124,14 @@ def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
 
 
 def write_synthetic(path, n: int, n_val: int, seed: int, size: int = 16, spacing_mm: float = 1.0,
-                    progress: bool = False) -> tuple:
-    """`synthesize` written to `path` in the project's layout, with how it was made; returns
-    (train, val)."""
+                    progress: bool = False, created_by: str = "") -> tuple:
+    """`synthesize` written to `path` in the project's layout, with how it was made (the
+    equivalent `data synth` command unless `created_by` names another); returns (train, val)."""
     train, val = synthesize(n, n_val, seed, size, spacing_mm, progress=progress)
     write_cubes(path, train, val, {
         "cube_size": size, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(HU_WINDOW),
         "source": "synthetic", "seed": seed, "kinds": list(NODULE_KINDS), "kind_probs": list(KIND_PROBS),
-        "created_by": f"python -m deepdensity.data synth --n {n} --val {n_val} --seed {seed} --cube {size} "
-                      f"--spacing {spacing_mm}",
+        "created_by": created_by or f"python -m deepdensity.data synth --n {n} --val {n_val} --seed {seed} "
+                                    f"--cube {size} --spacing {spacing_mm}",
     })
     return train, val

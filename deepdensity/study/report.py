@@ -19,15 +19,16 @@ from deepdensity.training.runs import read_metrics
 def write_reports(out: Path, record: StudyRecord) -> None:
     """Tables I-II, the figures, REPORT.md and the cells, claims and protocol as JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    _tables(out, record.study, record.cells)
+    tables = _tables(out, record.study, record.cells)
     _figures(out, record)
-    (out / "REPORT.md").write_text(fill("report.md", **_report_fields(out, record)))
+    (out / "REPORT.md").write_text(fill("report.md", **_report_fields(record, tables)))
     (out / "cells.json").write_text(json.dumps([c.__dict__ for c in record.cells], indent=2))
     (out / "claims.json").write_text(json.dumps(record.claims, indent=2))
     (out / "protocol.json").write_text(json.dumps(record.protocol, indent=2))
 
 
-def _tables(out: Path, study, cells) -> None:
+def _tables(out: Path, study, cells) -> tuple:
+    """Tables I and II written as .csv and .md; returns their markdown tables for REPORT.md."""
     workers = study.workers
     eff = efficiency_table(cells, study.modes, workers)
     src = {(c.mode, c.n): c.time_source for c in cells}
@@ -39,8 +40,9 @@ def _tables(out: Path, study, cells) -> None:
               time_range(cells, "strong", n), src[("strong", n)], fmt(eff["strong"][n]), fmt(PAPER_TABLE1.get(n))]
              for n in workers] if "strong" in study.modes else []
     write_csv(out / "table1.csv", head1, rows1)
+    table1 = md_table(head1, rows1)
     (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's.\n\n"
-                                   + md_table(head1, rows1))
+                                   + table1)
 
     # Table II: weak, warmup, linear
     modes2 = [m for m in ("weak", "warmup", "linear") if m in study.modes]
@@ -49,9 +51,11 @@ def _tables(out: Path, study, cells) -> None:
                                                  fmt(PAPER_TABLE2[m].get(n)))]
              + [src.get((modes2[0], n), "") if modes2 else ""] for n in workers]
     write_csv(out / "table2.csv", head2, rows2)
+    table2 = md_table(head2, rows2)
     (out / "table2.md").write_text("Table II: efficiency of weak scaling, warmup and the linear scaling rule, "
                                    "T1 / (N TN) on time to target; NaN where the target was not reached.\n\n"
-                                   + md_table(head2, rows2))
+                                   + table2)
+    return table1, table2
 
 
 def _figures(out: Path, r: StudyRecord) -> None:
@@ -130,9 +134,9 @@ def _loss_against_time_figure(path: Path, r: StudyRecord, mode: str, plt) -> Non
     plt.close(fig)
 
 
-def _report_fields(out: Path, r: StudyRecord) -> dict:
-    """The $fields of templates/report.md."""
-    return {**_header_fields(r), **_settings_fields(r), **_timing_fields(r), **_result_fields(out, r)}
+def _report_fields(r: StudyRecord, tables: tuple) -> dict:
+    """The $fields of templates/report.md; `tables` are Tables I and II in markdown."""
+    return {**_header_fields(r), **_settings_fields(r), **_timing_fields(r), **_result_fields(r, tables)}
 
 
 def _header_fields(r: StudyRecord) -> dict:
@@ -193,12 +197,11 @@ def _timing_fields(r: StudyRecord) -> dict:
             "allreduce_times": ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in t["allreduce_seconds"].items())}
 
 
-def _result_fields(out: Path, r: StudyRecord) -> dict:
+def _result_fields(r: StudyRecord, tables: tuple) -> dict:
     workers = r.study.workers
     conv_rows = [[m] + [epochs_listing(r.cells, m, n) or "not run" for n in workers] for m in r.study.modes]
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(r.cells)]
-    return {"table1": (out / "table1.md").read_text().split("\n", 2)[2],
-            "table2": (out / "table2.md").read_text().split("\n", 2)[2],
+    return {"table1": tables[0], "table2": tables[1],
             "convergence_table": md_table(["mode"] + [f"N={n}" for n in workers], conv_rows),
             "target_6": fmt(r.target, 6), "collapse_6": fmt(r.collapse_loss, 6),
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)

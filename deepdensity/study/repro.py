@@ -556,15 +556,12 @@ def _relative_to_cwd(path: Path) -> Path:
 
 def _study_data(root: Path, name: str, d: dict) -> Path:
     """The study's synthetic data set, written once per runs folder."""
-    from deepdensity.data.cubes import HU_WINDOW, write_cubes
-    from deepdensity.data.synth import synthesize
+    from deepdensity.data.synth import write_synthetic
     data_path = root / "data.h5"
     if not data_path.exists():
         print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")
-        train, val = synthesize(d["n"], d["val"], d["seed"], progress=sys.stderr.isatty())
-        write_cubes(data_path, train, val, {"cube_size": 16, "ndim": 3, "spacing_mm": 1.0,
-                                            "hu_window": list(HU_WINDOW), "source": "synthetic",
-                                            "created_by": f"deepdensity.repro --preset {name}"})
+        write_synthetic(data_path, d["n"], d["val"], d["seed"], progress=sys.stderr.isatty(),
+                        created_by=f"deepdensity.repro --preset {name}")
     return data_path
 
 
