@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deepdensity.scaling import rules
+from deepdensity.study import decide
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
@@ -60,16 +61,27 @@ def efficiency_table(cells: list, modes, workers) -> dict:
     return out
 
 
+def outcomes(cells: list, mode: str, n: int) -> list:
+    """Reached the target? One bool per seed of (mode, N), in seed order."""
+    return [c.reached for c in sorted(cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
+
+
+def times(cells: list, mode: str, n: int, scale: float = 1.0) -> list:
+    """Time to target per seed of (mode, N) times `scale`; None where a seed missed it."""
+    return [None if c.time_to_target_s is None else c.time_to_target_s * scale
+            for c in sorted(cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
+
+
+def describe_cell(reached: list) -> str:
+    """'converges (3 of 3)', 'mixed (2 of 3)', ... for a claim's evidence."""
+    return f"{decide.call(reached)} ({sum(reached)} of {len(reached)})"
+
+
 class _Cells:
     """Questions the claims ask of the study's cells."""
 
     def __init__(self, cells: list, workers):
         self.cells, self.workers = cells, list(workers)
-
-    def reached(self, mode, n) -> bool:
-        """Every seed of (mode, N) reached the target."""
-        runs = [c for c in self.cells if c.mode == mode and c.n == n]
-        return bool(runs) and all(c.reached for c in runs)
 
     def known(self, mode) -> bool:
         return any(c.mode == mode for c in self.cells)
@@ -83,77 +95,137 @@ class _Cells:
         return "" if self.ran(mode, least) == [n for n in self.workers if n >= least] else \
             f" (run at N = {', '.join(map(str, self.ran(mode, least)))} only)"
 
-    def listing(self, mode, ns, want) -> str:
-        return ", ".join(str(n) for n in ns if self.reached(mode, n) == want) or "none"
+    def convergence(self, mode, expect, least=1, always=False) -> tuple:
+        """([cell verdict], evidence) of a claim that `mode` converges (or fails) at each N,
+        `expect(n)` giving the expectation at N."""
+        verdicts, parts = [], []
+        for n in self.ran(mode, least):
+            reached = outcomes(self.cells, mode, n)
+            verdicts.append(decide.against(expect(n), reached, always=always))
+            parts.append(f"N = {n}: {describe_cell(reached)}")
+        return verdicts, "; ".join(parts) + self.only(mode, least)
 
 
-def _claim(claim, paper, ours, ok) -> dict:
-    verdict = "n/a" if ok is None else ("reproduced" if ok else "not reproduced")
-    return {"claim": claim, "paper": paper, "ours": ours, "verdict": verdict}
+def measured_differences(cells: list, workers) -> set:
+    """The (mode, N) cells on one side of a difference in time to target that decide.compare
+    measures, in the comparisons the claims and the beyond answers make: strong scaling against
+    every other mode at each N > 1, and weak scaling's N x time at its smallest and largest N > 1."""
+    v, out = _Cells(cells, workers), set()
+    for n in v.ran("strong", 2):
+        for mode in [m for m in rules.ALL_MODES if m != "strong" and n in v.ran(m)]:
+            if decide.compare(times(cells, "strong", n), times(cells, mode, n)) in (decide.SHORTER, decide.LONGER):
+                out |= {("strong", n), (mode, n)}
+    ns = v.ran("weak", 2)
+    if len(ns) >= 2 and decide.compare(times(cells, "weak", ns[0], ns[0]), times(cells, "weak", ns[-1], ns[-1])) \
+            in (decide.SHORTER, decide.LONGER):
+        out |= {("weak", ns[0]), ("weak", ns[-1])}
+    return out
+
+
+def _claim(claim, paper, rule, ours, cell_verdicts) -> dict:
+    return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "verdict": decide.verdict(cell_verdicts)}
 
 
 def _strong_converges(v: _Cells) -> dict:
-    return _claim("Strong scaling converges at every N", "reached the target at N = 1..32",
-                  f"reached at N = {v.listing('strong', v.ran('strong'), True)}{v.only('strong')}",
-                  all(v.reached("strong", n) for n in v.ran("strong")))
+    verdicts, ours = v.convergence("strong", lambda n: decide.CONVERGES, always=True)
+    return _claim("Strong scaling always converges", "reached the target at N = 1..32",
+                  "every N converges; one failed seed at any N contradicts", ours, verdicts)
 
 
 def _linear_fails(v: _Cells) -> dict:
+    verdicts, ours = v.convergence("linear", lambda n: decide.FAILS, least=2)
     return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-                  f"failed at N = {v.listing('linear', v.ran('linear', 2), False)}{v.only('linear', 2)}",
-                  not any(v.reached("linear", n) for n in v.ran("linear", 2)))
+                  "every N > 1 fails", ours, verdicts)
 
 
 def _warmup_to_four(v: _Cells) -> dict:
+    verdicts, ours = v.convergence("warmup", lambda n: decide.CONVERGES if n <= 4 else decide.FAILS)
+    if not v.ran("warmup", 8):
+        verdicts.append(decide.UNDECIDED)
+        ours += "; no N >= 8 run, so 'only up to 4' cannot be judged"
     return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
-                  f"reached at N = {v.listing('warmup', v.ran('warmup'), True)}{v.only('warmup')}",
-                  all(v.reached("warmup", n) == (n <= 4) for n in v.ran("warmup")))
+                  "N <= 4 converges and N >= 8 fails", ours, verdicts)
 
 
 def _weak_converges_less_efficiently(v: _Cells) -> dict:
-    ns = v.ran("weak")
-    eff = efficiency_table(v.cells, ["weak"], ns)["weak"]
-    falling = [eff[n] for n in ns if not math.isnan(eff[n])]
-    ok = all(v.reached("weak", n) for n in ns) and all(b < a for a, b in zip(falling, falling[1:]))
+    verdicts, ours = v.convergence("weak", lambda n: decide.CONVERGES)
+    ns = v.ran("weak", 2)
+    if len(ns) >= 2:      # efficiency T1 / (N TN) falls from the smallest to the largest N > 1 run
+        lo, hi = ns[0], ns[-1]
+        got = decide.compare(times(v.cells, "weak", lo, lo), times(v.cells, "weak", hi, hi))
+        verdicts.append({decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}.get(got, decide.UNDECIDED))
+        ours += f"; N x time to target, N = {lo} against N = {hi}: {got}"
+    else:                 # one N > 1: a fall cannot be seen
+        verdicts.append(decide.UNDECIDED)
+        ours += "; efficiency: fewer than two N > 1 run, a fall cannot be judged"
     return _claim("Weak scaling converges everywhere but its efficiency falls",
                   "reached at every N; efficiency 100 -> 9.45 %",
-                  f"reached at N = {v.listing('weak', ns, True)}; efficiency "
-                  + ", ".join("NaN" if math.isnan(eff[n]) else f"{eff[n]:.1f}" for n in ns) + v.only("weak"), ok)
+                  "every N converges, and N x time to target at the smallest N > 1 is shorter than at the largest",
+                  ours, verdicts)
 
 
 def _strong_fastest(v: _Cells) -> dict:
-    faster = []
+    verdicts, parts = [], []
     for n in v.ran("strong", 2):
-        ts = median_time(v.cells, "strong", n)
-        others = [median_time(v.cells, m, n) for m in ("weak", "linear", "warmup") if n in v.ran(m)]
-        faster.append(ts is not None and all(t is None or ts <= t for t in others))
+        for mode in ("weak", "linear", "warmup"):
+            if n in v.ran(mode):
+                got = decide.compare(times(v.cells, "strong", n), times(v.cells, mode, n))
+                verdicts.append({decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}
+                                .get(got, decide.UNDECIDED))
+                parts.append(f"N = {n} vs {mode}: {got}")
     everywhere = all(v.ran(m) == v.workers for m in ("weak", "linear", "warmup") if v.known(m))
     return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
-                  f"fastest at N = {', '.join(str(n) for n, f in zip(v.ran('strong', 2), faster) if f) or 'none'}"
-                  + ("" if everywhere else " (against the other modes where they were run)"), all(faster))
+                  "at each N > 1, strong scaling's time to target is shorter than each other mode's",
+                  "; ".join(parts) + ("" if everywhere else " (the other modes where they were run)"), verdicts)
 
 
-def _double_eta_diverges(seq_2eta_reached: bool, eta_at_edge: bool) -> dict:
+def _double_eta_diverges(reached: list, eta_at_edge: bool) -> dict:
     return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
-                  "2 x eta " + ("reached the target" if seq_2eta_reached else "did not reach the target")
-                  + ("; eta is the edge found by the lr search, so this holds by the choice of eta"
-                     if eta_at_edge and not seq_2eta_reached else ""),
-                  not seq_2eta_reached)
+                  "the sequential run at 2 x eta fails",
+                  f"2 x eta: {describe_cell(reached)}"
+                  + ("; eta is the edge the lr search found, one grid step below an lr that diverged"
+                     if eta_at_edge else ""),
+                  [decide.against(decide.FAILS, reached)])
 
 
-def evaluate_claims(cells: list, workers, seq_2eta_reached: Optional[bool], eta_at_edge: bool = False) -> list:
-    """The paper's claims (section VII) with its result, ours and a verdict, for the modes
-    the study ran.
-
-    `eta_at_edge`: eta was chosen as the edge of stability, so the 2 x eta claim checks
-    the premise the study was set up with rather than a finding."""
+def evaluate_claims(cells: list, workers, seq_2eta_reached: Optional[list], eta_at_edge: bool = False) -> list:
+    """The paper's claims (section VII): its result, ours, the rule (decide.py) and a verdict,
+    for the modes the study ran. `seq_2eta_reached`: the sequential run at 2 x eta reached the
+    target? One bool per seed (None: not run)."""
     v = _Cells(cells, workers)
     claims = [check(v) for mode, check in (("strong", _strong_converges), ("linear", _linear_fails),
                                            ("warmup", _warmup_to_four), ("weak", _weak_converges_less_efficiently),
                                            ("strong", _strong_fastest)) if v.known(mode)]
     if seq_2eta_reached is not None:
-        claims.append(_double_eta_diverges(seq_2eta_reached, eta_at_edge))
+        claims.append(_double_eta_diverges(list(seq_2eta_reached), eta_at_edge))
     return claims
+
+
+def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
+    """[(global batch, peak lr / eta, schedule, modes, runs, runs that missed the target)]
+    over every distinct run of the study: strong scaling once per seed (its N > 1 are the
+    sequential run), the other modes at N > 1, and the sequential runs at 2 x eta."""
+    groups = {}
+    for c in cells:
+        if c.mode != "strong" and c.n == 1 or c.mode == "strong" and c.n > 1:
+            continue
+        p = rules.plan(c.mode, c.n, base_batch, base_lr=1.0)
+        key = (p.global_batch, p.peak_lr, "warmup" if c.mode == "warmup" else "constant")
+        groups.setdefault(key, []).append((c.mode, c.reached))
+    for r in seq_2eta:
+        groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == "reached_target"))
+    return [(b, lr, sched, sorted({m for m, _ in runs}), len(runs), sum(not ok for _, ok in runs))
+            for (b, lr, sched), runs in sorted(groups.items())]
+
+
+def failure_margins(groups: list, index: int) -> list:
+    """[(value, runs, missed)] of failure_groups summed over everything but column `index`
+    (0: global batch, 1: lr multiple)."""
+    out = {}
+    for g in groups:
+        runs, missed = out.get(g[index], (0, 0))
+        out[g[index]] = (runs + g[4], missed + g[5])
+    return [(v, r, m) for v, (r, m) in sorted(out.items())]
 
 
 def failures(cells: list) -> list:
@@ -207,13 +279,17 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
         ("N", "1, 2, 4, 8, 16, 32", "; ".join(
             f"{m}: {', '.join(map(str, study.mode_workers.get(m, study.workers)))}" for m in study.modes),
          "costly cells left out to fit the time budget; PRESET=paper runs them" if study.mode_workers else same),
-        ("seeds", "not stated", ", ".join(map(str, study.seeds)), ""),
+        ("seeds", "not stated (one run per cell, as far as the paper shows)",
+         ", ".join(map(str, study.seeds)) + (f" in every cell, up to {study.max_seeds} where a verdict is unsettled"
+                                             if study.max_seeds > len(study.seeds) and study.budget_minutes else ""),
+         "several seeds, so that a verdict is not one run's chance (decision rules)"),
         ("hardware", "up to 32 K80 GPUs", "real workers: " + runner if runner else
          "one 2-core CPU: N workers emulated in one process",
          same if runner else "no 32 devices here; the convergence is exact (tests), the time is modelled"),
         ("timing", "wall-clock time to target", "measured (real runs)" if runner else
-         "epochs to target x seconds per epoch: measured at N = 1, the paper's speedup model beyond",
-         same if runner else "see 'How each cell was obtained'"),
+         "epochs to target x seconds per epoch of the paper's speedup model, calibrated on a real one-process "
+         "epoch and shown beside real horovodrun -np 2 and -np 4 epochs",
+         same if runner else "no 32 devices here; see 'The clock'"),
     ]
     return [list(r) for r in rows]
 
@@ -222,53 +298,36 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
 # Beyond the paper: does a remedy beat strong scaling?
 # ------------------------------------------------------------------------------------
 def compare_with_strong(cells: list, mode: str, workers) -> list:
-    """[(N, verdict, mode's median time, strong's median time)] for N > 1 where `mode` ran:
-    verdict "faster" / "slower" / "as fast" (every seed of both reached the target; medians compared),
-    "failed" (a seed of `mode` did not reach it), "strong failed" (strong did not, `mode` did)."""
-    out = []
-    for n in workers:
-        mine = [c for c in cells if c.mode == mode and c.n == n]
-        if n == 1 or not mine:
-            continue
-        t, ts = median_time(cells, mode, n), median_time(cells, "strong", n)
-        if t is None:
-            verdict = "failed"
-        elif ts is None:
-            verdict = "strong failed"
-        elif math.isclose(t, ts, rel_tol=1e-9):
-            verdict = "as fast"
-        else:
-            verdict = "faster" if t < ts else "slower"
-        out.append((n, verdict, t, ts))
-    return out
+    """[(N, decide.compare of `mode` against strong scaling, mode's median time, strong's)]
+    for every N > 1 where `mode` ran; a median is None unless every seed reached the target."""
+    return [(n, decide.compare(times(cells, mode, n), times(cells, "strong", n)),
+             median_time(cells, mode, n), median_time(cells, "strong", n))
+            for n in workers if n > 1 and outcomes(cells, mode, n)]
+
+
+def _seconds(t: Optional[float]) -> str:
+    return "not reached by every seed" if t is None else f"{t:.3g} s"
 
 
 def beyond_answer(cells: list, modes, workers) -> str:
-    """The report's answer, from the cells: does either remedy reach the target faster than
-    strong scaling at some N?"""
+    """The report's answer, by decide.compare: does either remedy reach the target measurably
+    sooner than strong scaling at some N?"""
     sentences, winners = [], []
     for mode in modes:
         rows = compare_with_strong(cells, mode, workers)
         if not rows:
             continue
-        parts = []
-        for n, verdict, t, ts in rows:
-            if verdict in ("faster", "slower", "as fast"):
-                parts.append(f"N = {n}: {t:.3g} s against strong's {ts:.3g} s ({verdict}, {100 * (t / ts - 1):+.0f} %)")
-            elif verdict == "failed":
-                failed = [c for c in cells if c.mode == mode and c.n == n and not c.reached]
-                parts.append(f"N = {n}: did not reach the target ({', '.join(f'seed {c.seed} {c.status}' for c in failed)})")
-            else:
-                parts.append(f"N = {n}: {t:.3g} s while strong did not reach the target")
-        winners += [(mode, n) for n, verdict, _, _ in rows if verdict in ("faster", "strong failed")]
-        sentences.append(f"{mode}: " + "; ".join(parts) + ".")
+        winners += [(mode, n) for n, got, _, _ in rows if got == decide.SHORTER]
+        sentences.append(f"{mode}: " + "; ".join(
+            f"N = {n}: {got} (median {_seconds(t)} against strong's {_seconds(ts)}; seeds "
+            f"{describe_cell(outcomes(cells, mode, n))})" for n, got, t, ts in rows) + ".")
     if not sentences:
         return "Neither remedy was run."
-    verdict = ("Yes: " + ", ".join(f"{m} at N = {n}" for m, n in winners) + " reached the target sooner than "
-               "strong scaling (median over seeds, every seed reaching it)." if winners else
-               "No: neither remedy reached the target sooner than strong scaling at any N run here "
-               "(median over seeds).")
-    return verdict + " " + " ".join(sentences)
+    head = ("Yes: " + ", ".join(f"{m} at N = {n}" for m, n in winners) + " reached the target measurably sooner "
+            "than strong scaling (every seed sooner than every seed of strong scaling)." if winners else
+            "No measurable difference in favour of a remedy: at no N did every seed of adaptive or local SGD reach "
+            "the target sooner than every seed of strong scaling.")
+    return head + " " + " ".join(sentences)
 
 
 def filter_n(cells: list, mode: str) -> Optional[int]:
@@ -294,61 +353,74 @@ def filter_table(rows: list) -> list:
     out = []
     for mode, n in dict.fromkeys((r["mode"], r["n"]) for r in rows):
         for data in ("full", "network", "random"):
-            rs = sorted((r for r in rows if (r["mode"], r["n"], r["data"]) == (mode, n, data)), key=lambda r: r["seed"])
+            rs = _rows_of(rows, mode, n, data)
             if rs:
                 out.append((mode, n, data, [r["epochs_to_target"] for r in rs],
                             _median_or_none([r["time_to_target_s"] for r in rs])))
     return out
 
 
+def _rows_of(rows: list, mode: str, n: int, data: str) -> list:
+    return sorted((r for r in rows if (r["mode"], r["n"], r["data"]) == (mode, n, data)), key=lambda r: r["seed"])
+
+
 def filter_answer(rows: list) -> str:
-    """Does network filtering make the large-batch mode reach the target sooner than the full
-    data and than the random control? From the rows, median over seeds."""
-    def fmt(t):
-        return "not reached by every seed" if t is None else f"{t:.3g} s"
+    """Does network filtering make the large-batch mode reach the target measurably sooner
+    (decide.compare) than both the full data and the random control?"""
     sentences, helped = [], []
-    table = filter_table(rows)
-    for mode, n in dict.fromkeys((m, n) for m, n, *_ in table):
-        t = {d: tm for m, nn, d, _, tm in table if (m, nn) == (mode, n)}
-        sentences.append(f"{mode} at N = {n}: full {fmt(t.get('full'))}, network-filtered {fmt(t.get('network'))}, "
-                         f"random control {fmt(t.get('random'))}.")
-        net = t.get("network")
-        if net is not None and all(t.get(d) is None or net < t[d] for d in ("full", "random")):
+    for mode, n in dict.fromkeys((r["mode"], r["n"]) for r in rows):
+        t = {data: [r["time_to_target_s"] for r in _rows_of(rows, mode, n, data)] for data in ("full", "network", "random")}
+        against = {other: decide.compare(t["network"], t[other]) for other in ("full", "random")}
+        sentences.append(f"{mode} at N = {n}: network-filtered against full data: {against['full']}, against the "
+                         f"random control: {against['random']} (medians: full {_seconds(_median_or_none(t['full']))}, "
+                         f"network {_seconds(_median_or_none(t['network']))}, random "
+                         f"{_seconds(_median_or_none(t['random']))}).")
+        if all(v == decide.SHORTER for v in against.values()):
             helped.append(f"{mode} at N = {n}")
-    verdict = ("Yes for " + ", ".join(helped) + ": the network-filtered data reached the target sooner than both the "
-               "full data and the random control." if helped else
-               "No: the network-filtered data did not reach the target sooner than both the full data and the "
-               "random control for any mode tested.")
-    return verdict + " " + " ".join(sentences)
+    head = ("Yes for " + ", ".join(helped) + ": on every seed the network-filtered data reached the target sooner "
+            "than the full data and the random control did on any seed." if helped else
+            "No measurable gain: for no mode tested did every seed on network-filtered data reach the target sooner "
+            "than every seed on both the full data and the random control.")
+    return head + " " + " ".join(sentences)
 
 
-def preferred_batch(rows: list, lr_rule: str) -> Optional[int]:
-    """The global batch with the shortest time to target under `lr_rule` (None if none reached)."""
-    reached = [r for r in rows if r["lr_rule"] == lr_rule and r["time_to_target_s"] is not None]
-    return min(reached, key=lambda r: (r["time_to_target_s"], r["batch"]))["batch"] if reached else None
+def sweep_times(rows: list, lr_rule: str) -> dict:
+    """{global batch: [time to target per seed, None where missed]} of the batch sweep under `lr_rule`."""
+    out = {}
+    for r in sorted(rows, key=lambda r: (r["batch"], r.get("seed", 0))):
+        if r["lr_rule"] == lr_rule:
+            out.setdefault(r["batch"], []).append(r["time_to_target_s"])
+    return out
+
+
+def preferred_batch(rows: list, lr_rule: str) -> tuple:
+    """(the batch with the shortest median time to target or None, the batches whose time is
+    measurably longer than its by decide.compare): a batch is *preferred* only over those."""
+    per_batch = sweep_times(rows, lr_rule)
+    medians = {b: _median_or_none(ts) for b, ts in per_batch.items()}
+    reached = [b for b, m in medians.items() if m is not None]
+    if not reached:
+        return None, []
+    best = min(reached, key=lambda b: (medians[b], b))
+    return best, [b for b in per_batch if b != best and decide.compare(per_batch[best], per_batch[b]) == decide.SHORTER]
 
 
 def sweep_answer(rows: list) -> str:
-    """Which global batch reaches the target soonest under each lr rule, the times of the larger
-    batches that reached it, and which did not. From the batch sweep's rows."""
+    """Under each lr rule: the batch with the shortest median time to target, and the batches
+    it is measurably faster than (decide.compare); the rest show no measurable difference."""
     sentences = []
     for rule, label in (("eta", "At eta"), ("linear", "With the linear rule")):
-        best = preferred_batch(rows, rule)
+        best, beaten = preferred_batch(rows, rule)
         if best is None:
-            sentences.append(f"{label} no batch reached the target.")
+            sentences.append(f"{label} no batch reached the target on every seed.")
             continue
-        rs = sorted((r for r in rows if r["lr_rule"] == rule and r["batch"] >= best), key=lambda r: r["batch"])
-        best_row, above = rs[0], rs[1:]
-        reached = [r for r in above if r["time_to_target_s"] is not None]
-        failed = [r["batch"] for r in above if r["time_to_target_s"] is None]
-        text = (f"{label} the preferred batch is {best} ({best_row['time_to_target_s']:.3g} s, "
-                f"{best_row['epochs_to_target']} passes)")
-        if reached:
-            text += ("; above it time to target is longer ("
-                     + ", ".join(f"{r['batch']}: {r['time_to_target_s']:.3g} s" for r in reached) + ")")
-        if failed and all(r["batch"] < failed[0] for r in reached):
-            text += f"; no batch from {failed[0]} up reached the target"
-        elif failed:
-            text += "; " + ", ".join(map(str, failed)) + " did not reach the target"
+        per_batch = sweep_times(rows, rule)
+        others = [b for b in per_batch if b != best and b not in beaten]
+        text = (f"{label} batch {best} has the shortest median time to target "
+                f"({_seconds(_median_or_none(per_batch[best]))}, {len(per_batch[best])} seeds)")
+        text += ("; it is measurably shorter than at " + ", ".join(map(str, beaten)) if beaten else
+                 "; it is measurably shorter than at no other batch")
+        if others:
+            text += "; no measurable difference from " + ", ".join(map(str, others))
         sentences.append(text + ".")
     return " ".join(sentences)

@@ -1,0 +1,131 @@
+"""The study's decision rules, fixed before any run: when a cell converges, when one time to
+target is measurably shorter than another, how cells make a claim's verdict, and which cells
+the sequential design gives another seed. Pure: no TensorFlow, no files.
+
+The rules (REPORT.md prints `RULES`):
+
+  cell       A cell (mode, N) is run on several seeds. It *converges* when every seed reaches
+             the target, *fails* when none does and is *mixed* when some do. A unanimous
+             call needs at least MIN_SEEDS seeds; with fewer it is *too few seeds*.
+  compare    Time to target of two cells, seed by seed (a seed that missed the target counts
+             as slower than any that reached it). A is *shorter* than B when every seed of A
+             reached the target sooner than every seed of B (the ranges do not overlap), with
+             at least MIN_SEEDS seeds on each side; *longer* the other way round; otherwise
+             there is *no measurable difference*. Why this rule: if the seeds of A and B came
+             from one distribution, all of A's below all of B's has probability
+             1 / C(n_A + n_B, n_A), 0.05 at 3 against 3 (an exact one-sided permutation
+             test). It is also monotone: another seed can only join two ranges, never part
+             them, so adding seeds where a verdict is unsettled cannot make a difference
+             appear that the first three seeds did not already show.
+  claim      Each cell a claim speaks of *agrees*, *disagrees* or is *undecided*. The claim
+             is *contradicted* when a cell disagrees, *reproduced* when every cell agrees,
+             and *inconclusive* otherwise. A mixed cell leaves "X converges" or "X fails"
+             undecided (the paper's single run may have been either kind), except for
+             "always converges", which one failed seed contradicts.
+  seeds      Every cell runs the preset's first seeds. A cell whose outcome one more seed
+             could still change (a unanimous call, or a side of a measured difference) is
+             unsettled; the rest of the time budget goes to unsettled cells, those with the
+             fewest seeds and then the cheapest first, up to the preset's max_seeds.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+MIN_SEEDS = 3
+
+CONVERGES, FAILS, MIXED, TOO_FEW = "converges", "fails", "mixed", "too few seeds"
+SHORTER, LONGER, NO_DIFFERENCE, NEITHER = "shorter", "longer", "no measurable difference", "neither reached"
+AGREES, DISAGREES, UNDECIDED = "agrees", "disagrees", "undecided"
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+
+RULES = [
+    ("cell", f"converges when every seed reaches the target, fails when none does, mixed when some do; "
+             f"a unanimous call needs at least {MIN_SEEDS} seeds"),
+    ("time", f"A is shorter than B when every seed of A reached the target sooner than every seed of B "
+             f"(non-overlapping ranges, a missed target counting as slowest), at least {MIN_SEEDS} seeds "
+             f"each; else no measurable difference. Chance of that under no difference: "
+             f"1 / C(n_A + n_B, n_A), 0.05 at 3 against 3 (exact one-sided permutation test)"),
+    ("claim", "contradicted when a cell it speaks of disagrees, reproduced when every cell agrees, "
+              "inconclusive otherwise; a mixed cell leaves 'converges' and 'fails' undecided, "
+              "but contradicts 'always converges'"),
+    ("seeds", "the preset's first seeds in every cell; then, within the time budget, one more seed at a "
+              "time for cells another seed could still change (a unanimous call, or a side of a measured "
+              "difference), fewest seeds and cheapest first, up to max_seeds"),
+]
+
+
+def call(reached: Sequence[bool]) -> str:
+    """The convergence call of one cell from its seeds' outcomes (True: reached the target)."""
+    if any(reached) and not all(reached):
+        return MIXED
+    if len(reached) < MIN_SEEDS:
+        return TOO_FEW
+    return CONVERGES if all(reached) else FAILS
+
+
+def separation_chance(n_a: int, n_b: int) -> float:
+    """Probability that n_a draws all fall below n_b draws of the same continuous distribution."""
+    return 1.0 / math.comb(n_a + n_b, n_a)
+
+
+def _slowest_last(t: Optional[float]) -> float:
+    return math.inf if t is None or not math.isfinite(t) else t
+
+
+def compare(times_a: Sequence[Optional[float]], times_b: Sequence[Optional[float]]) -> str:
+    """A's time to target against B's, seed by seed (None: that seed missed the target)."""
+    if len(times_a) < MIN_SEEDS or len(times_b) < MIN_SEEDS:
+        return TOO_FEW
+    a, b = [_slowest_last(t) for t in times_a], [_slowest_last(t) for t in times_b]
+    if math.isinf(min(a)) and math.isinf(min(b)):
+        return NEITHER
+    if max(a) < min(b):
+        return SHORTER
+    if max(b) < min(a):
+        return LONGER
+    return NO_DIFFERENCE
+
+
+def against(expected: str, reached: Sequence[bool], always: bool = False) -> str:
+    """How one cell bears on a claim that expects it to converge (or fail)."""
+    if expected not in (CONVERGES, FAILS):
+        raise ValueError(f"a claim expects {CONVERGES!r} or {FAILS!r}, not {expected!r}")
+    if always and expected == CONVERGES and not all(reached):
+        return DISAGREES                  # one failure is enough against "always converges"
+    got = call(reached)
+    if got == expected:
+        return AGREES
+    if got in (CONVERGES, FAILS):
+        return DISAGREES
+    return UNDECIDED
+
+
+def verdict(cell_verdicts: Iterable[str]) -> str:
+    """A claim's verdict from the verdicts of the cells it speaks of."""
+    vs = list(cell_verdicts)
+    if DISAGREES in vs:
+        return CONTRADICTED
+    if vs and all(v == AGREES for v in vs):
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
+def unsettled(reached: Sequence[bool], in_difference: bool, max_seeds: int) -> Optional[str]:
+    """Why one more seed could still change this cell's part in a verdict, or None."""
+    if len(reached) >= max_seeds:
+        return None
+    got = call(reached)
+    if got == TOO_FEW:
+        return f"only {len(reached)} seed(s)"
+    if got in (CONVERGES, FAILS):
+        return f"{got} on all {len(reached)} seeds: another could make it mixed"
+    if in_difference:
+        return "one side of a measured difference: another seed could close it"
+    return None
+
+
+def next_in_line(candidates: Iterable[tuple]) -> list:
+    """The order in which unsettled cells get their next seed: [(key, seeds so far, cost)]
+    sorted fewest seeds first, then cheapest, then by key (for a repeatable order)."""
+    return sorted(candidates, key=lambda c: (c[1], c[2], str(c[0])))
