@@ -30,6 +30,13 @@ class Study:
     workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     modes: list = field(default_factory=lambda: list(rules.MODES))
     seeds: list = field(default_factory=lambda: [0])
+    # The sequential design (decide.py): after `seeds` in every cell, one more seed at a time
+    # for cells whose verdict another seed could change, up to max_seeds per cell, while the
+    # invocation is within budget_minutes (null: no more seeds).
+    max_seeds: int = 0
+    budget_minutes: Optional[float] = None
+    # Runs side by side: "auto" is the cores over each run's intra_op_threads.
+    parallel_runs: object = "auto"
     # "edge": the sequential model's edge of stability found on this data (the paper's
     # premise, section VI); a number: that base lr, fixed (the paper's literal is 0.00105).
     base_lr: object = "edge"
@@ -62,6 +69,13 @@ class Study:
             (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
             *_integer_list("seeds", self.seeds, 0),
             (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
+            (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
+             f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),
+            (lambda: self.budget_minutes is None or (schema.is_number(self.budget_minutes)
+                                                     and 0 < self.budget_minutes < math.inf),
+             f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),
+            (lambda: self.parallel_runs == "auto" or (schema.is_int(self.parallel_runs) and self.parallel_runs >= 1),
+             f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}"),
             (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(rules.ALL_MODES),
              f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {self.modes!r}"),
             (lambda: not set(self.modes) & set(rules.BEYOND_MODES) or "strong" in self.modes,

@@ -1,40 +1,107 @@
-"""The result records the study's reports are rendered from: what a study found, in one
-object, so that a report is a function of its record and the templates."""
+"""The study's record: everything its reports say, in one JSON file (reports/study.json), so
+that a report is a function of its record and the code, and can be rendered again without
+training (`deepdensity report --from reports/`)."""
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import Config
-from deepdensity.scaling.rules import SpeedupModel
 from deepdensity.study.preset import Study
+from deepdensity.training.runs import read_metrics
+from deepdensity.utils import machine
+
+FORMAT = 1
+FIG1_CUBES = 4
 
 
-@dataclass
-class StudyRecord:
-    """The default study (the paper's protocol): its cells, claims and how they were got."""
-    name: str                        # the preset
-    study: Study
-    cfg: Config                      # the runs' settings, eta included
-    cells: list                      # tables.Cell, one per mode, N and seed
-    claims: list                     # tables.evaluate_claims
-    protocol: list                   # tables.protocol_rows: paper vs ours
-    target: float
-    cap: int
-    collapse_loss: float
-    timing: dict                     # repro.measure_timing's parts of a step
-    seq_epoch_s: float               # the sequential run's median epoch, measured
-    modelled_seq_epoch_s: float      # the timing model's epoch at N = 1
-    strong_model: SpeedupModel
-    seq_2eta: Optional[dict]         # the sequential run at 2 x eta, or None
-    sweep: Optional[dict]            # the edge-of-stability search, or None (eta fixed)
-    n_train: int
-    n_val: int
-    runner: str                      # the --runner template, or "" (emulated workers)
-    invocation: str                  # runs trained and reused, wall time
-    runs_root: Path
-    seq_run: Path                    # the first seed's sequential run (Fig. 1, Fig. 4)
+def _finite(x) -> Optional[float]:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _curves(runs_root: Path, names: set) -> dict:
+    """{run: per-epoch validation loss, and for warmup runs training loss and lr too}."""
+    out = {}
+    for name in sorted(names):
+        rows = read_metrics(runs_root / name)
+        curve = {"val_loss": [_finite(r["val_loss"]) for r in rows]}
+        if name.startswith("warmup-"):
+            curve.update(loss=[_finite(r["loss"]) for r in rows], lr=[r["lr"] for r in rows])
+        out[name] = curve
+    return out
+
+
+def _figure1_slices(cfg: Config, seq_run: Path) -> dict:
+    """Central slices of the first validation cubes and of what the sequential model renders
+    for them (Fig. 1), as nested lists."""
+    from deepdensity.data.cubes import load_cubes, to_density
+    from deepdensity.model.autoencoder import build_model
+    cubes = load_cubes(cfg.data_path)
+    x, _ = to_density(cubes.val[:FIG1_CUBES])
+    model = build_model(cfg, cubes.grid_size, cubes.ndim)
+    model.load_weights(str(seq_run / "weights.h5"))
+    pred = model.predict(x[..., None], verbose=0)[..., 0]
+    g = cubes.grid_size // 2
+    return {"inputs": [[[round(float(v), 6) for v in row] for row in c[g]] for c in x],
+            "rendered": [[[round(float(v), 6) for v in row] for row in c[g]] for c in pred]}
+
+
+def environment(seq_run: Path) -> dict:
+    """Versions as the runs recorded them, and the machine named (CPU, cores, oneDNN's ISA)."""
+    versions = json.loads((seq_run / "config.json").read_text()).get("versions", {})
+    return {**{k: versions.get(k) for k in ("python", "tensorflow", "horovod", "numpy", "gpus")},
+            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
+            "platform": platform.platform()}
+
+
+def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
+                 runner: str) -> dict:
+    """The record of a finished study of the paper's protocol (repro.run_study's state)."""
+    from deepdensity.study.render import git_revision
+    seed0 = s.study.seeds[0]
+    seq_run = s.root / f"seq-s{seed0}"
+    run_names = {name for names in book.runs.values() for name in names}
+    wall = time.perf_counter() - s.t_start
+    return {
+        "format": FORMAT, "preset": s.name, "study": dataclasses.asdict(s.study), "settings": proto.cfg.to_dict(),
+        "eta": proto.eta, "target": proto.target, "cap": proto.cap, "collapse_loss": s.collapse_loss,
+        "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
+        "cells": [dataclasses.asdict(c) for c in cells],
+        "seed_reasons": [{"unit": " ".join(map(str, unit)), "seed": seed, "why": why}
+                         for (unit, seed), why in sorted(book.why.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))],
+        "seq_2eta": [{"seed": sd, "status": r["status"], "epochs": r["epochs"],
+                      "final_val_loss": _finite(r.get("final_val_loss"))}
+                     for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"],
+        "sweep": sweep, "timing": timing, "curves": _curves(s.root, run_names),
+        "fig1": _figure1_slices(proto.cfg, seq_run), "environment": environment(seq_run),
+        "provenance": {
+            "command": "make repro" + ("" if s.name == "default" else " PRESET=" + s.name),
+            "revision": git_revision(),
+            "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "wall_minutes": round(wall / 60, 1), "trained": len(s.runner.trained),
+            "reused": len(s.runner.reused - s.runner.trained), "parallel_runs": s.runner.parallel,
+            "runs_minutes": round(sum(json.loads((s.root / n / "result.json").read_text()).get("seconds") or 0.0
+                                      for n in run_names) / 60, 1),
+            "more_seeds_stopped_at": stopped},
+    }
+
+
+def study_of(record: dict) -> Study:
+    return Study(**record["study"])
+
+
+def config_of(record: dict) -> Config:
+    fields = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in record["settings"].items()
+                     if k in fields})
 
 
 @dataclass

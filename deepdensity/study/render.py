@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import platform
 import statistics
 import string
 import subprocess
@@ -67,22 +65,6 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
-
-
-def cpu_model() -> str:
-    """The CPU's model name as the platform reports it (Linux: /proc/cpuinfo)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host() -> str:
-    """One phrase naming the host a report ran on, from the platform itself."""
-    return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
 
 
 def git_revision() -> str:

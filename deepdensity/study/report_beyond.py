@@ -137,7 +137,7 @@ def _filtering_md(out: Path, filtering: dict, target: float) -> str:
 def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
     _sweep_figure(out / "fig9.png", sweep)
-    best = {rule: preferred_batch(sweep, rule) for rule in ("eta", "linear")}
+    best = {rule: preferred_batch(sweep, rule)[0] for rule in ("eta", "linear")}
     md = md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
                   [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], fmt(r["epoch_seconds"]),
                     fmt(r["time_to_target_s"], 1, "not reached")] for r in sweep])
@@ -180,7 +180,7 @@ def _sweep_figure(path: Path, sweep: list) -> None:
         missed = [r["batch"] for r in rows if r["time_to_target_s"] is None]
         if missed:
             bottom.plot(missed, [bottom.get_ylim()[1]] * len(missed), "x", color=color, label=f"{rule}: not reached")
-        best = preferred_batch(sweep, rule)
+        best = preferred_batch(sweep, rule)[0]
         if best is not None:
             t = next(r["time_to_target_s"] for r in reached if r["batch"] == best)
             bottom.plot([best], [t], "o", ms=14, mfc="none", color=color)

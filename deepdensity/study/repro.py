@@ -15,9 +15,12 @@ How a cell (mode, N) is obtained without N devices:
   base lr      by default the sequential model's edge of stability on this data, the
                largest lr on a sqrt(2) grid that converges on every seed, below the
                collapse level (paper section VI; README, "The learning-rate premise").
-  time         seconds per epoch measured for N = 1 (one process here), else the paper's
-               speedup model with parts measured here: per-step and per-sample compute,
-               evaluation, and Gloo allreduce of this model's gradients at N = 2, 4.
+  time         the paper's speedup model for every N, built from parts measured here
+               (per-step and per-sample compute, evaluation, Gloo allreduce of this model's
+               gradients at N = 2, 4) and calibrated on a real one-process epoch; checked
+               against real horovodrun -np 2 and -np 4 epochs (timing.py).
+  seeds        the preset's first seeds in every cell, then more where a verdict is not
+               settled, within the preset's time budget (decide.py, design.py).
 With --runner every cell is a real multi-worker run and its measured time to target is used.
 Finished runs are kept under runs/study-PRESET and skipped when the study is run again.
 """
@@ -40,106 +43,20 @@ import yaml
 
 from deepdensity.scaling import rules
 from deepdensity.config import load
-from deepdensity.study.record import BeyondRecord, StudyRecord
-from deepdensity.study.report import write_reports
-from deepdensity.training.runs import read_json, read_metrics
+from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.tables import Cell, evaluate_claims, protocol_rows
+from deepdensity.study.record import BeyondRecord, study_record
+from deepdensity.study.report import render_reports
+from deepdensity.study.runner import StudyRunner, fmt_s
+from deepdensity.study.tables import Cell, measured_differences
+from deepdensity.study.timing import measure_timing, model_epoch
+from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import write_atomic
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
-
-
-# ------------------------------------------------------------------------------------
-# Running
-# ------------------------------------------------------------------------------------
-def _fmt_s(s: float) -> str:
-    return f"{s / 60:.1f} min" if s >= 90 else f"{s:.0f} s"
-
-
-class StudyRunner:
-    """Runs (or skips, when finished) the study's training runs, one subprocess each."""
-
-    def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], say=print):
-        self.root, self.train_yaml, self.runner = root, train_yaml, runner
-        self.done, self.say = 0, say
-        self.t0 = time.perf_counter()
-        self.trained, self.reused = set(), set()     # run names, this invocation
-
-    def summary(self, wall_s: float) -> str:
-        """What this invocation did, for the reports: its time and the runs it trained or reused."""
-        return (f"this invocation took {wall_s / 60:.1f} min, trained {len(self.trained)} run(s) and reused "
-                f"{len(self.reused - self.trained)} finished earlier")
-
-    def run(self, name: str, mode: str, n: int, settings: dict) -> dict:
-        """Run `name` with `settings`; a finished run is reused, and one that stopped at its
-        epoch cap is resumed when asked for more epochs (the sequential runs grow this way)."""
-        out = self.root / name
-        self.done += 1
-        result_path = out / "result.json"
-        if result_path.exists():
-            r = read_json(result_path, "finished run's result")
-            if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
-                self.say(f"[{self.done}] {name}: finished earlier, skipped")
-                self.reused.add(name)
-                return r
-        self.trained.add(name)
-        elapsed = time.perf_counter() - self.t0
-        self.say(f"[{self.done}] {name}: {mode} N={n} "
-                 f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
-                 f"up to {settings.get('max_epochs', '?')} epochs); {_fmt_s(elapsed)} so far")
-        cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
-               "--out", str(out), "--quiet"]
-        if (out / "state.json").exists():
-            cmd.append("--resume")      # a run killed mid-way, or extended, continues from its checkpoint
-        for k, v in settings.items():
-            cmd += ["--set", f"{k}={v}"]
-        if self.runner:
-            cmd = shlex.split(self.runner.format(n=n)) + cmd
-        elif n > 1:
-            cmd += ["--emulate-workers", str(n)]
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-            raise StudyError(f"run {name} failed (exit {proc.returncode}):\n{tail}")
-        return read_json(result_path, "run's result")
-
-
-def epoch_durations(run_dir: Path) -> list:
-    secs = [r["seconds"] for r in read_metrics(run_dir)]
-    return [b - a for a, b in zip(secs, secs[1:])]
-
-
-def measure_timing(cfg, n_weights: int, say=print) -> dict:
-    """The speedup model's parts, measured on this machine (see module docstring)."""
-    import numpy as np
-
-    from deepdensity.perf.bench import allreduce_seconds, median_seconds, step_seconds
-    from deepdensity.model.autoencoder import build_model
-    batches = [1, 2, 4, 8, 16, 32]
-    say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
-    steps = {b: step_seconds(cfg, b, repeats=7) for b in batches}
-    step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
-    model = build_model(cfg, 16, 3)
-    x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
-    eval_per_sample = median_seconds(lambda: model(x, training=False).numpy(), 7) / 64
-    allreduce = {1: 0.0}
-    for n in (2, 4):
-        say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
-        try:
-            allreduce[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
-        except RuntimeError as e:
-            raise StudyError(str(e)) from None
-    ns = sorted(allreduce)
-    _, per_doubling = rules.fit_line([math.log2(n) for n in ns], [allreduce[n] for n in ns])
-    return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
-            "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
-            "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
-            "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
 
 
 @command(os_hint="pass other --runs / --reports folders")
@@ -183,25 +100,46 @@ def _val_losses(run_dir: Path) -> list:
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
 
 
-def find_edge(runner: "StudyRunner", base_lr: float, epochs: int, patience: int, seeds,
+def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, seeds,
               collapse_loss: Optional[float], say=print) -> tuple:
     """The sequential model's edge of stability: the largest lr on the grid
     base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
-    collapse level) for every seed (rules.edge_probe). Returns (edge lr, one row per probe)."""
+    collapse level) for every seed (rules.edge_probe). Returns (edge lr, one row per probe).
+    With room for two runs, the probe the search would ask next if this one converges runs
+    beside it; an outcome the search did not need cannot move the edge (rules.edge_index
+    depends on the lowest k that diverges and on every seed just below it)."""
     outcomes, rows = {}, []
-    while (probe := rules.edge_probe(outcomes, len(seeds))) is not None:
+
+    def probe_run(probe: tuple) -> bool:
         k, i = probe
         lr, name = base_lr * rules.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
         runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
                                        "seed": seeds[i], "stall_patience": patience})
         vals = _val_losses(runner.root / name)
-        outcomes[probe] = rules.diverges(vals, patience, collapse_loss)
-        rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": outcomes[probe],
+        diverges = rules.diverges(vals, patience, collapse_loss)
+        rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": diverges,
                      "epochs": len(vals), "val_losses": [v if math.isfinite(v) else None for v in vals]})
-        say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: "
-            f"{'diverges' if outcomes[probe] else 'converges'}")
+        say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: {'diverges' if diverges else 'converges'}")
+        return diverges
+
+    while (probe := rules.edge_probe(outcomes, len(seeds))) is not None:
+        batch = [probe] + _speculative_probe(outcomes, probe, len(seeds), runner.parallel)
+        for p, diverged in zip(batch, runner.run_all([functools.partial(probe_run, p) for p in batch],
+                                                     label="edge search")):
+            outcomes[p] = diverged
     k = rules.edge_index(outcomes, len(seeds))
     return base_lr * rules.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
+
+
+def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int) -> list:
+    """[the probe after `probe` if `probe` converges], when a second run fits beside it."""
+    if parallel < 2:
+        return []
+    try:
+        guess = rules.edge_probe({**outcomes, probe: False}, n_seeds)
+    except rules.PlanError:
+        return []
+    return [guess] if guess is not None and guess != probe and guess not in outcomes else []
 
 
 def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) -> list:
@@ -237,7 +175,7 @@ class _StudyRun:
     root: Path                       # the runs folder
     out: Path                        # the reports folder
     train_yaml: Path                 # the settings every run of the study starts from
-    runner: "StudyRunner"
+    runner: StudyRunner
     n_train: int
     n_val: int
     collapse_loss: float
@@ -247,14 +185,34 @@ class _StudyRun:
         return self.runner.summary(time.perf_counter() - self.t_start)
 
     def elapsed(self) -> str:
-        return _fmt_s(time.perf_counter() - self.t_start)
+        return fmt_s(time.perf_counter() - self.t_start)
+
+    def deadline(self) -> float:
+        """When the sequential design stops starting runs (perf_counter seconds)."""
+        budget = self.study.budget_minutes
+        return self.t_start + (budget * 60 if budget is not None else 0.0)
+
+
+@dataclass
+class _Protocol:
+    """What every cell of one study shares: eta, the target, the cap, the settings."""
+    eta: float
+    target: float
+    cap: int
+    seq_passes: int                  # the sequential runs' length: E + max(N) passes
+    cfg: object                      # the runs' Config, eta included
+
+    def common(self) -> dict:
+        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap}
 
 
 def run_study(name: str, study: Study, args) -> int:
     """The study of a preset, from the edge of stability to the reports."""
     s = _start_study(name, study, args)
     cfg = load(str(s.train_yaml))
-    # 0. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
+    # 0. The clock first, alone on the host: the runs that follow share it side by side.
+    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val)
+    # 1. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
     if study.base_lr == "edge" or args.lr_sweep:
         eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
         if args.lr_sweep:
@@ -262,35 +220,45 @@ def run_study(name: str, study: Study, args) -> int:
     else:
         eta, sweep = float(study.base_lr), None
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
-
-    # 1. The sequential run of the first seed calibrates the target (paper: ~100 epochs).
-    #    It runs E + max(N) passes, so that every strong-scaling N has an epoch end past E.
-    E, seed0 = study.calibration_epochs, study.seeds[0]
+    # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
+    #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
+    E = study.calibration_epochs
     seq_passes = E + max(study.workers)
+    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes) for sd in study.seeds],
+                           label="sequential runs")
     if study.target_loss is None:
-        target, cap = rules.calibrate_target(sequential_path(s.runner, seed0, eta, seq_passes), E)
+        target, cap = rules.calibrate_target(seq[0], E)
         print(f"target: val_loss {target:.6g}, the sequential run's after {E} epochs; cap {cap} epochs")
     else:
         target, cap = study.target_loss, 4 * E
-    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap}
+    proto = _Protocol(eta, target, cap, seq_passes, cfg)
+    # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
+    book = Book()
+    units = _units(s, proto, real_strong=bool(args.runner), book=book,
+                   double_eta=not any(m in rules.BEYOND_MODES for m in study.modes))
+    run_first_seeds(s.runner, book, units, study.seeds)
+    modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
+                                 definition=cfg.epoch_definition)
 
-    # 2. Every cell's convergence.
-    results = _convergence(s.runner, study, cfg, eta, seq_passes, target, cap, common, real_strong=bool(args.runner))
+    def in_difference() -> set:
+        return measured_differences(_study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled), study.workers)
 
-    # 3. Time per epoch: measured for N = 1 (or every N with --runner), modelled beyond.
-    timing = _timing(s.root, cfg)
-    # the sequential run's epochs (passes) after its first, which holds tracing and warm-up
-    seq_epoch = statistics.median(epoch_durations(s.root / f"seq-s{seed0}") or [float("nan")])
-    modelled = functools.partial(_modelled_epoch, cfg, s.n_train, s.n_val, timing)
-    cells = _study_cells(study, results, s.root, args.runner, timing, seq_epoch, s.n_val, modelled)
-
-    # the facts another study needs to know whether its rows compare with these
-    write_atomic(s.out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
-                                                   "collapse_loss": s.collapse_loss}, indent=2))
+    stopped = (run_more_seeds(s.runner, book, units, in_difference, study.max_seeds, s.deadline())
+               if study.budget_minutes else "no time budget in the preset")
+    print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
+    cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled)
     if any(m in rules.BEYOND_MODES for m in study.modes):
-        _beyond_reports(s, cfg, cells, eta, target, cap, common, timing, modelled, seq_epoch, args.compare_with)
+        write_atomic(s.out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
+                                                       "collapse_loss": s.collapse_loss}, indent=2))
+        _beyond_reports(s, cfg, cells, eta, target, cap, proto.common(), timing, modelled, modelled("strong", 1),
+                        args.compare_with)
     else:
-        _paper_reports(s, cfg, cells, eta, target, cap, common, timing, modelled, seq_epoch, sweep, args.runner)
+        record = study_record(s, proto, book, cells, timing, sweep, stopped, args.runner)
+        write_atomic(s.out / "study.json", json.dumps(record, indent=1))
+        claims = render_reports(s.out, record)
+        print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
+        for c in claims:
+            print(f"  {c['verdict']:>13}: {c['claim']}")
     return 0
 
 
@@ -301,44 +269,53 @@ def _start_study(name: str, study: Study, args) -> _StudyRun:
     t_start = time.perf_counter()
     data_path = _study_data(root, name, study.data)
     train_yaml = root / "train.yaml"
-    # deterministic kernels: a rerun of the study gives the same epochs to target
-    train_yaml.write_text(yaml.safe_dump({**study.train, "data_path": str(data_path),
+    # deterministic kernels and a fixed thread count: a rerun of the study on this machine
+    # gives the same epochs to target (the thread count changes the rounding too)
+    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(data_path),
                                           "deterministic": True}))
     out = Path(args.reports)
     out.mkdir(parents=True, exist_ok=True)
     n_train, n_val, collapse_loss = _data_facts(load(str(train_yaml)))
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
-    return _StudyRun(name, study, root, out, train_yaml, StudyRunner(root, train_yaml, args.runner or None),
+    parallel = study.parallel_runs if study.parallel_runs != "auto" else \
+        max(1, (os.cpu_count() or 1) // max(1, load(str(train_yaml)).intra_op_threads))
+    return _StudyRun(name, study, root, out, train_yaml,
+                     StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel),
                      n_train, n_val, collapse_loss, t_start)
 
 
-def _modelled_epoch(cfg, n_train: int, n_val: int, timing: dict, mode: str, n: int) -> float:
-    """Seconds per epoch of (mode, N) by the timing model built from this host's parts."""
-    return rules.epoch_seconds_model(mode, n, n_train, n_val, cfg.batch_size, timing["step_fixed_s"],
-                                     timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                                     timing["eval_per_sample_s"], cfg.epoch_definition)
+def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool) -> dict:
+    """{unit: job(seed) -> run names}: what one more seed of each unit (design.py) runs.
+    Strong scaling follows the sequential path (the tests show it under horovodrun), so
+    unless its runs are real it is read off each seed's sequential run."""
+    study, common = s.study, proto.common()
 
+    def sequential(seed: int) -> list:
+        workers = [n for n in study.workers if n == 1 or not real_strong]
+        derived, vals = strong_from_sequential(s.runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
+                                               proto.cap, proto.cfg.stall_patience)
+        for n, (status, epochs) in derived.items():
+            last = rules.sample_epoch_losses(vals, n)[epochs - 1]
+            book.results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
+                                                  "final_val_loss": last if math.isfinite(last) else None},
+                                                 f"seq-s{seed}")
+        return [f"seq-s{seed}"]
 
-def _paper_reports(s: _StudyRun, cfg, cells: list, eta: float, target: float, cap: int, common: dict,
-                   timing: dict, modelled, seq_epoch: float, sweep: Optional[dict], runner: str) -> None:
-    """The paper's claims from the cells (after the sequential run at 2 x eta), and the reports."""
-    seed0 = s.study.seeds[0]
-    r2 = s.runner.run(f"seq-2eta-s{seed0}", "strong", 1, {**common, "seed": seed0, "base_lr": repr(2 * eta)})
-    claims = evaluate_claims(cells, s.study.workers, r2["status"] == "reached_target", eta_at_edge=sweep is not None)
-    steps1 = rules.steps_per_epoch(s.n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
-    strong_model = rules.SpeedupModel(
-        steps1 * timing["step_fixed_s"], steps1 * cfg.batch_size * timing["per_sample_s"]
-        + s.n_val * timing["eval_per_sample_s"], steps1 * timing["allreduce_per_doubling_s"])
-    write_reports(s.out, StudyRecord(
-        name=s.name, study=s.study, cfg=cfg, cells=cells, claims=claims,
-        protocol=protocol_rows(s.study, cfg, s.n_train, s.n_val, target, cap, eta, sweep, runner),
-        target=target, cap=cap, collapse_loss=s.collapse_loss, timing=timing, seq_epoch_s=seq_epoch,
-        modelled_seq_epoch_s=modelled("strong", 1), strong_model=strong_model, seq_2eta=r2, sweep=sweep,
-        n_train=s.n_train, n_val=s.n_val, runner=runner, invocation=s.invocation(), runs_root=s.root,
-        seq_run=s.root / f"seq-s{seed0}"))
-    print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
-    for c in claims:
-        print(f"  {c['verdict']:>15}: {c['claim']} (ours: {c['ours']})")
+    def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
+        result = s.runner.run(name, train_mode or mode, n, {**common, "seed": seed, **settings})
+        book.results[(mode, n, seed)] = (result, name)
+        return [name]
+
+    units = {("strong",): sequential}
+    if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
+        units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
+                                             {"base_lr": repr(2 * proto.eta)}, train_mode="strong")
+    for mode in study.modes:
+        for n in study.mode_workers.get(mode, study.workers):
+            if n > 1 and (mode != "strong" or real_strong):
+                units[(mode, n)] = functools.partial(
+                    lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}), mode, n)
+    return units
 
 
 def _beyond_reports(s: _StudyRun, cfg, cells: list, eta: float, target: float, cap: int, common: dict,
@@ -367,39 +344,23 @@ def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: 
     return eta, sweep
 
 
-def _convergence(runner: "StudyRunner", study: Study, cfg, eta: float, seq_passes: int, target: float, cap: int,
-                 common: dict, real_strong: bool) -> dict:
-    """{(mode, n, seed): (result, run name)} for every cell of the study. Strong scaling follows
-    the sequential path (the tests show it under horovodrun), so unless its runs are real
-    (`real_strong`) it is read off each seed's sequential run."""
-    results = {}
-    for seed in study.seeds:
-        derived, seq_vals = strong_from_sequential(runner, seed, eta, seq_passes,
-                                                   [n for n in study.workers if n == 1 or not real_strong],
-                                                   target, cap, cfg.stall_patience)
-        for n, (status, epochs) in derived.items():
-            last = rules.sample_epoch_losses(seq_vals, n)[epochs - 1]
-            results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
-                                             "final_val_loss": last if math.isfinite(last) else None},
-                                            f"seq-s{seed}")
-        for mode in study.modes:
-            for n in study.mode_workers.get(mode, study.workers):
-                if n > 1 and (mode != "strong" or real_strong):
-                    nm = f"{mode}-n{n}-s{seed}"
-                    results[(mode, n, seed)] = (runner.run(nm, mode, n, {**common, "seed": seed}), nm)
-    return results
+def epoch_durations(run_dir: Path) -> list:
+    """Seconds of each epoch of a run after its first, from its own clock."""
+    secs = [r["seconds"] for r in read_metrics(run_dir)]
+    return [b - a for a, b in zip(secs, secs[1:])]
 
 
-def _study_cells(study: Study, results: dict, root: Path, real_runner: Optional[str], timing: dict,
-                 seq_epoch: float, n_val: int, modelled) -> list:
-    """One Cell per mode, N and seed, with its time to target: measured for N = 1 (and every
-    N run for real with a runner), modelled from the timing probe otherwise."""
+def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
+                 modelled) -> list:
+    """One Cell per mode, N and seed run so far, with its time to target: epochs to target x
+    the calibrated model's epoch (timing.py), or a real run's own clock with a runner."""
     cells = []
     for mode in study.modes:
         for n in study.mode_workers.get(mode, study.workers):
-            for seed in study.seeds:
-                r, run_name = results[("strong", 1, seed) if n == 1 else
-                                      ("strong", n, seed) if mode == "strong" else (mode, n, seed)]
+            key = "strong" if n == 1 or (mode == "strong" and not real_runner) else mode
+            for (m, nn, seed), (r, run_name) in sorted(book.results.items()):
+                if (m, nn) != (key, n):
+                    continue
                 epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
                 if real_runner and n > 1:      # a real run on n workers: its own clock
                     epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
@@ -407,8 +368,8 @@ def _study_cells(study: Study, results: dict, root: Path, real_runner: Optional[
                 elif mode in rules.BEYOND_MODES and n > 1:   # batch or allreduces vary: epoch by epoch
                     epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
                     source = "modelled"
-                else:                          # one process here: N = 1 measured, N > 1 modelled
-                    epoch_s, source = (seq_epoch, "measured") if n == 1 else (modelled(mode, n), "modelled")
+                else:                          # N = 1 of every mode is the sequential run
+                    epoch_s, source = modelled(mode if n > 1 else "strong", n), "modelled"
                     t = epochs_to_target * epoch_s if epochs_to_target else None
                 cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
                                   source, t, run_name, r.get("final_val_loss")))
@@ -420,9 +381,10 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
     """(median seconds per epoch, time to target or None) of an adaptive or local run on n
     devices, from each epoch's own steps, batch and allreduces (rules.epoch_seconds)."""
     size = rules.LOCAL_ALLREDUCE_SIZE if mode == "local" else 1.0
+    k = timing["compute_scale"]        # the calibrated model (timing.py), as for every other cell
     per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
-                                     timing["step_fixed_s"], timing["per_sample_s"],
-                                     timing["allreduce_per_doubling_s"], timing["eval_per_sample_s"], size)
+                                     k * timing["step_fixed_s"], k * timing["per_sample_s"],
+                                     timing["allreduce_per_doubling_s"], k * timing["eval_per_sample_s"], size)
                  for r in read_metrics(run_dir)]
     t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
     return statistics.median(per_epoch or [math.nan]), t
@@ -514,33 +476,27 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:
-    """(cells, note): the default study's weak, linear and warmup cells (reports/cells.json),
-    their times modelled again with this study's timing so that every row uses the same
-    clock; none, and why, when that study ran another eta or target."""
-    cells_path, sweep_path, study_path = reports / "cells.json", reports / "lr_sweep.json", reports / "study.json"
-    shown = _relative_to_cwd(cells_path)
-    if not cells_path.is_file():
+    """(cells, note): the default study's weak, linear and warmup cells (its study.json), their
+    times modelled again with this study's timing so that every row uses the same clock; none,
+    and why, when that study ran another eta or target."""
+    study_path = reports / "study.json"
+    shown = _relative_to_cwd(study_path)
+    if not study_path.is_file():
         return [], f"no {shown}: run `make repro` (the default preset) for the paper's four modes"
-    if study_path.is_file():
-        facts = read_json(study_path, "default study's eta and target")
-        their_eta, their_target = facts["eta"], facts["target"]
-    else:   # reports written before study.json existed: the edge and the protocol table's target
-        their_eta = read_json(sweep_path, "default study's lr search")["edge_lr"] if sweep_path.is_file() else None
-        row = next((r for r in json.loads(protocol.read_text()) if r[0] == "target")
-                   if (protocol := reports / "protocol.json").is_file() else None, None)
-        their_target = float(row[2].split()[2].rstrip(",")) if row else None
-    if their_eta is None or their_target is None or not math.isclose(their_eta, eta, rel_tol=1e-9) \
+    record = read_json(study_path, "default study's record")
+    their_eta, their_target = record.get("eta"), record.get("target")
+    if "cells" not in record or not math.isclose(their_eta, eta, rel_tol=1e-9) \
             or not math.isclose(their_target, target, rel_tol=1e-5):
         return [], (f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
                     f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out")
     cells = []
-    for c in json.loads(cells_path.read_text()):
+    for c in record["cells"]:
         if c["mode"] not in ("weak", "linear", "warmup") or c["n"] not in workers:
             continue
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
         t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
         cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
-                          "measured" if c["n"] == 1 else "modelled", t, c["run"], c.get("final_val_loss")))
+                          "modelled", t, c["run"], c.get("final_val_loss")))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
 
@@ -574,17 +530,6 @@ def _data_facts(cfg) -> tuple:
     if cfg.intensity_scaling == "density":
         train, val = to_density(train)[0], to_density(val)[0]
     return len(train), len(val), input_independent_loss(train, val)
-
-
-def _timing(root: Path, cfg) -> dict:
-    """The speedup model's parts, measured once per runs folder and cached."""
-    timing_path = root / "timing.json"
-    if timing_path.exists():
-        return json.loads(timing_path.read_text())
-    from deepdensity.model.autoencoder import build_model
-    timing = measure_timing(cfg, build_model(cfg, 16, 3).count_params())
-    write_atomic(timing_path, json.dumps(timing, indent=2))  # a cache reread by every rerun
-    return timing
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+"""The study's clock: one timing model for every N, calibrated on a real epoch, and checked
+against real `horovodrun -np 2` and `-np 4` epochs on this host.
+
+The model is the paper's T_S + T_P / n + c log2 n built from parts measured here (a step's
+fixed cost and cost per sample, the evaluation's cost per cube, the Gloo allreduce of this
+model's gradients at N = 2 and 4), each worker a device like this host. Its compute parts
+are scaled by one factor so that its N = 1 epoch is the real one-process epoch measured in
+the same invocation: T(1) and T(N) then come from the same model, and an efficiency
+T(1) / (N T(N)) carries no bias from mixing a measurement with a model.
+
+Everything here runs alone, before or after the training runs, never beside them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from deepdensity.scaling import rules
+from deepdensity.study.preset import StudyError
+from deepdensity.training.runs import read_metrics
+from deepdensity.utils.files import write_atomic
+
+REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
+REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
+
+
+def measure_parts(cfg, n_weights: int, say=print) -> dict:
+    """The model's parts, measured in this process: step time against per-worker batch,
+    evaluation per cube, Gloo allreduce of `n_weights` floats at N = 2 and 4."""
+    import numpy as np
+
+    from deepdensity.model.autoencoder import build_model
+    from deepdensity.perf.bench import allreduce_seconds, median_seconds, step_seconds
+    batches = [1, 2, 4, 8, 16, 32]
+    say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
+    steps = {b: step_seconds(cfg, b, repeats=7) for b in batches}
+    step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
+    model = build_model(cfg, 16, 3)
+    x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
+    eval_per_sample = median_seconds(lambda: model(x, training=False).numpy(), 7) / 64
+    allreduce = {1: 0.0}
+    for n in (2, 4):
+        say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
+        try:
+            allreduce[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
+        except RuntimeError as e:
+            raise StudyError(str(e)) from None
+    ns = sorted(allreduce)
+    _, per_doubling = rules.fit_line([math.log2(n) for n in ns], [allreduce[n] for n in ns])
+    return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
+            "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
+            "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
+            "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
+
+
+def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> float:
+    """Median seconds of a real strong-scaling epoch on n processes of this host (epochs after
+    the first), from `horovodrun -np n` (n > 1) or one process, each with its share of the cores."""
+    out = root / f"timing-np{n}"
+    shutil.rmtree(out, ignore_errors=True)      # a timing run is measured afresh, never resumed
+    cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", "strong", "--config", str(train_yaml),
+           "--out", str(out), "--quiet", "--set", f"base_lr={eta!r}", "--set", f"max_epochs={REAL_EPOCHS}",
+           "--set", "target_loss=0", "--set", "stall_patience=0", "--set", "intra_op_threads=0"]
+    if n > 1:
+        cmd = [str(Path(sys.executable).with_name("horovodrun")), "-np", str(n)] + cmd
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StudyError(f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
+                         + "\n".join(proc.stderr.strip().splitlines()[-10:]))
+    secs = [r["seconds"] for r in read_metrics(out)]
+    return statistics.median(b - a for a, b in zip(secs, secs[1:]))
+
+
+def compute_scale(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str, t1_real: float) -> float:
+    """The factor on the compute parts that makes the model's one-process epoch the real one."""
+    raw = rules.epoch_seconds_model("strong", 1, n_train, n_val, base_batch, parts["step_fixed_s"],
+                                    parts["per_sample_s"], parts["allreduce_per_doubling_s"],
+                                    parts["eval_per_sample_s"], definition)
+    return t1_real / raw
+
+
+def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
+    """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model."""
+    k = timing["compute_scale"]
+    return rules.epoch_seconds_model(mode, n, n_train, n_val, base_batch, k * timing["step_fixed_s"],
+                                     k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
+                                     k * timing["eval_per_sample_s"], definition)
+
+
+def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
+    """The same model for N strong-scaling workers sharing this one host (what a real
+    `horovodrun -np N` here runs), if the host's throughput were simply shared: the N workers'
+    compute and evaluation add up, the allreduce (measured between N processes of this
+    host) is paid once."""
+    k = timing["compute_scale"]
+    p = rules.plan("strong", n, base_batch)
+    steps = rules.steps_per_epoch(n_train, p, definition)
+    compute = steps * k * (timing["step_fixed_s"] + timing["per_sample_s"] * p.per_worker_batch)
+    evaluation = k * timing["eval_per_sample_s"] * n_val / n
+    return n * (compute + evaluation) + steps * timing["allreduce_per_doubling_s"] * math.log2(n)
+
+
+def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, say=print) -> dict:
+    """The calibrated model and the real epochs it is checked against, measured once per runs
+    folder (timing.json) with nothing else running."""
+    path = root / "timing.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from deepdensity.model.autoencoder import build_model
+    timing = measure_parts(cfg, build_model(cfg, 16, 3).count_params(), say)
+    real = {}
+    for n in REAL_NS:
+        say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
+        real[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
+    timing["real_epoch_seconds"] = real
+    timing["compute_scale"] = compute_scale(timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, real["1"])
+    write_atomic(path, json.dumps(timing, indent=2))
+    return timing
