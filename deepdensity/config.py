@@ -183,14 +183,51 @@ def load(path: Optional[str] = None, overrides=None) -> Config:
     return apply(cfg, parse_set(overrides), "--set")
 
 
-def read_mapping(path, what: str, error: type) -> dict:
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error (plain YAML keeps
+    the last one silently, which is never what the user meant)."""
+
+
+def _mapping_without_repeats(loader: _StrictLoader, node, deep: bool = False) -> dict:
+    first = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is not a setting name",
+                                                    key_node.start_mark) from None
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {first[key] + 1})", key_node.start_mark)
+        first[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
+
+
+def parse_yaml(text: str, where: str, error: type):
+    """The YAML document in `text`, or `error` with one line naming `where`, the line and the column."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        if isinstance(e, yaml.constructor.ConstructorError):      # valid YAML, but not what was meant
+            raise error(f"{where}, {at}: {e.problem}") from None
+        raise error(f"{where} is not valid YAML at {at}: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{where} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+def read_mapping(path, what: str, error: type, allow_empty: bool = True) -> dict:
     """A YAML file holding a mapping of setting names to values (a config or a study
     preset), or `error` with one line saying what is wrong with it."""
     text = read_text(path, what, error)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise error(f"{what} {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    data = parse_yaml(text, f"{what} {path}", error)
+    if data is None and not allow_empty:
+        raise error(f"{what} {path} is empty; it needs at least the keys that differ from the defaults")
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise error(f"{what} {path} must hold a mapping of key: value")

@@ -44,6 +44,7 @@ def files(tmp_path_factory, smoke_data):
     (d / "int_key.yaml").write_text("1: 0.002\n")
     (d / "list.yaml").write_text("- base_lr\n")
     (d / "broken.yaml").write_text("base_lr: [1,\n")
+    (d / "twice.yaml").write_text("base_lr: 0.001\nbase_lr: 0.002\n")
     (d / "latin1.csv").write_bytes((CSV_HEADER + "nodule-é,1,2,3,5\n").encode("latin-1"))
     (d / "columns.csv").write_text("uid,x,y,z\n1,2,3,4\n")
     (d / "words.csv").write_text(CSV_HEADER + "1.2.3,left,2,3,5\n")
@@ -116,7 +117,8 @@ CASES = [
     ("train", ["--config", "{data}"], "is an HDF5 file, not text"),
     ("train", ["--config", "{d}/int_key.yaml"], "key 1 is not a setting name"),
     ("train", ["--config", "{d}/list.yaml"], "must hold a mapping"),
-    ("train", ["--config", "{d}/broken.yaml"], "is not valid YAML"),
+    ("train", ["--config", "{d}/broken.yaml"], "is not valid YAML at line 2, column 1"),
+    ("train", ["--config", "{d}/twice.yaml"], "line 2, column 1: key 'base_lr' is given twice"),
     ("train", ["--config", "{d}/missing.yaml"], "not found"),
     ("train", ["--config", "{d}/empty_dir"], "is a folder"),
     # train.py: data
@@ -135,6 +137,10 @@ CASES = [
     ("train", ["--out", "{d}/no_config", "--resume"], "config.json is missing"),
     # python -m deepdensity.data
     ("data", ["synth", "--out", "{d}/s.h5", "--cube", "2"], "--cube must be at least 4"),
+    ("data", ["synth", "--out", "{data}"], "exists; pass --force to replace it"),
+    ("data", ["synth", "--out", "{d}/s.csv"], "must end in .h5"),
+    ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{data}"],
+     "exists; pass --force"),
     ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "0"], "--spacing must be"),
     ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "nan"], "--spacing must be"),
     ("data", ["synth-scans", "--out", "{d}/scans", "--n", "0"], "needs --n of at least 1"),
@@ -180,7 +186,7 @@ CASES = [
     ("repro", ["--preset", "{d}/p_calibration.yaml"], "calibration_epochs must be an integer >= 1"),
     ("repro", ["--preset", "{d}/p_modes.yaml"], "modes must be a non-empty list"),
     ("repro", ["--preset", "{d}/p_target.yaml"], "target_loss must be null"),
-    ("repro", ["--preset", "{d}/p_base_lr.yaml"], "base_lr must be 'edge' or a positive number"),
+    ("repro", ["--preset", "{d}/p_base_lr.yaml"], "base_lr must be 'edge', 'default_study' or a positive number"),
     ("repro", ["--preset", "{d}/p_int_key.yaml"], "key 1 is not a setting name"),
     ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np {{x}}"], "is not a template with {n}"),
     ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np 4"], "does not use {n}"),
@@ -216,6 +222,21 @@ def test_bad_input_is_one_error_line_exit_2_and_leaves_nothing(files, smoke_data
     assert status == 2, err
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
     assert (tree(files), tree(tmp_path)) == before, "a refused command leaves nothing behind"
+
+
+@pytest.mark.parametrize("tool, extra", [("encode", []), ("generate", ["--n", "4"]), ("filter", [])])
+def test_a_writer_refuses_to_overwrite_its_input_or_an_existing_file(tool, extra, smoke_data, tmp_path, capsys):
+    import importlib
+    main = importlib.import_module(f"deepdensity.tools.{tool}").main
+    before = smoke_data.read_bytes()
+    assert main(["--run", str(tmp_path), "--data", str(smoke_data), "--out", str(smoke_data), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and ("input" in err or "overwrite the data" in err), err
+    existing = tmp_path / "made.h5"
+    existing.write_bytes(b"earlier work")
+    assert main(["--run", str(tmp_path), "--data", str(smoke_data), "--out", str(existing), *extra]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert smoke_data.read_bytes() == before and existing.read_bytes() == b"earlier work"
 
 
 def test_the_table_covers_the_three_command_lines():

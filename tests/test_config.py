@@ -55,9 +55,13 @@ def test_bad_yaml_files(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
-    bad.write_text("base_lr: [1,\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    bad.write_text("seed: 1\nbase_lr: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line 3, column 1: "):     # where the list was cut off
         load(str(bad))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("base_lr: 0.001\nseed: 1\nbase_lr: 0.002\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml, line 3, column 1: key 'base_lr' is given twice \(first on line 1\)"):
+        load(str(twice))
     lst = tmp_path / "list.yaml"
     lst.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):

@@ -17,6 +17,7 @@ from deepdensity.data.ingest import prepare, synth_scans
 from deepdensity.data.synth import write_synthetic
 from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.errors import command
+from deepdensity.utils.files import check_output
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="cube i depends only on (seed, i)")
     s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
+    s.add_argument("--force", action="store_true", help="replace --out if it exists")
     pr = sub.add_parser("prepare", formatter_class=HelpFormatter, help="cut nodule cubes from DICOM series or LUNA16 volumes")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=int, default=0, help="seeds which scans go to validation")
     pr.add_argument("--window", type=float, nargs=2, default=list(HU_WINDOW), metavar=("LO", "HI"),
                     help="HU window mapped to [0, 1]")
+    pr.add_argument("--force", action="store_true", help="replace --out if it exists")
     sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
     sd.add_argument("--out", required=True, help="output folder")
     sd.add_argument("--n", type=int, default=3, help="number of scans")
@@ -57,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 @command
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd in ("synth", "prepare"):     # a data set runs were trained on is never replaced silently
+        check_output(args.out, [getattr(args, "annotations", None)], args.force, suffix=".h5")
     try:
         if args.cmd == "prepare":
             summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,

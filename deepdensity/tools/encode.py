@@ -22,7 +22,7 @@ import numpy as np
 from deepdensity.data.cubes import DataError, load_cubes, read_columns
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import atomic_path
+from deepdensity.utils.files import atomic_path, check_output
 
 
 
@@ -47,9 +47,11 @@ def main(argv=None) -> int:
     ap.add_argument("--split", choices=("train", "val", "all"), default="all", help="which split to encode")
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass")
     ap.add_argument("--density", action="store_true", help="also store the rendered densities")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = ap.parse_args(argv)
     if args.batch < 1:
         raise DataError("--batch must be >= 1")
+    check_output(args.out, [args.data, Path(args.run) / "weights.h5"], args.force, suffix=".h5")
     write_params(args)
     return 0
 

@@ -34,7 +34,7 @@ import numpy as np
 from deepdensity.data.cubes import DataError, load_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import atomic_path
+from deepdensity.utils.files import atomic_path, check_output
 
 
 MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
@@ -189,6 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--min-samples", type=int, default=MIN_SAMPLES, help="DBSCAN's min_samples (Ester et al.: 4)")
     ap.add_argument("--perplexity", type=float, default=PERPLEXITY, help="t-SNE's perplexity")
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass of the encoder")
+    ap.add_argument("--force", action="store_true", help="replace --out and its random control if they exist")
     args = ap.parse_args(argv)
     print(run_filter(args))
     return 0
@@ -203,6 +204,8 @@ def run_filter(args) -> str:
         raise DataError(f"--out {out} must end in .h5 (the random control is written as OUT.random.h5)")
     if out.resolve() == data.resolve() or out.with_suffix(".random.h5").resolve() == data.resolve():
         raise DataError(f"--out {out} would overwrite the data it filters; choose another name")
+    for path in (out, out.with_suffix(".random.h5")):
+        check_output(path, [data], getattr(args, "force", False))
     cubes = load_cubes(data)
     n = len(cubes.train)
     check_perplexity(n, args.perplexity, str(data))

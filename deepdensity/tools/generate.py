@@ -27,6 +27,7 @@ import numpy as np
 from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, write_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
+from deepdensity.utils.files import check_output
 
 
 SCHEMES = ("interpolate", "perturb")
@@ -63,7 +64,10 @@ def main(argv=None) -> int:
     ap.add_argument("--t-min", type=float, default=0.0, help="interpolate: t in [t_min, 1 - t_min]")
     ap.add_argument("--seed", type=int, default=0, help="the same seed gives the same file")
     ap.add_argument("--batch", type=int, default=256, help="cubes per forward pass of the decoder")
+    ap.add_argument("--force", action="store_true", help="replace --out (and OUT.png) if they exist")
     args = ap.parse_args(argv)
+    out = check_output(args.out, [args.data, Path(args.run) / "weights.h5"], args.force, suffix=".h5")
+    check_output(out.with_suffix(".png"), [args.data], args.force)
     if args.n < 1 or args.batch < 1:
         raise DataError("--n and --batch must be >= 1")
     if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
