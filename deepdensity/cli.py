@@ -14,6 +14,7 @@ COMMANDS = {
     "bench": ("deepdensity.perf.bench", "time a training step and its parts on this host, against the roof"),
     "encode": ("deepdensity.tools.encode", "the mixture a trained run infers for every cube"),
     "generate": ("deepdensity.tools.generate", "new nodule cubes from a trained run's latent space"),
+    "plot": ("deepdensity.tools.plot", "draw runs' loss, val_loss and lr per epoch and per pass"),
     "filter": ("deepdensity.tools.filter", "filter a training set for large batches (Gahlot et al. 2020)"),
 }
 

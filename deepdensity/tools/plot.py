@@ -1,0 +1,89 @@
+"""`deepdensity plot RUN [RUN ...] --out curves.png`: the picture a person wants after a run.
+
+Training loss, validation loss and the learning rate of each run, against epochs and against
+passes over the training set, so that runs at different N (whose epochs hold different
+amounts of data) line up; the target as a dashed line.
+
+    python -m deepdensity.plot runs/s runs/w --out curves.png
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deepdensity.training.runs import read_metrics
+from deepdensity.utils.args import parser
+from deepdensity.utils.errors import UserError, command
+from deepdensity.utils.files import atomic_path, check_output
+
+
+class RunError(UserError):
+    """A folder that is not a run with epochs to draw."""
+
+
+def passes(rows: list, n_train: int) -> list:
+    """Passes over the training set at the end of each epoch: samples seen / training cubes
+    (an epoch's steps x its global batch), so that any N, batch or policy compares."""
+    out, seen = [], 0
+    for r in rows:
+        seen += r["steps"] * r["global_batch"]
+        out.append(seen / n_train)
+    return out
+
+
+def load_run(folder: Path) -> tuple:
+    """(settings, metrics rows) of a run folder, or RunError saying what is missing."""
+    if not (folder / "config.json").is_file():
+        raise RunError(f"{folder} is not a run folder (no config.json); pass folders made by train.py --out")
+    settings = json.loads((folder / "config.json").read_text())
+    rows = read_metrics(folder) if (folder / "metrics.jsonl").exists() else []
+    if not rows:
+        raise RunError(f"{folder} has no finished epoch to draw yet")
+    return settings, rows
+
+
+def draw(runs: dict, out: Path) -> None:
+    """One row per x axis (epochs, passes), columns: losses and lr; one colour per run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="col")
+    targets = set()
+    for i, (name, (settings, rows)) in enumerate(runs.items()):
+        color = plt.get_cmap("tab10")(i % 10)
+        xs = {"epoch": [r["epoch"] for r in rows], "passes over the training set": passes(rows, settings["n_train"])}
+        for row, (label, x) in enumerate(xs.items()):
+            loss_ax, lr_ax = axes[row]
+            loss_ax.plot(x, [r["loss"] for r in rows], color=color, ls=":", marker=".", label=f"{name}: loss")
+            loss_ax.plot(x, [r["val_loss"] for r in rows], color=color, marker="o", ms=3, label=f"{name}: val_loss")
+            lr_ax.plot(x, [r["lr"] for r in rows], color=color, marker=".", label=name)
+            loss_ax.set(xlabel=label, ylabel="MSLE", yscale="log")
+            lr_ax.set(xlabel=label, ylabel="learning rate (end of epoch)")
+        if settings.get("target_loss"):
+            targets.add(settings["target_loss"])
+    for t in sorted(targets):
+        for ax in axes[:, 0]:
+            ax.axhline(t, color="gray", ls="--", lw=1)
+    axes[0, 0].set_title("training (dotted) and validation loss; target dashed")
+    axes[0, 1].set_title("learning rate")
+    axes[0, 1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+@command
+def main(argv=None) -> int:
+    ap = parser(__doc__, "python -m deepdensity.plot")
+    ap.add_argument("runs", nargs="+", help="run folders (train.py --out)")
+    ap.add_argument("--out", default="curves.png", help="the figure (.png)")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = ap.parse_args(argv)
+    out = check_output(args.out, [], args.force, suffix=".png")
+    runs = {}
+    for folder in map(Path, args.runs):
+        runs[folder.name if folder.name not in runs else str(folder)] = load_run(folder)
+    draw(runs, out)
+    print(f"wrote {out}: {len(runs)} run(s), loss, val_loss and lr per epoch and per pass")
+    return 0
