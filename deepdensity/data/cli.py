@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--window", type=float, nargs=2, default=list(HU_WINDOW), metavar=("LO", "HI"),
                     help="HU window mapped to [0, 1]")
     pr.add_argument("--force", action="store_true", help="replace --out if it exists")
+    pr.add_argument("--assume-hu", action="store_true",
+                    help="read DICOM slices without RescaleSlope/RescaleIntercept as HU already (else skipped)")
     sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
     sd.add_argument("--out", required=True, help="output folder")
     sd.add_argument("--n", type=int, default=3, help="number of scans")
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
             summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
                               spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
                               window=tuple(args.window), progress=sys.stderr.isatty(),
-                              lidc_xml=args.lidc_xml, min_readers=args.min_readers)
+                              lidc_xml=args.lidc_xml, min_readers=args.min_readers, assume_hu=args.assume_hu)
             _print_summary(summary, f" -> {args.out}")
         elif args.cmd == "synth-scans":
             csv_path = synth_scans(args.out, args.n, args.seed, args.format)

@@ -284,8 +284,34 @@ def slice_hu(path) -> np.ndarray:
     return pixels * slope + intercept
 
 
-def read_dicom_series(uid: str, items: list) -> tuple:
-    """A volume from one series' files; returns (Volume, notes). Raises ScanError."""
+def _vector(ds, tag: str, n: int, where: str, path) -> np.ndarray:
+    """A numeric DICOM tag of n finite values, or ScanError naming the file and what it holds."""
+    try:
+        v = np.array([float(x) for x in ds.get(tag)], float)
+    except (TypeError, ValueError):
+        v = None
+    if v is None or v.shape != (n,) or not np.isfinite(v).all():
+        raise ScanError(f"{where}: {Path(path).name} has a malformed {tag} ({ds.get(tag)!r}); "
+                        f"the slices cannot be placed in space")
+    return v
+
+
+def _check_tags(where: str, images: list, assume_hu: bool) -> None:
+    """Tags every slice needs: rescale (else the stored values are not HU, and the cubes come
+    out far too bright), pixel spacing and the slice's UID. ScanError names the first lacking."""
+    needs = [("PixelSpacing", "the pixel size is unknown"), ("SOPInstanceUID", "the slices cannot be named")]
+    if not assume_hu:
+        needs = [("RescaleSlope", "its stored values are not known to be HU (pass --assume-hu if they are)"),
+                 ("RescaleIntercept", "its stored values are not known to be HU (pass --assume-hu if they are)")] + needs
+    for tag, why in needs:
+        lacking = [p for p, ds in images if tag not in ds]
+        if lacking:
+            raise ScanError(f"{where}: {len(lacking)} image(s) lack {tag} (e.g. {Path(lacking[0]).name}): {why}")
+
+
+def read_dicom_series(uid: str, items: list, assume_hu: bool = False) -> tuple:
+    """A volume from one series' files; returns (Volume, notes). Raises ScanError.
+    `assume_hu`: read slices without RescaleSlope/Intercept as HU already."""
     where = f"series {uid} ({Path(items[0][0]).parent})"
     images = [(p, ds) for p, ds in items if not _is_localizer(ds)]
     notes = [f"dropped {len(items) - len(images)} localizer image(s)"] if len(images) < len(items) else []
@@ -295,17 +321,18 @@ def read_dicom_series(uid: str, items: list) -> tuple:
     if missing:
         raise ScanError(f"{where}: {len(missing)} image(s) lack ImagePositionPatient/ImageOrientationPatient "
                         f"(e.g. {missing[0].name}); the slices cannot be placed in space")
-    orients = Counter(tuple(np.round(np.array(ds.ImageOrientationPatient, float), 4)) for _, ds in images)
+    _check_tags(where, images, assume_hu)
+    orients = Counter(tuple(np.round(_vector(ds, "ImageOrientationPatient", 6, where, p), 4)) for p, ds in images)
     main_orient = np.array(orients.most_common(1)[0][0])
     kept = [(p, ds) for p, ds in images
-            if np.allclose(np.array(ds.ImageOrientationPatient, float), main_orient, atol=1e-3)]
+            if np.allclose(_vector(ds, "ImageOrientationPatient", 6, where, p), main_orient, atol=1e-3)]
     if len(kept) < len(images):
         notes.append(f"dropped {len(images) - len(kept)} image(s) of another orientation (localizers)")
     if len(kept) < 2:
         raise ScanError(f"{where}: fewer than 2 axial images; not a volume")
     row, col = main_orient[:3], main_orient[3:]
     normal = np.cross(row, col)
-    positions = np.array([np.array(ds.ImagePositionPatient, float) for _, ds in kept])
+    positions = np.array([_vector(ds, "ImagePositionPatient", 3, where, p) for p, ds in kept])
     order = np.argsort(positions @ normal)
     kept, positions = [kept[i] for i in order], positions[order]
     along = positions @ normal
@@ -324,7 +351,7 @@ def read_dicom_series(uid: str, items: list) -> tuple:
     if len({s.shape for s in slices}) != 1:
         raise ScanError(f"{where}: images of different sizes in one series")
     first = kept[0][1]
-    ps = [float(v) for v in first.PixelSpacing]
+    ps = list(_vector(first, "PixelSpacing", 2, where, kept[0][0]))
     vol = Volume(np.stack(slices).astype(np.float32), positions[0],
                  np.array([ps[1], ps[0], float(gaps.mean())]), np.stack([row, col, normal], axis=1),
                  uid=uid, source=str(Path(kept[0][0]).parent),
@@ -338,23 +365,52 @@ def read_dicom_series(uid: str, items: list) -> tuple:
 ANNOTATION_COLUMNS = ("seriesuid", "coordX", "coordY", "coordZ", "diameter_mm")
 
 
-def read_annotations(path) -> dict:
+def _dialect(header: str) -> tuple:
+    """(separator, decimal comma?) of an annotations CSV from its header line: the comma of
+    LUNA16's own file, or the semicolon (with decimal commas) or tab a spreadsheet writes in
+    locales where the comma is the decimal mark."""
+    counts = {sep: header.count(sep) for sep in (",", ";", "\t")}
+    sep = max(counts, key=lambda k: (counts[k], k == ","))     # a tie, or nothing: LUNA16's comma
+    return sep, sep != ","
+
+
+def _number(text: str, decimal_comma: bool) -> float:
+    return float(text.strip().replace(",", ".") if decimal_comma else text)
+
+
+def read_annotations(path, skipped: Optional[list] = None) -> dict:
     """{seriesuid: [(xyz, diameter_mm), ...]} from a LUNA16-format CSV (UTF-8, with or
-    without the byte-order mark a spreadsheet writes)."""
+    without the byte-order mark a spreadsheet writes; commas, or semicolons with decimal
+    commas, or tabs; spaces after a separator allowed). Rows with a non-finite coordinate or
+    a diameter that is not a positive number, and repeats of an earlier row, are left out
+    and listed in `skipped` as ("nodule", reason)."""
     path = Path(path)
     text = read_text(path, "annotations file", DataError, "save it as UTF-8 CSV")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = [c for c in ANNOTATION_COLUMNS if c not in (reader.fieldnames or [])]
+    sep, decimal_comma = _dialect(text.splitlines()[0] if text.strip() else "")
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep, skipinitialspace=True)
+    reader.fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+    missing = [c for c in ANNOTATION_COLUMNS if c not in reader.fieldnames]
     if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; expected LUNA16's "
-                        f"{','.join(ANNOTATION_COLUMNS)}")
-    out = defaultdict(list)
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} (found {', '.join(reader.fieldnames)}); "
+                        f"expected LUNA16's {','.join(ANNOTATION_COLUMNS)}")
+    out, first_line, skipped = defaultdict(list), {}, skipped if skipped is not None else []
     for n, row in enumerate(reader, start=2):
         try:
-            xyz = np.array([float(row["coordX"]), float(row["coordY"]), float(row["coordZ"])])
-            out[row["seriesuid"].strip()].append((xyz, float(row["diameter_mm"])))
-        except (TypeError, ValueError):
+            xyz = np.array([_number(row[c], decimal_comma) for c in ("coordX", "coordY", "coordZ")])
+            diameter = _number(row["diameter_mm"], decimal_comma)
+        except (TypeError, ValueError, AttributeError):
             raise DataError(f"{path}, line {n}: coordinates and diameter must be numbers") from None
+        uid = row["seriesuid"].strip()
+        if not (np.isfinite(xyz).all() and np.isfinite(diameter) and diameter > 0):
+            skipped.append(("nodule", f"{path.name} line {n} ({uid}): coordinates must be finite and the diameter "
+                                      f"a positive number, got {list(xyz)} and {diameter}"))
+            continue
+        key = (uid, tuple(xyz), diameter)
+        if key in first_line:
+            skipped.append(("nodule", f"{path.name} line {n} ({uid}): the same nodule as line {first_line[key]}"))
+            continue
+        first_line[key] = n
+        out[uid].append((xyz, diameter))
     return dict(out)
 
 
@@ -369,7 +425,7 @@ class Summary:
         self.skipped = self.skipped or []
 
 
-def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary) -> list:
+def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary, assume_hu: bool = False) -> list:
     """[(uid, load)] of every scan under the folder, cheap to list: `load()` reads the
     volume (ScanError if it cannot), so a scan already cut need not be read again."""
     if luna:
@@ -383,7 +439,7 @@ def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary) -> list:
         raise DataError(f"no DICOM image series under {dicom}")
 
     def load(uid):
-        vol, notes = read_dicom_series(uid, series[uid])
+        vol, notes = read_dicom_series(uid, series[uid], assume_hu)
         summary.skipped += [("note", f"series {uid}: {n}") for n in notes]
         return vol
     return [(uid, lambda uid=uid: load(uid)) for uid in sorted(series)]
@@ -429,9 +485,11 @@ class _ScanCache:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, window, min_readers) -> str:
+def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, window, min_readers,
+               assume_hu: bool = False) -> str:
     import hashlib
-    h = hashlib.sha1(repr((cube, spacing_mm, tuple(window), lidc_xml, min_readers)).encode())
+    h = hashlib.sha1(repr((cube, spacing_mm, tuple(window), lidc_xml, min_readers)
+                          + ((True,) if assume_hu else ())).encode())
     if lidc_xml:
         for p in sorted(folder.rglob("*.xml")):
             h.update(p.read_bytes())
@@ -441,7 +499,7 @@ def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, wind
 
 
 def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_val=256, seed=0,
-            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print) -> Summary:
+            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print, assume_hu=False) -> Summary:
     """Cut every annotated nodule into a cube and write train/val split by series.
 
     The nodules come from a LUNA16-format CSV (`annotations`) or, with `lidc_xml`, from
@@ -451,8 +509,9 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     folder = Path(dicom or luna)
     summary = Summary()
     readings, notes = _nodule_marks(folder, annotations, lidc_xml, summary)
-    scans = _scans(dicom, luna, summary)    # refuses a folder without scans before OUT.partial exists
-    cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window, min_readers),
+    scans = _scans(dicom, luna, summary, assume_hu)    # refuses a folder without scans before OUT.partial exists
+    cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window,
+                                             min_readers, assume_hu),
                        say)
     cut = _Cutter(cube, spacing_mm, window, readings, notes, min_readers, summary)
     per_series, seen = _cut_scans(scans, cut, cache, progress)
@@ -465,6 +524,7 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
             "source": "luna16" if luna else "dicom", "created_by": "python -m deepdensity.data prepare",
             "scans_read": summary.scans_read, "seed": seed,
             "annotations": "lidc-xml" if lidc_xml else str(annotations),
+            "assume_hu": bool(assume_hu),
         }, cube)
     except NotEnoughNodules:
         summary.nodules_written = 0
@@ -496,7 +556,7 @@ def _nodule_marks(folder: Path, annotations, lidc_xml: bool, summary: Summary) -
     CSV, or from the XML readings (their nodules are filled in per series, once its
     geometry is known)."""
     if not lidc_xml:
-        return None, read_annotations(annotations)
+        return None, read_annotations(annotations, summary.skipped)
     from deepdensity.data import lidc
     readings, xml_notes = lidc.read_folder(folder)
     if not readings:

@@ -383,3 +383,92 @@ def test_an_interrupted_prepare_resumes_without_reading_finished_scans(tmp_path,
     said = []
     ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
     assert "discarding" in said[0]
+
+
+def _series(tmp_path, name="s", uid="9.9"):
+    hu = np.full((4, 8, 8), -800.0, np.float32)
+    ingest.write_dicom_series(tmp_path / name, hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], uid)
+    return ingest.scan_dicom_folder(tmp_path / name)[0][uid]
+
+
+@pytest.mark.parametrize("tag, message", [
+    ("RescaleSlope", r"lack RescaleSlope \(e.g. "), ("RescaleIntercept", "lack RescaleIntercept"),
+    ("PixelSpacing", "lack PixelSpacing"), ("SOPInstanceUID", "lack SOPInstanceUID"),
+])
+def test_a_series_without_the_tags_a_volume_needs_is_refused_with_the_reason(tmp_path, tag, message):
+    items = _series(tmp_path)
+    delattr(items[2][1], tag)
+    with pytest.raises(ingest.ScanError, match=message):
+        ingest.read_dicom_series("9.9", items)
+
+
+def test_without_rescale_tags_only_assume_hu_reads_the_stored_values(tmp_path):
+    """Stored values without RescaleIntercept are 0..4095, not HU: read as HU they would come
+    out far too bright (mean 0.86 against ~0.17 for lung), hence refused unless asked for."""
+    items = _series(tmp_path)
+    for _, ds in items:
+        del ds.RescaleSlope, ds.RescaleIntercept
+    with pytest.raises(ingest.ScanError, match="not known to be HU .pass --assume-hu"):
+        ingest.read_dicom_series("9.9", items)
+    vol, _ = ingest.read_dicom_series("9.9", items, assume_hu=True)
+    assert vol.hu.shape == (4, 8, 8)
+
+
+@pytest.mark.parametrize("value", [["1", "2"], ["0", "0", "0", "0"], ["nan", "0", "0"]])
+def test_a_malformed_image_position_is_refused_not_a_traceback(tmp_path, value):
+    items = _series(tmp_path)
+    items[1][1].ImagePositionPatient = value
+    with pytest.raises(ingest.ScanError, match="malformed ImagePositionPatient"):
+        ingest.read_dicom_series("9.9", items)
+
+
+def test_prepare_skips_a_bad_series_with_its_reason_and_cuts_the_others(tmp_path):
+    import shutil
+
+    import h5py
+    scans = tmp_path / "scans"
+    csv_path = ingest.synth_scans(scans, n_scans=2, seed=3, fmt="dicom")
+    bad = sorted(p for p in scans.iterdir() if p.is_dir())[0]
+    for f in [f for f in bad.iterdir() if f.is_file() and f.suffix != ".xml"]:
+        ds = pydicom.dcmread(f)
+        del ds.RescaleIntercept
+        ds.save_as(f)
+    out = tmp_path / "o.h5"
+    summary = ingest.prepare(out, csv_path, dicom=str(scans), n_val=0, progress=False, say=lambda *a: None)
+    reasons = [why for kind, why in summary.skipped]
+    assert any("lack RescaleIntercept" in r for r in reasons), reasons
+    assert summary.scans_read >= 1 and summary.nodules_written > 0
+    with h5py.File(out) as f:
+        assert f["train/cubes"].shape[0] == summary.nodules_written
+    assert not (tmp_path / "o.h5.partial").exists()
+    shutil.rmtree(scans)
+
+
+def test_annotation_rows_that_cannot_be_nodules_are_reported_and_skipped(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n"
+                    "1.2,1,2,3,5\n"        # line 2: kept
+                    "1.2,1,2,3,0\n"        # line 3: diameter 0
+                    "1.2,1,2,3,-4\n"       # line 4: negative
+                    "1.2,1,nan,3,5\n"      # line 5: a coordinate not finite
+                    "1.2,1,2,3,inf\n"      # line 6
+                    "1.2,1,2,3,5\n"        # line 7: the same nodule as line 2
+                    "1.3,4,5,6,7\n")
+    skipped = []
+    got = ingest.read_annotations(path, skipped)
+    assert {uid: len(v) for uid, v in got.items()} == {"1.2": 1, "1.3": 1}
+    lines = [why.split(" line ")[1].split(" ")[0] for _, why in skipped]
+    assert lines == ["3", "4", "5", "6", "7"]
+    assert "the same nodule as line 2" in skipped[-1][1]
+
+
+@pytest.mark.parametrize("text", [
+    "seriesuid;coordX;coordY;coordZ;diameter_mm\n1.2;-10,5;2;3,25;6\n",           # a German Excel
+    "seriesuid\tcoordX\tcoordY\tcoordZ\tdiameter_mm\n1.2\t-10.5\t2\t3.25\t6\n",    # tab separated
+    "seriesuid, coordX, coordY, coordZ, diameter_mm\n1.2, -10.5, 2, 3.25, 6\n",    # spaces after commas
+])
+def test_annotation_csvs_in_the_dialects_spreadsheets_write(tmp_path, text):
+    path = tmp_path / "a.csv"
+    path.write_text(text)
+    (xyz, d), = ingest.read_annotations(path)["1.2"]
+    assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
