@@ -29,6 +29,13 @@ def _plain_ticks(axis, ticks) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def _plain_y(ax) -> None:
+    """A log y axis labelled in plain numbers ("40", not "4 x 10^1"), minor ticks unlabelled."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def _runs(segments: list) -> list:
     """Consecutive stretches of points with a value: a gap (None) breaks the line."""
     out, cur = [], []
@@ -56,10 +63,10 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt) -> None:
             ts = [c.time_to_target_s for c in cs if c.time_to_target_s is not None]
             jitter = n * (1 + 0.04 * (i - len(modes) / 2))
             ax.scatter([jitter] * len(ts), ts, color=color, marker=marker, s=14, alpha=0.45, zorder=2)
-            if cs and len(ts) < len(cs):
+            if cs and len(ts) < len(cs):       # stacked by mode, so that labels at one N do not collide
                 ax.scatter([jitter], [top], color=color, marker="x", s=50, zorder=3)
                 ax.annotate(f"{len(cs) - len(ts)}/{len(cs)}", (jitter, top), textcoords="offset points",
-                            xytext=(0, 6), ha="center", fontsize=7, color=color)
+                            xytext=(0, 6 + 9 * i), ha="center", fontsize=7, color=color)
             medians.append((n, statistics.median(ts) if cs and len(ts) == len(cs) else None))
         for k, stretch in enumerate(_runs(medians)):
             ax.plot(*zip(*stretch), color=color, marker=marker, label=mode if k == 0 else None, zorder=4)
@@ -69,6 +76,8 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt) -> None:
     ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s, modelled)",
            title="Time to target: median (line), every seed (dots)")
     _plain_ticks(ax.xaxis, workers)
+    ax.set_ylim(top=top * 1.6)
+    _plain_y(ax)
     ax.grid(alpha=0.3, which="both")
     ax.legend(**LEGEND_OUTSIDE)
     _save(fig, path, plt)
@@ -118,9 +127,9 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     fig, ax = plt.subplots(figsize=(7.4, 4.4))
     for b, lr, sched, _, runs, missed in groups:
         share = missed / runs
-        ax.scatter([b], [lr * (1.08 if sched == "warmup" else 1.0)], s=80 + 40 * runs, c=[[share, 0.1, 1 - share]],
+        ax.scatter([b], [lr * (1.25 if sched == "warmup" else 1.0)], s=80 + 40 * runs, c=[[share, 0.1, 1 - share]],
                    marker="^" if sched == "warmup" else "o", edgecolors="k", zorder=3)
-        ax.annotate(f"{missed}/{runs}", (b, lr * (1.08 if sched == "warmup" else 1.0)), textcoords="offset points",
+        ax.annotate(f"{missed}/{runs}", (b, lr * (1.25 if sched == "warmup" else 1.0)), textcoords="offset points",
                     xytext=(9, -3), fontsize=8)
     ax.scatter([], [], marker="o", c="gray", label="constant lr")
     ax.scatter([], [], marker="^", c="gray", label="warmup to the peak lr")
