@@ -9,7 +9,9 @@ import os
 # kernels; a user's own TF_ENABLE_ONEDNN_OPTS=0 still wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-# TensorFlow's start-up lines (CPU feature notices, oneDNN banners) are not the run's output;
-# set once here, for every command and module, before any of them imports TensorFlow. A
-# user's own TF_CPP_MIN_LOG_LEVEL still wins.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's start-up lines (CPU feature notices, oneDNN banners) are not the run's output,
+# nor is XLA's error-level "SetPriority unimplemented for this stream", harmless on CPUs and
+# printed by every rank (level 2 let it through; 3 keeps C++ log lines off the console).
+# Set once here, for every command and module, before any of them imports TensorFlow; errors
+# still reach the user as Python exceptions. TF_CPP_MIN_LOG_LEVEL=0 shows everything again.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 
 from deepdensity.utils.errors import UserError
-from deepdensity.utils.files import atomic_path
+from deepdensity.utils.files import hdf5_atomic
 
 FORMAT = "deepdensity-cubes"
 FORMAT_VERSION = 1
@@ -62,28 +62,26 @@ class Split:
 
 
 def write_cubes(path, train: Split, val: Split, attrs: dict) -> None:
-    """Write the layout above atomically: a crash never leaves a half-written file."""
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update({
-                "format": FORMAT, "format_version": FORMAT_VERSION,
-                "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                **attrs,
-            })
-            for name, split in (("train", train), ("val", val)):
-                g = f.create_group(name)
-                # an empty split (prepare --val 0) cannot be chunked one cube at a time
-                packed = dict(compression="gzip", compression_opts=4, shuffle=True,
-                              chunks=(1,) + split.cubes.shape[1:]) if len(split.cubes) else {}
-                g.create_dataset("cubes", data=split.cubes.astype(np.float32), **packed)
-                g.create_dataset("seriesuid", data=np.asarray(split.seriesuid, dtype=object),
-                                 dtype=h5py.string_dtype())
-                g.create_dataset("world_xyz", data=np.asarray(split.world_xyz, np.float64))
-                g.create_dataset("diameter_mm", data=np.asarray(split.diameter_mm, np.float64))
-                for k, v in (split.extra or {}).items():
-                    v = np.asarray(v)
-                    g.create_dataset(k, data=v.astype(object) if v.dtype.kind == "U" else v,
-                                     dtype=h5py.string_dtype() if v.dtype.kind in "UO" else None)
+    """Write the layout above atomically: a crash or a full disk never leaves a half-written file."""
+    with hdf5_atomic(path) as f:
+        f.attrs.update({
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **attrs,
+        })
+        for name, split in (("train", train), ("val", val)):
+            g = f.create_group(name)
+            # an empty split (prepare --val 0) cannot be chunked one cube at a time
+            packed = dict(compression="gzip", compression_opts=4, shuffle=True,
+                          chunks=(1,) + split.cubes.shape[1:]) if len(split.cubes) else {}
+            g.create_dataset("cubes", data=split.cubes.astype(np.float32), **packed)
+            g.create_dataset("seriesuid", data=np.asarray(split.seriesuid, dtype=object), dtype=h5py.string_dtype())
+            g.create_dataset("world_xyz", data=np.asarray(split.world_xyz, np.float64))
+            g.create_dataset("diameter_mm", data=np.asarray(split.diameter_mm, np.float64))
+            for k, v in (split.extra or {}).items():
+                v = np.asarray(v)
+                g.create_dataset(k, data=v.astype(object) if v.dtype.kind == "U" else v,
+                                 dtype=h5py.string_dtype() if v.dtype.kind in "UO" else None)
 
 
 def check_geometry(cube: int, spacing_mm: float, window=None) -> None:

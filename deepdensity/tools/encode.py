@@ -22,7 +22,7 @@ import numpy as np
 from deepdensity.data.cubes import DataError, load_cubes, read_columns
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import atomic_path, check_output
+from deepdensity.utils.files import check_output, hdf5_atomic
 
 
 
@@ -62,25 +62,24 @@ def write_params(args) -> None:
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs
     out = Path(args.out)
-    with atomic_path(out) as tmp:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
-                            "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
-                                           "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
-            for split in (("train", "val") if args.split == "all" else (args.split,)):
-                params, _ = run.encode_cubes(getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
-                columns = read_columns(args.data, split)
-                if world and "world_xyz" in columns:
-                    params["mu_world_mm"] = cube_to_world(params["mu"], columns["world_xyz"], cubes.grid_size,
-                                                          float(cubes.attrs["spacing_mm"]))
-                    params["cov_world_mm2"] = cov_to_world(params["cov"], cubes.grid_size,
-                                                           float(cubes.attrs["spacing_mm"]))
-                g = f.create_group(split)
-                for k, v in params.items():
-                    g.create_dataset(k, data=v, compression="gzip" if v.ndim > 2 else None)
-                if "seriesuid" in columns:
-                    g.create_dataset("seriesuid", data=columns["seriesuid"].astype(object), dtype=h5py.string_dtype())
-                print(f"{split}: {len(params['alpha'])} cubes encoded")
+    with hdf5_atomic(out) as f:
+        f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
+                        "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
+                                       "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
+        for split in (("train", "val") if args.split == "all" else (args.split,)):
+            params, _ = run.encode_cubes(getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
+            columns = read_columns(args.data, split)
+            if world and "world_xyz" in columns:
+                params["mu_world_mm"] = cube_to_world(params["mu"], columns["world_xyz"], cubes.grid_size,
+                                                      float(cubes.attrs["spacing_mm"]))
+                params["cov_world_mm2"] = cov_to_world(params["cov"], cubes.grid_size,
+                                                       float(cubes.attrs["spacing_mm"]))
+            g = f.create_group(split)
+            for k, v in params.items():
+                g.create_dataset(k, data=v, compression="gzip" if v.ndim > 2 else None)
+            if "seriesuid" in columns:
+                g.create_dataset("seriesuid", data=columns["seriesuid"].astype(object), dtype=h5py.string_dtype())
+            print(f"{split}: {len(params['alpha'])} cubes encoded")
     print(f"wrote {out}")
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from deepdensity.data.cubes import DataError, load_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import atomic_path, check_output
+from deepdensity.utils.files import check_output, hdf5_atomic
 
 
 MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
@@ -115,26 +115,25 @@ def random_drop(n: int, n_drop: int, seed: int) -> np.ndarray:
 def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> None:
     """A copy of `src` whose training split lacks the cubes `dropped` (and their rows of every
     other per-cube dataset); the validation split and the attributes are kept, `attrs` added.
-    Written to a temporary file and renamed: never half a file."""
-    with atomic_path(dst) as tmp:
-        with h5py.File(src, "r") as f, h5py.File(tmp, "w") as g:
-            g.attrs.update(dict(f.attrs))
-            g.attrs.update({f"filter_{k}": v if isinstance(v, (int, float, str)) else json.dumps(v)
-                            for k, v in attrs.items()})
-            n_train = f["train/cubes"].shape[0]
-            keep = np.setdiff1d(np.arange(n_train), dropped)
-            for split in f:
-                if not isinstance(f[split], h5py.Group):
-                    continue
-                out = g.create_group(split)
-                for name, ds in f[split].items():
-                    data = ds[...]
-                    if split == "train" and data.ndim and data.shape[0] == n_train:
-                        data = data[keep]
-                    packed = dict(compression="gzip", compression_opts=4, shuffle=True,
-                                  chunks=(1,) + data.shape[1:]) if name == "cubes" and len(data) else {}
-                    out.create_dataset(name, data=data, dtype=ds.dtype, **packed)
-            g.create_dataset("filter/dropped_index", data=np.asarray(dropped, np.int64))
+    Built in memory and written in one rename: never half a file, and a full disk is one line."""
+    with h5py.File(src, "r") as f, hdf5_atomic(dst) as g:
+        g.attrs.update(dict(f.attrs))
+        g.attrs.update({f"filter_{k}": v if isinstance(v, (int, float, str)) else json.dumps(v)
+                        for k, v in attrs.items()})
+        n_train = f["train/cubes"].shape[0]
+        keep = np.setdiff1d(np.arange(n_train), dropped)
+        for split in f:
+            if not isinstance(f[split], h5py.Group):
+                continue
+            out = g.create_group(split)
+            for name, ds in f[split].items():
+                data = ds[...]
+                if split == "train" and data.ndim and data.shape[0] == n_train:
+                    data = data[keep]
+                packed = dict(compression="gzip", compression_opts=4, shuffle=True,
+                              chunks=(1,) + data.shape[1:]) if name == "cubes" and len(data) else {}
+                out.create_dataset(name, data=data, dtype=ds.dtype, **packed)
+        g.create_dataset("filter/dropped_index", data=np.asarray(dropped, np.int64))
 
 
 def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray,

@@ -9,9 +9,11 @@ every worker takes the same decision to stop.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -150,7 +152,15 @@ class Checkpoint(tf.keras.callbacks.Callback):
         self.state = dict(resumed_state or {})
 
     def on_epoch_end(self, epoch, logs=None):
-        path = self.ckpt.write(str(self.out / "ckpt" / f"epoch-{epoch + 1:04d}"))
+        name = f"epoch-{epoch + 1:04d}"
+        try:
+            path = self.ckpt.write(str(self.out / "ckpt" / name))
+        except tf.errors.OpError as e:
+            if "No space left on device" not in str(e):
+                raise
+            for f in (self.out / "ckpt").glob(name + "[._]*"):    # this epoch's partial files; the last one stays
+                shutil.rmtree(f) if f.is_dir() else f.unlink()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.out / "ckpt")) from None
         prev = self.state.get("checkpoint")
         self.state = {"epoch": epoch, "elapsed_s": self.record.row["seconds"],
                       "checkpoint": os.path.relpath(path, self.out), "status": "running"}

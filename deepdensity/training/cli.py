@@ -9,8 +9,10 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
+import errno
 import json
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from deepdensity.config import load
 from deepdensity.scaling.rules import ALL_MODES
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
+from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, command
 
 
 @command
@@ -45,6 +47,14 @@ def main(argv=None) -> int:
         interrupted = Interrupted(getattr(e, "code", EXIT_SIGINT))
         interrupted.args = (where_to_continue(args.out, argv),)
         raise interrupted from None
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(args.out or ".").free / 2 ** 20 if Path(args.out or ".").exists() else None
+        raise UserError(f"{e.filename or args.out}: no space left on device"
+                        + (f" ({free:.0f} MB free there)" if free is not None else "")
+                        + "; the last complete checkpoint is kept: free some space; "
+                        + where_to_continue(args.out, argv).split("; ", 1)[-1]) from None
     return 0
 
 

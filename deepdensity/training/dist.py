@@ -58,6 +58,10 @@ class Single:
         """The mean of each tensor over the processes (in a training step or eagerly)."""
         return list(tensors)
 
+    def gather(self, obj) -> list:
+        """Every process's `obj` (picklable), in rank order."""
+        return [obj]
+
 
 class Horovod(Single):
     available = True
@@ -105,6 +109,10 @@ class Horovod(Single):
     def allreduce_max(self, value: float) -> float:
         # Horovod: a decision every worker must take together (e.g. stop) from local values.
         return float(hvd_tf.allreduce(tf.constant(float(value)), op=hvd_tf.Max))
+
+    def gather(self, obj) -> list:
+        # Horovod: every rank's settings, so that ranks started with other ones stop together.
+        return list(hvd_tf.allgather_object(obj)) if hvd.size() > 1 else [obj]
 
     def average(self, tensors: list) -> list:
         # Horovod: one fused allreduce of several tensors, for the modes that average by hand

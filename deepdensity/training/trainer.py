@@ -56,6 +56,21 @@ def _check_out_dir(out: Path, resume: bool) -> Optional[dict]:
     return None
 
 
+def _same_on_every_rank(run, settings: dict) -> None:
+    """Every rank must train with the same settings and data: ranks started with other ones
+    (a wrapper script, a stale config on one host) would otherwise train silently apart,
+    crash deep in TensorFlow or hang. All ranks stop here with one line naming the difference."""
+    if run.processes == 1:
+        return
+    every = run.backend.gather(settings)
+    differ = sorted({k for other in every for k in set(settings) | set(other)
+                     if other.get(k) != every[0].get(k)})
+    if differ:
+        shown = "; ".join(f"{k}: " + ", ".join(f"rank {r} {s.get(k)!r}" for r, s in enumerate(every)) for k in differ)
+        raise ConfigError(f"the {run.processes} ranks were started with different settings ({shown}); "
+                          f"start every rank with the same command, config and data")
+
+
 def _check_resume(out: Path, wanted: dict) -> None:
     """Refuse a resume that would change the optimisation path of the run in `out`."""
     saved = read_json(out / "config.json", "run's configuration")
@@ -163,6 +178,10 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
         return read_json(out / "result.json", "finished run's result") if run.is_chief else {}
 
     _make_default_data(cfg.data_path, run)
+    # the data by its content, not its path (hosts may keep their copies in other places)
+    _same_on_every_rank(run, {**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": mode,
+                              "emulate_workers": emulate_workers, "data_fingerprint":
+                              runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None})
     cubes, train_x, val_x = _training_data(cfg, run.say)
     try:
         steps = rules.steps_per_epoch(len(train_x), p, cfg.epoch_definition)
@@ -170,8 +189,12 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
         raise ConfigError(f"{cfg.data_path}: {e}") from None
     model, optimizer = _compiled_model(cfg, run, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    fingerprint = runs.data_fingerprint(cfg.data_path) if (out and run.is_chief) else None
     if state:
         _check_resume(out, {"n_train": len(train_x), "n_val": len(val_x)})
+        if runs.other_data(read_json(out / "config.json", "run's configuration"), fingerprint):
+            raise RunError(f"{out} was trained on other data than {cfg.data_path} holds now (its content "
+                           f"changed); a resume continues the same optimisation path: {START_AFRESH}")
     initial_epoch, elapsed_before = _resume_point(ckpt, out, state, run.backend, run.processes)
     # Horovod: start every worker from rank 0's weights and optimizer state.
     run.backend.broadcast_state(model, optimizer)
@@ -186,7 +209,8 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
             "emulated": emulate_workers > 1, "global_batch": p.global_batch,
             "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
             "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
-            "n_val": len(val_x), "threads_per_process": run.threads, "versions": _versions()})
+            "n_val": len(val_x), "threads_per_process": run.threads, "data_fingerprint": fingerprint,
+            "versions": _versions()})
     if initial_epoch > cfg.max_epochs:
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")

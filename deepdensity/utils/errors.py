@@ -5,9 +5,11 @@ parse) derives from UserError, so that one wrapper, `command`, handles them all 
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
+from typing import Optional
 
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
@@ -59,11 +61,28 @@ def command(main=None, *, os_hint: str = ""):
             except UserError as e:
                 return _fail(str(e))
             except OSError as e:
-                where = f"{e.filename}: " if e.filename else ""
-                what = e.strerror or str(e)
-                return _fail(f"{where}{what}" + (f"; {os_hint}" if os_hint else ""))
+                return _fail(_os_error_line(e, os_hint))
         return wrapped
     return wrap(main) if main is not None else wrap
+
+
+def _os_error_line(e: OSError, os_hint: str) -> str:
+    """One line for an OSError: the file, what went wrong, and for a full disk how much is free."""
+    where = f"{e.filename}: " if e.filename else ""
+    if e.errno == errno.ENOSPC:
+        free = _free_mb(e.filename)
+        return (f"{where}no space left on device" + (f" ({free:.0f} MB free there)" if free is not None else "")
+                + "; free some space (or pass another output folder) and run the same command again")
+    return f"{where}{e.strerror or str(e)}" + (f"; {os_hint}" if os_hint else "")
+
+
+def _free_mb(filename) -> Optional[float]:
+    import shutil
+    try:
+        folder = os.path.dirname(os.path.abspath(filename)) if filename else os.getcwd()
+        return shutil.disk_usage(folder).free / 2 ** 20
+    except OSError:
+        return None
 
 
 def _fail(line: str) -> int:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,6 +35,32 @@ def write_atomic(path, text: str) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def hdf5_atomic(path):
+    """Yield an h5py.File built in memory; on success its bytes go to `path` through
+    `atomic_path`. HDF5 itself, meeting a full disk, segfaulted in its clean-up (exit 139) and
+    left its temporary file; a plain Python write fails cleanly with ENOSPC instead, and the
+    free space is checked before it starts. (Our files are tens of MB: memory is no concern.)"""
+    import h5py
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        yield f
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def write_bytes_atomic(path, data: bytes) -> None:
+    """`data` to `path` in one rename; OSError(ENOSPC) before writing when it cannot fit."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(path.parent).free < len(data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
 

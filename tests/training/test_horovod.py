@@ -222,3 +222,19 @@ def test_bad_input_under_horovodrun_is_said_once_by_rank_0(tmp_path):
                 "--set", "base_lr=-1"], cwd=tmp_path, check=False)
     said = [line for line in (proc.stdout + proc.stderr).splitlines() if "error: base_lr must be" in line]
     assert proc.returncode != 0 and len(said) == 1, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("setting, per_rank", [("seed", "$HOROVOD_RANK"), ("n_components", "$((4 + HOROVOD_RANK))")])
+def test_ranks_started_with_other_settings_stop_together_with_one_line(tmp_path, smoke_data, setting, per_rank):
+    """A wrapper that gives each rank its own value: before, other seeds trained silently apart
+    and another K ended in a TensorFlow traceback; now every rank stops before training."""
+    wrapper = tmp_path / "per_rank.sh"
+    wrapper.write_text(f'exec "$@" --set {setting}={per_rank}\n')
+    proc = run([horovodrun(), "-np", "2", "sh", str(wrapper), sys.executable, str(ROOT / "train.py"), "--mode",
+                "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", "max_epochs=1",
+                "--out", str(tmp_path / "run")], check=False, timeout=300)
+    text = proc.stdout + proc.stderr
+    said = [line for line in text.splitlines() if "error: the 2 ranks were started with different settings" in line]
+    assert proc.returncode != 0 and len(said) == 1, text
+    assert f"{setting}: rank 0" in said[0]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists(), "nothing trained"

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -90,3 +91,68 @@ def test_a_second_process_training_into_a_held_run_folder_is_refused_with_the_ho
         first.communicate(timeout=120)
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert epochs == list(range(1, len(epochs) + 1)), "one run's epochs only"
+
+
+def _alive(marker: str) -> list:
+    """Pids of processes whose command line names `marker` (a test's own run folder)."""
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split() if int(p) != os.getpid()]
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, smoke_data):
+    """A terminal's Ctrl-C reaches horovodrun and both ranks: rank 0 says once where the run
+    stands, no rank is left running, and the folder resumes with each epoch once."""
+    from tests.support import horovodrun
+    out = tmp_path / "hvd-run"
+    cmd = [horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
+           "--set", f"data_path={smoke_data}", "--set", "max_epochs=6", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "epoch    1" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)              # what a terminal does: the whole foreground group
+    rest, _ = proc.communicate(timeout=180)
+    text = "".join(seen) + rest
+    assert proc.returncode != 0, text
+    said = [x for x in text.splitlines() if "interrupted: at epoch" in x]
+    assert len(said) == 1 and "continue with: python train.py" in said[0], text
+    assert _alive(str(out)) == [], "no rank left running"
+    again = run([horovodrun(), "-np", "2", *cmd[3:], "--resume"])
+    assert "stopped at the epoch cap (6) after 6 epochs" in again.stdout
+    epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3, 4, 5, 6], "each epoch once, none lost, none twice"
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tmp_path):
+    """A scheduler's SIGTERM to `make repro` alone: the study forwards it to its runs, waits for
+    them, exits 143, and its rerun finds every run folder consistent."""
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], "
+                      "latent_dim: 8}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
+                      "seeds: [0]\nbase_lr: 0.00105\n")
+    runs = tmp_path / "study-runs"
+    cmd = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
+           "--reports", str(tmp_path / "reports")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    for line in proc.stdout:
+        if "[run 1] seq-s0" in line:
+            break
+    deadline = time.monotonic() + 120
+    metrics = runs / "seq-s0" / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)                               # until the run has finished an epoch
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert _alive(str(runs)) == [], "no training run left behind"
+    again = run(cmd)
+    assert "reports written to" in again.stdout

@@ -284,3 +284,30 @@ def test_tensorboard_logs_scalars_and_slice_images_on_rank_0(tmp_path, smoke_dat
 def test_quiet_still_prints_how_the_run_ended(smoke_data):
     proc = train("--mode", "strong", "--quiet", "--set", "max_epochs=1", data=smoke_data)
     assert proc.stdout.splitlines() == ["stopped at the epoch cap (1) after 1 epochs"], proc.stdout
+
+
+@pytest.mark.slow
+def test_a_resume_on_other_data_at_the_same_path_is_refused(tmp_path, smoke_run, smoke_data):
+    """The run records its data file's fingerprint; the same path with other cubes in it is
+    another optimisation path, refused like any other change. The same cubes resume."""
+    import shutil
+
+    from deepdensity.data.synth import write_synthetic
+    for case in ("same", "other"):
+        data, run_dir = tmp_path / f"{case}.h5", tmp_path / f"run-{case}"
+        shutil.copy(smoke_data, data)
+        shutil.copytree(smoke_run, run_dir)
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["data_fingerprint"].startswith(f"{smoke_data.stat().st_size}:")
+        (run_dir / "config.json").write_text(json.dumps({**config, "data_path": str(data)}))
+        if case == "other":
+            data.unlink()
+            write_synthetic(data, 320, 64, seed=7)                  # smoke_data's sizes, other cubes
+        proc = train("--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2",
+                     data=data, check=False)
+        if case == "same":
+            assert proc.returncode == 0, proc.stderr
+            assert len(metrics(run_dir)) == 2
+        else:
+            refused(proc, "was trained on other data than", "holds now")
+            assert len(metrics(run_dir)) == 1
