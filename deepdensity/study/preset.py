@@ -80,8 +80,9 @@ class Study:
              f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {self.modes!r}"),
             (lambda: not set(self.modes) & set(rules.BEYOND_MODES) or "strong" in self.modes,
              "a study of adaptive or local compares them with strong scaling: add strong to modes"),
-            (lambda: self.base_lr == "edge" or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
-             f"base_lr must be 'edge' or a positive number, got {self.base_lr!r}"),
+            (lambda: self.base_lr in ("edge", "default_study")
+             or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
+             f"base_lr must be 'edge', 'default_study' or a positive number, got {self.base_lr!r}"),
             (lambda: isinstance(self.mode_workers, dict), "mode_workers must map a mode to a list of N"),
             *[(lambda ns=ns, mode=mode: mode in self.modes and isinstance(ns, list) and set(ns) <= set(self.workers)
                and 1 in ns,
@@ -113,7 +114,7 @@ def load_study(preset: str) -> tuple:
     if not path.is_file():
         names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
         raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
-    raw = read_mapping(path, "study preset", StudyError)
+    raw = read_mapping(path, "study preset", StudyError, allow_empty=False)
     study = schema.build(Study, raw, error=StudyError, what="study key", source=str(path), prefix=f"{path}: ")
     try:   # the runs' settings, by the run settings' own schema
         apply(Config(), study.train, f"{path}: train")

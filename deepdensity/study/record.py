@@ -10,7 +10,6 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -62,26 +61,20 @@ def environment(seq_run: Path) -> dict:
             "platform": platform.platform()}
 
 
-def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
-                 runner: str) -> dict:
-    """The record of a finished study of the paper's protocol (repro.run_study's state)."""
+def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) -> dict:
+    """What every study's record holds: the preset, settings, eta and target, the clock, the
+    seeds and why, the machine and how the record was made."""
     from deepdensity.study.render import git_revision
-    seed0 = s.study.seeds[0]
-    seq_run = s.root / f"seq-s{seed0}"
+    seq_run = s.root / f"seq-s{s.study.seeds[0]}"
     run_names = {name for names in book.runs.values() for name in names}
     wall = time.perf_counter() - s.t_start
     return {
-        "format": FORMAT, "preset": s.name, "study": dataclasses.asdict(s.study), "settings": proto.cfg.to_dict(),
-        "eta": proto.eta, "target": proto.target, "cap": proto.cap, "collapse_loss": s.collapse_loss,
-        "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
-        "cells": [dataclasses.asdict(c) for c in cells],
+        "format": FORMAT, "kind": kind, "preset": s.name, "study": dataclasses.asdict(s.study),
+        "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.cap,
+        "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
         "seed_reasons": [{"unit": " ".join(map(str, unit)), "seed": seed, "why": why}
                          for (unit, seed), why in sorted(book.why.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))],
-        "seq_2eta": [{"seed": sd, "status": r["status"], "epochs": r["epochs"],
-                      "final_val_loss": _finite(r.get("final_val_loss"))}
-                     for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"],
-        "sweep": sweep, "timing": timing, "curves": _curves(s.root, run_names),
-        "fig1": _figure1_slices(proto.cfg, seq_run), "environment": environment(seq_run),
+        "timing": timing, "environment": environment(seq_run),
         "provenance": {
             "command": "make repro" + ("" if s.name == "default" else " PRESET=" + s.name),
             "revision": git_revision(),
@@ -89,9 +82,39 @@ def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict
             "wall_minutes": round(wall / 60, 1), "trained": len(s.runner.trained),
             "reused": len(s.runner.reused - s.runner.trained), "parallel_runs": s.runner.parallel,
             "runs_minutes": round(sum(json.loads((s.root / n / "result.json").read_text()).get("seconds") or 0.0
-                                      for n in run_names) / 60, 1),
+                                      for n in run_names if (s.root / n / "result.json").exists()) / 60, 1),
             "more_seeds_stopped_at": stopped},
     }
+
+
+def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
+                 runner: str) -> dict:
+    """The record of a finished study of the paper's protocol (repro.run_study's state)."""
+    run_names = {name for names in book.runs.values() for name in names}
+    return {**_common(s, proto, book, timing, stopped, runner, "paper"),
+            "cells": [dataclasses.asdict(c) for c in cells],
+            "seq_2eta": [{"seed": sd, "status": r["status"], "epochs": r["epochs"],
+                          "final_val_loss": _finite(r.get("final_val_loss"))}
+                         for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"],
+            "sweep": sweep, "curves": _curves(s.root, run_names),
+            "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.seeds[0]}")}
+
+
+ROW_KEYS = ("epoch", "global_batch", "allreduces", "grad_noise", "grad_sq", "val_loss")
+
+
+def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],
+                  sweep: Optional[list], stopped: str) -> dict:
+    """The record of a study of the modes beyond the paper, the filter and the batch sweep:
+    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read."""
+    beyond_runs = sorted({c.run for c in cells if c.mode in ("adaptive", "local") and c.n > 1})
+    return {**_common(s, proto, book, timing, stopped, "", "beyond"),
+            "cells": [dataclasses.asdict(c) for c in cells],
+            "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]], "note": earlier[1]},
+            "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
+                         for run in beyond_runs},
+            "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": filtering["filter"]},
+            "sweep": sweep}
 
 
 def study_of(record: dict) -> Study:
@@ -102,23 +125,3 @@ def config_of(record: dict) -> Config:
     fields = {f.name for f in dataclasses.fields(Config)}
     return Config(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in record["settings"].items()
                      if k in fields})
-
-
-@dataclass
-class BeyondRecord:
-    """A study of the modes beyond the paper (adaptive, local), the filter and the batch sweep."""
-    name: str
-    study: Study
-    cfg: Config
-    cells: list
-    earlier: tuple                   # (the default study's weak/linear/warmup cells, a note on them)
-    target: float
-    cap: int
-    eta: float
-    timing: dict
-    runs_root: Path
-    n_train: int
-    n_val: int
-    invocation: str
-    filtering: Optional[dict] = None
-    sweep: Optional[list] = None

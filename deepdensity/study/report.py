@@ -9,7 +9,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deepdensity.scaling import rules
 from deepdensity.study import decide
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
@@ -18,7 +17,7 @@ from deepdensity.study.record import FORMAT, config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, time_range, write_csv)
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, Cell, efficiency_table, evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
-from deepdensity.study.timing import shared_host_epoch
+from deepdensity.study.timing import model_epoch, shared_host_epoch
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 
@@ -182,9 +181,7 @@ def _clock_fields(record: dict, cfg) -> dict:
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)
         shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
-        device = rules.epoch_seconds_model("strong", n, n_train, n_val, cfg.batch_size, k * t["step_fixed_s"],
-                                           k * t["per_sample_s"], t["allreduce_per_doubling_s"],
-                                           k * t["eval_per_sample_s"], cfg.epoch_definition)
+        device = model_epoch(t, "strong", n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         rows += f"| {n} | {real:.2f} | {shared:.2f} | {device:.2f} |\n"
     return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
@@ -236,13 +233,26 @@ def rerender(folder: Path, out: Path) -> list:
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
+    if record.get("kind") == "beyond":
+        from deepdensity.study.report_beyond import write_beyond_reports
+        write_beyond_reports(out, record)
+        return []
     return render_reports(out, record)
+
+
+def text_outputs(folder: Path) -> tuple:
+    """The text reports a folder's record renders (the default study's, or the beyond study's)."""
+    record = json.loads((folder / "study.json").read_text())
+    if record.get("kind") == "beyond":
+        from deepdensity.study.report_beyond import TEXT_OUTPUTS as BEYOND
+        return BEYOND
+    return TEXT_OUTPUTS
 
 
 def differences(committed: Path, rendered: Path) -> list:
     """Unified diffs of the text reports that differ between two folders."""
     out = []
-    for name in TEXT_OUTPUTS:
+    for name in text_outputs(committed):
         a, b = committed / name, rendered / name
         old = a.read_text().splitlines(keepends=True) if a.exists() else []
         new = b.read_text().splitlines(keepends=True) if b.exists() else []

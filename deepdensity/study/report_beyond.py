@@ -1,40 +1,44 @@
 """The `beyond` study's reports: adaptive batches and local SGD next to the paper's four
 modes and the answer to "does either beat strong scaling?", the data filter and the batch
-sweep; rendered from a BeyondRecord and templates/beyond.md, filtering.md, batch_sweep.md."""
+sweep; rendered from the study's record (study.json, record.beyond_record) alone, with
+templates/beyond.md, filtering.md and batch_sweep.md."""
 from __future__ import annotations
 
-import datetime
 import json
-import shutil
 import statistics
 from pathlib import Path
 
 from deepdensity.scaling import rules
-from deepdensity.study.record import BeyondRecord
+from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (MODE_STYLE, cells_at, epochs_listing, fill, fmt, md_table, pyplot,
-                                      runs_minutes, time_range, write_csv)
+                                      time_range, write_csv)
 from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
                                       median_time, preferred_batch, sweep_answer)
-from deepdensity.training.runs import read_metrics
+from deepdensity.study.tables import Cell
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
 
 
-def write_beyond_reports(out: Path, r: BeyondRecord) -> None:
-    """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes), fig7.png
-    (adaptive's batch per epoch) and cells.json under `out`; the filter's and the batch
-    sweep's sections, figures and JSON where the study ran them."""
+# The text files write_beyond_reports writes; `deepdensity report --check` compares exactly these.
+TEXT_OUTPUTS = ("REPORT.md", "time_to_target.md", "time_to_target.csv", "filtering.json", "batch_sweep.json")
+
+
+def write_beyond_reports(out: Path, record: dict) -> None:
+    """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes) and fig7.png
+    (adaptive's batch per epoch) under `out`; the filter's and the batch sweep's sections,
+    figures and JSON where the study ran them. From `record` alone."""
     out.mkdir(parents=True, exist_ok=True)
-    every = r.cells + r.earlier[0]
+    study, cfg = study_of(record), config_of(record)
+    cells = [Cell(**c) for c in record["cells"]]
+    every = cells + [Cell(**c) for c in record["earlier"]["cells"]]
     modes = [m for m in ORDER if any(c.mode == m for c in every)]
-    time_table = _time_table(out, every, modes, r.study.workers)
-    _figures(out, every, modes, r.study.workers, r.runs_root, r.target, plt=pyplot())
-    (out / "cells.json").write_text(json.dumps([c.__dict__ for c in r.cells], indent=2))
-    text = fill("beyond.md", **_beyond_fields(r, every, modes), time_table=time_table)
-    if r.filtering:
-        text += _filtering_md(out, r.filtering, r.target)
-    if r.sweep:
-        text += _sweep_md(out, r.sweep, r.cfg, r.eta, r.target)
+    time_table = _time_table(out, every, modes, study.workers)
+    _figures(out, every, modes, study.workers, record["run_rows"], record["target"], plt=pyplot())
+    text = fill("beyond.md", **_beyond_fields(record, study, cfg, cells, every, modes), time_table=time_table)
+    if record["filtering"]:
+        text += _filtering_md(out, record["filtering"], record["target"])
+    if record["sweep"]:
+        text += _sweep_md(out, record["sweep"], cfg, record["eta"], record["target"])
     (out / "REPORT.md").write_text(text)
 
 
@@ -50,34 +54,46 @@ def _time_table(out: Path, every: list, modes: list, workers) -> str:
     return md_table(head, rows)
 
 
-def _beyond_fields(r: BeyondRecord, every: list, modes: list) -> dict:
+def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -> dict:
     """The $fields of templates/beyond.md but the time table."""
-    cfg, t, workers = r.cfg, r.timing, r.study.workers
-    steps1 = rules.steps_per_epoch(r.n_train, rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
+    t, workers, p = r["timing"], study.workers, r["provenance"]
+    k = t["compute_scale"]
+    steps1 = rules.steps_per_epoch(r["n_train"], rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(every)]
     comm = md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
                      "noise / ||g||^2 (adaptive, per epoch)"],
-                    _communication_rows(every, modes, workers, cfg, r.n_train, r.runs_root))
+                    _communication_rows(every, modes, workers, cfg, r["n_train"], r["run_rows"]))
     return {
-        "name": r.name, "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "runs_minutes": f"{runs_minutes(r.runs_root):.1f}", "invocation": r.invocation,
+        "name": r["preset"], "when": p["generated"], "revision": p["revision"],
+        "machine": f"{r['environment']['cpu']} ({r['environment']['cores']} cores, oneDNN ISA: "
+                   f"{r['environment']['onednn_isa']})",
+        "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
+                      f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
+                      f"{p['runs_minutes']} min.",
         "answer": beyond_answer(every, [m for m in ("adaptive", "local") if m in modes], workers),
-        "never_grew": _adaptive_never_grew(r.cells, r.runs_root, cfg, r.study.calibration_epochs),
+        "never_grew": _adaptive_never_grew(cells, r["run_rows"], cfg, study.calibration_epochs),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "theta_sq": f"{cfg.adaptive_theta ** 2:g}",
-        "local_steps": cfg.local_steps, "eta": f"{r.eta:.6g}",
-        "eta_source": "the edge of stability found by this study's search" if r.study.base_lr == "edge"
-        else "fixed by the preset",
-        "target": f"{r.target:.6g}", "calibration_epochs": r.study.calibration_epochs, "cap": r.cap,
-        "earlier_note": r.earlier[1], "step_fixed_ms": f"{t['step_fixed_s'] * 1e3:.2f}",
-        "per_sample_ms": f"{t['per_sample_s'] * 1e3:.3f}", "allreduce_ms": f"{t['allreduce_per_doubling_s'] * 1e3:.2f}",
-        "local_allreduce_size": f"{rules.LOCAL_ALLREDUCE_SIZE:g}", "steps1": steps1, "n_train": r.n_train,
+        "local_steps": cfg.local_steps, "eta": f"{r['eta']:.6g}",
+        "eta_source": _eta_source(study.base_lr),
+        "target": f"{r['target']:.6g}", "calibration_epochs": study.calibration_epochs, "cap": r["cap"],
+        "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{k * t['step_fixed_s'] * 1e3:.2f}",
+        "per_sample_ms": f"{k * t['per_sample_s'] * 1e3:.3f}", "allreduce_ms": f"{t['allreduce_per_doubling_s'] * 1e3:.2f}",
+        "local_allreduce_size": f"{rules.LOCAL_ALLREDUCE_SIZE:g}", "steps1": steps1, "n_train": r["n_train"],
         "epoch_definition": cfg.epoch_definition, "communication_table": comm,
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
         if fail_rows else "none",
     }
 
 
-def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, runs_root: Path) -> list:
+def _eta_source(base_lr) -> str:
+    if base_lr == "edge":
+        return "the edge of stability found by this study's search"
+    if base_lr == "default_study":
+        return "the default study's eta, read from its study.json"
+    return "fixed by the preset"
+
+
+def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, run_rows: dict) -> list:
     """Per mode and N > 1: epochs to target, allreduces per epoch, the global batches used and
     (adaptive, local) the range of noise / ||g||^2 its runs saw."""
     rows = []
@@ -88,7 +104,7 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
                 continue
             ratio = ""
             if m in rules.BEYOND_MODES:     # what the runs did, epoch by epoch
-                metrics = [read_metrics(runs_root / c.run) for c in cs]
+                metrics = [run_rows[c.run] for c in cs]
                 per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
                 batches = sorted({r["global_batch"] for ms in metrics for r in ms})
                 ratios = [r["grad_noise"] / r["grad_sq"] for ms in metrics for r in ms if r.get("grad_sq")]
@@ -100,10 +116,10 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
     return rows
 
 
-def _adaptive_never_grew(cells: list, runs_root: Path, cfg, calibration_epochs: int) -> str:
+def _adaptive_never_grew(cells: list, run_rows: dict, cfg, calibration_epochs: int) -> str:
     """A paragraph for when adaptive's test never fired in any run (it then ran strong
     scaling's batches throughout), else the empty string."""
-    rows = [r for c in cells if c.mode == "adaptive" and c.n > 1 for r in read_metrics(runs_root / c.run)]
+    rows = [r for c in cells if c.mode == "adaptive" and c.n > 1 for r in run_rows[c.run]]
     if not rows or any(r["global_batch"] != cfg.batch_size for r in rows):
         return ""
     top = max(r["grad_noise"] / r["grad_sq"] for r in rows if r.get("grad_sq"))
@@ -118,9 +134,6 @@ def _adaptive_never_grew(cells: list, runs_root: Path, cfg, calibration_epochs: 
 
 def _filtering_md(out: Path, filtering: dict, target: float) -> str:
     rows, facts = filtering["rows"], filtering["filter"]
-    for fig in filtering["figures"]:
-        if Path(fig).exists():
-            shutil.copy(fig, out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
     table = filter_table(rows)
     (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": rows}, indent=2))
     _filter_figure(out / "fig8.png", table)
@@ -195,7 +208,7 @@ def _sweep_figure(path: Path, sweep: list) -> None:
     plt.close(fig)
 
 
-def _figures(out: Path, cells, modes, workers, runs_root: Path, target: float, plt) -> None:
+def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, plt) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for mode in modes:
         pts = [(n, median_time(cells, mode, n)) for n in workers]
@@ -217,7 +230,7 @@ def _figures(out: Path, cells, modes, workers, runs_root: Path, target: float, p
     cmap = plt.get_cmap("viridis")
     runs = sorted({(c.n, c.seed, c.run) for c in cells if c.mode == "adaptive" and c.n > 1})
     for i, (n, seed, run) in enumerate(runs):
-        rows = read_metrics(runs_root / run)
+        rows = run_rows[run]
         ep = [r["epoch"] for r in rows]
         style = dict(color=cmap(i / max(1, len(runs) - 1)), ls="-" if seed == runs[0][1] else ":",
                      marker="o", markersize=3, label=f"N = {n}, seed {seed}")

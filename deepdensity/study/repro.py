@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +46,7 @@ from deepdensity.scaling import rules
 from deepdensity.config import load
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.record import BeyondRecord, study_record
+from deepdensity.study.record import beyond_record, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
@@ -217,6 +218,8 @@ def run_study(name: str, study: Study, args) -> int:
         eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
         if args.lr_sweep:
             return 0
+    elif study.base_lr == "default_study":
+        eta, sweep = _default_study_eta(Path(args.compare_with)), None
     else:
         eta, sweep = float(study.base_lr), None
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
@@ -248,10 +251,7 @@ def run_study(name: str, study: Study, args) -> int:
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
     cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled)
     if any(m in rules.BEYOND_MODES for m in study.modes):
-        write_atomic(s.out / "study.json", json.dumps({"preset": name, "eta": eta, "target": target, "cap": cap,
-                                                       "collapse_loss": s.collapse_loss}, indent=2))
-        _beyond_reports(s, cfg, cells, eta, target, cap, proto.common(), timing, modelled, modelled("strong", 1),
-                        args.compare_with)
+        _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
         record = study_record(s, proto, book, cells, timing, sweep, stopped, args.runner)
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
@@ -318,17 +318,21 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
     return units
 
 
-def _beyond_reports(s: _StudyRun, cfg, cells: list, eta: float, target: float, cap: int, common: dict,
-                    timing: dict, modelled, seq_epoch: float, compare_with: str) -> None:
-    """The default study's cells beside ours, the filter and the batch sweep, and the reports."""
+def _beyond_reports(s: _StudyRun, proto: _Protocol, book: Book, cells: list, timing: dict, modelled, stopped: str,
+                    compare_with: str) -> None:
+    """The default study's cells beside ours, the filter and the batch sweep, the record and the reports."""
     from deepdensity.study.report_beyond import write_beyond_reports
-    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, seq_epoch, s.study.workers)
-    filtering = filter_experiment(s.runner, s.study, common, earlier[0], cells, s.n_val, timing, modelled)
+    eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
+    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled("strong", 1), s.study.workers)
+    filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
+    if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record
+        for fig in filtering["figures"]:
+            if Path(fig).exists():
+                shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
     sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing, patience=cfg.stall_patience)
-    write_beyond_reports(s.out, BeyondRecord(
-        name=s.name, study=s.study, cfg=cfg, cells=cells, earlier=earlier, target=target, cap=cap, eta=eta,
-        timing=timing, runs_root=s.root, n_train=s.n_train, n_val=s.n_val, invocation=s.invocation(),
-        filtering=filtering, sweep=sweep_rows))
+    record = beyond_record(s, proto, book, cells, earlier, timing, filtering, sweep_rows, stopped)
+    write_atomic(s.out / "study.json", json.dumps(record, indent=1))
+    write_beyond_reports(s.out, record)
     print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
 
 
@@ -415,12 +419,12 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     if not (filtered.exists() and random_ctl.exists()):
         say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
         proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(root / f"seq-s{seeds[0]}"),
-                               "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0])],
+                               "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0]), "--force"],
                               capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
             raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         say(proc.stdout.strip())
-    rows = []
+    rows, jobs = [], []            # jobs: (row facts, run name, mode, n, settings), run side by side
     for mode in study.filter_modes:
         source = earlier_cells if any(c.mode == mode for c in earlier_cells) else own_cells
         n = filter_n(source, mode)
@@ -429,22 +433,18 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
         for seed in seeds:
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
-                c = full[0]
-                rows.append({"mode": mode, "n": n, "seed": seed, "data": "full", "status": c.status,
-                             "epochs": c.epochs, "epochs_to_target": c.epochs_to_target,
-                             "epoch_seconds": modelled(mode, n), "run": f"(default study) {c.run}",
-                             "time_to_target_s": c.epochs_to_target * modelled(mode, n) if c.epochs_to_target else None,
-                             "final_val_loss": c.final_val_loss})
+                rows.append(_earlier_full_row(full[0], modelled))
             else:
-                nm = f"{mode}-n{n}-s{seed}"
-                r = runner.run(nm, mode, n, {**common, "seed": seed})
-                rows.append({"mode": mode, "n": n, "seed": seed, "data": "full",
-                             **_timed(root / nm, mode, n, n_val, timing, r)})
+                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
+                             {**common, "seed": seed}))
             for variant, path in (("network", filtered), ("random", random_ctl)):
-                nm = f"{mode}-n{n}-{variant}-s{seed}"
-                r = runner.run(nm, mode, n, {**common, "seed": seed, "data_path": str(path)})
-                rows.append({"mode": mode, "n": n, "seed": seed, "data": variant,
-                             **_timed(root / nm, mode, n, n_val, timing, r)})
+                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": variant}, f"{mode}-n{n}-{variant}-s{seed}",
+                             mode, n, {**common, "seed": seed, "data_path": str(path)}))
+    results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
+                             label="filter runs")
+    for (facts, nm, mode, n, _), r in zip(jobs, results):
+        rows.append({**facts, **_timed(root / nm, mode, n, n_val, timing, r)})
+    rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
     import h5py
     with h5py.File(filtered, "r") as f:
         facts = {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
@@ -453,26 +453,36 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                                                        filtered.with_suffix(".dropped.png")]}
 
 
+def _earlier_full_row(c: Cell, modelled) -> dict:
+    """A filter row for full data taken from the default study's cell (its time on this clock)."""
+    epoch_s = modelled(c.mode, c.n)
+    return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
+            "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
+            "time_to_target_s": c.epochs_to_target * epoch_s if c.epochs_to_target else None,
+            "final_val_loss": c.final_val_loss}
+
+
 def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
                 timing: dict, patience: int) -> list:
     """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
     scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
     the target. b = B at eta is the first seed's sequential run itself."""
-    rows, seed = [], study.seeds[0]
+    seed, points = study.seeds[0], []
     for b in study.batch_sweep:
         for rule, lr in (("eta", eta), ("linear", eta * b / cfg.batch_size)):
-            if b == cfg.batch_size:                        # both rules give eta: the sequential run
-                nm = f"seq-s{seed}"
-                vals = _val_losses(runner.root / nm)
-                status, epochs = rules.derive_strong(vals, 1, target, cap, patience) or ("max_epochs", len(vals))
-                r = {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-            else:
-                nm = f"batch-b{b}-{rule}-s{seed}"
-                r = runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
-                                                 "seed": seed, "batch_size": b})
-            timed = _timed(runner.root / nm, "strong", 1, n_val, timing, r)
-            rows.append({"batch": b, "lr_rule": rule, "lr": lr, **timed})
-    return rows
+            points.append((b, rule, lr, f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
+
+    def outcome(b: int, lr: float, nm: str) -> dict:
+        if b == cfg.batch_size:                        # both rules give eta: the sequential run
+            vals = _val_losses(runner.root / nm)
+            status, epochs = rules.derive_strong(vals, 1, target, cap, patience) or ("max_epochs", len(vals))
+            return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
+        return runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
+                                            "seed": seed, "batch_size": b})
+
+    results = runner.run_all([functools.partial(outcome, b, lr, nm) for b, _, lr, nm in points], label="batch sweep")
+    return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed, **_timed(runner.root / nm, "strong", 1, n_val, timing, r)}
+            for (b, rule, lr, nm), r in zip(points, results)]
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:
@@ -499,6 +509,19 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
                           "modelled", t, c["run"], c.get("final_val_loss")))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
+
+
+def _default_study_eta(reports: Path) -> float:
+    """The eta the default study found (its study.json), for a study that compares with it."""
+    path = reports / "study.json"
+    if not path.is_file():
+        raise StudyError(f"base_lr: default_study needs the default study's {_relative_to_cwd(path)}: run `make repro` "
+                         f"first, or pass --compare-with FOLDER")
+    eta = read_json(path, "default study's record").get("eta")
+    if not isinstance(eta, (int, float)) or not 0 < eta < math.inf:
+        raise StudyError(f"{_relative_to_cwd(path)} holds no eta; run `make repro` again")
+    print(f"eta: {eta:.6g}, the default study's ({_relative_to_cwd(path)})")
+    return float(eta)
 
 
 def _relative_to_cwd(path: Path) -> Path:

@@ -19,8 +19,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Optional
 
+import yaml
+
 from deepdensity.study.preset import StudyError
-from deepdensity.training.runs import read_json
+from deepdensity.training.runs import data_fingerprint, other_data, read_json, resume_changes
 
 STARTUP_S = 10.0      # a run's process start-up and tracing, added to its own clock for estimates
 
@@ -38,7 +40,7 @@ class StudyRunner:
         self.t0 = time.perf_counter()
         self.trained, self.reused = set(), set()     # run names, this invocation
         self.wall = {}                               # run name -> seconds it took here, or its own clock
-        self._live, self._lock = set(), threading.Lock()
+        self._live, self._lock, self._fingerprints = set(), threading.Lock(), {}
         self._started = 0
 
     def summary(self, wall_s: float) -> str:
@@ -52,6 +54,7 @@ class StudyRunner:
         out = self.root / name
         result_path = out / "result.json"
         if result_path.exists():
+            self._refuse_stale(out, settings)
             r = read_json(result_path, "finished run's result")
             if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
                 with self._lock:
@@ -66,13 +69,35 @@ class StudyRunner:
                  f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
                  f"up to {settings.get('max_epochs', '?')} epochs); {fmt_s(time.perf_counter() - self.t0)} so far")
         t = time.perf_counter()
-        proc = self._train(self._command(name, mode, n, settings, resume=(out / "state.json").exists()))
+        # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
+        # stopped before its first one (train.py says so; without --resume it would refuse)
+        proc = self._train(self._command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())))
         with self._lock:
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - t
         if proc[0] != 0:
             tail = "\n".join(proc[1].strip().splitlines()[-15:])
             raise StudyError(f"run {name} failed (exit {proc[0]}):\n{tail}")
         return read_json(result_path, "run's result")
+
+    def _refuse_stale(self, out: Path, settings: dict) -> None:
+        """A finished run is reused only if it ran with the settings the study asks for now, on
+        the same data; otherwise StudyError names the differences (never a stale result)."""
+        saved = read_json(out / "config.json", "run's configuration")
+        wanted = {**(yaml.safe_load(self.train_yaml.read_text()) or {}),
+                  **{k: yaml.safe_load(str(v)) for k, v in settings.items()}}
+        diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in resume_changes(saved, wanted, {})]
+        data = wanted.get("data_path")
+        if data and Path(data).exists() and other_data(saved, self._fingerprint(data)):
+            diffs.append(f"the data in {data} changed")
+        if diffs:
+            raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
+                             f"({', '.join(diffs)}); delete it, or pass another --runs folder")
+
+    def _fingerprint(self, path: str) -> str:
+        with self._lock:
+            if path not in self._fingerprints:
+                self._fingerprints[path] = data_fingerprint(path)
+            return self._fingerprints[path]
 
     def _command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
         cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
@@ -139,9 +164,10 @@ class StudyRunner:
                         on_done(key, f.result())
                         done.add(key)
                     left = len(next_jobs(set(running.values()), done)) + len(running)
-                    self.say(f"{label}: {len(done)} done, {left} to go; "
-                             f"{fmt_s(time.perf_counter() - t0)} in this stage, {fmt_s(time.perf_counter() - self.t0)} "
-                             f"in all")
+                    spent = time.perf_counter() - t0
+                    self.say(f"{label}: {len(done)} done, {left} to go"
+                             + (f" (~{fmt_s(spent / len(done) * left)} more at this stage's pace)" if left else "")
+                             + f"; {fmt_s(spent)} in this stage, {fmt_s(time.perf_counter() - self.t0)} in all")
             except BaseException:
                 self.stop()
                 for f in running:

@@ -124,7 +124,7 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
     bad.write_text("wokers: [1]\n")
     with pytest.raises(StudyError, match=r"unknown study key .wokers. \(did you mean workers\?\)"):
         load_study(str(bad))
-    for text, message in (("base_lr: fast\n", "base_lr must be 'edge' or a positive number"),
+    for text, message in (("base_lr: fast\n", "base_lr must be 'edge', 'default_study' or a positive number"),
                           ("base_lr: -1\n", "base_lr must be"),
                           ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
                           ("mode_workers: [1]\n", "mode_workers must map")):
@@ -132,6 +132,14 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         with pytest.raises(StudyError, match=message):
             load_study(str(bad))
     bad.write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(StudyError, match="empty.yaml is empty"):
+        load_study(str(empty))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("seeds: [0, 1, 2]\nworkers: [1, 2]\nseeds: [3]\n")
+    with pytest.raises(StudyError, match="line 3, column 1: key 'seeds' is given twice"):
+        load_study(str(twice))
     with pytest.raises(StudyError, match="study preset .* is not UTF-8 text"):
         load_study(str(bad))
     bad.write_text("1: [0]\n")
@@ -186,18 +194,19 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     # The beyond modes, with the same eta and target: the paper's other modes come from above.
     beyond = tmp_path / "beyond.yaml"
     beyond.write_text(preset.read_text().replace("[strong, weak, linear, warmup]", "[strong, adaptive, local]")
+                      .replace("base_lr: 0.00105", "base_lr: default_study")     # eta from the study above
                       + "mode_workers: {adaptive: [1, 2], local: [1, 2]}\n"
                       + "filter_modes: [weak]\nbatch_sweep: [16, 32, 64]\n")
     out = tmp_path / "beyond_reports"
     run([sys.executable, "-m", "deepdensity.repro", "--preset", str(beyond), "--runs", str(tmp_path / "runs"),
          "--reports", str(out), "--compare-with", str(reports)])
-    for name in ("REPORT.md", "time_to_target.md", "time_to_target.csv", "fig2.png", "fig7.png", "cells.json"):
+    for name in ("REPORT.md", "time_to_target.md", "time_to_target.csv", "fig2.png", "fig7.png", "study.json"):
         assert (out / name).stat().st_size > 0, name
     text = (out / "REPORT.md").read_text()
     assert "## The answer" in text and ("Yes:" in text or "No measurable difference" in text)
     header = (out / "time_to_target.md").read_text().splitlines()[0]
     assert all(m in header for m in ("strong", "weak", "linear", "warmup", "adaptive", "local")), header
-    b_cells = json.loads((out / "cells.json").read_text())
+    b_cells = json.loads((out / "study.json").read_text())["cells"]
     assert {(c["mode"], c["n"]) for c in b_cells} == {(m, n) for m in ("strong", "adaptive", "local") for n in (1, 2)}
     assert "## Filtering the data for large batches" in text and "## Batch size against time to target" in text
     filtering = json.loads((out / "filtering.json").read_text())
@@ -209,8 +218,11 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert next(r for r in sweep if r["batch"] == 64 and r["lr_rule"] == "linear")["lr"] == pytest.approx(0.0021)
     for name in ("fig8.png", "fig9.png", "filter.embedding.png"):
         assert (out / name).stat().st_size > 0, name
-    assert json.loads((out / "study.json").read_text())["target"] == pytest.approx(
+    b_record = json.loads((out / "study.json").read_text())
+    assert b_record["kind"] == "beyond" and b_record["target"] == pytest.approx(
         json.loads((reports / "study.json").read_text())["target"], rel=1e-9), "the same calibrated target"
+    assert set(b_record["run_rows"]) == {c["run"] for c in b_cells if c["n"] > 1 and c["mode"] != "strong"}
+    assert report.main(["--from", str(out), "--check"]) == 0, "the beyond reports render from their record alone"
 
 
 def test_claims_over_the_n_each_mode_was_run_at():
@@ -327,3 +339,22 @@ def test_protocol_table_names_each_difference():
     rows = {r[0]: r for r in tables.protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,
                                                   0.00105, None, "horovodrun -np {n}")}
     assert rows["N"][3] == "" and rows["hardware"][3] == "" and rows["target"][3] == ""
+
+
+def test_the_speculative_edge_search_finds_the_same_edge(tmp_path):
+    """With room for two runs the search runs the probe it would ask next beside the current
+    one; the extra outcomes cannot move the edge."""
+    collapse = 0.005
+
+    def curve(lr, seed, e):
+        k = round(math.log(lr / 0.00105, 2 ** 0.5))
+        if seed == 7 and k in (3, 4):
+            return 0.0065 - 0.0015 * (1 - 0.5 ** e)
+        return 0.01 / (1 + e) if k < 5 else [0.05, 0.03, 0.2][min(e, 2)]
+    one, two = FakeRunner(tmp_path / "one", curve), FakeRunner(tmp_path / "two", curve)
+    two.parallel = 2
+    eta1, probes1 = repro.find_edge(one, 0.00105, 12, 3, [0, 7], collapse, say=lambda *a: None)
+    eta2, probes2 = repro.find_edge(two, 0.00105, 12, 3, [0, 7], collapse, say=lambda *a: None)
+    assert eta2 == eta1 == pytest.approx(0.00105 * 2 ** 1.0)
+    seen = {(p["k"], p["seed"]) for p in probes2}
+    assert {(p["k"], p["seed"]) for p in probes1} <= seen and len(seen) <= len(probes1) + 2

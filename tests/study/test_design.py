@@ -1,0 +1,47 @@
+"""The sequential design (study/design.py) on stand-in units: which cells get more seeds, in
+what order, and when it stops (max_seeds, settled cells, the time budget)."""
+import time
+
+from deepdensity.study.design import FIRST, Book, run_first_seeds, run_more_seeds
+from deepdensity.study.runner import StudyRunner
+
+
+def _units(book, runner, outcome, cost):
+    """Units whose seed s 'reaches the target' per outcome(unit, s); each run costs cost[unit] s."""
+    def job(unit, seed):
+        name = f"{unit[0]}-n{unit[1]}-s{seed}"
+        book.results[(unit[0], unit[1], seed)] = ({"status": "reached_target" if outcome(unit, seed) else "stalled",
+                                                   "epochs": 3}, name)
+        runner.wall[name] = cost[unit]
+        return [name]
+    return {u: (lambda s, u=u: job(u, s)) for u in cost}
+
+
+def test_unanimous_cells_get_seeds_up_to_the_cap_and_mixed_ones_none(tmp_path):
+    runner = StudyRunner(tmp_path, tmp_path / "t.yaml", None, parallel=2, say=lambda *a: None)
+    book = Book()
+    cost = {("weak", 2): 1.0, ("weak", 8): 5.0, ("linear", 2): 2.0}
+    mixed = {("linear", 2)}                        # seed 1 of linear N = 2 fails, the rest reach
+    units = _units(book, runner, lambda u, s: not (u in mixed and s == 1), cost)
+    run_first_seeds(runner, book, units, [0, 1, 2])
+    assert all(book.seeds[u] == [0, 1, 2] for u in units) and book.why[(("weak", 2), 0)] == FIRST
+    stopped = run_more_seeds(runner, book, units, set, max_seeds=5, deadline=time.perf_counter() + 60,
+                             say=lambda *a: None)
+    assert book.seeds[("weak", 2)] == book.seeds[("weak", 8)] == [0, 1, 2, 3, 4], "unanimous: challenged to the cap"
+    assert book.seeds[("linear", 2)] == [0, 1, 2], "mixed stays mixed: no seed can settle it further"
+    assert "another could make it mixed" in book.why[(("weak", 8), 3)]
+    assert stopped == "every cell settled or at max_seeds"
+
+
+def test_a_side_of_a_measured_difference_is_challenged_and_the_budget_is_kept(tmp_path):
+    runner = StudyRunner(tmp_path, tmp_path / "t.yaml", None, parallel=1, say=lambda *a: None)
+    book = Book()
+    cost = {("weak", 2): 1.0, ("warmup", 2): 1000.0}
+    units = _units(book, runner, lambda u, s: not (u == ("weak", 2) and s == 0), cost)
+    run_first_seeds(runner, book, units, [0, 1, 2])
+    stopped = run_more_seeds(runner, book, units, lambda: {("weak", 2)}, max_seeds=4,
+                             deadline=time.perf_counter() + 60, say=lambda *a: None)
+    assert book.seeds[("weak", 2)] == [0, 1, 2, 3]
+    assert "measured difference" in book.why[(("weak", 2), 3)]
+    assert book.seeds[("warmup", 2)] == [0, 1, 2], "a 1000 s seed does not fit a 60 s budget"
+    assert stopped == "the time budget"
