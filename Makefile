@@ -9,12 +9,14 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 # Horovod must see the TensorFlow it links against, hence --no-build-isolation after TF is in.
 HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+KERNEL_SRC := deepdensity/model/kernels/render.cc
+KERNEL := deepdensity/model/kernels/_render.so
 PRESET ?= default
 RUNNER ?=
 
 .PHONY: install test test-all bench repro lr-sweep clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(KERNEL)
 
 # setuptools below 81: TensorBoard 2.15 imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
@@ -26,6 +28,11 @@ $(VENV)/.installed: setup.py
 	$(HOROVOD_ENV) $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
 	$(BIN)/horovodrun --check-build
 	touch $@
+
+# The rendering kernel, compiled against the TensorFlow just installed (optional: without a
+# compiler the layer renders with TensorFlow ops; the build says so).
+$(KERNEL): $(KERNEL_SRC) $(VENV)/.installed
+	$(PY) -m deepdensity.model.kernels.build
 
 # The fast tier: no training subprocess, no horovodrun (pytest.ini's `slow` marker).
 test: install
@@ -45,4 +52,4 @@ lr-sweep: install
 	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL)

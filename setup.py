@@ -13,7 +13,9 @@ setup(
     description="3D Gaussian-mixture autoencoder and its strong/weak scaling study under Horovod",
     packages=find_packages(include=["deepdensity", "deepdensity.*"]),
     # the study presets and report templates, so that `deepdensity repro` runs outside a checkout too
-    package_data={"deepdensity.study": ["presets/*.yaml", "templates/*.md"]},
+    package_data={"deepdensity.study": ["presets/*.yaml", "templates/*.md"],
+                  # the rendering kernel's source: `python -m deepdensity.model.kernels.build` compiles it
+                  "deepdensity.model.kernels": ["render.cc"]},
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},
     python_requires=">=3.10,<3.12",
     install_requires=[

@@ -19,6 +19,7 @@ from deepdensity.utils.textfile import read_text
 
 
 XLA_CHOICES = ("coefficients", "step", "off")
+RENDERING_CHOICES = ("auto", "kernel", "tf")
 
 
 class ConfigError(UserError):
@@ -108,6 +109,13 @@ class Config:
     # tiny ops that XLA fuses), "step" (the whole training step: XLA's CPU convolutions are
     # slow, so use it on GPUs) or "off". `make bench` times all three on the host.
     xla: str = "coefficients"
+    # How the layer renders the mixture: "kernel" (deepdensity/model/kernels/render.cc, built
+    # by `make install`: each exponential summed where it is computed, for the CPU's
+    # instruction set), "tf" (TensorFlow ops, which write (B, K, V) tensors) or "auto": the
+    # kernel on a CPU with AVX2 or AVX-512 when it is built, else TensorFlow ops (GPUs, XLA of
+    # the whole step, and CPUs where the kernel's x86-64 baseline loses to them:
+    # 15.0 against 10.0 ms, docs/performance.md). `make bench` times both on the host.
+    rendering: str = "auto"
     # TensorBoard (rank 0, `--out DIR` -> DIR/tb/): central slices of validation cubes next to
     # what the model renders, every this many epochs (0 = scalars only).
     tensorboard_images_every: int = 5
@@ -143,6 +151,9 @@ class Config:
             (self.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
             (self.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
             (self.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
+            (self.rendering in RENDERING_CHOICES, f"rendering must be one of {', '.join(RENDERING_CHOICES)}"),
+            (not (self.rendering == "kernel" and self.xla == "step"),
+             "rendering: kernel cannot run under xla: step (XLA compiles TensorFlow ops only); use rendering: auto"),
             (self.epoch_definition in EPOCH_DEFINITIONS,
              f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
             (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),

@@ -104,6 +104,8 @@ CASES = [
     ("train", ["--set", "n_components=0"], "n_components must be >= 1"),
     ("train", ["--set", "conv_filters=[8,8]"], "must have the same length"),
     ("train", ["--set", "xla=maybe"], "xla must be one of"),
+    ("train", ["--set", "rendering=gpu"], "rendering must be one of"),
+    ("train", ["--set", "rendering=kernel", "--set", "xla=step"], "rendering: kernel cannot run under xla: step"),
     ("train", ["--set", "epoch_definition=pass"], "epoch_definition must be one of"),
     ("train", ["--set", "max_train_cubes=16"], "fewer than one batch"),
     ("train", ["--emulate-workers", "3"], "3 does not divide 32"),

@@ -35,7 +35,8 @@ def build_model(cfg: Config, grid_size: int = 16, ndim: int = 3, density_layer=D
         heads.append(tf.keras.layers.Reshape((K, n_correlations(n)), name="rho")(
             tf.keras.layers.Dense(K * n_correlations(n), activation="sigmoid", name="rho_dense")(y)))
     density = density_layer(grid_size, n, sigma_min=cfg.sigma_min, corr_max=cfg.corr_max,
-                            jit_coefficients=cfg.xla == "coefficients", name="deep_density")(heads)
+                            jit_coefficients=cfg.xla == "coefficients",
+                            rendering="tf" if cfg.xla == "step" else cfg.rendering, name="deep_density")(heads)
     return tf.keras.Model(cube, density, name="deepdensity_autoencoder")
 
 

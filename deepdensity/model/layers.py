@@ -12,6 +12,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from deepdensity.model import kernels
+
 # log(0) guard for mixture weights: a softmax can round a weight to exactly 0.
 _TINY = 1e-30
 
@@ -270,6 +272,19 @@ def _tensor_float_32_possible() -> bool:
         tf.config.experimental.tensor_float_32_execution_enabled()
 
 
+def uses_kernel(rendering: str) -> bool:
+    """Whether `rendering` ('auto', 'kernel', 'tf') means the CPU kernel here: 'auto' takes it
+    on a CPU with AVX2 or AVX-512 and no GPU (its x86-64 baseline is slower than TensorFlow's
+    own AVX kernels; config.py, `rendering`). 'kernel' without a built kernel is an error."""
+    if rendering == "kernel" and not kernels.available():
+        raise RuntimeError(f"rendering: kernel, but {kernels.LIBRARY} is not built or does not load; "
+                           f"run `python -m deepdensity.model.kernels.build` (make install does) or use rendering: auto")
+    if rendering != "auto":
+        return rendering == "kernel"
+    return kernels.available() and kernels.isa() in ("avx2", "avx512") and \
+        not tf.config.list_logical_devices("GPU")
+
+
 @tf.keras.utils.register_keras_serializable(package="deepdensity")
 class DeepDensity(tf.keras.layers.Layer):
     """Renders a Gaussian mixture (paper eq. 7) on the regular grid over [-1, 1]^ndim.
@@ -281,14 +296,18 @@ class DeepDensity(tf.keras.layers.Layer):
       (B, grid_size, ..., grid_size, 1), ndim grid axes: the mixture density at the centre
       of every cell, axis d of the output being coordinate d of `mu`.
     The covariances are built by `covariance_cholesky` (positive-definite for any head
-    output) and the density from their quadratic form (`render_on_grid`): two exact
-    float32 matmuls of (B*K, m) coefficients with the grid's (V, m) monomials and one exp,
-    no (B, K, V, n) tensor. No head output yields NaN or inf.
+    output) and the density from their quadratic form. `rendering` picks how it is summed:
+    'kernel' (`kernels.render_on_grid`, one CPU kernel that never stores a (B, K, V) tensor),
+    'tf' (`render_on_grid`: two exact float32 matmuls of (B*K, m) coefficients with the grid's
+    (V, m) monomials and one exp) or 'auto' (the kernel where it is faster, see `uses_kernel`).
+    No head output yields NaN or inf.
     """
 
     def __init__(self, grid_size: int = 16, ndim: int = 3, sigma_min: float = 0.05,
-                 corr_max: float = 0.95, jit_coefficients: bool = True, **kwargs):
+                 corr_max: float = 0.95, jit_coefficients: bool = True, rendering: str = "auto", **kwargs):
         super().__init__(**kwargs)
+        if rendering not in ("auto", "kernel", "tf"):
+            raise ValueError(f"rendering must be 'auto', 'kernel' or 'tf', got {rendering!r}")
         if ndim not in (1, 2, 3):
             raise ValueError(f"DeepDensity renders on 1, 2 or 3 dimensions, got ndim={ndim}")
         if grid_size < 1:
@@ -298,6 +317,7 @@ class DeepDensity(tf.keras.layers.Layer):
         self.sigma_min = float(sigma_min)
         self.corr_max = float(corr_max)
         self.jit_coefficients = bool(jit_coefficients)
+        self.rendering = rendering
 
     def build(self, input_shape):
         # The grid's monomials are constants, not weights: nothing here is trained.
@@ -309,6 +329,7 @@ class DeepDensity(tf.keras.layers.Layer):
         coefficients = self._coefficients
         self._coefficients_fn = (tf.function(coefficients, jit_compile=True) if self.jit_coefficients
                                  else coefficients)
+        self._use_kernel = uses_kernel(self.rendering)
         super().build(input_shape)
 
     def _coefficients(self, alpha, mu, sigma, rho):
@@ -329,6 +350,8 @@ class DeepDensity(tf.keras.layers.Layer):
     def render(self, alpha, mu, chol, coeffs):
         """(B, V) density at the grid's cell centres, from the quadratic form's coefficients
         (the heads and Cholesky factors are there for renderings that use them instead)."""
+        if self._use_kernel:
+            return kernels.render_on_grid(coeffs, self.grid_size)
         if _tensor_float_32_possible():
             return render_mixture(self.monomials, coeffs)
         return render_on_grid(self.grid, coeffs)
@@ -339,4 +362,4 @@ class DeepDensity(tf.keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "grid_size": self.grid_size, "ndim": self.ndim,
                 "sigma_min": self.sigma_min, "corr_max": self.corr_max,
-                "jit_coefficients": self.jit_coefficients}
+                "jit_coefficients": self.jit_coefficients, "rendering": self.rendering}

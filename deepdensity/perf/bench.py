@@ -3,13 +3,16 @@
     python -m deepdensity.bench [--config configs/paper.yaml] [--repeats 20] [--quick]
 
 Prints, and writes to reports/bench.json:
-  - step time, samples/s and the rendering's share at per-worker batches 1..32 and at the
-    global batches emulation uses (256, 1024; cut into slices of `max_pass_batch`);
-  - the same step with the former direct rendering (DirectDeepDensity below); the step, the
-    direct step and the rendering alone take turns in one run, so the speed-up and the
-    rendering's share are ratios on one machine at one moment;
-  - the model's FLOPs per sample, counted from its layers, and the achieved GFLOP/s next
-    to a roof measured here (a large float32 matmul and the model's first Conv3D);
+  - the CPU, the instruction set oneDNN and the rendering kernel use, and which rendering
+    the `rendering` setting picks here;
+  - the roof measured here: a large float32 matmul, the model's first Conv3D, exponentials
+    per second (the kernel's, XLA's, TensorFlow's) and memory bandwidth;
+  - at per-worker batches 1..32 and the global batches emulation uses (256, 1024; cut into
+    slices of `max_pass_batch`): the step, the step with a trivial rendering (TrivialDensity)
+    for the rendering's share, the rendering alone (as configured and with TensorFlow ops)
+    against its roof, and the former direct rendering's step (DirectDeepDensity), all taking
+    turns in one run, so that shares and speed-ups are ratios on one machine at one moment;
+  - the model's FLOPs per sample, counted from its layers, and the achieved GFLOP/s;
   - the step at batch 32 under each `xla` setting (off, coefficients, whole step);
   - samples/s of `horovodrun -np 2` against one process on the same cores, and the Gloo
     allreduce time of the model's gradients at N = 2 and 4;
@@ -35,12 +38,15 @@ import tensorflow as tf  # noqa: E402
 
 from deepdensity.training import dist  # noqa: E402
 from deepdensity.config import XLA_CHOICES, load  # noqa: E402
-from deepdensity.model.layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points  # noqa: E402
+from deepdensity.model import kernels  # noqa: E402
+from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_log_mixture_density,  # noqa: E402
+                                      grid_points, uses_kernel)
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
 from deepdensity.utils.args import parser  # noqa: E402
 from deepdensity.utils.errors import command  # noqa: E402
 from deepdensity.utils.files import write_atomic  # noqa: E402
+from deepdensity.utils.machine import cpu_model, onednn_isa  # noqa: E402
 
 # the folder that holds the deepdensity package (a checkout or site-packages), for child processes
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
@@ -59,6 +65,16 @@ class DirectDeepDensity(DeepDensity):
     def render(self, alpha, mu, chol, coeffs):
         cov = tf.matmul(chol, chol, transpose_b=True)
         return tf.exp(direct_log_mixture_density(grid_points(self.grid_size, self.ndim), alpha, mu, cov))
+
+
+@tf.keras.utils.register_keras_serializable(package="deepdensity_bench")
+class TrivialDensity(DeepDensity):
+    """The layer with its rendering replaced by one cheap op that still depends on every
+    coefficient (so the heads get gradients): the step without the rendering, for its share."""
+
+    def render(self, alpha, mu, chol, coeffs):
+        per_sample = tf.sigmoid(tf.cast(tf.reduce_sum(coeffs, axis=[1, 2]), tf.float32))
+        return per_sample[:, None] * tf.ones([1, self.grid_size ** self.ndim])
 
 
 def trainable(cfg, batch: int, layer=DeepDensity):
@@ -83,7 +99,8 @@ def rendering(cfg, batch: int, layer=DeepDensity):
     heads = [tf.Variable(v.astype("f4")) for v in (
         rng.dirichlet(np.ones(K), batch), rng.uniform(-1, 1, (batch, K, 3)),
         rng.uniform(size=(batch, K, 3)), rng.uniform(size=(batch, K, 3)))]
-    render = layer(16, 3, cfg.sigma_min, cfg.corr_max, jit_coefficients=cfg.xla == "coefficients")
+    render = layer(16, 3, cfg.sigma_min, cfg.corr_max, jit_coefficients=cfg.xla == "coefficients",
+                   rendering=cfg.rendering)
 
     @tf.function
     def run():
@@ -153,6 +170,42 @@ def roof_gflops(repeats: int) -> dict:
     t_conv = median_seconds(lambda: cf().numpy(), repeats)
     conv_flops = 32 * 2 * 8 ** 3 * 32 * 7 ** 3 * 1
     return {"matmul_2048": 2 * n ** 3 / t_mm / 1e9, "conv3d_7x7x7_stride2_b32": conv_flops / t_conv / 1e9}
+
+
+def exp_rates(repeats: int) -> dict:
+    """Exponentials per second here: the rendering kernel's own (all threads, on 64 K floats
+    that stay in cache), XLA's (compiled for this host) and TensorFlow's element-wise kernel."""
+    x = tf.constant(np.random.default_rng(0).uniform(-20, 5, 1 << 16).astype("f4"))
+    rates = {}
+    if kernels.available():
+        reps = 200
+        rates["kernel"] = reps * x.shape[0] / median_seconds(lambda: kernels.exp_sum(x, reps).numpy(), repeats)
+    big = tf.constant(np.tile(x.numpy(), 64))                    # 4 M floats: one call is long enough to time
+    for name, jit in (("xla", True), ("tensorflow", False)):
+        fn = tf.function(lambda: tf.reduce_sum(tf.exp(big)), jit_compile=jit)
+        rates[name] = big.shape[0] / median_seconds(lambda: fn().numpy(), repeats)
+    return rates
+
+
+def bandwidth_gb_s(repeats: int) -> float:
+    """Memory bandwidth of one thread copying 256 MB (bytes read + written per second)."""
+    src = np.ones(1 << 26, dtype=np.float32)
+    dst = np.empty_like(src)
+    return 2 * src.nbytes / median_seconds(lambda: np.copyto(dst, src), max(3, repeats // 4)) / 1e9
+
+
+def rendering_roof_ms(batch: int, K: int, V: int, m: int, roof: dict) -> float:
+    """The least time the rendering's forward and backward can take here: every exponential
+    twice (the forward sums them; the backward needs them again, recomputed or stored), at the
+    best exponential rate measured; the quadratic form and the backward's moments as two
+    (B K, m) x (m, V) matmuls at the matmul rate (they share the vector units with the
+    exponentials, so the times add); and the inputs and outputs once through memory, which
+    overlaps with compute. A (B, K, V) tensor stored and read again would add 8 B K V bytes."""
+    exps = 2 * batch * K * V
+    flops = 2 * 2 * m * batch * K * V
+    compute = exps / max(roof["exp_per_s"].values()) + flops / (roof["matmul_2048"] * 1e9)
+    memory = (2 * 8 * batch * K * m + 2 * 4 * batch * V) / (roof["bandwidth_gb_s"] * 1e9)
+    return 1e3 * max(compute, memory)
 
 
 def _run(args, env=None, timeout=None) -> subprocess.CompletedProcess:
@@ -325,10 +378,35 @@ def main(argv=None) -> int:
     return 0
 
 
+def machine_report(cfg) -> dict:
+    """The CPU, the instruction sets in use and the rendering path, printed and returned."""
+    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "tensorflow": tf.__version__, "onednn_isa": onednn_isa(),
+               "kernel_isa": kernels.isa(),
+               "rendering": "kernel" if uses_kernel(cfg.rendering) else "tf"}
+    print(f"CPU: {machine['cpu']}, {machine['cpus']} cores; oneDNN: {machine['onednn_isa']}; rendering kernel: "
+          f"{machine['kernel_isa']}; XLA: the host's own (LLVM compiles for this CPU); TensorFlow's element-wise "
+          f"kernels: AVX (as the 2.15 wheel is built)")
+    print(f"rendering: {cfg.rendering} -> {machine['rendering']}")
+    return machine
+
+
+def roof_report(repeats: int) -> dict:
+    """The host's roof: matmul and Conv3D GFLOP/s, exponentials per second, memory bandwidth."""
+    roof = roof_gflops(repeats)
+    roof["exp_per_s"] = exp_rates(repeats)
+    roof["bandwidth_gb_s"] = bandwidth_gb_s(repeats)
+    print(f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
+          f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s; exponentials "
+          + ", ".join(f"{k} {v / 1e9:.2f} G/s" for k, v in roof["exp_per_s"].items())
+          + f"; memory {roof['bandwidth_gb_s']:.1f} GB/s (one thread copying 256 MB)")
+    return roof
+
+
 def step_report(config: str, repeats: int) -> dict:
-    """The model's FLOPs, the host's roof, the step and its rendering at every batch, and the
-    `xla` settings, printed and returned."""
+    """The host, the model's FLOPs, the roof, the step and its rendering at every batch, and
+    the `xla` settings, printed and returned."""
     cfg = load(config, [])
+    machine = machine_report(cfg)
     model = build_model(cfg, 16, 3)
     flops = forward_flops_per_sample(model)
     fwd = sum(flops.values())
@@ -338,40 +416,46 @@ def step_report(config: str, repeats: int) -> dict:
           f"max_pass_batch {cfg.max_pass_batch}")
     print("forward FLOPs per sample: " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in flops.items())
           + f"; total {fwd / 1e6:.1f} M (a training step ~3x)")
-    roof = roof_gflops(repeats)
-    print(f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
-          f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s")
-    rows = step_rows(cfg, fwd, repeats)
+    roof = roof_report(repeats)
+    rows = step_rows(cfg, fwd, roof, repeats)
     xla = {k: v * 1e3 for k, v in paired_seconds(
         {choice: training_step(trainable(dataclasses.replace(cfg, xla=choice), 32), 32) for choice in XLA_CHOICES},
         repeats).items()}
     print("\nstep at batch 32 by the `xla` setting: "
           + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
     return {"config": config, "n_components": cfg.n_components, "threads": threads,
-            "weights": model.count_params(), "forward_flops_per_sample": flops, "roof_gflops": roof,
-            "steps": rows, "xla_step_ms_b32": xla, "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__}}
+            "weights": model.count_params(), "forward_flops_per_sample": flops, "roof": roof,
+            "steps": rows, "xla_step_ms_b32": xla, "machine": machine}
 
 
-def step_rows(cfg, forward_flops: float, repeats: int) -> list:
-    """Step time, samples/s and the rendering's share at every batch of STEP_BATCHES, against
-    the direct form where it fits in memory; printed as a table."""
-    print(f"\n{'batch':>6} {'step ms':>9} {'samples/s':>10} {'GFLOP/s':>8} {'render ms':>10} {'share':>6}"
-          f" {'direct step ms':>15} {'new/direct':>11}")
+def step_rows(cfg, forward_flops: float, roof: dict, repeats: int) -> list:
+    """At every batch of STEP_BATCHES: the step, the step with a trivial rendering, the
+    rendering alone (as configured and with TensorFlow ops) and its roof, taking turns; the
+    direct form's step where it fits in memory. Printed as a table."""
+    print(f"\n{'batch':>6} {'step ms':>8} {'samples/s':>9} {'GFLOP/s':>8} {'trivial ms':>10} {'share':>6}"
+          f" {'render ms':>9} {'tf ops ms':>9} {'roof ms':>8} {'x roof':>7} {'direct ms':>9}")
     rows = []
     for b in STEP_BATCHES:
         slices = grad_slices(b, cfg.max_pass_batch)
-        # the step, the direct form's step and the rendering alone (once per slice) in turns
-        fns = {"new": training_step(trainable(cfg, b), b), "render": rendering(cfg, b // slices)}
+        fns = {"step": training_step(trainable(cfg, b), b), "trivial": training_step(trainable(cfg, b, TrivialDensity), b),
+               "render": rendering(cfg, b // slices), "render_tf": rendering(dataclasses.replace(cfg, rendering="tf"),
+                                                                              b // slices)}
         if b in DIRECT_BATCHES:
             fns["direct"] = training_step(trainable(cfg, b, DirectDeepDensity), b)
-        times = paired_seconds(fns, repeats if b <= 32 else max(3, repeats // 4))
-        s, d, r = times["new"], times.get("direct"), times["render"] * slices
-        row = {"batch": b, "slices": slices, "step_ms": s * 1e3, "samples_per_s": b / s,
-               "gflops": 3 * forward_flops * b / s / 1e9, "render_ms": r * 1e3, "render_share": r / s,
-               "direct_step_ms": d * 1e3 if d else None, "step_ratio_new_over_direct": s / d if d else None}
+        t = paired_seconds(fns, repeats if b <= 32 else max(3, repeats // 4))
+        step, render, render_tf = t["step"], t["render"] * slices, t["render_tf"] * slices
+        roof_ms = rendering_roof_ms(b // slices, cfg.n_components, 16 ** 3, 10, roof) * slices
+        row = {"batch": b, "slices": slices, "step_ms": step * 1e3, "samples_per_s": b / step,
+               "gflops": 3 * forward_flops * b / step / 1e9, "trivial_step_ms": t["trivial"] * 1e3,
+               "render_share": (step - t["trivial"]) / step, "render_ms": render * 1e3,
+               "render_tf_ms": render_tf * 1e3, "render_roof_ms": roof_ms, "render_over_roof": render * 1e3 / roof_ms,
+               "direct_step_ms": t["direct"] * 1e3 if "direct" in t else None}
         rows.append(row)
-        print(f"{b:>6} {s * 1e3:>9.1f} {b / s:>10.0f} {row['gflops']:>8.1f} {r * 1e3:>10.1f} {r / s:>6.0%}"
-              + (f" {d * 1e3:>15.1f} {s / d:>11.2f}" if d else f" {'-':>15} {'-':>11}"))
+        print(f"{b:>6} {step * 1e3:>8.1f} {b / step:>9.0f} {row['gflops']:>8.1f} {t['trivial'] * 1e3:>10.1f} "
+              f"{row['render_share']:>6.0%} {render * 1e3:>9.1f} {render_tf * 1e3:>9.1f} {roof_ms:>8.2f} "
+              f"{row['render_over_roof']:>7.1f} " + (f"{t['direct'] * 1e3:>9.1f}" if "direct" in t else f"{'-':>9}"))
+    print("share: (step - trivial) / step, the two taking turns; render: the layer's forward and backward alone; "
+          "x roof: render / roof (rendering_roof_ms)")
     return rows
 
 

@@ -23,6 +23,7 @@ RESUMABLE = {
     "horovod_cycle_ms": "speed only: when allreduces start, not what they sum",
     "max_pass_batch": "memory only: the same average gradient",
     "xla": "speed only: the same arithmetic",
+    "rendering": "speed only: the same density to float32 rounding (tests/model/test_kernels.py)",
     "deterministic": "kernel choice only",
     "tensorboard_images_every": "what is logged only",
 }

@@ -1,0 +1,58 @@
+"""Build the rendering kernel (render.cc) against the installed TensorFlow: `make install` runs
+
+    python -m deepdensity.model.kernels.build
+
+which writes _render.so next to this file. The kernel is optional: without it (no C++
+compiler, another TensorFlow, a GPU) the layer renders with TensorFlow ops, which the tests
+compare it against. CXX picks the compiler (g++ by default).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "render.cc"
+LIBRARY = HERE / "_render.so"
+
+# -O3 vectorises the row loops, -fopenmp-simd honours their `omp simd` (no OpenMP runtime),
+# -ffp-contract=fast lets a*b+c become one FMA where the variant has FMA (ISO C++17, which
+# TensorFlow's flags select, turns contraction off). No -ffast-math: exp_f32's rounding
+# trick relies on (a + c) - c not being simplified.
+OPTIMISE = ["-O3", "-fopenmp-simd", "-ffp-contract=fast", "-fno-trapping-math", "-fPIC", "-shared"]
+
+
+def command(tf_compile: list, tf_link: list, out: Path = LIBRARY) -> list:
+    cxx = shlex.split(os.environ.get("CXX", "g++"))
+    return [*cxx, *OPTIMISE, *tf_compile, str(SOURCE), "-o", str(out), *tf_link]
+
+
+def build(out: Path = LIBRARY) -> Path:
+    """Compiles the kernel to `out` (via a temporary file, so a failed build leaves no library)."""
+    import tensorflow as tf
+    tmp = out.with_suffix(".so.tmp")
+    cmd = command(tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tmp)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{shlex.join(cmd)}\n{proc.stderr[-3000:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def main() -> int:
+    try:
+        path = build()
+    except (OSError, RuntimeError) as e:
+        print(f"warning: the rendering kernel was not built, the layer will use TensorFlow ops (slower): {e}",
+              file=sys.stderr)
+        return 0
+    print(f"rendering kernel built: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
