@@ -54,10 +54,16 @@ def _figure1_slices(cfg: Config, seq_run: Path) -> dict:
 
 
 def environment(seq_run: Path) -> dict:
-    """Versions as the runs recorded them, and the machine named (CPU, cores, oneDNN's ISA)."""
-    versions = json.loads((seq_run / "config.json").read_text()).get("versions", {})
+    """Versions as the runs recorded them, and the machine named (CPU, cores, oneDNN's ISA,
+    the rendering the runs' `rendering` setting picks here)."""
+    from deepdensity.model import kernels
+    from deepdensity.model.layers import uses_kernel
+    saved = json.loads((seq_run / "config.json").read_text())
+    versions = saved.get("versions", {})
+    rendering = saved.get("config", saved).get("rendering", "auto")
     return {**{k: versions.get(k) for k in ("python", "tensorflow", "horovod", "numpy", "gpus")},
             "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
+            "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
             "platform": platform.platform()}
 
 

@@ -98,7 +98,8 @@ def _header_fields(record: dict, claims: list) -> dict:
     return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
             "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"],
             "revision": p["revision"],
-            "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']})",
+            "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
+                       + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
             "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused "
                           f"{p['reused']} finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add "
                           f"up to {p['runs_minutes']} min.",

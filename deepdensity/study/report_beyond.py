@@ -66,7 +66,9 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
     return {
         "name": r["preset"], "when": p["generated"], "revision": p["revision"],
         "machine": f"{r['environment']['cpu']} ({r['environment']['cores']} cores, oneDNN ISA: "
-                   f"{r['environment']['onednn_isa']})",
+                   f"{r['environment']['onednn_isa']}"
+                   + (f"; rendering: {r['environment']['rendering']}" if r["environment"].get("rendering") else "")
+                   + ")",
         "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
                       f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
                       f"{p['runs_minutes']} min.",

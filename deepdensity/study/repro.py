@@ -497,8 +497,12 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
     their_eta, their_target = record.get("eta"), record.get("target")
     if "cells" not in record or not math.isclose(their_eta, eta, rel_tol=1e-9) \
             or not math.isclose(their_target, target, rel_tol=1e-5):
+        env = record.get("environment", {})
         return [], (f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
-                    f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out")
+                    f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out"
+                    + (f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
+                       f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
+                       f"differently, so run both studies on one machine)" if env else ""))
     cells = []
     for c in record["cells"]:
         if c["mode"] not in ("weak", "linear", "warmup") or c["n"] not in workers:
