@@ -23,9 +23,15 @@ pytestmark = [pytest.mark.slow,
 # failed). The bound is ten times the largest and still a hundred times below what one epoch
 # changes the loss by on the smoke data (about 5 %), so a path that really differs fails.
 LOSS_REL = 5e-4
-# The weights drift with the losses; 2e-3 of a weight (1e-5 absolute near zero) is the same
-# margin over the loss's, not measured on the AVX-512 machine.
-WEIGHT_REL, WEIGHT_ABS = 2e-3, 1e-5
+# The weights are compared tensor by tensor: ||w_b - w_a|| <= WEIGHT_REL ||w_a||. Element by
+# element they cannot be: Adam moves a weight whose gradient is near zero by up to about lr a
+# step whichever way rounding tips the gradient's sign, so single elements of the same path
+# differ by a third of lr (3.4e-4, conv1) after 12 steps. Measured on the smoke runs (local
+# real against emulated, strong on 2 against 1; 2-core Intel Xeon, AVX-512, the same with
+# ONEDNN_MAX_CPU_ISA=AVX2): at most 3.8e-3 (local, conv1 bias) and 3.8e-7 (strong). A path
+# that really differs gives 0.18 (lr x 1.1) and 0.43 (local_steps 2 against 3). The bound is
+# five times the largest rounding and a ninth of a 10 % change of the lr.
+WEIGHT_REL = 2e-2
 
 
 def losses(out):
@@ -45,6 +51,14 @@ def assert_same_path(a, b):
         # float32 rounding: the sum of two half-batch means is not bitwise the full mean
         assert lb == pytest.approx(la, rel=LOSS_REL) and vb == pytest.approx(va, rel=LOSS_REL)
         assert rb == pytest.approx(ra, rel=1e-7)
+
+
+def assert_same_weights(a, b):
+    import numpy as np
+    assert a.keys() == b.keys() and len(a) > 10
+    for name in a:
+        gap = np.linalg.norm(b[name].astype(np.float64) - a[name]) / np.linalg.norm(a[name])
+        assert gap <= WEIGHT_REL, f"{name}: ||difference|| / ||weights|| = {gap:.3g}"
 
 
 def weights(out):
@@ -71,10 +85,7 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
             assert v2 == pytest.approx(v1, rel=LOSS_REL) and r2 == pytest.approx(r1, rel=1e-7)
     else:
         assert_same_path(one, two)
-    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
-    assert w1.keys() == w2.keys() and len(w1) > 10
-    for name in w1:
-        assert w2[name] == pytest.approx(w1[name], rel=WEIGHT_REL, abs=WEIGHT_ABS), name
+    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
     cfg = json.loads((tmp_path / "two" / "config.json").read_text())
     assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
     assert cfg["steps_per_epoch"] == (8 if per_worker else 4), "128 cubes: 4 steps a pass"
@@ -161,9 +172,7 @@ def test_local_on_two_real_workers_matches_two_emulated_workers(tmp_path, smoke_
     real = launch([horovodrun(), "-np", "2"], "local", tmp_path / "real", smoke_data, *extra)
     assert_same_path(emulated, real)
     assert [r["allreduces"] for r in rows(tmp_path / "real")] == [3, 3, 3]
-    w1, w2 = weights(tmp_path / "emu"), weights(tmp_path / "real")
-    for name in w1:
-        assert w2[name] == pytest.approx(w1[name], rel=WEIGHT_REL, abs=WEIGHT_ABS), name
+    assert_same_weights(weights(tmp_path / "emu"), weights(tmp_path / "real"))
 
 
 CYCLES = """
