@@ -11,6 +11,8 @@ import os
 
 import tensorflow as tf
 
+from deepdensity.training.hosts import check_hosts
+
 try:
     import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
@@ -67,6 +69,8 @@ class Horovod(Single):
     available = True
 
     def __init__(self):
+        # A host whose name resolves to loopback makes Gloo abort in init with no word of why.
+        check_hosts(os.environ)
         # Horovod: initialise the process group (a world of 1 without horovodrun).
         hvd.init()
 
