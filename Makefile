@@ -14,7 +14,7 @@ KERNEL := deepdensity/model/kernels/_render.so
 PRESET ?= default
 RUNNER ?=
 
-.PHONY: install test test-all bench repro lr-sweep clean
+.PHONY: install test test-all test-cluster bench repro lr-sweep clean
 
 install: $(VENV)/.installed $(KERNEL)
 
@@ -41,6 +41,13 @@ test: install
 # Everything, real `horovodrun -np 2` runs and a tiny study included.
 test-all: install
 	$(BIN)/pytest -q tests
+
+# Two hosts for real (tests/cluster): network namespaces with an ssh server each; needs root.
+# Installs Debian's openssh-server first if it is missing. Also part of test-all, skipped there
+# with its reason where sshd, root or namespaces are missing.
+test-cluster: install
+	tests/cluster/install_sshd.sh
+	$(BIN)/pytest -q tests/cluster
 
 bench: install
 	$(PY) -m deepdensity.bench

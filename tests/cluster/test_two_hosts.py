@@ -1,0 +1,71 @@
+"""`horovodrun -H` across two hosts for real: two network namespaces with an ssh server each
+(tests/cluster/hosts.py), one rank per host, Gloo over TCP on the veth pair between them.
+
+Strong scaling and warmup across the two hosts must follow the same path as two ranks on one
+host and as `--emulate-workers 2`; nothing of the two hosts may be left afterwards."""
+import re
+import sys
+
+import pytest
+
+from tests.cluster.hosts import NIC, TwoHosts, leftovers, unavailable_reason
+from tests.support import ROOT, SMOKE, horovodrun
+from tests.training.test_horovod import assert_same_path, launch, losses
+
+_reason = unavailable_reason() if horovodrun() else "horovodrun not installed"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"two hosts: {_reason}")]
+
+RANK_PROBE = ("import subprocess, horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+              "nic = subprocess.run(['ip', '-4', '-o', 'addr', 'show', '%s'], capture_output=True, text=True); "
+              "total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum).numpy(); "
+              "print('RANK', hvd.rank(), nic.stdout.split()[3], total)") % NIC
+
+
+def on_two_hosts(hosts, command: list):
+    """`horovodrun -np 2 -H a:1,b:1 --network-interface dd0 COMMAND` from host A."""
+    return hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
+                      "--gloo", *command], env=None)
+
+
+def test_each_rank_runs_on_its_own_host_and_they_allreduce():
+    with TwoHosts() as hosts:
+        out = on_two_hosts(hosts, [sys.executable, "-c", RANK_PROBE]).stdout
+    ranks = dict(re.findall(r"RANK (\d) (\S+) ", out))
+    assert ranks == {"0": f"{hosts.address['a']}/24", "1": f"{hosts.address['b']}/24"}, out
+    assert out.count(" 3.0") == 2, "1 + 2 summed across the hosts on both ranks"
+    assert leftovers() == []
+
+
+@pytest.mark.parametrize("mode", ["strong", "warmup"])
+def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode):
+    out = tmp_path / "two-hosts"
+    with TwoHosts() as hosts:
+        on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
+                             "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"])
+    assert leftovers() == [], "namespaces, veth or sshd left behind"
+    two_hosts = losses(out)
+    one_host = launch([horovodrun(), "-np", "2"], mode, tmp_path / "one-host", smoke_data)
+    emulated = launch([], mode, tmp_path / "emulated", smoke_data, "--emulate-workers", "2")
+    assert_same_path(one_host, two_hosts)
+    assert_same_path(emulated, two_hosts)
+
+
+def test_a_host_name_on_loopback_is_refused_with_one_line(tmp_path, smoke_data):
+    """Where each host's name resolves to 127.0.0.1, Horovod's Gloo would abort in init with
+    "connect [127.0.0.1]: Connection refused"; train.py says what to fix, once."""
+    with TwoHosts(names_resolve_to_hosts=False) as hosts:
+        proc = hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
+                          "--gloo", sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
+                          "--set", f"data_path={smoke_data}", "--out", str(tmp_path / "run")], check=False)
+    text = proc.stdout + proc.stderr
+    said = [line for line in text.splitlines() if "resolves to 127.0.0.1, a loopback address" in line]
+    assert proc.returncode != 0 and len(said) == 1, text[-3000:]
+    assert "Connection refused" not in text and not (tmp_path / "run").exists()
+    assert leftovers() == []
+
+
+def test_a_failure_inside_leaves_nothing_behind():
+    with pytest.raises(AssertionError):
+        with TwoHosts() as hosts:
+            hosts.run(["false"])
+    assert leftovers() == []
