@@ -111,19 +111,36 @@ def rendering(cfg, batch: int, layer=DeepDensity):
     return lambda: [g.numpy() for g in run()]
 
 
-def paired_seconds(fns: dict, repeats: int) -> dict:
-    """Median seconds of each callable, the callables taking turns (A B C A B C ...), so a
-    noisy machine slows them alike and their ratios hold within one run."""
+def paired_samples(fns: dict, repeats: int) -> dict:
+    """Seconds of each call of each callable, the callables taking turns so that a noisy
+    machine slows them alike: the i-th samples of A and B are one round. Every other round
+    runs in reverse (A B, B A, A B, ...), so that no callable always runs right after the same
+    one (each leaves the caches to the next in its own state)."""
     for fn in fns.values():  # trace and warm up
         fn()
         fn()
     samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for i in range(repeats):
+        for name in (names if i % 2 == 0 else names[::-1]):
             t = time.perf_counter()
-            fn()
+            fns[name]()
             samples[name].append(time.perf_counter() - t)
-    return {name: float(np.median(v)) for name, v in samples.items()}
+    return samples
+
+
+def paired_seconds(fns: dict, repeats: int) -> dict:
+    """Median seconds of each callable, taking turns (paired_samples)."""
+    return {name: float(np.median(v)) for name, v in paired_samples(fns, repeats).items()}
+
+
+def share_quartiles(step: list, trivial: list) -> tuple:
+    """The rendering's share of a step, (step - trivial) / step, round by round: its median
+    and quartiles. One round's two calls ran moments apart, so a slow spell of the machine
+    cancels within the round instead of moving the share."""
+    shares = [(s - t) / s for s, t in zip(step, trivial)]
+    q1, median, q3 = np.percentile(shares, [25, 50, 75])
+    return float(median), float(q1), float(q3)
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -429,32 +446,38 @@ def step_report(config: str, repeats: int) -> dict:
 
 
 def step_rows(cfg, forward_flops: float, roof: dict, repeats: int) -> list:
-    """At every batch of STEP_BATCHES: the step, the step with a trivial rendering, the
-    rendering alone (as configured and with TensorFlow ops) and its roof, taking turns; the
-    direct form's step where it fits in memory. Printed as a table."""
-    print(f"\n{'batch':>6} {'step ms':>8} {'samples/s':>9} {'GFLOP/s':>8} {'trivial ms':>10} {'share':>6}"
+    """At every batch of STEP_BATCHES: the step and the step with a trivial rendering, taking
+    turns with each other alone (the rendering's share); then the rendering alone (as
+    configured and with TensorFlow ops) and the direct form's step where it fits in memory,
+    taking turns. Printed as a table."""
+    print(f"\n{'batch':>6} {'step ms':>8} {'samples/s':>9} {'GFLOP/s':>8} {'trivial ms':>10} {'share (IQR)':>13}"
           f" {'render ms':>9} {'tf ops ms':>9} {'roof ms':>8} {'x roof':>7} {'direct ms':>9}")
     rows = []
     for b in STEP_BATCHES:
-        slices = grad_slices(b, cfg.max_pass_batch)
-        fns = {"step": training_step(trainable(cfg, b), b), "trivial": training_step(trainable(cfg, b, TrivialDensity), b),
-               "render": rendering(cfg, b // slices), "render_tf": rendering(dataclasses.replace(cfg, rendering="tf"),
-                                                                              b // slices)}
+        slices, turns = grad_slices(b, cfg.max_pass_batch), repeats if b <= 32 else max(3, repeats // 4)
+        # A step run right after a much larger one (the direct form) finds its caches evicted:
+        # in one turn with it, the step read 26-33 % rendering where it reads 13-18 % alone.
+        pair = paired_samples({"step": training_step(trainable(cfg, b), b),
+                               "trivial": training_step(trainable(cfg, b, TrivialDensity), b)}, turns)
+        parts = {"render": rendering(cfg, b // slices), "render_tf": rendering(dataclasses.replace(cfg, rendering="tf"),
+                                                                               b // slices)}
         if b in DIRECT_BATCHES:
-            fns["direct"] = training_step(trainable(cfg, b, DirectDeepDensity), b)
-        t = paired_seconds(fns, repeats if b <= 32 else max(3, repeats // 4))
+            parts["direct"] = training_step(trainable(cfg, b, DirectDeepDensity), b)
+        t = {name: float(np.median(v)) for name, v in {**pair, **paired_samples(parts, turns)}.items()}
+        share, share_q1, share_q3 = share_quartiles(pair["step"], pair["trivial"])
         step, render, render_tf = t["step"], t["render"] * slices, t["render_tf"] * slices
         roof_ms = rendering_roof_ms(b // slices, cfg.n_components, 16 ** 3, 10, roof) * slices
         row = {"batch": b, "slices": slices, "step_ms": step * 1e3, "samples_per_s": b / step,
                "gflops": 3 * forward_flops * b / step / 1e9, "trivial_step_ms": t["trivial"] * 1e3,
-               "render_share": (step - t["trivial"]) / step, "render_ms": render * 1e3,
+               "render_share": share, "render_share_quartiles": [share_q1, share_q3], "render_ms": render * 1e3,
                "render_tf_ms": render_tf * 1e3, "render_roof_ms": roof_ms, "render_over_roof": render * 1e3 / roof_ms,
                "direct_step_ms": t["direct"] * 1e3 if "direct" in t else None}
         rows.append(row)
         print(f"{b:>6} {step * 1e3:>8.1f} {b / step:>9.0f} {row['gflops']:>8.1f} {t['trivial'] * 1e3:>10.1f} "
-              f"{row['render_share']:>6.0%} {render * 1e3:>9.1f} {render_tf * 1e3:>9.1f} {roof_ms:>8.2f} "
+              f"{share:>5.0%} ({share_q1:>3.0%}-{share_q3:>3.0%}) {render * 1e3:>9.1f} {render_tf * 1e3:>9.1f} {roof_ms:>8.2f} "
               f"{row['render_over_roof']:>7.1f} " + (f"{t['direct'] * 1e3:>9.1f}" if "direct" in t else f"{'-':>9}"))
-    print("share: (step - trivial) / step, the two taking turns; render: the layer's forward and backward alone; "
+    print("share: (step - trivial) / step in each round of their turns, median (quartiles); render: the layer's forward "
+          "and backward alone; "
           "x roof: render / roof (rendering_roof_ms)")
     return rows
 
