@@ -152,12 +152,10 @@ def _filtering_md(out: Path, filtering: dict, target: float) -> str:
 def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
     _sweep_figure(out / "fig9.png", sweep)
-    best = {rule: preferred_batch(sweep, rule)[0] for rule in ("eta", "linear")}
     md = md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
                   [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], fmt(r["epoch_seconds"]),
                     fmt(r["time_to_target_s"], 1, "not reached")] for r in sweep])
     return fill("batch_sweep.md", eta=f"{eta:.6g}", batch=cfg.batch_size, target=f"{target:.6g}",
-                best_eta=best["eta"] or "none reached", best_linear=best["linear"] or "none reached",
                 answer=sweep_answer(sweep), table=md)
 
 

@@ -405,6 +405,10 @@ def preferred_batch(rows: list, lr_rule: str) -> tuple:
     return best, [b for b in per_batch if b != best and decide.compare(per_batch[best], per_batch[b]) == decide.SHORTER]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def sweep_answer(rows: list) -> str:
     """Under each lr rule: the batch with the shortest median time to target, and the batches
     it is measurably faster than (decide.compare); the rest show no measurable difference."""
@@ -417,7 +421,7 @@ def sweep_answer(rows: list) -> str:
         per_batch = sweep_times(rows, rule)
         others = [b for b in per_batch if b != best and b not in beaten]
         text = (f"{label} batch {best} has the shortest median time to target "
-                f"({_seconds(_median_or_none(per_batch[best]))}, {len(per_batch[best])} seeds)")
+                f"({_seconds(_median_or_none(per_batch[best]))}, {_count(len(per_batch[best]), 'seed')})")
         text += ("; it is measurably shorter than at " + ", ".join(map(str, beaten)) if beaten else
                  "; it is measurably shorter than at no other batch")
         if others:
