@@ -111,8 +111,18 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
     no empty output folder behind."""
-    new_folder = Path(out_dir) if out_dir and not Path(out_dir).exists() else None
-    return _train(cfg, mode, out_dir, resume, emulate_workers, verbose, new_folder)
+    run = _launch(cfg, mode, out_dir, emulate_workers, verbose)
+    new_folder = run.out if run.out and not run.out.exists() else None
+    # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
+    # folder it made for a run refused before it wrote anything (two ranks removing it raced:
+    # the second one's rmdir failed with "No such file or directory" instead of the real error)
+    with runs.locked(run.out) if (run.out and run.is_chief) else contextlib.nullcontext():
+        try:
+            return _train_in(cfg, mode, run, resume, emulate_workers, verbose)
+        except (ConfigError, DataError, RunError, DamagedRun):
+            if run.is_chief and new_folder is not None and new_folder.is_dir() and not any(new_folder.iterdir()):
+                new_folder.rmdir()
+            raise
 
 
 @dataclass
@@ -151,21 +161,6 @@ def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int
     say = print if (verbose and rank == 0) else silent
     tell = print if rank == 0 else silent
     return _Launch(backend, threads, rank, processes, workers, p, Path(out_dir) if out_dir else None, say, tell)
-
-
-def _train(cfg: Config, mode: str, out_dir: Optional[str], resume: bool, emulate_workers: int,
-           verbose: bool, new_folder: Optional[Path]) -> dict:
-    run = _launch(cfg, mode, out_dir, emulate_workers, verbose)
-    # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
-    # folder it made for a run refused before it wrote anything (two ranks removing it raced:
-    # the second one's rmdir failed with "No such file or directory" instead of the real error)
-    with runs.locked(run.out) if (run.out and run.is_chief) else contextlib.nullcontext():
-        try:
-            return _train_in(cfg, mode, run, resume, emulate_workers, verbose)
-        except (ConfigError, DataError, RunError, DamagedRun):
-            if run.is_chief and new_folder is not None and new_folder.is_dir() and not any(new_folder.iterdir()):
-                new_folder.rmdir()
-            raise
 
 
 def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_workers: int, verbose: bool) -> dict:

@@ -21,10 +21,10 @@ RANK_PROBE = ("import subprocess, horovod.tensorflow as hvd, tensorflow as tf; h
               "print('RANK', hvd.rank(), nic.stdout.split()[3], total)") % NIC
 
 
-def on_two_hosts(hosts, command: list):
+def on_two_hosts(hosts, command: list, check=True):
     """`horovodrun -np 2 -H a:1,b:1 --network-interface dd0 COMMAND` from host A."""
     return hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
-                      "--gloo", *command], env=None)
+                      "--gloo", *command], check=check)
 
 
 def test_each_rank_runs_on_its_own_host_and_they_allreduce():
@@ -54,9 +54,8 @@ def test_a_host_name_on_loopback_is_refused_with_one_line(tmp_path, smoke_data):
     """Where each host's name resolves to 127.0.0.1, Horovod's Gloo would abort in init with
     "connect [127.0.0.1]: Connection refused"; train.py says what to fix, once."""
     with TwoHosts(names_resolve_to_hosts=False) as hosts:
-        proc = hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
-                          "--gloo", sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-                          "--set", f"data_path={smoke_data}", "--out", str(tmp_path / "run")], check=False)
+        proc = on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
+                                    "--set", f"data_path={smoke_data}", "--out", str(tmp_path / "run")], check=False)
     text = proc.stdout + proc.stderr
     said = [line for line in text.splitlines() if "resolves to 127.0.0.1, a loopback address" in line]
     assert proc.returncode != 0 and len(said) == 1, text[-3000:]
