@@ -94,6 +94,10 @@ SMOKE = ["--config", str(ROOT / "configs" / "smoke.yaml")]
 CASES = [
     # train.py: the config schema
     ("train", ["--set", "bogus=1"], "unknown config key 'bogus'"),
+    ("train", ["--elastic"], "elastic training needs epoch_definition: global"),
+    ("train", ["--elastic", "--set", "epoch_definition=global"], "--elastic needs an elastic launch"),
+    ("train", ["--elastic", "--set", "epoch_definition=global", "--emulate-workers", "2"],
+     "cannot be combined with --emulate-workers"),
     ("train", ["--set", "batch_size=big"], "batch_size expects an integer"),
     ("train", ["--set", "base_lr=inf"], "base_lr must be a finite number"),
     ("train", ["--set", "base_lr=nan"], "base_lr must be a finite number"),

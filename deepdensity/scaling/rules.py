@@ -291,6 +291,32 @@ def is_sync_step(step: int, steps: int, local_steps: int) -> bool:
     return (step + 1) % local_steps == 0 or step + 1 == steps
 
 
+def elastic_problem(mode: str, epoch_definition: str, emulate_workers: int = 1) -> Optional[str]:
+    """Why a run cannot be elastic (its N may change between epochs), or None.
+
+    What a change of N does to each policy (docs/cluster.md):
+      strong  the global batch stays B and the sample stream stays the same, so the run goes on
+              along the sequential path: the paper's case for strong scaling, now under faults.
+      weak, linear, warmup  the policy at the new N from the next epoch on: B per worker, the
+              lr of the rule at the new N. The path changes with N, as the paper shows it must;
+              the run folder records where.
+      adaptive, local  refused: their per-step state (the batch being grown, the workers' own
+              weights between averagings) is not part of what an elastic commit restores.
+    Epochs must be `global`: a `per_worker` epoch is N passes of the stream, so its length and
+    the passes it covers would change with N, and strong scaling would leave its path.
+    """
+    if mode in BEYOND_MODES:
+        return (f"{mode} cannot be elastic: its per-step state (the growing batch, the workers' own "
+                f"weights) is not restored when workers change; use strong, weak, linear or warmup")
+    if epoch_definition != "global":
+        return ("elastic training needs epoch_definition: global (--set epoch_definition=global): a "
+                "per_worker epoch is N passes of the data, so its length would change with N and strong "
+                "scaling would leave the sequential path")
+    if emulate_workers > 1:
+        return "--elastic runs real Horovod workers; it cannot be combined with --emulate-workers"
+    return None
+
+
 def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
     """(start, stop) of the validation cubes this process evaluates.
 

@@ -44,6 +44,20 @@ class RunRecord:
         self.val_history = list(val_history)
         self.status, self.time_to_target_s = None, None
         self.row, self.losses = {}, (math.nan, math.nan)
+        self.elastic = False                  # elastic rows also say how many workers trained them
+
+    def snapshot(self) -> dict:
+        """What an elastic commit keeps of the record (the clock keeps running: time lost to a
+        failure is wall time the run took)."""
+        return {"val_history": list(self.val_history), "status": self.status,
+                "time_to_target_s": self.time_to_target_s, "row": dict(self.row), "losses": self.losses}
+
+    def restore(self, snapshot: dict, p: rules.ScalingPlan, steps: int) -> None:
+        """Back to a committed snapshot, under the plan of the workers there are now."""
+        self.p, self.steps = p, steps
+        self.val_history, self.status = list(snapshot["val_history"]), snapshot["status"]
+        self.time_to_target_s, self.row = snapshot["time_to_target_s"], dict(snapshot["row"])
+        self.losses = tuple(snapshot["losses"])
 
     def start_clock(self) -> None:
         if self.t0 is None:                   # adaptive calls fit once per epoch: one run, one clock
@@ -99,8 +113,35 @@ class EpochRow(tf.keras.callbacks.Callback):
         its own in `logs`: adaptive's batch changes, local's allreduces are every H steps)."""
         p, steps = self.record.p, self.record.steps
         facts = {"global_batch": p.global_batch, "steps": steps, "allreduces": steps if p.workers > 1 else 0}
+        if self.record.elastic:
+            facts["workers"] = p.workers
         facts.update({k: logs[k] if isinstance(logs[k], int) else float(logs[k]) for k in ROW_EXTRAS if k in logs})
         return facts
+
+
+class CommitEachEpoch(tf.keras.callbacks.Callback):
+    """Elastic training: after every epoch (and after the callbacks that write the run
+    folder) commit the weights, the optimizer and the record to memory, so that a change of
+    workers goes back to the end of the last whole epoch. Counts the steps taken since, which
+    a failure throws away. Last before Progress."""
+
+    def __init__(self, state, record: RunRecord, workers: int):
+        super().__init__()
+        self.state, self.record, self.workers = state, record, workers
+        self.steps_since_commit = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.steps_since_commit = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps_since_commit += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.epoch, self.state.workers = epoch + 1, self.workers
+        self.state.record = self.record.snapshot()
+        self.steps_since_commit = 0
+        # Horovod: raises HostsUpdatedInterrupt here when workers are about to join or leave
+        self.state.commit()
 
 
 class Stopping(tf.keras.callbacks.Callback):

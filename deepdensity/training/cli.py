@@ -5,6 +5,8 @@
     python train.py --mode warmup --emulate-workers 8 --out runs/w8       # N=8's path, one process
     horovodrun -np 4 python train.py --mode adaptive     # batch grows with the gradient's noise
     horovodrun -np 4 python train.py --mode local --set local_steps=8     # average weights every 8 steps
+    horovodrun -np 2 --min-np 1 --max-np 2 --host-discovery-script ./hosts.sh \
+        python train.py --mode strong --elastic --set epoch_definition=global   # survives a lost worker
 
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
@@ -35,6 +37,9 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
     ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
                     help="one process following the optimisation path of N Horovod workers")
+    ap.add_argument("--elastic", action="store_true",
+                    help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
+                         "(needs epoch_definition: global; docs/cluster.md)")
     ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
     args = ap.parse_args(argv)
     if args.resume and not args.out:
@@ -42,7 +47,7 @@ def main(argv=None) -> int:
     cfg = load(args.config, args.set)
     try:
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
-              verbose=not args.quiet)
+              verbose=not args.quiet, elastic=args.elastic)
     except KeyboardInterrupt as e:
         interrupted = Interrupted(getattr(e, "code", EXIT_SIGINT))
         interrupted.args = (where_to_continue(args.out, argv),)

@@ -16,6 +16,7 @@ from deepdensity.training.hosts import check_hosts
 try:
     import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
+    from horovod.common.exceptions import HorovodInternalError
 except ImportError:  # pragma: no cover - exercised only where Horovod is missing
     hvd = hvd_tf = None
 
@@ -63,6 +64,10 @@ class Single:
     def gather(self, obj) -> list:
         """Every process's `obj` (picklable), in rank order."""
         return [obj]
+
+    def elastic_launched(self) -> bool:
+        """Was this process started by an elastic horovodrun (--min-np, --max-np, discovery)?"""
+        return False
 
 
 class Horovod(Single):
@@ -117,6 +122,31 @@ class Horovod(Single):
     def gather(self, obj) -> list:
         # Horovod: every rank's settings, so that ranks started with other ones stop together.
         return list(hvd_tf.allgather_object(obj)) if hvd.size() > 1 else [obj]
+
+    def elastic_launched(self) -> bool:
+        # Horovod: an elastic horovodrun marks its workers so (gloo_run.py sets HOROVOD_ELASTIC).
+        return os.environ.get("HOROVOD_ELASTIC") == "1"
+
+    def elastic_state(self, model, optimizer, **saved):
+        # Horovod: what an elastic job commits to memory and every worker restores after a
+        # change of workers: the weights, the optimizer's slots and iterations, and `saved`.
+        return hvd.elastic.KerasState(model, optimizer, **saved)
+
+    def elastic_run(self, func):
+        # Horovod: run func(state) again from the last commit whenever workers leave or join
+        # (the world is re-initialised at the new size and the state broadcast from rank 0).
+        # Horovod's own wrapper turns only errors naming HorovodAllreduce, HorovodAllgather or
+        # HorovodBroadcast into a reset and silently returns None on any other UnknownError;
+        # a lost peer also fails the grouped allreduce, so every Horovod op's error is a reset
+        # here and any other error goes on up as itself.
+        def resetting_on_lost_peers(state):
+            try:
+                return func(state)
+            except tf.errors.UnknownError as e:
+                if "Horovod" in e.message:
+                    raise HorovodInternalError(e) from None
+                raise RuntimeError(e.message) from e
+        return hvd.elastic.run(resetting_on_lost_peers)
 
     def average(self, tensors: list) -> list:
         # Horovod: one fused allreduce of several tensors, for the modes that average by hand

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,12 +107,13 @@ def _versions() -> dict:
 
 
 def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
-          emulate_workers: int = 1, verbose: bool = True) -> dict:
+          emulate_workers: int = 1, verbose: bool = True, elastic: bool = False) -> dict:
     """Train until the target, the epoch cap or divergence; returns result.json's content.
 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
-    no empty output folder behind."""
-    run = _launch(cfg, mode, out_dir, emulate_workers, verbose)
+    no empty output folder behind. `elastic`: under an elastic horovodrun, go on when workers
+    leave (rules.elastic_problem says which runs can)."""
+    run = _launch(cfg, mode, out_dir, emulate_workers, verbose, elastic)
     new_folder = run.out if run.out and not run.out.exists() else None
     # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
     # folder it made for a run refused before it wrote anything (two ranks removing it raced:
@@ -137,21 +139,36 @@ class _Launch:
     out: Optional[Path]
     say: object                      # print on rank 0 unless quiet, else nothing
     tell: object                     # print on rank 0, quiet or not (how the run ended)
+    elastic: bool = False            # N may change between epochs (Horovod elastic)
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
 
 
-def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int, verbose: bool) -> _Launch:
+def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int, verbose: bool,
+            elastic: bool = False) -> _Launch:
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
+    problem = rules.elastic_problem(mode, cfg.epoch_definition, emulate_workers) if elastic else None
+    if problem:
+        raise ConfigError(problem)
     # Horovod: init and pin (device and thread share) before any other TensorFlow work.
     backend, threads = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
-    rank, processes = backend.rank(), backend.size()
+    processes = backend.size()
     if emulate_workers > 1 and processes > 1:
         raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
+    if elastic and not backend.elastic_launched():
+        raise ConfigError("--elastic needs an elastic launch: horovodrun -np N --min-np M --max-np N "
+                          "--host-discovery-script SCRIPT ... (docs/cluster.md)")
     workers = emulate_workers if emulate_workers > 1 else processes
+    return _as_launch(cfg, mode, backend, threads, workers, Path(out_dir) if out_dir else None, verbose, elastic)
+
+
+def _as_launch(cfg: Config, mode: str, backend, threads: int, workers: int, out: Optional[Path], verbose: bool,
+               elastic: bool) -> _Launch:
+    """This process's part in the run at the world size Horovod reports now."""
+    rank, processes = backend.rank(), backend.size()
     # Horovod: scale batch and lr by the policy (all arithmetic lives in rules.py).
     try:
         p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
@@ -160,7 +177,7 @@ def _launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int
     silent = lambda *a, **k: None  # noqa: E731
     say = print if (verbose and rank == 0) else silent
     tell = print if rank == 0 else silent
-    return _Launch(backend, threads, rank, processes, workers, p, Path(out_dir) if out_dir else None, say, tell)
+    return _Launch(backend, threads, rank, processes, workers, p, out, say, tell, elastic)
 
 
 def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_workers: int, verbose: bool) -> dict:
@@ -207,6 +224,7 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
             "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
             "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": len(train_x),
             "n_val": len(val_x), "threads_per_process": run.threads, "data_fingerprint": fingerprint,
+            "elastic": run.elastic,
             "versions": _versions()})
     if initial_epoch > cfg.max_epochs:
         raise RunError(f"the checkpoint in {out} is at epoch {initial_epoch}, max_epochs is "
@@ -217,11 +235,73 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
         _last_epoch_again(record, read_metrics(out) if (run.is_chief and out) else [])
         run.tell(record.final_line())
         return _save_run(model, record, run, state)
+    if run.elastic:
+        run, saved = _fit_elastic(cfg, mode, run, model, record, (train_x, val_x), initial_epoch, ckpt, verbose)
+    else:
+        saved = _fit(cfg, run, model, record, (train_x, val_x), initial_epoch, steps, ckpt, state, verbose)
+    return _save_run(model, record, run, saved)
+
+
+def _fit(cfg: Config, run: _Launch, model, record: callbacks.RunRecord, data: tuple, initial_epoch: int,
+         steps: int, ckpt, state: Optional[dict], verbose: bool, commit=None) -> Optional[dict]:
+    """Train from `initial_epoch` to the end; returns the last checkpoint's state (rank 0).
+    `commit`: elastic training's commit callback, after every callback that writes the folder."""
+    train_x, val_x = data
     feeds = _Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
     cbs, progress, checkpoint = _callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose)
-    feeds.fit(model, cbs, steps, record)
+    feeds.fit(model, cbs[:-1] + ([commit] if commit else []) + cbs[-1:], steps, record)
     progress.finish()
-    return _save_run(model, record, run, checkpoint.state if checkpoint else None)
+    return checkpoint.state if checkpoint else None
+
+
+def _fit_elastic(cfg: Config, mode: str, run: _Launch, model, record: callbacks.RunRecord, data: tuple,
+                 initial_epoch: int, ckpt, verbose: bool) -> tuple:
+    """Horovod elastic: train, and whenever workers leave (a failure, a host gone from the
+    discovery script) go back to the state committed after the last whole epoch and go on at
+    the new N. Returns (this process's part in the run at the end, the last checkpoint's state)."""
+    record.elastic = True
+    commit = callbacks.CommitEachEpoch(None, record, run.processes)
+    # Horovod: the state every worker restores after a change: weights, optimizer, and ours.
+    commit.state = run.backend.elastic_state(model, model.optimizer, epoch=initial_epoch, workers=run.processes,
+                                             record=record.snapshot())
+    ended = {}
+
+    def from_last_commit(state):
+        now = _as_launch(cfg, mode, run.backend, run.threads, run.backend.size(), run.out, verbose, True)
+        steps = rules.steps_per_epoch(len(data[0]), now.p, cfg.epoch_definition)
+        if state.workers != now.processes:
+            _workers_changed(now, state.epoch, commit.steps_since_commit, state.workers)
+        if now.is_chief and now.out:          # whole epochs only: none counted twice after a failure
+            _keep_rows_up_to(now.out, state.epoch)
+        record.restore(state.record, now.p, steps)
+        commit.workers, commit.steps_since_commit = now.processes, 0
+        slices = rules.grad_slices(now.p.per_process_batch, cfg.max_pass_batch)
+        if slices != model.grad_slices:
+            model.grad_slices, model.train_function = slices, None   # traced again with the new slices
+        # Keras 2 keeps the validation data of a fit that an exception ended (fit deletes it only
+        # on its way out), and the next fit would validate on this rank's old shard
+        model._eval_data_handler = None
+        saved = read_json(run.out / "state.json", "run state") if (now.is_chief and run.out and
+                                                                   (run.out / "state.json").exists()) else None
+        ended["run"] = now
+        ended["saved"] = _fit(cfg, now, model, record, data, state.epoch, steps, ckpt, saved, verbose, commit)
+
+    run.backend.elastic_run(from_last_commit)(commit.state)
+    return ended["run"], ended["saved"]
+
+
+def _workers_changed(now: _Launch, epoch: int, lost_steps: int, before: int) -> None:
+    """Say and record (workers.jsonl, rank 0) a change of N: after which whole epoch (counted
+    from 1), how many steps of the next one were trained and dropped, N before and after."""
+    now.tell(f"workers: {before} -> {now.processes} after epoch {epoch}; going on from that epoch's "
+             f"committed state ({lost_steps} steps of epoch {epoch + 1} trained since are dropped)")
+    if not (now.is_chief and now.out):
+        return
+    change = {"epoch": epoch, "step": lost_steps, "old_workers": before, "new_workers": now.processes}
+    with open(now.out / "workers.jsonl", "a") as f:
+        f.write(json.dumps(change) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _last_epoch_again(record: callbacks.RunRecord, rows: list) -> None:
@@ -422,9 +502,15 @@ def _start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
         write_atomic(out / "config.json", json.dumps(run_config, indent=2))
         (out / "metrics.jsonl").write_text("")
         return []
-    kept = [m for m in read_metrics(out) if m["epoch"] <= initial_epoch]
-    write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
+    kept = _keep_rows_up_to(out, initial_epoch)
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
+
+
+def _keep_rows_up_to(out: Path, epoch: int) -> list:
+    """Drop the rows of metrics.jsonl after `epoch` (counted from 1); returns the kept ones."""
+    kept = [m for m in read_metrics(out) if m["epoch"] <= epoch]
+    write_atomic(out / "metrics.jsonl", "".join(json.dumps(m) + "\n" for m in kept))
+    return kept
 
 
 def _training_model(model: tf.keras.Model, p: rules.ScalingPlan, cfg: Config, backend):

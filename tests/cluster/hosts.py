@@ -159,6 +159,23 @@ class TwoHosts:
             raise AssertionError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc
 
+    def start(self, command: list, log: Path) -> subprocess.Popen:
+        """`command` in host A's namespace, in the background, its output into `log`."""
+        with open(log, "w") as f:
+            return subprocess.Popen(["ip", "netns", "exec", self.namespace("a"), *command], stdout=f,
+                                    stderr=subprocess.STDOUT, text=True)
+
+    def pids(self, host: str, word: str) -> list:
+        """The processes running in `host`'s namespace whose command line holds `word`."""
+        found = []
+        for pid in _sh("ip", "netns", "pids", self.namespace(host), check=False).stdout.split():
+            try:
+                if word in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(pid))
+            except OSError:                                  # gone meanwhile
+                pass
+        return found
+
     def __exit__(self, *exc) -> None:
         for proc in self.sshd:
             proc.terminate()

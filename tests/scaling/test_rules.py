@@ -399,3 +399,21 @@ def test_calibrate_target():
         rules.calibrate_target(losses, 6)
     with pytest.raises(ValueError):
         rules.calibrate_target([0.5, float("nan")], 2)
+
+
+@pytest.mark.parametrize("mode", rules.ALL_MODES)
+@pytest.mark.parametrize("definition", rules.EPOCH_DEFINITIONS)
+@pytest.mark.parametrize("emulate", [1, 2])
+def test_elastic_is_for_the_paper_modes_on_global_epochs_with_real_workers(mode, definition, emulate):
+    """The paper's four policies can be elastic; adaptive and local cannot (their per-step
+    state is not committed); per_worker epochs change length with N; emulation has no
+    workers to lose. Each refusal names its reason."""
+    problem = rules.elastic_problem(mode, definition, emulate)
+    allowed = mode in ("strong", "weak", "linear", "warmup") and definition == "global" and emulate == 1
+    assert (problem is None) == allowed
+    if mode in ("adaptive", "local"):
+        assert mode in problem and "not restored" in problem
+    elif definition == "per_worker":
+        assert "epoch_definition: global" in problem
+    elif emulate > 1:
+        assert "--emulate-workers" in problem
