@@ -45,10 +45,11 @@ class ScalingPlan:
 
     def describe(self) -> str:
         """The scaling arithmetic, printed at start-up so a run says what it does."""
+        uneven = f" (or {self.per_worker_batch - 1})" if self.global_batch % self.workers else ""
         lines = [
             f"mode={self.mode}  workers N={self.workers}  processes={self.processes}",
-            f"global_batch = {self.global_batch}  per_worker_batch = {self.per_worker_batch}"
-            f"  per_process_batch = {self.per_process_batch}",
+            f"global_batch = {self.global_batch}  per_worker_batch = {self.per_worker_batch}{uneven}"
+            f"  per_process_batch = {self.per_process_batch}{uneven}",
             f"lr = {self.peak_lr:g}  (base {self.base_lr:g} x {self.peak_lr / self.base_lr:g})",
         ]
         if self.mode == "warmup":
@@ -60,7 +61,7 @@ class ScalingPlan:
 
 
 def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105,
-         warmup_epochs: int = 5, processes: Optional[int] = None) -> ScalingPlan:
+         warmup_epochs: int = 5, processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
     """Global batch, per-worker batch and lr for one of the paper's four policies.
 
     strong: global batch B split in N disjoint parts of B/N, lr eta (paper eq. 2 with B' = B).
@@ -74,6 +75,9 @@ def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105
 
     `processes` defaults to `workers`; with fewer processes (emulation) each process
     takes global_batch / processes samples, which must divide evenly.
+    `uneven` (elastic training, where N is whatever workers are left): strong scaling may
+    split B over an N that does not divide it, in parts of B // N and one more (`batch_slice`);
+    per_worker_batch and per_process_batch are then the larger part.
     """
     if mode not in ALL_MODES:
         raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(ALL_MODES)}")
@@ -94,7 +98,7 @@ def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105
                         "gradients, so it needs N >= 2 workers (one worker is the sequential model: "
                         "use --mode strong)")
     if mode in ("strong", "adaptive", "local"):
-        if base_batch % workers:
+        if base_batch % workers and not (uneven and mode == "strong" and processes == workers):
             raise PlanError(
                 f"{mode} splits the global batch of {base_batch} over {workers} workers, "
                 f"but {workers} does not divide {base_batch}; use a worker count that divides it "
@@ -106,8 +110,8 @@ def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105
     peak_lr = base_lr * workers if mode in ("linear", "warmup") else base_lr
     return ScalingPlan(
         mode=mode, workers=workers, processes=processes, base_batch=base_batch, base_lr=base_lr,
-        global_batch=global_batch, per_worker_batch=global_batch // workers,
-        per_process_batch=global_batch // processes, peak_lr=peak_lr,
+        global_batch=global_batch, per_worker_batch=-(-global_batch // workers),
+        per_process_batch=-(-global_batch // processes), peak_lr=peak_lr,
         warmup_epochs=warmup_epochs if mode == "warmup" else 0,
     )
 
@@ -213,14 +217,33 @@ def epoch_order(n_train: int, p: ScalingPlan, epoch: int, seed: int,
     return stream[: steps * gb].reshape(steps, gb)
 
 
-def shard_of_batch(order: np.ndarray, rank: int, processes: int) -> np.ndarray:
-    """This process's disjoint slice of every global batch: (steps, global_batch/processes)."""
+def shard_of_batch(order: np.ndarray, rank: int, processes: int, uneven: bool = False) -> np.ndarray:
+    """This process's disjoint slice of every global batch: (steps, global_batch/processes);
+    `uneven`: the slice `batch_slice` gives where processes does not divide the batch."""
     if not 0 <= rank < processes:
         raise ValueError(f"rank {rank} outside 0..{processes - 1}")
-    width = order.shape[1] // processes
-    if width * processes != order.shape[1]:
+    if order.shape[1] % processes and not uneven:
         raise ValueError("processes must divide the global batch")
-    return order[:, rank * width:(rank + 1) * width]
+    lo, hi = batch_slice(order.shape[1], rank, processes)
+    return order[:, lo:hi]
+
+
+def batch_slice(global_batch: int, rank: int, processes: int) -> tuple:
+    """(start, stop) of this rank's part of a global batch: consecutive parts of B // P, the
+    first B % P ranks one sample more, so the parts cover the batch once."""
+    if not 0 <= rank < processes:
+        raise ValueError(f"rank {rank} outside 0..{processes - 1}")
+    small, extra = divmod(global_batch, processes)
+    lo = rank * small + min(rank, extra)
+    return lo, lo + small + (rank < extra)
+
+
+def slice_weight(global_batch: int, rank: int, processes: int) -> float:
+    """The factor on this rank's mean loss so that the average over the P ranks (Horovod's
+    allreduce) is the mean over the global batch: P n_i / B, 1 when the parts are equal.
+    (1/P) sum_i (P n_i / B) mean_i = (1/B) sum_i n_i mean_i = the global batch's mean."""
+    lo, hi = batch_slice(global_batch, rank, processes)
+    return processes * (hi - lo) / global_batch
 
 
 def grad_slices(per_process_batch: int, max_pass_batch: int) -> int:

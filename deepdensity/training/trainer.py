@@ -171,7 +171,7 @@ def _as_launch(cfg: Config, mode: str, backend, threads: int, workers: int, out:
     rank, processes = backend.rank(), backend.size()
     # Horovod: scale batch and lr by the policy (all arithmetic lives in rules.py).
     try:
-        p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
+        p = rules.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes, uneven=elastic)
     except rules.PlanError as e:
         raise ConfigError(str(e)) from None
     silent = lambda *a, **k: None  # noqa: E731
@@ -361,6 +361,14 @@ class _Feeds:
         lo, hi = rules.validation_shard(len(val_x), run.rank, run.processes)
         self.val = tf.data.Dataset.from_tensor_slices((val_x[lo:hi, ..., None],) * 2).batch(
             run.p.per_process_batch // grad_slices)
+        # strong on an N that does not divide B (elastic): each rank's mean loss is weighted so
+        # that the allreduced gradient is still the global batch's mean (rules.slice_weight)
+        self.weight = None
+        if run.p.global_batch % run.processes and run.p.mode == "strong":
+            if grad_slices > 1:
+                raise ConfigError(f"max_pass_batch {cfg.max_pass_batch} would cut unequal parts of the global "
+                                  f"batch over {run.processes} workers; set max_pass_batch=0")
+            self.weight = rules.slice_weight(run.p.global_batch, run.rank, run.processes)
         self.adaptive = None
         if run.p.mode == "adaptive":
             # The batch of each epoch is decided at the end of the one before, so every epoch
@@ -371,16 +379,22 @@ class _Feeds:
                                 run.processes))
 
     def batches_of(self, index: np.ndarray) -> tf.data.Dataset:
+        if self.weight is None:
+            batch = lambda i: (tf.gather(self.train_t, i),) * 2  # noqa: E731
+        else:   # Keras divides the weighted loss by the number of samples, not by the weights' sum;
+            # shape (n, 1, ..., 1) so that it broadcasts over the voxels of MSLE's per-voxel losses
+            ones = [1] * (len(self.train_t.shape) - 2)
+            batch = lambda i: (tf.gather(self.train_t, i),) * 2 + (  # noqa: E731
+                tf.fill(tf.concat([tf.shape(i), ones], 0), self.weight),)
         return (tf.data.Dataset.from_tensor_slices(index.astype(np.int32))
-                .map(lambda i: (tf.gather(self.train_t, i),) * 2, num_parallel_calls=1, deterministic=True)
-                .prefetch(2))
+                .map(batch, num_parallel_calls=1, deterministic=True).prefetch(2))
 
     def whole_run(self) -> tf.data.Dataset:
         """One index stream for the whole run, so epochs follow each other without
         re-creating iterators."""
         p, cfg, run = self.run.p, self.cfg, self.run
         orders = [rules.shard_of_batch(rules.epoch_order(self.n_train, p, e, cfg.seed, cfg.epoch_definition),
-                                       run.rank, run.processes)
+                                       run.rank, run.processes, uneven=run.elastic)
                   for e in range(self.initial_epoch, cfg.max_epochs)]
         return self.batches_of(np.concatenate(orders))
 

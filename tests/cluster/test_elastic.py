@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,16 +30,32 @@ def rows(out) -> list:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def discovery_script(path, hosts) -> str:
-    """Horovod asks this script which hosts (and slots) there are; both, one slot each."""
-    path.write_text("#!/bin/sh\n" + "".join(f"echo {hosts.address[h]}:1\n" for h in hosts.names))
+def discovery_script(path, hosts, slots: dict) -> str:
+    """Horovod asks this script which hosts there are and how many workers each takes."""
+    path.write_text("#!/bin/sh\n" + "".join(f"echo {hosts.address[h]}:{slots[h]}\n" for h in hosts.names))
     path.chmod(0o755)
     return str(path)
 
 
-def elastic_job(hosts, discover: str, args: list) -> list:
-    return [horovodrun(), "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", discover,
-            "--network-interface", NIC, "--gloo", sys.executable, str(ROOT / "train.py"), *args]
+def elastic_run(tmp_path, args: list, slots=None) -> tuple:
+    """An elastic job on the two hosts whose host-B worker is killed during epoch 3:
+    (horovodrun's exit status, its output, the pids killed)."""
+    slots = slots or {"a": 1, "b": 1}
+    n = str(sum(slots.values()))
+    out, log = Path(args[args.index("--out") + 1]), tmp_path / "job.log"
+    with TwoHosts() as hosts:
+        discover = discovery_script(tmp_path / "hosts.sh", hosts, slots)
+        job = hosts.start([horovodrun(), "-np", n, "--min-np", "1", "--max-np", n, "--host-discovery-script",
+                           discover, "--network-interface", NIC, "--gloo", sys.executable, str(ROOT / "train.py"),
+                           *args], log)
+        try:
+            victims = kill_host_b_worker_after_epoch(hosts, job, out, 2)
+            code = job.wait(timeout=600)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    assert leftovers() == [], "namespaces, veth or sshd left behind"
+    return code, log.read_text(), victims
 
 
 def kill_host_b_worker_after_epoch(hosts, job, out, epoch: int, timeout=300) -> list:
@@ -57,32 +74,25 @@ def kill_host_b_worker_after_epoch(hosts, job, out, epoch: int, timeout=300) -> 
     return victims
 
 
-def test_strong_survives_a_killed_worker_on_the_sequential_path(tmp_path, smoke_data):
-    out, log = tmp_path / "elastic", tmp_path / "job.log"
+@pytest.mark.parametrize("slots", [{"a": 1, "b": 1}, {"a": 2, "b": 1}], ids=["2to1", "3to2"])
+def test_strong_survives_a_killed_worker_on_the_sequential_path(tmp_path, smoke_data, slots):
+    """2 -> 1, and 3 -> 2, where 3 workers split the batch of 32 in 11, 11 and 10 (weighted)."""
+    out, n = tmp_path / "elastic", sum(slots.values())
     args = ["--mode", "strong", "--elastic", "--set", f"data_path={smoke_data}", "--out", str(out), *SETTINGS]
-    with TwoHosts() as hosts:
-        job = hosts.start(elastic_job(hosts, discovery_script(tmp_path / "hosts.sh", hosts), args), log)
-        try:
-            victims = kill_host_b_worker_after_epoch(hosts, job, out, 2)
-            code = job.wait(timeout=600)
-        finally:
-            if job.poll() is None:
-                job.kill()
-    text = log.read_text()
+    code, text, victims = elastic_run(tmp_path, args, slots)
     assert victims, "no train.py ran on host B"
     assert code == 0, text[-3000:]
-    assert leftovers() == [], "namespaces, veth or sshd left behind"
 
     changes = [json.loads(x) for x in (out / "workers.jsonl").read_text().splitlines()]
-    assert [(c["old_workers"], c["new_workers"]) for c in changes] == [(2, 1)], changes
+    assert [(c["old_workers"], c["new_workers"]) for c in changes] == [(n, n - 1)], changes
     after = changes[0]["epoch"]
     assert 2 <= after < EPOCHS and 0 <= changes[0]["step"] <= 8, changes
     elastic = rows(out)
-    # every epoch once, the ones before the change on two workers, the rest on one
+    # every epoch once, the ones before the change on N workers, the rest on N - 1
     assert [r["epoch"] for r in elastic] == list(range(1, EPOCHS + 1))
-    assert [r["workers"] for r in elastic] == [2] * after + [1] * (EPOCHS - after)
+    assert [r["workers"] for r in elastic] == [n] * after + [n - 1] * (EPOCHS - after)
     assert json.loads((out / "result.json").read_text())["status"] == "max_epochs"
-    assert f"workers: 2 -> 1 after epoch {after}" in text
+    assert f"workers: {n} -> {n - 1} after epoch {after}" in text
 
     sequential = launch([], "strong", tmp_path / "sequential", smoke_data, *SETTINGS)
     assert len(sequential) == EPOCHS
@@ -98,17 +108,10 @@ def test_strong_survives_a_killed_worker_on_the_sequential_path(tmp_path, smoke_
 def test_weak_and_linear_go_on_under_their_rule_at_the_new_n(tmp_path, smoke_data, mode, lr_at_two):
     """weak, linear and warmup follow their policy at the new N from the next epoch on: at
     N = 2 a step takes 2 x 32 cubes, at lr eta (weak) or 2 eta (linear); at N = 1, 32 at eta."""
-    out, log = tmp_path / "elastic", tmp_path / "job.log"
+    out = tmp_path / "elastic"
     args = ["--mode", mode, "--elastic", "--set", f"data_path={smoke_data}", "--out", str(out), *SETTINGS]
-    with TwoHosts() as hosts:
-        job = hosts.start(elastic_job(hosts, discovery_script(tmp_path / "hosts.sh", hosts), args), log)
-        try:
-            kill_host_b_worker_after_epoch(hosts, job, out, 2)
-            code = job.wait(timeout=600)
-        finally:
-            if job.poll() is None:
-                job.kill()
-    assert code == 0, log.read_text()[-3000:]
+    code, text, _ = elastic_run(tmp_path, args)
+    assert code == 0, text[-3000:]
     after = json.loads((out / "workers.jsonl").read_text().splitlines()[0])["epoch"]
     eta = 0.00105                                            # the smoke config's base lr (the paper's)
     expected = [(2, 64, 4, lr_at_two * eta)] * after + [(1, 32, 8, eta)] * (EPOCHS - after)  # 256 cubes a pass

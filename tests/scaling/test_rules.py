@@ -417,3 +417,34 @@ def test_elastic_is_for_the_paper_modes_on_global_epochs_with_real_workers(mode,
         assert "epoch_definition: global" in problem
     elif emulate > 1:
         assert "--emulate-workers" in problem
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7, 31, 32, 33, 64])
+def test_uneven_slices_cover_the_batch_once_and_weigh_back_to_its_mean(batch):
+    """Every P up to the batch: the parts are consecutive, differ by at most one sample, and
+    the average of the weighted part means (what Horovod's allreduce of the workers'
+    gradients computes) is the mean over the whole batch, here of random per-sample losses."""
+    losses = np.random.default_rng(batch).random(batch)
+    for processes in range(1, batch + 1):
+        parts = [rules.batch_slice(batch, r, processes) for r in range(processes)]
+        assert parts[0][0] == 0 and parts[-1][1] == batch
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        sizes = [hi - lo for lo, hi in parts]
+        assert max(sizes) - min(sizes) <= (0 if batch % processes == 0 else 1) and min(sizes) >= 1
+        averaged = np.mean([rules.slice_weight(batch, r, processes) * losses[lo:hi].mean()
+                            for r, (lo, hi) in enumerate(parts)])
+        assert averaged == pytest.approx(losses.mean(), rel=1e-12)   # float64 sums of <= 64 terms
+
+
+def test_strong_splits_unevenly_only_when_asked():
+    with pytest.raises(rules.PlanError, match="3 does not divide 32"):
+        rules.plan("strong", 3)
+    p = rules.plan("strong", 3, uneven=True)
+    assert (p.global_batch, p.per_worker_batch, p.peak_lr) == (32, 11, 0.00105)
+    assert "per_worker_batch = 11 (or 10)" in p.describe()
+    order = np.arange(64).reshape(2, 32)
+    assert [rules.shard_of_batch(order, r, 3, uneven=True).shape[1] for r in range(3)] == [11, 11, 10]
+    with pytest.raises(ValueError):
+        rules.shard_of_batch(order, 0, 3)
+    with pytest.raises(rules.PlanError):
+        rules.plan("local", 3, uneven=True)                  # uneven is for strong's elastic runs only
