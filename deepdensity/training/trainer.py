@@ -72,10 +72,17 @@ def _same_on_every_rank(run, settings: dict) -> None:
                           f"start every rank with the same command, config and data")
 
 
+def _resume_identity(cfg: Config, mode: str, run) -> dict:
+    """What a resume must keep: the settings, the mode, elastic or not, and N, except in an
+    elastic run, which goes on at any N as it does when workers leave."""
+    same = {**cfg.to_dict(), "mode": mode, "elastic": run.elastic}
+    return same if run.elastic else {**same, "workers": run.workers, "world_size": run.processes}
+
+
 def _check_resume(out: Path, wanted: dict) -> None:
     """Refuse a resume that would change the optimisation path of the run in `out`."""
     saved = read_json(out / "config.json", "run's configuration")
-    changes = resume_changes(saved, wanted, Config().to_dict())
+    changes = resume_changes(saved, wanted, {**Config().to_dict(), "elastic": False})
     if changes:
         what = ", ".join(f"{key} {old!r} -> {new!r}" for key, old, new in changes)
         raise RunError(f"{out} holds a run with other settings ({what}); a resume continues the same "
@@ -186,7 +193,7 @@ def _train_in(cfg: Config, mode: str, run: _Launch, resume: bool, emulate_worker
     if resume and out and run.is_chief and state is None:
         run.say(f"nothing to resume in {out}; starting a new run there")
     if state:
-        _check_resume(out, {**cfg.to_dict(), "mode": mode, "workers": run.workers, "world_size": run.processes})
+        _check_resume(out, _resume_identity(cfg, mode, run))
     if _finished(state, cfg, run.backend, run.processes):
         run.say(f"{out} holds a finished run; nothing to do (see {out}/result.json)")
         return read_json(out / "result.json", "finished run's result") if run.is_chief else {}
@@ -261,8 +268,11 @@ def _fit_elastic(cfg: Config, mode: str, run: _Launch, model, record: callbacks.
     the new N. Returns (this process's part in the run at the end, the last checkpoint's state)."""
     record.elastic = True
     commit = callbacks.CommitEachEpoch(None, record, run.processes)
-    # Horovod: the state every worker restores after a change: weights, optimizer, and ours.
-    commit.state = run.backend.elastic_state(model, model.optimizer, epoch=initial_epoch, workers=run.processes,
+    # a resumed run starts from the N it last trained with, so a new N is recorded as a change
+    before = _last_workers(run.out) if (run.is_chief and run.out and initial_epoch) else run.processes
+    # Horovod: the state every worker restores after a change: weights, optimizer, and ours
+    # (rank 0's values reach every worker in the state's first sync).
+    commit.state = run.backend.elastic_state(model, model.optimizer, epoch=initial_epoch, workers=before,
                                              record=record.snapshot())
     ended = {}
 
@@ -288,6 +298,17 @@ def _fit_elastic(cfg: Config, mode: str, run: _Launch, model, record: callbacks.
 
     run.backend.elastic_run(from_last_commit)(commit.state)
     return ended["run"], ended["saved"]
+
+
+def _last_workers(out: Path) -> int:
+    """The N an elastic run in `out` last trained with: its last change, else its start
+    (a last line cut by a crash does not count)."""
+    last = read_json(out / "config.json", "run's configuration")["workers"]
+    path = out / "workers.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            last = int(json.loads(line)["new_workers"])
+    return last
 
 
 def _workers_changed(now: _Launch, epoch: int, lost_steps: int, before: int) -> None:
