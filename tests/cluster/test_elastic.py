@@ -104,17 +104,25 @@ def test_strong_survives_a_killed_worker_on_the_sequential_path(tmp_path, smoke_
     assert_same_weights(weights(tmp_path / "sequential"), weights(out))
 
 
-@pytest.mark.parametrize("mode, lr_at_two", [("weak", 1), ("linear", 2)])
-def test_weak_and_linear_go_on_under_their_rule_at_the_new_n(tmp_path, smoke_data, mode, lr_at_two):
+# The lr of epoch e's last step at N = 2, in units of eta, by the paper's rules: weak keeps
+# eta, linear takes 2 eta, warmup ramps to 2 eta over 5 epochs, reaching eta (1 + e / 5) at
+# the end of epoch e (Goyal et al.'s ramp, as Horovod's LearningRateWarmupCallback runs it).
+LR_AT_TWO = {"weak": lambda e: 1.0, "linear": lambda e: 2.0, "warmup": lambda e: 1 + min(e, 5) / 5}
+
+
+@pytest.mark.parametrize("mode", ["weak", "linear", "warmup"])
+def test_weak_linear_and_warmup_go_on_under_their_rule_at_the_new_n(tmp_path, smoke_data, mode):
     """weak, linear and warmup follow their policy at the new N from the next epoch on: at
-    N = 2 a step takes 2 x 32 cubes, at lr eta (weak) or 2 eta (linear); at N = 1, 32 at eta."""
+    N = 2 a step takes 2 x 32 cubes at the rule's lr for N = 2; at N = 1, 32 cubes at eta
+    (the three rules agree at N = 1)."""
     out = tmp_path / "elastic"
     args = ["--mode", mode, "--elastic", "--set", f"data_path={smoke_data}", "--out", str(out), *SETTINGS]
     code, text, _ = elastic_run(tmp_path, args)
     assert code == 0, text[-3000:]
     after = json.loads((out / "workers.jsonl").read_text().splitlines()[0])["epoch"]
     eta = 0.00105                                            # the smoke config's base lr (the paper's)
-    expected = [(2, 64, 4, lr_at_two * eta)] * after + [(1, 32, 8, eta)] * (EPOCHS - after)  # 256 cubes a pass
+    expected = [(2, 64, 4, LR_AT_TWO[mode](e) * eta) for e in range(1, after + 1)] \
+        + [(1, 32, 8, eta)] * (EPOCHS - after)                # 256 cubes a pass
     got = [(r["workers"], r["global_batch"], r["steps"], r["lr"]) for r in rows(out)]
     assert [g[:3] for g in got] == [e[:3] for e in expected]
     assert [g[3] for g in got] == pytest.approx([e[3] for e in expected], rel=1e-7)
