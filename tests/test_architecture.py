@@ -98,8 +98,8 @@ def test_horovod_is_imported_in_one_module_only():
     assert importers == ["deepdensity.training.dist"]
 
 
-@pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.study.tables",
-                                  "deepdensity.config", "deepdensity.training.runs"])
+@pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
+                                  "deepdensity.study.tables", "deepdensity.config", "deepdensity.training.runs"])
 def test_pure_modules_import_no_framework(pure):
     """The rules and the tables are tested exhaustively without starting TensorFlow, and the
     study driver reads run folders without it; check the closure of their imports."""
@@ -123,3 +123,39 @@ def test_no_function_is_longer_than_sixty_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {n} lines")
     assert long == []
+
+
+REGISTRY = "deepdensity.scaling.policies"
+POLICY_NAMES = {"strong", "weak", "linear", "warmup", "adaptive", "local"}
+
+
+def mode_comparisons(tree: ast.AST) -> list:
+    """Line numbers of comparisons that interpret a policy by its name: `x == "warmup"`,
+    `m in ("adaptive", "local")`, `mode in rules.BEYOND_MODES` and the like. Selecting the
+    cells of a mode held in a variable (`c.mode == mode`) is not interpreting it."""
+    def names_a_policy(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in POLICY_NAMES
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_a_policy(e) for e in node.elts)
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        return name.endswith("_MODES")
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            and any(names_a_policy(x) for x in [node.left, *node.comparators])]
+
+
+def test_the_mode_comparison_finder_finds_what_it_should():
+    # the checker itself must be able to fail
+    found = mode_comparisons(ast.parse('a = p.mode == "warmup"\nb = m in ("adaptive", "local")\n'
+                                       'c = mode not in rules.BEYOND_MODES\nd = c.mode == mode\n'
+                                       'e = key == ("strong",)\n'))
+    assert found == [1, 2, 3, 5]
+
+
+def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
+    """What a policy is (batch, lr, warmup, callbacks, support, naming) is asked of its object
+    in scaling/policies.py; a comparison with a policy's name elsewhere is a policy decided
+    outside it, the habit that made a new policy touch ten files."""
+    offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != REGISTRY
+                 for line in mode_comparisons(ast.parse(path.read_text()))]
+    assert offenders == []

@@ -1,4 +1,6 @@
-"""The scaling rules of Cunha et al. (HPML 2018), section IV and VI, as pure functions.
+"""The scaling rules of Cunha et al. (HPML 2018), section IV and VI, as pure functions:
+epochs, the sample stream, stopping, the edge of stability and the speedup model. What each
+policy decides (batch and lr as functions of N) is in policies.py, which builds on these.
 
 No TensorFlow and no Horovod here, so that every rule can be tested exhaustively and
 reused by the study driver without starting a framework.
@@ -12,132 +14,19 @@ Vocabulary:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
 from deepdensity.utils.errors import UserError
 
-MODES = ("strong", "weak", "linear", "warmup")          # the paper's four (section IV)
-# Beyond the paper (Goldstein 2018, section 4): grow the batch when the gradient is too noisy
-# to trust (De et al., AISTATS 2017), and let workers take H local steps between averagings.
-BEYOND_MODES = ("adaptive", "local")
-ALL_MODES = MODES + BEYOND_MODES
-
 
 class PlanError(UserError):
     """A policy cannot be applied to this number of workers (e.g. N does not divide B)."""
 
 
-@dataclass(frozen=True)
-class ScalingPlan:
-    mode: str
-    workers: int
-    processes: int
-    base_batch: int
-    base_lr: float
-    global_batch: int
-    per_worker_batch: int
-    per_process_batch: int
-    peak_lr: float
-    warmup_epochs: int
-
-    def describe(self) -> str:
-        """The scaling arithmetic, printed at start-up so a run says what it does."""
-        uneven = f" (or {self.per_worker_batch - 1})" if self.global_batch % self.workers else ""
-        lines = [
-            f"mode={self.mode}  workers N={self.workers}  processes={self.processes}",
-            f"global_batch = {self.global_batch}  per_worker_batch = {self.per_worker_batch}{uneven}"
-            f"  per_process_batch = {self.per_process_batch}{uneven}",
-            f"lr = {self.peak_lr:g}  (base {self.base_lr:g} x {self.peak_lr / self.base_lr:g})",
-        ]
-        if self.mode == "warmup":
-            lines.append(
-                f"warmup: lr ramps per batch from ~{self.base_lr:g} to {self.peak_lr:g} "
-                f"over {self.warmup_epochs} epochs"
-            )
-        return "\n".join(lines)
-
-
-def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105,
-         warmup_epochs: int = 5, processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
-    """Global batch, per-worker batch and lr for one of the paper's four policies.
-
-    strong: global batch B split in N disjoint parts of B/N, lr eta (paper eq. 2 with B' = B).
-    weak:   every worker takes B (global B*N), lr eta.
-    linear: as weak, lr N*eta (Goyal et al.'s linear scaling rule).
-    warmup: as linear, lr ramped from ~eta to N*eta over `warmup_epochs` (see `lr_at`).
-    adaptive: starts as strong (global B, B/N each), lr eta; the per-worker batch then grows
-            with the gradient's noise (`adaptive_batch`) up to weak's B. The plan holds the start.
-    local:  strong's batches and lr, but workers average their weights every H steps
-            instead of their gradients every step (`local_syncs_per_epoch`).
-
-    `processes` defaults to `workers`; with fewer processes (emulation) each process
-    takes global_batch / processes samples, which must divide evenly.
-    `uneven` (elastic training, where N is whatever workers are left): strong scaling may
-    split B over an N that does not divide it, in parts of B // N and one more (`batch_slice`);
-    per_worker_batch and per_process_batch are then the larger part.
-    """
-    if mode not in ALL_MODES:
-        raise PlanError(f"unknown mode {mode!r}; choose one of {', '.join(ALL_MODES)}")
-    if not isinstance(workers, int) or workers < 1:
-        raise PlanError(f"the number of workers must be a positive integer, got {workers!r}")
-    if not isinstance(base_batch, int) or base_batch < 1:
-        raise PlanError(f"batch_size must be a positive integer, got {base_batch!r}")
-    if not base_lr > 0:
-        raise PlanError(f"base_lr must be positive, got {base_lr!r}")
-    if warmup_epochs < 0:
-        raise PlanError(f"warmup_epochs must be >= 0, got {warmup_epochs!r}")
-    processes = workers if processes is None else processes
-    if processes < 1 or workers % processes:
-        raise PlanError(f"{processes} processes cannot share the work of {workers} workers evenly")
-
-    if mode == "adaptive" and workers < 2:
-        raise PlanError("adaptive estimates the gradient's variance from the spread of the N workers' "
-                        "gradients, so it needs N >= 2 workers (one worker is the sequential model: "
-                        "use --mode strong)")
-    if mode in ("strong", "adaptive", "local"):
-        if base_batch % workers and not (uneven and mode == "strong" and processes == workers):
-            raise PlanError(
-                f"{mode} splits the global batch of {base_batch} over {workers} workers, "
-                f"but {workers} does not divide {base_batch}; use a worker count that divides it "
-                f"(e.g. {', '.join(str(d) for d in divisors(base_batch))}) or change batch_size"
-            )
-        global_batch = base_batch
-    else:
-        global_batch = base_batch * workers
-    peak_lr = base_lr * workers if mode in ("linear", "warmup") else base_lr
-    return ScalingPlan(
-        mode=mode, workers=workers, processes=processes, base_batch=base_batch, base_lr=base_lr,
-        global_batch=global_batch, per_worker_batch=-(-global_batch // workers),
-        per_process_batch=-(-global_batch // processes), peak_lr=peak_lr,
-        warmup_epochs=warmup_epochs if mode == "warmup" else 0,
-    )
-
-
 def divisors(n: int) -> list:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def lr_at(p: ScalingPlan, epoch: int, batch: int, steps_per_epoch: int) -> float:
-    """The lr used for batch `batch` (0-based) of epoch `epoch` (0-based).
-
-    Warmup follows Horovod's LearningRateWarmupCallback exactly: with initial_lr the
-    already-scaled N*eta, W warmup epochs and S steps per epoch, for epoch < W
-
-        lr = initial_lr / N * ((epoch + batch/S + 1/S) * (N - 1) / W + 1),
-
-    so the first batch runs at eta * (1 + (N-1)/(S*W)) and the last warmup batch at N*eta.
-    After warmup the callback stops touching the lr, which stays at N*eta.
-    """
-    if steps_per_epoch < 1:
-        raise ValueError("steps_per_epoch must be >= 1")
-    if p.mode != "warmup" or epoch >= p.warmup_epochs:
-        return p.peak_lr
-    n = p.workers
-    progress = epoch + batch / steps_per_epoch + 1.0 / steps_per_epoch
-    return p.peak_lr / n * (progress * (n - 1) / p.warmup_epochs + 1.0)
 
 
 EPOCH_DEFINITIONS = ("per_worker", "global")
@@ -154,7 +43,7 @@ def pass_length(n_train: int, base_batch: int) -> int:
     return length
 
 
-def steps_per_epoch(n_train: int, p: ScalingPlan, definition: str = "per_worker",
+def steps_per_epoch(n_train: int, p, definition: str = "per_worker",
                     global_batch: Optional[int] = None) -> int:
     """Global steps of one epoch under an epoch definition.
 
@@ -192,7 +81,7 @@ def pass_order(n_train: int, base_batch: int, k: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, k]).permutation(n_train)[: pass_length(n_train, base_batch)]
 
 
-def epoch_order(n_train: int, p: ScalingPlan, epoch: int, seed: int,
+def epoch_order(n_train: int, p, epoch: int, seed: int,
                 definition: str = "per_worker", global_batch: Optional[int] = None) -> np.ndarray:
     """Sample indices of one epoch as a (steps, global_batch) array.
 
@@ -312,32 +201,6 @@ def local_syncs_per_epoch(steps: int, local_steps: int) -> int:
 def is_sync_step(step: int, steps: int, local_steps: int) -> bool:
     """Does `local` average the workers' weights after step `step` (0-based) of an epoch?"""
     return (step + 1) % local_steps == 0 or step + 1 == steps
-
-
-def elastic_problem(mode: str, epoch_definition: str, emulate_workers: int = 1) -> Optional[str]:
-    """Why a run cannot be elastic (its N may change between epochs), or None.
-
-    What a change of N does to each policy (docs/cluster.md):
-      strong  the global batch stays B and the sample stream stays the same, so the run goes on
-              along the sequential path: the paper's case for strong scaling, now under faults.
-      weak, linear, warmup  the policy at the new N from the next epoch on: B per worker, the
-              lr of the rule at the new N. The path changes with N, as the paper shows it must;
-              the run folder records where.
-      adaptive, local  refused: their per-step state (the batch being grown, the workers' own
-              weights between averagings) is not part of what an elastic commit restores.
-    Epochs must be `global`: a `per_worker` epoch is N passes of the stream, so its length and
-    the passes it covers would change with N, and strong scaling would leave its path.
-    """
-    if mode in BEYOND_MODES:
-        return (f"{mode} cannot be elastic: its per-step state (the growing batch, the workers' own "
-                f"weights) is not restored when workers change; use strong, weak, linear or warmup")
-    if epoch_definition != "global":
-        return ("elastic training needs epoch_definition: global (--set epoch_definition=global): a "
-                "per_worker epoch is N passes of the data, so its length would change with N and strong "
-                "scaling would leave the sequential path")
-    if emulate_workers > 1:
-        return "--elastic runs real Horovod workers; it cannot be combined with --emulate-workers"
-    return None
 
 
 def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
@@ -483,26 +346,10 @@ def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:
 
 
 # ------------------------------------------------------------------------------------
-# The speedup model of section IV: T(n) = T_S + T_P / n + c log2 n
+# The speedup model of section IV: T(n) = T_S + T_P / n + c log2 n, built from per-step parts
+# (the paper writes c log(n) without a base; we use log2, the depth of a tree or the number of
+# halving rounds of a recursive-doubling allreduce, so c is per doubling)
 # ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SpeedupModel:
-    """Seconds of one epoch on n workers: serial part, parallel part, allreduce part.
-
-    The paper writes c log(n) without a base; we use log2, the depth of a tree or the
-    number of halving rounds of a recursive-doubling allreduce, so c is per doubling.
-    """
-    t_serial: float
-    t_parallel: float
-    c_comm: float
-
-    def time(self, n: float) -> float:
-        return self.t_serial + self.t_parallel / n + self.c_comm * math.log2(n)
-
-    def speedup(self, n: float) -> float:
-        return self.time(1) / self.time(n)
-
-
 def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares for a handful of columns: the best unconstrained
     solution over every subset of active columns (exact for 3 columns, 8 subsets)."""
@@ -521,16 +368,6 @@ def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_speedup_model(ns: Sequence[float], seconds: Sequence[float]) -> SpeedupModel:
-    """Fit T_S, T_P, c >= 0 to measured epoch times at worker counts `ns` (least squares)."""
-    ns, y = np.asarray(ns, float), np.asarray(seconds, float)
-    if len(ns) != len(y) or len(ns) < 1 or (ns < 1).any() or not np.isfinite(y).all():
-        raise ValueError("need matching, finite measurements at worker counts >= 1")
-    A = np.stack([np.ones_like(ns), 1.0 / ns, np.log2(ns)], axis=1)
-    ts, tp, c = _nnls_small(A, y)
-    return SpeedupModel(float(ts), float(tp), float(c))
-
-
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
     """Least-squares (intercept, slope), both clipped at 0: a time is never negative."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
@@ -538,26 +375,22 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
     return float(a), float(b)
 
 
-def epoch_seconds_model(mode: str, n: int, n_train: int, n_val: int, base_batch: int,
-                        step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
-                        eval_per_sample_s: float, definition: str = "per_worker") -> float:
-    """Seconds of one epoch on n workers, each its own device, built from per-step parts:
+def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sample_s: float,
+                        allreduce_per_doubling_s: float, eval_per_sample_s: float,
+                        definition: str = "per_worker") -> float:
+    """Seconds of one epoch of plan `p` (policies.ScalingPlan) on p.workers workers, each its
+    own device, built from per-step parts:
 
         steps * (step_fixed + per_sample * per_worker_batch + allreduce * log2 n)
         + eval_per_sample * n_val / n
 
-    For `strong` under the `global` definition this is exactly T_S + T_P / n + c log2 n
+    For strong scaling under the `global` definition this is exactly T_S + T_P / n + c log2 n
     with T_S = steps * step_fixed, T_P = steps * base_batch * per_sample and
     c = steps * allreduce; under `per_worker` an epoch is N such passes.
     """
-    p = plan(mode, n, base_batch)
     steps = steps_per_epoch(n_train, p, definition)
-    return epoch_seconds(steps, p.per_worker_batch, steps, n, n_val, step_fixed_s, per_sample_s,
+    return epoch_seconds(steps, p.per_worker_batch, steps, p.workers, n_val, step_fixed_s, per_sample_s,
                          allreduce_per_doubling_s, eval_per_sample_s)
-
-
-# Local SGD averages the weights and Adam's two moments: three times the gradient's floats.
-LOCAL_ALLREDUCE_SIZE = 3.0
 
 
 def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_val: int,

@@ -11,10 +11,12 @@ import functools
 import time
 from typing import Callable, Optional
 
+from deepdensity.scaling import policies
 from deepdensity.study import decide
 from deepdensity.study.runner import StudyRunner
 
 FIRST = "first seeds of the preset"
+SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
 
 
 class Book:
@@ -37,8 +39,8 @@ class Book:
 
     def cells_of(self, unit: tuple) -> list:
         """The (mode, N) whose outcome a unit's seeds decide."""
-        if unit == ("strong",):
-            return sorted({(m, n) for m, n, _ in self.results if m == "strong"})
+        if unit == SEQUENTIAL_UNIT:
+            return sorted({(m, n) for m, n, _ in self.results if m == policies.SEQUENTIAL})
         if unit == ("2eta",):
             return [("2eta", 1)]
         return [unit]
@@ -63,7 +65,7 @@ def run_more_seeds(runner: StudyRunner, book: Book, units: dict, in_difference: 
         for cell in book.cells_of(unit):
             why = decide.unsettled(book.reached(*cell), cell in diff, max_seeds)
             if why:
-                return f"N = {cell[1]}: {why}" if unit == ("strong",) else why
+                return f"N = {cell[1]}: {why}" if unit == SEQUENTIAL_UNIT else why
         return None
 
     def cost(unit: tuple) -> float:

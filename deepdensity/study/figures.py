@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 
 from deepdensity.scaling.rules import sample_epoch_losses
-from deepdensity.study.render import MODE_STYLE, cells_at
+from deepdensity.scaling import policies
+from deepdensity.study.render import cells_at
 from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
@@ -56,7 +57,7 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt) -> None:
     reached = [c.time_to_target_s for c in cells if c.time_to_target_s is not None]
     top = max(reached) * 1.6 if reached else 1.0
     for i, mode in enumerate(modes):
-        color, marker = MODE_STYLE[mode]
+        color, marker = policies.get(mode).style
         medians = []
         for n in workers:
             cs = cells_at(cells, mode, n)
@@ -88,11 +89,11 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
     fig, ax = plt.subplots(figsize=(7.4, 4.4))
     ours = efficiency_table(cells, modes, workers)
     for mode in modes:
-        color, marker = MODE_STYLE[mode]
+        color, marker = policies.get(mode).style
         pts = [(n, None if math.isnan(ours[mode][n]) else ours[mode][n]) for n in workers if cells_at(cells, mode, n)]
         for k, stretch in enumerate(_runs(pts)):
             ax.plot(*zip(*stretch), color=color, marker=marker, label=f"{mode} (ours)" if k == 0 else None)
-        paper = PAPER_TABLE1 if mode == "strong" else PAPER_TABLE2.get(mode, {})
+        paper = {policies.SEQUENTIAL: PAPER_TABLE1, **PAPER_TABLE2}.get(mode, {})
         ppts = [(n, None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
         for k, stretch in enumerate(_runs(ppts)):
             ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none",
@@ -127,9 +128,9 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     fig, ax = plt.subplots(figsize=(7.4, 4.4))
     for b, lr, sched, _, runs, missed in groups:
         share = missed / runs
-        ax.scatter([b], [lr * (1.25 if sched == "warmup" else 1.0)], s=80 + 40 * runs, c=[[share, 0.1, 1 - share]],
-                   marker="^" if sched == "warmup" else "o", edgecolors="k", zorder=3)
-        ax.annotate(f"{missed}/{runs}", (b, lr * (1.25 if sched == "warmup" else 1.0)), textcoords="offset points",
+        ax.scatter([b], [lr * (1.0 if sched == "constant" else 1.25)], s=80 + 40 * runs, c=[[share, 0.1, 1 - share]],
+                   marker="o" if sched == "constant" else "^", edgecolors="k", zorder=3)
+        ax.annotate(f"{missed}/{runs}", (b, lr * (1.0 if sched == "constant" else 1.25)), textcoords="offset points",
                     xytext=(9, -3), fontsize=8)
     ax.scatter([], [], marker="o", c="gray", label="constant lr")
     ax.scatter([], [], marker="^", c="gray", label="warmup to the peak lr")

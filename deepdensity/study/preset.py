@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import Config, ConfigError, apply, read_mapping
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies
 from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError
 
 PRESETS = Path(__file__).resolve().parent / "presets"
 DATA_KEYS = ("n", "val", "seed")
-LARGE_BATCH_MODES = ("weak", "linear", "warmup")
 
 
 class StudyError(UserError):
@@ -28,7 +27,7 @@ class Study:
     calibration_epochs: int = 100
     target_loss: Optional[float] = None
     workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
-    modes: list = field(default_factory=lambda: list(rules.MODES))
+    modes: list = field(default_factory=lambda: list(policies.paper()))
     seeds: list = field(default_factory=lambda: [0])
     # The sequential design (decide.py): after `seeds` in every cell, one more seed at a time
     # for cells whose verdict another seed could change, up to max_seeds per cell, while the
@@ -76,9 +75,9 @@ class Study:
              f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),
             (lambda: self.parallel_runs == "auto" or (schema.is_int(self.parallel_runs) and self.parallel_runs >= 1),
              f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}"),
-            (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(rules.ALL_MODES),
-             f"modes must be a non-empty list of {', '.join(rules.ALL_MODES)}, got {self.modes!r}"),
-            (lambda: not set(self.modes) & set(rules.BEYOND_MODES) or "strong" in self.modes,
+            (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(policies.names()),
+             f"modes must be a non-empty list of {', '.join(policies.names())}, got {self.modes!r}"),
+            (lambda: not set(self.modes) & set(policies.beyond()) or policies.SEQUENTIAL in self.modes,
              "a study of adaptive or local compares them with strong scaling: add strong to modes"),
             (lambda: self.base_lr in ("edge", "default_study")
              or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
@@ -88,9 +87,9 @@ class Study:
                and 1 in ns,
                f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
               for mode, ns in (self.mode_workers.items() if isinstance(self.mode_workers, dict) else ())],
-            (lambda: isinstance(self.filter_modes, list) and set(self.filter_modes) <= set(LARGE_BATCH_MODES)
+            (lambda: isinstance(self.filter_modes, list) and set(self.filter_modes) <= set(policies.large_batch())
              and len(set(self.filter_modes)) == len(self.filter_modes),
-             f"filter_modes must list some of {', '.join(LARGE_BATCH_MODES)} (the large-batch modes), "
+             f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "
              f"got {self.filter_modes!r}"),
             *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
         ]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import Config
+from deepdensity.scaling import policies
 from deepdensity.study.preset import Study
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils import machine
@@ -113,7 +114,7 @@ def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, fil
                   sweep: Optional[list], stopped: str) -> dict:
     """The record of a study of the modes beyond the paper, the filter and the batch sweep:
     with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read."""
-    beyond_runs = sorted({c.run for c in cells if c.mode in ("adaptive", "local") and c.n > 1})
+    beyond_runs = sorted({c.run for c in cells if not policies.get(c.mode).in_paper and c.n > 1})
     return {**_common(s, proto, book, timing, stopped, "", "beyond"),
             "cells": [dataclasses.asdict(c) for c in cells],
             "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]], "note": earlier[1]},

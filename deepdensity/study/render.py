@@ -12,9 +12,6 @@ from pathlib import Path
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-MODE_STYLE = {"strong": ("tab:blue", "o"), "weak": ("tab:orange", "s"),
-              "warmup": ("tab:green", "^"), "linear": ("tab:red", "v"),
-              "adaptive": ("tab:purple", "D"), "local": ("tab:brown", "P")}
 
 
 def fmt(x, digits=2, missing="NaN") -> str:

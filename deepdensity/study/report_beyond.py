@@ -8,9 +8,9 @@ import json
 import statistics
 from pathlib import Path
 
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.render import (MODE_STYLE, cells_at, epochs_listing, fill, fmt, md_table, pyplot,
+from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot,
                                       time_range, write_csv)
 from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
                                       median_time, preferred_batch, sweep_answer)
@@ -58,7 +58,7 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
     """The $fields of templates/beyond.md but the time table."""
     t, workers, p = r["timing"], study.workers, r["provenance"]
     k = t["compute_scale"]
-    steps1 = rules.steps_per_epoch(r["n_train"], rules.plan("strong", 1, cfg.batch_size), cfg.epoch_definition)
+    steps1 = rules.steps_per_epoch(r["n_train"], policies.plan(policies.SEQUENTIAL, 1, cfg.batch_size), cfg.epoch_definition)
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(every)]
     comm = md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
                      "noise / ||g||^2 (adaptive, per epoch)"],
@@ -72,7 +72,7 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
         "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
                       f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
                       f"{p['runs_minutes']} min.",
-        "answer": beyond_answer(every, [m for m in ("adaptive", "local") if m in modes], workers),
+        "answer": beyond_answer(every, [m for m in policies.beyond() if m in modes], workers),
         "never_grew": _adaptive_never_grew(cells, r["run_rows"], cfg, study.calibration_epochs),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "theta_sq": f"{cfg.adaptive_theta ** 2:g}",
         "local_steps": cfg.local_steps, "eta": f"{r['eta']:.6g}",
@@ -80,7 +80,7 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
         "target": f"{r['target']:.6g}", "calibration_epochs": study.calibration_epochs, "cap": r["cap"],
         "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{k * t['step_fixed_s'] * 1e3:.2f}",
         "per_sample_ms": f"{k * t['per_sample_s'] * 1e3:.3f}", "allreduce_ms": f"{t['allreduce_per_doubling_s'] * 1e3:.2f}",
-        "local_allreduce_size": f"{rules.LOCAL_ALLREDUCE_SIZE:g}", "steps1": steps1, "n_train": r["n_train"],
+        "local_allreduce_size": f"{policies.get('local').allreduce_size:g}", "steps1": steps1, "n_train": r["n_train"],
         "epoch_definition": cfg.epoch_definition, "communication_table": comm,
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
         if fail_rows else "none",
@@ -105,14 +105,14 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
             if not cs:
                 continue
             ratio = ""
-            if m in rules.BEYOND_MODES:     # what the runs did, epoch by epoch
+            if policies.get(m).varies_by_epoch:     # what the runs did, epoch by epoch
                 metrics = [run_rows[c.run] for c in cs]
                 per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
                 batches = sorted({r["global_batch"] for ms in metrics for r in ms})
                 ratios = [r["grad_noise"] / r["grad_sq"] for ms in metrics for r in ms if r.get("grad_sq")]
                 ratio = f"{min(ratios):.3g}-{max(ratios):.3g}" if ratios else ""
             else:                           # fixed by the policy (strong is read off the sequential run)
-                p = rules.plan(m, n, cfg.batch_size)
+                p = policies.plan(m, n, cfg.batch_size)
                 per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
             rows.append([m, n, epochs_listing(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
     return rows
@@ -121,7 +121,7 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
 def _adaptive_never_grew(cells: list, run_rows: dict, cfg, calibration_epochs: int) -> str:
     """A paragraph for when adaptive's test never fired in any run (it then ran strong
     scaling's batches throughout), else the empty string."""
-    rows = [r for c in cells if c.mode == "adaptive" and c.n > 1 for r in run_rows[c.run]]
+    rows = [r for c in cells if policies.get(c.mode).grows_batch and c.n > 1 for r in run_rows[c.run]]
     if not rows or any(r["global_batch"] != cfg.batch_size for r in rows):
         return ""
     top = max(r["grad_noise"] / r["grad_sq"] for r in rows if r.get("grad_sq"))
@@ -214,9 +214,9 @@ def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, pl
         pts = [(n, median_time(cells, mode, n)) for n in workers]
         pts = [(n, t) for n, t in pts if t is not None]
         if pts:
-            color, marker = MODE_STYLE[mode]
+            color, marker = policies.get(mode).style
             ax.plot(*zip(*pts), marker=marker, color=color, label=mode,
-                    ls="--" if mode in rules.BEYOND_MODES else "-")
+                    ls="-" if policies.get(mode).in_paper else "--")
     ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s)",
            title="Time to target (missing points: target not reached)")
     ax.set_xticks(workers, [str(n) for n in workers])
@@ -228,7 +228,7 @@ def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, pl
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
     cmap = plt.get_cmap("viridis")
-    runs = sorted({(c.n, c.seed, c.run) for c in cells if c.mode == "adaptive" and c.n > 1})
+    runs = sorted({(c.n, c.seed, c.run) for c in cells if policies.get(c.mode).grows_batch and c.n > 1})
     for i, (n, seed, run) in enumerate(runs):
         rows = run_rows[run]
         ep = [r["epoch"] for r in rows]

@@ -42,7 +42,7 @@ from typing import Optional
 
 import yaml
 
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 from deepdensity.config import load
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
@@ -238,7 +238,7 @@ def run_study(name: str, study: Study, args) -> int:
     # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
     book = Book()
     units = _units(s, proto, real_strong=bool(args.runner), book=book,
-                   double_eta=not any(m in rules.BEYOND_MODES for m in study.modes))
+                   double_eta=not set(study.modes) & set(policies.beyond()))
     run_first_seeds(s.runner, book, units, study.seeds)
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
@@ -250,7 +250,7 @@ def run_study(name: str, study: Study, args) -> int:
                if study.budget_minutes else "no time budget in the preset")
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
     cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled)
-    if any(m in rules.BEYOND_MODES for m in study.modes):
+    if set(study.modes) & set(policies.beyond()):
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
         record = study_record(s, proto, book, cells, timing, sweep, stopped, args.runner)
@@ -312,7 +312,7 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
                                              {"base_lr": repr(2 * proto.eta)}, train_mode="strong")
     for mode in study.modes:
         for n in study.mode_workers.get(mode, study.workers):
-            if n > 1 and (mode != "strong" or real_strong):
+            if n > 1 and (not policies.get(mode).follows_sequential_path or real_strong):
                 units[(mode, n)] = functools.partial(
                     lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}), mode, n)
     return units
@@ -361,7 +361,7 @@ def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str
     cells = []
     for mode in study.modes:
         for n in study.mode_workers.get(mode, study.workers):
-            key = "strong" if n == 1 or (mode == "strong" and not real_runner) else mode
+            key = mode if n > 1 else policies.SEQUENTIAL   # derived strong N > 1 are kept under strong too
             for (m, nn, seed), (r, run_name) in sorted(book.results.items()):
                 if (m, nn) != (key, n):
                     continue
@@ -369,11 +369,11 @@ def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str
                 if real_runner and n > 1:      # a real run on n workers: its own clock
                     epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
                     source, t = "measured", r["time_to_target_s"]
-                elif mode in rules.BEYOND_MODES and n > 1:   # batch or allreduces vary: epoch by epoch
+                elif policies.get(mode).varies_by_epoch and n > 1:   # batch or allreduces vary: epoch by epoch
                     epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
                     source = "modelled"
                 else:                          # N = 1 of every mode is the sequential run
-                    epoch_s, source = modelled(mode if n > 1 else "strong", n), "modelled"
+                    epoch_s, source = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled"
                     t = epochs_to_target * epoch_s if epochs_to_target else None
                 cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
                                   source, t, run_name, r.get("final_val_loss")))
@@ -384,7 +384,7 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
                         epochs_to_target: Optional[int]) -> tuple:
     """(median seconds per epoch, time to target or None) of an adaptive or local run on n
     devices, from each epoch's own steps, batch and allreduces (rules.epoch_seconds)."""
-    size = rules.LOCAL_ALLREDUCE_SIZE if mode == "local" else 1.0
+    size = policies.get(mode).allreduce_size
     k = timing["compute_scale"]        # the calibrated model (timing.py), as for every other cell
     per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
                                      k * timing["step_fixed_s"], k * timing["per_sample_s"],
@@ -505,7 +505,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
                        f"differently, so run both studies on one machine)" if env else ""))
     cells = []
     for c in record["cells"]:
-        if c["mode"] not in ("weak", "linear", "warmup") or c["n"] not in workers:
+        if c["mode"] not in policies.large_batch() or c["n"] not in workers:
             continue
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
         t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 from deepdensity.study import decide
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
@@ -112,7 +112,7 @@ def measured_differences(cells: list, workers) -> set:
     every other mode at each N > 1, and weak scaling's N x time at its smallest and largest N > 1."""
     v, out = _Cells(cells, workers), set()
     for n in v.ran("strong", 2):
-        for mode in [m for m in rules.ALL_MODES if m != "strong" and n in v.ran(m)]:
+        for mode in [m for m in policies.names() if n in v.ran(m)]:   # strong against itself: no difference
             if decide.compare(times(cells, "strong", n), times(cells, mode, n)) in (decide.SHORTER, decide.LONGER):
                 out |= {("strong", n), (mode, n)}
     ns = v.ran("weak", 2)
@@ -207,10 +207,11 @@ def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
     sequential run), the other modes at N > 1, and the sequential runs at 2 x eta."""
     groups = {}
     for c in cells:
-        if c.mode != "strong" and c.n == 1 or c.mode == "strong" and c.n > 1:
+        policy = policies.get(c.mode)
+        if (c.n > 1) == policy.follows_sequential_path:   # N = 1 of every mode and strong's N > 1: the sequential run
             continue
-        p = rules.plan(c.mode, c.n, base_batch, base_lr=1.0)
-        key = (p.global_batch, p.peak_lr, "warmup" if c.mode == "warmup" else "constant")
+        p = policy.plan(c.n, base_batch, base_lr=1.0)
+        key = (p.global_batch, p.peak_lr, policy.schedule)
         groups.setdefault(key, []).append((c.mode, c.reached))
     for r in seq_2eta:
         groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == "reached_target"))

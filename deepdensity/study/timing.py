@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 from deepdensity.study.preset import StudyError
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils.files import write_atomic
@@ -78,7 +78,7 @@ def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> floa
 
 def compute_scale(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str, t1_real: float) -> float:
     """The factor on the compute parts that makes the model's one-process epoch the real one."""
-    raw = rules.epoch_seconds_model("strong", 1, n_train, n_val, base_batch, parts["step_fixed_s"],
+    raw = rules.epoch_seconds_model(policies.plan(policies.SEQUENTIAL, 1, base_batch), n_train, n_val, parts["step_fixed_s"],
                                     parts["per_sample_s"], parts["allreduce_per_doubling_s"],
                                     parts["eval_per_sample_s"], definition)
     return t1_real / raw
@@ -87,7 +87,7 @@ def compute_scale(parts: dict, n_train: int, n_val: int, base_batch: int, defini
 def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
     """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model."""
     k = timing["compute_scale"]
-    return rules.epoch_seconds_model(mode, n, n_train, n_val, base_batch, k * timing["step_fixed_s"],
+    return rules.epoch_seconds_model(policies.plan(mode, n, base_batch), n_train, n_val, k * timing["step_fixed_s"],
                                      k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
                                      k * timing["eval_per_sample_s"], definition)
 
@@ -98,7 +98,7 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     compute and evaluation add up, the allreduce (measured between N processes of this
     host) is paid once."""
     k = timing["compute_scale"]
-    p = rules.plan("strong", n, base_batch)
+    p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
     compute = steps * k * (timing["step_fixed_s"] + timing["per_sample_s"] * p.per_worker_batch)
     evaluation = k * timing["eval_per_sample_s"] * n_val / n

@@ -1,11 +1,12 @@
 """The training run's Keras callbacks, one concern each (as Horovod's own are split).
 
-Order in a run (trainer._callbacks): Horovod's broadcast and metric averaging, `PolicyLR`,
-a mode's own (`AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
+Order in a run (fit.run_callbacks): Horovod's broadcast and metric averaging, `PolicyLR`,
+a policy's own (`AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
 epoch's row), `Stopping` (the paper's stopping rules), and on rank 0 alone `MetricsLog`,
 `Checkpoint` and TensorBoard; `Progress` last. They share one `RunRecord`, and run after
 Horovod's MetricAverageCallback, so the losses they read are the same on every worker and
-every worker takes the same decision to stop.
+every worker takes the same decision to stop. What each reads from another's work is the
+table `MUST_FOLLOW`, and `check_order` refuses a list that breaks it.
 """
 from __future__ import annotations
 
@@ -23,10 +24,42 @@ import numpy as np
 import tensorflow as tf
 
 from deepdensity.scaling import rules
+from deepdensity.scaling.policies import ScalingPlan
 from deepdensity.utils.files import write_atomic
 
 # Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
 ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")
+
+
+# {callback class name: the callbacks that, when in the same list, must come before it}, each
+# because it reads in its on_epoch_end what they write in theirs.
+MUST_FOLLOW = {
+    "MetricAverageCallback": ("Validate",),               # averages the val_loss Validate puts in logs
+    "EpochRow": ("MetricAverageCallback", "Validate",      # the losses, averaged over workers
+                 "AdaptiveBatch", "LocalSync"),            # a policy's batch facts, put in logs
+    "Stopping": ("EpochRow",),                             # the epoch's losses
+    "MetricsLog": ("EpochRow", "Stopping"),                # the row, final for the epoch
+    "Checkpoint": ("MetricsLog",),                         # state.json never ahead of metrics.jsonl
+    "TensorBoard": ("EpochRow",),                          # the lr EpochRow puts in logs
+    "CommitEachEpoch": ("Stopping", "MetricsLog", "Checkpoint"),   # the epoch, written, then committed
+    "Progress": ("EpochRow", "Stopping", "Checkpoint", "CommitEachEpoch"),   # how the epoch ended
+}
+# Callbacks that read the run record and so need EpochRow in the list at all.
+NEEDS_EPOCH_ROW = ("Stopping", "MetricsLog", "Checkpoint", "CommitEachEpoch", "Progress")
+
+
+def check_order(cbs: list) -> list:
+    """`cbs` unchanged, or ValueError naming the first callback placed before one it reads from."""
+    names = [type(cb).__name__ for cb in cbs]
+    for i, name in enumerate(names):
+        late = [m for m in MUST_FOLLOW.get(name, ()) if m in names[i + 1:]]
+        if late:
+            raise ValueError(f"callback {name} at {i} must come after {', '.join(late)}: it reads what they "
+                             f"write at the end of an epoch (callbacks.MUST_FOLLOW); order: {', '.join(names)}")
+        if name in NEEDS_EPOCH_ROW and "EpochRow" not in names[:i]:
+            raise ValueError(f"callback {name} reads the epoch's row: put EpochRow before it; order: "
+                             f"{', '.join(names)}")
+    return cbs
 
 
 def _finite(x) -> Optional[float]:
@@ -38,7 +71,7 @@ class RunRecord:
     fit and stops after each epoch's validation), the validation history, the last epoch's
     row, and how the run ended."""
 
-    def __init__(self, p: rules.ScalingPlan, cfg, steps: int, elapsed_before: float = 0.0, val_history=()):
+    def __init__(self, p: ScalingPlan, cfg, steps: int, elapsed_before: float = 0.0, val_history=()):
         self.p, self.cfg, self.steps = p, cfg, steps
         self.elapsed_before, self.t0 = elapsed_before, None
         self.val_history = list(val_history)
@@ -52,7 +85,7 @@ class RunRecord:
         return {"val_history": list(self.val_history), "status": self.status,
                 "time_to_target_s": self.time_to_target_s, "row": dict(self.row), "losses": self.losses}
 
-    def restore(self, snapshot: dict, p: rules.ScalingPlan, steps: int) -> None:
+    def restore(self, snapshot: dict, p: ScalingPlan, steps: int) -> None:
         """Back to a committed snapshot, under the plan of the workers there are now."""
         self.p, self.steps = p, steps
         self.val_history, self.status = list(snapshot["val_history"]), snapshot["status"]
@@ -123,7 +156,7 @@ class CommitEachEpoch(tf.keras.callbacks.Callback):
     """Elastic training: after every epoch (and after the callbacks that write the run
     folder) commit the weights, the optimizer and the record to memory, so that a change of
     workers goes back to the end of the last whole epoch. Counts the steps taken since, which
-    a failure throws away. Last before Progress."""
+    a failure throws away."""
 
     def __init__(self, state, record: RunRecord, workers: int):
         super().__init__()
@@ -144,12 +177,28 @@ class CommitEachEpoch(tf.keras.callbacks.Callback):
         self.state.commit()
 
 
+class Validate(tf.keras.callbacks.Callback):
+    """The validation loss of every epoch, put in the logs as Keras' fit puts it with
+    validation_data. For elastic training: a fit that a change of workers ends keeps Keras'
+    validation data, and the next fit would validate on the old shard; evaluating here makes
+    a new one each epoch. First in the list, before Horovod averages the logs."""
+
+    def __init__(self, val):
+        super().__init__()
+        self.val = val
+
+    def on_epoch_end(self, epoch, logs=None):
+        results = self.model.evaluate(self.val, verbose=0, return_dict=True)
+        if logs is not None:
+            logs.update({f"val_{k}": v for k, v in results.items()})
+
+
 class Stopping(tf.keras.callbacks.Callback):
     """The stopping rules (rules.stop_reason): the target, a non-finite loss, a stall, the
     cap. `agree` makes the stall decision the same on every worker: only rank 0 holds a
-    resumed run's history (Horovod: an allreduce of the maximum)."""
+    resumed run's history (agree.Ranks.any)."""
 
-    def __init__(self, record: RunRecord, agree=float):
+    def __init__(self, record: RunRecord, agree=bool):
         super().__init__()
         self.record, self.agree = record, agree
 
@@ -159,7 +208,7 @@ class Stopping(tf.keras.callbacks.Callback):
         r.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
         reason = rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
                                    r.val_history, cfg.stall_patience)
-        if cfg.stall_patience and self.agree(float(reason == "stalled")):
+        if cfg.stall_patience and self.agree(reason == "stalled"):
             reason = reason or "stalled"
         if reason == "reached_target":
             r.time_to_target_s = r.row["seconds"]
@@ -243,13 +292,13 @@ class Progress(tf.keras.callbacks.Callback):
 
 
 class PolicyLR(tf.keras.callbacks.Callback):
-    """Sets the lr of every batch from rules.lr_at: constant, or Horovod's warmup ramp.
+    """Sets the lr of every batch from the policy's lr_at: constant, or Horovod's warmup ramp.
 
     Written here rather than using hvd.callbacks.LearningRateWarmupCallback because the
     ramp must also run with emulated workers, where hvd.size() is 1.
     """
 
-    def __init__(self, p: rules.ScalingPlan, steps: int):
+    def __init__(self, p: ScalingPlan, steps: int):
         super().__init__()
         self.p, self.steps, self.epoch = p, steps, 0
 
@@ -258,11 +307,11 @@ class PolicyLR(tf.keras.callbacks.Callback):
         self._set(0)
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.p.mode == "warmup" and self.epoch < self.p.warmup_epochs:
+        if self.p.policy.lr_moves_within(self.p, self.epoch):
             self._set(batch)
 
     def _set(self, batch):
-        tf.keras.backend.set_value(self.model.optimizer.lr, rules.lr_at(self.p, self.epoch, batch, self.steps))
+        tf.keras.backend.set_value(self.model.optimizer.lr, self.p.lr_at(self.epoch, batch, self.steps))
 
 
 class AdaptiveFeed:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from deepdensity.config import load
-from deepdensity.scaling.rules import ALL_MODES
+from deepdensity.scaling import policies
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, command
@@ -28,8 +28,8 @@ from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, comman
 @command
 def main(argv=None) -> int:
     ap = parser(__doc__, "train.py")
-    ap.add_argument("--mode", required=True, choices=ALL_MODES,
-                    help="batch/lr policy: the paper's four (section IV), or adaptive, local (docs/beyond.md)")
+    ap.add_argument("--mode", required=True, choices=policies.names(),
+                    help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)")
     ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting, e.g. --set base_lr=0.002 (repeatable)")

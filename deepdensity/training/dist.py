@@ -65,6 +65,10 @@ class Single:
         """Every process's `obj` (picklable), in rank order."""
         return [obj]
 
+    def broadcast_object(self, obj):
+        """Rank 0's `obj` (picklable) on every process."""
+        return obj
+
     def elastic_launched(self) -> bool:
         """Was this process started by an elastic horovodrun (--min-np, --max-np, discovery)?"""
         return False
@@ -122,6 +126,10 @@ class Horovod(Single):
     def gather(self, obj) -> list:
         # Horovod: every rank's settings, so that ranks started with other ones stop together.
         return list(hvd_tf.allgather_object(obj)) if hvd.size() > 1 else [obj]
+
+    def broadcast_object(self, obj):
+        # Horovod: what rank 0 alone read (the run folder's resume point) reaches every rank.
+        return hvd_tf.broadcast_object(obj, root_rank=0) if hvd.size() > 1 else obj
 
     def elastic_launched(self) -> bool:
         # Horovod: an elastic horovodrun marks its workers so (gloo_run.py sets HOROVOD_ELASTIC).

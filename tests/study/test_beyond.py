@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support import ROOT, SMOKE, run
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 
 
 
@@ -83,18 +83,18 @@ def test_local_syncs_count_the_sync_steps(steps, h):
 
 
 def test_plans_of_the_beyond_modes():
-    a = rules.plan("adaptive", 4, 32, 0.001)
+    a = policies.plan("adaptive", 4, 32, 0.001)
     assert (a.global_batch, a.per_worker_batch, a.peak_lr) == (32, 8, 0.001)
-    loc = rules.plan("local", 8, 32, 0.001, processes=1)
+    loc = policies.plan("local", 8, 32, 0.001, processes=1)
     assert (loc.global_batch, loc.per_worker_batch, loc.per_process_batch, loc.peak_lr) == (32, 4, 32, 0.001)
     with pytest.raises(rules.PlanError, match="N >= 2"):
-        rules.plan("adaptive", 1)
+        policies.plan("adaptive", 1)
     with pytest.raises(rules.PlanError, match="3 does not divide 32"):
-        rules.plan("local", 3)
+        policies.plan("local", 3)
 
 
 def test_an_adaptive_epoch_keeps_the_sample_stream_and_drops_only_the_remainder():
-    p = rules.plan("adaptive", 4, 32)
+    p = policies.plan("adaptive", 4, 32)
     n_train = 1844                               # 57 batches of 32: 1824 a pass
     base = rules.epoch_order(n_train, p, 3, seed=7)
     for gb in (32, 36, 88, 128):
@@ -246,7 +246,7 @@ def test_adaptive_grows_its_batch_as_its_test_says_and_resumes_with_it(tmp_path,
         assert nxt["global_batch"] == row["next_global_batch"]
         b = row["global_batch"] // 2
         assert row["next_global_batch"] == 2 * rules.adaptive_batch(b, row["grad_noise"], row["grad_sq"], 0.5, 32)
-        assert row["steps"] == rules.steps_per_epoch(128, rules.plan("adaptive", 2), global_batch=row["global_batch"])
+        assert row["steps"] == rules.steps_per_epoch(128, policies.plan("adaptive", 2), global_batch=row["global_batch"])
     assert rows[0]["global_batch"] == 32 and rows[-1]["global_batch"] > 32, "the smoke data grows at theta 0.5"
     train(tmp_path / "cut", "adaptive", smoke_data, *extra, "--set", "max_epochs=1")
     resumed = train(tmp_path / "cut", "adaptive", smoke_data, *extra, "--set", "max_epochs=3", "--resume")
@@ -268,14 +268,14 @@ def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_dat
 # ------------------------------------------------------------------------------------
 # the study's time model and answer
 # ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", rules.MODES)
+@pytest.mark.parametrize("mode", policies.paper())
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 32])
 def test_epoch_seconds_of_a_row_is_the_speedup_model_for_the_papers_modes(mode, n):
     parts = dict(step_fixed_s=0.0135, per_sample_s=0.00124, allreduce_per_doubling_s=0.0057, eval_per_sample_s=0.00094)
-    p = rules.plan(mode, n, 32)
+    p = policies.plan(mode, n, 32)
     steps = rules.steps_per_epoch(1844, p)
     by_row = rules.epoch_seconds(steps, p.per_worker_batch, steps, n, 256, **parts)
-    assert by_row == pytest.approx(rules.epoch_seconds_model(mode, n, 1844, 256, 32, **parts), rel=1e-12)
+    assert by_row == pytest.approx(rules.epoch_seconds_model(p, 1844, 256, **parts), rel=1e-12)
     # by hand: steps x (fixed + per-sample x b + allreduce x log2 n) + evaluation shared by n
     assert by_row == pytest.approx(steps * (0.0135 + 0.00124 * p.per_worker_batch + 0.0057 * math.log2(n))
                                    + 0.00094 * 256 / n, rel=1e-12)

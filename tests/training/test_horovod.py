@@ -117,11 +117,11 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode)
 
 
 def test_our_warmup_matches_horovods_own_callback(tmp_path):
-    """Horovod's LearningRateWarmupCallback on 2 workers is the reference for rules.lr_at."""
+    """Horovod's LearningRateWarmupCallback on 2 workers is the reference for the warmup policy's lr_at."""
     script = tmp_path / "warm.py"
     script.write_text("""
 import json, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies
 hvd.init()
 steps, W, eta = 3, 2, 0.00105
 seen = []
@@ -134,8 +134,8 @@ m.compile(hvd.DistributedOptimizer(tf.keras.optimizers.legacy.Adam(eta * hvd.siz
 cb = [hvd.callbacks.LearningRateWarmupCallback(initial_lr=eta * hvd.size(), warmup_epochs=W,
       steps_per_epoch=steps), Record()]
 m.fit(np.zeros((steps * 4, 2)), np.zeros(steps * 4), batch_size=4, epochs=4, callbacks=cb, verbose=0)
-p = rules.plan("warmup", hvd.size(), 32, eta, warmup_epochs=W)
-ours = [rules.lr_at(p, e, b, steps) for e, b, _ in seen]
+p = policies.plan("warmup", hvd.size(), 32, eta, warmup_epochs=W)
+ours = [p.lr_at(e, b, steps) for e, b, _ in seen]
 if hvd.rank() == 0:
     print("JSON" + json.dumps({"horovod": [s[2] for s in seen], "ours": ours}))
 """)

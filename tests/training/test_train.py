@@ -70,11 +70,11 @@ def record_callbacks(cfg, history=()):
     Stopping), on a tiny model, as the trainer orders them; returns (callbacks, record, model)."""
     import tensorflow as tf
 
-    from deepdensity.scaling import rules
+    from deepdensity.scaling import policies
     from deepdensity.training import callbacks
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
     model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
-    record = callbacks.RunRecord(rules.plan("linear", 4), cfg, 3, 0.0, history)
+    record = callbacks.RunRecord(policies.plan("linear", 4), cfg, 3, 0.0, history)
     cb = tf.keras.callbacks.CallbackList([callbacks.EpochRow(record), callbacks.Stopping(record)], model=model)
     cb.on_train_begin()
     return cb, record, model

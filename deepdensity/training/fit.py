@@ -1,0 +1,47 @@
+"""One call of the fit loop with the run's callbacks, from a first epoch to the end of the
+run (or, in elastic training, to the next change of workers)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from deepdensity.config import Config
+from deepdensity.training import callbacks, watch
+from deepdensity.training.feeds import Feeds
+from deepdensity.training.kit import PolicyKit
+from deepdensity.training.launch import Launch
+
+
+def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tuple, initial_epoch: int,
+        steps: int, ckpt, state: Optional[dict], verbose: bool, commit=None) -> Optional[dict]:
+    """Train from `initial_epoch` to the end; returns the last checkpoint's state (rank 0).
+    `commit`: elastic training's commit callback, after every callback that writes the folder;
+    its runs validate in a callback (callbacks.Validate)."""
+    train_x, val_x = data
+    feeds = Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
+    cbs, progress, checkpoint = run_callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose,
+                                              commit)
+    feeds.fit(model, cbs, steps, record, validation=commit is None)
+    progress.finish()
+    return checkpoint.state if checkpoint else None
+
+
+def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: Feeds, steps: int, ckpt,
+                  state: Optional[dict], val_x, verbose: bool, commit=None) -> tuple:
+    """(the callbacks in their order, the Progress callback, the Checkpoint callback or None)."""
+    p, out = run.p, run.out
+    kit = PolicyKit(cfg, run.backend, run.say, feeds)
+    validate = [callbacks.Validate(feeds.val)] if commit is not None else []
+    # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
+    cbs = validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step) \
+        + [callbacks.PolicyLR(p, steps)] + p.policy.callbacks(kit, p, steps) \
+        + [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.any)]
+    checkpoint = None
+    if run.writes:
+        # Horovod: rank 0 alone writes the run folder and the TensorBoard logs (after EpochRow
+        # puts the lr in the logs)
+        checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
+        cbs += [callbacks.MetricsLog(record, out), checkpoint]
+        cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
+    progress = callbacks.Progress(record, run.say, run.tell, bar=verbose and run.is_chief)
+    cbs += ([commit] if commit is not None else []) + [progress]
+    return callbacks.check_order(cbs), progress, checkpoint

@@ -1,0 +1,44 @@
+"""What a policy's training hooks build from (scaling/policies.py decides, this builds): the
+TensorFlow parts live here so that the policies themselves import no framework."""
+from __future__ import annotations
+
+from deepdensity.config import Config
+from deepdensity.scaling import rules
+from deepdensity.training import callbacks
+
+
+class PolicyKit:
+    """The parts a policy may ask for, for one run."""
+
+    def __init__(self, cfg: Config, backend, say, feeds=None):
+        self.cfg, self.backend, self.say, self.feeds = cfg, backend, say, feeds
+
+    def synchronous_step(self, model, p):
+        """The paper's step: one update of the averaged gradient, in slices of at most
+        max_pass_batch samples (Horovod's DistributedOptimizer averages across processes)."""
+        from deepdensity.model.autoencoder import for_training
+        return for_training(model, rules.grad_slices(p.per_process_batch, self.cfg.max_pass_batch))
+
+    def noise_step(self, model, p):
+        """A synchronous step that also measures the gradient's noise (adaptive)."""
+        from deepdensity.model.steps import NoiseStep
+        return self._by_hand(NoiseStep, model, p)
+
+    def local_step(self, model, p):
+        """One step per worker on its own weights (local SGD)."""
+        from deepdensity.model.steps import LocalStep
+        return self._by_hand(LocalStep, model, p)
+
+    def _by_hand(self, step_class, model, p):
+        trainable = step_class(model.inputs, model.outputs, name=model.name)
+        trainable.parts, trainable.workers = p.workers // p.processes, p.workers   # parts: workers this process holds
+        trainable.average = self.backend.average       # Horovod: the allreduce these steps call by hand
+        return trainable
+
+    def adaptive_batch(self):
+        """De et al.'s big-batch test at the end of every epoch, growing the feed's batch."""
+        return callbacks.AdaptiveBatch(self.feeds.adaptive, self.cfg, self.say)
+
+    def local_sync(self, steps: int):
+        """Average the workers' weights every local_steps steps."""
+        return callbacks.LocalSync(steps, self.cfg.local_steps)
