@@ -226,13 +226,6 @@ def render_on_grid(grid, coeffs):
     return _sum_of_exponentials(coeffs, log_components, ints * tf.cast(scale, tf.float32))
 
 
-def log_mixture_density(points, alpha, mu, cov):
-    """log of `mixture_density`, computed as a log-sum-exp over components (no underflow)."""
-    points = tf.convert_to_tensor(points)
-    log_comps = tf.matmul(_coefficients_of_cov(alpha, mu, cov), monomials(points), transpose_b=True)          # (B, K, V)
-    return tf.cast(tf.reduce_logsumexp(log_comps, axis=1), points.dtype)
-
-
 def mixture_density(points, alpha, mu, cov):
     """Eq. (7): M(x) = sum_k alpha_k N(x; mu_k, Sigma_k), evaluated at every point.
 

@@ -64,11 +64,6 @@ def call(reached: Sequence[bool]) -> str:
     return CONVERGES if all(reached) else FAILS
 
 
-def separation_chance(n_a: int, n_b: int) -> float:
-    """Probability that n_a draws all fall below n_b draws of the same continuous distribution."""
-    return 1.0 / math.comb(n_a + n_b, n_a)
-
-
 def _slowest_last(t: Optional[float]) -> float:
     return math.inf if t is None or not math.isfinite(t) else t
 
