@@ -10,7 +10,7 @@ PY     := $(BIN)/python
 # Horovod must see the TensorFlow it links against, hence --no-build-isolation after TF is in.
 HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 KERNEL_SRC := deepdensity/model/kernels/render.cc
-KERNEL := deepdensity/model/kernels/_render.so
+KERNEL := deepdensity/model/kernels/lib/render.so
 PRESET ?= default
 RUNNER ?=
 
@@ -59,4 +59,4 @@ lr-sweep: install
 	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL)
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL) deepdensity/model/kernels/_render.so

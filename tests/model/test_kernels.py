@@ -139,3 +139,47 @@ def test_every_instruction_set_renders_alike_and_threads_change_no_bit(tmp_path)
         np.testing.assert_allclose(results[(isa, 1)]["density"], base["density"], rtol=1e-5,
                                    atol=1e-6 * base["density"].max())
         assert np.linalg.norm(results[(isa, 1)]["grad"] - base["grad"]) <= 1e-5 * np.linalg.norm(base["grad"])
+
+
+SCAN_THEN_RENDER = """
+import importlib, json, pkgutil, sys
+import numpy as np
+import deepdensity
+# what a documentation builder or a coverage tool does: import every module it is shown
+names = [m.name for m in pkgutil.walk_packages(deepdensity.__path__, "deepdensity.")
+         if not m.name.endswith("__main__")]          # running the CLI is no import
+failed = []
+for name in names:
+    try:
+        importlib.import_module(name)
+    except ImportError as e:                          # a scanner notes it and goes on
+        failed.append(f"{name}: {e}")
+from deepdensity.model import kernels
+from tests.model.test_kernels import coefficients
+from tests.model.test_layers import random_heads
+from deepdensity.model import layers
+c = coefficients(random_heads(np.random.default_rng(0), 2, 50, 3), 3)
+got = kernels.render_on_grid(c, 16).numpy()
+want = layers.render_on_grid(layers.grid_monomials(16, 3), c).numpy()
+print(json.dumps({"modules": names, "failed": failed,
+                  "error": float(np.abs(got - want).max() / np.abs(want).max())}))
+"""
+
+
+@needs_kernel
+def test_importing_every_module_leaves_the_kernel_loadable():
+    """The compiled kernel lives out of the module path (kernels/lib/, no __init__.py), so a tool
+    that imports every module the package lists does not dlopen it as a Python extension, which
+    left a later tf.load_op_library unable to register the op. In a fresh process: the scan
+    first, then a render with the kernel, against the TensorFlow-ops rendering."""
+    proc = subprocess.run([sys.executable, "-c", SCAN_THEN_RENDER], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "deepdensity.training.trainer" in got["modules"] and "deepdensity.model.kernels" in got["modules"]
+    assert not [m for m in got["modules"] if m.startswith("deepdensity.model.kernels.")
+                and m != "deepdensity.model.kernels.build"], "the library is listed as a module"
+    assert got["failed"] == []
+    # the same sum in float32 in two orders, with the kernel's own exp (~2 ulp): 1e-5 of the peak
+    # is the bound the gradient test above uses, with the same margin
+    assert got["error"] < 1e-5

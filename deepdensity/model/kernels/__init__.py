@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-LIBRARY = Path(__file__).resolve().parent / "_render.so"
+LIBRARY = Path(__file__).resolve().parent / "lib" / "render.so"   # out of the module path: build.py
 _loaded = {}
 
 

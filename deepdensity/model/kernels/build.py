@@ -2,7 +2,10 @@
 
     python -m deepdensity.model.kernels.build
 
-which writes _render.so next to this file. The kernel is optional: without it (no C++
+which writes lib/render.so beside this file: a folder with no __init__.py, so that tools that
+import every module of the package (pkgutil.walk_packages: documentation builders, coverage,
+plugin scanners) do not dlopen it as a Python extension, after which a tf.load_op_library in
+that process no longer registers the op. The kernel is optional: without it (no C++
 compiler, another TensorFlow, a GPU) the layer renders with TensorFlow ops, which the tests
 compare it against. CXX picks the compiler (g++ by default).
 """
@@ -16,7 +19,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "render.cc"
-LIBRARY = HERE / "_render.so"
+LIBRARY = HERE / "lib" / "render.so"
+FORMER_LIBRARY = HERE / "_render.so"      # where builds before lib/ put it, among the modules
 
 # -O3 vectorises the row loops, -fopenmp-simd honours their `omp simd` (no OpenMP runtime),
 # -ffp-contract=fast lets a*b+c become one FMA where the variant has FMA (ISO C++17, which
@@ -33,6 +37,8 @@ def command(tf_compile: list, tf_link: list, out: Path = LIBRARY) -> list:
 def build(out: Path = LIBRARY) -> Path:
     """Compiles the kernel to `out` (via a temporary file, so a failed build leaves no library)."""
     import tensorflow as tf
+    out.parent.mkdir(parents=True, exist_ok=True)
+    FORMER_LIBRARY.unlink(missing_ok=True)
     tmp = out.with_suffix(".so.tmp")
     cmd = command(tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tmp)
     proc = subprocess.run(cmd, capture_output=True, text=True)
