@@ -12,15 +12,26 @@ SMOKE = str(ROOT / "configs" / "smoke.yaml")
 
 # Set by conftest for the test that is running: is it marked slow?
 CURRENT_TEST_IS_SLOW = False
-# What makes a command slow: training, a study, Horovod's launcher.
-SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench")
+# What makes a command slow: training, a study, Horovod's launcher, in every spelling a user has
+# (train.py, python -m deepdensity train, python -m deepdensity.training.cli, ...).
+SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench",
+                 "deepdensity train", "deepdensity repro", "deepdensity filter", "deepdensity bench",
+                 "deepdensity.training.cli", "deepdensity.study.repro", "deepdensity.tools.filter",
+                 "deepdensity.perf.bench")
+
+
+def is_slow(args) -> bool:
+    """Does this command train, run a study or launch Horovod? (Read from the whole command
+    line, so that `python -m deepdensity train` counts as `train.py` does.)"""
+    line = " ".join(str(a) for a in args)
+    return any(word in line for word in SLOW_COMMANDS)
 
 
 def run(args, cwd=ROOT, timeout=600, check=True):
     """Run a command with this interpreter's environment; returns CompletedProcess.
     A training or Horovod command is refused in a test not marked slow, so that the fast
     tier stays fast by construction."""
-    if not CURRENT_TEST_IS_SLOW and any(any(word in str(a) for word in SLOW_COMMANDS) for a in args):
+    if not CURRENT_TEST_IS_SLOW and is_slow(args):
         raise AssertionError(f"{args[:3]}... trains or launches Horovod: mark the test @pytest.mark.slow")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

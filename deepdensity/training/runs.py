@@ -19,7 +19,7 @@ class DamagedRun(UserError):
 RESUMABLE = {
     "max_epochs": "extends the run (or ends it sooner)",
     "intra_op_threads": "speed only",
-    "allreduce_groups": "speed only: the same sums (tests/test_horovod.py)",
+    "allreduce_groups": "speed only: the same sums (tests/training/test_horovod.py)",
     "horovod_cycle_ms": "speed only: when allreduces start, not what they sum",
     "max_pass_batch": "memory only: the same average gradient",
     "xla": "speed only: the same arithmetic",
