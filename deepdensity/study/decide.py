@@ -1,12 +1,13 @@
-"""The study's decision rules, fixed before any run: when a cell converges, when one time to
-target is measurably shorter than another, how cells make a claim's verdict, and which cells
-the sequential design gives another seed. Pure: no TensorFlow, no files.
+"""The study's decision rules, fixed before any run: when one time to target is measurably
+shorter than another, how cells make a claim's verdict, and which cells the sequential design
+gives another seed. Whether a cell converges is a failure rate (rates.py); what a time is
+depends on the clock (clocks.py). Pure: no TensorFlow, no files.
 
-The rules (REPORT.md prints `RULES`):
+The rules (REPORT.md prints `RULES` with rates.RULES and the clocks):
 
-  cell       A cell (mode, N) is run on several seeds. It *converges* when every seed reaches
-             the target, *fails* when none does and is *mixed* when some do. A unanimous
-             call needs at least MIN_SEEDS seeds; with fewer it is *too few seeds*.
+  cell       For spending seeds only: a cell (mode, N) whose seeds all reached the target, or
+             none did, is unanimous (*converges*, *fails*), else *mixed*; a unanimous call
+             needs at least MIN_SEEDS seeds, with fewer it is *too few seeds*.
   compare    Time to target of two cells, seed by seed (a seed that missed the target counts
              as slower than any that reached it). A is *shorter* than B when every seed of A
              reached the target sooner than every seed of B (the ranges do not overlap), with
@@ -17,11 +18,10 @@ The rules (REPORT.md prints `RULES`):
              test). It is also monotone: another seed can only join two ranges, never part
              them, so adding seeds where a verdict is unsettled cannot make a difference
              appear that the first three seeds did not already show.
-  claim      Each cell a claim speaks of *agrees*, *disagrees* or is *undecided*. The claim
-             is *contradicted* when a cell disagrees, *reproduced* when every cell agrees,
-             and *inconclusive* otherwise. A mixed cell leaves "X converges" or "X fails"
-             undecided (the paper's single run may have been either kind), except for
-             "always converges", which one failed seed contradicts.
+  claim      Each cell (or pooled side of a trend) a claim speaks of *agrees*, *disagrees* or
+             is *undecided*. The claim is *contradicted* when one disagrees, *reproduced* when
+             every one agrees, and *inconclusive* otherwise. Claims of one form are scored by
+             one rule in every mode.
   seeds      Every cell runs the preset's first seeds. A cell whose outcome one more seed
              could still change (a unanimous call, or a side of a measured difference) is
              unsettled; the rest of the time budget goes to unsettled cells, those with the
@@ -33,6 +33,9 @@ import math
 from typing import Iterable, Optional, Sequence
 
 MIN_SEEDS = 3
+# The rules a study's record was judged under: a record that names another (or none) was run
+# before these rules were written, and its report says that its verdicts re-read those runs.
+RULES_VERSION = "2026-11-25: failure rates with exact intervals, pooled trend tests, three clocks"
 
 CONVERGES, FAILS, MIXED, TOO_FEW = "converges", "fails", "mixed", "too few seeds"
 SHORTER, LONGER, NO_DIFFERENCE, NEITHER = "shorter", "longer", "no measurable difference", "neither reached"
@@ -40,15 +43,15 @@ AGREES, DISAGREES, UNDECIDED = "agrees", "disagrees", "undecided"
 REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
 
 RULES = [
-    ("cell", f"converges when every seed reaches the target, fails when none does, mixed when some do; "
-             f"a unanimous call needs at least {MIN_SEEDS} seeds"),
+    ("cell", f"for spending seeds only: a cell whose seeds all reached the target, or none did, is "
+             f"unanimous (at least {MIN_SEEDS} seeds), else mixed; claims are judged on failure rates (rule 'rate')"),
     ("time", f"A is shorter than B when every seed of A reached the target sooner than every seed of B "
              f"(non-overlapping ranges, a missed target counting as slowest), at least {MIN_SEEDS} seeds "
              f"each; else no measurable difference. Chance of that under no difference: "
              f"1 / C(n_A + n_B, n_A), 0.05 at 3 against 3 (exact one-sided permutation test)"),
-    ("claim", "contradicted when a cell it speaks of disagrees, reproduced when every cell agrees, "
-              "inconclusive otherwise; a mixed cell leaves 'converges' and 'fails' undecided, "
-              "but contradicts 'always converges'"),
+    ("claim", "contradicted when a cell (or a pooled side of a trend) it speaks of disagrees, reproduced "
+              "when every one agrees, inconclusive otherwise; claims of one form are scored by one rule in "
+              "every mode"),
     ("seeds", "the preset's first seeds in every cell; then, within the time budget, one more seed at a "
               "time for cells another seed could still change (a unanimous call, or a side of a measured "
               "difference), fewest seeds and cheapest first, up to max_seeds"),
@@ -80,20 +83,6 @@ def compare(times_a: Sequence[Optional[float]], times_b: Sequence[Optional[float
     if max(b) < min(a):
         return LONGER
     return NO_DIFFERENCE
-
-
-def against(expected: str, reached: Sequence[bool], always: bool = False) -> str:
-    """How one cell bears on a claim that expects it to converge (or fail)."""
-    if expected not in (CONVERGES, FAILS):
-        raise ValueError(f"a claim expects {CONVERGES!r} or {FAILS!r}, not {expected!r}")
-    if always and expected == CONVERGES and not all(reached):
-        return DISAGREES                  # one failure is enough against "always converges"
-    got = call(reached)
-    if got == expected:
-        return AGREES
-    if got in (CONVERGES, FAILS):
-        return DISAGREES
-    return UNDECIDED
 
 
 def verdict(cell_verdicts: Iterable[str]) -> str:

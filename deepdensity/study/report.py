@@ -10,13 +10,13 @@ import tempfile
 from pathlib import Path
 
 from deepdensity.scaling import policies
-from deepdensity.study import decide
+from deepdensity.study import clocks, decide, rates
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
 from deepdensity.study.preset import Study, StudyError
 from deepdensity.study.record import FORMAT, config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, time_range, write_csv)
-from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, Cell, efficiency_table, evaluate_claims,
+from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, Cell, TimeBase, efficiency_table, evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
 from deepdensity.study.timing import model_epoch, shared_host_epoch
 from deepdensity.utils.args import parser
@@ -30,12 +30,20 @@ def cells_of(record: dict) -> list:
     return [Cell(**c) for c in record["cells"]]
 
 
+def clock_set(record: dict) -> dict:
+    """The clocks time claims are judged under (clocks.py): this host's model, the paper's
+    cluster fitted to Table I, and one device per worker with free communication."""
+    host = clocks.host_clock(record["timing"], config_of(record).batch_size)
+    return {"paper": clocks.paper_clock(host, PAPER_TABLE1), "host": host, "device": clocks.device_clock(host)}
+
+
 def render_reports(out: Path, record: dict) -> list:
     """Every report of the study under `out`, from `record`; returns the claims."""
     out.mkdir(parents=True, exist_ok=True)
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
-    claims = evaluate_claims(cells, study.workers, [r["status"] == "reached_target" for r in record["seq_2eta"]]
-                             or None, eta_at_edge=record["sweep"] is not None)
+    claims = evaluate_claims(cells, study.workers, record["seq_2eta"] or None, eta_at_edge=record["sweep"] is not None,
+                             collapse_loss=record["collapse_loss"], clock_set=clock_set(record),
+                             base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
     tables = _tables(out, study, cells)
     _figures(out, record, study, cells)
     (out / "REPORT.md").write_text(fill("report.md", **_report_fields(record, study, cfg, cells, claims, tables)))
@@ -95,8 +103,10 @@ def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, t
 
 def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
-    claims_md = md_table(["claim", "paper", "rule", "ours (per N: call, seeds that reached the target)", "verdict"],
-                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**"] for c in claims])
+    claims_md = md_table(["claim", "paper", "rule", "ours", "verdict (paper's clock)", "this host's clock",
+                          "break-even (rho)"],
+                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**", c["verdict_host"],
+                           c["break_even"]] for c in claims])
     return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
             "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"],
             "revision": p["revision"],
@@ -106,6 +116,8 @@ def _header_fields(record: dict, claims: list) -> dict:
                           f"{p['reused']} finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add "
                           f"up to {p['runs_minutes']} min.",
             "claims_table": claims_md,
+            "rules_when": "which were fixed before the runs" if record.get("decision_rules") == decide.RULES_VERSION
+            else "which were written after this study's runs (see there)",
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record))}
 
 
@@ -124,10 +136,29 @@ def _rules_fields(record: dict, study: Study) -> dict:
     rows = [[_unit_label(u), ", ".join(str(r["seed"]) for r in rs),
              "; ".join(f"seed {r['seed']}: {r['why']}" for r in rs if r["why"] != "first seeds of the preset") or "-"]
             for u, rs in by_unit.items()]
-    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in decide.RULES),
+    clock = clock_set(record)
+    clocks_line = (f"clocks: every time claim is judged under the paper's clock (its cluster fitted to Table I: "
+                   f"serial share s = {clocks.fit_table1(PAPER_TABLE1)[0]:.3g}, communication rho = "
+                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}) and one device per "
+                   f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
+                   f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
+                   f"changes (searched from {clocks.RHO_GRID[0]:g} to {clocks.RHO_GRID[-1]:g})")
+    rules = decide.RULES + rates.RULES + [("clocks", clocks_line[len("clocks: "):])]
+    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules)
+                          + _rules_after_the_runs(record),
             "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
             "stopped": record["provenance"]["more_seeds_stopped_at"],
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
+
+
+def _rules_after_the_runs(record: dict) -> str:
+    """A paragraph for a record run before the present rules were written, else ''."""
+    if record.get("decision_rules") == decide.RULES_VERSION:
+        return ""
+    return (f"\nThese rules ({decide.RULES_VERSION}) were written after this study's runs, which were decided "
+            f"by the rules of their time (a cell converged only when every seed reached the target, one time "
+            f"verdict on this host's clock). The verdicts above re-read the same runs under the present rules; "
+            f"they are not results of rules fixed before the runs. The next `make repro` fixes them first.\n")
 
 
 def _unit_label(unit: str) -> str:

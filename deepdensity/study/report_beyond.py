@@ -72,7 +72,8 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
         "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
                       f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
                       f"{p['runs_minutes']} min.",
-        "answer": beyond_answer(every, [m for m in policies.beyond() if m in modes], workers),
+        "answer": beyond_answer(every, [m for m in policies.beyond() if m in modes], workers,
+                                not_exercised=_not_exercised(cells, r["run_rows"], cfg)),
         "never_grew": _adaptive_never_grew(cells, r["run_rows"], cfg, study.calibration_epochs),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "theta_sq": f"{cfg.adaptive_theta ** 2:g}",
         "local_steps": cfg.local_steps, "eta": f"{r['eta']:.6g}",
@@ -116,6 +117,17 @@ def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, ru
                 per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
             rows.append([m, n, epochs_listing(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
     return rows
+
+
+def _not_exercised(cells: list, run_rows: dict, cfg) -> dict:
+    """{mode: why} for a policy whose mechanism never engaged in any of its runs: a batch that
+    grows (adaptive) and never grew ran strong scaling throughout, and measures nothing of its own."""
+    out = {}
+    for mode in sorted({c.mode for c in cells if policies.get(c.mode).grows_batch and c.n > 1}):
+        rows = [r for c in cells if c.mode == mode and c.n > 1 for r in run_rows[c.run]]
+        if rows and all(r["global_batch"] == cfg.batch_size for r in rows):
+            out[mode] = "its batch never grew in any epoch of any run, so it ran strong scaling's batches throughout"
+    return out
 
 
 def _adaptive_never_grew(cells: list, run_rows: dict, cfg, calibration_epochs: int) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study import decide
+from deepdensity.study import clocks, decide, rates
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
@@ -73,15 +73,32 @@ def times(cells: list, mode: str, n: int, scale: float = 1.0) -> list:
 
 
 def describe_cell(reached: list) -> str:
-    """'converges (3 of 3)', 'mixed (2 of 3)', ... for a claim's evidence."""
+    """'converges (3 of 3)', 'mixed (2 of 3)', ... for a cell's seeds."""
     return f"{decide.call(reached)} ({sum(reached)} of {len(reached)})"
 
 
-class _Cells:
-    """Questions the claims ask of the study's cells."""
+@dataclass(frozen=True)
+class TimeBase:
+    """What turns epochs to target into seconds under a clock: the data and the epoch."""
+    n_train: int
+    n_val: int
+    definition: str = "per_worker"
 
-    def __init__(self, cells: list, workers):
-        self.cells, self.workers = cells, list(workers)
+
+SEQUENTIAL_PROOF = ("N > 1 is derived from the sequential runs (strong scaling's global batches are the "
+                    "sequential run's, in the same order: tests/scaling/test_rules.py::"
+                    "test_per_worker_strong_epoch_is_n_sequential_passes, and under horovodrun "
+                    "tests/training/test_horovod.py::test_strong_on_two_workers_follows_the_sequential_path)")
+
+
+class _Cells:
+    """Questions the claims ask of the study's cells: failure rates (rates.py) and times to
+    target under a clock (clocks.py)."""
+
+    def __init__(self, cells: list, workers, collapse_loss: Optional[float] = None, clocks: Optional[dict] = None,
+                 base: Optional[TimeBase] = None):
+        self.cells, self.workers, self.collapse_loss = cells, list(workers), collapse_loss
+        self.clocks, self.base = clocks or {}, base
 
     def known(self, mode) -> bool:
         return any(c.mode == mode for c in self.cells)
@@ -95,21 +112,34 @@ class _Cells:
         return "" if self.ran(mode, least) == [n for n in self.workers if n >= least] else \
             f" (run at N = {', '.join(map(str, self.ran(mode, least)))} only)"
 
-    def convergence(self, mode, expect, least=1, always=False) -> tuple:
-        """([cell verdict], evidence) of a claim that `mode` converges (or fails) at each N,
-        `expect(n)` giving the expectation at N."""
+    def rate(self, mode, ns) -> rates.Rate:
+        """The failure rate of `mode`'s runs at the N in `ns`, pooled."""
+        return rates.of([rates.outcome(c.status, c.final_val_loss, self.collapse_loss)
+                         for c in self.cells if c.mode == mode and c.n in ns])
+
+    def every_n(self, mode, expect, least=1) -> tuple:
+        """([cell verdict], evidence) of "`mode` converges (or fails) at every N >= least": each N's
+        failure rate called by rates.call."""
         verdicts, parts = [], []
         for n in self.ran(mode, least):
-            reached = outcomes(self.cells, mode, n)
-            verdicts.append(decide.against(expect(n), reached, always=always))
-            parts.append(f"N = {n}: {describe_cell(reached)}")
+            r = self.rate(mode, [n])
+            verdicts.append(_bearing(rates.call(r), expect))
+            parts.append(f"N = {n}: {r}: {rates.call(r)}")
         return verdicts, "; ".join(parts) + self.only(mode, least)
+
+    def seconds(self, mode, n, clock, scale: float = 1.0) -> list:
+        """Time to target per seed of (mode, N) under `clock`, times `scale`; None where a seed
+        missed it. Epochs to target are the algorithm's; the seconds per epoch are the clock's."""
+        epoch_s = clock.epoch_seconds(mode, n, self.base.n_train, self.base.n_val, self.base.definition)
+        return [None if c.epochs_to_target is None else c.epochs_to_target * epoch_s * scale
+                for c in sorted(self.cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
 
 
 def measured_differences(cells: list, workers) -> set:
     """The (mode, N) cells on one side of a difference in time to target that decide.compare
     measures, in the comparisons the claims and the beyond answers make: strong scaling against
-    every other mode at each N > 1, and weak scaling's N x time at its smallest and largest N > 1."""
+    every other mode at each N > 1, and weak scaling's N x time at its smallest and largest N > 1.
+    Times are the cells' own (this host's clock): the sequential design spends seeds by them."""
     v, out = _Cells(cells, workers), set()
     for n in v.ran("strong", 2):
         for mode in [m for m in policies.names() if n in v.ran(m)]:   # strong against itself: no difference
@@ -122,82 +152,135 @@ def measured_differences(cells: list, workers) -> set:
     return out
 
 
-def _claim(claim, paper, rule, ours, cell_verdicts) -> dict:
-    return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "verdict": decide.verdict(cell_verdicts)}
+
+def _bearing(got: str, expect: str) -> str:
+    """How a rate's call bears on a claim that expects `expect` (converges or fails)."""
+    if got == expect:
+        return decide.AGREES
+    if got in (rates.CONVERGES, rates.FAILS):
+        return decide.DISAGREES
+    return decide.UNDECIDED
+
+
+def _claim(claim, paper, rule, ours, cell_verdicts, by_clock: Optional[dict] = None, break_even: str = "-") -> dict:
+    """A claim's row. A time claim has a verdict per clock (`by_clock`) and the main verdict is
+    the paper clock's; any other claim has one verdict whatever the clock."""
+    verdict = decide.verdict(cell_verdicts)
+    by_clock = by_clock or {}
+    return {"claim": claim, "paper": paper, "rule": rule, "ours": ours,
+            "verdict": by_clock.get("paper", verdict), "verdict_host": by_clock.get("host", verdict),
+            "verdict_device": by_clock.get("device", verdict), "break_even": break_even}
 
 
 def _strong_converges(v: _Cells) -> dict:
-    verdicts, ours = v.convergence("strong", lambda n: decide.CONVERGES, always=True)
+    verdicts, ours = v.every_n("strong", rates.CONVERGES)
     return _claim("Strong scaling always converges", "reached the target at N = 1..32",
-                  "every N converges; one failed seed at any N contradicts", ours, verdicts)
+                  "every N converges (failure rate, rule 'rate')", ours + "; " + SEQUENTIAL_PROOF, verdicts)
 
 
 def _linear_fails(v: _Cells) -> dict:
-    verdicts, ours = v.convergence("linear", lambda n: decide.FAILS, least=2)
+    verdicts, ours = v.every_n("linear", rates.FAILS, least=2)
+    ns = v.ran("linear", 2)
+    pooled = f"; pooled over N = {', '.join(map(str, ns))}: {v.rate('linear', ns)}" if len(ns) > 1 else ""
     return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-                  "every N > 1 fails", ours, verdicts)
+                  "every N > 1 fails (failure rate, rule 'rate')", ours + pooled, verdicts)
 
 
 def _warmup_to_four(v: _Cells) -> dict:
-    verdicts, ours = v.convergence("warmup", lambda n: decide.CONVERGES if n <= 4 else decide.FAILS)
-    if not v.ran("warmup", 8):
-        verdicts.append(decide.UNDECIDED)
-        ours += "; no N >= 8 run, so 'only up to 4' cannot be judged"
-    return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
-                  "N <= 4 converges and N >= 8 fails", ours, verdicts)
+    below, above = [n for n in v.ran("warmup", 2) if n <= 4], v.ran("warmup", 8)
+    rule = ("trend: the runs at 1 < N <= 4 pooled do not fail, those at N >= 8 pooled do not converge, and "
+            "failures are more frequent at N >= 8 (Fisher's exact test, one-sided, p < 0.05)")
+    if not (below and above):
+        return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32", rule,
+                      "no runs on one side of N = 4, so 'only up to 4' cannot be judged", [decide.UNDECIDED])
+    r_below, r_above = v.rate("warmup", below), v.rate("warmup", above)
+    p = rates.trend_p(r_below, r_above)
+    contradicted = rates.call(r_below) == rates.FAILS or rates.call(r_above) == rates.CONVERGES
+    verdict = decide.DISAGREES if contradicted else decide.AGREES if p < rates.TREND_P else decide.UNDECIDED
+    ours = (f"N = {', '.join(map(str, below))} pooled: {r_below}: {rates.call(r_below)}; N = "
+            f"{', '.join(map(str, above))} pooled: {r_above}: {rates.call(r_above)}; Fisher's exact test, "
+            f"one-sided: p = {p:.3g}" + v.only("warmup", 2))
+    return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32", rule, ours,
+                  [verdict])
+
+
+def _time_verdicts(v: _Cells, judge) -> tuple:
+    """({clock name: verdict}, break-even text, evidence under the paper clock) of a time claim;
+    `judge(clock)` gives its (cell verdicts, evidence) under one clock."""
+    by_clock = {name: decide.verdict(judge(clock)[0]) for name, clock in v.clocks.items()}
+    host = v.clocks["host"]
+    flips = clocks.break_even(lambda rho: decide.verdict(judge(host.with_rho(rho))[0]))
+    device = f"one device per worker, free communication: {by_clock['device']}; " if "device" in by_clock else ""
+    return by_clock, device + clocks.describe_break_even(flips), judge(v.clocks.get("paper", host))[1]
 
 
 def _weak_converges_less_efficiently(v: _Cells) -> dict:
-    verdicts, ours = v.convergence("weak", lambda n: decide.CONVERGES)
+    verdicts, ours = v.every_n("weak", rates.CONVERGES)
     ns = v.ran("weak", 2)
-    if len(ns) >= 2:      # efficiency T1 / (N TN) falls from the smallest to the largest N > 1 run
-        lo, hi = ns[0], ns[-1]
-        got = decide.compare(times(v.cells, "weak", lo, lo), times(v.cells, "weak", hi, hi))
-        verdicts.append({decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}.get(got, decide.UNDECIDED))
-        ours += f"; N x time to target, N = {lo} against N = {hi}: {got}"
-    else:                 # one N > 1: a fall cannot be seen
-        verdicts.append(decide.UNDECIDED)
-        ours += "; efficiency: fewer than two N > 1 run, a fall cannot be judged"
+    rule = "every N converges (failure rate, rule 'rate'), and N x time to target at the smallest N > 1 is " \
+           "shorter than at the largest (rule 'time', under each clock)"
+    if len(ns) < 2:       # one N > 1: a fall cannot be seen
+        return _claim("Weak scaling converges everywhere but its efficiency falls",
+                      "reached at every N; efficiency 100 -> 9.45 %", rule,
+                      ours + "; efficiency: fewer than two N > 1 run, a fall cannot be judged",
+                      verdicts + [decide.UNDECIDED])
+    lo, hi = ns[0], ns[-1]
+
+    def judge(clock):     # efficiency T1 / (N TN) falls from the smallest to the largest N > 1 run
+        got = decide.compare(v.seconds("weak", lo, clock, lo), v.seconds("weak", hi, clock, hi))
+        return verdicts + [_TIME_BEARING.get(got, decide.UNDECIDED)], \
+            f"{ours}; N x time to target, N = {lo} against N = {hi}: {got}"
+    by_clock, flips, evidence = _time_verdicts(v, judge)
     return _claim("Weak scaling converges everywhere but its efficiency falls",
-                  "reached at every N; efficiency 100 -> 9.45 %",
-                  "every N converges, and N x time to target at the smallest N > 1 is shorter than at the largest",
-                  ours, verdicts)
+                  "reached at every N; efficiency 100 -> 9.45 %", rule, evidence, [], by_clock, flips)
+
+
+_TIME_BEARING = {decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}
 
 
 def _strong_fastest(v: _Cells) -> dict:
-    verdicts, parts = [], []
-    for n in v.ran("strong", 2):
-        for mode in ("weak", "linear", "warmup"):
-            if n in v.ran(mode):
-                got = decide.compare(times(v.cells, "strong", n), times(v.cells, mode, n))
-                verdicts.append({decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}
-                                .get(got, decide.UNDECIDED))
+    others = [m for m in ("weak", "linear", "warmup") if v.known(m)]
+
+    def judge(clock):
+        verdicts, parts = [], []
+        for n in v.ran("strong", 2):
+            for mode in [m for m in others if n in v.ran(m)]:
+                got = decide.compare(v.seconds("strong", n, clock), v.seconds(mode, n, clock))
+                verdicts.append(_TIME_BEARING.get(got, decide.UNDECIDED))
                 parts.append(f"N = {n} vs {mode}: {got}")
-    everywhere = all(v.ran(m) == v.workers for m in ("weak", "linear", "warmup") if v.known(m))
+        everywhere = all(v.ran(m) == v.workers for m in others)
+        return verdicts, "; ".join(parts) + ("" if everywhere else " (the other modes where they were run)")
+    by_clock, flips, evidence = _time_verdicts(v, judge)
     return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
-                  "at each N > 1, strong scaling's time to target is shorter than each other mode's",
-                  "; ".join(parts) + ("" if everywhere else " (the other modes where they were run)"), verdicts)
+                  "at each N > 1, strong scaling's time to target is shorter than each other mode's (rule 'time', "
+                  "under each clock)", evidence, [], by_clock, flips)
 
 
-def _double_eta_diverges(reached: list, eta_at_edge: bool) -> dict:
+def _double_eta_diverges(outcomes: list, eta_at_edge: bool) -> dict:
+    r = rates.of(outcomes)
     return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
-                  "the sequential run at 2 x eta fails",
-                  f"2 x eta: {describe_cell(reached)}"
+                  "the sequential run at 2 x eta fails (failure rate, rule 'rate')",
+                  f"2 x eta: {r}: {rates.call(r)}"
                   + ("; eta is the edge the lr search found, one grid step below an lr that diverged"
                      if eta_at_edge else ""),
-                  [decide.against(decide.FAILS, reached)])
+                  [_bearing(rates.call(r), rates.FAILS)])
 
 
-def evaluate_claims(cells: list, workers, seq_2eta_reached: Optional[list], eta_at_edge: bool = False) -> list:
-    """The paper's claims (section VII): its result, ours, the rule (decide.py) and a verdict,
-    for the modes the study ran. `seq_2eta_reached`: the sequential run at 2 x eta reached the
-    target? One bool per seed (None: not run)."""
-    v = _Cells(cells, workers)
+def evaluate_claims(cells: list, workers, seq_2eta: Optional[list], eta_at_edge: bool = False,
+                    collapse_loss: Optional[float] = None, clock_set: Optional[dict] = None,
+                    base: Optional[TimeBase] = None) -> list:
+    """The paper's claims (section VII): its result, ours, the rule (decide.py, rates.py,
+    clocks.py) and a verdict, for the modes the study ran. `seq_2eta`: the sequential runs at
+    2 x eta, as {status, final_val_loss} (None: not run). `clock_set`: {name: clocks.Clock}
+    with 'host' among them (paper and device where known), the clocks time claims are judged
+    under; `base` turns epochs into seconds."""
+    v = _Cells(cells, workers, collapse_loss, clock_set, base)
     claims = [check(v) for mode, check in (("strong", _strong_converges), ("linear", _linear_fails),
                                            ("warmup", _warmup_to_four), ("weak", _weak_converges_less_efficiently),
                                            ("strong", _strong_fastest)) if v.known(mode)]
-    if seq_2eta_reached is not None:
-        claims.append(_double_eta_diverges(list(seq_2eta_reached), eta_at_edge))
+    if seq_2eta is not None:
+        claims.append(_double_eta_diverges([rates.outcome(r["status"], r.get("final_val_loss"), collapse_loss)
+                                            for r in seq_2eta], eta_at_edge))
     return claims
 
 
@@ -310,11 +393,15 @@ def _seconds(t: Optional[float]) -> str:
     return "not reached by every seed" if t is None else f"{t:.3g} s"
 
 
-def beyond_answer(cells: list, modes, workers) -> str:
+def beyond_answer(cells: list, modes, workers, not_exercised: Optional[dict] = None) -> str:
     """The report's answer, by decide.compare: does either remedy reach the target measurably
-    sooner than strong scaling at some N?"""
-    sentences, winners = [], []
-    for mode in modes:
+    sooner than strong scaling at some N? A mode in `not_exercised` ({mode: why}) is reported
+    as not exercised and left out of the answer: its comparison would measure rounding noise."""
+    sentences, winners, not_exercised = [], [], not_exercised or {}
+    for mode in [m for m in modes if m in not_exercised]:
+        sentences.append(f"{mode}: not exercised ({not_exercised[mode]}); left out of the answer.")
+    exercised = [m for m in modes if m not in not_exercised]
+    for mode in exercised:
         rows = compare_with_strong(cells, mode, workers)
         if not rows:
             continue
@@ -324,10 +411,12 @@ def beyond_answer(cells: list, modes, workers) -> str:
             f"{describe_cell(outcomes(cells, mode, n))})" for n, got, t, ts in rows) + ".")
     if not sentences:
         return "Neither remedy was run."
+    if not exercised:
+        return "No answer: no remedy was exercised. " + " ".join(sentences)
     head = ("Yes: " + ", ".join(f"{m} at N = {n}" for m, n in winners) + " reached the target measurably sooner "
             "than strong scaling (every seed sooner than every seed of strong scaling)." if winners else
-            "No measurable difference in favour of a remedy: at no N did every seed of adaptive or local SGD reach "
-            "the target sooner than every seed of strong scaling.")
+            f"No measurable difference in favour of a remedy: at no N did every seed of {' or '.join(exercised)} "
+            f"reach the target sooner than every seed of strong scaling.")
     return head + " " + " ".join(sentences)
 
 

@@ -59,18 +59,7 @@ def test_compare_is_antisymmetric_and_monotone_in_seeds():
                 assert d.compare(a[:3], b) == got
 
 
-def test_against_and_verdict():
-    yes, no = True, False
-    assert d.against(d.CONVERGES, [yes] * 3) == d.AGREES
-    assert d.against(d.CONVERGES, [no] * 3) == d.DISAGREES
-    assert d.against(d.CONVERGES, [yes, no, yes]) == d.UNDECIDED
-    assert d.against(d.CONVERGES, [yes, no, yes], always=True) == d.DISAGREES
-    assert d.against(d.CONVERGES, [yes, yes]) == d.UNDECIDED              # too few seeds
-    assert d.against(d.CONVERGES, [no], always=True) == d.DISAGREES
-    assert d.against(d.FAILS, [no] * 3) == d.AGREES
-    assert d.against(d.FAILS, [yes] * 4) == d.DISAGREES
-    with pytest.raises(ValueError):
-        d.against(d.MIXED, [yes] * 3)
+def test_verdict():
     assert d.verdict([d.AGREES, d.AGREES]) == d.REPRODUCED
     assert d.verdict([d.AGREES, d.UNDECIDED]) == d.INCONCLUSIVE
     assert d.verdict([d.AGREES, d.UNDECIDED, d.DISAGREES]) == d.CONTRADICTED

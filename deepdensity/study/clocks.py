@@ -1,0 +1,112 @@
+"""The clocks a time verdict is given under. A run's epochs to target are a result of the
+algorithm; its seconds are that times a clock, and the clock is the hardware's. So every time
+claim is judged under three (pure; SciPy for the fit):
+
+  host    this host's model (timing.py): a step's fixed cost and cost per sample, the Gloo
+          allreduce of this model's gradients per doubling of N, measured here.
+  paper   the same compute, with the serial share and the communication of the paper's cluster:
+          the model T(n) / T(1) = s + (1 - s) / n + rho log2 n fitted (non-negative least squares)
+          to Table I, where a strong-scaling pass on n GPUs took 1 / (n E_n) of one GPU's.
+  device  one device per worker and communication free (rho = 0): the algorithm alone.
+
+rho, the communication-to-compute ratio, is an allreduce's seconds per doubling of N over the
+seconds of one worker's step at the base batch. A time claim's verdict as a function of rho
+gives its break-even: the ratio at which the verdict changes (`break_even`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import numpy as np
+from scipy import optimize
+
+from deepdensity.scaling import policies, rules
+
+RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))   # the break-even search's ratios
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Seconds of a step's parts on one worker (each worker its own device)."""
+    name: str
+    step_fixed_s: float
+    per_sample_s: float
+    allreduce_per_doubling_s: float
+    eval_per_sample_s: float
+    base_batch: int = 32
+
+    @property
+    def step_s(self) -> float:
+        """One worker's step at the base batch."""
+        return self.step_fixed_s + self.per_sample_s * self.base_batch
+
+    @property
+    def rho(self) -> float:
+        """Communication over compute: an allreduce per doubling of N over a base-batch step."""
+        return self.allreduce_per_doubling_s / self.step_s
+
+    def with_rho(self, rho: float, name: Optional[str] = None) -> "Clock":
+        """The same compute with communication `rho` times a base-batch step per doubling."""
+        return replace(self, name=name or self.name, allreduce_per_doubling_s=rho * self.step_s)
+
+    def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
+        """One epoch of (mode, N), from the policy's batches (rules.epoch_seconds_model)."""
+        return rules.epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
+                                         self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
+                                         definition)
+
+
+def host_clock(timing: dict, base_batch: int) -> Clock:
+    """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""
+    k = timing["compute_scale"]
+    return Clock("host", k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
+                 k * timing["eval_per_sample_s"], base_batch)
+
+
+def device_clock(host: Clock) -> Clock:
+    return host.with_rho(0.0, "device")
+
+
+def fit_table1(table1: dict) -> tuple:
+    """(s, rho) of T(n) / T(1) = s + (1 - s) / n + rho log2 n fitted to the paper's Table I,
+    {n: efficiency %}, where T(n) / T(1) = 100 / (n E_n). Non-negative least squares on
+    T(n)/T(1) - 1/n = s (1 - 1/n) + rho log2 n over n > 1, s capped at 1."""
+    ns = np.array([n for n in sorted(table1) if n > 1 and math.isfinite(table1[n])], float)
+    if len(ns) < 2:
+        raise ValueError("the fit needs Table I at two N > 1 at least")
+    y = np.array([100.0 / (n * table1[int(n)]) - 1.0 / n for n in ns])
+    (s, rho), _ = optimize.nnls(np.stack([1.0 - 1.0 / ns, np.log2(ns)], axis=1), y)
+    return min(float(s), 1.0), float(rho)
+
+
+def paper_clock(host: Clock, table1: dict) -> Clock:
+    """The host's base-batch step split and priced as the paper's cluster: serial share s of the
+    step and communication rho per doubling, both from Table I."""
+    s, rho = fit_table1(table1)
+    step = host.step_s
+    return Clock("paper", s * step, (1.0 - s) * step / host.base_batch, rho * step, host.eval_per_sample_s,
+                 host.base_batch)
+
+
+def break_even(verdict_at: Callable[[float], str], grid=RHO_GRID) -> list:
+    """[(rho, verdict below, verdict above)] where `verdict_at(rho)` changes along `grid`, each
+    rho narrowed by bisection to 3 significant digits; [] when it is the same everywhere."""
+    flips, before = [], verdict_at(grid[0])
+    for lo, hi in zip(grid, grid[1:]):
+        after = verdict_at(hi)
+        if after != before:
+            a, b = lo, hi
+            while b / a > 1.0005:
+                mid = math.sqrt(a * b)
+                a, b = (mid, b) if verdict_at(mid) == before else (a, mid)
+            flips.append((float(f"{b:.3g}"), before, after))
+        before = after
+    return flips
+
+
+def describe_break_even(flips: list, grid=RHO_GRID) -> str:
+    if not flips:
+        return f"the same at every rho from {grid[0]:g} to {grid[-1]:g}"
+    return "; ".join(f"{below} below rho = {rho:g}, {above} above" for rho, below, above in flips)

@@ -1,0 +1,71 @@
+"""The three clocks and the break-even search, against the paper's formula written out here."""
+import math
+
+import numpy as np
+import pytest
+
+from deepdensity.scaling import policies
+from deepdensity.study import clocks
+from deepdensity.study.tables import PAPER_TABLE1
+
+
+@pytest.mark.parametrize("s, rho", [(0.0, 0.01), (0.2, 0.0), (0.1, 0.05), (0.35, 0.2)])
+def test_the_fit_recovers_a_table_made_by_the_model(s, rho):
+    table = {n: 100.0 / (n * (s + (1 - s) / n + rho * math.log2(n))) for n in (1, 2, 4, 8, 16, 32)}
+    got = clocks.fit_table1(table)
+    assert got == (pytest.approx(s, abs=1e-9), pytest.approx(rho, abs=1e-9))
+
+
+def test_the_papers_table_gives_a_small_communication_term():
+    """Least squares by brute force over a fine grid (the reference) against the fit; Table I's
+    super-linear N = 2 pulls the serial share to 0, and communication is ~0.8 % of a step."""
+    ns = np.array([2, 4, 8, 16, 32], float)
+    y = np.array([100.0 / (n * PAPER_TABLE1[int(n)]) for n in ns])
+    grid_s, grid_rho = np.linspace(0, 0.2, 401), np.linspace(0, 0.05, 2001)
+    err = ((grid_s[:, None, None] + (1 - grid_s[:, None, None]) / ns + grid_rho[None, :, None] * np.log2(ns) - y)
+           ** 2).sum(-1)
+    i, j = np.unravel_index(err.argmin(), err.shape)
+    s, rho = clocks.fit_table1(PAPER_TABLE1)
+    assert s == pytest.approx(grid_s[i], abs=5e-4) and rho == pytest.approx(grid_rho[j], abs=5e-5)
+    assert 0.005 < rho < 0.012
+
+
+def host():
+    return clocks.Clock("host", 0.0068, 0.000506, 0.00469, 0.000244, 32)
+
+
+def test_a_clock_prices_an_epoch_as_the_papers_model():
+    c = host()
+    steps = 57                                        # 1844 cubes: 57 batches of 32 a pass
+    for n in (1, 2, 4, 8):
+        # strong, per_worker epochs: N passes of steps of B/N each, one allreduce a step, eval shared
+        want = n * steps * (c.step_fixed_s + c.per_sample_s * 32 / n + c.allreduce_per_doubling_s * math.log2(n)) \
+            + c.eval_per_sample_s * 256 / n
+        assert c.epoch_seconds("strong", n, 1844, 256, "per_worker") == pytest.approx(want, rel=1e-12)
+    assert c.rho == pytest.approx(0.00469 / (0.0068 + 0.000506 * 32))
+    assert c.with_rho(0.0).epoch_seconds("weak", 8, 1844, 256, "global") == pytest.approx(
+        (1844 // 256) * (c.step_fixed_s + c.per_sample_s * 32) + c.eval_per_sample_s * 32)
+
+
+def test_the_paper_clock_keeps_the_hosts_step_and_takes_the_papers_ratios():
+    h = host()
+    p = clocks.paper_clock(h, PAPER_TABLE1)
+    s, rho = clocks.fit_table1(PAPER_TABLE1)
+    assert p.step_s == pytest.approx(h.step_s) and p.rho == pytest.approx(rho)
+    assert p.step_fixed_s == pytest.approx(s * h.step_s)
+    assert clocks.device_clock(h).allreduce_per_doubling_s == 0.0
+
+
+def test_break_even_finds_where_a_verdict_changes():
+    assert clocks.break_even(lambda rho: "a") == []
+    flips = clocks.break_even(lambda rho: "fast" if rho < 0.0312 else "slow")
+    assert [(b, a) for _, b, a in flips] == [("fast", "slow")] and flips[0][0] == pytest.approx(0.0312, rel=2e-3)
+    assert clocks.describe_break_even(flips) == "fast below rho = 0.0312, slow above"
+    two = clocks.break_even(lambda rho: "x" if rho < 0.01 else "y" if rho < 1 else "x")
+    assert [round(r, 3) for r, _, _ in two] == [0.01, 1.0]
+
+
+def test_the_sequential_policy_prices_the_sequential_run():
+    c = host()
+    assert c.epoch_seconds(policies.SEQUENTIAL, 1, 1844, 256, "per_worker") == pytest.approx(
+        57 * c.step_s + c.eval_per_sample_s * 256)
