@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from deepdensity.scaling import policies, rules
+from deepdensity.study.figures import LEGEND_OUTSIDE, line_stretches, plain_ticks, plain_y
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot,
                                       time_range, write_csv)
@@ -187,7 +188,7 @@ def _filter_figure(path: Path, table: list) -> None:
                 ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=7, color=colors[data])
     ax.set_xticks(range(len(groups)), [f"{m} N = {n}" for m, n in groups])
     ax.set(ylabel="time to target (s, median over seeds)", title="Full, network-filtered and random-filtered data")
-    ax.legend(handles=[Patch(color=c, label=d) for d, c in colors.items()], fontsize=8)
+    ax.legend(handles=[Patch(color=c, label=d) for d, c in colors.items()], **LEGEND_OUTSIDE)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -212,27 +213,32 @@ def _sweep_figure(path: Path, sweep: list) -> None:
     top.set(ylabel="epochs (passes) to target", xscale="log", yscale="log",
             title="Sequential model: batch size against epochs and time to target")
     bottom.set(xlabel="global batch", ylabel="time to target (s)", xscale="log", yscale="log")
-    top.legend(fontsize=8)
+    top.legend(**LEGEND_OUTSIDE)
     if bottom.get_legend_handles_labels()[0]:
-        bottom.legend(fontsize=8)
+        bottom.legend(**LEGEND_OUTSIDE)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, plt) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(7.4, 4.4))
     for mode in modes:
-        pts = [(n, median_time(cells, mode, n)) for n in workers]
-        pts = [(n, t) for n, t in pts if t is not None]
-        if pts:
-            color, marker = policies.get(mode).style
-            ax.plot(*zip(*pts), marker=marker, color=color, label=mode,
+        color, marker = policies.get(mode).style
+        ran = [n for n in workers if cells_at(cells, mode, n)]
+        # a cell not reached on every seed breaks the line: no segment bridges it
+        for k, stretch in enumerate(line_stretches([(n, median_time(cells, mode, n)) for n in ran])):
+            ax.plot(*zip(*stretch), marker=marker, color=color, label=mode if k == 0 else None,
                     ls="-" if policies.get(mode).in_paper else "--")
-    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s)",
-           title="Time to target (missing points: target not reached)")
-    ax.set_xticks(workers, [str(n) for n in workers])
-    ax.legend(fontsize=8)
+        missed = [n for n in ran if median_time(cells, mode, n) is None]
+        ax.scatter(missed, [0.0] * len(missed), marker="x", color=color, transform=ax.get_xaxis_transform(),
+                   clip_on=False, zorder=3)
+    ax.scatter([], [], marker="x", color="gray", label="a seed missed the target")
+    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s, median over seeds)",
+           title="Time to target (a gap and a cross: not reached on every seed)")
+    plain_ticks(ax.xaxis, workers)
+    plain_y(ax)
+    ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(out / "fig2.png", dpi=110)
@@ -252,7 +258,7 @@ def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, pl
     top.set(ylabel="global batch", yscale="log", title="adaptive: batch and validation loss per epoch")
     bottom.set(xlabel="epoch", ylabel="validation MSLE", yscale="log")
     if runs:
-        top.legend(fontsize=7)
+        top.legend(**{**LEGEND_OUTSIDE, "fontsize": 7})
     fig.tight_layout()
     fig.savefig(out / "fig7.png", dpi=110)
     plt.close(fig)
