@@ -70,6 +70,15 @@ class Config:
     # Stop a run that has plainly failed (status "stalled"): no new best validation loss in
     # this many epochs. 0 = off, as in the paper, which ran failures to its 400-epoch cap.
     stall_patience: int = 0
+    # Stop a run that sits at the collapse level (status "collapsed"): its last
+    # `collapse_patience` validation losses all at or above `collapse_loss`, the loss of an
+    # output that ignores its input. 0 = off. The study sets collapse_loss from its data.
+    collapse_loss: float = 0.0
+    collapse_patience: int = 0
+    # Also validate each time the global model has seen the training set once more inside an
+    # epoch (a per_worker epoch on N workers is N passes), so that time to target can be read
+    # at pass granularity. Validation only reads the weights: the training path is the same.
+    validate_every_pass: bool = False
 
     # --- beyond the paper (modes adaptive and local) -----------------------------------
     # adaptive: grow the batch when the epoch's gradient noise exceeds theta^2 times its
@@ -157,6 +166,8 @@ class Config:
             (self.epoch_definition in EPOCH_DEFINITIONS,
              f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
             (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
+            (0 <= self.collapse_loss < math.inf, "collapse_loss must be a finite number >= 0 (0 = off)"),
+            (self.collapse_patience >= 0, "collapse_patience must be >= 0 (0 = off)"),
             (self.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
             (0 < self.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
             (self.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),

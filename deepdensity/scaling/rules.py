@@ -228,6 +228,19 @@ def stalled(val_losses: Sequence[float], patience: int) -> bool:
     return min(val_losses[-patience:]) >= min(val_losses[:-patience])
 
 
+def collapsed(val_losses: Sequence[float], collapse_loss: float, patience: int) -> bool:
+    """A run that sits at the collapse level (the loss of an output that ignores its input,
+    where a model that has learnt nothing settles): its last `patience` validation losses are
+    all at or above `collapse_loss`. 0 for either turns the rule off. In the AVX-512 study no
+    run at that level for two evaluations in a row ever reached the target afterwards
+    (tests/scaling/test_rules.py replays it on the committed curves)."""
+    if patience < 0 or collapse_loss < 0:
+        raise ValueError("patience and collapse_loss must be >= 0")
+    if patience == 0 or collapse_loss == 0 or len(val_losses) < patience:
+        return False
+    return all(v >= collapse_loss for v in val_losses[-patience:])
+
+
 def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional[float] = None) -> bool:
     """The criterion for "this lr diverges" (paper section VI and Fig. 3): the loss became
     non-finite, or the run stalled at any point (rule above), or it ends above where its
@@ -247,9 +260,11 @@ def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional
 
 
 def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, max_epochs: int,
-                val_history: Sequence[float] = (), stall_patience: int = 0) -> Optional[str]:
+                val_history: Sequence[float] = (), stall_patience: int = 0, collapse_loss: float = 0.0,
+                collapse_patience: int = 0) -> Optional[str]:
     """Paper section VI: stop at the first non-finite loss, at the target, or at the cap;
-    and, when `stall_patience` > 0, at a plain failure (`stalled`, see above).
+    and at a plain failure: `collapsed` (see above) when `collapse_patience` > 0, `stalled`
+    when `stall_patience` > 0.
 
     `epoch` is 0-based and names the epoch just finished; `val_history` holds the
     validation losses of every epoch so far, this one included. Returns None to go on.
@@ -258,10 +273,32 @@ def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, ma
         return "diverged"
     if val_loss <= target_loss:
         return "reached_target"
+    if collapsed(val_history, collapse_loss, collapse_patience):
+        return "collapsed"
     if stalled(val_history, stall_patience):
         return "stalled"
     if epoch + 1 >= max_epochs:
         return "max_epochs"
+    return None
+
+
+def passes_per_epoch(workers: int, definition: str) -> int:
+    """Passes over the training set in one epoch: N for `per_worker` (every worker walks one
+    pass), 1 for `global` (the workers share one)."""
+    if definition not in EPOCH_DEFINITIONS:
+        raise PlanError(f"unknown epoch definition {definition!r}")
+    return workers if definition == "per_worker" else 1
+
+
+def passes_to_target(rows: Sequence[dict], target_loss: float, per_epoch: int) -> Optional[float]:
+    """The passes a run took to reach the target, read from its metrics rows: each epoch's own
+    validation (at its end, epoch x per_epoch passes) and the ones between (`pass_val_losses`,
+    [passes, val_loss] pairs, with validate_every_pass). None when it never reached it."""
+    for row in rows:
+        points = [tuple(p) for p in row.get("pass_val_losses") or []] + [(row["epoch"] * per_epoch, row["val_loss"])]
+        for passes, val in points:
+            if val is not None and math.isfinite(val) and val <= target_loss:
+                return float(passes)
     return None
 
 
@@ -272,14 +309,15 @@ def sample_epoch_losses(pass_losses: Sequence[float], workers: int) -> list:
 
 
 def derive_strong(pass_losses: Sequence[float], workers: int, target_loss: float, max_epochs: int,
-                  stall_patience: int = 0) -> Optional[tuple]:
+                  stall_patience: int = 0, collapse_loss: float = 0.0, collapse_patience: int = 0) -> Optional[tuple]:
     """(status, epochs) of strong scaling on N workers from the sequential run's per-pass
     validation losses, applying the same stopping rules at its own epochs; None when the
     sequential run is not yet long enough to decide."""
     history = []
     for e, v in enumerate(sample_epoch_losses(pass_losses, workers)):
         history.append(v)
-        reason = stop_reason(e, v, v, target_loss, max_epochs, history, stall_patience)
+        reason = stop_reason(e, v, v, target_loss, max_epochs, history, stall_patience, collapse_loss,
+                             collapse_patience)
         if reason:
             return reason, e + 1
     return None
@@ -410,6 +448,16 @@ def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_
     return (steps * (step_fixed_s + per_sample_s * per_worker_batch)
             + allreduces * allreduce_size * allreduce_per_doubling_s * math.log2(n)
             + eval_per_sample_s * n_val / n)
+
+
+def calibrate_target_median(runs_val_losses: Sequence[Sequence[float]], epochs: int) -> tuple:
+    """The target from calibration runs that the study does not otherwise use: the median of
+    their validation losses after `epochs` epochs, so that no seed of the study reaches it by
+    construction. Returns (target, cap) with the cap 4 * epochs, as `calibrate_target`."""
+    if not runs_val_losses:
+        raise ValueError("calibration needs at least one run")
+    ends = [calibrate_target(vals, epochs)[0] for vals in runs_val_losses]
+    return float(np.median(ends)), 4 * epochs
 
 
 def calibrate_target(sequential_val_losses: Sequence[float], epochs: int) -> tuple:

@@ -22,10 +22,10 @@ The rules (REPORT.md prints `RULES` with rates.RULES and the clocks):
              is *undecided*. The claim is *contradicted* when one disagrees, *reproduced* when
              every one agrees, and *inconclusive* otherwise. Claims of one form are scored by
              one rule in every mode.
-  seeds      Every cell runs the preset's first seeds. A cell whose outcome one more seed
-             could still change (a unanimous call, or a side of a measured difference) is
-             unsettled; the rest of the time budget goes to unsettled cells, those with the
-             fewest seeds and then the cheapest first, up to the preset's max_seeds.
+  seeds      Every cell runs the preset's first seeds; the rest of the time budget goes one
+             seed at a time to the cells below the preset's max_seeds (every run narrows a
+             failure rate's interval, and a side of a measured difference could close), those
+             with the fewest seeds and then the cheapest first.
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ AGREES, DISAGREES, UNDECIDED = "agrees", "disagrees", "undecided"
 REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
 
 RULES = [
-    ("cell", f"for spending seeds only: a cell whose seeds all reached the target, or none did, is "
-             f"unanimous (at least {MIN_SEEDS} seeds), else mixed; claims are judged on failure rates (rule 'rate')"),
+    ("cell", f"a cell whose seeds all reached the target, or none did, is unanimous (at least {MIN_SEEDS} "
+             f"seeds), else mixed: a description only, claims are judged on failure rates (rule 'rate')"),
     ("time", f"A is shorter than B when every seed of A reached the target sooner than every seed of B "
              f"(non-overlapping ranges, a missed target counting as slowest), at least {MIN_SEEDS} seeds "
              f"each; else no measurable difference. Chance of that under no difference: "
@@ -53,8 +53,8 @@ RULES = [
               "when every one agrees, inconclusive otherwise; claims of one form are scored by one rule in "
               "every mode"),
     ("seeds", "the preset's first seeds in every cell; then, within the time budget, one more seed at a "
-              "time for cells another seed could still change (a unanimous call, or a side of a measured "
-              "difference), fewest seeds and cheapest first, up to max_seeds"),
+              "time for every cell below max_seeds (each run narrows a failure rate's interval; a side of a "
+              "measured difference could close), fewest seeds and cheapest first"),
 ]
 
 
@@ -96,17 +96,16 @@ def verdict(cell_verdicts: Iterable[str]) -> str:
 
 
 def unsettled(reached: Sequence[bool], in_difference: bool, max_seeds: int) -> Optional[str]:
-    """Why one more seed could still change this cell's part in a verdict, or None."""
+    """Why one more seed could still change this cell's part in a verdict, or None. A cell's
+    failure rate is judged by its exact interval (rates.py), which narrows with every run, so
+    every cell is unsettled until max_seeds; a side of a measured difference says so."""
     if len(reached) >= max_seeds:
         return None
-    got = call(reached)
-    if got == TOO_FEW:
+    if len(reached) < MIN_SEEDS:
         return f"only {len(reached)} seed(s)"
-    if got in (CONVERGES, FAILS):
-        return f"{got} on all {len(reached)} seeds: another could make it mixed"
     if in_difference:
         return "one side of a measured difference: another seed could close it"
-    return None
+    return f"{len(reached)} seeds: another narrows its failure rate's interval"
 
 
 def next_in_line(candidates: Iterable[tuple]) -> list:

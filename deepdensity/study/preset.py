@@ -25,6 +25,10 @@ class Study:
     data: dict = field(default_factory=lambda: {"n": 2100, "val": 256, "seed": 0})
     train: dict = field(default_factory=dict)
     calibration_epochs: int = 100
+    # Seeds of sequential runs that only set the target (the median of their losses after
+    # calibration_epochs), so that no seed of a cell reaches it by construction. Empty: the
+    # first seed's own sequential run sets it, as the paper describes with its one run.
+    calibration_seeds: list = field(default_factory=list)
     target_loss: Optional[float] = None
     workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     modes: list = field(default_factory=lambda: list(policies.paper()))
@@ -67,6 +71,10 @@ class Study:
             *_integer_list("workers", self.workers, 1),
             (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
             *_integer_list("seeds", self.seeds, 0),
+            *_integer_list("calibration_seeds", self.calibration_seeds, 0, nonempty=False),
+            (lambda: not set(self.calibration_seeds) & set(self.seeds) and max(self.calibration_seeds, default=0) < 2 ** 32,
+             f"calibration_seeds must be below 2^32 and none of the study's seeds (they only set the target), "
+             f"got {self.calibration_seeds!r}"),
             (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
             (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
              f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),

@@ -67,7 +67,7 @@ def outcome(status: str, final_val_loss: Optional[float], collapse_loss: Optiona
     """reached, slow or failed, from a run's status and last validation loss."""
     if status == "reached_target":
         return REACHED
-    if status == "diverged" or final_val_loss is None or not math.isfinite(final_val_loss):
+    if status in ("diverged", "collapsed") or final_val_loss is None or not math.isfinite(final_val_loss):
         return FAILED
     if collapse_loss is not None and final_val_loss >= collapse_loss:
         return FAILED

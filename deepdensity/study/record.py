@@ -79,6 +79,7 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) 
     return {
         "format": FORMAT, "kind": kind, "decision_rules": decide.RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
         "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.cap,
+        "calibration": proto.calibration,
         "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
         "seed_reasons": [{"unit": " ".join(map(str, unit)), "seed": seed, "why": why}
                          for (unit, seed), why in sorted(book.why.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))],

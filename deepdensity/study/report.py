@@ -151,13 +151,26 @@ def _rules_fields(record: dict, study: Study) -> dict:
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
 
 
+def _target_source(record: dict, epochs: int) -> str:
+    """What set the target, as the Settings section says it."""
+    cal = record.get("calibration") or {"source": "first seed"}
+    if cal["source"] == "preset":
+        return "fixed by the preset"
+    if cal["source"] == "calibration seeds":
+        return (f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
+                f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
+    return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
+            f"construction")
+
+
 def _rules_after_the_runs(record: dict) -> str:
     """A paragraph for a record run before the present rules were written, else ''."""
     if record.get("decision_rules") == decide.RULES_VERSION:
         return ""
     return (f"\nThese rules ({decide.RULES_VERSION}) were written after this study's runs, which were decided "
-            f"by the rules of their time (a cell converged only when every seed reached the target, one time "
-            f"verdict on this host's clock). The verdicts above re-read the same runs under the present rules; "
+            f"by the rules of their time (a cell converged only when every seed reached the target, more seeds "
+            f"went only to unanimous cells and sides of a difference, up to the preset's max_seeds then, and "
+            f"time was judged on this host's clock alone). The verdicts above re-read the same runs under the present rules; "
             f"they are not results of rules fixed before the runs. The next `make repro` fixes them first.\n")
 
 
@@ -177,9 +190,12 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "n_train": record["n_train"], "n_val": record["n_val"], "epoch_definition": cfg.epoch_definition,
         "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
         else "the workers share one pass per epoch",
-        "target": f"{record['target']:.6g}", "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
-        "stall_rule": f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as "
-                      f"`stalled`" if cfg.stall_patience else "",
+        "target": f"{record['target']:.6g}", "target_source": _target_source(record, study.calibration_epochs),
+        "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
+        "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
+                       f"epochs in a row stops as `collapsed`" if cfg.collapse_patience else "")
+        + (f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as `stalled`"
+           if cfg.stall_patience else ""),
         "model_line": f"K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, "
                       f"stride {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam, beta {cfg.beta_1}/{cfg.beta_2}, "
                       f"eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs.",

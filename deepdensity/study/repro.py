@@ -115,7 +115,7 @@ def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, s
         k, i = probe
         lr, name = base_lr * rules.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
         runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
-                                       "seed": seeds[i], "stall_patience": patience})
+                                       "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
         vals = _val_losses(runner.root / name)
         diverges = rules.diverges(vals, patience, collapse_loss)
         rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": diverges,
@@ -148,18 +148,39 @@ def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) ->
     the reference path every strong-scaling N follows. A shorter finished run is extended."""
     name = f"seq-s{seed}"
     runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
-                                   "seed": seed, "stall_patience": 0})
+                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0})
     return _val_losses(runner.root / name)
 
 
+def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
+    """(target, cap, what set it): the median of the calibration seeds' sequential runs after E
+    epochs (preset calibration_seeds), else the first seed's own run (the paper's one run), or
+    the preset's absolute target_loss."""
+    E = study.calibration_epochs
+    if study.target_loss is not None:
+        return study.target_loss, 4 * E, {"source": "preset"}
+    if not study.calibration_seeds:
+        target, cap = rules.calibrate_target(first_seed_losses, E)
+        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
+        return target, cap, {"source": "first seed", "seeds": [study.seeds[0]], "losses": [target]}
+    runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
+                            label="calibration runs")
+    target, cap = rules.calibrate_target_median(runs, E)
+    ends = [vals[E - 1] for vals in runs]
+    print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
+          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
+    return target, cap, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
+
+
 def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int) -> tuple:
+                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0)) -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (rules.derive_strong), extended until every N is decided."""
+    read off the sequential run (rules.derive_strong, with the stall and `collapse` = (level,
+    patience) rules at its own epochs), extended until every N is decided."""
     passes = first_passes
     while True:
         vals = sequential_path(runner, seed, lr, passes)
-        decided = {n: rules.derive_strong(vals, n, target, cap, patience) for n in workers}
+        decided = {n: rules.derive_strong(vals, n, target, cap, patience, *collapse) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
             return decided, vals
@@ -202,9 +223,16 @@ class _Protocol:
     cap: int
     seq_passes: int                  # the sequential runs' length: E + max(N) passes
     cfg: object                      # the runs' Config, eta included
+    collapse_loss: float = 0.0       # the data's collapse level, where collapse_patience stops a run
+    calibration: Optional[dict] = None   # what set the target (_target)
 
     def common(self) -> dict:
-        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap}
+        collapse = {"collapse_loss": repr(self.collapse_loss)} if self.cfg.collapse_patience else {}
+        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap, **collapse}
+
+    def collapse(self) -> tuple:
+        """(level, patience) of the collapse rule, as the runs apply it (0, 0: off)."""
+        return (self.collapse_loss, self.cfg.collapse_patience) if self.cfg.collapse_patience else (0.0, 0)
 
 
 def run_study(name: str, study: Study, args) -> int:
@@ -229,12 +257,8 @@ def run_study(name: str, study: Study, args) -> int:
     seq_passes = E + max(study.workers)
     seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes) for sd in study.seeds],
                            label="sequential runs")
-    if study.target_loss is None:
-        target, cap = rules.calibrate_target(seq[0], E)
-        print(f"target: val_loss {target:.6g}, the sequential run's after {E} epochs; cap {cap} epochs")
-    else:
-        target, cap = study.target_loss, 4 * E
-    proto = _Protocol(eta, target, cap, seq_passes, cfg)
+    target, cap, calibration = _target(s, study, eta, seq[0])
+    proto = _Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
     # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
     book = Book()
     units = _units(s, proto, real_strong=bool(args.runner), book=book,
@@ -244,12 +268,13 @@ def run_study(name: str, study: Study, args) -> int:
                                  definition=cfg.epoch_definition)
 
     def in_difference() -> set:
-        return measured_differences(_study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled), study.workers)
+        return measured_differences(_study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled,
+                                                 proto.target), study.workers)
 
     stopped = (run_more_seeds(s.runner, book, units, in_difference, study.max_seeds, s.deadline())
                if study.budget_minutes else "no time budget in the preset")
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
-    cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled)
+    cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled, proto.target)
     if set(study.modes) & set(policies.beyond()):
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
@@ -293,7 +318,7 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
         derived, vals = strong_from_sequential(s.runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience)
+                                               proto.cap, proto.cfg.stall_patience, proto.collapse())
         for n, (status, epochs) in derived.items():
             last = rules.sample_epoch_losses(vals, n)[epochs - 1]
             book.results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
@@ -355,7 +380,7 @@ def epoch_durations(run_dir: Path) -> list:
 
 
 def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
-                 modelled) -> list:
+                 modelled, target: float) -> list:
     """One Cell per mode, N and seed run so far, with its time to target: epochs to target x
     the calibrated model's epoch (timing.py), or a real run's own clock with a runner."""
     cells = []
@@ -375,9 +400,21 @@ def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str
                 else:                          # N = 1 of every mode is the sequential run
                     epoch_s, source = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled"
                     t = epochs_to_target * epoch_s if epochs_to_target else None
+                derived = n > 1 and policies.get(mode).follows_sequential_path and not real_runner
                 cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
-                                  source, t, run_name, r.get("final_val_loss")))
+                                  source, t, run_name, r.get("final_val_loss"),
+                                  _passes(root / run_name, r, n, study, target, derived)))
     return cells
+
+
+def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:
+    """Passes to target of a cell that reached it, from its run's rows (rules.passes_to_target);
+    strong scaling read off the sequential run takes that run's passes, which are the same at
+    every N (its global batches are the sequential run's, and its epoch N of them)."""
+    if result["status"] != "reached_target":
+        return None
+    per_epoch = 1 if derived else rules.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
+    return rules.passes_to_target(read_metrics(run_dir), target, per_epoch)
 
 
 def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,

@@ -78,6 +78,7 @@ class RunRecord:
         self.status, self.time_to_target_s = None, None
         self.row, self.losses = {}, (math.nan, math.nan)
         self.elastic = False                  # elastic rows also say how many workers trained them
+        self.pass_losses = []                 # [passes, val_loss] validated inside this epoch
 
     def snapshot(self) -> dict:
         """What an elastic commit keeps of the record (the clock keeps running: time lost to a
@@ -105,6 +106,9 @@ class RunRecord:
             what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
         elif self.status == "diverged":
             what = "stopped: non-finite loss"
+        elif self.status == "collapsed":
+            what = (f"stopped: val_loss at the collapse level {self.cfg.collapse_loss:g} for "
+                    f"{self.cfg.collapse_patience} epochs (collapsed)")
         elif self.status == "stalled":
             what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
         else:
@@ -140,6 +144,8 @@ class EpochRow(tf.keras.callbacks.Callback):
         r.losses = (loss, val_loss)
         r.row = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss), "lr": lr,
                  "seconds": seconds, **self._batch_facts(logs)}
+        if r.pass_losses:
+            r.row["pass_val_losses"], r.pass_losses = r.pass_losses, []
 
     def _batch_facts(self, logs: dict) -> dict:
         """Global batch, steps and allreduces of the epoch (a mode's callback may have put
@@ -193,12 +199,46 @@ class Validate(tf.keras.callbacks.Callback):
             logs.update({f"val_{k}": v for k, v in results.items()})
 
 
-class Stopping(tf.keras.callbacks.Callback):
-    """The stopping rules (rules.stop_reason): the target, a non-finite loss, a stall, the
-    cap. `agree` makes the stall decision the same on every worker: only rank 0 holds a
-    resumed run's history (agree.Ranks.any)."""
+class PassValidation(tf.keras.callbacks.Callback):
+    """The validation loss each time the global model has seen the training set once more
+    (a pass of `pass_length` samples) inside an epoch; the epoch's end has its own. It only
+    reads the weights (no update, no optimizer or random state), so the training path is the
+    one without it; and it does not use model.evaluate, which would reset the epoch's running
+    training loss. The mean over this rank's validation shard, then over the ranks (`average`,
+    Horovod's allreduce), as Horovod averages the epoch's val_loss."""
 
-    def __init__(self, record: RunRecord, agree=bool):
+    def __init__(self, record: RunRecord, val, pass_length: int, average):
+        super().__init__()
+        self.record, self.val, self.pass_length, self.average = record, val, pass_length, average
+        self.samples, self.last_step, self.loss_of = 0, 0, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        p, steps = self.record.p, self.record.steps
+        self.samples, self.last_step = epoch * steps * p.global_batch, steps - 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        before, self.samples = self.samples, self.samples + self.record.p.global_batch
+        if batch < self.last_step and self.samples // self.pass_length > before // self.pass_length:
+            self.record.pass_losses.append([round(self.samples / self.pass_length, 6), self._validate()])
+
+    def _validate(self) -> Optional[float]:
+        if self.loss_of is None:
+            model = self.model
+            self.loss_of = tf.function(lambda x, y: model.loss(y, model(x, training=False)))
+        total, count = 0.0, 0
+        for x, y in self.val:
+            n = int(x.shape[0])
+            total, count = total + float(self.loss_of(x, y)) * n, count + n   # a batch's loss is its mean
+        mean = self.average([tf.constant(total / max(count, 1), tf.float32)])[0]
+        return _finite(float(mean))
+
+
+class Stopping(tf.keras.callbacks.Callback):
+    """The stopping rules (rules.stop_reason): the target, a non-finite loss, a collapse, a
+    stall, the cap. `agree` makes the decision the same on every worker: only rank 0 holds a
+    resumed run's history, so every rank takes rank 0's reason (agree.Ranks.from_chief)."""
+
+    def __init__(self, record: RunRecord, agree=lambda reason: reason):
         super().__init__()
         self.record, self.agree = record, agree
 
@@ -206,10 +246,9 @@ class Stopping(tf.keras.callbacks.Callback):
         r, cfg = self.record, self.record.cfg
         loss, val_loss = r.losses
         r.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
-        reason = rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
-                                   r.val_history, cfg.stall_patience)
-        if cfg.stall_patience and self.agree(reason == "stalled"):
-            reason = reason or "stalled"
+        reason = self.agree(rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
+                                              r.val_history, cfg.stall_patience, cfg.collapse_loss,
+                                              cfg.collapse_patience))
         if reason == "reached_target":
             r.time_to_target_s = r.row["seconds"]
         if reason:

@@ -129,7 +129,9 @@ class Horovod(Single):
 
     def broadcast_object(self, obj):
         # Horovod: what rank 0 alone read (the run folder's resume point) reaches every rank.
-        return hvd_tf.broadcast_object(obj, root_rank=0) if hvd.size() > 1 else obj
+        # One name whatever the type: Horovod names the op by type(obj) otherwise, and ranks
+        # holding None where rank 0 holds a str would wait on different ops.
+        return hvd_tf.broadcast_object(obj, root_rank=0, name="from_chief") if hvd.size() > 1 else obj
 
     def elastic_launched(self) -> bool:
         # Horovod: an elastic horovodrun marks its workers so (gloo_run.py sets HOROVOD_ELASTIC).

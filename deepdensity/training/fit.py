@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from deepdensity.config import Config
+from deepdensity.scaling import rules
 from deepdensity.training import callbacks, watch
 from deepdensity.training.feeds import Feeds
 from deepdensity.training.kit import PolicyKit
@@ -33,8 +34,8 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
     validate = [callbacks.Validate(feeds.val)] if commit is not None else []
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
     cbs = validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step) \
-        + [callbacks.PolicyLR(p, steps)] + p.policy.callbacks(kit, p, steps) \
-        + [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.any)]
+        + [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps) \
+        + [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
     checkpoint = None
     if run.writes:
         # Horovod: rank 0 alone writes the run folder and the TensorBoard logs (after EpochRow
@@ -45,3 +46,12 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
     progress = callbacks.Progress(record, run.say, run.tell, bar=verbose and run.is_chief)
     cbs += ([commit] if commit is not None else []) + [progress]
     return callbacks.check_order(cbs), progress, checkpoint
+
+
+def _pass_validation(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: Feeds) -> list:
+    """Validation at every pass inside an epoch (validate_every_pass); not for a policy whose
+    batch grows during the run, where a pass does not fall at a fixed step."""
+    if not cfg.validate_every_pass or run.p.policy.grows_batch:
+        return []
+    return [callbacks.PassValidation(record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch),
+                                     run.backend.average)]

@@ -24,7 +24,7 @@ from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, read
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import atomic_path, write_atomic
 
-FINAL = ("reached_target", "diverged", "stalled")
+FINAL = ("reached_target", "diverged", "stalled", "collapsed")
 
 
 class RunError(UserError):
@@ -131,7 +131,8 @@ def last_epoch_again(record, rows: list) -> None:
     loss, val_loss = (math.nan if last[k] is None else last[k] for k in ("loss", "val_loss"))
     record.row, record.losses = last, (loss, val_loss)
     record.status = rules.stop_reason(last["epoch"] - 1, loss, val_loss, cfg.target_loss, cfg.max_epochs,
-                                      record.val_history, cfg.stall_patience)
+                                      record.val_history, cfg.stall_patience, cfg.collapse_loss,
+                                      cfg.collapse_patience)
     if record.status == "reached_target":
         record.time_to_target_s = last["seconds"]
 

@@ -26,6 +26,7 @@ RESUMABLE = {
     "rendering": "speed only: the same density to float32 rounding (tests/model/test_kernels.py)",
     "deterministic": "kernel choice only",
     "tensorboard_images_every": "what is logged only",
+    "validate_every_pass": "what is logged only: validation reads the weights, never changes them",
 }
 
 START_AFRESH = "start afresh with another --out (or delete the folder)"

@@ -335,3 +335,58 @@ def test_strong_splits_unevenly_only_when_asked():
         rules.shard_of_batch(order, 0, 3)
     with pytest.raises(rules.PlanError):
         policies.plan("local", 3, uneven=True)                  # uneven is for strong's elastic runs only
+
+
+def test_collapsed_needs_every_one_of_the_last_evaluations_at_the_level():
+    level = 0.005
+    assert not rules.collapsed([0.006, 0.006], level, 3)                      # fewer than patience
+    assert rules.collapsed([0.006, 0.0051, 0.005], level, 3)                  # at the level counts
+    assert not rules.collapsed([0.006, 0.0049, 0.006], level, 3)
+    assert rules.collapsed([0.003, 0.006, 0.006, 0.006], level, 3)           # the last three
+    assert not rules.collapsed([0.006] * 5, level, 0) and not rules.collapsed([0.006] * 5, 0.0, 3)   # off
+    assert rules.stop_reason(2, 0.006, 0.006, 0.001, 64, [0.006] * 3, stall_patience=3, collapse_loss=level,
+                             collapse_patience=3) == "collapsed"
+    assert rules.stop_reason(2, 0.006, 0.0009, 0.001, 64, [0.006, 0.006, 0.0009], collapse_loss=level,
+                             collapse_patience=3) == "reached_target"
+
+
+def test_the_collapse_rule_would_not_have_ended_a_run_that_reached_the_target():
+    """Replayed on every curve of the committed study (run without the rule): a run the rule
+    would stop after 3 epochs at the collapse level never reaches the target afterwards, so the
+    rule shortens failures without moving an outcome. The preset's patience rests on this."""
+    import json
+
+    from tests.support import ROOT
+    path = ROOT / "reports" / "study.json"
+    if not path.is_file():
+        pytest.skip("no committed study")
+    record = json.loads(path.read_text())
+    stopped = 0
+    for name, curve in record["curves"].items():
+        vals = [math.inf if v is None else v for v in curve["val_loss"]]
+        for e in range(len(vals)):
+            if rules.collapsed(vals[:e + 1], record["collapse_loss"], 3):
+                assert min(vals[e:]) > record["target"], f"{name} reached the target after collapsing"
+                stopped += 1
+                break
+    assert stopped >= 5, "the check must see collapsed runs to mean anything"
+
+
+
+def test_passes_to_target_reads_between_and_at_epoch_ends():
+    rows = [{"epoch": 1, "val_loss": 0.5, "pass_val_losses": [[1.0, 0.6], [2.0, 0.55], [3.0, 0.52]]},
+            {"epoch": 2, "val_loss": 0.1, "pass_val_losses": [[5.0, 0.3], [6.0, 0.15], [7.0, 0.09]]}]
+    assert rules.passes_to_target(rows, 0.2, 4) == 6.0                  # between epochs
+    assert rules.passes_to_target(rows, 0.5, 4) == 4.0                  # at the first epoch's end
+    assert rules.passes_to_target(rows, 0.01, 4) is None
+    plain = [{"epoch": e, "val_loss": v} for e, v in ((1, 0.5), (2, 0.3), (3, float("nan")))]
+    assert rules.passes_to_target(plain, 0.3, 8) == 16.0                # rows without passes: epoch x N
+    assert [rules.passes_per_epoch(n, d) for n, d in ((8, "per_worker"), (8, "global"))] == [8, 1]
+
+
+def test_the_target_from_calibration_runs_is_their_median_at_epoch_e():
+    runs = [[0.5, 0.30, 0.2], [0.5, 0.25, 0.1], [0.5, 0.40, 0.3]]
+    assert rules.calibrate_target_median(runs, 2) == (0.30, 8)          # median of 0.30, 0.25, 0.40
+    assert rules.calibrate_target_median(runs[:2], 3) == (pytest.approx(0.15), 12)   # even count: the mean of the two
+    with pytest.raises(ValueError):
+        rules.calibrate_target_median([], 2)

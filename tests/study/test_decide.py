@@ -67,10 +67,11 @@ def test_verdict():
 
 
 def test_unsettled_and_order():
-    assert d.unsettled([True, True], False, 5) == "only 2 seed(s)"
-    assert "another could make it mixed" in d.unsettled([True] * 3, False, 5)
-    assert d.unsettled([True, False, True], False, 5) is None             # mixed stays mixed
-    assert "measured difference" in d.unsettled([True, False, True], True, 5)
-    assert d.unsettled([True] * 5, True, 5) is None                       # at the cap
+    assert d.unsettled([True, True], False, 8) == "only 2 seed(s)"
+    # every run narrows a failure rate's interval: unanimous and mixed cells alike go on to the cap
+    assert "narrows its failure rate's interval" in d.unsettled([True] * 3, False, 8)
+    assert "narrows its failure rate's interval" in d.unsettled([True, False, True], False, 8)
+    assert "measured difference" in d.unsettled([True, False, True], True, 8)
+    assert d.unsettled([True] * 8, True, 8) is None                       # at the cap
     order = d.next_in_line([(("weak", 8), 3, 90.0), (("weak", 2), 3, 20.0), (("seq", 1), 4, 5.0)])
     assert [k for k, *_ in order] == [("weak", 2), ("weak", 8), ("seq", 1)]

@@ -17,7 +17,9 @@ def _units(book, runner, outcome, cost):
     return {u: (lambda s, u=u: job(u, s)) for u in cost}
 
 
-def test_unanimous_cells_get_seeds_up_to_the_cap_and_mixed_ones_none(tmp_path):
+def test_every_cell_gets_seeds_up_to_the_cap_mixed_ones_too(tmp_path):
+    """A failure rate's interval narrows with every run, so a mixed cell (the one where failure
+    is a basin a run falls into by chance) gets seeds as a unanimous one does."""
     runner = StudyRunner(tmp_path, tmp_path / "t.yaml", None, parallel=2, say=lambda *a: None)
     book = Book()
     cost = {("weak", 2): 1.0, ("weak", 8): 5.0, ("linear", 2): 2.0}
@@ -27,9 +29,8 @@ def test_unanimous_cells_get_seeds_up_to_the_cap_and_mixed_ones_none(tmp_path):
     assert all(book.seeds[u] == [0, 1, 2] for u in units) and book.why[(("weak", 2), 0)] == FIRST
     stopped = run_more_seeds(runner, book, units, set, max_seeds=5, deadline=time.perf_counter() + 60,
                              say=lambda *a: None)
-    assert book.seeds[("weak", 2)] == book.seeds[("weak", 8)] == [0, 1, 2, 3, 4], "unanimous: challenged to the cap"
-    assert book.seeds[("linear", 2)] == [0, 1, 2], "mixed stays mixed: no seed can settle it further"
-    assert "another could make it mixed" in book.why[(("weak", 8), 3)]
+    assert all(book.seeds[u] == [0, 1, 2, 3, 4] for u in units)
+    assert "narrows its failure rate's interval" in book.why[(("linear", 2), 3)]
     assert stopped == "every cell settled or at max_seeds"
 
 

@@ -422,3 +422,13 @@ def test_the_speculative_edge_search_finds_the_same_edge(tmp_path):
     assert eta2 == eta1 == pytest.approx(0.00105 * 2 ** 1.0)
     seen = {(p["k"], p["seed"]) for p in probes2}
     assert {(p["k"], p["seed"]) for p in probes1} <= seen and len(seen) <= len(probes1) + 2
+
+
+def test_calibration_seeds_must_be_none_of_the_studys(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("seeds: [0, 1, 2]\ncalibration_seeds: [2, 100]\n")
+    with pytest.raises(StudyError, match="calibration_seeds must be below 2\\^32 and none of the study's seeds"):
+        load_study(str(preset))
+    preset.write_text("seeds: [0, 1, 2]\ncalibration_seeds: [100, 101, 102]\n")
+    assert load_study(str(preset))[1].calibration_seeds == [100, 101, 102]
+    assert load_study("default")[1].calibration_seeds == [100, 101, 102]

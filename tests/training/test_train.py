@@ -311,3 +311,41 @@ def test_a_resume_on_other_data_at_the_same_path_is_refused(tmp_path, smoke_run,
         else:
             refused(proc, "was trained on other data than", "holds now")
             assert len(metrics(run_dir)) == 1
+
+
+@pytest.mark.slow
+def test_a_run_at_the_collapse_level_stops_as_collapsed_and_stays_finished(tmp_path, smoke_data):
+    """Every loss of the smoke run (0.006-0.008) is above a collapse level of 0.001, so the rule
+    ends the run after its patience of 2 epochs; a resume then finds it finished, as a stalled run."""
+    out = tmp_path / "run"
+    proc = train("--mode", "strong", "--out", str(out), "--set", "max_epochs=6", "--set", "collapse_loss=0.001",
+                 "--set", "collapse_patience=2", data=smoke_data)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "collapsed" and result["epochs"] == 2
+    assert "stopped: val_loss at the collapse level 0.001 for 2 epochs (collapsed) after 2 epochs" in proc.stdout
+    again = train("--mode", "strong", "--out", str(out), "--set", "max_epochs=6", "--set", "collapse_loss=0.001",
+                  "--set", "collapse_patience=2", "--resume", data=smoke_data)
+    assert "holds a finished run" in again.stdout
+
+
+
+@pytest.mark.slow
+def test_validating_every_pass_leaves_the_path_alone_and_reads_the_sequential_run(tmp_path, smoke_data):
+    """Strong scaling on 2 emulated workers, validated at every pass: its epoch rows equal the
+    same run's without it to the bit (validation only reads the weights, and does not reset the
+    running training loss), and the loss it validates after pass 1 is the sequential run's after
+    its first epoch (one pass), the path strong scaling follows. Tolerance: the same weights, the
+    validation mean summed in another order (Keras' evaluate against ours), 1e-6."""
+    with_passes, without, seq = tmp_path / "p", tmp_path / "q", tmp_path / "s"
+    common = ["--set", "max_epochs=2", "--quiet"]
+    train("--mode", "strong", "--emulate-workers", "2", "--out", str(with_passes), *common,
+          "--set", "validate_every_pass=true", data=smoke_data)
+    train("--mode", "strong", "--emulate-workers", "2", "--out", str(without), *common, data=smoke_data)
+    train("--mode", "strong", "--out", str(seq), "--set", "max_epochs=4", "--quiet", data=smoke_data)
+    p, q, s = metrics(with_passes), metrics(without), metrics(seq)
+    assert [(r["loss"], r["val_loss"]) for r in p] == [(r["loss"], r["val_loss"]) for r in q]
+    assert [r["pass_val_losses"][0][0] for r in p] == [1.0, 3.0], "one pass inside each 2-pass epoch"
+    assert "pass_val_losses" not in q[0]
+    assert p[0]["pass_val_losses"][0][1] == pytest.approx(s[0]["val_loss"], rel=1e-6)
+    assert p[1]["pass_val_losses"][0][1] == pytest.approx(s[2]["val_loss"], rel=1e-6)
+    assert p[0]["val_loss"] == pytest.approx(s[1]["val_loss"], rel=1e-6)
