@@ -24,7 +24,7 @@ def usage() -> str:
     lines = ["usage: deepdensity <command> [args]    (or: python -m deepdensity <command> [args])", "",
              "commands:"]
     lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
-    lines += ["", "`deepdensity <command> --help` lists a command's flags and their defaults."]
+    lines += ["", "`deepdensity <command> --help` lists a command's flags and their defaults; --version the version."]
     return "\n".join(lines)
 
 
@@ -33,6 +33,10 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from deepdensity.utils.args import version
+        print(version())
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"error: no command {name!r}; choose one of {', '.join(COMMANDS)} (deepdensity --help)",

@@ -143,6 +143,8 @@ CASES = [
     ("train", ["--out", "{d}/no_config", "--resume"], "config.json is missing"),
     # python -m deepdensity.data
     ("data", ["synth", "--out", "{d}/s.h5", "--cube", "2"], "--cube must be at least 4"),
+    ("data", ["synth", "--out", "{d}/s.h5", "--seed", "-1"], "--seed must be an integer in [0, 2^32), got -1"),
+    ("data", ["synth", "--out", "{d}/s.h5", "--seed", "4294967296"], "--seed must be an integer in [0, 2^32)"),
     ("data", ["synth", "--out", "{data}"], "exists; pass --force to replace it"),
     ("data", ["synth", "--out", "{d}/s.csv"], "must end in .h5"),
     ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{data}"],

@@ -73,3 +73,42 @@ def test_each_command_of_the_table_reaches_its_tool(command, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("usage:")
+
+
+@pytest.mark.parametrize("module", sorted({m for m, sub in ENTRY_POINTS if not sub} - {"deepdensity.training.dist"}))
+def test_every_entry_point_answers_version(module, capsys):
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(module).main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("deepdensity ")
+
+
+def test_the_command_table_answers_version():
+    out = subprocess.run([sys.executable, "-m", "deepdensity", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.startswith("deepdensity 0.")
+
+
+def test_train_help_names_the_spelling_used(capsys):
+    help_text("deepdensity.training.cli", [], capsys)
+    text = subprocess.run([sys.executable, "-m", "deepdensity", "train", "--help"], capture_output=True, text=True,
+                          cwd=ROOT).stdout
+    assert text.startswith("usage: deepdensity train")
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, ""), ({"HOROVOD_SIZE": "1"}, ""), ({"HOROVOD_SIZE": "2"}, "horovodrun -np 2 "),
+    ({"OMPI_COMM_WORLD_SIZE": "4"}, "horovodrun -np 4 "), ({"PMI_SIZE": "8"}, "horovodrun -np 8 "),
+    ({"HOROVOD_SIZE": "4", "HOROVOD_CROSS_SIZE": "2"}, "horovodrun -np 4 -H HOST1:SLOTS,HOST2:SLOTS "),
+])
+def test_the_resume_command_names_the_launch_it_came_from(env, want, monkeypatch, tmp_path):
+    """A run saved by two ranks resumes under horovodrun -np 2: pasted without it, the resume
+    would be refused (its N differs)."""
+    from deepdensity.training.cli import where_to_continue
+    from deepdensity.utils.errors import launcher_prefix
+    assert launcher_prefix(env) == want
+    for key in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_CROSS_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "state.json").write_text('{"epoch": 2}')
+    line = where_to_continue(str(tmp_path), ["--mode", "weak", "--out", str(tmp_path)])
+    assert line.endswith(f"continue with: {want}python train.py --mode weak --out {tmp_path} --resume")

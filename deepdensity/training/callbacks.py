@@ -113,7 +113,8 @@ class RunRecord:
             what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
         else:
             what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
-        return f"{what} after {self.row.get('epoch')} epochs"
+        epochs = self.row.get("epoch")
+        return f"{what} after {epochs} epoch{'' if epochs == 1 else 's'}"
 
     def result(self) -> dict:
         """result.json's content."""

@@ -22,12 +22,13 @@ from deepdensity.config import load
 from deepdensity.scaling import policies
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, command
+from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, command, launcher_prefix
 
 
 @command
 def main(argv=None) -> int:
-    ap = parser(__doc__, "train.py")
+    # the spelling the user typed: python train.py, or deepdensity train (python -m deepdensity train)
+    ap = parser(__doc__, "train.py" if Path(sys.argv[0]).name == "train.py" else "deepdensity train")
     ap.add_argument("--mode", required=True, choices=policies.names(),
                     help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)")
     ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
@@ -74,5 +75,6 @@ def where_to_continue(out, argv) -> str:
         return f"no epoch finished; {out} holds nothing to resume"
     words = list(sys.argv[1:] if argv is None else argv)
     again = " ".join(shlex.quote(w) for w in words + ([] if "--resume" in words else ["--resume"]))
-    return f"at epoch {epoch}, checkpointed in {out}; continue with: python train.py {again}"
+    # Horovod: the run was saved by N ranks; it resumes under the same launch
+    return f"at epoch {epoch}, checkpointed in {out}; continue with: {launcher_prefix()}python train.py {again}"
 

@@ -15,8 +15,41 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
+def version() -> str:
+    """'deepdensity X.Y.Z' from the installed distribution (setup.py's version)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+    try:
+        return f"deepdensity {installed('deepdensity')}"
+    except PackageNotFoundError:           # run from a checkout that was never installed
+        return "deepdensity (not installed)"
+
+
+SEED_LIMIT = 2 ** 32      # NumPy's and TensorFlow's seeds are unsigned 32-bit
+
+
+class CheckedParser(argparse.ArgumentParser):
+    """Values every command shares are checked once here, after parsing: a bad one is a
+    UserError, one line and exit status 2 as every bad input (utils.errors.command), never a
+    traceback from deep in NumPy. (argparse turns a type function's ValueError into a usage
+    message instead, so the check cannot live in `type=`.)"""
+
+    def parse_args(self, args=None, namespace=None):
+        from deepdensity.utils.errors import UserError
+        ns = super().parse_args(args, namespace)
+        seed = getattr(ns, "seed", None)
+        if seed is not None and not 0 <= seed < SEED_LIMIT:
+            raise UserError(f"--seed must be an integer in [0, 2^32), got {seed}")
+        return ns
+
+
 def parser(doc: str, prog: str) -> argparse.ArgumentParser:
-    """A parser whose description is the docstring's first paragraph and whose epilog is the rest."""
+    """A parser whose description is the docstring's first paragraph and whose epilog is the
+    rest, with --version."""
     first, _, rest = doc.strip().partition("\n\n")
-    return argparse.ArgumentParser(prog=prog, description=first, epilog=rest.strip("\n") or None,
-                                   formatter_class=HelpFormatter)
+    ap = CheckedParser(prog=prog, description=first, epilog=rest.strip("\n") or None,
+                       formatter_class=HelpFormatter)
+    ap.add_argument("--version", action="version", version=version())
+    return ap
+
+

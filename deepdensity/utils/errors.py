@@ -98,3 +98,16 @@ def _launcher_rank() -> int:
         if os.environ.get(key, "").isdigit():
             return int(os.environ[key])
     return 0
+
+
+def launcher_prefix(environ=None) -> str:
+    """How this process was launched, as a command prefix a user can paste: 'horovodrun -np N '
+    when a launcher started N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with
+    -H for the hosts it cannot know when they were several; '' for one process."""
+    env = os.environ if environ is None else environ
+    size = next((int(env[k]) for k in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+                 if env.get(k, "").isdigit()), 1)
+    if size <= 1:
+        return ""
+    hosts = int(env["HOROVOD_CROSS_SIZE"]) if env.get("HOROVOD_CROSS_SIZE", "").isdigit() else 1
+    return f"horovodrun -np {size}" + (" -H HOST1:SLOTS,HOST2:SLOTS" if hosts > 1 else "") + " "

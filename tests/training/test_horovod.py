@@ -219,7 +219,7 @@ def test_the_default_data_set_is_made_once_by_rank_0_on_first_use(tmp_path, smok
                 "--set", "max_epochs=1", "--quiet"], cwd=tmp_path)
     made = [line for line in proc.stdout.splitlines() if "making the default data set data/smoke.h5" in line]
     assert len(made) == 1, proc.stdout
-    assert "stopped at the epoch cap (1) after 1 epochs" in proc.stdout
+    assert "stopped at the epoch cap (1) after 1 epoch" in proc.stdout
     with h5py.File(tmp_path / "data" / "smoke.h5") as a, h5py.File(smoke_data) as b:
         for split in ("train", "val"):
             np.testing.assert_array_equal(a[f"{split}/cubes"][...], b[f"{split}/cubes"][...])

@@ -64,7 +64,7 @@ def test_resume_finishes_a_run_stopped_between_its_last_checkpoint_and_its_weigh
     (out / "state.json").write_text(json.dumps({**state, "status": "running"}))
     proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
                 f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--resume"])
-    assert "stopped at the epoch cap (1) after 1 epochs" in proc.stdout
+    assert "stopped at the epoch cap (1) after 1 epoch" in proc.stdout
     result = json.loads((out / "result.json").read_text())
     assert (result["status"], result["epochs"], result["final_val_loss"]) == \
         (finished["status"], finished["epochs"], finished["final_val_loss"])

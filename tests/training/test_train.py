@@ -283,7 +283,7 @@ def test_tensorboard_logs_scalars_and_slice_images_on_rank_0(tmp_path, smoke_dat
 @pytest.mark.slow
 def test_quiet_still_prints_how_the_run_ended(smoke_data):
     proc = train("--mode", "strong", "--quiet", "--set", "max_epochs=1", data=smoke_data)
-    assert proc.stdout.splitlines() == ["stopped at the epoch cap (1) after 1 epochs"], proc.stdout
+    assert proc.stdout.splitlines() == ["stopped at the epoch cap (1) after 1 epoch"], proc.stdout
 
 
 @pytest.mark.slow
