@@ -23,11 +23,24 @@ def atomic_path(path, suffix: str = ".tmp"):
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp makes the file 0600 whatever the umask; give it what open() would have, so
+        # that a group sharing a cluster folder can read the results
+        os.chmod(tmp, 0o666 & ~process_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it (Linux /proc), else by setting it back."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path, text: str) -> None:
