@@ -190,8 +190,10 @@ def parse_set(items) -> dict:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, raw = item.split("=", 1)
         key = key.strip()
+        if not raw.strip():         # else an empty data_path was read as the folder '.'
+            raise ConfigError(f"--set {key}= gives {key} no value; write --set {key}=VALUE")
         try:
-            updates[key] = yaml.safe_load(raw) if raw.strip() else ""
+            updates[key] = yaml.safe_load(raw)
         except yaml.YAMLError:
             updates[key] = raw
     return updates

@@ -94,6 +94,8 @@ SMOKE = ["--config", str(ROOT / "configs" / "smoke.yaml")]
 CASES = [
     # train.py: the config schema
     ("train", ["--set", "bogus=1"], "unknown config key 'bogus'"),
+    ("train", ["--set", "data_path="], "--set data_path= gives data_path no value"),
+    ("train", ["--set", "base_lr= "], "--set base_lr= gives base_lr no value"),
     ("train", ["--elastic"], "elastic training needs epoch_definition: global"),
     ("train", ["--elastic", "--set", "epoch_definition=global"], "--elastic needs an elastic launch"),
     ("train", ["--elastic", "--set", "epoch_definition=global", "--emulate-workers", "2"],
@@ -137,6 +139,7 @@ CASES = [
     ("train", ["--set", "data_path={d}/good.csv"], "is not an HDF5 file"),
     # train.py: run folders
     ("train", ["--out", "{d}/a_file/run"], "cannot write to output folder"),
+    ("train", ["--set", "data_path={d}/nan.h5", "--out", "{d}/new/deeper/run"], "NaN or inf"),   # parents go too
     ("train", ["--out", "{d}/held"], "already holds a run"),
     ("train", ["--out", "{d}/half_state", "--resume"], "state.json is damaged"),
     ("train", ["--out", "{d}/lacking_state", "--resume"], "state.json is damaged (no epoch"),

@@ -36,10 +36,10 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     """Train until the target, the epoch cap or divergence; returns result.json's content.
 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
-    no empty output folder behind. `elastic`: under an elastic horovodrun, go on when workers
+    no empty output folder behind, nor the parents it made for it. `elastic`: under an elastic horovodrun, go on when workers
     leave (policies.elastic_problem says which runs can)."""
     run = launch(cfg, mode, out_dir, emulate_workers, verbose, elastic)
-    new_folder = run.out if run.out and not run.out.exists() else None
+    made = _missing_folders(run.out)
     # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
     # folder it made for a run refused before it wrote anything (two ranks removing it raced:
     # the second one's rmdir failed with "No such file or directory" instead of the real error)
@@ -47,9 +47,20 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         try:
             return _train_in(cfg, run, resume, emulate_workers, verbose)
         except (ConfigError, DataError, RunError, DamagedRun):
-            if run.is_chief and new_folder is not None and new_folder.is_dir() and not any(new_folder.iterdir()):
-                new_folder.rmdir()
+            if run.is_chief:
+                for folder in made:          # the run folder first, then the parents made for it
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
             raise
+
+
+def _missing_folders(out: Optional[Path]) -> list:
+    """The folders a run in `out` will make (`out` and its missing parents), innermost first."""
+    missing = []
+    while out is not None and not out.exists() and out != out.parent:
+        missing.append(out)
+        out = out.parent
+    return missing
 
 
 def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verbose: bool) -> dict:
