@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,9 +122,16 @@ def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, sm
     text = "".join(seen) + rest
     assert proc.returncode != 0, text
     said = [x for x in text.splitlines() if "interrupted: at epoch" in x]
-    assert len(said) == 1 and "continue with: python train.py" in said[0], text
+    assert len(said) == 1 and "continue with: horovodrun -np 2 python train.py" in said[0], text
     assert _alive(str(out)) == [], "no rank left running"
-    again = run([horovodrun(), "-np", "2", *cmd[3:], "--resume"])
+    # resume as a user would: paste what was printed, in the project folder, with the
+    # environment's python and horovodrun first on PATH (an activated venv)
+    pasted = shlex.split(said[0].split("continue with: ", 1)[1])
+    assert pasted[:4] == ["horovodrun", "-np", "2", "python"] and pasted[-1] == "--resume", pasted
+    venv_path = f"{Path(horovodrun()).parent}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    again = subprocess.run(pasted, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PATH": venv_path, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert again.returncode == 0, again.stderr[-3000:]
     assert "stopped at the epoch cap (6) after 6 epochs" in again.stdout
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3, 4, 5, 6], "each epoch once, none lost, none twice"
