@@ -323,6 +323,59 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
     return out
 
 
+def step_probe(cfg_path: str, batches, steps: int) -> dict:
+    """What the study's clock needs of one launch (one process, or `horovodrun -np N` ranks
+    sharing the host), each rank with the thread share and Horovod background thread a real
+    run gives it: {"steps": rank_step_seconds, "eval": seconds per cube (one process only)}
+    on rank 0, {} on the others."""
+    cfg = load(cfg_path, ["intra_op_threads=0"])    # the automatic share, as the real timing runs
+    backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
+    found = {"steps": rank_step_seconds(cfg, backend, batches, steps)}
+    if backend.size() == 1:
+        found["eval"] = eval_seconds_per_sample(cfg)
+    return found if backend.rank() == 0 else {}
+
+
+def rank_step_seconds(cfg, backend, batches, steps: int) -> dict:
+    """{per-process batch: seconds of one training step of the trainer's model} with every
+    rank stepping at once and no allreduce: the compute of ranks sharing a host. The slowest
+    rank's mean over `steps` steps."""
+    seconds = {}
+    for b in batches:
+        step = training_step(trainable(cfg, b), b)
+        for _ in range(3):
+            step()
+        backend.allreduce_max(0.0)  # every rank starts the clock together
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        seconds[b] = backend.allreduce_max((time.perf_counter() - t) / steps)
+    return seconds
+
+
+def eval_seconds_per_sample(cfg, repeats: int = 7) -> float:
+    """Seconds of the model's forward pass per cube, at a batch of 64."""
+    model = build_model(cfg, 16, 3)
+    x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
+    return median_seconds(lambda: model(x, training=False).numpy(), repeats) / 64
+
+
+def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40) -> tuple:
+    """({batch: rank_step_seconds}, evaluation seconds per cube or None) measured on n
+    processes of this host (`horovodrun -np n`, or one process, which also times evaluation)."""
+    cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--step-probe", "--config", cfg_path,
+           "--batches", ",".join(map(str, batches)), "--steps", str(steps)]
+    proc = _run(([_horovodrun(), "-np", str(n)] if n > 1 else []) + cmd, timeout=900)
+    # under horovodrun rank 0's lines come as "[0]<stdout>:KEY ..."
+    found = [line[line.index(key):].split() for line in proc.stdout.splitlines()
+             for key in ("STEP_SECONDS", "EVAL_SECONDS_PER_SAMPLE") if key in line]
+    seconds = {int(w[1]): float(w[2]) for w in found if w[0] == "STEP_SECONDS"}
+    evaluation = next((float(w[1]) for w in found if w[0] == "EVAL_SECONDS_PER_SAMPLE"), None)
+    if proc.returncode or set(seconds) != set(batches):
+        raise RuntimeError(f"the step probe on {n} process(es) failed:\n{proc.stderr[-2000:]}")
+    return seconds, evaluation
+
+
 def _print_horovod(hv: dict) -> None:
     one, two = hv.get("one_process_samples_s"), hv.get("horovodrun_np2_samples_s")
     print(f"\nsamples/s, global batch 64, median of {hv['pairs']} pairs of {hv['steps']} steps, Horovod "
@@ -364,6 +417,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
     ap.add_argument("--out", default="reports/bench.json", help="the figures as JSON")
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--step-probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--batches", default="32", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
@@ -385,6 +440,13 @@ def main(argv=None) -> int:
         rate = throughput(args.config, args.batch, args.steps)
         if dist.hvd is None or dist.hvd.rank() == 0:
             print(f"SAMPLES_PER_S {rate:.3f}")
+        return 0
+    if args.step_probe:
+        found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps)
+        for b, seconds in found.get("steps", {}).items():
+            print(f"STEP_SECONDS {b} {seconds:.6f}")
+        if "eval" in found:
+            print(f"EVAL_SECONDS_PER_SAMPLE {found['eval']:.8f}")
         return 0
     report = step_report(args.config, args.repeats)
     if not args.quick:

@@ -43,6 +43,9 @@ class Study:
     # "edge": the sequential model's edge of stability found on this data (the paper's
     # premise, section VI); a number: that base lr, fixed (the paper's literal is 0.00105).
     base_lr: object = "edge"
+    # N at which strong scaling also runs for real (horovodrun -np N on this host, the first
+    # seed, alone, after the other runs) beside its derivation from the sequential run.
+    real_strong: list = field(default_factory=list)
     # {mode: [N, ...]}: run a mode at fewer N than `workers` (its costly cells), e.g. to fit a budget.
     mode_workers: dict = field(default_factory=dict)
     # Beyond the paper, part 2 (Gahlot et al. 2020): modes of the paper to train again on data
@@ -72,6 +75,7 @@ class Study:
             (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
             *_integer_list("seeds", self.seeds, 0),
             *_integer_list("calibration_seeds", self.calibration_seeds, 0, nonempty=False),
+            *_integer_list("real_strong", self.real_strong, 2, nonempty=False),
             (lambda: not set(self.calibration_seeds) & set(self.seeds) and max(self.calibration_seeds, default=0) < 2 ** 32,
              f"calibration_seeds must be below 2^32 and none of the study's seeds (they only set the target), "
              f"got {self.calibration_seeds!r}"),

@@ -16,7 +16,8 @@ from deepdensity.study.figures import (collapse_figure, efficiency_figure, figur
 from deepdensity.study.preset import Study, StudyError
 from deepdensity.study.record import FORMAT, config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, time_range, write_csv)
-from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, Cell, TimeBase, efficiency_table, evaluate_claims,
+from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
+                                      evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
 from deepdensity.study.timing import model_epoch, shared_host_epoch
 from deepdensity.utils.args import parser
@@ -43,7 +44,8 @@ def render_reports(out: Path, record: dict) -> list:
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
     claims = evaluate_claims(cells, study.workers, record["seq_2eta"] or None, eta_at_edge=record["sweep"] is not None,
                              collapse_loss=record["collapse_loss"], clock_set=clock_set(record),
-                             base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
+                             base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition),
+                             real_strong=record.get("real_strong"))
     tables = _tables(out, study, cells)
     _figures(out, record, study, cells)
     (out / "REPORT.md").write_text(fill("report.md", **_report_fields(record, study, cfg, cells, claims, tables)))
@@ -55,7 +57,8 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
     """Tables I and II written as .csv and .md; returns their markdown tables for REPORT.md."""
     workers = study.workers
     eff = efficiency_table(cells, study.modes, workers)
-    head1 = ["N", "epochs to target (per seed)", "s / epoch", "time to target (s), median (range)",
+    clock = "measured" if record_runner(cells) else "modelled"
+    head1 = ["N", "epochs to target (per seed)", f"s / epoch ({clock})", f"time to target (s, {clock}), median (range)",
              "efficiency % (ours)", "efficiency % (paper)"]
     strong_eff = eff.get("strong", {})          # Table I is the paper's strong-scaling table
     rows1 = [[n, epochs_listing(cells, "strong", n), fmt(cells_at(cells, "strong", n)[0].epoch_seconds),
@@ -63,8 +66,8 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
              for n in workers if cells_at(cells, "strong", n)]
     write_csv(out / "table1.csv", head1, rows1)
     table1 = md_table(head1, rows1)
-    (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's.\n\n"
-                                   + table1)
+    (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's. "
+                                   + _times_are(clock) + "\n\n" + table1)
     modes2 = [m for m in ("weak", "warmup", "linear") if m in study.modes]
     head2 = ["N"] + [f"{m} {w}" for m in modes2 for w in ("(ours)", "(paper)")]
     rows2 = [[n] + [v for m in modes2 for v in (fmt(eff[m][n]) if cells_at(cells, m, n) else "not run",
@@ -72,8 +75,21 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
     write_csv(out / "table2.csv", head2, rows2)
     table2 = md_table(head2, rows2)
     (out / "table2.md").write_text("Table II: efficiency of weak scaling, warmup and the linear scaling rule, "
-                                   "T1 / (N TN) on time to target; NaN where a seed missed the target.\n\n" + table2)
+                                   "T1 / (N TN) on time to target; NaN where a seed missed the target. "
+                                   + _times_are(clock) + "\n\n" + table2)
     return table1, table2
+
+
+def record_runner(cells: list) -> bool:
+    """Were the cells' times measured (real runs with a launcher) rather than modelled?"""
+    return any(c.time_source == "measured" for c in cells)
+
+
+def _times_are(clock: str) -> str:
+    if clock == "measured":
+        return "Times are the real runs' own clocks."
+    return ("Times are modelled: epochs to target x the seconds of an epoch on this host's calibrated clock "
+            "(REPORT.md, 'The clock'), each worker its own device; not wall time.")
 
 
 def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
@@ -151,6 +167,28 @@ def _rules_fields(record: dict, study: Study) -> dict:
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
 
 
+def _real_strong(record: dict) -> str:
+    """The section on strong scaling run for real beside its derivation."""
+    rows = record.get("real_strong") or []
+    if not rows:
+        return f"Not run: the preset lists no `real_strong` N. {SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}."
+
+    def same(r) -> str:
+        a, b = r["passes_to_target"], r["sequential_passes"]
+        if a is None or b is None:
+            return "-"
+        return "the same" if a == b else (f"{a - b:+g} passes: the workers' part gradients are summed in another "
+                                          f"order (allreduce), rounding the training amplifies")
+    table = md_table(["N", "status", "epochs", "passes to target", "the sequential run's", "difference",
+                      "time to target (s, its own clock)"],
+                     [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
+                       fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-")]
+                      for r in rows])
+    return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
+            f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "
+            f"after the others:\n\n{table}")
+
+
 def _target_source(record: dict, epochs: int) -> str:
     """What set the target, as the Settings section says it."""
     cal = record.get("calibration") or {"source": "first seed"}
@@ -191,6 +229,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
         else "the workers share one pass per epoch",
         "target": f"{record['target']:.6g}", "target_source": _target_source(record, study.calibration_epochs),
+        "real_strong": _real_strong(record),
         "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
         "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
                        f"epochs in a row stops as `collapsed`" if cfg.collapse_patience else "")
@@ -226,7 +265,7 @@ def _clock_fields(record: dict, cfg) -> dict:
              f"measured in the same invocation: T(1) and T(N) come from the same model. Each worker is taken to be "
              f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
              f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
-             f"first, median).")
+             f"first, median)" + _shared_model(t) + ".")
     rows = ""
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)
@@ -237,6 +276,18 @@ def _clock_fields(record: dict, cfg) -> dict:
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",
             "allreduce_times": ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in t["allreduce_seconds"].items())}
+
+
+def _shared_model(t: dict) -> str:
+    """How the clock's model for N workers sharing this host was built (timing.shared_host_epoch)."""
+    if "shared_step_seconds" not in t:
+        return ("; for workers sharing this host the model adds up the N workers' compute, measured in the "
+                "probe's own process, as if the host's throughput were simply shared")
+    steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
+                                                                key=lambda kv: int(kv[0])))
+    return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "
+            "for workers sharing this host a step is a rank's step measured while all N ranks step at once on "
+            f"their share of the cores (ms, at strong scaling's per-worker batch: {steps}) plus the allreduce")
 
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:

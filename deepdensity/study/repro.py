@@ -14,7 +14,7 @@ How a cell (mode, N) is obtained without N devices:
                own epoch ends (with per_worker epochs, epoch e ends at pass N*(e+1)).
   base lr      by default the sequential model's edge of stability on this data, the
                largest lr on a sqrt(2) grid that converges on every seed, below the
-               collapse level (paper section VI; README, "The learning-rate premise").
+               collapse level (paper section VI; docs/protocol.md, "The learning-rate premise").
   time         the paper's speedup model for every N, built from parts measured here
                (per-step and per-sample compute, evaluation, Gloo allreduce of this model's
                gradients at N = 2, 4) and calibrated on a real one-process epoch; checked
@@ -152,6 +152,31 @@ def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) ->
     return _val_losses(runner.root / name)
 
 
+def real_strong_runs(s, proto: "_Protocol") -> list:
+    """Strong scaling run for real at each N of the preset's real_strong: horovodrun -np N on
+    this host, the first seed, one run at a time after the others, to the target. Its passes to
+    target stand beside the sequential run's, which the derivation says they equal."""
+    study = s.study
+    if not study.real_strong:
+        return []
+    launcher = shlex.quote(str(Path(sys.executable).with_name("horovodrun"))) + " -np {n}"
+    runner = StudyRunner(s.root, s.train_yaml, launcher, parallel=1)
+    seed, definition = study.seeds[0], study.train.get("epoch_definition", "per_worker")
+    sequential = rules.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
+    rows = []
+    for n in study.real_strong:
+        name = f"real-strong-n{n}-s{seed}"
+        r = runner.run(name, policies.SEQUENTIAL, n, {**proto.common(), "seed": seed})
+        rows.append({"n": n, "seed": seed, "run": name, "status": r["status"], "epochs": r["epochs"],
+                     "passes_to_target": rules.passes_to_target(read_metrics(s.root / name), proto.target,
+                                                                rules.passes_per_epoch(n, definition)),
+                     "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
+                     "final_val_loss": r.get("final_val_loss")})
+        print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
+              f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
+    return rows
+
+
 def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
     """(target, cap, what set it): the median of the calibration seeds' sequential runs after E
     epochs (preset calibration_seeds), else the first seed's own run (the paper's one run), or
@@ -278,7 +303,8 @@ def run_study(name: str, study: Study, args) -> int:
     if set(study.modes) & set(policies.beyond()):
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
-        record = study_record(s, proto, book, cells, timing, sweep, stopped, args.runner)
+        real = [] if args.runner else real_strong_runs(s, proto)
+        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record)
         print(f"reports written to {s.out} ({s.elapsed()} this invocation)")

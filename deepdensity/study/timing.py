@@ -29,31 +29,32 @@ REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) i
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
 
 
-def measure_parts(cfg, n_weights: int, say=print) -> dict:
-    """The model's parts, measured in this process: step time against per-worker batch,
-    evaluation per cube, Gloo allreduce of `n_weights` floats at N = 2 and 4."""
-    import numpy as np
-
-    from deepdensity.model.autoencoder import build_model
-    from deepdensity.perf.bench import allreduce_seconds, median_seconds, step_seconds
+def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
+    """The model's parts, measured in the thread configuration of the real runs (each in a
+    process of its own, `intra_op_threads` automatic): step time against per-worker batch and
+    evaluation per cube on one process; the step of N ranks stepping at once on their share of
+    the cores at strong scaling's per-worker batch, and the Gloo allreduce of `n_weights`
+    floats, at N = 2 and 4."""
+    from deepdensity.perf.bench import allreduce_seconds, probe_step_seconds
     batches = [1, 2, 4, 8, 16, 32]
-    say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)))
-    steps = {b: step_seconds(cfg, b, repeats=7) for b in batches}
-    step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
-    model = build_model(cfg, 16, 3)
-    x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
-    eval_per_sample = median_seconds(lambda: model(x, training=False).numpy(), 7) / 64
-    allreduce = {1: 0.0}
-    for n in (2, 4):
-        say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
-        try:
+    say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)) + " on one process")
+    shared, allreduce = {}, {1: 0.0}
+    try:
+        steps, eval_per_sample = probe_step_seconds(str(train_yaml), 1, batches)
+        for n in (2, 4):
+            b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
+            say(f"timing: a training step at batch {b} on {n} processes stepping at once, without allreduce")
+            shared[n] = probe_step_seconds(str(train_yaml), n, [b])[0][b]
+            say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
             allreduce[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
-        except RuntimeError as e:
-            raise StudyError(str(e)) from None
+    except RuntimeError as e:
+        raise StudyError(str(e)) from None
+    step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
     ns = sorted(allreduce)
     _, per_doubling = rules.fit_line([math.log2(n) for n in ns], [allreduce[n] for n in ns])
     return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
             "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
+            "shared_step_seconds": {"1": steps[cfg.batch_size], **{str(n): s for n, s in shared.items()}},
             "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
             "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
 
@@ -65,7 +66,9 @@ def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> floa
     shutil.rmtree(out, ignore_errors=True)      # a timing run is measured afresh, never resumed
     cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", "strong", "--config", str(train_yaml),
            "--out", str(out), "--quiet", "--set", f"base_lr={eta!r}", "--set", f"max_epochs={REAL_EPOCHS}",
-           "--set", "target_loss=0", "--set", "stall_patience=0", "--set", "intra_op_threads=0"]
+           "--set", "target_loss=0", "--set", "stall_patience=0", "--set", "intra_op_threads=0",
+           # the paper's epoch validates once; the study's extra pass validations are its instrument
+           "--set", "validate_every_pass=false"]
     if n > 1:
         cmd = [str(Path(sys.executable).with_name("horovodrun")), "-np", str(n)] + cmd
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -94,15 +97,22 @@ def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_
 
 def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
     """The same model for N strong-scaling workers sharing this one host (what a real
-    `horovodrun -np N` here runs), if the host's throughput were simply shared: the N workers'
-    compute and evaluation add up, the allreduce (measured between N processes of this
-    host) is paid once."""
+    `horovodrun -np N` here runs), from parts measured in the real runs' thread configuration:
+    each step is a rank's step while all N ranks step at once on their share of the cores
+    (`shared_step_seconds`, scaled by the same compute factor), plus the allreduce of the
+    model's gradients between N processes of this host; the host evaluates the validation set
+    once. A study timed before that measurement existed takes the host's throughput as simply
+    shared: the N workers' compute adds up."""
     k = timing["compute_scale"]
     p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
+    allreduce = steps * timing["allreduce_per_doubling_s"] * math.log2(n)
+    evaluation = k * timing["eval_per_sample_s"] * n_val
+    shared = timing.get("shared_step_seconds", {})
+    if str(n) in shared:
+        return steps * k * shared[str(n)] + allreduce + evaluation
     compute = steps * k * (timing["step_fixed_s"] + timing["per_sample_s"] * p.per_worker_batch)
-    evaluation = k * timing["eval_per_sample_s"] * n_val / n
-    return n * (compute + evaluation) + steps * timing["allreduce_per_doubling_s"] * math.log2(n)
+    return n * compute + evaluation + allreduce
 
 
 def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, say=print) -> dict:
@@ -112,7 +122,7 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     if path.exists():
         return json.loads(path.read_text())
     from deepdensity.model.autoencoder import build_model
-    timing = measure_parts(cfg, build_model(cfg, 16, 3).count_params(), say)
+    timing = measure_parts(train_yaml, cfg, build_model(cfg, 16, 3).count_params(), say)
     real = {}
     for n in REAL_NS:
         say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")

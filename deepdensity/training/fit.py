@@ -32,10 +32,11 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
     p, out = run.p, run.out
     kit = PolicyKit(cfg, run.backend, run.say, feeds)
     validate = [callbacks.Validate(feeds.val)] if commit is not None else []
-    # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so.
-    cbs = validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step) \
-        + [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps) \
-        + [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
+    # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so
+    # (Stopping takes rank 0's reason).
+    cbs = validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
+    cbs += [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps)
+    cbs += [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
     checkpoint = None
     if run.writes:
         # Horovod: rank 0 alone writes the run folder and the TensorBoard logs (after EpochRow

@@ -220,10 +220,10 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     from tests.support import run
     preset = tmp_path / "tiny.yaml"
     preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
-                      "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
                       "calibration_epochs: 2\ntarget_loss: null\nworkers: [1, 2]\n"
                       "modes: [strong, weak, linear, warmup]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
-                      "max_seeds: 3\nbudget_minutes: 30\n")
+                      "max_seeds: 3\nbudget_minutes: 30\nreal_strong: [2]\ncalibration_seeds: [7]\n"
+                      "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8, validate_every_pass: true}\n")
     args = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset),
             "--runs", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
     first = run(args)
@@ -248,6 +248,14 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     text = (reports / "REPORT.md").read_text()
     assert "## Decision rules" in text and "## Seeds run, and why" in text and "oneDNN ISA" in text
     assert "| 2 | " in text.split("## The clock")[1].split("## Table I")[0], "real -np 2 beside the model"
+    # strong scaling run for real at N = 2 follows the sequential path: the same passes to target
+    real = record["real_strong"]
+    assert [(r["n"], r["seed"]) for r in real] == [(2, 0)] and real[0]["passes_to_target"] is not None
+    # the same path up to the order in which two workers' part gradients are summed: measured
+    # losses agree to 5e-4 (tests/training/test_horovod.py), which can move a crossing by a pass
+    assert abs(real[0]["passes_to_target"] - real[0]["sequential_passes"]) <= 1, real
+    assert record["calibration"]["source"] == "calibration seeds" and record["calibration"]["seeds"] == [7]
+    assert "median of what the sequential runs of calibration seeds 7" in text
     table1 = (reports / "table1.csv").read_text().splitlines()
     assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
     assert report.main(["--from", str(reports), "--check"]) == 0
