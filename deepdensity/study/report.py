@@ -134,7 +134,17 @@ def _header_fields(record: dict, claims: list) -> dict:
             "claims_table": claims_md,
             "rules_when": "which were fixed before the runs" if record.get("decision_rules") == decide.RULES_VERSION
             else "which were written after this study's runs (see there)",
-            "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record))}
+            "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
+            "isa_stability": _isa_stability(env)}
+
+
+def _isa_stability(env: dict) -> str:
+    # No cell is re-run under another instruction set yet; say so rather than imply stability.
+    return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
+            f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
+            f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
+            f"(README, 'Determinism'), so a verdict resting on a run near the target or near a decision "
+            f"boundary may change on another CPU.")
 
 
 def _protocol(record: dict) -> list:
