@@ -50,13 +50,13 @@ test-cluster: install
 	$(BIN)/pytest -q -rs tests/cluster
 
 bench: install
-	$(PY) -m deepdensity.bench
+	$(PY) -m deepdensity.bench $(if $(OUT),--out '$(OUT)')
 
 repro: install
-	$(PY) -m deepdensity.repro --preset $(PRESET) $(if $(RUNNER),--runner '$(RUNNER)')
+	$(PY) -m deepdensity.repro --preset $(PRESET) $(if $(RUNNER),--runner '$(RUNNER)') $(if $(OUT),--out '$(OUT)')
 
 lr-sweep: install
-	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep
+	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep $(if $(OUT),--out '$(OUT)')
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL) deepdensity/model/kernels/_render.so

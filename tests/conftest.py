@@ -11,6 +11,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def runs_outside_the_checkout(tmp_path_factory):
+    """A run started without --out (train.py's default run folder) lands in a temporary folder,
+    not in the checkout's runs/; subprocesses inherit it through the environment."""
+    os.environ["DEEPDENSITY_RUNS"] = str(tmp_path_factory.mktemp("default-runs"))
+    yield
+
+
 def pytest_runtest_setup(item):
     support.CURRENT_TEST_IS_SLOW = item.get_closest_marker("slow") is not None
 

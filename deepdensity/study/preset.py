@@ -106,6 +106,18 @@ class Study:
             *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
         ]
 
+    def trained_cells(self, real_runner: bool = False) -> list:
+        """[(mode, N)] of the cells the study trains runs for: every N > 1 of every mode except
+        those that follow the sequential path (strong scaling), which are read off the
+        sequential runs unless every cell is a real multi-worker run."""
+        return [(mode, n) for mode in self.modes for n in self.mode_workers.get(mode, self.workers)
+                if n > 1 and (real_runner or not policies.get(mode).follows_sequential_path)]
+
+    def doubles_eta(self) -> bool:
+        """Whether the study runs the paper's "further increasing the lr diverges" at 2 x eta
+        (the paper's four modes; a beyond study compares with the default study instead)."""
+        return not set(self.modes) & set(policies.beyond())
+
     def _complete_data(self) -> bool:
         """Fill the data keys the preset leaves out from the defaults; are they in range?"""
         self.data = d = {**Study().data, **self.data}

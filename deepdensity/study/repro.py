@@ -51,34 +51,96 @@ from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
 from deepdensity.study.timing import measure_timing, model_epoch
-from deepdensity.training.runs import read_json, read_metrics
+from deepdensity.study.plan import plan_lines
+from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command
+from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
 from deepdensity.utils.files import write_atomic
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
 
 
-@command(os_hint="pass other --runs / --reports folders")
+@command(os_hint="pass other --runs / --out folders")
 def main(argv=None) -> int:
     ap = parser(__doc__, "python -m deepdensity.repro")
     ap.add_argument("--preset", default="default", help="deepdensity/study/presets/NAME.yaml, or a path")
     ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'; none: one process emulates N workers")
     ap.add_argument("--lr-sweep", action="store_true",
-                    help="only find the sequential model's edge of stability (reports/lr_sweep.json)")
-    ap.add_argument("--runs", help="runs folder (default: runs/study-PRESET under the working directory)")
-    ap.add_argument("--compare-with", default="reports",
-                    help="for adaptive/local: the default study's reports, whose weak, linear and warmup "
-                         "rows the report shows beside them (default reports/)")
-    ap.add_argument("--reports", help="where the reports go (default reports/ for the default preset, "
-                                      "reports/PRESET/ for the others)")
+                    help="only find the sequential model's edge of stability (lr_sweep.json)")
+    ap.add_argument("--runs", help="runs folder (default: runs/study-PRESET; runs/: $DEEPDENSITY_RUNS if set)")
+    ap.add_argument("--out", "--reports", dest="out",
+                    help="where the reports go (default: RUNS/reports); `--out reports` updates the committed "
+                         "reports/ (reports/PRESET/ for a preset other than default), all at once at the end")
+    ap.add_argument("--compare-with",
+                    help="for adaptive/local: the default study's reports folder, whose weak, linear and warmup "
+                         "rows the report shows beside them (default: runs/study-default/reports if it holds a "
+                         "study, else reports/)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     name, study = load_study(args.preset)
-    args.reports = args.reports or str(Path("reports") / ("" if name == "default" else name))
+    runs = Path(args.runs or runs_root() / f"study-{name}")
+    out = reports_folder(name, args.out, runs)
+    args.compare_with = args.compare_with or str(_default_study_reports())
     _check_runner(args.runner)
-    return run_study(name, study, args)
+    for line in plan_lines(name, study, args.runner, str(runs), str(out), _earlier_record(name, out)):
+        print(line)
+    if args.dry_run:
+        return 0
+    # One study per runs folder: a second one would train the same run folders twice.
+    with locked(runs, holder_is="another study", instead="pass another --runs folder"):
+        try:
+            return run_study(name, study, args, runs, out)
+        except KeyboardInterrupt as e:
+            raise Interrupted(getattr(e, "code", EXIT_SIGINT),
+                              f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
+                              f"{_invocation(argv)}") from None
+
+
+# The committed reports: updated only when asked (--out reports), a preset other than
+# default in its own subfolder so that it never overwrites the default study's files.
+COMMITTED_REPORTS = Path("reports")
+
+
+def reports_folder(name: str, asked: Optional[str], runs: Path) -> Path:
+    """Where a study's reports go: RUNS/reports unless asked; reports/PRESET for `--out reports`
+    with a preset other than default."""
+    if asked is None:
+        return runs / "reports"
+    out = Path(asked)
+    if name != "default" and out.resolve() == COMMITTED_REPORTS.resolve():
+        return out / name
+    return out
+
+
+def _default_study_reports() -> Path:
+    """The default study's reports a beyond study compares with: this checkout's own default
+    study when it ran one, else the committed reports."""
+    own = runs_root() / "study-default" / "reports"
+    return own if (own / "study.json").is_file() else COMMITTED_REPORTS
+
+
+def _earlier_record(name: str, out: Path) -> Optional[dict]:
+    """The last record of this preset, for the plan's time: the output folder's, else the
+    committed one's; None when neither is readable."""
+    for folder in (out, reports_folder(name, str(COMMITTED_REPORTS), out)):
+        try:
+            record = json.loads((folder / "study.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("preset") == name:
+            return record
+    return None
+
+
+def _invocation(argv) -> str:
+    """The command that continues an interrupted study (the same one; under make, its target)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = shlex.join(["python", "-m", "deepdensity.repro", *args])
+    if os.environ.get("MAKELEVEL"):
+        return f"the same make command (it ran `{command}`)"
+    return f"`{command}`"
 
 
 def _check_runner(runner: Optional[str]) -> None:
@@ -260,9 +322,11 @@ class _Protocol:
         return (self.collapse_loss, self.cfg.collapse_patience) if self.cfg.collapse_patience else (0.0, 0)
 
 
-def run_study(name: str, study: Study, args) -> int:
-    """The study of a preset, from the edge of stability to the reports."""
-    s = _start_study(name, study, args)
+def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
+    """The study of a preset, from the edge of stability to the reports: rendered into a
+    staging folder in the runs folder and published into `out` only when complete, so that
+    an interrupted study leaves `out` as it was."""
+    s = _start_study(name, study, args, runs)
     cfg = load(str(s.train_yaml))
     # 0. The clock first, alone on the host: the runs that follow share it side by side.
     timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val)
@@ -270,6 +334,8 @@ def run_study(name: str, study: Study, args) -> int:
     if study.base_lr == "edge" or args.lr_sweep:
         eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
         if args.lr_sweep:
+            publish(s.out, out)
+            print(f"lr_sweep.json written to {out}")
             return 0
     elif study.base_lr == "default_study":
         eta, sweep = _default_study_eta(Path(args.compare_with)), None
@@ -287,7 +353,7 @@ def run_study(name: str, study: Study, args) -> int:
     # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
     book = Book()
     units = _units(s, proto, real_strong=bool(args.runner), book=book,
-                   double_eta=not set(study.modes) & set(policies.beyond()))
+                   double_eta=study.doubles_eta())
     run_first_seeds(s.runner, book, units, study.seeds)
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
@@ -307,15 +373,34 @@ def run_study(name: str, study: Study, args) -> int:
         record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record)
-        print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
         for c in claims:
             print(f"  {c['verdict']:>13}: {c['claim']}")
+    publish(s.out, out)
+    print(f"reports written to {out} ({s.elapsed()} this invocation)")
+    _tensorboard_view(runs, out)
     return 0
 
 
-def _start_study(name: str, study: Study, args) -> _StudyRun:
-    """The runs folder with the study's data and settings, the reports folder, the runner."""
-    root = Path(args.runs or Path("runs") / f"study-{name}")
+def _tensorboard_view(runs: Path, out: Path) -> None:
+    """The study in TensorBoard, one run per seed and a summary run (tensorboard_view.py)."""
+    from deepdensity.study.tensorboard_view import write_view
+    logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
+    print(f"watch it: tensorboard --logdir {logdir}")
+
+
+def publish(stage: Path, out: Path) -> None:
+    """Move every file of a complete rendering from `stage` into `out`, replacing files of
+    the same name and leaving others (bench.json, a preset's subfolder) alone; `stage` goes."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(stage.iterdir()):
+        if f.is_file():
+            shutil.move(str(f), str(out / f.name))    # a rename on one file system
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
+    """The runs folder with the study's data and settings, the staging folder for the
+    reports, the runner."""
     root.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     data_path = _study_data(root, name, study.data)
@@ -324,15 +409,17 @@ def _start_study(name: str, study: Study, args) -> _StudyRun:
     # gives the same epochs to target (the thread count changes the rounding too)
     train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(data_path),
                                           "deterministic": True}))
-    out = Path(args.reports)
-    out.mkdir(parents=True, exist_ok=True)
+    out = root / "reports.partial"     # published into the reports folder when complete (publish)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     n_train, n_val, collapse_loss = _data_facts(load(str(train_yaml)))
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = study.parallel_runs if study.parallel_runs != "auto" else \
         max(1, (os.cpu_count() or 1) // max(1, load(str(train_yaml)).intra_op_threads))
-    return _StudyRun(name, study, root, out, train_yaml,
-                     StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel),
-                     n_train, n_val, collapse_loss, t_start)
+    runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
+    if study.budget_minutes is not None:
+        runner.budget_end = t_start + study.budget_minutes * 60
+    return _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
 
 
 def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool) -> dict:
@@ -361,11 +448,9 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
     if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
         units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
                                              {"base_lr": repr(2 * proto.eta)}, train_mode="strong")
-    for mode in study.modes:
-        for n in study.mode_workers.get(mode, study.workers):
-            if n > 1 and (not policies.get(mode).follows_sequential_path or real_strong):
-                units[(mode, n)] = functools.partial(
-                    lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}), mode, n)
+    for mode, n in study.trained_cells(real_strong):
+        units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
+                                             mode, n)
     return units
 
 
@@ -384,7 +469,6 @@ def _beyond_reports(s: _StudyRun, proto: _Protocol, book: Book, cells: list, tim
     record = beyond_record(s, proto, book, cells, earlier, timing, filtering, sweep_rows, stopped)
     write_atomic(s.out / "study.json", json.dumps(record, indent=1))
     write_beyond_reports(s.out, record)
-    print(f"reports written to {s.out} ({s.elapsed()} this invocation)")
 
 
 def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:

@@ -42,6 +42,16 @@ class StudyRunner:
         self.wall = {}                               # run name -> seconds it took here, or its own clock
         self._live, self._lock, self._fingerprints = set(), threading.Lock(), {}
         self._started = 0
+        self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
+
+    def _clock(self) -> str:
+        """Time so far, and what is left of the study's budget (after it, no new seeds start)."""
+        now = time.perf_counter()
+        spent = f"{fmt_s(now - self.t0)} so far"
+        if self.budget_end is None:
+            return spent
+        left = self.budget_end - now
+        return spent + (f", {fmt_s(left)} of the budget left" if left > 0 else ", the budget is spent")
 
     def summary(self, wall_s: float) -> str:
         """What this invocation did, for the reports: its time and the runs it trained or reused."""
@@ -67,7 +77,7 @@ class StudyRunner:
             k = self._started
         self.say(f"[run {k}] {name}: {mode} N={n} "
                  f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
-                 f"up to {settings.get('max_epochs', '?')} epochs); {fmt_s(time.perf_counter() - self.t0)} so far")
+                 f"up to {settings.get('max_epochs', '?')} epochs); {self._clock()}")
         t = time.perf_counter()
         # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
         # stopped before its first one (train.py says so; without --resume it would refuse)
@@ -167,7 +177,7 @@ class StudyRunner:
                     spent = time.perf_counter() - t0
                     self.say(f"{label}: {len(done)} done, {left} to go"
                              + (f" (~{fmt_s(spent / len(done) * left)} more at this stage's pace)" if left else "")
-                             + f"; {fmt_s(spent)} in this stage, {fmt_s(time.perf_counter() - self.t0)} in all")
+                             + f"; {fmt_s(spent)} in this stage, {self._clock()}")
             except BaseException:
                 self.stop()
                 for f in running:

@@ -108,16 +108,31 @@ def other_data(saved: dict, fingerprint: str) -> bool:
     return saved.get("data_fingerprint") not in (None, fingerprint)
 
 
+def runs_root() -> Path:
+    """Where runs go when no folder is given: $DEEPDENSITY_RUNS, else runs/ under the working directory."""
+    return Path(os.environ.get("DEEPDENSITY_RUNS") or "runs")
+
+
+def new_run_folder(root: Path, stem: str) -> Path:
+    """root/stem, or root/stem-2, -3, ... when taken: a folder no earlier run uses (not made here)."""
+    folder, k = root / stem, 1
+    while folder.exists():
+        k += 1
+        folder = root / f"{stem}-{k}"
+    return folder
+
+
 class RunInUse(UserError):
     """Another process trains in the run folder."""
 
 
 @contextlib.contextmanager
-def locked(out: Path):
+def locked(out: Path, holder_is: str = "another training process", instead: str = "pass another --out"):
     """Hold an exclusive lock on the run folder while the block runs, so that a second process
     training into it is refused with the holder's pid instead of mixing two runs' epochs in
-    one metrics.jsonl. The lock is the kernel's (flock on the folder), so a killed holder
-    releases it. A folder that cannot be made is left to the caller's own check."""
+    one metrics.jsonl (or, for a study's runs folder, two studies' runs). The lock is the
+    kernel's (flock on the folder), so a killed holder releases it. A folder that cannot be
+    made is left to the caller's own check."""
     import fcntl
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -130,8 +145,8 @@ def locked(out: Path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _flock_holder(out)
-            raise RunInUse(f"{out} is in use by another training process"
-                           f"{f' (pid {holder})' if holder else ''}; wait for it to end, or pass another --out") \
+            raise RunInUse(f"{out} is in use by {holder_is}"
+                           f"{f' (pid {holder})' if holder else ''}; wait for it to end, or {instead}") \
                 from None
         yield
     finally:

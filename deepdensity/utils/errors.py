@@ -20,8 +20,8 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM: raised where the program is, so that `finally` blocks and atomic
     writers clean up; `code` is the exit status a shell expects for that signal."""
 
-    def __init__(self, code: int = EXIT_SIGINT):
-        super().__init__()
+    def __init__(self, code: int = EXIT_SIGINT, message: str = ""):
+        super().__init__(*((message,) if message else ()))
         self.code = code
 
 
@@ -94,10 +94,21 @@ def _fail(line: str) -> int:
 
 
 def _launcher_rank() -> int:
-    for key in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    return 0
+    return launcher_rank()
+
+
+def launcher_rank(environ=None) -> int:
+    """This process's rank as its launcher set it (horovodrun, mpirun, PMI), before Horovod starts; 0 alone."""
+    env = os.environ if environ is None else environ
+    return next((int(env[k]) for k in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+                 if env.get(k, "").isdigit()), 0)
+
+
+def launcher_size(environ=None) -> int:
+    """How many processes the launcher started (horovodrun, mpirun, PMI); 1 alone."""
+    env = os.environ if environ is None else environ
+    return next((int(env[k]) for k in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+                 if env.get(k, "").isdigit()), 1)
 
 
 def launcher_prefix(environ=None) -> str:
@@ -105,8 +116,7 @@ def launcher_prefix(environ=None) -> str:
     when a launcher started N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with
     -H for the hosts it cannot know when they were several; '' for one process."""
     env = os.environ if environ is None else environ
-    size = next((int(env[k]) for k in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-                 if env.get(k, "").isdigit()), 1)
+    size = launcher_size(env)
     if size <= 1:
         return ""
     hosts = int(env["HOROVOD_CROSS_SIZE"]) if env.get("HOROVOD_CROSS_SIZE", "").isdigit() else 1

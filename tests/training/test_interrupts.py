@@ -162,5 +162,10 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr
     assert _alive(str(runs)) == [], "no training run left behind"
+    # the line says how to go on, and the reports folder was never touched by the partial study
+    assert f"finished runs are kept in {runs} and reused" in stderr and "continue with `python -m deepdensity.repro" \
+        in stderr, stderr
+    assert not (tmp_path / "reports").exists()
     again = run(cmd)
     assert "reports written to" in again.stdout
+    assert (tmp_path / "reports" / "REPORT.md").is_file() and not (runs / "reports.partial").exists()

@@ -1,0 +1,84 @@
+"""What a study will do before it does it: the plan `repro` prints first (and alone, with
+--dry-run). Pure: it reads the preset and, when there is one, an earlier record of the same
+preset for its wall time; it trains nothing and imports no TensorFlow."""
+from __future__ import annotations
+
+from typing import Optional
+
+from deepdensity.study.preset import Study
+
+# The clock's probes (timing.py): step and allreduce subprocesses, alone on the host.
+CLOCK_MINUTES = (3, 8)
+
+
+def _ns(ns) -> str:
+    return ", ".join(str(n) for n in ns)
+
+
+def _cells(cells: list) -> str:
+    by_mode = {}
+    for mode, n in cells:
+        by_mode.setdefault(mode, []).append(n)
+    return "; ".join(f"{mode} N = {_ns(ns)}" for mode, ns in by_mode.items())
+
+
+def run_counts(study: Study, real_runner: bool = False) -> tuple:
+    """(fewest, most) training runs the study starts, the lr search left out (its length
+    depends on where the edge is): calibration, sequential, every trained cell at the first
+    seeds, then up to max_seeds a cell, the real strong-scaling runs and the beyond parts."""
+    units = len(study.trained_cells(real_runner)) + study.doubles_eta() + 1   # + the sequential runs
+    first = len(study.seeds)
+    most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
+    fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong))
+             + len(study.filter_modes) * first * 3 + 2 * len(study.batch_sweep))
+    return units * first + fixed, units * most_seeds + fixed
+
+
+def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
+               earlier: Optional[dict] = None) -> list:
+    """The plan of one invocation, one line per stage, and what it should take."""
+    cells = study.trained_cells(bool(real_runner))
+    seeds = _ns(study.seeds)
+    lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
+    step = iter(range(1, 20))
+    if not real_runner:
+        lines.append(f"  {next(step)}. the clock: training steps and allreduces timed alone on this host "
+                     f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
+    if study.base_lr == "edge":
+        lines.append(f"  {next(step)}. the lr search: sequential runs of {study.calibration_epochs} epochs on a "
+                     f"sqrt(2) grid, seeds {seeds}, until the edge of stability is found "
+                     f"(typically {2 * len(study.seeds)}-{3 * len(study.seeds)} runs)")
+    if study.calibration_seeds and study.target_loss is None:
+        lines.append(f"  {next(step)}. the target: sequential runs of seeds {_ns(study.calibration_seeds)}, "
+                     f"{study.calibration_epochs} epochs each (no cell uses them)")
+    derived = "" if real_runner else f"; strong scaling at N = {_ns(study.workers)} read off them"
+    lines.append(f"  {next(step)}. sequential runs: seeds {seeds}{derived}")
+    more = (f"; then one more seed at a time, up to {study.max_seeds} a cell, while within "
+            f"{study.budget_minutes:g} min" if study.budget_minutes and study.max_seeds > len(study.seeds) else "")
+    lines.append(f"  {next(step)}. {len(cells) + study.doubles_eta()} trained cells ({_cells(cells)}"
+                 f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}{more}")
+    if study.real_strong and not real_runner:
+        lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
+                     f"host, seed {study.seeds[0]}, one at a time")
+    if study.filter_modes:
+        lines.append(f"  {next(step)}. the data filter: {', '.join(study.filter_modes)} on full, filtered and "
+                     f"random data, seeds {seeds}")
+    if study.batch_sweep:
+        lines.append(f"  {next(step)}. the batch sweep: the sequential model at batches {_ns(study.batch_sweep)}, "
+                     f"at eta and at the linear rule's lr")
+    fewest, most = run_counts(study, bool(real_runner))
+    lines.append(f"  runs: {fewest}" + (f" to {most}" if most > fewest else "") + " besides the lr search"
+                 + (f"; the budget for more seeds is {study.budget_minutes:g} min" if study.budget_minutes else ""))
+    lines.append("  " + _duration(earlier))
+    return lines
+
+
+def _duration(earlier: Optional[dict]) -> str:
+    """What the last study of this preset took, from its record, where there is one."""
+    try:
+        p, env = earlier["provenance"], earlier["environment"]
+        return (f"time: the last study of this preset took {p['wall_minutes']} min ({p['trained']} runs trained, "
+                f"{p['parallel_runs']} at a time) on {env['cpu']} ({env['cores']} cores, generated "
+                f"{p['generated']}); finished runs in the runs folder are reused")
+    except (KeyError, TypeError):
+        return "time: no earlier study of this preset to go by; the budget above bounds the extra seeds"

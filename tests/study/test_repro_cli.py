@@ -1,0 +1,124 @@
+"""`repro` as a newcomer meets it: the plan first (alone with --dry-run), reports in the study's
+own folder unless `--out reports` asks for the committed ones, published only when complete,
+one study per runs folder, and the command that continues an interrupted study."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from deepdensity.study import repro
+from deepdensity.study.plan import plan_lines, run_counts
+from deepdensity.study.preset import load_study
+from deepdensity.study.runner import StudyRunner
+from deepdensity.training.runs import locked
+from tests.support import ROOT
+
+TINY = ("data: {n: 96, val: 32, seed: 0}\ncalibration_epochs: 6\nworkers: [1, 2, 4]\nmodes: [strong, weak]\n"
+        "seeds: [0, 1]\nmax_seeds: 3\nbudget_minutes: 10\nbase_lr: 0.00105\n")
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(TINY)
+    return preset
+
+
+def test_the_plan_counts_the_runs_the_design_can_start(tiny):
+    _, study = load_study(str(tiny))
+    # trained units: weak N = 2 and 4, the sequential model at 2 x eta, the sequential runs
+    # (strong scaling is read off them): 4 units, 2 seeds each at first, up to 3 within the budget
+    assert run_counts(study) == (8, 12)
+    lines = plan_lines("tiny", study, "", "R", "O")
+    assert lines[0] == "plan for preset tiny: runs in R, reports to O"
+    assert any("runs: 8 to 12" in line for line in lines)
+    assert any("weak N = 2, 4" in line for line in lines)
+    assert any("strong scaling at N = 1, 2, 4 read off them" in line for line in lines)
+    # with a real runner strong scaling is trained at every N > 1, and the clock is not modelled
+    assert run_counts(study, real_runner=True) == (12, 18)
+
+
+def test_a_dry_run_prints_the_plan_and_trains_nothing(tiny, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert repro.main(["--preset", str(tiny), "--runs", str(runs), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "plan for preset tiny" in out and "no earlier study of this preset" in out
+    assert not runs.exists(), "a dry run writes nothing"
+
+
+def test_reports_go_to_the_study_folder_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runs = tmp_path / "runs" / "study-x"
+    assert repro.reports_folder("default", None, runs) == runs / "reports"
+    assert repro.reports_folder("default", "reports", runs) == repro.COMMITTED_REPORTS
+    # a preset other than default never overwrites the default study's committed reports
+    assert repro.reports_folder("beyond", "reports", runs) == repro.COMMITTED_REPORTS / "beyond"
+    assert repro.reports_folder("beyond", "elsewhere", runs).name == "elsewhere"
+
+
+def test_publish_moves_a_complete_rendering_and_keeps_other_files(tmp_path):
+    stage, out = tmp_path / "stage", tmp_path / "reports"
+    stage.mkdir()
+    out.mkdir()
+    (stage / "REPORT.md").write_text("new")
+    (stage / "study.json").write_text("{}")
+    (out / "REPORT.md").write_text("old")
+    (out / "bench.json").write_text("kept")
+    repro.publish(stage, out)
+    assert (out / "REPORT.md").read_text() == "new" and (out / "study.json").exists()
+    assert (out / "bench.json").read_text() == "kept"
+    assert not stage.exists()
+
+
+def test_a_second_study_on_the_same_runs_folder_is_refused(tiny, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    with locked(runs, holder_is="another study", instead="pass another --runs folder"):
+        assert repro.main(["--preset", str(tiny), "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"{runs} is in use by another study (pid {os.getpid()})" in err
+    assert "pass another --runs folder" in err
+    assert sorted(p.name for p in runs.iterdir()) == [], "the refused study wrote nothing there"
+
+
+def test_the_continue_command_is_the_one_that_was_run(monkeypatch):
+    monkeypatch.delenv("MAKELEVEL", raising=False)
+    assert repro._invocation(["--preset", "my preset.yaml"]) == "`python -m deepdensity.repro --preset 'my preset.yaml'`"
+    monkeypatch.setenv("MAKELEVEL", "1")
+    assert repro._invocation(["--preset", "default"]).startswith("the same make command")
+
+
+def test_progress_lines_say_what_is_left_of_the_budget(tmp_path):
+    said = []
+    runner = StudyRunner(tmp_path, tmp_path / "train.yaml", None, say=said.append)
+    assert runner._clock().endswith("so far")
+    runner.budget_end = runner.t0 + 600
+    assert "of the budget left" in runner._clock()
+    runner.budget_end = runner.t0 - 1
+    assert runner._clock().endswith("the budget is spent")
+
+
+def test_make_repro_passes_out_and_bench_writes_outside_the_reports():
+    dry = subprocess.run(["make", "-n", "repro", "OUT=reports"], cwd=ROOT, capture_output=True, text=True)
+    assert "--out 'reports'" in dry.stdout, dry.stdout + dry.stderr
+    dry = subprocess.run(["make", "-n", "repro"], cwd=ROOT, capture_output=True, text=True)
+    assert "--out" not in dry.stdout
+    from deepdensity.perf.bench import _parser
+    assert _parser().parse_args([]).out == "runs/bench.json"
+
+
+def test_bench_horovod_figures_go_into_the_out_file_beside_the_rest(tmp_path):
+    from deepdensity.perf.bench import _write_entry
+    out = tmp_path / "bench.json"
+    out.write_text('{"steps": [1, 2]}')
+    _write_entry(out, "horovod", {"ratio": 0.9})
+    import json
+    assert json.loads(out.read_text()) == {"steps": [1, 2], "horovod": {"ratio": 0.9}}
+    _write_entry(tmp_path / "new.json", "horovod", {"ratio": 0.8})
+    assert json.loads((tmp_path / "new.json").read_text()) == {"horovod": {"ratio": 0.8}}
+
+
+def test_repro_help_names_out_and_dry_run():
+    help_text = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--help"], cwd=ROOT, capture_output=True,
+                               text=True).stdout
+    assert "--out OUT, --reports OUT" in help_text and "--dry-run" in help_text
