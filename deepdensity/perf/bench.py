@@ -2,7 +2,8 @@
 
     python -m deepdensity.bench [--config configs/paper.yaml] [--repeats 20] [--quick]
 
-Prints, and writes to reports/bench.json:
+Prints, and writes to runs/bench.json (--out; `make bench OUT=reports/bench.json` refreshes
+the committed figures):
   - the CPU, the instruction set oneDNN and the rendering kernel use, and which rendering
     the `rendering` setting picks here;
   - the roof measured here: a large float32 matmul, the model's first Conv3D, exponentials
@@ -415,14 +416,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=20,
                     help="timed repeats per figure, a quarter above batch 32")
     ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
-    ap.add_argument("--out", default="reports/bench.json", help="the figures as JSON")
+    ap.add_argument("--out", default="runs/bench.json",
+                    help="the figures as JSON (default runs/bench.json; the committed ones are reports/bench.json)")
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--step-probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batches", default="32", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
-                    help="only horovodrun -np 2 against one process (paired runs), printed, not saved")
+                    help="only horovodrun -np 2 against one process (paired runs); written into --out's "
+                         "'horovod' entry, the rest of that file kept")
     ap.add_argument("--pairs", type=int, default=5,
                     help="with --horovod: paired runs A B A B ...")
     return ap
@@ -433,8 +436,10 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.horovod:
         cfg = load(args.config, [])
-        _print_horovod(horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms,
-                                       pairs=args.pairs))
+        figures = horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms,
+                                  pairs=args.pairs)
+        _print_horovod(figures)
+        _write_entry(Path(args.out), "horovod", figures)
         return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
@@ -455,6 +460,17 @@ def main(argv=None) -> int:
     write_atomic(out, json.dumps(report, indent=2))
     print(f"\nwritten: {out}")
     return 0
+
+
+def _write_entry(out: Path, key: str, figures: dict) -> None:
+    """Set one entry of a bench file, keeping the others (a full `make bench` writes them all)."""
+    try:
+        report = json.loads(out.read_text())
+    except (OSError, ValueError):
+        report = {}
+    report = report if isinstance(report, dict) else {}
+    write_atomic(out, json.dumps({**report, key: figures}, indent=2))
+    print(f"\nwritten: {out} ({key})")
 
 
 def machine_report(cfg) -> dict:

@@ -9,6 +9,7 @@ amounts of data) line up; the target as a dashed line.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from deepdensity.training.runs import read_metrics
@@ -31,6 +32,21 @@ def passes(rows: list, n_train: int) -> list:
     return out
 
 
+def run_label(name: str, settings: dict) -> str:
+    """A run's legend: its policy and workers first (what a reader compares), its folder after."""
+    if "mode" in settings and "workers" in settings:
+        return f"{settings['mode']} N={settings['workers']} ({name})"
+    return name
+
+
+def data_note(runs: dict) -> str:
+    """'' when every run trained on the same data; else a warning naming how many data sets."""
+    seen = {(s.get("data_fingerprint") or s.get("data_path"), s.get("n_train")) for s, _ in runs.values()}
+    seen.discard((None, None))
+    return "" if len(seen) <= 1 else (f"note: these runs trained on {len(seen)} different data sets; "
+                                       f"their losses do not compare")
+
+
 def load_run(folder: Path) -> tuple:
     """(settings, metrics rows) of a run folder, or RunError saying what is missing."""
     if not (folder / "config.json").is_file():
@@ -47,10 +63,12 @@ def draw(runs: dict, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="col")
     targets = set()
     for i, (name, (settings, rows)) in enumerate(runs.items()):
         color = plt.get_cmap("tab10")(i % 10)
+        name = run_label(name, settings)
         xs = {"epoch": [r["epoch"] for r in rows], "passes over the training set": passes(rows, settings["n_train"])}
         for row, (label, x) in enumerate(xs.items()):
             loss_ax, lr_ax = axes[row]
@@ -64,7 +82,11 @@ def draw(runs: dict, out: Path) -> None:
     for t in sorted(targets):
         for ax in axes[:, 0]:
             ax.axhline(t, color="gray", ls="--", lw=1)
+    for ax in axes[0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # epochs are whole
     axes[0, 0].set_title("training (dotted) and validation loss; target dashed")
+    if data_note(runs):
+        fig.suptitle(data_note(runs), color="firebrick", fontsize=9)
     axes[0, 1].set_title("learning rate")
     axes[0, 1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
     fig.tight_layout()
@@ -85,5 +107,7 @@ def main(argv=None) -> int:
     for folder in map(Path, args.runs):
         runs[folder.name if folder.name not in runs else str(folder)] = load_run(folder)
     draw(runs, out)
+    if data_note(runs):
+        print(data_note(runs), file=sys.stderr)
     print(f"wrote {out}: {len(runs)} run(s), loss, val_loss and lr per epoch and per pass")
     return 0

@@ -301,34 +301,48 @@ class Checkpoint(tf.keras.callbacks.Callback):
 
 
 class Progress(tf.keras.callbacks.Callback):
-    """A progress bar on a terminal, else one line per epoch (rank 0; silent with --quiet),
-    and how the run ended (rank 0, also with --quiet)."""
+    """One line per epoch, kept (Keras' verbose=2: what people paste into a bug report), and
+    how the run ended; rank 0 only. --quiet keeps only the ending."""
 
-    def __init__(self, record: RunRecord, say, tell, bar: bool):
+    def __init__(self, record: RunRecord, say, tell, lines: bool):
         super().__init__()
-        self.record, self.say, self.tell, self.want_bar, self.bar = record, say, tell, bar, None
-
-    def on_train_begin(self, logs=None):
-        if self.want_bar and self.bar is None and sys.stderr.isatty():
-            from tqdm import tqdm
-            p = self.record.p
-            self.bar = tqdm(total=self.record.cfg.max_epochs, initial=self.params.get("initial_epoch", 0) or 0,
-                            desc=f"{p.mode} N={p.workers}", unit="epoch", file=sys.stderr)
+        self.record, self.say, self.tell, self.lines = record, say, tell, lines
 
     def on_epoch_end(self, epoch, logs=None):
         row, (loss, val_loss) = self.record.row, self.record.losses
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"loss {loss:.4g} val {val_loss:.4g}")
-            self.bar.update(1)
-        else:
+        if self.lines:
             self.say(f"epoch {epoch + 1:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {row['lr']:.6g}  "
                      f"{row['seconds']:8.1f}s")
 
     def finish(self) -> None:
-        """Close the bar and print how the run ended (after the last call of fit)."""
+        """Print how the run ended (after the last call of fit)."""
+        self.tell(self.record.final_line())
+
+
+class EpochBar(tf.keras.callbacks.Callback):
+    """On a terminal, a bar for the epoch in progress (its steps), erased when the epoch ends so
+    that the epoch's line takes its place. A callback of its own: its per-batch hook is only
+    in the loop when a person watches."""
+
+    def __init__(self, desc: str):
+        super().__init__()
+        self.desc, self.bar = desc, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        from tqdm import tqdm
+        self.bar = tqdm(total=self.params.get("steps"), desc=f"{self.desc} epoch {epoch + 1}", unit="step",
+                        leave=False, file=sys.stderr)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.bar.update(1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.close()
+
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        self.tell(self.record.final_line())
+            self.bar = None
 
 
 class PolicyLR(tf.keras.callbacks.Callback):

@@ -16,13 +16,16 @@ import json
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from deepdensity.config import load
 from deepdensity.scaling import policies
+from deepdensity.training.runs import new_run_folder, runs_root
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, UserError, command, launcher_prefix
+from deepdensity.utils.errors import (EXIT_SIGINT, Interrupted, UserError, command, launcher_prefix, launcher_rank,
+                                     launcher_size)
 
 
 @command
@@ -34,7 +37,10 @@ def main(argv=None) -> int:
     ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
-    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); none: nothing written")
+    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); "
+                                  "default: a new runs/MODE-nN-DATE-TIME/ (runs/: $DEEPDENSITY_RUNS if set), "
+                                  "printed at the start")
+    ap.add_argument("--no-save", action="store_true", help="write no run folder (a quick try)")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
     ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
                     help="one process following the optimisation path of N Horovod workers")
@@ -45,7 +51,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.resume and not args.out:
         ap.error("--resume needs --out")
+    if args.no_save and args.out:
+        ap.error("--no-save and --out exclude each other")
     cfg = load(args.config, args.set)
+    if not (args.out or args.no_save or args.elastic):
+        # Horovod: rank 0 alone writes the run folder, so it alone names one; an elastic run's
+        # ranks come and go, and it names its folder itself (--out).
+        args.out = _default_out(args.mode, args.emulate_workers)
+        if args.out and not args.quiet:
+            print(f"run folder: {args.out} (--out to choose another, --no-save for none)")
+        argv = [*(sys.argv[1:] if argv is None else argv), "--out", str(args.out)] if args.out else argv
     try:
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet, elastic=args.elastic)
@@ -62,6 +77,14 @@ def main(argv=None) -> int:
                         + "; the last complete checkpoint is kept: free some space; "
                         + where_to_continue(args.out, argv).split("; ", 1)[-1]) from None
     return 0
+
+
+def _default_out(mode: str, emulated: int):
+    """A new run folder runs/MODE-nN-YYYYmmdd-HHMMSS for rank 0 (a suffix when taken); None elsewhere."""
+    if launcher_rank() != 0:
+        return None
+    n = launcher_size() if launcher_size() > 1 else emulated
+    return new_run_folder(runs_root(), f"{mode}-n{n}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def where_to_continue(out, argv) -> str:

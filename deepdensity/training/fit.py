@@ -2,6 +2,7 @@
 run (or, in elastic training, to the next change of workers)."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 from deepdensity.config import Config
@@ -44,8 +45,9 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
         checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
         cbs += [callbacks.MetricsLog(record, out), checkpoint]
         cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    progress = callbacks.Progress(record, run.say, run.tell, bar=verbose and run.is_chief)
-    cbs += ([commit] if commit is not None else []) + [progress]
+    progress = callbacks.Progress(record, run.say, run.tell, lines=verbose and run.is_chief)
+    bar = [callbacks.EpochBar(f"{p.mode} N={p.workers}")] if verbose and run.is_chief and sys.stderr.isatty() else []
+    cbs += ([commit] if commit is not None else []) + bar + [progress]
     return callbacks.check_order(cbs), progress, checkpoint
 
 

@@ -39,3 +39,17 @@ def test_plot_draws_runs_at_different_n_and_refuses_what_is_not_a_run(tmp_path, 
     empty = _run(tmp_path / "empty", 1844, [])
     assert plot.main([str(empty), "--out", str(tmp_path / "y.png")]) == 2
     assert "no finished epoch" in capsys.readouterr().err
+
+
+def test_legends_name_policy_and_workers_and_mixed_data_is_said(tmp_path, capsys):
+    settings = {"mode": "weak", "workers": 4, "n_train": 1844, "data_fingerprint": "a"}
+    assert plot.run_label("run-7", settings) == "weak N=4 (run-7)"
+    assert plot.run_label("run-7", {"n_train": 1844}) == "run-7", "an older config.json keeps its folder name"
+    same = {"a": (settings, []), "b": ({**settings, "mode": "strong"}, [])}
+    assert plot.data_note(same) == ""
+    mixed = {**same, "c": ({**settings, "data_fingerprint": "b"}, [])}
+    assert "2 different data sets" in plot.data_note(mixed)
+    a = _run(tmp_path / "a", 1844, [_row(1, 57, 32)])
+    b = _run(tmp_path / "b", 1000, [_row(1, 31, 32)])
+    assert plot.main([str(a), str(b), "--out", str(tmp_path / "c.png")]) == 0
+    assert "2 different data sets" in capsys.readouterr().err
