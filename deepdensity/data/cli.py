@@ -3,7 +3,8 @@
     python -m deepdensity.data synth --out data/synth.h5 --n 2100 --seed 0
     python -m deepdensity.data prepare --luna DIR --annotations annotations.csv --out data/luna.h5
     python -m deepdensity.data prepare --dicom DIR --annotations nodules.csv --out data/lidc.h5
-    python -m deepdensity.data synth-scans --out data/scans --n 3 [--format mhd]
+    python -m deepdensity.data prepare --nifti DIR --annotations nodules.csv --out data/ct.h5
+    python -m deepdensity.data synth-scans --out data/scans --n 3 [--format mhd|nifti]
 
 The file layout is described in deepdensity/data/cubes.py.
 """
@@ -31,10 +32,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
     s.add_argument("--force", action="store_true", help="replace --out if it exists")
-    pr = sub.add_parser("prepare", formatter_class=HelpFormatter, help="cut nodule cubes from DICOM series or LUNA16 volumes")
+    pr = sub.add_parser("prepare", formatter_class=HelpFormatter, help="cut nodule cubes from DICOM series, LUNA16 or NIfTI volumes")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
     src.add_argument("--luna", help="folder of LUNA16 .mhd/.raw volumes")
+    src.add_argument("--nifti", help="folder of NIfTI volumes (.nii, .nii.gz) in HU; the annotations' seriesuid is "
+                                     "the file name, coordinates in ITK's world frame (LPS) as for LUNA16")
     pr.add_argument("--annotations", help="CSV: seriesuid,coordX,coordY,coordZ,diameter_mm (LUNA16's)")
     pr.add_argument("--lidc-xml", action="store_true",
                     help="nodules from LIDC-IDRI's XML readings next to the --dicom series instead of a CSV")
@@ -50,12 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--force", action="store_true", help="replace --out if it exists")
     pr.add_argument("--assume-hu", action="store_true",
                     help="read DICOM slices without RescaleSlope/RescaleIntercept as HU already (else skipped)")
-    sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM or .mhd) and annotations.csv")
+    sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM, .mhd or .nii.gz) and annotations.csv")
     sd.add_argument("--out", required=True, help="output folder")
     sd.add_argument("--n", type=int, default=3, help="number of scans")
     sd.add_argument("--seed", type=int, default=0, help="seeds the scans' anatomy and nodules")
-    sd.add_argument("--format", choices=("dicom", "mhd"), default="dicom",
-                    help="DICOM series (with LIDC-style readings) or LUNA16's MetaImage")
+    sd.add_argument("--format", choices=("dicom", "mhd", "nifti"), default="dicom",
+                    help="DICOM series (with LIDC-style readings), LUNA16's MetaImage or NIfTI")
     return ap
 
 
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
         check_output(args.out, [getattr(args, "annotations", None)], args.force, suffix=".h5")
     try:
         if args.cmd == "prepare":
-            summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, cube=args.cube,
+            summary = prepare(args.out, args.annotations, dicom=args.dicom, luna=args.luna, nifti=args.nifti, cube=args.cube,
                               spacing_mm=args.spacing, n_val=args.val, seed=args.seed,
                               window=tuple(args.window), progress=sys.stderr.isatty(),
                               lidc_xml=args.lidc_xml, min_readers=args.min_readers, assume_hu=args.assume_hu)

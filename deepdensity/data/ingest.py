@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import sys
 from collections import Counter, defaultdict
@@ -108,12 +109,41 @@ def read_metaimage(path) -> Volume:
     """A MetaImage volume (.mhd with its .raw or .zraw, or a one-file .mha) through
     SimpleITK, as LUNA16's own code reads it: the array comes back (z, y, x), and spacing,
     origin and direction (its columns are the index axes' directions) are ITK's."""
-    import SimpleITK as sitk
-
     path = Path(path)
     _check_metaimage_fields(path)
+    return _read_itk(path, "MetaImageIO", "is the data file next to the header, complete and named as its "
+                                          "ElementDataFile says?")
+
+
+def read_nifti(path) -> Volume:
+    """A NIfTI-1 or -2 volume (.nii, .nii.gz) through SimpleITK. NIfTI stores RAS world
+    coordinates; ITK turns them into its LPS frame, the frame LUNA16's annotations use for
+    MetaImage, so one annotations CSV convention serves both. The scaling NIfTI stores
+    (scl_slope, scl_inter) is applied, as it is for DICOM's rescale."""
+    return _read_itk(Path(path), "NiftiImageIO", "is it a complete NIfTI file (an interrupted copy of a .nii.gz "
+                                                 "is cut short)?")
+
+
+def read_volume(path) -> Volume:
+    """A scan file by its suffix: MetaImage (.mhd, .mha) or NIfTI (.nii, .nii.gz)."""
+    return read_nifti(path) if _is_nifti(Path(path)) else read_metaimage(path)
+
+
+def _is_nifti(path: Path) -> bool:
+    return path.name.endswith((".nii", ".nii.gz"))
+
+
+def _scan_uid(path: Path) -> str:
+    """The seriesuid a scan file stands for: its name without .mhd/.mha/.nii/.nii.gz."""
+    return path.name.removesuffix(".gz").rsplit(".", 1)[0]
+
+
+def _read_itk(path: Path, image_io: str, hint: str) -> Volume:
+    """One volume through SimpleITK's `image_io`, its geometry and HU checked."""
+    import SimpleITK as sitk
+
     reader = sitk.ImageFileReader()
-    reader.SetImageIO("MetaImageIO")
+    reader.SetImageIO(image_io)
     reader.SetFileName(str(path))
     with _native_output() as said:       # MetaIO explains a failure on stderr, not in its exception
         try:
@@ -126,18 +156,35 @@ def read_metaimage(path) -> Volume:
         generic = ("MET_Read Failed", "Error parsing file", "Cannot parse file")
         reason = "; ".join(" ".join(ln.split()) for ln in said.text.splitlines()
                            if ln.strip() and not any(g in ln for g in generic))
-        raise ScanError(f"{path}: SimpleITK cannot read it ({reason or _itk_reason(error)}); is the data "
-                        f"file next to the header, complete and named as its ElementDataFile says?")
+        raise ScanError(f"{path}: SimpleITK cannot read it ({reason or _itk_reason(error)}); {hint}")
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ScanError(f"{path}: {image.GetNumberOfComponentsPerPixel()} values per voxel; a CT volume has one")
     hu = sitk.GetArrayFromImage(image).astype(np.float32)
     return Volume(hu, np.array(image.GetOrigin()), np.array(image.GetSpacing()),
-                  np.array(image.GetDirection()).reshape(3, 3), uid=path.stem, source=str(path))
+                  np.array(image.GetDirection()).reshape(3, 3), uid=_scan_uid(path), source=str(path))
+
+
+# A chest CT in HU holds air (-1000) around and in the lungs; a volume whose lowest values stay
+# above this was not stored in HU (raw detector values, or intensities normalised to [0, 1]).
+AIR_BELOW_HU = -500.0
+
+
+def check_hu(vol: Volume) -> Volume:
+    """`vol`, or ScanError for a volume with no air: its values are not HU, and its cubes
+    would be cut in the wrong window without a word (any source: DICOM read with
+    --assume-hu, MetaImage and NIfTI carry no tag that says HU)."""
+    lowest = float(np.percentile(vol.hu, 0.5)) if vol.hu.size else math.nan
+    if not lowest < AIR_BELOW_HU:
+        raise ScanError(f"{vol.source or vol.uid}: no voxel of air (its lowest values are near {lowest:.4g}, air is -1000 HU): "
+                        f"its values are not HU; convert it to HU, or leave it out")
+    return vol
 
 
 def _check_metaimage_header(path: Path, reader) -> None:
-    """What the numbers mean, once _check_metaimage_fields has checked their form: sizes and
-    spacings positive, the direction a rotation."""
+    """What the numbers mean (for MetaImage, once _check_metaimage_fields has checked their
+    form): three dimensions, sizes and spacings positive, the direction a rotation."""
+    if reader.GetDimension() != 3:
+        raise ScanError(f"{path}: {reader.GetDimension()} dimensions; a CT volume has 3")
     size, spacing = np.array(reader.GetSize()), np.array(reader.GetSpacing())
     direction = np.array(reader.GetDirection()).reshape(3, 3)
     if (size < 1).any() or not (np.isfinite(spacing).all() and (spacing > 0).all()):
@@ -225,6 +272,16 @@ def write_metaimage(path, hu: np.ndarray, origin, spacing, direction) -> None:
               f"DimSize = {ni} {nj} {nk}\nElementType = MET_SHORT\nElementDataFile = {path.stem}.raw\n")
     path.write_text(header)
     (path.parent / f"{path.stem}.raw").write_bytes(np.round(hu).astype("<i2").tobytes())
+
+
+def write_nifti(path, hu: np.ndarray, origin, spacing, direction) -> None:
+    """Write `hu[k, j, i]` (int16) as NIfTI through SimpleITK, geometry in ITK's frame (for tests and synth)."""
+    import SimpleITK as sitk
+    image = sitk.GetImageFromArray(np.round(hu).astype(np.int16))
+    image.SetOrigin([float(v) for v in origin])
+    image.SetSpacing([float(v) for v in spacing])
+    image.SetDirection([float(v) for v in np.asarray(direction, float).reshape(-1)])
+    sitk.WriteImage(image, str(path))
 
 
 # ------------------------------------------------------------------------------------
@@ -425,14 +482,16 @@ class Summary:
         self.skipped = self.skipped or []
 
 
-def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary, assume_hu: bool = False) -> list:
+def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary, assume_hu: bool = False,
+           nifti: Optional[str] = None) -> list:
     """[(uid, load)] of every scan under the folder, cheap to list: `load()` reads the
     volume (ScanError if it cannot), so a scan already cut need not be read again."""
-    if luna:
-        paths = sorted(Path(luna).rglob("*.mhd")) + sorted(Path(luna).rglob("*.mha"))
+    if luna or nifti:
+        patterns = ("*.mhd", "*.mha") if luna else ("*.nii", "*.nii.gz")
+        paths = sorted(p for pattern in patterns for p in Path(luna or nifti).rglob(pattern))
         if not paths:
-            raise DataError(f"no .mhd or .mha files under {luna}")
-        return [(p.stem, lambda p=p: read_metaimage(p)) for p in paths]
+            raise DataError(f"no {' or '.join(x[1:] for x in patterns)} files under {luna or nifti}")
+        return [(_scan_uid(p), lambda p=p: read_volume(p)) for p in paths]
     series, skipped = scan_dicom_folder(dicom)
     summary.skipped += [("file", f"{p}: {why}") for p, why in skipped]
     if not series:
@@ -499,17 +558,18 @@ def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, wind
 
 
 def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_val=256, seed=0,
-            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print, assume_hu=False) -> Summary:
+            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print, assume_hu=False,
+            nifti=None) -> Summary:
     """Cut every annotated nodule into a cube and write train/val split by series.
 
     The nodules come from a LUNA16-format CSV (`annotations`) or, with `lidc_xml`, from
     LIDC-IDRI's XML readings under the `dicom` folder (deepdensity.lidc). Scans already
     cut by an interrupted run with the same settings are not read again (_ScanCache)."""
-    _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers)
-    folder = Path(dicom or luna)
+    _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers, nifti)
+    folder = Path(dicom or luna or nifti)
     summary = Summary()
     readings, notes = _nodule_marks(folder, annotations, lidc_xml, summary)
-    scans = _scans(dicom, luna, summary, assume_hu)    # refuses a folder without scans before OUT.partial exists
+    scans = _scans(dicom, luna, summary, assume_hu, nifti)    # refuses a folder without scans before OUT.partial exists
     cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window,
                                              min_readers, assume_hu),
                        say)
@@ -521,7 +581,7 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     try:
         _write_split(out, per_series, n_val, seed, summary, {
             "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
-            "source": "luna16" if luna else "dicom", "created_by": "python -m deepdensity.data prepare",
+            "source": "luna16" if luna else "nifti" if nifti else "dicom", "created_by": "python -m deepdensity.data prepare",
             "scans_read": summary.scans_read, "seed": seed,
             "annotations": "lidc-xml" if lidc_xml else str(annotations),
             "assume_hu": bool(assume_hu),
@@ -534,10 +594,11 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     return summary
 
 
-def _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers) -> None:
+def _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers,
+                   nifti=None) -> None:
     """prepare's arguments, each refused with what to pass instead."""
-    if bool(dicom) == bool(luna):
-        raise DataError("give exactly one of --dicom DIR or --luna DIR")
+    if sum(map(bool, (dicom, luna, nifti))) != 1:
+        raise DataError("give exactly one of --dicom DIR, --luna DIR or --nifti DIR")
     if bool(annotations) == bool(lidc_xml):
         raise DataError("give exactly one of --annotations CSV or --lidc-xml")
     if lidc_xml and not dicom:
@@ -547,8 +608,8 @@ def _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, li
     check_geometry(cube, spacing_mm, window)
     if lidc_xml and min_readers < 1:
         raise DataError(f"--min-readers must be >= 1, got {min_readers}")
-    if not Path(dicom or luna).is_dir():
-        raise DataError(f"{dicom or luna} is not a folder")
+    if not Path(dicom or luna or nifti).is_dir():
+        raise DataError(f"{dicom or luna or nifti} is not a folder")
 
 
 def _nodule_marks(folder: Path, annotations, lidc_xml: bool, summary: Summary) -> tuple:
@@ -596,7 +657,7 @@ def _cut_scans(scans: list, cut: _Cutter, cache: "_ScanCache", progress: bool) -
         if cached is None:
             before = len(summary.skipped)
             try:
-                vol = load()
+                vol = check_hu(load())
             except ScanError as e:
                 summary.skipped.append(("scan", str(e)))
                 continue
@@ -743,6 +804,8 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
             # LIDC-style readings: four radiologists who agree on every nodule
             from deepdensity.data.lidc import write_xml
             write_xml(out_dir / f"scan{s}" / "readings.xml", uid, [list(zip(centres, diameters))] * 4, vol)
+        elif fmt == "nifti":
+            write_nifti(out_dir / f"{uid}.nii.gz", hu, origin, spacing, direction)
         else:
             write_metaimage(out_dir / f"{uid}.mhd", hu, origin, spacing, direction)
         for c, d in zip(centres, diameters):

@@ -35,6 +35,9 @@ def one_nodule_scan(tmp_path, fmt, direction=np.eye(3), seed=0):
                                   "1.2.3.4", rng=rng)
         # a second, unrelated file type in the folder must not stop anything
         (tmp_path / "scan" / "notes.txt").write_text("not dicom")
+    elif fmt == "nifti":
+        (tmp_path / "scan").mkdir()
+        ingest.write_nifti(tmp_path / "scan" / "1.2.3.4.nii.gz", hu, origin, spacing, direction)
     else:
         (tmp_path / "scan").mkdir()
         ingest.write_metaimage(tmp_path / "scan" / "1.2.3.4.mhd", hu, origin, spacing, direction)
@@ -58,11 +61,14 @@ def rotation(axis, degrees):
     ("mhd", np.eye(3)),
     ("mhd", rotation("z", 90) @ rotation("x", 20)),   # a non-identity direction matrix
     ("mhd", np.diag([-1.0, -1.0, 1.0])),               # LPS flipped axes
+    ("nifti", np.eye(3)),
+    ("nifti", rotation("z", 90) @ rotation("x", 20)),
 ])
 def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
     world, diameter = one_nodule_scan(tmp_path, fmt, direction)
     vol = (ingest.read_dicom_series("1.2.3.4", ingest.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
-           if fmt == "dicom" else ingest.read_metaimage(tmp_path / "scan" / "1.2.3.4.mhd"))
+           if fmt == "dicom" else ingest.read_volume(next((tmp_path / "scan").glob("1.2.3.4.*"))))
+    assert vol.uid == "1.2.3.4"
     cube, padded = ingest.cut_cube(vol, world, 16, 1.0)
     assert not padded
     centroid = bright_centroid(cube, threshold=-400)
@@ -472,3 +478,68 @@ def test_annotation_csvs_in_the_dialects_spreadsheets_write(tmp_path, text):
     path.write_text(text)
     (xyz, d), = ingest.read_annotations(path)["1.2"]
     assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
+
+
+def nifti_sform(path) -> tuple:
+    """(sform_code, the 3x4 sform) read from a NIfTI-1 header by the format's byte layout
+    (sform_code: int16 at 254; srow_x, srow_y, srow_z: 4 float32 each at 280, 296, 312),
+    independently of SimpleITK."""
+    import gzip
+    import struct
+    header = gzip.open(path).read(348)
+    assert struct.unpack("<i", header[:4])[0] == 348, "a little-endian NIfTI-1 header"
+    code = struct.unpack("<h", header[254:256])[0]
+    rows = [struct.unpack("<4f", header[o:o + 16]) for o in (280, 296, 312)]
+    return code, np.array(rows)
+
+
+def test_nifti_world_is_ras_on_disk_and_lps_in_the_volume(tmp_path):
+    """NIfTI's world is RAS (x to the left-hand side's opposite, y anterior); ITK's, and LUNA16's
+    annotations', LPS. The file must hold RAS, so that other NIfTI tools see the same scan,
+    and the volume read back LPS, so that one annotations convention serves every format."""
+    hu = np.full((4, 5, 6), -1000.0)
+    origin, spacing = np.array([10.0, 20.0, 30.0]), np.array([0.7, 0.8, 1.25])
+    ingest.write_nifti(tmp_path / "v.nii.gz", hu, origin, spacing, np.eye(3))
+    code, sform = nifti_sform(tmp_path / "v.nii.gz")
+    assert code > 0
+    flip = np.diag([-1.0, -1.0, 1.0])                       # LPS -> RAS
+    np.testing.assert_allclose(sform[:, :3], flip @ np.diag(spacing), atol=1e-5)
+    np.testing.assert_allclose(sform[:, 3], flip @ origin, atol=1e-4)
+    vol = ingest.read_nifti(tmp_path / "v.nii.gz")
+    np.testing.assert_allclose(vol.index_to_world([1, 2, 3]), origin + spacing * [1, 2, 3], atol=1e-4)
+
+
+def test_nifti_and_metaimage_scans_give_the_same_cubes(tmp_path):
+    """The same synthetic scans written as NIfTI and as MetaImage (int16 both) prepare to the
+    same cubes: one path after the reader."""
+    written = {}
+    for fmt in ("mhd", "nifti"):
+        csv_path = ingest.synth_scans(tmp_path / fmt, n_scans=2, seed=5, fmt=fmt)
+        out = tmp_path / f"{fmt}.h5"
+        summary = ingest.prepare(out, csv_path, **{"luna" if fmt == "mhd" else "nifti": str(tmp_path / fmt)},
+                                 n_val=1, progress=False, say=lambda *a: None)
+        assert summary.nodules_written == 4 and not [s for s in summary.skipped if s[0] != "note"]
+        written[fmt] = load_cubes(out)
+    # NIfTI keeps the spacing as float32 (pixdim: 0.7 reads back as 0.69999999), MetaImage as
+    # decimal text: the resampling grid moves by ~1e-8 mm, the [0, 1] cubes by up to ~5e-7
+    np.testing.assert_allclose(written["mhd"].train, written["nifti"].train, atol=1e-5)
+    np.testing.assert_allclose(written["mhd"].val, written["nifti"].val, atol=1e-5)
+    with h5py.File(tmp_path / "nifti.h5") as f:
+        assert f.attrs["source"] == "nifti"
+
+
+def test_a_volume_not_in_hu_or_not_3d_is_skipped_with_its_reason(tmp_path):
+    scans = tmp_path / "nii"
+    csv_path = ingest.synth_scans(scans, n_scans=2, seed=6, fmt="nifti")
+    victim = sorted(scans.glob("*.nii.gz"))[0]
+    vol = ingest.read_nifti(victim)
+    # intensities normalised to [0, 1], as some pipelines store them: no air below -500
+    ingest.write_nifti(victim, (vol.hu + 1024) / 4096 * 1000, vol.origin, vol.spacing, vol.direction)
+    summary = ingest.prepare(tmp_path / "a.h5", csv_path, nifti=str(scans), n_val=0, progress=False,
+                             say=lambda *a: None)
+    assert any(kind == "scan" and "no voxel of air" in why and str(victim) in why for kind, why in summary.skipped)
+    assert summary.nodules_written == 2, "the other scan's two nodules"
+    import SimpleITK as sitk
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.int16), isVector=False), str(tmp_path / "t.nii"))
+    with pytest.raises(ingest.ScanError, match="4 dimensions; a CT volume has 3"):
+        ingest.read_nifti(tmp_path / "t.nii")
