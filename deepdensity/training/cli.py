@@ -48,6 +48,8 @@ def main(argv=None) -> int:
                     help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
                          "(needs epoch_definition: global; docs/cluster.md)")
     ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the settings, the policy's arithmetic, the data and the run folder; train nothing")
     args = ap.parse_args(argv)
     if args.resume and not args.out:
         ap.error("--resume needs --out")
@@ -61,6 +63,10 @@ def main(argv=None) -> int:
         if args.out and not args.quiet:
             print(f"run folder: {args.out} (--out to choose another, --no-save for none)")
         argv = [*(sys.argv[1:] if argv is None else argv), "--out", str(args.out)] if args.out else argv
+    if args.dry_run:
+        if launcher_rank() == 0:     # Horovod: rank 0 alone prints
+            print("\n".join(dry_run_lines(cfg, args.mode, args.emulate_workers, args.out, args.resume)))
+        return 0
     try:
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet, elastic=args.elastic)
@@ -77,6 +83,42 @@ def main(argv=None) -> int:
                         + "; the last complete checkpoint is kept: free some space; "
                         + where_to_continue(args.out, argv).split("; ", 1)[-1]) from None
     return 0
+
+
+def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
+    """What a run would do, without TensorFlow or Horovod: the settings that differ from the
+    defaults (the paper's), the policy's arithmetic at the launcher's N, the data, the folder."""
+    from deepdensity.config import Config
+    from deepdensity.scaling import rules
+    from deepdensity.scaling.policies import plan
+    processes = launcher_size()
+    workers = processes if processes > 1 else emulated
+    p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)   # PlanError: one line
+    defaults = Config().to_dict()
+    changed = {k: v for k, v in cfg.to_dict().items() if v != defaults.get(k)}
+    lines = ["dry run: nothing is trained or written",
+             "settings that differ from the defaults (the paper's): "
+             + (", ".join(f"{k}={v!r}" for k, v in sorted(changed.items())) or "none"),
+             p.describe(cfg)]
+    n_train = _training_cubes(cfg.data_path)
+    if n_train is None:
+        lines.append(f"data: {cfg.data_path} (not there yet: the shipped settings' data is made on first use)")
+    else:
+        used = min(n_train, cfg.max_train_cubes or n_train)
+        steps = rules.steps_per_epoch(used, p, cfg.epoch_definition)
+        lines.append(f"data: {cfg.data_path}, {n_train} training cubes"
+                     + (f" ({used} used: max_train_cubes)" if used < n_train else "") + f": {steps} steps an epoch "
+                     f"({cfg.epoch_definition} epochs), up to {cfg.max_epochs} epochs ({mode} N={workers})")
+    where = "nowhere (--no-save)" if out is None else f"{out} ({'resumed' if resume else 'new'})"
+    return lines + [f"run folder: {where}"]
+
+
+def _training_cubes(path: str):
+    """How many training cubes a data file holds (None when it is not there yet)."""
+    if not Path(path).is_file():
+        return None
+    from deepdensity.data.cubes import load_cubes
+    return len(load_cubes(path).train)
 
 
 def _default_out(mode: str, emulated: int):

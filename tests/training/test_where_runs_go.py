@@ -83,3 +83,21 @@ def test_on_a_terminal_every_epochs_line_stays(tmp_path, smoke_data):
     text = screen.decode(errors="replace")
     assert "epoch    1  loss" in text and "epoch    2  loss" in text, text[-2000:]
     assert "strong N=1 epoch 1" in text, "the epoch's bar was drawn on the terminal"
+
+
+def test_a_dry_run_prints_the_plan_and_trains_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from deepdensity.data.synth import write_synthetic
+    monkeypatch.setenv("DEEPDENSITY_RUNS", str(tmp_path / "runs"))
+    data = tmp_path / "d.h5"
+    write_synthetic(data, 200, 40, 0)
+    base = ["--config", SMOKE, "--set", f"data_path={data}", "--dry-run"]
+    assert cli.main(["--mode", "weak", "--emulate-workers", "4", *base]) == 0
+    out = capsys.readouterr().out
+    # smoke: 128 of the 160 training cubes (max_train_cubes); weak N = 4: global batch 128, one
+    # step a pass, and a per_worker epoch is N = 4 passes
+    assert "global_batch = 128  per_worker_batch = 32" in out
+    assert f"data: {data}, 160 training cubes (128 used: max_train_cubes): 4 steps an epoch (per_worker epochs), up to 3 epochs" in out
+    assert "n_components=8" in out and "dry run: nothing is trained or written" in out
+    assert cli.main(["--mode", "strong", "--emulate-workers", "4", *base]) == 0
+    assert "16 steps an epoch" in capsys.readouterr().out       # global batch 32: 4 steps a pass, 4 passes
+    assert not (tmp_path / "runs").exists(), "the folder it names is not made"
