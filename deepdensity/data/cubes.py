@@ -113,8 +113,9 @@ class Cubes:
         return self.train.ndim - 1
 
 
-def load_cubes(path, expect_grid: Optional[int] = None) -> Cubes:
-    """Read and check a cubes file; every problem is a DataError saying what to do."""
+def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", "val")) -> Cubes:
+    """Read and check a cubes file; every problem is a DataError saying what to do. `need`:
+    the splits that must hold cubes (training needs both; encoding one split only that one)."""
     path = Path(path)
     make = f"make one with: python -m deepdensity.data synth --out {path}"
     if not path.exists():
@@ -131,14 +132,16 @@ def load_cubes(path, expect_grid: Optional[int] = None) -> Cubes:
                                     f"it is not in deepdensity's layout ({make})")
                 arrays[split] = f[split]["cubes"][...]
     except OSError as e:
-        raise DataError(f"data file {path} cannot be read ({e}); is it truncated? {make}") from None
+        raise DataError(_unreadable(path, e)) from None
     for split, a in arrays.items():
         if a.ndim not in (2, 3, 4) or len(set(a.shape[1:])) != 1:
             raise DataError(f"{path}: /{split}/cubes has shape {a.shape}; expected (N, G, G, G) "
                             f"(or (N, G, G) / (N, G) for 2-D and 1-D data)")
         if a.shape[0] == 0:
-            raise DataError(f"{path}: /{split}/cubes is empty; training needs both splits "
-                            f"(was it prepared with --val 0?)")
+            if split in need:
+                raise DataError(f"{path}: /{split}/cubes is empty; training needs both splits "
+                                f"(was it prepared with --val 0?)")
+            continue
         if a.dtype.kind not in "fiu":
             raise DataError(f"{path}: /{split}/cubes holds {a.dtype} values; expected real intensities "
                             f"in [0, 1] (float32)")
@@ -157,6 +160,16 @@ def load_cubes(path, expect_grid: Optional[int] = None) -> Cubes:
         raise DataError(f"{path}: cubes are {arrays['train'].shape[1]} voxels wide, the model "
                         f"expects {expect_grid}")
     return Cubes(arrays["train"].astype(np.float32), arrays["val"].astype(np.float32), attrs)
+
+
+def _unreadable(path: Path, e: OSError) -> str:
+    """Why an HDF5 file that exists cannot be read, and what to do (never: write a new file over
+    it, which would replace data the user may have prepared from scans)."""
+    if "unable to lock file" in str(e) or getattr(e, "errno", None) in (11, 35):
+        return (f"data file {path} is open for writing in another process (HDF5 locks it); wait until that "
+                f"process (a synth, prepare or filter still writing it) has finished, then run again")
+    return (f"data file {path} cannot be read ({e}); is it truncated (an interrupted copy)? copy it again, or "
+            f"re-create it with the command that made it (its created_by attribute says which)")
 
 
 def read_columns(path, split: str) -> dict:

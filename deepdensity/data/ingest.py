@@ -332,13 +332,37 @@ def slice_hu(path) -> np.ndarray:
     try:
         pixels = ds.pixel_array.astype(np.float32)
     except Exception as e:  # pydicom raises several types when no plugin can decode
-        tsuid = str(ds.file_meta.get("TransferSyntaxUID", ""))
-        pkg = _DECODERS.get(tsuid, "pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg")
-        raise ScanError(f"{path}: pixel data in transfer syntax {tsuid} cannot be decoded here "
-                        f"({type(e).__name__}); pip install {pkg}") from None
+        raise _pixel_error(path, ds, e) from None
     slope = float(ds.get("RescaleSlope", 1.0) or 1.0)
     intercept = float(ds.get("RescaleIntercept", 0.0) or 0.0)
     return pixels * slope + intercept
+
+
+# Transfer syntaxes whose pixels need no decoder: implicit and explicit VR little endian,
+# explicit VR big endian, deflated explicit VR little endian.
+_UNCOMPRESSED = {"1.2.840.10008.1.2", "1.2.840.10008.1.2.1", "1.2.840.10008.1.2.2", "1.2.840.10008.1.2.1.99"}
+
+
+def _pixel_error(path, ds, e: Exception) -> ScanError:
+    """Why a slice's pixels could not be read: for an uncompressed syntax, cut short (an
+    interrupted copy) or damaged, never a decoder (a truncated slice once came with pip advice
+    that could not help); for a compressed one, the decoder to install, or damage."""
+    tsuid = str(ds.file_meta.get("TransferSyntaxUID", ""))
+    if tsuid in _UNCOMPRESSED:
+        frames = int(ds.get("NumberOfFrames", 1) or 1)
+        need = (int(ds.get("Rows", 0)) * int(ds.get("Columns", 0)) * int(ds.get("BitsAllocated", 16)) // 8
+                * int(ds.get("SamplesPerPixel", 1) or 1) * frames)
+        held = len(ds.get("PixelData") or b"")
+        if held < need:
+            return ScanError(f"{path}: its pixel data holds {held} bytes where {ds.get('Rows')} x {ds.get('Columns')} "
+                             f"pixels need {need}: the file is cut short (an interrupted copy?); copy it again")
+        return ScanError(f"{path}: its pixel data cannot be read ({type(e).__name__}: {str(e)[:200]}); the file "
+                         f"may be damaged")
+    # compressed: a missing decoder and a damaged file fail alike (pydicom's registry calls a
+    # syntax available when one plugin claims it, though that plugin may not read this file)
+    pkg = _DECODERS.get(tsuid, "pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg")
+    return ScanError(f"{path}: pixel data in transfer syntax {tsuid} cannot be decoded here "
+                     f"({type(e).__name__}); pip install {pkg}, or, if that is installed, the file is damaged")
 
 
 def _vector(ds, tag: str, n: int, where: str, path) -> np.ndarray:

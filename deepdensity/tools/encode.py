@@ -58,7 +58,11 @@ def main(argv=None) -> int:
 
 def write_params(args) -> None:
     from deepdensity.tools.trained import TrainedRun
-    cubes = load_cubes(args.data)
+    splits = ("train", "val") if args.split == "all" else (args.split,)
+    # only the split asked for must hold cubes: a file prepared with --val 0 encodes its training split
+    cubes = load_cubes(args.data, need=() if args.split == "all" else splits)
+    if not any(len(getattr(cubes, s)) for s in splits):
+        raise DataError(f"{args.data}: no cubes to encode in {' or '.join(splits)}")
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs
     out = Path(args.out)
@@ -66,7 +70,10 @@ def write_params(args) -> None:
         f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
                         "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
                                        "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
-        for split in (("train", "val") if args.split == "all" else (args.split,)):
+        for split in splits:
+            if not len(getattr(cubes, split)):
+                print(f"{split}: empty (prepared with --val 0?), nothing encoded")
+                continue
             params, _ = run.encode_cubes(getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
             columns = read_columns(args.data, split)
             if world and "world_xyz" in columns:

@@ -134,3 +134,25 @@ def test_cubes_on_the_window_edges_and_float_rounding_load(tmp_path):
         f["train/cubes"] = np.array([0.0, 1.0, 1.0 + 1e-7, -1e-7], "f4").reshape(4, 1) * np.ones((4, 8), "f4")
         f["val/cubes"] = np.ones((2, 8), "f4")
     assert data.load_cubes(path).train.max() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_file_another_process_writes_is_named_as_such_not_replaced(tmp_path):
+    """HDF5 locks a file open for writing; the message says to wait for the writer, and does not
+    advise writing a new file over what may be data prepared from scans."""
+    import subprocess
+    import sys
+    path = tmp_path / "busy.h5"
+    synth.write_synthetic(path, 40, 8, 0)
+    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); "
+                               "print('open', flush=True); time.sleep(60)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(data.DataError) as e:
+            data.load_cubes(path)
+        assert "is open for writing in another process" in str(e.value)
+        assert "synth --out" not in str(e.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(data.load_cubes(path).train) == 32, "readable once the writer is gone"

@@ -354,6 +354,9 @@ def test_one_scan_with_val_0_writes_a_training_split_only(tmp_path):
         assert f["train/cubes"].shape == (n, 16, 16, 16) and f["val/cubes"].shape == (0, 16, 16, 16)
     with pytest.raises(DataError, match="val/cubes is empty.*--val 0"):
         load_cubes(out)
+    # what does not need the validation split (encoding the training split) reads the file
+    cubes = load_cubes(out, need=("train",))
+    assert cubes.train.shape == (n, 16, 16, 16) and len(cubes.val) == 0
     with pytest.raises(DataError, match="--val must be >= 0"):
         ingest.prepare(out, csv_path, luna=str(scans), n_val=-1, progress=False)
 
@@ -543,3 +546,14 @@ def test_a_volume_not_in_hu_or_not_3d_is_skipped_with_its_reason(tmp_path):
     sitk.WriteImage(sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.int16), isVector=False), str(tmp_path / "t.nii"))
     with pytest.raises(ingest.ScanError, match="4 dimensions; a CT volume has 3"):
         ingest.read_nifti(tmp_path / "t.nii")
+
+
+def test_a_slice_cut_short_is_called_so_not_a_missing_decoder(tmp_path):
+    hu = np.full((3, 8, 8), -1000.0)
+    ingest.write_dicom_series(tmp_path / "s", hu, np.zeros(3), np.ones(3), np.array([1.0, 0, 0]),
+                              np.array([0, 1.0, 0]), "1.2.3", rng=np.random.default_rng(0))
+    victim = sorted((tmp_path / "s").iterdir())[0]
+    victim.write_bytes(victim.read_bytes()[:-20])          # an interrupted copy
+    # 8 x 8 pixels of 16 bits: 128 bytes, 108 left
+    with pytest.raises(ingest.ScanError, match="holds 108 bytes where 8 x 8 pixels need 128: the file is cut short"):
+        ingest.slice_hu(victim)

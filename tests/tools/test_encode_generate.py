@@ -14,6 +14,24 @@ from deepdensity.model.layers import grid_points, mixture_density
 
 
 @pytest.mark.slow
+def test_a_file_prepared_with_val_0_encodes_its_training_split(tmp_path, smoke_run, smoke_data, capsys):
+    no_val = tmp_path / "no-val.h5"
+    with h5py.File(smoke_data) as src, h5py.File(no_val, "w") as dst:
+        dst.attrs.update(src.attrs)
+        dst.create_dataset("train/cubes", data=src["train/cubes"][:40])
+        dst.create_dataset("val/cubes", data=np.zeros((0, 16, 16, 16), np.float32))
+    out = tmp_path / "params.h5"
+    assert encode.main(["--run", str(smoke_run), "--data", str(no_val), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "train: 40 cubes encoded" in printed and "val: empty" in printed
+    with h5py.File(out) as f:
+        assert set(f) == {"train"} and f["train/alpha"].shape == (40, 8)
+    assert encode.main(["--run", str(smoke_run), "--data", str(no_val), "--out", str(tmp_path / "v.h5"),
+                        "--split", "val"]) == 2, "asking for the empty split is refused in one line"
+    assert "val/cubes is empty" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_encoded_mixture_renders_back_to_the_models_output(tmp_path, smoke_run, smoke_data, capsys):
     out = tmp_path / "params.h5"
     assert encode.main(["--run", str(smoke_run), "--data", str(smoke_data), "--out", str(out),
