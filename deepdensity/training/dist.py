@@ -12,6 +12,7 @@ import os
 import tensorflow as tf
 
 from deepdensity.training.hosts import check_hosts
+from deepdensity.utils.machine import drop_start_up_noise
 
 try:
     import horovod.tensorflow as hvd_tf
@@ -201,6 +202,8 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     # its cache bits with all ranks, busy work that on a CPU host competes with training.
     os.environ.update(cycle_time_env(cycle_ms))
     backend = Horovod() if hvd is not None else Single()
+    if backend.rank() > 0:
+        drop_start_up_noise()          # Horovod: rank 0 alone prints TensorFlow's start-up lines
     # Horovod: pin one GPU per local process (no-op on CPU-only hosts).
     # N processes on one host each get an equal share of its cores, not all of them.
     threads = intra_op_threads or max(1, (os.cpu_count() or 1) // backend.local_size())

@@ -42,3 +42,30 @@ def onednn_isa() -> str:
 def host() -> str:
     """One phrase naming the host, from the platform itself."""
     return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+# What TensorFlow's C++ side prints once per process at start-up; under horovodrun every rank
+# printed them, N copies of noise around the lines that matter. Rank 0's copy is enough.
+START_UP_NOISE = ("All log messages before absl::InitializeLog() is called are written to STDERR",
+                  "Compiled cluster using XLA!", "SetPriority unimplemented for this stream")
+_noise_filter = None
+
+
+def drop_start_up_noise() -> None:
+    """Pass this process's stderr (C++ writes included: it works on file descriptor 2) through
+    `grep -v` of START_UP_NOISE. grep is a process of its own, in its own session, so that what
+    the process writes just before it crashes or is signalled still gets through; it ends when
+    the process's last copy of fd 2 closes. Nothing happens where grep is missing."""
+    import shutil
+    global _noise_filter
+    grep = shutil.which("grep")
+    if grep is None or _noise_filter is not None:
+        return
+    sys.stderr.flush()
+    patterns = [arg for line in START_UP_NOISE for arg in ("-e", line)]
+    target = os.dup(2)
+    _noise_filter = subprocess.Popen([grep, "--line-buffered", "-v", "-F", *patterns], stdin=subprocess.PIPE,
+                                     stdout=target, start_new_session=True)
+    os.close(target)
+    os.dup2(_noise_filter.stdin.fileno(), 2)
+    _noise_filter.stdin.close()

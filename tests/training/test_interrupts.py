@@ -124,6 +124,9 @@ def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, sm
     said = [x for x in text.splitlines() if "interrupted: at epoch" in x]
     assert len(said) == 1 and "continue with: horovodrun -np 2 python train.py" in said[0], text
     assert _alive(str(out)) == [], "no rank left running"
+    # TensorFlow's start-up lines once for the job, from rank 0, not once per rank
+    for noise in ("Compiled cluster using XLA", "All log messages before absl::InitializeLog"):
+        assert not [x for x in text.splitlines() if noise in x and not x.startswith("[0]")], text
     # resume as a user would: paste what was printed, in the project folder, with the
     # environment's python and horovodrun first on PATH (an activated venv)
     pasted = shlex.split(said[0].split("continue with: ", 1)[1])
