@@ -47,6 +47,7 @@ test-all: install
 # with its reason where sshd, root or namespaces are missing.
 test-cluster: install
 	tests/cluster/install_sshd.sh || echo "warning: openssh-server could not be installed; the two-host tests will say so and skip"
+	tests/cluster/install_slurm.sh || echo "warning: slurm-wlm and munge could not be installed; the Slurm tests will say so and skip"
 	$(BIN)/pytest -q -rs tests/cluster
 
 bench: install

@@ -55,6 +55,9 @@ class Study:
     # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
     # rule's eta * b / B: epochs and time to target against batch size.
     batch_sweep: list = field(default_factory=list)
+    # With --executor slurm: what each job asks for (study/slurm.py SlurmOptions: partition,
+    # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).
+    slurm: dict = field(default_factory=dict)
 
     def rules(self) -> list:
         """The checks of a preset, in order (each may rely on the ones before)."""

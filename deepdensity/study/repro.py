@@ -77,6 +77,11 @@ def main(argv=None) -> int:
                          "rows the report shows beside them (default: runs/study-default/reports if it holds a "
                          "study, else reports/)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
+    ap.add_argument("--executor", choices=("local", "slurm"), default="local",
+                    help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)")
+    ap.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Slurm option over the preset's `slurm:` (partition, account, time, cpus_per_task, "
+                         "gpus_per_task, max_jobs, retries, poll_seconds, sbatch), repeatable")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     name, study = load_study(args.preset)
@@ -222,7 +227,7 @@ def real_strong_runs(s, proto: "_Protocol") -> list:
     if not study.real_strong:
         return []
     launcher = shlex.quote(str(Path(sys.executable).with_name("horovodrun"))) + " -np {n}"
-    runner = StudyRunner(s.root, s.train_yaml, launcher, parallel=1)
+    runner = s.runner.sibling(launcher, parallel=1)
     seed, definition = study.seeds[0], study.train.get("epoch_definition", "per_worker")
     sequential = rules.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
     rows = []
@@ -416,7 +421,15 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = study.parallel_runs if study.parallel_runs != "auto" else \
         max(1, (os.cpu_count() or 1) // max(1, load(str(train_yaml)).intra_op_threads))
-    runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
+    if args.executor == "slurm":
+        from deepdensity.study.slurm import SlurmOptions, SlurmRunner
+        options = SlurmOptions.parse(study.slurm, args.slurm)
+        runner = SlurmRunner(root, train_yaml, args.runner or None, options, load(str(train_yaml)).intra_op_threads,
+                             name)
+        print(f"executor: Slurm, up to {options.max_jobs} jobs at once"
+              + (f" in partition {options.partition}" if options.partition else "") + f", {options.time} each")
+    else:
+        runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
     if study.budget_minutes is not None:
         runner.budget_end = t_start + study.budget_minutes * 60
     return _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)

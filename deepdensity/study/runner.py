@@ -81,7 +81,7 @@ class StudyRunner:
         t = time.perf_counter()
         # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
         # stopped before its first one (train.py says so; without --resume it would refuse)
-        proc = self._train(self._command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())))
+        proc = self._train(self._command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())), name, n)
         with self._lock:
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - t
         if proc[0] != 0:
@@ -120,9 +120,13 @@ class StudyRunner:
             return shlex.split(self.runner.format(n=n)) + cmd
         return cmd + (["--emulate-workers", str(n)] if n > 1 else [])
 
-    def _train(self, cmd: list) -> tuple:
+    def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
+        """A runner of the same kind (local, Slurm) for the same study with another launcher."""
+        return StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
+
+    def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an
-        interrupt can reach it."""
+        interrupt can reach it. (`name`, `workers`: the run's, for executors that need them.)"""
         proc = subprocess.Popen(cmd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         with self._lock:

@@ -13,6 +13,7 @@ Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything els
 """
 import errno
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -140,6 +141,9 @@ def where_to_continue(out, argv) -> str:
         return f"no epoch finished; {out} holds nothing to resume"
     words = list(sys.argv[1:] if argv is None else argv)
     again = " ".join(shlex.quote(w) for w in words + ([] if "--resume" in words else ["--resume"]))
-    # Horovod: the run was saved by N ranks; it resumes under the same launch
-    return f"at epoch {epoch}, checkpointed in {out}; continue with: {launcher_prefix()}python train.py {again}"
+    # Horovod: the run was saved by N ranks; it resumes under the same launch (a batch script
+    # such as scripts/slurm/train.sbatch names itself in DEEPDENSITY_RELAUNCH)
+    relaunch = os.environ.get("DEEPDENSITY_RELAUNCH")
+    launch = f"{relaunch} " if relaunch else f"{launcher_prefix()}python train.py "
+    return f"at epoch {epoch}, checkpointed in {out}; continue with: {launch}{again}"
 

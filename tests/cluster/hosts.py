@@ -56,10 +56,13 @@ class TwoHosts:
 
     names = ("a", "b")
 
-    def __init__(self, names_resolve_to_hosts: bool = True):
+    def __init__(self, names_resolve_to_hosts: bool = True, aliases=None):
         """names_resolve_to_hosts=False keeps the machine's /etc/hosts, where the host name
-        is 127.0.0.1 in both namespaces (to test that train.py refuses it with one line)."""
+        is 127.0.0.1 in both namespaces (to test that train.py refuses it with one line).
+        aliases: {name: host} more names that resolve to a host in both namespaces (a
+        scheduler's node names) and that ssh reaches as it reaches the addresses."""
         self.names_resolve_to_hosts = names_resolve_to_hosts
+        self.aliases = dict(aliases or {})
         self.tmp = None
         self.made_etc_netns = False
         self.sshd = []
@@ -116,9 +119,12 @@ class TwoHosts:
             # ignore --network-interface and bind to the host name's address: the ranks would
             # tell each other 127.0.0.1 and fail to connect (docs/cluster.md).
             if self.names_resolve_to_hosts:
-                (etc.parent / "hosts").write_text(f"127.0.0.1 localhost\n{self.address[host]} {socket.gethostname()}\n")
+                (etc.parent / "hosts").write_text(
+                    f"127.0.0.1 localhost\n{self.address[host]} {socket.gethostname()}\n"
+                    + "".join(f"{self.address[h]} {alias}\n" for alias, h in self.aliases.items()))
+            patterns = " ".join([f"{SUBNET}.*", *self.aliases])
             (etc / "ssh_config").write_text(
-                f"Host {SUBNET}.*\n  IdentityFile {self.tmp / 'id'}\n  StrictHostKeyChecking no\n"
+                f"Host {patterns}\n  IdentityFile {self.tmp / 'id'}\n  StrictHostKeyChecking no\n"
                 f"  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n")
 
     def _etc(self, host: str) -> Path:
@@ -159,11 +165,11 @@ class TwoHosts:
             raise AssertionError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc
 
-    def start(self, command: list, log: Path) -> subprocess.Popen:
+    def start(self, command: list, log: Path, env=None) -> subprocess.Popen:
         """`command` in host A's namespace, in the background, its output into `log`."""
         with open(log, "w") as f:
             return subprocess.Popen(["ip", "netns", "exec", self.namespace("a"), *command], stdout=f,
-                                    stderr=subprocess.STDOUT, text=True)
+                                    stderr=subprocess.STDOUT, text=True, env=env)
 
     def pids(self, host: str, word: str) -> list:
         """The processes running in `host`'s namespace whose command line holds `word`."""

@@ -1,0 +1,140 @@
+"""The study and the training on a real Slurm cluster (tests/cluster/slurm.py: slurmctld and a
+slurmd on each of two network-namespace hosts, munged for their credentials). No mock of any
+Slurm command: sbatch, squeue, scontrol and scancel talk to the running controller."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.hosts import NIC, leftovers
+from tests.cluster.slurm import SlurmCluster, slurm_unavailable_reason
+from tests.support import ROOT, SMOKE, horovodrun
+from tests.training.test_horovod import assert_same_path, launch, losses
+
+_reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"Slurm: {_reason}")]
+
+# 2 cells (weak N = 2, and the sequential model at 2 x eta) besides the sequential runs, 2 seeds:
+# 6 runs of a few passes each
+TINY = ("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
+        "calibration_epochs: 4\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n")
+# The clock of a tiny study measured once (tests/study/data/tiny-reports): both executors read the
+# same one, so that they differ in where the runs train and nothing else.
+TIMING = json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())["timing"]
+SAME = ("mode", "n", "seed", "status", "epochs", "epochs_to_target", "passes_to_target", "final_val_loss")
+
+
+def study_command(tmp_path: Path, runs: Path, *extra: str) -> list:
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(TINY)
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "timing.json").write_text(json.dumps(TIMING))
+    return [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs), *extra]
+
+
+def env(cluster=None) -> dict:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    base = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return {**cluster.env(), **base, "SLURM_CONF": str(cluster.conf)} if cluster else base
+
+
+def cells(runs: Path) -> list:
+    record = json.loads((runs / "reports" / "study.json").read_text())
+    return sorted(tuple(c[k] for k in SAME) for c in record["cells"])
+
+
+def submissions(runs: Path) -> dict:
+    """{run: the Slurm jobs it had}: one log file per job."""
+    found = {}
+    for log in (runs / ".slurm").glob("*.log"):
+        found.setdefault(log.name.rsplit("-", 1)[0], []).append(log)
+    return found
+
+
+def wait_for(condition, what: str, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"no {what} within {timeout:.0f} s")
+
+
+def jobs(cluster, state: str) -> list:
+    out = cluster.run(["squeue", "-h", "-t", state, "-o", "%i %j"]).stdout.split("\n")
+    return [line.split() for line in out if line.strip()]
+
+
+def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
+    local = tmp_path / "local"
+    subprocess.run(study_command(tmp_path, local), cwd=ROOT, env=env(), check=True, capture_output=True,
+                   timeout=900)
+    with SlurmCluster() as cluster:
+        proc = cluster.run(study_command(tmp_path, tmp_path / "slurm", "--executor", "slurm", "--slurm",
+                                         "poll_seconds=1", "--slurm", "time=00:10:00"), env=env(cluster))
+        assert "executor: Slurm" in proc.stdout and "submitted as Slurm job" in proc.stdout
+    assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
+    assert cells(tmp_path / "slurm") == cells(local)
+    assert all(len(logs) == 1 for logs in submissions(tmp_path / "slurm").values())
+
+
+def test_a_killed_driver_loses_no_run_and_duplicates_none(tmp_path):
+    runs = tmp_path / "slurm"
+    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1")
+    with SlurmCluster() as cluster:
+        driver = cluster.start(command, tmp_path / "driver.log", env=env(cluster))
+        # both nodes busy and more waiting: then the driver dies without a word (SIGKILL)
+        wait_for(lambda: len(jobs(cluster, "RUNNING")) == 2 and jobs(cluster, "PENDING"), "running and queued jobs")
+        driver.kill()
+        driver.wait()
+        for pid in cluster.pids("a", "deepdensity.repro"):      # `ip netns exec` leaves its child running
+            os.kill(pid, signal.SIGKILL)
+        alive = jobs(cluster, "RUNNING") + jobs(cluster, "PENDING")
+        assert alive, "jobs go on without the driver"
+        proc = cluster.run(command, env=env(cluster))
+        assert "attached to Slurm job" in proc.stdout, proc.stdout[-2000:]
+        assert "reports written to" in proc.stdout
+    assert cluster.job_processes() == [] and leftovers() == []
+    for run, logs in submissions(runs).items():
+        assert len(logs) == 1, f"{run} was submitted {len(logs)} times"
+        epochs = [json.loads(x)["epoch"] for x in (runs / run / "metrics.jsonl").read_text().splitlines()]
+        assert epochs == list(range(1, len(epochs) + 1)), f"{run}: each epoch once"
+    assert len(submissions(runs)) == 6
+
+
+def test_a_cancelled_job_is_reported_as_the_schedulers_and_run_again(tmp_path):
+    runs = tmp_path / "slurm"
+    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1")
+    with SlurmCluster() as cluster:
+        driver = cluster.start(command, tmp_path / "driver.log", env=env(cluster))
+        job, name = wait_for(lambda: (jobs(cluster, "RUNNING") or [None])[0], "a running job")
+        cluster.run(["scancel", job])
+        assert driver.wait(timeout=900) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    said = (tmp_path / "driver.log").read_text()
+    run = name.removeprefix("dd-tiny-")
+    assert f"{run}: Slurm job {job} was ended by the scheduler (CANCELLED), not by the run" in said, said[-3000:]
+    assert len(submissions(runs)[run]) == 2, "run again once"
+    assert json.loads((runs / run / "result.json").read_text())["status"] in ("reached_target", "max_epochs",
+                                                                              "stalled", "diverged", "collapsed")
+    assert cluster.job_processes() == [] and leftovers() == []
+
+
+def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_path, smoke_data):
+    out = tmp_path / "two-nodes"
+    script = ROOT / "scripts" / "slurm" / "train.sbatch"
+    with SlurmCluster() as cluster:
+        cluster.run(["sbatch", "-N", "2", "--ntasks-per-node=1", "--wait", "-o", str(tmp_path / "job.log"),
+                     "--chdir", str(ROOT), str(script), "--mode", "strong", "--config", SMOKE,
+                     "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"],
+                    env={**env(cluster), "PYTHON": sys.executable, "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"})
+    log = (tmp_path / "job.log").read_text()
+    assert "2 workers on ddhostnode-a:1,ddhostnode-b:1" in log, log[-2000:]
+    assert cluster.job_processes() == [] and leftovers() == []
+    sequential = launch([], "strong", tmp_path / "sequential", smoke_data, "--emulate-workers", "2")
+    assert_same_path(sequential, losses(out))
