@@ -81,6 +81,9 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
         assert "executor: Slurm" in proc.stdout and "submitted as Slurm job" in proc.stdout
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
     assert cells(tmp_path / "slurm") == cells(local)
+    verdicts = lambda runs: [(c["claim"], c["verdict"], c["verdict_host"])  # noqa: E731
+                             for c in json.loads((runs / "reports" / "claims.json").read_text())]
+    assert verdicts(tmp_path / "slurm") == verdicts(local)
     assert all(len(logs) == 1 for logs in submissions(tmp_path / "slurm").values())
 
 
