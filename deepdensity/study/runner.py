@@ -165,6 +165,7 @@ class StudyRunner:
         still to run, best first (asked again after every finished job, so that it can change
         its mind), and `on_done(key, result)` takes each result."""
         running, done, t0 = {}, set(), time.perf_counter()
+        trained_before = len(self.trained)
         with ThreadPoolExecutor(self.parallel) as pool:
             try:
                 while True:
@@ -179,9 +180,11 @@ class StudyRunner:
                         done.add(key)
                     left = len(next_jobs(set(running.values()), done)) + len(running)
                     spent = time.perf_counter() - t0
-                    self.say(f"{label}: {len(done)} done, {left} to go"
-                             + (f" (~{fmt_s(spent / len(done) * left)} more at this stage's pace)" if left else "")
-                             + f"; {fmt_s(spent)} in this stage, {self._clock()}")
+                    # the pace of the runs trained in this stage: a reused run takes no time and says nothing
+                    trained = len(self.trained) - trained_before - len(running)
+                    pace = f" (~{fmt_s(spent / trained * left)} more at this stage's pace)" if left and trained > 0 else ""
+                    self.say(f"{label}: {len(done)} done, {left} to go{pace}; {fmt_s(spent)} in this stage, "
+                             f"{self._clock()}")
             except BaseException:
                 self.stop()
                 for f in running:
