@@ -46,8 +46,7 @@ test-all: install
 # Installs Debian's openssh-server first if it is missing. Also part of test-all, skipped there
 # with its reason where sshd, root or namespaces are missing.
 test-cluster: install
-	tests/cluster/install_sshd.sh || echo "warning: openssh-server could not be installed; the two-host tests will say so and skip"
-	tests/cluster/install_slurm.sh || echo "warning: slurm-wlm and munge could not be installed; the Slurm tests will say so and skip"
+	tests/cluster/install_packages.sh || echo "warning: openssh-server, slurm-wlm or munge could not be installed; the tests that need them will say so and skip"
 	$(BIN)/pytest -q -rs tests/cluster
 
 bench: install

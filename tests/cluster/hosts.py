@@ -5,7 +5,7 @@ Horovod's Gloo connects the ranks over TCP between them.
     with TwoHosts() as hosts:
         hosts.run(["horovodrun", "-np", "2", "-H", hosts.horovod_hosts(1), ...])   # in host A
 
-Needs root, `ip netns` and Debian's openssh-server (tests/cluster/install_sshd.sh). Everything
+Needs root, `ip netns` and Debian's openssh-server (tests/cluster/install_packages.sh). Everything
 it makes (namespaces, the veth pair, the sshd processes, keys in a temporary folder) goes on
 exit, on an error and on Ctrl-C alike; `leftovers()` lists any that did not.
 """
@@ -36,7 +36,7 @@ def unavailable_reason():
     if shutil.which("ip") is None:
         return "needs iproute2's `ip`"
     if not Path(SSHD).exists():
-        return "needs openssh-server: run tests/cluster/install_sshd.sh (make test-cluster does)"
+        return "needs openssh-server: run tests/cluster/install_packages.sh (make test-cluster does)"
     probe = subprocess.run(["ip", "netns", "add", f"{PREFIX}-probe"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"network namespaces unavailable: {probe.stderr.strip()}"

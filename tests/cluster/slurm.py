@@ -6,7 +6,7 @@ credentials. Nodes `ddnode-a` and `ddnode-b`, one CPU each, partition `dd`.
         cluster.run(["sbatch", "--wrap", "hostname"])      # in host A, the login node
 
 Needs root, `ip netns` and Debian's slurm-wlm, munge and openssh-server
-(tests/cluster/install_slurm.sh). Everything it starts (daemons, namespaces, the state and
+(tests/cluster/install_packages.sh). Everything it starts (daemons, namespaces, the state and
 spool folders in a temporary folder) goes on exit, on an error and on Ctrl-C alike.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def slurm_unavailable_reason():
         return reason
     missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
     if missing or shutil.which("sbatch") is None:
-        return f"needs slurm-wlm and munge ({', '.join(missing) or 'sbatch'} missing): run tests/cluster/install_slurm.sh"
+        return f"needs slurm-wlm and munge ({', '.join(missing) or 'sbatch'} missing): run tests/cluster/install_packages.sh"
     return None
 
 
