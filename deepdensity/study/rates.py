@@ -95,6 +95,15 @@ def call(rate: Rate) -> str:
     return INCONCLUSIVE
 
 
+def runs_to_call() -> int:
+    """The fewest runs, all agreeing, from which a cell can be called at all (0 failures of n:
+    the interval's upper bound below CONVERGES_BELOW; by symmetry, n failures: above FAILS_ABOVE)."""
+    n = 1
+    while call(failure_rate(0, n)) != CONVERGES:
+        n += 1
+    return n
+
+
 def of(outcomes: Sequence[str]) -> Rate:
     """The failure rate of a list of run outcomes (reached, slow, failed)."""
     return failure_rate(sum(o == FAILED for o in outcomes), len(outcomes))

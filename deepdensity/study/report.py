@@ -152,6 +152,26 @@ def _protocol(record: dict) -> list:
                          record["cap"], record["eta"], record["sweep"], record["runner"])
 
 
+def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
+    """Which cells ended below max_seeds, what that does to the rate verdicts, and what more
+    runs would cost here ('' when every cell has its max_seeds, or the preset asks for none)."""
+    seeds = {unit: len(rs) for unit, rs in by_unit.items()}
+    short = [n for n in seeds.values() if n < study.max_seeds]
+    if not study.max_seeds or not short:
+        return ""
+    need, p = rates.runs_to_call(), record["provenance"]
+    missing = sum(study.max_seeds - n for n in short)
+    per_run = p["runs_minutes"] / max(1, p["trained"])
+    below = sum(n < need for n in seeds.values())
+    return (f". {len(short)} of {len(seeds)} cells ended below {study.max_seeds} seeds ({min(short)}-{max(short)} "
+            f"each). A cell is called from {need} runs that agree at the least (0 failures of {need}: upper bound "
+            f"{rates.failure_rate(0, need).high:.2f}, below {rates.CONVERGES_BELOW:g}), so a rate verdict that rests on "
+            f"the {below} cell(s) with fewer runs is inconclusive for want of runs. Their {missing} missing runs would "
+            f"take about {missing * per_run / max(1, p['parallel_runs']):.0f} min more on this machine "
+            f"({per_run:.1f} min a run on average, {p['parallel_runs']} at a time): a longer `budget_minutes`, or "
+            f"`--executor slurm` on a cluster (docs/cluster.md)")
+
+
 def _rules_fields(record: dict, study: Study) -> dict:
     more = (f"one more seed at a time for unsettled cells, up to {study.max_seeds} seeds a cell, while the "
             f"invocation is within {study.budget_minutes:g} minutes" if study.budget_minutes and study.max_seeds
@@ -173,8 +193,20 @@ def _rules_fields(record: dict, study: Study) -> dict:
     return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules)
                           + _rules_after_the_runs(record),
             "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
-            "stopped": record["provenance"]["more_seeds_stopped_at"],
+            "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study, by_unit),
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
+
+
+def _margin(record: dict, seed: int, real: float, sequential: float) -> str:
+    """How near the target the sequential run was where the two part (its per-pass losses are
+    the record's curve of seq-sSEED); '' where the record does not have them."""
+    losses = (record.get("curves") or {}).get(f"seq-s{seed}", {}).get("val_loss") or []
+    at = int(min(real, sequential))
+    if real != int(real) or sequential != int(sequential) or not 0 < at <= len(losses) or losses[at - 1] is None:
+        return ""
+    gap = losses[at - 1] / record["target"] - 1
+    return (f"; at pass {at} the sequential run was {gap:+.2%} from the target" if real < sequential else
+            f"; the sequential run crossed it at pass {at} by {-gap:.2%}")
 
 
 def _real_strong(record: dict) -> str:
@@ -188,7 +220,8 @@ def _real_strong(record: dict) -> str:
         if a is None or b is None:
             return "-"
         return "the same" if a == b else (f"{a - b:+g} passes: the workers' part gradients are summed in another "
-                                          f"order (allreduce), rounding the training amplifies")
+                                          f"order (allreduce), rounding the training amplifies"
+                                          + _margin(record, r["seed"], a, b))
     table = md_table(["N", "status", "epochs", "passes to target", "the sequential run's", "difference",
                       "time to target (s, its own clock)"],
                      [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
@@ -281,7 +314,7 @@ def _clock_fields(record: dict, cfg) -> dict:
         n = int(n)
         shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         device = model_epoch(t, "strong", n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
-        rows += f"| {n} | {real:.2f} | {shared:.2f} | {device:.2f} |\n"
+        rows += f"| {n} | {real:.2f} | {shared:.2f} | {shared / real - 1:+.1%} | {device:.2f} |\n"
     return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",

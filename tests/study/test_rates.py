@@ -66,3 +66,10 @@ def test_fisher_exact_matches_the_hypergeometric_sum():
 ])
 def test_a_run_fails_only_at_the_collapse_level_or_a_non_finite_loss(status, final, want):
     assert rates.outcome(status, final, collapse_loss=0.00488) == want
+
+
+def test_the_fewest_runs_that_can_call_a_cell_is_six():
+    """0 failures of n: the exact upper bound is 1 - 0.025^(1/n) (Clopper-Pearson at 95 %, the
+    binomial's closed form at zero): 0.522 at n = 5, 0.459 at n = 6, so 6 runs under 0.5."""
+    assert 1 - 0.025 ** (1 / 5) > rates.CONVERGES_BELOW > 1 - 0.025 ** (1 / 6)
+    assert rates.runs_to_call() == 6
