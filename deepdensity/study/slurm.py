@@ -38,6 +38,8 @@ from deepdensity.utils.files import write_atomic
 # for the run to finish its step and checkpoint.
 SIGNAL_BEFORE_END_S = 90
 EXIT_SIGTERM, EXIT_BAD_INPUT = 143, 2
+# How long squeue may fail in a row (a controller restarting) before the driver gives up waiting.
+SQUEUE_PATIENCE_S = 600
 
 
 @dataclass
@@ -91,9 +93,15 @@ def _slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def queue_state(job_id: str) -> str:
-    """The job's state while Slurm still lists it in the queue (PENDING, RUNNING, ...), else ''."""
-    return _slurm("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+def queue_state(job_id: str) -> Optional[str]:
+    """The job's state while Slurm still lists it in the queue (PENDING, RUNNING, ...), '' when
+    it has left the queue, None when squeue could not say (the controller busy or restarting:
+    a job must not be taken for ended, and submitted twice, because of that)."""
+    proc = _slurm("squeue", "-h", "-j", job_id, "-o", "%T", check=False)
+    if proc.returncode != 0:
+        # squeue names a job that has left the controller's memory "Invalid job id"
+        return "" if "Invalid job id" in proc.stderr else None
+    return proc.stdout.strip()
 
 
 def end_state(job_id: str) -> str:
@@ -108,7 +116,7 @@ def end_state(job_id: str) -> str:
 
 def job_named(name: str) -> str:
     """The id of a live job of that name (submitted by a driver that died before it saved the id)."""
-    ids = _slurm("squeue", "-h", "-n", name, "-o", "%i", check=False).stdout.split()
+    ids = _slurm("squeue", "-h", "-n", name, "-o", "%i").stdout.split()   # a failure stops: never submit twice
     return ids[0] if ids else ""
 
 
@@ -158,8 +166,8 @@ class SlurmRunner(StudyRunner):
     def _live_job(self, record: dict, name: str) -> str:
         """A job of this run still queued or running, or ended but not yet read: its id, else ''."""
         job_id = record.get("job_id", "")
-        if job_id and (queue_state(job_id) or self._exit_file(name, job_id).exists()):
-            return job_id
+        if job_id and (queue_state(job_id) != "" or self._exit_file(name, job_id).exists()):
+            return job_id                        # queued, running, unknown for now, or ended unread
         return job_named(self._job_name(name))
 
     def _job_name(self, name: str) -> str:
@@ -198,7 +206,15 @@ class SlurmRunner(StudyRunner):
     def _wait(self, job_id: str) -> Optional[int]:
         """Until the job has left the queue: its run's exit status, or None when it wrote none
         (killed before, or the node lost)."""
-        while queue_state(job_id):
+        silent_since = None
+        while (state := queue_state(job_id)) != "":
+            if state is None:                    # squeue failed: keep waiting, up to a point
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > SQUEUE_PATIENCE_S:
+                    raise StudyError(f"squeue has not answered about job {job_id} for {SQUEUE_PATIENCE_S / 60:.0f} "
+                                     f"min; is slurmctld up? The job goes on; start the study again to reattach")
+            else:
+                silent_since = None
             if self._stopping.wait(self.options.poll_seconds):
                 raise KeyboardInterrupt
         exit_files = list(self.jobs.glob(f"*-{job_id}.exit"))

@@ -59,3 +59,26 @@ def test_the_job_passes_sigterm_to_the_run_and_records_its_exit(tmp_path):
     job.terminate()
     assert job.wait(timeout=10) == 143
     assert (runner.jobs / "r-7.exit").read_text().strip() == "143"
+
+
+def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch):
+    """A controller restarting makes squeue fail for a while; the job must be waited for, not
+    resubmitted. Slurm's commands are replaced here by scripts on PATH that answer as squeue
+    does (the real ones are exercised in tests/cluster/test_slurm.py)."""
+    import os
+    from deepdensity.study import slurm
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    # fails twice (controller away), then says the job has left the queue
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho x >> {calls}\nn=$(wc -l < {calls})\n"
+                                    "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert slurm.queue_state("5") is None
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(poll_seconds=0.01), threads=1,
+                         study_name="t")
+    runner.jobs.mkdir()
+    (runner.jobs / "r-5.exit").write_text("0\n")
+    assert runner._wait("5") == 0, "waited through the failures, then read the job's exit"
+    assert len(calls.read_text().split()) == 3
