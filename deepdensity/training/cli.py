@@ -87,7 +87,7 @@ def main(argv=None) -> int:
 
 
 def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
-    """What a run would do, without TensorFlow or Horovod: the settings that differ from the
+    """What a run would do, without starting Horovod or training: the settings that differ from the
     defaults (the paper's), the policy's arithmetic at the launcher's N, the data, the folder."""
     from deepdensity.config import Config
     from deepdensity.scaling import rules
