@@ -42,9 +42,10 @@ test: install
 test-all: install
 	$(BIN)/pytest -q tests
 
-# Two hosts for real (tests/cluster): network namespaces with an ssh server each; needs root.
-# Installs Debian's openssh-server first if it is missing. Also part of test-all, skipped there
-# with its reason where sshd, root or namespaces are missing.
+# Two hosts for real (tests/cluster): network namespaces with an ssh server each, and a Slurm
+# controller with a node on each; needs root. Installs Debian's openssh-server, slurm-wlm and
+# munge first where missing. Also part of test-all, skipped there with its reason where they,
+# root or namespaces are missing.
 test-cluster: install
 	tests/cluster/install_packages.sh || echo "warning: openssh-server, slurm-wlm or munge could not be installed; the tests that need them will say so and skip"
 	$(BIN)/pytest -q -rs tests/cluster
