@@ -29,7 +29,7 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
     units = len(study.trained_cells(real_runner)) + study.doubles_eta() + 1   # + the sequential runs
     first = len(study.seeds)
     most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
-    fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong))
+    fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
              + len(study.filter_modes) * first * 3 + 2 * len(study.batch_sweep))
     return units * first + fixed, units * most_seeds + fixed
 
@@ -60,6 +60,9 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
     if study.real_strong and not real_runner:
         lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
                      f"host, seed {study.seeds[0]}, one at a time")
+    if study.isa_check and not real_runner:
+        lines.append(f"  {next(step)}. stability: seed {study.seeds[0]} of every trained cell again under another "
+                     f"instruction set (isa_check: {study.isa_check})")
     if study.filter_modes:
         lines.append(f"  {next(step)}. the data filter: {', '.join(study.filter_modes)} on full, filtered and "
                      f"random data, seeds {seeds}")

@@ -20,6 +20,18 @@ class StudyError(UserError):
     """A preset that cannot be run: one line naming the file and the key."""
 
 
+# What isa_check accepts: "auto", or a cap oneDNN's ONEDNN_MAX_CPU_ISA takes (its documented names).
+ISA_CHECKS = ("auto", "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16")
+
+
+def isa_to_check(setting: Optional[str], machine_isa: str) -> Optional[str]:
+    """The cap to re-run under: the preset's, or for "auto" one below this machine's (AVX2 on an
+    AVX-512 machine, SSE41 on an AVX2 one, as oneDNN names them); None when not checked."""
+    if setting != "auto":
+        return setting
+    return "AVX2" if "AVX-512" in machine_isa or "AMX" in machine_isa else "SSE41"
+
+
 @dataclass
 class Study:
     data: dict = field(default_factory=lambda: {"n": 2100, "val": 256, "seed": 0})
@@ -55,6 +67,11 @@ class Study:
     # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
     # rule's eta * b / B: epochs and time to target against batch size.
     batch_sweep: list = field(default_factory=list)
+    # Stability across instruction sets (issue: verdicts that survive a change of machine): the
+    # first seed of every trained cell run again with oneDNN and the rendering kernel capped at
+    # this instruction set (ONEDNN_MAX_CPU_ISA), and every verdict judged again with those runs
+    # in place of the originals. "auto": AVX2 on a machine above it, else SSE41; null: not checked.
+    isa_check: Optional[str] = None
     # With --executor slurm: what each job asks for (study/slurm.py SlurmOptions: partition,
     # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).
     slurm: dict = field(default_factory=dict)
@@ -107,6 +124,8 @@ class Study:
              f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "
              f"got {self.filter_modes!r}"),
             *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
+            (lambda: self.isa_check is None or self.isa_check in ISA_CHECKS,
+             f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}"),
         ]
 
     def trained_cells(self, real_runner: bool = False) -> list:

@@ -96,15 +96,19 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) 
     }
 
 
+def seq_2eta_of(book) -> list:
+    """The sequential runs at 2 x eta of a study's book, as the record keeps them."""
+    return [{"seed": sd, "status": r["status"], "epochs": r["epochs"], "final_val_loss": _finite(r.get("final_val_loss"))}
+            for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"]
+
+
 def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
                  runner: str) -> dict:
     """The record of a finished study of the paper's protocol (repro.run_study's state)."""
     run_names = {name for names in book.runs.values() for name in names}
     return {**_common(s, proto, book, timing, stopped, runner, "paper"),
             "cells": [dataclasses.asdict(c) for c in cells],
-            "seq_2eta": [{"seed": sd, "status": r["status"], "epochs": r["epochs"],
-                          "final_val_loss": _finite(r.get("final_val_loss"))}
-                         for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"],
+            "seq_2eta": seq_2eta_of(book),
             "sweep": sweep, "curves": _curves(s.root, run_names),
             "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.seeds[0]}")}
 

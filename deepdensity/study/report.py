@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import clocks, decide, rates
@@ -42,10 +44,7 @@ def render_reports(out: Path, record: dict) -> list:
     """Every report of the study under `out`, from `record`; returns the claims."""
     out.mkdir(parents=True, exist_ok=True)
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
-    claims = evaluate_claims(cells, study.workers, record["seq_2eta"] or None, eta_at_edge=record["sweep"] is not None,
-                             collapse_loss=record["collapse_loss"], clock_set=clock_set(record),
-                             base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition),
-                             real_strong=record.get("real_strong"))
+    claims = _claims(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
     _figures(out, record, study, cells)
     (out / "REPORT.md").write_text(fill("report.md", **_report_fields(record, study, cfg, cells, claims, tables)))
@@ -135,16 +134,43 @@ def _header_fields(record: dict, claims: list) -> dict:
             "rules_when": "which were fixed before the runs" if record.get("decision_rules") == decide.RULES_VERSION
             else "which were written after this study's runs (see there)",
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
-            "isa_stability": _isa_stability(env)}
+            "isa_stability": _isa_stability(record, claims)}
 
 
-def _isa_stability(env: dict) -> str:
-    # No cell is re-run under another instruction set yet; say so rather than imply stability.
-    return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
-            f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
-            f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
-            f"(README, 'Determinism'), so a verdict resting on a run near the target or near a decision "
-            f"boundary may change on another CPU.")
+def _isa_stability(record: dict, claims: list) -> str:
+    """Whether each verdict holds under another instruction set (the preset's isa_check), or a
+    plain statement that it was not checked."""
+    env, check = record["environment"], record.get("isa_check")
+    if not check:
+        return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
+                f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
+                f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
+                f"(README, 'Determinism'), so a verdict resting on a run near the target or near a decision "
+                f"boundary may change on another CPU.")
+    isa, seed = check["isa"], check["seed"]
+    again = _claims(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
+    rows = [[c["claim"], c["verdict"], a["verdict"], c["verdict_host"], a["verdict_host"],
+             "the same" if (c["verdict"], c["verdict_host"]) == (a["verdict"], a["verdict_host"]) else "**changed**"]
+            for c, a in zip(claims, again)]
+    table = md_table(["claim", "verdict (paper's clock)", f"with seed {seed} under {isa}", "this host's clock",
+                      f"with seed {seed} under {isa}", "verdicts"], rows)
+    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
+            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
+            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
+            f"{seed}'s: {_isa_runs(record['cells'], check['cells'], seed, record['collapse_loss'])}\n\n{table}")
+
+
+def _isa_runs(cells: list, again: list, seed: int, collapse_loss: float) -> str:
+    """How the re-run cells compare with the originals: outcomes and passes to target."""
+    before = {(c["mode"], c["n"]): c for c in cells if c["seed"] == seed}
+    pairs = [(before[(c["mode"], c["n"])], c) for c in again if c["seed"] == seed and (c["mode"], c["n"]) in before]
+    outcome = lambda c: rates.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
+    same = sum(outcome(a) == outcome(b) for a, b in pairs)
+    moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
+             if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]
+    return (f"{same} of {len(pairs)} cells had the same outcome (reached, slow or failed)"
+            + (f"; passes to target moved by {max(moved):g} at the most (median {statistics.median(moved):g})"
+               if moved else "") + ".")
 
 
 def _protocol(record: dict) -> list:
@@ -207,6 +233,15 @@ def _margin(record: dict, seed: int, real: float, sequential: float) -> str:
     gap = losses[at - 1] / record["target"] - 1
     return (f"; at pass {at} the sequential run was {gap:+.2%} from the target" if real < sequential else
             f"; the sequential run crossed it at pass {at} by {-gap:.2%}")
+
+
+def _claims(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
+    """The claims judged on `cells` and `seq_2eta` with the record's rules, clocks and settings."""
+    study, cfg = study_of(record), config_of(record)
+    return evaluate_claims(cells, study.workers, seq_2eta or None, eta_at_edge=record["sweep"] is not None,
+                           collapse_loss=record["collapse_loss"], clock_set=clock_set(record),
+                           base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition),
+                           real_strong=record.get("real_strong"))
 
 
 def _real_strong(record: dict) -> str:

@@ -36,7 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -46,7 +46,7 @@ from deepdensity.scaling import policies, rules
 from deepdensity.config import load
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.record import beyond_record, study_record
+from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
@@ -210,10 +210,11 @@ def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int
     return [guess] if guess is not None and guess != probe and guess not in outcomes else []
 
 
-def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int) -> list:
+def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "") -> list:
     """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
-    the reference path every strong-scaling N follows. A shorter finished run is extended."""
-    name = f"seq-s{seed}"
+    the reference path every strong-scaling N follows. A shorter finished run is extended.
+    `prefix`: of the run's name, for the same run under other conditions (the ISA check)."""
+    name = f"{prefix}seq-s{seed}"
     runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
                                    "seed": seed, "stall_patience": 0, "collapse_patience": 0})
     return _val_losses(runner.root / name)
@@ -265,13 +266,14 @@ def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
 
 
 def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0)) -> tuple:
+                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
+                           prefix: str = "") -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
     read off the sequential run (rules.derive_strong, with the stall and `collapse` = (level,
     patience) rules at its own epochs), extended until every N is decided."""
     passes = first_passes
     while True:
-        vals = sequential_path(runner, seed, lr, passes)
+        vals = sequential_path(runner, seed, lr, passes, prefix)
         decided = {n: rules.derive_strong(vals, n, target, cap, patience, *collapse) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
@@ -375,7 +377,9 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
         real = [] if args.runner else real_strong_runs(s, proto)
-        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real}
+        isa = None if args.runner else isa_recheck(s, proto, book, timing, modelled)
+        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real,
+                  "isa_check": isa}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record)
         for c in claims:
@@ -384,6 +388,28 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
     return 0
+
+
+def isa_recheck(s: "_StudyRun", proto: "_Protocol", book: Book, timing: dict, modelled) -> Optional[dict]:
+    """The preset's isa_check: the first seed of every trained unit run again with oneDNN and the
+    rendering kernel capped at another instruction set, and the study's cells with those runs in
+    place of the originals (the report judges every claim again on them); None when not asked."""
+    from deepdensity.study.preset import isa_to_check
+    from deepdensity.utils.machine import onednn_isa
+    isa = isa_to_check(s.study.isa_check, onednn_isa())
+    if isa is None:
+        return None
+    seed = s.study.seeds[0]
+    runner = s.runner.sibling(None, s.runner.parallel)
+    runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
+    again = Book()
+    again.results = dict(book.results)
+    units = _units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
+                   prefix=f"isa-{isa.lower()}-")
+    print(f"stability: seed {seed} of every trained cell again with ONEDNN_MAX_CPU_ISA={isa}")
+    runner.run_all([functools.partial(job, seed) for job in units.values()], label=f"runs under {isa}")
+    cells = _study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
+    return {"isa": isa, "seed": seed, "cells": [asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
 
 
 def _tensorboard_view(runs: Path, out: Path) -> None:
@@ -435,27 +461,29 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     return _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
 
 
-def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool) -> dict:
+def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool,
+           runner: Optional[StudyRunner] = None, prefix: str = "") -> dict:
     """{unit: job(seed) -> run names}: what one more seed of each unit (design.py) runs.
     Strong scaling follows the sequential path (the tests show it under horovodrun), so
-    unless its runs are real it is read off each seed's sequential run."""
-    study, common = s.study, proto.common()
+    unless its runs are real it is read off each seed's sequential run. `runner` and `prefix`:
+    another runner and run names, for the same units under other conditions (the ISA check)."""
+    study, common, runner = s.study, proto.common(), runner or s.runner
 
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(s.runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience, proto.collapse())
+        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
+                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix)
         for n, (status, epochs) in derived.items():
             last = rules.sample_epoch_losses(vals, n)[epochs - 1]
             book.results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
                                                   "final_val_loss": last if math.isfinite(last) else None},
-                                                 f"seq-s{seed}")
-        return [f"seq-s{seed}"]
+                                                 f"{prefix}seq-s{seed}")
+        return [f"{prefix}seq-s{seed}"]
 
     def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
-        result = s.runner.run(name, train_mode or mode, n, {**common, "seed": seed, **settings})
-        book.results[(mode, n, seed)] = (result, name)
-        return [name]
+        result = runner.run(prefix + name, train_mode or mode, n, {**common, "seed": seed, **settings})
+        book.results[(mode, n, seed)] = (result, prefix + name)
+        return [prefix + name]
 
     units = {("strong",): sequential}
     if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta

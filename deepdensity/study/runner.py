@@ -43,6 +43,7 @@ class StudyRunner:
         self._live, self._lock, self._fingerprints = set(), threading.Lock(), {}
         self._started = 0
         self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
+        self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
 
     def _clock(self) -> str:
         """Time so far, and what is left of the study's budget (after it, no new seeds start)."""
@@ -127,7 +128,8 @@ class StudyRunner:
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an
         interrupt can reach it. (`name`, `workers`: the run's, for executors that need them.)"""
-        proc = subprocess.Popen(cmd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         with self._lock:
             self._live.add(proc)

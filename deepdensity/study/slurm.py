@@ -197,6 +197,7 @@ class SlurmRunner(StudyRunner):
         exit_file = shlex.quote(str(self.jobs / f"{name}-"))
         return ("#!/bin/bash\n" + "".join(f"#SBATCH {line}\n" for line in lines)
                 + "export TF_CPP_MIN_LOG_LEVEL=2\n"
+                + "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in self.env_extra.items())
                 + f"{shlex.join(cmd)} &\npid=$!\n"
                 + "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
                 + "wait $pid; code=$?\n"

@@ -222,7 +222,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
                       "calibration_epochs: 2\ntarget_loss: null\nworkers: [1, 2]\n"
                       "modes: [strong, weak, linear, warmup]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
-                      "max_seeds: 3\nbudget_minutes: 30\nreal_strong: [2]\ncalibration_seeds: [7]\n"
+                      "max_seeds: 3\nbudget_minutes: 30\nreal_strong: [2]\ncalibration_seeds: [7]\nisa_check: auto\n"
                       "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8, validate_every_pass: true}\n")
     args = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset),
             "--runs", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
@@ -254,6 +254,13 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     # the same path up to the order in which two workers' part gradients are summed: measured
     # losses agree to 5e-4 (tests/training/test_horovod.py), which can move a crossing by a pass
     assert abs(real[0]["passes_to_target"] - real[0]["sequential_passes"]) <= 1, real
+    # seed 0 of every trained unit again under the instruction set below this machine's
+    check = record["isa_check"]
+    assert check["seed"] == 0 and check["isa"] in ("AVX2", "SSE41")
+    prefix = f"isa-{check['isa'].lower()}-"
+    assert {c["run"] for c in check["cells"] if c["seed"] == 0} == {prefix + name for name in (
+        "seq-s0", "weak-n2-s0", "linear-n2-s0", "warmup-n2-s0")}
+    assert f"capped at {check['isa']}" in text and "cells had the same outcome" in text
     assert record["calibration"]["source"] == "calibration seeds" and record["calibration"]["seeds"] == [7]
     assert "median of what the sequential runs of calibration seeds 7" in text
     table1 = (reports / "table1.csv").read_text().splitlines()

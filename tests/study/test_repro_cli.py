@@ -122,3 +122,11 @@ def test_repro_help_names_out_and_dry_run():
     help_text = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--help"], cwd=ROOT, capture_output=True,
                                text=True).stdout
     assert "--out OUT, --reports OUT" in help_text and "--dry-run" in help_text
+
+
+def test_the_plan_counts_the_instruction_set_check(tmp_path):
+    preset = tmp_path / "isa.yaml"
+    preset.write_text(TINY + "isa_check: auto\n")
+    _, study = load_study(str(preset))
+    assert run_counts(study) == (8 + 4, 12 + 4), "seed 0 of the 4 units once more"
+    assert any("stability: seed 0 of every trained cell" in line for line in plan_lines("isa", study, "", "R", "O"))
