@@ -1,12 +1,15 @@
 """Where a run lands without --out: a new folder under runs/ (or $DEEPDENSITY_RUNS), named by
 its policy, workers and start, printed at the start; rank 0 alone names one; --no-save for
 none. On a terminal every epoch's line stays on the screen."""
+import fcntl
 import json
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 
 import pytest
 
@@ -64,6 +67,8 @@ def test_on_a_terminal_every_epochs_line_stays(tmp_path, smoke_data):
            "--set", f"data_path={smoke_data}", "--set", "max_epochs=2", "--out", str(tmp_path / "run")]
     assert "train.py" in " ".join(cmd)       # a training command: this test is marked slow
     main_fd, term_fd = pty.openpty()
+    # a terminal 100 columns wide: a new pseudo-terminal reports 0, and tqdm draws a bar that wide
+    fcntl.ioctl(term_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     proc = subprocess.Popen(cmd, stdout=term_fd, stderr=term_fd, cwd=ROOT,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)})
     os.close(term_fd)
