@@ -21,6 +21,7 @@ How a job ended:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -37,7 +38,7 @@ from deepdensity.utils.files import write_atomic
 # Seconds before the time limit at which Slurm sends the job SIGTERM (sbatch --signal): time
 # for the run to finish its step and checkpoint.
 SIGNAL_BEFORE_END_S = 90
-EXIT_SIGTERM, EXIT_BAD_INPUT = 143, 2
+EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, time limit)
 # How long squeue may fail in a row (a controller restarting) before the driver gives up waiting.
 SQUEUE_PATIENCE_S = 600
 
@@ -131,7 +132,7 @@ class SlurmRunner(StudyRunner):
         self._stopping = threading.Event()
 
     def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
-        options = SlurmOptions(**{**self.options.__dict__, "max_jobs": parallel})
+        options = dataclasses.replace(self.options, max_jobs=parallel)
         return SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say)
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
@@ -148,11 +149,7 @@ class SlurmRunner(StudyRunner):
                 self.say(f"  {name}: attached to Slurm job {job_id} ({queue_state(job_id) or 'ended'})")
             code = self._wait(job_id)
             log = self._log(name, job_id)
-            if code == 0:
-                return 0, log
-            if code == EXIT_BAD_INPUT:
-                return code, log
-            if code is not None and code != EXIT_SIGTERM:
+            if code is not None and code != EXIT_SIGTERM:    # finished, bad input (2) or a failed run
                 return code, log
             state = end_state(job_id)
             if attempt > self.options.retries:
