@@ -290,15 +290,21 @@ def passes_per_epoch(workers: int, definition: str) -> int:
     return workers if definition == "per_worker" else 1
 
 
+def validation_points(rows: Sequence[dict], per_epoch: int) -> list:
+    """[(passes, val_loss)] of a run's metrics rows, in order: the validations inside each epoch
+    (`pass_val_losses`, [passes, val_loss] pairs, with validate_every_pass) and the epoch's own
+    at its end (epoch x per_epoch passes); a non-finite loss is None in the rows and stays so."""
+    return [point for row in rows
+            for point in [tuple(p) for p in row.get("pass_val_losses") or []] + [(row["epoch"] * per_epoch,
+                                                                                   row["val_loss"])]]
+
+
 def passes_to_target(rows: Sequence[dict], target_loss: float, per_epoch: int) -> Optional[float]:
-    """The passes a run took to reach the target, read from its metrics rows: each epoch's own
-    validation (at its end, epoch x per_epoch passes) and the ones between (`pass_val_losses`,
-    [passes, val_loss] pairs, with validate_every_pass). None when it never reached it."""
-    for row in rows:
-        points = [tuple(p) for p in row.get("pass_val_losses") or []] + [(row["epoch"] * per_epoch, row["val_loss"])]
-        for passes, val in points:
-            if val is not None and math.isfinite(val) and val <= target_loss:
-                return float(passes)
+    """The passes a run took to reach the target, read from its metrics rows (validation_points).
+    None when it never reached it."""
+    for passes, val in validation_points(rows, per_epoch):
+        if val is not None and math.isfinite(val) and val <= target_loss:
+            return float(passes)
     return None
 
 

@@ -443,22 +443,23 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     out = root / "reports.partial"     # published into the reports folder when complete (publish)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    n_train, n_val, collapse_loss = _data_facts(load(str(train_yaml)))
+    runs_cfg = load(str(train_yaml))
+    n_train, n_val, collapse_loss = _data_facts(runs_cfg)
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = study.parallel_runs if study.parallel_runs != "auto" else \
-        max(1, (os.cpu_count() or 1) // max(1, load(str(train_yaml)).intra_op_threads))
+        max(1, (os.cpu_count() or 1) // max(1, runs_cfg.intra_op_threads))
     if args.executor == "slurm":
         from deepdensity.study.slurm import SlurmOptions, SlurmRunner
         options = SlurmOptions.parse(study.slurm, args.slurm)
-        runner = SlurmRunner(root, train_yaml, args.runner or None, options, load(str(train_yaml)).intra_op_threads,
-                             name)
+        runner = SlurmRunner(root, train_yaml, args.runner or None, options, runs_cfg.intra_op_threads, name)
         print(f"executor: Slurm, up to {options.max_jobs} jobs at once"
               + (f" in partition {options.partition}" if options.partition else "") + f", {options.time} each")
     else:
         runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
+    s = _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
     if study.budget_minutes is not None:
-        runner.budget_end = t_start + study.budget_minutes * 60
-    return _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
+        runner.budget_end = s.deadline()
+    return s
 
 
 def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool,

@@ -24,13 +24,8 @@ from deepdensity.training.runs import read_metrics
 def curve_points(rows: list, per_epoch: int) -> list:
     """[(passes, val_loss)] of a run's metrics rows: the validations inside an epoch
     (validate_every_pass) and at its end; non-finite losses left out (TensorBoard draws no gap)."""
-    points = {}
-    for row in rows:
-        for passes, val in [tuple(p) for p in row.get("pass_val_losses") or []] + [(row["epoch"] * per_epoch,
-                                                                                     row["val_loss"])]:
-            if val is not None and math.isfinite(val):
-                points[int(round(passes))] = float(val)
-    return sorted(points.items())
+    return sorted({int(round(passes)): float(val) for passes, val in rules.validation_points(rows, per_epoch)
+                   if val is not None and math.isfinite(val)}.items())
 
 
 def view_series(record: dict, runs: Path) -> tuple:
@@ -40,11 +35,11 @@ def view_series(record: dict, runs: Path) -> tuple:
     seeds, medians = {}, {}
     for c in record["cells"]:
         derived = policies.get(c["mode"]).follows_sequential_path and c["n"] > 1 and c["run"].startswith("seq-")
-        if not derived and (runs / c["run"] / "metrics.jsonl").is_file():
+        tag = "val_loss/" + ("sequential N=1" if c["n"] == 1 else f"{c['mode']} N={c['n']}")
+        # N = 1 of every mode is one sequential run: read it once
+        if not derived and tag not in seeds.get(c["seed"], {}) and (runs / c["run"] / "metrics.jsonl").is_file():
             per_epoch = 1 if c["n"] == 1 else rules.passes_per_epoch(c["n"], definition)
-            label = "sequential N=1" if c["n"] == 1 else f"{c['mode']} N={c['n']}"
-            seeds.setdefault(c["seed"], {})[f"val_loss/{label}"] = curve_points(read_metrics(runs / c["run"]),
-                                                                                per_epoch)
+            seeds.setdefault(c["seed"], {})[tag] = curve_points(read_metrics(runs / c["run"]), per_epoch)
     by_cell = {}
     for c in record["cells"]:
         by_cell.setdefault((c["mode"], c["n"]), []).append(c.get("passes_to_target"))

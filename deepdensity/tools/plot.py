@@ -58,7 +58,7 @@ def load_run(folder: Path) -> tuple:
     return settings, rows
 
 
-def draw(runs: dict, out: Path) -> None:
+def draw(runs: dict, out: Path, note: str = "") -> None:
     """One row per x axis (epochs, passes), columns: losses and lr; one colour per run."""
     import matplotlib
     matplotlib.use("Agg")
@@ -85,8 +85,8 @@ def draw(runs: dict, out: Path) -> None:
     for ax in axes[0]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # epochs are whole
     axes[0, 0].set_title("training (dotted) and validation loss; target dashed")
-    if data_note(runs):
-        fig.suptitle(data_note(runs), color="firebrick", fontsize=9)
+    if note:
+        fig.suptitle(note, color="firebrick", fontsize=9)
     axes[0, 1].set_title("learning rate")
     axes[0, 1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
     fig.tight_layout()
@@ -106,8 +106,9 @@ def main(argv=None) -> int:
     runs = {}
     for folder in map(Path, args.runs):
         runs[folder.name if folder.name not in runs else str(folder)] = load_run(folder)
-    draw(runs, out)
-    if data_note(runs):
-        print(data_note(runs), file=sys.stderr)
+    note = data_note(runs)
+    draw(runs, out, note)
+    if note:
+        print(note, file=sys.stderr)
     print(f"wrote {out}: {len(runs)} run(s), loss, val_loss and lr per epoch and per pass")
     return 0

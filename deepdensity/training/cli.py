@@ -92,9 +92,8 @@ def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
     from deepdensity.config import Config
     from deepdensity.scaling import rules
     from deepdensity.scaling.policies import plan
-    processes = launcher_size()
-    workers = processes if processes > 1 else emulated
-    p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)   # PlanError: one line
+    workers = _workers(emulated)
+    p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, launcher_size())   # PlanError: one line
     defaults = Config().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != defaults.get(k)}
     lines = ["dry run: nothing is trained or written",
@@ -126,8 +125,12 @@ def _default_out(mode: str, emulated: int):
     """A new run folder runs/MODE-nN-YYYYmmdd-HHMMSS for rank 0 (a suffix when taken); None elsewhere."""
     if launcher_rank() != 0:
         return None
-    n = launcher_size() if launcher_size() > 1 else emulated
-    return new_run_folder(runs_root(), f"{mode}-n{n}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return new_run_folder(runs_root(), f"{mode}-n{_workers(emulated)}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _workers(emulated: int) -> int:
+    """N: the launcher's processes, or --emulate-workers in one process."""
+    return launcher_size() if launcher_size() > 1 else emulated
 
 
 def where_to_continue(out, argv) -> str:

@@ -55,7 +55,7 @@ def command(main=None, *, os_hint: str = ""):
                 return fn(argv) or 0
             except KeyboardInterrupt as e:
                 code = getattr(e, "code", EXIT_SIGINT)
-                if _launcher_rank() == 0:
+                if launcher_rank() == 0:
                     print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
                 return code
             except UserError as e:
@@ -88,13 +88,9 @@ def _free_mb(filename) -> Optional[float]:
 def _fail(line: str) -> int:
     # Horovod: every rank meets the same bad input; rank 0 alone says so, as it alone prints.
     # Launchers name the rank in the environment (horovodrun: HOROVOD_RANK; mpirun: OMPI_*).
-    if _launcher_rank() == 0:
+    if launcher_rank() == 0:
         print(f"error: {line}", file=sys.stderr)
     return EXIT_BAD_INPUT
-
-
-def _launcher_rank() -> int:
-    return launcher_rank()
 
 
 def launcher_rank(environ=None) -> int:
