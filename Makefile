@@ -53,11 +53,14 @@ test-cluster: install
 bench: install
 	$(PY) -m deepdensity.bench $(if $(OUT),--out '$(OUT)')
 
+# DEEPDENSITY_MAKE_TARGET: an interrupted study tells the user to rerun this make target (and not
+# the python line under it); set here and not read from MAKELEVEL, which every nested make and
+# its children inherit (pytest under `make test-all` included).
 repro: install
-	$(PY) -m deepdensity.repro --preset $(PRESET) $(if $(RUNNER),--runner '$(RUNNER)') $(if $(OUT),--out '$(OUT)')
+	DEEPDENSITY_MAKE_TARGET=repro $(PY) -m deepdensity.repro --preset $(PRESET) $(if $(RUNNER),--runner '$(RUNNER)') $(if $(OUT),--out '$(OUT)')
 
 lr-sweep: install
-	$(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep $(if $(OUT),--out '$(OUT)')
+	DEEPDENSITY_MAKE_TARGET=lr-sweep $(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep $(if $(OUT),--out '$(OUT)')
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL) deepdensity/model/kernels/_render.so

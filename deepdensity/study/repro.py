@@ -143,8 +143,9 @@ def _invocation(argv) -> str:
     """The command that continues an interrupted study (the same one; under make, its target)."""
     args = sys.argv[1:] if argv is None else list(argv)
     command = shlex.join(["python", "-m", "deepdensity.repro", *args])
-    if os.environ.get("MAKELEVEL"):
-        return f"the same make command (it ran `{command}`)"
+    target = os.environ.get("DEEPDENSITY_MAKE_TARGET")      # set by the Makefile's study targets
+    if target:
+        return f"the same `make {target}` command (it ran `{command}`)"
     return f"`{command}`"
 
 

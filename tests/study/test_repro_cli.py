@@ -82,10 +82,11 @@ def test_a_second_study_on_the_same_runs_folder_is_refused(tiny, tmp_path, capsy
 
 
 def test_the_continue_command_is_the_one_that_was_run(monkeypatch):
-    monkeypatch.delenv("MAKELEVEL", raising=False)
+    monkeypatch.delenv("DEEPDENSITY_MAKE_TARGET", raising=False)
+    monkeypatch.setenv("MAKELEVEL", "2")          # pytest under `make test-all`: not a study's make target
     assert repro._invocation(["--preset", "my preset.yaml"]) == "`python -m deepdensity.repro --preset 'my preset.yaml'`"
-    monkeypatch.setenv("MAKELEVEL", "1")
-    assert repro._invocation(["--preset", "default"]).startswith("the same make command")
+    monkeypatch.setenv("DEEPDENSITY_MAKE_TARGET", "repro")
+    assert repro._invocation(["--preset", "default"]).startswith("the same `make repro` command")
 
 
 def test_progress_lines_say_what_is_left_of_the_budget(tmp_path):
