@@ -43,6 +43,8 @@ from deepdensity.model import kernels  # noqa: E402
 from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_log_mixture_density,  # noqa: E402
                                       grid_points, uses_kernel)
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
+from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
+                                     op_intervals, print_profiles, profiled)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
 from deepdensity.utils.args import parser  # noqa: E402
 from deepdensity.utils.errors import command  # noqa: E402
@@ -78,18 +80,28 @@ class TrivialDensity(DeepDensity):
         return per_sample[:, None] * tf.ones([1, self.grid_size ** self.ndim])
 
 
-def trainable(cfg, batch: int, layer=DeepDensity):
-    """The trainer's model at this batch: its train_step (slices included), its `xla`."""
+def trainable(cfg, batch: int, layer=DeepDensity, backend=None):
+    """The trainer's model at this batch: its train_step (slices included), its `xla`; with a
+    `backend` (dist.Horovod), its optimizer averages the gradients across ranks as in training."""
     model = for_training(build_model(cfg, 16, 3, density_layer=layer), grad_slices(batch, cfg.max_pass_batch))
-    model.compile(optimizer=make_adam(cfg, cfg.base_lr), loss=tf.keras.losses.MeanSquaredLogarithmicError(),
+    optimizer = make_adam(cfg, cfg.base_lr)
+    if backend is not None:
+        optimizer = backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
                   jit_compile=cfg.xla == "step")
     return model
 
 
-def training_step(model, batch: int):
-    """A callable running one training step (forward, backward, Adam) of `model` at this batch."""
-    x = tf.constant(np.random.default_rng(0).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64)
-    return lambda: model.train_on_batch(x, x)
+def training_step(model, batch: int, seed: int = 0):
+    """A callable running one training step (forward, backward, Adam) of `model` at this batch
+    as model.fit runs it: Keras' train_function on an iterator of a tf.data pipeline. Not
+    train_on_batch, which builds a data adapter on every call: 5-6 ms a step on a 2-core AMD
+    EPYC that fit pays once per epoch (docs/performance.md, "Where a step's time goes"). The
+    loss is read back, so the time covers the step's end on a device that runs asynchronously."""
+    x = np.random.default_rng(seed).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64
+    batches = iter(tf.data.Dataset.from_tensors((x, x)).repeat())
+    train_function = model.make_train_function()
+    return lambda: float(train_function(batches)["loss"])
 
 
 def rendering(cfg, batch: int, layer=DeepDensity):
@@ -274,14 +286,13 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     model = build_model(cfg, 16, 3)
     model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr), cfg.allreduce_groups),
                   loss=tf.keras.losses.MeanSquaredLogarithmicError())
-    x = tf.constant(np.random.default_rng(backend.rank()).uniform(
-        size=(per_process_batch, 16, 16, 16, 1)).astype("f4") / 64)
+    step = training_step(model, per_process_batch, seed=backend.rank())
     for _ in range(3):
-        model.train_on_batch(x, x)
+        step()
     backend.allreduce_max(0.0)  # every rank starts the clock together
     t = time.perf_counter()
     for _ in range(steps):
-        model.train_on_batch(x, x)
+        step()
     seconds = backend.allreduce_max(time.perf_counter() - t)
     return per_process_batch * backend.size() * steps / seconds
 
@@ -324,26 +335,27 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
     return out
 
 
-def step_probe(cfg_path: str, batches, steps: int) -> dict:
+def step_probe(cfg_path: str, batches, steps: int, allreduce: bool = False) -> dict:
     """What the study's clock needs of one launch (one process, or `horovodrun -np N` ranks
     sharing the host), each rank with the thread share and Horovod background thread a real
     run gives it: {"steps": rank_step_seconds, "eval": seconds per cube (one process only)}
     on rank 0, {} on the others."""
     cfg = load(cfg_path, ["intra_op_threads=0"])    # the automatic share, as the real timing runs
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
-    found = {"steps": rank_step_seconds(cfg, backend, batches, steps)}
+    found = {"steps": rank_step_seconds(cfg, backend, batches, steps, allreduce)}
     if backend.size() == 1:
         found["eval"] = eval_seconds_per_sample(cfg)
     return found if backend.rank() == 0 else {}
 
 
-def rank_step_seconds(cfg, backend, batches, steps: int) -> dict:
+def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False) -> dict:
     """{per-process batch: seconds of one training step of the trainer's model} with every
-    rank stepping at once and no allreduce: the compute of ranks sharing a host. The slowest
-    rank's mean over `steps` steps."""
+    rank stepping at once: without allreduce, the compute of ranks sharing a host; with it
+    (`allreduce`), the training step as it runs, gradients averaged by Horovod inside the step,
+    each step waiting for the slowest rank. The slowest rank's mean over `steps` steps."""
     seconds = {}
     for b in batches:
-        step = training_step(trainable(cfg, b), b)
+        step = training_step(trainable(cfg, b, backend=backend if allreduce else None), b, seed=backend.rank())
         for _ in range(3):
             step()
         backend.allreduce_max(0.0)  # every rank starts the clock together
@@ -361,11 +373,11 @@ def eval_seconds_per_sample(cfg, repeats: int = 7) -> float:
     return median_seconds(lambda: model(x, training=False).numpy(), repeats) / 64
 
 
-def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40) -> tuple:
+def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduce: bool = False) -> tuple:
     """({batch: rank_step_seconds}, evaluation seconds per cube or None) measured on n
     processes of this host (`horovodrun -np n`, or one process, which also times evaluation)."""
     cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--step-probe", "--config", cfg_path,
-           "--batches", ",".join(map(str, batches)), "--steps", str(steps)]
+           "--batches", ",".join(map(str, batches)), "--steps", str(steps)] + (["--allreduce"] if allreduce else [])
     proc = _run(([_horovodrun(), "-np", str(n)] if n > 1 else []) + cmd, timeout=900)
     # under horovodrun rank 0's lines come as "[0]<stdout>:KEY ..."
     found = [line[line.index(key):].split() for line in proc.stdout.splitlines()
@@ -421,11 +433,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--step-probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batches", default="32", help=argparse.SUPPRESS)
+    ap.add_argument("--allreduce", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
                     help="only horovodrun -np 2 against one process (paired runs); written into --out's "
                          "'horovod' entry, the rest of that file kept")
+    ap.add_argument("--profile", action="store_true",
+                    help="only where a step's time goes, at batch 1 and 32 (traces beside --out); written "
+                         "into --out's 'profiles' entry, the rest of that file kept")
     ap.add_argument("--pairs", type=int, default=5,
                     help="with --horovod: paired runs A B A B ...")
     return ap
@@ -441,22 +457,29 @@ def main(argv=None) -> int:
         _print_horovod(figures)
         _write_entry(Path(args.out), "horovod", figures)
         return 0
+    if args.profile:
+        cfg, out = load(args.config, []), Path(args.out)
+        threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+        profiles = [step_profile(cfg, b, threads, out.parent / f"{out.stem}-profile", args.repeats) for b in (1, 32)]
+        print_profiles(profiles)
+        _write_entry(out, "profiles", profiles)
+        return 0
     if args.throughput:
         rate = throughput(args.config, args.batch, args.steps)
         if dist.hvd is None or dist.hvd.rank() == 0:
             print(f"SAMPLES_PER_S {rate:.3f}")
         return 0
     if args.step_probe:
-        found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps)
+        found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce)
         for b, seconds in found.get("steps", {}).items():
             print(f"STEP_SECONDS {b} {seconds:.6f}")
         if "eval" in found:
             print(f"EVAL_SECONDS_PER_SAMPLE {found['eval']:.8f}")
         return 0
-    report = step_report(args.config, args.repeats)
+    out = Path(args.out)
+    report = step_report(args.config, args.repeats, out.parent / f"{out.stem}-profile")
     if not args.quick:
         report.update(distributed_report(args.config, report["weights"]))
-    out = Path(args.out)
     write_atomic(out, json.dumps(report, indent=2))
     print(f"\nwritten: {out}")
     return 0
@@ -497,9 +520,10 @@ def roof_report(repeats: int) -> dict:
     return roof
 
 
-def step_report(config: str, repeats: int) -> dict:
-    """The host, the model's FLOPs, the roof, the step and its rendering at every batch, and
-    the `xla` settings, printed and returned."""
+def step_report(config: str, repeats: int, profile_folder: Path) -> dict:
+    """The host, the model's FLOPs, the roof, the step and its rendering at every batch, the
+    fixed cost of a step, where a step's time goes (traces in `profile_folder`), and the `xla`
+    settings, printed and returned."""
     cfg = load(config, [])
     machine = machine_report(cfg)
     model = build_model(cfg, 16, 3)
@@ -513,6 +537,9 @@ def step_report(config: str, repeats: int) -> dict:
           + f"; total {fwd / 1e6:.1f} M (a training step ~3x)")
     roof = roof_report(repeats)
     rows = step_rows(cfg, fwd, roof, repeats)
+    fixed = fixed_cost(rows, roof)
+    profiles = [step_profile(cfg, b, threads, profile_folder, repeats) for b in (1, 32)]
+    print_profiles(profiles)
     xla = {k: v * 1e3 for k, v in paired_seconds(
         {choice: training_step(trainable(dataclasses.replace(cfg, xla=choice), 32), 32) for choice in XLA_CHOICES},
         repeats).items()}
@@ -520,7 +547,45 @@ def step_report(config: str, repeats: int) -> dict:
           + ", ".join(f"{k} {v:.1f} ms" + (" (default)" if k == cfg.xla else "") for k, v in xla.items()))
     return {"config": config, "n_components": cfg.n_components, "threads": threads,
             "weights": model.count_params(), "forward_flops_per_sample": flops, "roof": roof,
-            "steps": rows, "xla_step_ms_b32": xla, "machine": machine}
+            "steps": rows, "fixed_cost": fixed, "profiles": profiles, "xla_step_ms_b32": xla, "machine": machine}
+
+
+def step_profile(cfg, batch: int, threads: int, folder: Path, repeats: int, steps: int = 30) -> dict:
+    """The step at `batch` three ways (ms, medians over `repeats` turns), the op kernels' time by
+    group from a profile of `steps` steps (ms per step, summed over threads), the bound and the
+    step over it; the trace in folder/step-bBATCH.trace.json.gz."""
+    model = trainable(cfg, batch)
+    # fit's own start (callbacks, data handler) is paid once a call: a call of k + 1 steps
+    # less one of 1 step, round by round, is k steps of the loop (k: about 0.3 s of steps)
+    k = min(100, max(10, 640 // batch))
+    samples = paired_samples({"train_on_batch": on_batch(model, batch), "fit 1": fit_loop(model, batch, 1),
+                              "fit k+1": fit_loop(model, batch, k + 1),
+                              "train_function": training_step(model, batch)}, repeats)
+    loop = [(long - short) / k for long, short in zip(samples.pop("fit k+1"), samples.pop("fit 1"))]
+    ms = {name: float(np.median(v)) * 1e3 for name, v in {**samples, "fit loop": loop}.items()}
+    trace = folder / f"step-b{batch}.trace.json.gz"
+    space, profiled_s = profiled(training_step(model, batch), steps, trace)
+    groups = dict.fromkeys(GROUPS, 0.0)
+    for op_type, (seconds, _) in kernel_seconds(space).items():
+        groups[op_group(op_type)] += seconds * 1e3 / steps
+    busy = busy_length(op_intervals(space)) * 1e-9 / steps
+    return {"batch": batch, "threads": threads, "step_ms": ms, "profiled_step_ms": profiled_s * 1e3,
+            "kernels_ms": groups, "busy_ms": busy, "profiled_over_busy": profiled_s * 1e3 / busy,
+            "trace": str(trace)}
+
+
+def fixed_cost(rows: list, roof: dict) -> dict:
+    """The step at per-worker batch 1 against the batch-32 step scaled down to one sample (what
+    strong scaling at N = 32 runs against what its samples would cost in bulk), and the
+    batch-32 step's GFLOP/s against the Conv3D roof measured here; printed and returned."""
+    by_batch = {r["batch"]: r for r in rows}
+    one, bulk = by_batch[1]["step_ms"], by_batch[32]["step_ms"] / 32
+    found = {"step_b1_ms": one, "step_b32_per_sample_ms": bulk, "b1_over_b32_per_sample": one / bulk,
+             "gflops_b32_over_conv_roof": by_batch[32]["gflops"] / roof["conv3d_7x7x7_stride2_b32"]}
+    print(f"\nfixed cost: a step at batch 1 takes {one:.2f} ms, {found['b1_over_b32_per_sample']:.1f} x a sample's "
+          f"share of the batch-32 step ({bulk:.2f} ms); batch 32 runs at "
+          f"{found['gflops_b32_over_conv_roof']:.0%} of the Conv3D roof")
+    return found
 
 
 def step_rows(cfg, forward_flops: float, roof: dict, repeats: int) -> list:
