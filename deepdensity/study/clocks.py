@@ -2,8 +2,8 @@
 algorithm; its seconds are that times a clock, and the clock is the hardware's. So every time
 claim is judged under three (pure; SciPy for the fit):
 
-  host    this host's model (timing.py): a step's fixed cost and cost per sample, the Gloo
-          allreduce of this model's gradients per doubling of N, measured here.
+  host    this host's model (timing.py): a step's fixed cost and cost per sample, the
+          allreduce of this model's gradients per doubling of N as a step pays it, measured here.
   paper   the same compute, with the serial share and the communication of the paper's cluster:
           the model T(n) / T(1) = s + (1 - s) / n + rho log2 n fitted (non-negative least squares)
           to Table I, where a strong-scaling pass on n GPUs took 1 / (n E_n) of one GPU's.

@@ -353,7 +353,18 @@ def _clock_fields(record: dict, cfg) -> dict:
     return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",
-            "allreduce_times": ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in t["allreduce_seconds"].items())}
+            "allreduce_times": _allreduce_times(t)}
+
+
+def _allreduce_times(t: dict) -> str:
+    """The allreduce parts of the clock: as a step pays it and Gloo's alone (a study timed
+    before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
+    times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
+    if "gloo_seconds" not in t:
+        return f"Gloo's allreduce alone: {times(t['allreduce_seconds'])}"
+    return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
+            f"together; the clock's c): {times(t['allreduce_seconds'])}; Gloo's allreduce alone: "
+            f"{times(t['gloo_seconds'])}")
 
 
 def _shared_model(t: dict) -> str:

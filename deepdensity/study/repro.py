@@ -16,8 +16,8 @@ How a cell (mode, N) is obtained without N devices:
                largest lr on a sqrt(2) grid that converges on every seed, below the
                collapse level (paper section VI; docs/protocol.md, "The learning-rate premise").
   time         the paper's speedup model for every N, built from parts measured here
-               (per-step and per-sample compute, evaluation, Gloo allreduce of this model's
-               gradients at N = 2, 4) and calibrated on a real one-process epoch; checked
+               (per-step and per-sample compute, evaluation, the allreduce of this model's
+               gradients at N = 2, 4 as a training step pays it) and calibrated on a real one-process epoch; checked
                against real horovodrun -np 2 and -np 4 epochs (timing.py).
   seeds        the preset's first seeds in every cell, then more where a verdict is not
                settled, within the preset's time budget (decide.py, design.py).

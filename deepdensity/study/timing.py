@@ -2,8 +2,8 @@
 against real `horovodrun -np 2` and `-np 4` epochs on this host.
 
 The model is the paper's T_S + T_P / n + c log2 n built from parts measured here (a step's
-fixed cost and cost per sample, the evaluation's cost per cube, the Gloo allreduce of this
-model's gradients at N = 2 and 4), each worker a device like this host. Its compute parts
+fixed cost and cost per sample, the evaluation's cost per cube, the allreduce of this model's
+gradients as a training step pays it at N = 2 and 4), each worker a device like this host. Its compute parts
 are scaled by one factor so that its N = 1 epoch is the real one-process epoch measured in
 the same invocation: T(1) and T(N) then come from the same model, and an efficiency
 T(1) / (N T(N)) carries no bias from mixing a measurement with a model.
@@ -32,21 +32,27 @@ REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this h
 def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
     """The model's parts, measured in the thread configuration of the real runs (each in a
     process of its own, `intra_op_threads` automatic): step time against per-worker batch and
-    evaluation per cube on one process; the step of N ranks stepping at once on their share of
-    the cores at strong scaling's per-worker batch, and the Gloo allreduce of `n_weights`
-    floats, at N = 2 and 4."""
+    evaluation per cube on one process; at N = 2 and 4, the step of N ranks stepping at once on
+    their share of the cores at strong scaling's per-worker batch, without allreduce and with
+    Horovod's allreduce of the gradients in the step (their difference is the allreduce's cost,
+    `allreduce_seconds`), and Gloo's allreduce of `n_weights` floats alone (`gloo_seconds`)."""
     from deepdensity.perf.bench import allreduce_seconds, probe_step_seconds
     batches = [1, 2, 4, 8, 16, 32]
     say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)) + " on one process")
-    shared, allreduce = {}, {1: 0.0}
+    shared, allreduce, gloo = {}, {1: 0.0}, {}
     try:
         steps, eval_per_sample = probe_step_seconds(str(train_yaml), 1, batches)
         for n in (2, 4):
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
-            say(f"timing: a training step at batch {b} on {n} processes stepping at once, without allreduce")
+            say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
+                f"Horovod's allreduce")
             shared[n] = probe_step_seconds(str(train_yaml), n, [b])[0][b]
-            say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes")
-            allreduce[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
+            # The allreduce as a step pays it: Horovod's negotiation, its cycle, the wait for the
+            # slowest rank and Gloo's transfer, all inside the step. Gloo's transfer alone, timed
+            # apart, was 40-60 % of that on a 2-core AMD EPYC (docs/protocol.md, "The clock").
+            allreduce[n] = max(0.0, probe_step_seconds(str(train_yaml), n, [b], allreduce=True)[0][b] - shared[n])
+            say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
+            gloo[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
     except RuntimeError as e:
         raise StudyError(str(e)) from None
     step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
@@ -56,6 +62,7 @@ def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
             "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
             "shared_step_seconds": {"1": steps[cfg.batch_size], **{str(n): s for n, s in shared.items()}},
             "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
+            "gloo_seconds": {str(n): s for n, s in gloo.items()},
             "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
 
 

@@ -48,3 +48,13 @@ def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
         f"{folder}/study.json predates the record format: run the study again"
     report.rerender(committed, tmp_path / "r")
     assert report.differences(committed, tmp_path / "r") == []
+
+
+def test_the_clock_names_the_allreduce_a_step_pays_and_gloos_alone():
+    from deepdensity.study.report import _allreduce_times
+    measured = {"allreduce_seconds": {"1": 0.0, "2": 0.006, "4": 0.0125}, "gloo_seconds": {"2": 0.005, "4": 0.011}}
+    said = _allreduce_times(measured)
+    assert "as a training step pays it" in said and "N=2: 6.00, N=4: 12.50" in said
+    assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00")
+    # a study timed before the in-step allreduce was measured: its figures were Gloo's alone
+    assert _allreduce_times({"allreduce_seconds": {"1": 0.0, "2": 0.005}}) == "Gloo's allreduce alone: N=2: 5.00"
