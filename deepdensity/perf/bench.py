@@ -316,11 +316,12 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
         one_rates.append(a)
         two_rates.append(b)
     ratios = [b / a for a, b in zip(one_rates, two_rates)]
+    parts = np2_step_parts(cfg_path, batch)
     out = {"steps": steps, "pairs": len(ratios), "horovod_cycle_ms": dist.cycle_ms_in_effect(cycle_ms),
            "one_process_samples_s": statistics.median(one_rates) if one_rates else None,
            "horovodrun_np2_samples_s": statistics.median(two_rates) if two_rates else None,
            "ratio_median": statistics.median(ratios) if ratios else None,
-           "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None)}
+           "ratio_min": min(ratios, default=None), "ratio_max": max(ratios, default=None), "step_parts": parts}
     for n in (2, 4):
         try:
             out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights, cycle_ms) * 1e3
@@ -333,6 +334,22 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
         except RuntimeError:
             out["idle_core_share_np2"][f"{cycle:g}"] = None
     return out
+
+
+def np2_step_parts(cfg_path: str, batch: int, steps: int = 60) -> dict:
+    """What bounds horovodrun -np 2 against one process, step by step (ms): one process's step
+    at 2 x batch; two ranks stepping at `batch` at once without allreduce (the compute on
+    shared cores), and with Horovod's allreduce in the step. Their ratios are the throughput
+    ratio the compute alone allows, and the one compute and allreduce allow."""
+    try:
+        one = probe_step_seconds(cfg_path, 1, [2 * batch], steps)[0][2 * batch]
+        compute = probe_step_seconds(cfg_path, 2, [batch], steps)[0][batch]
+        stepped = probe_step_seconds(cfg_path, 2, [batch], steps, allreduce=True)[0][batch]
+    except RuntimeError as e:
+        return {"error": str(e).splitlines()[0]}
+    return {"one_process_ms": one * 1e3, "np2_compute_ms": compute * 1e3, "np2_step_ms": stepped * 1e3,
+            "allreduce_in_step_ms": (stepped - compute) * 1e3, "ratio_compute_allows": one / compute,
+            "ratio_compute_and_allreduce_allow": one / stepped}
 
 
 def step_probe(cfg_path: str, batches, steps: int, allreduce: bool = False) -> dict:
@@ -396,6 +413,12 @@ def _print_horovod(hv: dict) -> None:
           f"(2 threads) {one or float('nan'):.0f}; horovodrun -np 2 (1 thread each, 32 per worker) "
           f"{two or float('nan'):.0f}; ratio pair by pair {hv['ratio_median'] or float('nan'):.2f} "
           f"(min {hv['ratio_min'] or float('nan'):.2f}, max {hv['ratio_max'] or float('nan'):.2f})")
+    parts = hv.get("step_parts", {})
+    if "np2_step_ms" in parts:
+        print(f"a step (ms): one process at batch 64 {parts['one_process_ms']:.1f}; two ranks at 32 stepping at once "
+              f"{parts['np2_compute_ms']:.1f} without allreduce, {parts['np2_step_ms']:.1f} with it "
+              f"({parts['allreduce_in_step_ms']:.1f} ms of allreduce in the step): the ratio the compute allows "
+              f"{parts['ratio_compute_allows']:.2f}, compute and allreduce {parts['ratio_compute_and_allreduce_allow']:.2f}")
     idle = hv.get("idle_core_share_np2", {})
     print("idle ranks of horovodrun -np 2, share of a core each (the slower rank): " + ", ".join(
         f"cycle {c} ms {100 * (v if v is not None else float('nan')):.1f} %" for c, v in idle.items()))
