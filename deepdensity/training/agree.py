@@ -5,6 +5,7 @@ one process runs them all as no-ops."""
 from __future__ import annotations
 
 from deepdensity.config import ConfigError
+from deepdensity.utils.errors import UserError
 
 
 class Ranks:
@@ -32,6 +33,23 @@ class Ranks:
         if self.size == 1:
             return value
         return self.backend.broadcast_object(value)
+
+    def chief_check(self, check, on_chief: bool):
+        """Run `check` where `on_chief` (rank 0 alone reads and writes the run folder) and
+        return its value there, None elsewhere; a refusal it raises (a UserError) is raised on
+        every rank, so that no rank goes on into a collective that rank 0 has left (under
+        horovodrun the others then crashed there, each with its own traceback)."""
+        value, refusal = None, None
+        if on_chief:
+            try:
+                value = check()
+            except UserError as e:
+                refusal = e
+        if self.size > 1:
+            refusal = self.backend.broadcast_object(refusal)
+        if refusal is not None:
+            raise refusal
+        return value
 
     def wait_for_chief(self) -> None:
         """Every rank waits here until rank 0 arrives (after it wrote a file the others read)."""

@@ -43,7 +43,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
     # folder it made for a run refused before it wrote anything (two ranks removing it raced:
     # the second one's rmdir failed with "No such file or directory" instead of the real error)
-    with runs.locked(run.out) if run.writes else contextlib.nullcontext():
+    with contextlib.ExitStack() as lock:
+        run.ranks.chief_check(lambda: lock.enter_context(runs.locked(run.out)), run.writes)
         try:
             return _train_in(cfg, run, resume, emulate_workers, verbose)
         except (ConfigError, DataError, RunError, DamagedRun):
@@ -81,8 +82,8 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     model, optimizer = _compiled_model(cfg, run, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
-    if state:
-        _check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint)
+    run.ranks.chief_check(lambda: _check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
+                          bool(state))
     initial_epoch, elapsed_before = run_folder.resume_point(ckpt, run, state)
     # Horovod: start every worker from rank 0's weights and optimizer state.
     run.backend.broadcast_state(model, optimizer)
@@ -111,12 +112,14 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
 def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
     """The state to resume from (rank 0, which alone reads the folder), after checking the
     folder and that the resume keeps the run's settings; None for a new run."""
-    state = run_folder.check_out_dir(run.out, resume) if run.writes else None
-    if resume and run.writes and state is None:
-        run.say(f"nothing to resume in {run.out}; starting a new run there")
-    if state:
-        run_folder.check_resume(run.out, run_folder.resume_identity(cfg, run))
-    return state
+    def check() -> Optional[dict]:
+        state = run_folder.check_out_dir(run.out, resume)
+        if resume and state is None:
+            run.say(f"nothing to resume in {run.out}; starting a new run there")
+        if state:
+            run_folder.check_resume(run.out, run_folder.resume_identity(cfg, run))
+        return state
+    return run.ranks.chief_check(check, run.writes)
 
 
 def _check_same_data(cfg: Config, out: Path, n_train: int, n_val: int, fingerprint: Optional[str]) -> None:
