@@ -93,6 +93,10 @@ def _fail(line: str) -> int:
     return EXIT_BAD_INPUT
 
 
+# set by `deepdensity launch` (training/horovodrun.py) for its ranks: how they were started
+LAUNCH_PREFIX_ENV = "DEEPDENSITY_LAUNCH_PREFIX"
+
+
 def launcher_rank(environ=None) -> int:
     """This process's rank as its launcher set it (horovodrun, mpirun, PMI), before Horovod starts; 0 alone."""
     env = os.environ if environ is None else environ
@@ -108,10 +112,13 @@ def launcher_size(environ=None) -> int:
 
 
 def launcher_prefix(environ=None) -> str:
-    """How this process was launched, as a command prefix a user can paste: 'horovodrun -np N '
-    when a launcher started N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with
-    -H for the hosts it cannot know when they were several; '' for one process."""
+    """How this process was launched, as a command prefix a user can paste: what `deepdensity
+    launch` said it ran (LAUNCH_PREFIX_ENV); else 'horovodrun -np N ' when a launcher started
+    N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with -H for the hosts it
+    cannot know when they were several; '' for one process."""
     env = os.environ if environ is None else environ
+    if env.get(LAUNCH_PREFIX_ENV):
+        return env[LAUNCH_PREFIX_ENV]
     size = launcher_size(env)
     if size <= 1:
         return ""

@@ -1,0 +1,131 @@
+"""`deepdensity launch HOROVODRUN-OPTIONS COMMAND...`: horovodrun, with this project's manners.
+
+    python -m deepdensity launch -np 2 python train.py --mode weak --config configs/smoke.yaml
+    python -m deepdensity launch -np 4 -H node1:2,node2:2 -- python train.py --mode strong
+
+horovodrun ends every job in which a process exited non-zero with its own Python traceback
+and exit 1. A deepdensity command that refuses its input (a reused --out, settings changed on
+resume, ranks that disagree) prints one line on rank 0 and exits 2, so under plain horovodrun
+that line is followed by the launcher's traceback. `launch` runs the same horovodrun with the
+same options, passes its output on as it comes, drops that traceback where a rank's own exit
+explains it, and exits with that rank's code. It also tells the ranks how they were started,
+so that the resume command a run prints on Ctrl-C starts with this `launch` and its options.
+
+The command starts after `--`, or else at its first word that is a Python interpreter, a .py
+script or `deepdensity`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from deepdensity.utils.args import version
+from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, UserError, command
+
+USAGE = "deepdensity launch HOROVODRUN-OPTIONS [--] COMMAND..."
+# horovodrun's own last words when a process exited non-zero (Horovod 0.28, runner/gloo_run.py)
+LAUNCHER_FAILURE = "RuntimeError: Horovod detected that one or more processes exited with non-zero status"
+
+
+def is_command_start(word: str) -> bool:
+    """Does `word` start the command horovodrun runs (rather than being one of its options)?"""
+    name = os.path.basename(word)
+    return name.startswith("python") or name.endswith(".py") or name == "deepdensity"
+
+
+def split_command(argv: list) -> tuple:
+    """(horovodrun's options, the command): at `--` if there is one, else at the first word
+    that starts a command (is_command_start)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    cut = next((i for i, word in enumerate(argv) if is_command_start(word)), len(argv))
+    return argv[:cut], argv[cut:]
+
+
+class LauncherTraceback:
+    """Passes horovodrun's stderr on line by line, less the launcher's own traceback for a
+    process that exited non-zero; keeps that process's exit code. A traceback starts at the
+    start of a line (the ranks' lines carry a '[rank]<stderr>:' prefix), so it is held back
+    until it shows whose it is: the launcher's ends in LAUNCHER_FAILURE and the process's name
+    and exit code; any other is passed on whole."""
+
+    def __init__(self, write):
+        self.write, self.held, self.exit_code, self.in_failure = write, [], None, False
+
+    def feed(self, line: str) -> None:
+        if self.in_failure:
+            if line.startswith("Exit code:") and line.split(":", 1)[1].strip().lstrip("-").isdigit():
+                self.exit_code = int(line.split(":", 1)[1])
+                return
+            if line.startswith("Process name:") or not line.strip():
+                return
+            self.in_failure = False
+        if self.held:
+            if line.startswith(LAUNCHER_FAILURE):
+                self.held, self.in_failure = [], True
+                return
+            if line.startswith(" "):              # a frame of the traceback held back
+                self.held.append(line)
+                return
+            self.flush()
+        if line.startswith("Traceback (most recent call last):"):
+            self.held = [line]
+        else:
+            self.write(line)
+
+    def flush(self) -> None:
+        for line in self.held:
+            self.write(line)
+        self.held = []
+
+
+def launch_prefix(options: list) -> str:
+    """The command prefix a rank prints in front of a resume command: this launch, its options."""
+    return shlex.join(["python", "-m", "deepdensity", "launch", *options]) + " "
+
+
+def horovodrun_path() -> str:
+    found = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
+    if not os.access(found, os.X_OK):
+        raise UserError("horovodrun was not found next to this Python or on PATH; install Horovod (make install)")
+    return found
+
+
+@command
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: {USAGE}\n\n" + __doc__.split("\n", 1)[1].strip())
+        raise SystemExit(0)
+    if argv[:1] == ["--version"]:
+        print(version())
+        raise SystemExit(0)
+    options, cmd = split_command(argv)
+    if not cmd:
+        raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
+                        f"deepdensity launch -np 2 python train.py --mode weak")
+    env = {**os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
+    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stderr=subprocess.PIPE, text=True, bufsize=1,
+                            env=env)
+    # A scheduler's SIGTERM reaches this process alone: pass it on (Ctrl-C reaches the whole
+    # foreground group, horovodrun and its ranks included).
+    signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))
+    launcher = LauncherTraceback(sys.stderr.write)
+    for line in proc.stderr:
+        launcher.feed(line)
+    launcher.flush()
+    code = proc.wait()
+    if code and launcher.exit_code:
+        # a rank killed by a signal is reported as minus its number: the shell's 128 + N
+        return launcher.exit_code if launcher.exit_code > 0 else 128 - launcher.exit_code
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""`deepdensity launch`: horovodrun whose refusals end in one line and the rank's exit code."""
+import sys
+
+import pytest
+
+from deepdensity.training import horovodrun
+from deepdensity.training.horovodrun import LauncherTraceback, launch_prefix, split_command
+from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
+from tests.support import SMOKE, run
+
+# What horovodrun 0.28 prints when a rank exits 2 (the message of runner/gloo_run.py), after the
+# rank's own lines
+LAUNCHER_END = """\
+Traceback (most recent call last):
+  File "/venv/bin/horovodrun", line 8, in <module>
+    sys.exit(run_commandline())
+             ^^^^^^^^^^^^^^^^^
+  File "/venv/lib/python3.11/site-packages/horovod/runner/gloo_run.py", line 284, in launch_gloo
+    raise RuntimeError('Horovod detected that one or more processes exited with non-zero '
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. The first process to do so was:
+Process name: 0
+Exit code: 2
+
+"""
+
+
+def _filtered(text: str):
+    said = []
+    launcher = LauncherTraceback(said.append)
+    for line in text.splitlines(keepends=True):
+        launcher.feed(line)
+    launcher.flush()
+    return "".join(said), launcher.exit_code
+
+
+@pytest.mark.parametrize("argv, options, command", [
+    (["-np", "2", "python", "train.py", "--mode", "weak"], ["-np", "2"], ["python", "train.py", "--mode", "weak"]),
+    (["-np", "4", "-H", "a:2,b:2", "/venv/bin/python3.11", "-m", "deepdensity", "train"],
+     ["-np", "4", "-H", "a:2,b:2"], ["/venv/bin/python3.11", "-m", "deepdensity", "train"]),
+    (["-np", "2", "train.py", "--mode", "strong"], ["-np", "2"], ["train.py", "--mode", "strong"]),
+    (["-np", "2", "--host-discovery-script", "./hosts.sh", "deepdensity", "train"],
+     ["-np", "2", "--host-discovery-script", "./hosts.sh"], ["deepdensity", "train"]),
+    (["-np", "2", "--", "./my_wrapper", "x"], ["-np", "2"], ["./my_wrapper", "x"]),
+    (["-np", "2"], ["-np", "2"], []),
+])
+def test_the_command_starts_at_a_python_word_or_after_the_separator(argv, options, command):
+    assert split_command(argv) == (options, command)
+
+
+def test_the_launchers_traceback_goes_and_the_ranks_exit_code_stays():
+    rank_lines = "[0]<stderr>:error: runs/x already holds a run; pass --resume or another --out\n"
+    said, code = _filtered(rank_lines + LAUNCHER_END)
+    assert said == rank_lines
+    assert code == 2
+
+
+def test_any_other_traceback_is_passed_on_whole():
+    other = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: bad\nnext line\n'
+    assert _filtered(other) == (other, None)
+    # and one cut short by the end of the stream
+    cut = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+    assert _filtered(cut) == (cut, None)
+
+
+def test_lines_after_the_launchers_message_are_kept():
+    said, code = _filtered(LAUNCHER_END.replace("Exit code: 2\n", "Exit code: -15\nsomething else\n"))
+    assert (said, code) == ("something else\n\n", -15)
+
+
+def test_ranks_started_by_launch_print_its_command():
+    prefix = launch_prefix(["-np", "2", "-H", "a:1,b:1"])
+    assert prefix == "python -m deepdensity launch -np 2 -H a:1,b:1 "
+    assert launcher_prefix({LAUNCH_PREFIX_ENV: prefix, "HOROVOD_SIZE": "2"}) == prefix
+    assert launcher_prefix({"HOROVOD_SIZE": "2"}) == "horovodrun -np 2 "
+
+
+def test_no_command_is_one_line_and_exit_2(capsys):
+    assert horovodrun.main(["-np", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no command to run") and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path):
+    """The same refusal as without a launcher (a folder holding another run), under two ranks:
+    one error line from rank 0, no traceback, exit 2."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("")
+    proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", sys.executable, "train.py", "--mode",
+                "strong", "--config", SMOKE, "--out", str(out)], timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("[0]<stderr>:error:"), proc.stderr
