@@ -169,7 +169,7 @@ def _isa_runs(cells: list, again: list, seed: int, collapse_loss: float) -> str:
     moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
              if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]
     return (f"{same} of {len(pairs)} cells had the same outcome (reached, slow or failed)"
-            + (f"; passes to target moved by {max(moved):g} at the most (median {statistics.median(moved):g})"
+            + (f"; passes to target moved by {max(moved):.3g} at the most (median {statistics.median(moved):.3g})"
                if moved else "") + ".")
 
 
