@@ -91,8 +91,11 @@ def launch_prefix(options: list) -> str:
 
 
 def horovodrun_path() -> str:
-    found = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
-    if not os.access(found, os.X_OK):
+    """The horovodrun of this Python's environment (the Horovod built against its TensorFlow),
+    else the one on PATH."""
+    beside = Path(sys.executable).with_name("horovodrun")
+    found = str(beside) if os.access(beside, os.X_OK) else (shutil.which("horovodrun") or "")
+    if not found:
         raise UserError("horovodrun was not found next to this Python or on PATH; install Horovod (make install)")
     return found
 
@@ -113,9 +116,12 @@ def main(argv=None) -> int:
     env = {**os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stderr=subprocess.PIPE, text=True, bufsize=1,
                             env=env)
-    # A scheduler's SIGTERM reaches this process alone: pass it on (Ctrl-C reaches the whole
-    # foreground group, horovodrun and its ranks included).
+    # A scheduler's SIGTERM reaches this process alone: pass it on. Ctrl-C reaches the whole
+    # foreground group, horovodrun and its ranks included; this process ignores it and keeps
+    # reading until horovodrun has ended, so that the ranks' last lines (where the run was
+    # saved, how to continue) are not cut off.
     signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     launcher = LauncherTraceback(sys.stderr.write)
     for line in proc.stderr:
         launcher.feed(line)
