@@ -1,5 +1,5 @@
 """Docs that cannot drift from the code: the README's help listing is the command table's,
-the resumable settings in docs/training.md are the code's, and the README's layout names
+the resumable settings in docs/training.md are the code's, and docs/layout.md names
 every module of the package (and no module that is gone). A change to one without the other
 fails here, with the text to paste."""
 import re
@@ -9,6 +9,7 @@ from deepdensity.training.runs import RESUMABLE
 from tests.support import ROOT
 
 README = ROOT / "README.md"
+LAYOUT = ROOT / "docs" / "layout.md"
 PACKAGE = ROOT / "deepdensity"
 
 
@@ -31,8 +32,8 @@ def test_the_resumable_settings_in_the_docs_are_the_codes():
 
 
 def layout_block() -> str:
-    text = README.read_text()
-    return fenced_after(text[text.index("## Layout"):], "train.py                  thin entry: python train.py / "
+    text = LAYOUT.read_text()
+    return fenced_after(text[text.index("# Layout"):], "train.py                  thin entry: python train.py / "
                                                         "horovodrun ... python train.py")
 
 
@@ -40,7 +41,7 @@ def test_the_readme_layout_names_every_module():
     layout = layout_block()
     modules = sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
     missing = [str(m) for m in modules if not re.search(rf"(?<![\w.]){re.escape(m.name)}", layout)]
-    assert missing == [], f"README.md's layout does not name {', '.join(missing)}"
+    assert missing == [], f"docs/layout.md does not name {', '.join(missing)}"
 
 
 def test_the_readme_layout_names_no_module_that_is_gone():

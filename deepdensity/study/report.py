@@ -145,7 +145,7 @@ def _isa_stability(record: dict, claims: list) -> str:
         return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
                 f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
                 f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
-                f"(README, 'Determinism'), so a verdict resting on a run near the target or near a decision "
+                f"(docs/protocol.md, 'Determinism'), so a verdict resting on a run near the target or near a decision "
                 f"boundary may change on another CPU.")
     isa, seed = check["isa"], check["seed"]
     again = _claims(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
@@ -320,7 +320,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "threads_line": f"deterministic kernels, {cfg.intra_op_threads or 'automatic'} intra-op thread(s) per run, "
                         f"{record['provenance']['parallel_runs']} run(s) side by side. Repeatable bit for bit on this "
                         f"machine at this thread count; another instruction set or thread count rounds differently, "
-                        f"and converging runs then drift by up to a few per cent (README, 'Determinism').",
+                        f"and converging runs then drift by up to a few per cent (docs/protocol.md, 'Determinism').",
         "environment": f"Python {env['python']}, TensorFlow {env['tensorflow']}, Horovod {env['horovod']}, NumPy "
                        f"{env['numpy']}; {env['cpu']}, {env['cores']} cores, oneDNN ISA {env['onednn_isa']}, "
                        f"{env['gpus'] or 0} GPU(s); {env['platform']}.",
