@@ -44,7 +44,7 @@ from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_l
                                       grid_points, uses_kernel)
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
 from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
-                                     op_intervals, print_profiles, profiled)
+                                     op_intervals, print_profiles, profiled, random_cubes)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
 from deepdensity.utils.args import parser  # noqa: E402
 from deepdensity.utils.errors import command  # noqa: E402
@@ -98,7 +98,7 @@ def training_step(model, batch: int, seed: int = 0):
     train_on_batch, which builds a data adapter on every call: 5-6 ms a step on a 2-core AMD
     EPYC that fit pays once per epoch (docs/performance.md, "Where a step's time goes"). The
     loss is read back, so the time covers the step's end on a device that runs asynchronously."""
-    x = np.random.default_rng(seed).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64
+    x = random_cubes(batch, seed)
     batches = iter(tf.data.Dataset.from_tensors((x, x)).repeat())
     train_function = model.make_train_function()
     return lambda: float(train_function(batches)["loss"])
@@ -283,18 +283,8 @@ def throughput(cfg_path: str, per_process_batch: int, steps: int) -> float:
     (rank 0 prints it); run under horovodrun or as one process."""
     cfg = load(cfg_path, [])
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
-    model = build_model(cfg, 16, 3)
-    model.compile(optimizer=backend.wrap_optimizer(make_adam(cfg, cfg.base_lr), cfg.allreduce_groups),
-                  loss=tf.keras.losses.MeanSquaredLogarithmicError())
-    step = training_step(model, per_process_batch, seed=backend.rank())
-    for _ in range(3):
-        step()
-    backend.allreduce_max(0.0)  # every rank starts the clock together
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = backend.allreduce_max(time.perf_counter() - t)
-    return per_process_batch * backend.size() * steps / seconds
+    seconds = rank_step_seconds(cfg, backend, [per_process_batch], steps, allreduce=True)[per_process_batch]
+    return per_process_batch * backend.size() / seconds
 
 
 def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int = 32, steps: int = 100,
@@ -386,7 +376,7 @@ def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False
 def eval_seconds_per_sample(cfg, repeats: int = 7) -> float:
     """Seconds of the model's forward pass per cube, at a batch of 64."""
     model = build_model(cfg, 16, 3)
-    x = np.random.default_rng(0).uniform(size=(64, 16, 16, 16, 1)).astype("f4") / 64
+    x = random_cubes(64)
     return median_seconds(lambda: model(x, training=False).numpy(), repeats) / 64
 
 

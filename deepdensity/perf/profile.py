@@ -121,16 +121,21 @@ def profiled(step, steps: int, trace: Path):
     return space, seconds
 
 
+def random_cubes(batch: int, seed: int = 0) -> np.ndarray:
+    """`batch` random 16^3 cubes in the data's range, as the model takes them."""
+    return np.random.default_rng(seed).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64
+
+
 def fit_loop(model, batch: int, steps: int):
     """A callable running `steps` steps of model.fit (no callbacks) over a repeated batch."""
-    x = np.random.default_rng(0).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64
+    x = random_cubes(batch)
     data = tf.data.Dataset.from_tensors((x, x)).repeat()
     return lambda: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
 
 
 def on_batch(model, batch: int):
     """A callable running one train_on_batch."""
-    x = tf.constant(np.random.default_rng(0).uniform(size=(batch, 16, 16, 16, 1)).astype("f4") / 64)
+    x = tf.constant(random_cubes(batch))
     return lambda: model.train_on_batch(x, x)
 
 
