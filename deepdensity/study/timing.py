@@ -27,6 +27,11 @@ from deepdensity.utils.files import write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
+# What the parts mean; raised whenever the probe changes what it measures, so that a runs
+# folder's timing.json from an older probe is measured again rather than mixed with new
+# runs. 2: steps timed as `model.fit` runs them, the allreduce as a step pays it (76ec1ba);
+# a timing.json without it came from `train_on_batch` steps and Gloo's transfer alone.
+CLOCK_VERSION = 2
 
 
 def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
@@ -124,10 +129,17 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
 
 def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, say=print) -> dict:
     """The calibrated model and the real epochs it is checked against, measured once per runs
-    folder (timing.json) with nothing else running."""
+    folder (timing.json) with nothing else running; measured again when the file came from
+    another version of the clock (it is kept beside, as timing-vK.json)."""
     path = root / "timing.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    earlier = _read_timing(path)
+    if earlier is not None and earlier.get("clock_version", 1) == CLOCK_VERSION:
+        return earlier
+    if earlier is not None:
+        kept = path.with_name(f"timing-v{earlier.get('clock_version', 1)}.json")
+        say(f"timing: {path} came from version {earlier.get('clock_version', 1)} of the clock, this is "
+            f"version {CLOCK_VERSION}: measured again ({kept.name} keeps the old one)")
+        path.replace(kept)
     from deepdensity.model.autoencoder import build_model
     timing = measure_parts(train_yaml, cfg, build_model(cfg, 16, 3).count_params(), say)
     real = {}
@@ -136,5 +148,14 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
         real[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
     timing["real_epoch_seconds"] = real
     timing["compute_scale"] = compute_scale(timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, real["1"])
+    timing["clock_version"] = CLOCK_VERSION
     write_atomic(path, json.dumps(timing, indent=2))
     return timing
+
+
+def _read_timing(path: Path):
+    """timing.json's contents, or None when there is none (or it is unreadable: measured again)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

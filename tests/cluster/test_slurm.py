@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from deepdensity.study.timing import CLOCK_VERSION
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import SlurmCluster, slurm_unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
@@ -25,7 +26,8 @@ TINY = ("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters:
         "calibration_epochs: 4\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n")
 # The clock of a tiny study measured once (tests/study/data/tiny-reports): both executors read the
 # same one, so that they differ in where the runs train and nothing else.
-TIMING = json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())["timing"]
+TIMING = {**json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())["timing"],
+          "clock_version": CLOCK_VERSION}
 SAME = ("mode", "n", "seed", "status", "epochs", "epochs_to_target", "passes_to_target", "final_val_loss")
 
 

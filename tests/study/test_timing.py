@@ -35,3 +35,25 @@ def test_the_real_strong_runs_are_described_beside_the_sequential_run():
         "run for real on seed 0: horovodrun -np 2 reached it after 17 passes (the sequential run: 17); "
         "horovodrun -np 4 did not reach the target (stalled, 7 epochs)")
     assert real_strong_summary([]) == "not run for real in this study"
+
+
+def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tmp_path, monkeypatch):
+    # timing.json files of version 1 (no clock_version) priced train_on_batch's 5-6 ms a step:
+    # reusing one beside new runs would mix two clocks in one report.
+    from deepdensity.model import autoencoder
+    from deepdensity.study import timing
+    measured = []
+    monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
+    monkeypatch.setattr(timing, "measure_parts", lambda *a, **k: measured.append("parts") or dict(PARTS))
+    monkeypatch.setattr(timing, "real_epoch_seconds", lambda root, yaml, eta, n: float(n))
+    monkeypatch.setattr(timing, "compute_scale", lambda *a: 1.25)
+    cfg = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker"})()
+    (tmp_path / "timing.json").write_text('{"compute_scale": 0.67}')
+    said = []
+    got = timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append)
+    assert measured == ["parts"] and got["compute_scale"] == 1.25 and got["clock_version"] == timing.CLOCK_VERSION
+    assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
+    assert any("measured again" in line for line in said)
+    # the file it wrote is this version's: read back, not measured a second time
+    assert timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append) == got
+    assert measured == ["parts"]
