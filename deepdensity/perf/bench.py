@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 
 import numpy as np  # noqa: E402
@@ -43,6 +44,7 @@ from deepdensity.model import kernels  # noqa: E402
 from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_log_mixture_density,  # noqa: E402
                                       grid_points, uses_kernel)
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
+from deepdensity.perf import horovod_timeline  # noqa: E402
 from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
                                      op_intervals, print_profiles, profiled, random_cubes)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
@@ -335,11 +337,22 @@ def np2_step_parts(cfg_path: str, batch: int, steps: int = 60) -> dict:
         one = probe_step_seconds(cfg_path, 1, [2 * batch], steps)[0][2 * batch]
         compute = probe_step_seconds(cfg_path, 2, [batch], steps)[0][batch]
         stepped = probe_step_seconds(cfg_path, 2, [batch], steps, allreduce=True)[0][batch]
+        phases = allreduce_phases(cfg_path, batch, steps)
     except RuntimeError as e:
         return {"error": str(e).splitlines()[0]}
     return {"one_process_ms": one * 1e3, "np2_compute_ms": compute * 1e3, "np2_step_ms": stepped * 1e3,
             "allreduce_in_step_ms": (stepped - compute) * 1e3, "ratio_compute_allows": one / compute,
-            "ratio_compute_and_allreduce_allow": one / stepped}
+            "ratio_compute_and_allreduce_allow": one / stepped, "allreduce_phases": phases}
+
+
+def allreduce_phases(cfg_path: str, batch: int, steps: int) -> dict:
+    """The allreduce in a `horovodrun -np 2` step split by Horovod's timeline (median ms per
+    allreduce: negotiation, i.e. waiting for the other rank; the fusion buffer's copies; the
+    transfer). A run of its own: the timeline's writer is not in the timed steps."""
+    with tempfile.TemporaryDirectory() as tmp:
+        timeline = Path(tmp) / "timeline.json"
+        probe_step_seconds(cfg_path, 2, [batch], steps, allreduce=True, timeline=timeline)
+        return horovod_timeline.allreduce_phases_ms(horovod_timeline.read_timeline(timeline))
 
 
 def step_probe(cfg_path: str, batches, steps: int, allreduce: bool = False) -> dict:
@@ -380,12 +393,15 @@ def eval_seconds_per_sample(cfg, repeats: int = 7) -> float:
     return median_seconds(lambda: model(x, training=False).numpy(), repeats) / 64
 
 
-def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduce: bool = False) -> tuple:
+def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduce: bool = False,
+                       timeline: Optional[Path] = None) -> tuple:
     """({batch: rank_step_seconds}, evaluation seconds per cube or None) measured on n
-    processes of this host (`horovodrun -np n`, or one process, which also times evaluation)."""
+    processes of this host (`horovodrun -np n`, or one process, which also times evaluation);
+    with `timeline` (n > 1), Horovod's timeline written there."""
     cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--step-probe", "--config", cfg_path,
            "--batches", ",".join(map(str, batches)), "--steps", str(steps)] + (["--allreduce"] if allreduce else [])
-    proc = _run(([_horovodrun(), "-np", str(n)] if n > 1 else []) + cmd, timeout=900)
+    launcher = [_horovodrun(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
+    proc = _run((launcher if n > 1 else []) + cmd, timeout=900)
     # under horovodrun rank 0's lines come as "[0]<stdout>:KEY ..."
     found = [line[line.index(key):].split() for line in proc.stdout.splitlines()
              for key in ("STEP_SECONDS", "EVAL_SECONDS_PER_SAMPLE") if key in line]
@@ -409,6 +425,11 @@ def _print_horovod(hv: dict) -> None:
               f"{parts['np2_compute_ms']:.1f} without allreduce, {parts['np2_step_ms']:.1f} with it "
               f"({parts['allreduce_in_step_ms']:.1f} ms of allreduce in the step): the ratio the compute allows "
               f"{parts['ratio_compute_allows']:.2f}, compute and allreduce {parts['ratio_compute_and_allreduce_allow']:.2f}")
+    phases = parts.get("allreduce_phases") or {}
+    if phases:
+        print(f"an allreduce in that step, Horovod's timeline (median ms): negotiation (until both ranks asked) "
+              f"{phases['negotiation_ms']:.2f}, fusion buffer copies {phases['fusion_copies_ms']:.2f}, "
+              f"transfer ({phases['transfer_activity']}) {phases['transfer_ms']:.2f}")
     idle = hv.get("idle_core_share_np2", {})
     print("idle ranks of horovodrun -np 2, share of a core each (the slower rank): " + ", ".join(
         f"cycle {c} ms {100 * (v if v is not None else float('nan')):.1f} %" for c, v in idle.items()))
