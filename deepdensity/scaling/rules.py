@@ -419,6 +419,15 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
     return float(a), float(b)
 
 
+def fit_through_origin(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares c of y = c x (no intercept), clipped at 0: the paper's communication term
+    c log2 n has no constant, so its c is fitted in that form rather than taken as the slope
+    of a line whose intercept is then dropped."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    denominator = float(np.dot(xs, xs))
+    return max(0.0, float(np.dot(xs, ys)) / denominator) if denominator > 0 else 0.0
+
+
 def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sample_s: float,
                         allreduce_per_doubling_s: float, eval_per_sample_s: float,
                         definition: str = "per_worker") -> float:

@@ -31,7 +31,10 @@ REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this h
 # folder's timing.json from an older probe is measured again rather than mixed with new
 # runs. 2: steps timed as `model.fit` runs them, the allreduce as a step pays it (76ec1ba);
 # a timing.json without it came from `train_on_batch` steps and Gloo's transfer alone.
-CLOCK_VERSION = 2
+# 3: c of c log2 n fitted through the origin, and the allreduce at N the median of paired
+# probes (see measure_parts).
+CLOCK_VERSION = 3
+PROBE_PAIRS = 3          # with and without the allreduce, alternately, at N = 2 and 4
 
 
 def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
@@ -50,25 +53,37 @@ def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
         for n in (2, 4):
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
             say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
-                f"Horovod's allreduce")
-            shared[n] = probe_step_seconds(str(train_yaml), n, [b])[0][b]
-            # The allreduce as a step pays it: Horovod's negotiation, its cycle, the wait for the
-            # slowest rank and Gloo's transfer, all inside the step. Gloo's transfer alone, timed
-            # apart, was 40-60 % of that on a 2-core AMD EPYC (docs/protocol.md, "The clock").
-            allreduce[n] = max(0.0, probe_step_seconds(str(train_yaml), n, [b], allreduce=True)[0][b] - shared[n])
+                f"Horovod's allreduce ({PROBE_PAIRS} pairs)")
+            shared[n], allreduce[n] = paired_allreduce(str(train_yaml), n, b, PROBE_PAIRS)
             say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
             gloo[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
     except RuntimeError as e:
         raise StudyError(str(e)) from None
     step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
     ns = sorted(allreduce)
-    _, per_doubling = rules.fit_line([math.log2(n) for n in ns], [allreduce[n] for n in ns])
+    per_doubling = rules.fit_through_origin([math.log2(n) for n in ns], [allreduce[n] for n in ns])
     return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
             "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
             "shared_step_seconds": {"1": steps[cfg.batch_size], **{str(n): s for n, s in shared.items()}},
             "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
             "gloo_seconds": {str(n): s for n, s in gloo.items()},
             "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
+
+
+def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int) -> tuple:
+    """(a rank's step without allreduce, the allreduce as a step pays it), seconds: the medians
+    over `pairs` probes without and with Horovod's allreduce run alternately, the allreduce
+    taken pair by pair. It is what the training pays: Horovod's negotiation, its cycle, the
+    wait for the slowest rank and Gloo's transfer (Gloo's alone, `gloo_seconds`, was 40-60 % of
+    it on a 2-core AMD EPYC). It is a difference of two steps of ranks sharing the
+    cores; one pair of 40-step probes of -np 4 on a 2-core AMD EPYC gave 8.2-13.2 ms over four
+    tries, and one probe disturbed by other work twice that."""
+    from deepdensity.perf.bench import probe_step_seconds
+    without, paid = [], []
+    for _ in range(pairs):
+        without.append(probe_step_seconds(train_yaml, n, [batch])[0][batch])
+        paid.append(max(0.0, probe_step_seconds(train_yaml, n, [batch], allreduce=True)[0][batch] - without[-1]))
+    return statistics.median(without), statistics.median(paid)
 
 
 def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> float:

@@ -57,3 +57,20 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     # the file it wrote is this version's: read back, not measured a second time
     assert timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append) == got
     assert measured == ["parts"]
+
+
+def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
+    # scripted probes (seconds): without, with, alternately; one pair disturbed (the second)
+    from deepdensity.perf import bench
+    from deepdensity.study import timing
+    script = iter([0.024, 0.034, 0.030, 0.055, 0.023, 0.035])
+    calls = []
+
+    def probe(cfg, n, batches, steps=40, allreduce=False):
+        calls.append(allreduce)
+        return {batches[0]: next(script)}, None
+    monkeypatch.setattr(bench, "probe_step_seconds", probe)
+    without, paid = timing.paired_allreduce("train.yaml", 4, 8, 3)
+    assert calls == [False, True] * 3
+    assert without == pytest.approx(0.024)                   # median of 24, 30, 23 ms
+    assert paid == pytest.approx(0.012)                      # median of 10, 25, 12 ms
