@@ -77,3 +77,16 @@ def git_revision() -> str:
 def fill(template: str, **fields) -> str:
     """deepdensity/study/templates/`template` with its $fields filled (a missing one is an error)."""
     return string.Template((TEMPLATES / template).read_text()).substitute(fields)
+
+
+def target_source(record: dict, epochs: int) -> str:
+    """What set the target, as a report says it."""
+    cal = record.get("calibration") or {"source": "first seed"}
+    if cal["source"] == "preset":
+        return "fixed by the preset"
+    if cal["source"] == "calibration seeds":
+        return (f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
+                f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
+    return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
+            f"construction")
+

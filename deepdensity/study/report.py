@@ -17,7 +17,8 @@ from deepdensity.study.figures import (collapse_figure, efficiency_figure, figur
                                        sweep_figure, time_to_target_figure, warmup_figure)
 from deepdensity.study.preset import Study, StudyError
 from deepdensity.study.record import FORMAT, config_of, study_of
-from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, time_range, write_csv)
+from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source, time_range,
+                                      write_csv)
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
                                       evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
@@ -267,18 +268,6 @@ def _real_strong(record: dict) -> str:
             f"after the others:\n\n{table}")
 
 
-def _target_source(record: dict, epochs: int) -> str:
-    """What set the target, as the Settings section says it."""
-    cal = record.get("calibration") or {"source": "first seed"}
-    if cal["source"] == "preset":
-        return "fixed by the preset"
-    if cal["source"] == "calibration seeds":
-        return (f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
-                f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
-    return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
-            f"construction")
-
-
 def _rules_after_the_runs(record: dict) -> str:
     """A paragraph for a record run before the present rules were written, else ''."""
     if record.get("decision_rules") == decide.RULES_VERSION:
@@ -306,7 +295,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "n_train": record["n_train"], "n_val": record["n_val"], "epoch_definition": cfg.epoch_definition,
         "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
         else "the workers share one pass per epoch",
-        "target": f"{record['target']:.6g}", "target_source": _target_source(record, study.calibration_epochs),
+        "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
         "real_strong": _real_strong(record),
         "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
         "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
