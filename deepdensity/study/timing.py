@@ -29,10 +29,11 @@ REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) i
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
 # What the parts mean; raised whenever the probe changes what it measures, so that a runs
 # folder's timing.json from an older probe is measured again rather than mixed with new
-# runs. 2: steps timed as `model.fit` runs them, the allreduce as a step pays it (76ec1ba);
-# a timing.json without it came from `train_on_batch` steps and Gloo's transfer alone.
-# 3: c of c log2 n fitted through the origin, and the allreduce at N the median of paired
-# probes (see measure_parts).
+# runs. 1: `train_on_batch` steps and Gloo's transfer alone; 2: steps timed as `model.fit`
+# runs them, the allreduce as a step pays it (76ec1ba); 3: c of c log2 n fitted through the
+# origin, the allreduce at N the median of paired probes (paired_allreduce). A timing.json
+# without the key is taken as 1 (those written between 76ec1ba and 632ccd7 were 2 in
+# substance: measuring one again costs minutes, mixing two clocks in a report costs more).
 CLOCK_VERSION = 3
 PROBE_PAIRS = 3          # with and without the allreduce, alternately, at N = 2 and 4
 
