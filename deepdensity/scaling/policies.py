@@ -71,6 +71,7 @@ class Policy:
     label = ""                          # how reports name it (defaults to `name`)
     style = ("tab:gray", "x")           # colour and marker in the study's figures
     in_paper = True                     # one of the paper's four (section IV)
+    paper_figure = ""                   # the paper's loss-against-time figure of it (reports draw ours beside it)
     splits_batch = False                # the global batch B is split over N (else B per worker)
     follows_sequential_path = False     # any N takes the sequential run's steps (strong scaling)
     varies_by_epoch = False             # its batch or its allreduces change from epoch to epoch
@@ -257,6 +258,7 @@ class Strong(Policy):
     The global batches are the sequential run's, so any N follows its path."""
     name, label, style = "strong", "strong scaling", ("tab:blue", "o")
     summary = "global batch B split over N workers (B / N each), lr eta"
+    paper_figure = "fig4.png"           # the paper's Fig. 4
     splits_batch = True
     follows_sequential_path = True
 
@@ -269,6 +271,7 @@ class Weak(Policy):
     """Every worker takes B (global B*N), lr eta."""
     name, label, style = "weak", "weak scaling", ("tab:orange", "s")
     summary = "B per worker (global B * N), lr eta"
+    paper_figure = "fig5.png"           # the paper's Fig. 5
 
 
 @register
@@ -276,6 +279,7 @@ class Linear(Weak):
     """As weak, lr N*eta (Goyal et al.'s linear scaling rule)."""
     name, label, style = "linear", "linear rule", ("tab:red", "v")
     summary = "as weak, lr N * eta (Goyal et al.'s linear scaling rule)"
+    paper_figure = ""                   # the paper draws the loss against time for strong and weak only
 
     def peak_lr(self, base_lr: float, workers: int) -> float:
         return base_lr * workers

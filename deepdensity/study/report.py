@@ -101,10 +101,11 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
         warmup_figure(out / "fig3.png", {r: record["curves"][r] for r in warmup8}, record["target"], plt)
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     collapse_figure(out / "fig_collapse.png", groups, plt)
-    for fig_name, mode in (("fig4.png", "strong"), ("fig5.png", "weak")):
-        if mode in study.modes:
-            loss_against_time_figure(out / fig_name, cells, mode, study.workers, record["curves"], record["target"],
-                                     derived=policies.get(mode).follows_sequential_path and not record["runner"], plt=plt)
+    for mode in [m for m in study.modes if policies.get(m).paper_figure]:
+        policy = policies.get(mode)
+        loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
+                                 record["target"], derived=policy.follows_sequential_path and not record["runner"],
+                                 plt=plt)
     figure1(out / "fig1.png", record["fig1"], plt)
     if record["sweep"]:
         sweep_figure(out / "fig6.png", record["sweep"], plt)
