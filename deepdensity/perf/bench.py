@@ -347,11 +347,14 @@ def np2_step_parts(cfg_path: str, batch: int, steps: int = 60) -> dict:
 
 def allreduce_phases(cfg_path: str, batch: int, steps: int) -> dict:
     """The allreduce in a `horovodrun -np 2` step split by Horovod's timeline (median ms per
-    allreduce: negotiation, i.e. waiting for the other rank; the fusion buffer's copies; the
-    transfer). A run of its own: the timeline's writer is not in the timed steps."""
+    allreduce: the negotiation, from rank 0 asking until every rank has, Horovod's cycle
+    included; the fusion buffer's copies; the transfer), {} when no timeline was written. A run
+    of its own: the timeline's writer is not in the timed steps."""
     with tempfile.TemporaryDirectory() as tmp:
         timeline = Path(tmp) / "timeline.json"
         probe_step_seconds(cfg_path, 2, [batch], steps, allreduce=True, timeline=timeline)
+        if not timeline.is_file():
+            return {}
         return horovod_timeline.allreduce_phases_ms(horovod_timeline.read_timeline(timeline))
 
 

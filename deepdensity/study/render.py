@@ -89,4 +89,3 @@ def target_source(record: dict, epochs: int) -> str:
                 f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
     return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
             f"construction")
-
