@@ -48,6 +48,7 @@ from deepdensity.perf import horovod_timeline  # noqa: E402
 from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
                                      op_intervals, print_profiles, profiled, random_cubes)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
+from deepdensity.training.horovodrun import horovodrun_path  # noqa: E402
 from deepdensity.utils.args import parser  # noqa: E402
 from deepdensity.utils.errors import command  # noqa: E402
 from deepdensity.utils.files import write_atomic  # noqa: E402
@@ -245,11 +246,6 @@ def _run(args, env=None, timeout=None) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _horovodrun():
-    exe = Path(sys.executable).with_name("horovodrun")
-    return str(exe) if exe.exists() else "horovodrun"
-
-
 def printed_value(proc: subprocess.CompletedProcess, key: str):
     """The number after `key` on the first stdout line holding it, or None."""
     values = [float(line.split()[-1]) for line in proc.stdout.splitlines() if key in line]
@@ -259,7 +255,7 @@ def printed_value(proc: subprocess.CompletedProcess, key: str):
 def _dist_probe(n: int, args: list, env: dict, key: str) -> float:
     """`horovodrun -np n python -m deepdensity.dist ARGS` with `env` added: the value rank 0
     prints after `key`; RuntimeError with its stderr if the run fails."""
-    proc = _run([_horovodrun(), "-np", str(n), sys.executable, "-m", "deepdensity.training.dist", *map(str, args)],
+    proc = _run([horovodrun_path(), "-np", str(n), sys.executable, "-m", "deepdensity.training.dist", *map(str, args)],
                 env, timeout=600)
     value = printed_value(proc, key)
     if proc.returncode or value is None:
@@ -299,7 +295,7 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
     one_rates, two_rates = [], []
     for _ in range(pairs):
         one = _run(cmd + ["--batch", str(2 * batch)])
-        two = _run([_horovodrun(), "-np", "2"] + cmd + ["--batch", str(batch)])
+        two = _run([horovodrun_path(), "-np", "2"] + cmd + ["--batch", str(batch)])
         a, b = printed_value(one, "SAMPLES_PER_S"), printed_value(two, "SAMPLES_PER_S")
         if a is None or b is None:
             failed = one if a is None else two
@@ -403,8 +399,9 @@ def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduc
     with `timeline` (n > 1), Horovod's timeline written there."""
     cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--step-probe", "--config", cfg_path,
            "--batches", ",".join(map(str, batches)), "--steps", str(steps)] + (["--allreduce"] if allreduce else [])
-    launcher = [_horovodrun(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
-    proc = _run((launcher if n > 1 else []) + cmd, timeout=900)
+    launcher = ([horovodrun_path(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
+                if n > 1 else [])
+    proc = _run(launcher + cmd, timeout=900)
     # under horovodrun rank 0's lines come as "[0]<stdout>:KEY ..."
     found = [line[line.index(key):].split() for line in proc.stdout.splitlines()
              for key in ("STEP_SECONDS", "EVAL_SECONDS_PER_SAMPLE") if key in line]

@@ -16,7 +16,8 @@ import statistics
 from pathlib import Path
 
 NEGOTIATION = "NEGOTIATE_ALLREDUCE"
-COPIES = ("INIT_FUSION_BUFFER", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")
+COPIES = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")   # every allreduce
+NOT_TRANSFER = (NEGOTIATION, "ALLREDUCE", "INIT_FUSION_BUFFER", *COPIES)  # INIT: once, at the first
 
 
 def read_timeline(path: Path) -> list:
@@ -49,10 +50,9 @@ def allreduce_phases_ms(events: list) -> dict:
     found = spans(events)
     if NEGOTIATION not in found:
         return {}
-    transfer = [name for name in found if name not in (NEGOTIATION, "ALLREDUCE", *COPIES)]
-    per_copy = {name: statistics.median(found[name]) for name in COPIES if name in found and name != "INIT_FUSION_BUFFER"}
+    transfer = [name for name in found if name not in NOT_TRANSFER]
     return {"negotiation_ms": statistics.median(found[NEGOTIATION]) * 1e3,
-            "fusion_copies_ms": sum(per_copy.values()) * 1e3,
+            "fusion_copies_ms": sum(statistics.median(found[name]) for name in COPIES if name in found) * 1e3,
             "transfer_ms": sum(statistics.median(found[name]) for name in transfer) * 1e3,
             "transfer_activity": ",".join(sorted(transfer)),
             "allreduce_ms": statistics.median(found["ALLREDUCE"]) * 1e3 if "ALLREDUCE" in found else None,

@@ -52,6 +52,7 @@ from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
 from deepdensity.study.timing import measure_timing, model_epoch
 from deepdensity.study.plan import plan_lines
+from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
@@ -228,7 +229,7 @@ def real_strong_runs(s, proto: "_Protocol") -> list:
     study = s.study
     if not study.real_strong:
         return []
-    launcher = shlex.quote(str(Path(sys.executable).with_name("horovodrun"))) + " -np {n}"
+    launcher = shlex.quote(horovodrun_path()) + " -np {n}"
     runner = s.runner.sibling(launcher, parallel=1)
     seed, definition = study.seeds[0], study.train.get("epoch_definition", "per_worker")
     sequential = rules.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)

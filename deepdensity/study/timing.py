@@ -22,6 +22,7 @@ from pathlib import Path
 
 from deepdensity.scaling import policies, rules
 from deepdensity.study.preset import StudyError
+from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils.files import write_atomic
 
@@ -98,7 +99,7 @@ def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> floa
            # the paper's epoch validates once; the study's extra pass validations are its instrument
            "--set", "validate_every_pass=false"]
     if n > 1:
-        cmd = [str(Path(sys.executable).with_name("horovodrun")), "-np", str(n)] + cmd
+        cmd = [horovodrun_path(), "-np", str(n)] + cmd
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise StudyError(f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
@@ -149,12 +150,13 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     another version of the clock (it is kept beside, as timing-vK.json)."""
     path = root / "timing.json"
     earlier = _read_timing(path)
-    if earlier is not None and earlier.get("clock_version", 1) == CLOCK_VERSION:
-        return earlier
     if earlier is not None:
-        kept = path.with_name(f"timing-v{earlier.get('clock_version', 1)}.json")
-        say(f"timing: {path} came from version {earlier.get('clock_version', 1)} of the clock, this is "
-            f"version {CLOCK_VERSION}: measured again ({kept.name} keeps the old one)")
+        version = earlier.get("clock_version", 1)
+        if version == CLOCK_VERSION:
+            return earlier
+        kept = path.with_name(f"timing-v{version}.json")
+        say(f"timing: {path} came from version {version} of the clock, this is version {CLOCK_VERSION}: "
+            f"measured again ({kept.name} keeps the old one)")
         path.replace(kept)
     from deepdensity.model.autoencoder import build_model
     timing = measure_parts(train_yaml, cfg, build_model(cfg, 16, 3).count_params(), say)
