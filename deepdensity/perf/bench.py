@@ -95,16 +95,31 @@ def trainable(cfg, batch: int, layer=DeepDensity, backend=None):
     return model
 
 
-def training_step(model, batch: int, seed: int = 0):
+def training_step(model, batch: int, seed: int = 0, cubes: Optional[np.ndarray] = None):
     """A callable running one training step (forward, backward, Adam) of `model` at this batch
     as model.fit runs it: Keras' train_function on an iterator of a tf.data pipeline. Not
     train_on_batch, which builds a data adapter on every call: 5-6 ms a step on a 2-core AMD
     EPYC that fit pays once per epoch (docs/performance.md, "Where a step's time goes"). The
-    loss is read back, so the time covers the step's end on a device that runs asynchronously."""
-    x = random_cubes(batch, seed)
-    batches = iter(tf.data.Dataset.from_tensors((x, x)).repeat())
+    loss is read back, so the time covers the step's end on a device that runs asynchronously.
+    On `cubes` (a data set's training cubes, (n, 16, 16, 16, 1)) each step takes the next
+    `batch` of them, from the `seed`-th batch on; else one batch of random cubes, again and
+    again. A step costs more on the study's cubes than on random ones (about 3 ms of 25 at
+    batch 16 on two ranks of a 2-core AMD EPYC), so the clock probes on the data it prices."""
+    batches = iter(probe_batches(batch, seed, cubes))
     train_function = model.make_train_function()
     return lambda: float(train_function(batches)["loss"])
+
+
+def probe_batches(batch: int, seed: int = 0, cubes: Optional[np.ndarray] = None) -> tf.data.Dataset:
+    """(input, target) batches for a probe's steps, without end: from `cubes`, batch after batch
+    from the `seed`-th on, round the end of the data and then from that batch again (cubes
+    left over that make no whole batch are skipped), else one batch of random cubes over and over."""
+    if cubes is None:
+        x = random_cubes(batch, seed)
+        return tf.data.Dataset.from_tensors((x, x)).repeat()
+    order = np.roll(np.arange(len(cubes)), -seed * batch)
+    return (tf.data.Dataset.from_tensor_slices(cubes[order]).batch(batch, drop_remainder=True)
+            .map(lambda x: (x, x)).repeat())
 
 
 def rendering(cfg, batch: int, layer=DeepDensity):
@@ -354,27 +369,35 @@ def allreduce_phases(cfg_path: str, batch: int, steps: int) -> dict:
         return horovod_timeline.allreduce_phases_ms(horovod_timeline.read_timeline(timeline))
 
 
-def step_probe(cfg_path: str, batches, steps: int, allreduce: bool = False) -> dict:
+def step_probe(cfg_path: str, batches, steps: int, allreduce: bool = False, on_data: bool = False) -> dict:
     """What the study's clock needs of one launch (one process, or `horovodrun -np N` ranks
     sharing the host), each rank with the thread share and Horovod background thread a real
     run gives it: {"steps": rank_step_seconds, "eval": seconds per cube (one process only)}
-    on rank 0, {} on the others."""
+    on rank 0, {} on the others. `on_data`: on the settings' own data (`data_path`), as the
+    runs it prices see it, rather than random cubes."""
     cfg = load(cfg_path, ["intra_op_threads=0"])    # the automatic share, as the real timing runs
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
-    found = {"steps": rank_step_seconds(cfg, backend, batches, steps, allreduce)}
+    train_x = val_x = None
+    if on_data:
+        from deepdensity.training.trainer import training_data
+        _, train_x, val_x = training_data(cfg, say=lambda line: None)
+        train_x, val_x = train_x[..., None], val_x[..., None]     # the channel axis the model takes
+    found = {"steps": rank_step_seconds(cfg, backend, batches, steps, allreduce, cubes=train_x)}
     if backend.size() == 1:
-        found["eval"] = eval_seconds_per_sample(cfg)
+        found["eval"] = eval_seconds_per_sample(cfg, cubes=val_x)
     return found if backend.rank() == 0 else {}
 
 
-def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False) -> dict:
+def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False,
+                      cubes: Optional[np.ndarray] = None) -> dict:
     """{per-process batch: seconds of one training step of the trainer's model} with every
     rank stepping at once: without allreduce, the compute of ranks sharing a host; with it
     (`allreduce`), the training step as it runs, gradients averaged by Horovod inside the step,
     each step waiting for the slowest rank. The slowest rank's mean over `steps` steps."""
     seconds = {}
     for b in batches:
-        step = training_step(trainable(cfg, b, backend=backend if allreduce else None), b, seed=backend.rank())
+        step = training_step(trainable(cfg, b, backend=backend if allreduce else None), b, seed=backend.rank(),
+                             cubes=cubes)
         for _ in range(3):
             step()
         backend.allreduce_max(0.0)  # every rank starts the clock together
@@ -385,20 +408,22 @@ def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False
     return seconds
 
 
-def eval_seconds_per_sample(cfg, repeats: int = 7) -> float:
-    """Seconds of the model's forward pass per cube, at a batch of 64."""
+def eval_seconds_per_sample(cfg, repeats: int = 7, cubes: Optional[np.ndarray] = None) -> float:
+    """Seconds of the model's forward pass per cube, at a batch of 64 (the first 64 of
+    `cubes`, else random ones)."""
     model = build_model(cfg, 16, 3)
-    x = random_cubes(64)
+    x = random_cubes(64) if cubes is None else cubes[:64]
     return median_seconds(lambda: model(x, training=False).numpy(), repeats) / 64
 
 
 def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduce: bool = False,
-                       timeline: Optional[Path] = None) -> tuple:
+                       timeline: Optional[Path] = None, on_data: bool = False) -> tuple:
     """({batch: rank_step_seconds}, evaluation seconds per cube or None) measured on n
     processes of this host (`horovodrun -np n`, or one process, which also times evaluation);
     with `timeline` (n > 1), Horovod's timeline written there."""
     cmd = [sys.executable, "-m", "deepdensity.perf.bench", "--step-probe", "--config", cfg_path,
-           "--batches", ",".join(map(str, batches)), "--steps", str(steps)] + (["--allreduce"] if allreduce else [])
+           "--batches", ",".join(map(str, batches)), "--steps", str(steps)] + (["--allreduce"] if allreduce else []) \
+        + (["--on-data"] if on_data else [])
     launcher = ([horovodrun_path(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
                 if n > 1 else [])
     proc = _run(launcher + cmd, timeout=900)
@@ -468,6 +493,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--step-probe", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batches", default="32", help=argparse.SUPPRESS)
     ap.add_argument("--allreduce", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--on-data", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=20, help=argparse.SUPPRESS)
     ap.add_argument("--horovod", action="store_true",
@@ -504,7 +530,8 @@ def main(argv=None) -> int:
             print(f"SAMPLES_PER_S {rate:.3f}")
         return 0
     if args.step_probe:
-        found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce)
+        found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce,
+                           args.on_data)
         for b, seconds in found.get("steps", {}).items():
             print(f"STEP_SECONDS {b} {seconds:.6f}")
         if "eval" in found:

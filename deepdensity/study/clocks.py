@@ -3,7 +3,8 @@ algorithm; its seconds are that times a clock, and the clock is the hardware's. 
 claim is judged under three (pure; SciPy for the fit):
 
   host    this host's model (timing.py): a step's fixed cost and cost per sample, the
-          allreduce of this model's gradients per doubling of N as a step pays it, measured here.
+          allreduce of this model's gradients as a step pays it, measured here: per doubling of
+          N and, from clock version 4, a latency beside it.
   paper   the same compute, with the serial share and the communication of the paper's cluster:
           the model T(n) / T(1) = s + (1 - s) / n + rho log2 n fitted (non-negative least squares)
           to Table I, where a strong-scaling pass on n GPUs took 1 / (n E_n) of one GPU's.
@@ -11,7 +12,8 @@ claim is judged under three (pure; SciPy for the fit):
 
 rho, the communication-to-compute ratio, is an allreduce's seconds per doubling of N over the
 seconds of one worker's step at the base batch. A time claim's verdict as a function of rho
-gives its break-even: the ratio at which the verdict changes (`break_even`).
+gives its break-even: the ratio at which the verdict changes (`break_even`), on the paper's
+form (no latency: `with_rho`).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Clock:
     allreduce_per_doubling_s: float
     eval_per_sample_s: float
     base_batch: int = 32
+    allreduce_latency_s: float = 0.0      # an allreduce's cost at any N > 1; the paper's form has none
 
     @property
     def step_s(self) -> float:
@@ -48,21 +51,23 @@ class Clock:
         return self.allreduce_per_doubling_s / self.step_s
 
     def with_rho(self, rho: float, name: Optional[str] = None) -> "Clock":
-        """The same compute with communication `rho` times a base-batch step per doubling."""
-        return replace(self, name=name or self.name, allreduce_per_doubling_s=rho * self.step_s)
+        """The same compute with communication `rho` times a base-batch step per doubling and
+        no latency: the paper's form, on which break-evens are stated."""
+        return replace(self, name=name or self.name, allreduce_per_doubling_s=rho * self.step_s,
+                       allreduce_latency_s=0.0)
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
         """One epoch of (mode, N), from the policy's batches (rules.epoch_seconds_model)."""
         return rules.epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
                                          self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
-                                         definition)
+                                         definition, self.allreduce_latency_s)
 
 
 def host_clock(timing: dict, base_batch: int) -> Clock:
     """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""
     k = timing["compute_scale"]
     return Clock("host", k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                 k * timing["eval_per_sample_s"], base_batch)
+                 k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0))
 
 
 def device_clock(host: Clock) -> Clock:

@@ -22,7 +22,7 @@ from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_ta
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
                                       evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
-from deepdensity.study.timing import model_epoch, shared_host_epoch
+from deepdensity.study.timing import describe_allreduce, model_epoch, shared_host_epoch
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 
@@ -213,7 +213,8 @@ def _rules_fields(record: dict, study: Study) -> dict:
     clock = clock_set(record)
     clocks_line = (f"clocks: every time claim is judged under the paper's clock (its cluster fitted to Table I: "
                    f"serial share s = {clocks.fit_table1(PAPER_TABLE1)[0]:.3g}, communication rho = "
-                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}) and one device per "
+                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}{_host_latency(clock['host'])}) "
+                   f"and one device per "
                    f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
                    f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
                    f"changes (searched from {clocks.RHO_GRID[0]:g} to {clocks.RHO_GRID[-1]:g})")
@@ -324,10 +325,14 @@ def _clock_fields(record: dict, cfg) -> dict:
                 "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
                 "`horovodrun -np 2` follows")
     k = t["compute_scale"]
+    latency = ("" if "allreduce_latency_s" not in t else
+               ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
+               "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
     model = (f"every cell is epochs to target x seconds per epoch of one model, the paper's T_S + T_P / n + "
-             f"c log2 n built from parts measured here: a step costs {k * t['step_fixed_s'] * 1e3:.2f} ms + "
+             f"c log2 n{latency} built from parts measured here: a step costs {k * t['step_fixed_s'] * 1e3:.2f} ms + "
              f"{k * t['per_sample_s'] * 1e3:.3f} ms per sample of the per-worker batch + "
-             f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N; evaluation "
+             + (f"an allreduce of {describe_allreduce(t)}" if latency else
+                f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
              f"{k * t['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers. The compute "
              f"parts are the probe's times x {k:.3f}, so that the model's one-process epoch is the real one "
              f"measured in the same invocation: T(1) and T(N) come from the same model. Each worker is taken to be "
@@ -346,6 +351,11 @@ def _clock_fields(record: dict, cfg) -> dict:
             "allreduce_times": _allreduce_times(t)}
 
 
+def _host_latency(host: clocks.Clock) -> str:
+    """', plus a latency of L ms an allreduce' for a host clock that has one (version 4 on)."""
+    return f", plus a latency of {host.allreduce_latency_s * 1e3:.2f} ms an allreduce" if host.allreduce_latency_s else ""
+
+
 def _allreduce_times(t: dict) -> str:
     """The allreduce parts of the clock: as a step pays it and Gloo's alone (a study timed
     before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
@@ -353,7 +363,8 @@ def _allreduce_times(t: dict) -> str:
     if "gloo_seconds" not in t:
         return f"Gloo's allreduce alone: {times(t['allreduce_seconds'])}"
     return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together; the clock's c): {times(t['allreduce_seconds'])}; Gloo's allreduce alone: "
+            f"together; the clock's {'a + c log2 n' if 'allreduce_latency_s' in t else 'c'}): "
+            f"{times(t['allreduce_seconds'])}; Gloo's allreduce alone: "
             f"{times(t['gloo_seconds'])}")
 
 

@@ -16,6 +16,7 @@ from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_ta
 from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
                                       median_time, preferred_batch, sweep_answer)
 from deepdensity.study.tables import Cell
+from deepdensity.study.timing import describe_allreduce
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
 
@@ -81,7 +82,7 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
         "eta_source": _eta_source(study.base_lr),
         "target": f"{r['target']:.6g}", "target_source": target_source(r, study.calibration_epochs), "cap": r["cap"],
         "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{k * t['step_fixed_s'] * 1e3:.2f}",
-        "per_sample_ms": f"{k * t['per_sample_s'] * 1e3:.3f}", "allreduce_ms": f"{t['allreduce_per_doubling_s'] * 1e3:.2f}",
+        "per_sample_ms": f"{k * t['per_sample_s'] * 1e3:.3f}", "allreduce": describe_allreduce(t),
         "local_allreduce_size": f"{policies.get('local').allreduce_size:g}", "steps1": steps1, "n_train": r["n_train"],
         "epoch_definition": cfg.epoch_definition, "communication_table": comm,
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)

@@ -74,7 +74,7 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     run.ranks.require_same({**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": run.p.mode,
                             "emulate_workers": emulate_workers, "data_fingerprint":
                             runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None})
-    cubes, train_x, val_x = _training_data(cfg, run.say)
+    cubes, train_x, val_x = training_data(cfg, run.say)
     try:
         steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
     except rules.PlanError as e:
@@ -187,8 +187,9 @@ def _make_default_data(path: str, run: Launch) -> None:
     run.ranks.wait_for_chief()      # Horovod: the others wait here until rank 0's file is complete
 
 
-def _training_data(cfg: Config, say) -> tuple:
-    """(cubes file, training cubes, validation cubes) as the model sees them."""
+def training_data(cfg: Config, say=print) -> tuple:
+    """(cubes file, training cubes, validation cubes) as the model sees them (also the study's
+    clock's step probe, whose steps cost what the real runs' steps cost only on the same data)."""
     cubes = load_cubes(cfg.data_path)
     train_x, val_x = cubes.train, cubes.val
     if cfg.max_train_cubes:

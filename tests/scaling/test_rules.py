@@ -307,6 +307,36 @@ def test_fit_through_origin_is_the_least_squares_c_of_c_log2_n():
     assert rules.fit_through_origin([0, 0], [1.0, 2.0]) == 0.0         # nothing to fit
 
 
+def test_latency_and_per_doubling_pass_through_two_measured_allreduces():
+    # this host's in-step allreduces in the study of 2ab441d, 10.53 ms at N = 2 and 15.62 at N = 4:
+    # a + c = 10.53 and a + 2c = 15.62 give c = 5.09 and a = 5.44, worked by hand; the paper's
+    # c log2 n alone gives c = 8.35 and prices N = 2 at 8.35 ms
+    a, c = rules.fit_latency_and_per_doubling({1: 0.0, 2: 10.53, 4: 15.62})
+    assert (a, c) == (pytest.approx(5.44, rel=1e-9), pytest.approx(5.09, rel=1e-9))
+    # as dear at 4 as at 2 (a timing-only run of c0f0: 4.651 and 4.637 ms): no negative slope,
+    # the latency is then their mean
+    assert rules.fit_latency_and_per_doubling({2: 4.651, 4: 4.637}) == (pytest.approx(4.644), 0.0)
+    # one N: the paper's form through the origin; none: no communication
+    assert rules.fit_latency_and_per_doubling({1: 0.0, 4: 6.0}) == (0.0, pytest.approx(3.0))
+    assert rules.fit_latency_and_per_doubling({1: 0.0}) == (0.0, 0.0)
+
+
+def test_an_allreduce_costs_its_latency_and_its_share_per_doubling_but_nothing_on_one_worker():
+    assert rules.allreduce_seconds_at(1, 0.005, 0.004) == 0.0
+    assert rules.allreduce_seconds_at(2, 0.005, 0.004) == pytest.approx(0.009)
+    assert rules.allreduce_seconds_at(8, 0.005, 0.004) == pytest.approx(0.004 + 3 * 0.005)
+    # local SGD's 3 x the floats: the per-doubling (bandwidth) part triples, the latency does not
+    assert rules.allreduce_seconds_at(8, 0.005, 0.004, size=3) == pytest.approx(0.004 + 9 * 0.005)
+    with pytest.raises(ValueError):
+        rules.allreduce_seconds_at(0, 0.005)
+    # an epoch of 57 steps on 4 workers at batch 8, 57 allreduces, evaluation of 256 shared
+    want = 57 * (0.01 + 0.001 * 8) + 57 * (0.004 + 2 * 0.005) + 0.0004 * 256 / 4
+    assert rules.epoch_seconds(57, 8, 57, 4, 256, 0.01, 0.001, 0.005, 0.0004, allreduce_latency_s=0.004) \
+        == pytest.approx(want, rel=1e-12)
+    assert rules.epoch_seconds_model(policies.plan("strong", 4, 32), 1844, 256, 0.01, 0.001, 0.005, 0.0004,
+                                     "global", allreduce_latency_s=0.004) == pytest.approx(want, rel=1e-12)
+
+
 def test_calibrate_target():
     losses = [0.5, 0.3, 0.2, 0.15, 0.12]
     assert rules.calibrate_target(losses, 3) == (0.2, 12)

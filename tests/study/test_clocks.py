@@ -47,6 +47,27 @@ def test_a_clock_prices_an_epoch_as_the_papers_model():
         (1844 // 256) * (c.step_fixed_s + c.per_sample_s * 32) + c.eval_per_sample_s * 32)
 
 
+def test_a_host_clock_with_a_latency_pays_it_on_every_allreduce_and_break_evens_drop_it():
+    # clock version 4: the host's allreduce is latency + per doubling; the paper's form, on which
+    # rho and its break-even are stated, has none, and free communication has neither
+    timing = {"compute_scale": 1.0, "step_fixed_s": 0.0068, "per_sample_s": 0.000506,
+              "allreduce_per_doubling_s": 0.00469, "eval_per_sample_s": 0.000244, "allreduce_latency_s": 0.005}
+    h = clocks.host_clock(timing, 32)
+    assert h.allreduce_latency_s == 0.005
+    for n in (1, 2, 8):
+        allreduce = 0.0 if n == 1 else 0.005 + 0.00469 * math.log2(n)
+        want = n * 57 * (h.step_fixed_s + h.per_sample_s * 32 / n + allreduce) + h.eval_per_sample_s * 256 / n
+        assert h.epoch_seconds("strong", n, 1844, 256, "per_worker") == pytest.approx(want, rel=1e-12)
+    assert h.with_rho(0.1).allreduce_latency_s == 0.0
+    assert h.with_rho(0.1).epoch_seconds("strong", 8, 1844, 256, "per_worker") == pytest.approx(
+        8 * 57 * (h.step_fixed_s + h.per_sample_s * 4 + 0.1 * h.step_s * 3) + h.eval_per_sample_s * 32, rel=1e-12)
+    d = clocks.device_clock(h)
+    assert d.allreduce_latency_s == 0.0 and d.allreduce_per_doubling_s == 0.0
+    assert clocks.paper_clock(h, PAPER_TABLE1).allreduce_latency_s == 0.0
+    # a clock of version 3 has no latency
+    assert clocks.host_clock({k: v for k, v in timing.items() if k != "allreduce_latency_s"}, 32).allreduce_latency_s == 0
+
+
 def test_the_paper_clock_keeps_the_hosts_step_and_takes_the_papers_ratios():
     h = host()
     p = clocks.paper_clock(h, PAPER_TABLE1)

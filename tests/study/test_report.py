@@ -58,3 +58,19 @@ def test_the_clock_names_the_allreduce_a_step_pays_and_gloos_alone():
     assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00")
     # a study timed before the in-step allreduce was measured: its figures were Gloo's alone
     assert _allreduce_times({"allreduce_seconds": {"1": 0.0, "2": 0.005}}) == "Gloo's allreduce alone: N=2: 5.00"
+
+
+def test_a_clock_of_version_4_states_its_latency_in_the_report(tmp_path):
+    # the committed record (version 3) once more with a version-4 clock: its latency and the
+    # reason for it are stated wherever the clock is, and the model's rows price it
+    record = json.loads((ROOT / "reports" / "study.json").read_text())
+    record["timing"] = {**record["timing"], "allreduce_latency_s": 0.00544, "allreduce_per_doubling_s": 0.00509}
+    report.render_reports(tmp_path, record)
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "an allreduce of 5.44 ms + 5.09 ms per doubling of N (none at N = 1)" in text
+    assert "the paper's c log2 n alone cannot pass through both on this host" in text
+    assert "this host's (rho = " in text and "plus a latency of 5.44 ms an allreduce" in text
+    assert "the clock's a + c log2 n" in text
+    # N = 2 of the clock table: 114 steps of (1.0123 x 20.587 + 5.44 + 5.09 ms) + 1.0123 x 0.341 ms x 256
+    # = 3.664 s, worked by hand from the record's timing
+    assert "| 2 | 3.93 | 3.66 | -6.8% |" in text

@@ -21,6 +21,23 @@ def test_a_shared_host_epoch_is_its_measured_steps_and_allreduces_plus_one_evalu
     assert shared_host_epoch(timing, n, 1844, 256, 32, "per_worker") == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_from_clock_version_4_each_allreduce_also_pays_a_latency(n):
+    # the latency is paid by every step's allreduce at N > 1, and at N = 1 there is none
+    timing = {**PARTS, "shared_step_seconds": {"1": 0.027, "2": 0.026, "4": 0.034}, "allreduce_latency_s": 0.003}
+    steps = 57 * n
+    allreduce = 0.0 if n == 1 else 0.003 + 0.0047 * math.log2(n)
+    want = steps * (0.9 * timing["shared_step_seconds"][str(n)] + allreduce) + 0.9 * 0.0004 * 256
+    assert shared_host_epoch(timing, n, 1844, 256, 32, "per_worker") == pytest.approx(want, rel=1e-12)
+
+
+def test_the_clocks_allreduce_in_words_names_its_latency_only_where_it_has_one():
+    from deepdensity.study.timing import describe_allreduce
+    assert describe_allreduce(PARTS) == "4.70 ms per doubling of N"          # version 3: rendered as it was
+    assert describe_allreduce({**PARTS, "allreduce_latency_s": 0.00544}) == \
+        "5.44 ms + 4.70 ms per doubling of N (none at N = 1)"
+
+
 def test_a_study_timed_without_contended_steps_shares_the_hosts_throughput():
     # an older timing.json: the N workers' compute (fixed + per sample at 32 / N) adds up
     n, steps = 4, 57 * 4
@@ -66,7 +83,8 @@ def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
     script = iter([0.024, 0.034, 0.030, 0.055, 0.023, 0.035])
     calls = []
 
-    def probe(cfg, n, batches, steps=40, allreduce=False):
+    def probe(cfg, n, batches, steps=40, allreduce=False, on_data=False):
+        assert on_data                                       # the clock steps on the study's cubes
         calls.append(allreduce)
         return {batches[0]: next(script)}, None
     monkeypatch.setattr(bench, "probe_step_seconds", probe)
