@@ -113,11 +113,13 @@ def training_step(model, batch: int, seed: int = 0, cubes: Optional[np.ndarray] 
 def probe_batches(batch: int, seed: int = 0, cubes: Optional[np.ndarray] = None) -> tf.data.Dataset:
     """(input, target) batches for a probe's steps, without end: from `cubes`, batch after batch
     from the `seed`-th on, round the end of the data and then from that batch again (cubes
-    left over that make no whole batch are skipped), else one batch of random cubes over and over."""
+    left over that make no whole batch are skipped; fewer cubes than a batch are taken again
+    to fill one), else one batch of random cubes over and over."""
     if cubes is None:
         x = random_cubes(batch, seed)
         return tf.data.Dataset.from_tensors((x, x)).repeat()
     order = np.roll(np.arange(len(cubes)), -seed * batch)
+    order = np.resize(order, max(len(order), batch))     # fewer cubes than a batch: taken again
     return (tf.data.Dataset.from_tensor_slices(cubes[order]).batch(batch, drop_remainder=True)
             .map(lambda x: (x, x)).repeat())
 

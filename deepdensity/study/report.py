@@ -338,7 +338,7 @@ def _clock_fields(record: dict, cfg) -> dict:
              f"measured in the same invocation: T(1) and T(N) come from the same model. Each worker is taken to be "
              f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
              f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
-             f"first, median)" + _shared_model(t) + ".")
+             f"first, median)" + _shared_model(t) + "." + _rounds(t))
     rows = ""
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)
@@ -349,6 +349,18 @@ def _clock_fields(record: dict, cfg) -> dict:
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",
             "allreduce_times": _allreduce_times(t)}
+
+
+def _rounds(t: dict) -> str:
+    """How the clock's figures were taken in rounds, and how far the real epochs moved between
+    them (clock version 4 on; '' before)."""
+    rounds = t.get("rounds")
+    if not rounds:
+        return ""
+    spread = ", ".join(f"N={n}: {min(r['real'][n] for r in rounds):.2f}-{max(r['real'][n] for r in rounds):.2f}"
+                       for n in sorted(rounds[0]["real"], key=int))
+    return (f" The probes and the real epochs were taken in turn, {len(rounds)} rounds, and every figure is the "
+            f"median over the rounds; the real epochs over the rounds (s): {spread}.")
 
 
 def _host_latency(host: clocks.Clock) -> str:

@@ -42,39 +42,75 @@ REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this h
 # again costs minutes, mixing two clocks in a report costs more). A record of version 3 or
 # before has no `allreduce_latency_s` and is rendered as it was, with none.
 CLOCK_VERSION = 4
-PROBE_PAIRS = 3          # with and without the allreduce, alternately, at N = 2 and 4
+# The probes and the real epochs are taken in turn, round after round, and every figure is the
+# median over the rounds: on a 2-core AMD EPYC the host's speed drifted enough between the
+# probes and the real runs of one invocation (the real -np 2 epoch 3.89 s in one, 4.14 s in the
+# next, 10 minutes later; the 2-thread one-process step is bimodal) to move the model's error
+# at N = 2 from +7 % to -14 %. Each round has one pair of probes (with and without the
+# allreduce) at N = 2 and 4, so three rounds cost what three pairs in a row did before.
+ROUNDS = 3
+STEP_BATCHES = [1, 2, 4, 8, 16, 32]
 
 
-def measure_parts(train_yaml: Path, cfg, n_weights: int, say=print) -> dict:
-    """The model's parts, measured in the thread configuration of the real runs (each in a
-    process of its own, `intra_op_threads` automatic) and on their data: step time against per-worker batch and
-    evaluation per cube on one process; at N = 2 and 4, the step of N ranks stepping at once on
-    their share of the cores at strong scaling's per-worker batch, without allreduce and with
-    Horovod's allreduce of the gradients in the step (their difference is the allreduce's cost,
-    `allreduce_seconds`), and Gloo's allreduce of `n_weights` floats alone (`gloo_seconds`)."""
-    from deepdensity.perf.bench import allreduce_seconds, probe_step_seconds
-    batches = [1, 2, 4, 8, 16, 32]
-    say("timing: training steps at per-worker batch " + ", ".join(map(str, batches)) + " on one process")
-    shared, allreduce, gloo = {}, {1: 0.0}, {}
+def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
+    """One round of the clock's measurements, raw, in the thread configuration of the real runs
+    (each in a process of its own, `intra_op_threads` automatic) and on their data: step time
+    against per-worker batch and evaluation per cube on one process; at N = 2 and 4, one pair
+    of steps of N ranks stepping at once on their share of the cores at strong scaling's
+    per-worker batch, without allreduce and with Horovod's allreduce of the gradients in the
+    step (their difference is the allreduce's cost); then the real epochs on 1, 2 and 4
+    processes. {"steps": {batch: s}, "eval": s, "shared": {n: s}, "allreduce": {n: s},
+    "real": {n: s}}, n and batch as strings (JSON keys)."""
+    from deepdensity.perf.bench import probe_step_seconds
+    say("timing: training steps at per-worker batch " + ", ".join(map(str, STEP_BATCHES)) + " on one process")
+    shared, allreduce = {}, {}
     try:
-        steps, eval_per_sample = probe_step_seconds(str(train_yaml), 1, batches, on_data=True)
+        steps, eval_per_sample = probe_step_seconds(str(train_yaml), 1, STEP_BATCHES, on_data=True)
         for n in (2, 4):
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
             say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
-                f"Horovod's allreduce ({PROBE_PAIRS} pairs)")
-            shared[n], allreduce[n] = paired_allreduce(str(train_yaml), n, b, PROBE_PAIRS)
-            say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
-            gloo[n] = allreduce_seconds(n, n_weights, cfg.horovod_cycle_ms)
+                f"Horovod's allreduce")
+            shared[str(n)], allreduce[str(n)] = paired_allreduce(str(train_yaml), n, b, 1)
     except RuntimeError as e:
         raise StudyError(str(e)) from None
-    step_fixed, per_sample = rules.fit_line(batches, [steps[b] for b in batches])
-    latency, per_doubling = rules.fit_latency_and_per_doubling(allreduce)
-    return {"step_seconds": {str(b): s for b, s in steps.items()}, "step_fixed_s": step_fixed,
-            "per_sample_s": per_sample, "eval_per_sample_s": eval_per_sample,
-            "shared_step_seconds": {"1": steps[cfg.batch_size], **{str(n): s for n, s in shared.items()}},
-            "allreduce_seconds": {str(n): s for n, s in allreduce.items()},
-            "gloo_seconds": {str(n): s for n, s in gloo.items()},
-            "allreduce_latency_s": latency, "allreduce_per_doubling_s": per_doubling, "n_weights": n_weights}
+    real = {}
+    for n in REAL_NS:
+        say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
+        real[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
+    return {"steps": {str(b): s for b, s in steps.items()}, "eval": eval_per_sample, "shared": shared,
+            "allreduce": allreduce, "real": real}
+
+
+def combine_rounds(rounds: list, batch_size: int) -> dict:
+    """The model's parts from the rounds (pure): every figure the median over the rounds, then
+    the step's line through the batches' medians and a + c log2 n through the allreduces'
+    medians (rules.fit_latency_and_per_doubling). The rounds are kept beside (`rounds`)."""
+    median = lambda key, k: statistics.median(r[key][k] for r in rounds)  # noqa: E731
+    steps = {b: median("steps", b) for b in rounds[0]["steps"]}
+    shared = {n: median("shared", n) for n in rounds[0]["shared"]}
+    allreduce = {n: median("allreduce", n) for n in rounds[0]["allreduce"]}
+    step_fixed, per_sample = rules.fit_line([int(b) for b in steps], list(steps.values()))
+    latency, per_doubling = rules.fit_latency_and_per_doubling({int(n): s for n, s in allreduce.items()})
+    return {"step_seconds": steps, "step_fixed_s": step_fixed, "per_sample_s": per_sample,
+            "eval_per_sample_s": statistics.median(r["eval"] for r in rounds),
+            "shared_step_seconds": {"1": steps[str(batch_size)], **shared},
+            "allreduce_seconds": {"1": 0.0, **allreduce},
+            "allreduce_latency_s": latency, "allreduce_per_doubling_s": per_doubling,
+            "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]}, "rounds": rounds}
+
+
+def gloo_alone(n_weights: int, cycle_ms: float, say=print) -> dict:
+    """Gloo's allreduce of `n_weights` floats alone at N = 2 and 4 ({n: s}): reported beside the
+    in-step allreduce, not part of the model."""
+    from deepdensity.perf.bench import allreduce_seconds
+    found = {}
+    for n in (2, 4):
+        say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
+        try:
+            found[str(n)] = allreduce_seconds(n, n_weights, cycle_ms)
+        except RuntimeError as e:
+            raise StudyError(str(e)) from None
+    return found
 
 
 def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int) -> tuple:
@@ -177,13 +213,15 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
             f"measured again ({kept.name} keeps the old one)")
         path.replace(kept)
     from deepdensity.model.autoencoder import build_model
-    timing = measure_parts(train_yaml, cfg, build_model(cfg, 16, 3).count_params(), say)
-    real = {}
-    for n in REAL_NS:
-        say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
-        real[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
-    timing["real_epoch_seconds"] = real
-    timing["compute_scale"] = compute_scale(timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, real["1"])
+    rounds = []
+    for r in range(ROUNDS):
+        say(f"timing: round {r + 1} of {ROUNDS}")
+        rounds.append(measure_round(root, train_yaml, cfg, say))
+    timing = combine_rounds(rounds, cfg.batch_size)
+    n_weights = build_model(cfg, 16, 3).count_params()
+    timing.update(gloo_seconds=gloo_alone(n_weights, cfg.horovod_cycle_ms, say), n_weights=n_weights)
+    timing["compute_scale"] = compute_scale(timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition,
+                                            timing["real_epoch_seconds"]["1"])
     timing["clock_version"] = CLOCK_VERSION
     write_atomic(path, json.dumps(timing, indent=2))
     return timing

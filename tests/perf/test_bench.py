@@ -26,3 +26,6 @@ def test_a_probe_on_data_steps_through_its_cubes_batch_after_batch():
     x, y = next(iter(probe_batches(3, 1, cubes)))
     assert x.shape == (3, 16, 16, 16, 1) and np.array_equal(x.numpy(), y.numpy())   # an autoencoder's target
     assert np.array_equal(x.numpy()[:, 0, 0, 0, 0], [3, 4, 5])
+    # a data set smaller than a batch still gives whole batches (its cubes again)
+    small = next(iter(probe_batches(4, 0, cubes[:3])))[0].numpy()[:, 0, 0, 0, 0]
+    assert np.array_equal(small, [0, 1, 2, 0])

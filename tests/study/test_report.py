@@ -74,3 +74,8 @@ def test_a_clock_of_version_4_states_its_latency_in_the_report(tmp_path):
     # N = 2 of the clock table: 114 steps of (1.0123 x 20.587 + 5.44 + 5.09 ms) + 1.0123 x 0.341 ms x 256
     # = 3.664 s, worked by hand from the record's timing
     assert "| 2 | 3.93 | 3.66 | -6.8% |" in text
+    assert "taken in turn" not in text                        # this record has no rounds
+    record["timing"]["rounds"] = [{"real": {"1": 1.6, "2": 3.9}}, {"real": {"1": 1.5, "2": 4.2}}]
+    report.render_reports(tmp_path, record)
+    assert ("taken in turn, 2 rounds, and every figure is the median over the rounds; the real epochs over the "
+            "rounds (s): N=1: 1.50-1.60, N=2: 3.90-4.20.") in (tmp_path / "REPORT.md").read_text()

@@ -1,5 +1,6 @@
 """The study's clock for N workers sharing this host (timing.shared_host_epoch), against the
 arithmetic written out here, and the claim text of the real strong-scaling runs."""
+import json
 import math
 
 import pytest
@@ -54,6 +55,30 @@ def test_the_real_strong_runs_are_described_beside_the_sequential_run():
     assert real_strong_summary([]) == "not run for real in this study"
 
 
+ROUND = {"steps": {"1": 0.003, "32": 0.021}, "eval": 0.00037, "shared": {"2": 0.025, "4": 0.034},
+         "allreduce": {"2": 0.004, "4": 0.006}, "real": {"1": 1.5, "2": 3.9, "4": 9.9}}
+
+
+def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted():
+    # three rounds, the second disturbed: each figure is its median over the rounds, and the
+    # fits go through the medians (worked by hand below)
+    from deepdensity.study.timing import combine_rounds
+    slow = {"steps": {"1": 0.009, "32": 0.040}, "eval": 0.001, "shared": {"2": 0.050, "4": 0.070},
+            "allreduce": {"2": 0.020, "4": 0.001}, "real": {"1": 3.0, "2": 8.0, "4": 20.0}}
+    fast = {"steps": {"1": 0.002, "32": 0.019}, "eval": 0.0003, "shared": {"2": 0.024, "4": 0.033},
+            "allreduce": {"2": 0.003, "4": 0.008}, "real": {"1": 1.4, "2": 3.8, "4": 9.8}}
+    t = combine_rounds([ROUND, slow, fast], 32)
+    assert t["step_seconds"] == {"1": 0.003, "32": 0.021}
+    # the line through (1, 3 ms) and (32, 21 ms): 18 / 31 ms per sample, 3 - 18 / 31 ms fixed
+    assert t["per_sample_s"] == pytest.approx(0.018 / 31) and t["step_fixed_s"] == pytest.approx(0.003 - 0.018 / 31)
+    assert t["shared_step_seconds"] == {"1": 0.021, "2": 0.025, "4": 0.034}
+    assert t["allreduce_seconds"] == {"1": 0.0, "2": 0.004, "4": 0.006}
+    # medians 4 and 6 ms at N = 2 and 4: a + c = 4, a + 2c = 6 -> a = 2, c = 2 ms
+    assert t["allreduce_latency_s"] == pytest.approx(0.002) and t["allreduce_per_doubling_s"] == pytest.approx(0.002)
+    assert t["eval_per_sample_s"] == 0.00037 and t["real_epoch_seconds"] == {"1": 1.5, "2": 3.9, "4": 9.9}
+    assert t["rounds"] == [ROUND, slow, fast]
+
+
 def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tmp_path, monkeypatch):
     # timing.json files of version 1 (no clock_version) priced train_on_batch's 5-6 ms a step:
     # reusing one beside new runs would mix two clocks in one report.
@@ -61,19 +86,22 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     from deepdensity.study import timing
     measured = []
     monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
-    monkeypatch.setattr(timing, "measure_parts", lambda *a, **k: measured.append("parts") or dict(PARTS))
-    monkeypatch.setattr(timing, "real_epoch_seconds", lambda root, yaml, eta, n: float(n))
+    monkeypatch.setattr(timing, "measure_round", lambda *a, **k: measured.append("round") or ROUND)
+    monkeypatch.setattr(timing, "gloo_alone", lambda *a, **k: {"2": 0.005, "4": 0.009})
     monkeypatch.setattr(timing, "compute_scale", lambda *a: 1.25)
-    cfg = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker"})()
+    cfg = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker",
+                           "horovod_cycle_ms": 5.0})()
     (tmp_path / "timing.json").write_text('{"compute_scale": 0.67}')
     said = []
     got = timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append)
-    assert measured == ["parts"] and got["compute_scale"] == 1.25 and got["clock_version"] == timing.CLOCK_VERSION
+    assert measured == ["round"] * timing.ROUNDS and got["clock_version"] == timing.CLOCK_VERSION
+    assert got["compute_scale"] == 1.25 and got["n_weights"] == 7 and got["gloo_seconds"]["4"] == 0.009
     assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
     assert any("measured again" in line for line in said)
     # the file it wrote is this version's: read back, not measured a second time
-    assert timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append) == got
-    assert measured == ["parts"]
+    assert timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append) == \
+        json.loads(json.dumps(got))
+    assert measured == ["round"] * timing.ROUNDS
 
 
 def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
