@@ -444,20 +444,24 @@ def fit_latency_and_per_doubling(allreduce_s: dict) -> tuple:
 
 def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sample_s: float,
                         allreduce_per_doubling_s: float, eval_per_sample_s: float,
-                        definition: str = "per_worker", allreduce_latency_s: float = 0.0) -> float:
+                        definition: str = "per_worker", allreduce_latency_s: float = 0.0,
+                        epoch_overhead_s: float = 0.0) -> float:
     """Seconds of one epoch of plan `p` (policies.ScalingPlan) on p.workers workers, each its
     own device, built from per-step parts:
 
         steps * (step_fixed + per_sample * per_worker_batch + allreduce(n))
-        + eval_per_sample * n_val / n,   allreduce(n) = latency + per_doubling * log2 n (n > 1)
+        + eval_per_sample * n_val / n + epoch_overhead,
+        allreduce(n) = latency + per_doubling * log2 n (n > 1)
 
-    For strong scaling under the `global` definition and no latency this is exactly the
+    For strong scaling under the `global` definition, no latency and no per-epoch overhead
+    (the callbacks' epoch-end work: a checkpoint, the logs) this is exactly the
     paper's T_S + T_P / n + c log2 n with T_S = steps * step_fixed, T_P = steps * base_batch *
     per_sample and c = steps * per_doubling; under `per_worker` an epoch is N such passes.
     """
     steps = steps_per_epoch(n_train, p, definition)
     return epoch_seconds(steps, p.per_worker_batch, steps, p.workers, n_val, step_fixed_s, per_sample_s,
-                         allreduce_per_doubling_s, eval_per_sample_s, allreduce_latency_s=allreduce_latency_s)
+                         allreduce_per_doubling_s, eval_per_sample_s, allreduce_latency_s=allreduce_latency_s,
+                         epoch_overhead_s=epoch_overhead_s)
 
 
 def allreduce_seconds_at(n: int, per_doubling_s: float, latency_s: float = 0.0, size: float = 1.0) -> float:
@@ -472,11 +476,12 @@ def allreduce_seconds_at(n: int, per_doubling_s: float, latency_s: float = 0.0, 
 
 def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_val: int,
                   step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
-                  eval_per_sample_s: float, allreduce_size: float = 1.0, allreduce_latency_s: float = 0.0) -> float:
+                  eval_per_sample_s: float, allreduce_size: float = 1.0, allreduce_latency_s: float = 0.0,
+                  epoch_overhead_s: float = 0.0) -> float:
     """Seconds of one epoch on n devices from what the epoch did (a metrics row):
 
         steps * (step_fixed + per_sample * per_worker_batch)
-        + allreduces * allreduce_seconds_at(n) + eval_per_sample * n_val / n
+        + allreduces * allreduce_seconds_at(n) + eval_per_sample * n_val / n + epoch_overhead
 
     With one allreduce of the gradients per step (the paper's four, adaptive) this is
     `epoch_seconds_model`; local SGD allreduces `allreduce_size` = 3 times the floats
@@ -485,7 +490,7 @@ def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_
         raise ValueError("need n >= 1 and non-negative counts")
     return (steps * (step_fixed_s + per_sample_s * per_worker_batch)
             + allreduces * allreduce_seconds_at(n, allreduce_per_doubling_s, allreduce_latency_s, allreduce_size)
-            + eval_per_sample_s * n_val / n)
+            + eval_per_sample_s * n_val / n + epoch_overhead_s)
 
 
 def calibrate_target_median(runs_val_losses: Sequence[Sequence[float]], epochs: int) -> tuple:

@@ -39,6 +39,7 @@ class Clock:
     eval_per_sample_s: float
     base_batch: int = 32
     allreduce_latency_s: float = 0.0      # an allreduce's cost at any N > 1; the paper's form has none
+    epoch_overhead_s: float = 0.0         # the callbacks' epoch-end work, once an epoch at every N
 
     @property
     def step_s(self) -> float:
@@ -60,14 +61,15 @@ class Clock:
         """One epoch of (mode, N), from the policy's batches (rules.epoch_seconds_model)."""
         return rules.epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
                                          self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
-                                         definition, self.allreduce_latency_s)
+                                         definition, self.allreduce_latency_s, self.epoch_overhead_s)
 
 
 def host_clock(timing: dict, base_batch: int) -> Clock:
     """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""
     k = timing["compute_scale"]
     return Clock("host", k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                 k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0))
+                 k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0),
+                 timing.get("epoch_overhead_s", 0.0))
 
 
 def device_clock(host: Clock) -> Clock:
@@ -87,12 +89,13 @@ def fit_table1(table1: dict) -> tuple:
 
 
 def paper_clock(host: Clock, table1: dict) -> Clock:
-    """The host's base-batch step split and priced as the paper's cluster: serial share s of the
+    """The host's base-batch step split and priced as the paper's cluster (its per-epoch work
+    kept as the host's): serial share s of the
     step and communication rho per doubling, both from Table I."""
     s, rho = fit_table1(table1)
     step = host.step_s
     return Clock("paper", s * step, (1.0 - s) * step / host.base_batch, rho * step, host.eval_per_sample_s,
-                 host.base_batch)
+                 host.base_batch, epoch_overhead_s=host.epoch_overhead_s)
 
 
 def break_even(verdict_at: Callable[[float], str], grid=RHO_GRID) -> list:

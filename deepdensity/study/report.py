@@ -333,9 +333,8 @@ def _clock_fields(record: dict, cfg) -> dict:
              f"{k * t['per_sample_s'] * 1e3:.3f} ms per sample of the per-worker batch + "
              + (f"an allreduce of {describe_allreduce(t)}" if latency else
                 f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
-             f"{k * t['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers. The compute "
-             f"parts are the probe's times x {k:.3f}, so that the model's one-process epoch is the real one "
-             f"measured in the same invocation: T(1) and T(N) come from the same model. Each worker is taken to be "
+             f"{k * t['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
+             + " T(1) and T(N) come from the same model. Each worker is taken to be "
              f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
              f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
              f"first, median)" + _shared_model(t) + "." + _rounds(t))
@@ -351,6 +350,18 @@ def _clock_fields(record: dict, cfg) -> dict:
             "allreduce_times": _allreduce_times(t)}
 
 
+def _scaled(t: dict, k: float) -> str:
+    """How the model's compute parts were scaled to the real one-process epoch: the whole epoch
+    (clock version 3 and before), or its steps, with the rest of it a per-epoch cost (4 on)."""
+    if "epoch_overhead_s" not in t:
+        return (f". The compute parts are the probe's times x {k:.3f}, so that the model's one-process epoch is "
+                f"the real one measured in the same invocation:")
+    return (f"; and {t['epoch_overhead_s']:.3f} s an epoch of the callbacks' epoch-end work (a checkpoint, the "
+            f"logs), at every N. The compute parts are the probe's times x {k:.3f}, so that the model's steps of "
+            f"a one-process epoch take the real one's steps' time (measured in the same invocation), and the "
+            f"per-epoch work is the rest of that real epoch less its evaluation:")
+
+
 def _rounds(t: dict) -> str:
     """How the clock's figures were taken in rounds, and how far the real epochs moved between
     them (clock version 4 on; '' before)."""
@@ -359,8 +370,13 @@ def _rounds(t: dict) -> str:
         return ""
     spread = ", ".join(f"N={n}: {min(r['real'][n] for r in rounds):.2f}-{max(r['real'][n] for r in rounds):.2f}"
                        for n in sorted(rounds[0]["real"], key=int))
+    steps = t.get("real_steps_seconds")
+    outside = "" if not steps else (
+        " Of each real epoch (median), its steps took (s): " + ", ".join(
+            f"N={n}: {steps[n]:.2f} of {t['real_epoch_seconds'][n]:.2f}" for n in sorted(steps, key=int))
+        + "; the rest is its validation and the callbacks' epoch-end work.")
     return (f" The probes and the real epochs were taken in turn, {len(rounds)} rounds, and every figure is the "
-            f"median over the rounds; the real epochs over the rounds (s): {spread}.")
+            f"median over the rounds; the real epochs over the rounds (s): {spread}." + outside)
 
 
 def _host_latency(host: clocks.Clock) -> str:

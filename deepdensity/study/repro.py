@@ -50,7 +50,7 @@ from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
-from deepdensity.study.timing import allreduce_latency, measure_timing, model_epoch
+from deepdensity.study.timing import allreduce_latency, epoch_overhead, measure_timing, model_epoch
 from deepdensity.study.plan import plan_lines
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
@@ -580,7 +580,7 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
     per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
                                      k * timing["step_fixed_s"], k * timing["per_sample_s"],
                                      timing["allreduce_per_doubling_s"], k * timing["eval_per_sample_s"], size,
-                                     allreduce_latency(timing))
+                                     allreduce_latency(timing), epoch_overhead(timing))
                  for r in read_metrics(run_dir)]
     t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
     return statistics.median(per_epoch or [math.nan]), t

@@ -59,8 +59,8 @@ def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
     of steps of N ranks stepping at once on their share of the cores at strong scaling's
     per-worker batch, without allreduce and with Horovod's allreduce of the gradients in the
     step (their difference is the allreduce's cost); then the real epochs on 1, 2 and 4
-    processes. {"steps": {batch: s}, "eval": s, "shared": {n: s}, "allreduce": {n: s},
-    "real": {n: s}}, n and batch as strings (JSON keys)."""
+    processes, and the seconds of their steps. {"steps": {batch: s}, "eval": s, "shared": {n: s},
+    "allreduce": {n: s}, "real": {n: s}, "real_steps": {n: s}}, n and batch as strings (JSON keys)."""
     from deepdensity.perf.bench import probe_step_seconds
     say("timing: training steps at per-worker batch " + ", ".join(map(str, STEP_BATCHES)) + " on one process")
     shared, allreduce = {}, {}
@@ -73,12 +73,12 @@ def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
             shared[str(n)], allreduce[str(n)] = paired_allreduce(str(train_yaml), n, b, 1)
     except RuntimeError as e:
         raise StudyError(str(e)) from None
-    real = {}
+    real, real_steps = {}, {}
     for n in REAL_NS:
         say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
-        real[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
+        real[str(n)], real_steps[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
     return {"steps": {str(b): s for b, s in steps.items()}, "eval": eval_per_sample, "shared": shared,
-            "allreduce": allreduce, "real": real}
+            "allreduce": allreduce, "real": real, "real_steps": real_steps}
 
 
 def combine_rounds(rounds: list, batch_size: int) -> dict:
@@ -96,7 +96,8 @@ def combine_rounds(rounds: list, batch_size: int) -> dict:
             "shared_step_seconds": {"1": steps[str(batch_size)], **shared},
             "allreduce_seconds": {"1": 0.0, **allreduce},
             "allreduce_latency_s": latency, "allreduce_per_doubling_s": per_doubling,
-            "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]}, "rounds": rounds}
+            "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]},
+            "real_steps_seconds": {n: median("real_steps", n) for n in rounds[0]["real_steps"]}, "rounds": rounds}
 
 
 def gloo_alone(n_weights: int, cycle_ms: float, say=print) -> dict:
@@ -130,9 +131,11 @@ def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int) -> tuple:
     return statistics.median(without), statistics.median(paid)
 
 
-def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> float:
-    """Median seconds of a real strong-scaling epoch on n processes of this host (epochs after
-    the first), from `horovodrun -np n` (n > 1) or one process, each with its share of the cores."""
+def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> tuple:
+    """(median seconds of a real strong-scaling epoch, median seconds of its steps) on n
+    processes of this host (epochs after the first), from `horovodrun -np n` (n > 1) or one
+    process, each with its share of the cores. The steps are the epoch less its validation
+    and the callbacks' epoch-end work (metrics.jsonl's `steps_seconds`)."""
     out = root / f"timing-np{n}"
     shutil.rmtree(out, ignore_errors=True)      # a timing run is measured afresh, never resumed
     cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", "strong", "--config", str(train_yaml),
@@ -146,16 +149,37 @@ def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> floa
     if proc.returncode != 0:
         raise StudyError(f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
                          + "\n".join(proc.stderr.strip().splitlines()[-10:]))
-    secs = [r["seconds"] for r in read_metrics(out)]
-    return statistics.median(b - a for a, b in zip(secs, secs[1:]))
+    rows = read_metrics(out)
+    secs = [r["seconds"] for r in rows]
+    return (statistics.median(b - a for a, b in zip(secs, secs[1:])),
+            statistics.median(r["steps_seconds"] for r in rows[1:]))
 
 
 def compute_scale(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str, t1_real: float) -> float:
-    """The factor on the compute parts that makes the model's one-process epoch the real one."""
+    """The factor on the compute parts that makes the model's one-process epoch the real one
+    (a clock of version 3 or before)."""
     raw = rules.epoch_seconds_model(policies.plan(policies.SEQUENTIAL, 1, base_batch), n_train, n_val, parts["step_fixed_s"],
                                     parts["per_sample_s"], parts["allreduce_per_doubling_s"],
                                     parts["eval_per_sample_s"], definition)
     return t1_real / raw
+
+
+def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str,
+                            t1_real: float, t1_steps: float) -> tuple:
+    """(k, epoch overhead) from the real one-process epoch (clock version 4): k makes the
+    model's steps of that epoch its real steps (`steps_seconds`), and the overhead is the rest
+    of the real epoch less the evaluation (k x the probe's): its callbacks' epoch-end work,
+    paid once an epoch at every N. Then the model's one-process epoch is the real one, and
+    neither part is stretched into the other: a per-epoch cost scaled per step grows with the
+    steps an epoch has (N x at N under the per_worker epoch)."""
+    steps = rules.steps_per_epoch(n_train, policies.plan(policies.SEQUENTIAL, 1, base_batch), definition)
+    k = t1_steps / (steps * (parts["step_fixed_s"] + parts["per_sample_s"] * base_batch))
+    return k, max(0.0, t1_real - t1_steps - k * parts["eval_per_sample_s"] * n_val)
+
+
+def epoch_overhead(timing: dict) -> float:
+    """The clock's per-epoch overhead; 0 for a clock of version 3 or before, which had none."""
+    return timing.get("epoch_overhead_s", 0.0)
 
 
 def allreduce_latency(timing: dict) -> float:
@@ -175,7 +199,8 @@ def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_
     k = timing["compute_scale"]
     return rules.epoch_seconds_model(policies.plan(mode, n, base_batch), n_train, n_val, k * timing["step_fixed_s"],
                                      k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                                     k * timing["eval_per_sample_s"], definition, allreduce_latency(timing))
+                                     k * timing["eval_per_sample_s"], definition, allreduce_latency(timing),
+                                     epoch_overhead(timing))
 
 
 def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
@@ -190,7 +215,7 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
     allreduce = steps * rules.allreduce_seconds_at(n, timing["allreduce_per_doubling_s"], allreduce_latency(timing))
-    evaluation = k * timing["eval_per_sample_s"] * n_val
+    evaluation = k * timing["eval_per_sample_s"] * n_val + epoch_overhead(timing)
     shared = timing.get("shared_step_seconds", {})
     if str(n) in shared:
         return steps * k * shared[str(n)] + allreduce + evaluation
@@ -220,8 +245,9 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     timing = combine_rounds(rounds, cfg.batch_size)
     n_weights = build_model(cfg, 16, 3).count_params()
     timing.update(gloo_seconds=gloo_alone(n_weights, cfg.horovod_cycle_ms, say), n_weights=n_weights)
-    timing["compute_scale"] = compute_scale(timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition,
-                                            timing["real_epoch_seconds"]["1"])
+    timing["compute_scale"], timing["epoch_overhead_s"] = step_scale_and_overhead(
+        timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, timing["real_epoch_seconds"]["1"],
+        timing["real_steps_seconds"]["1"])
     timing["clock_version"] = CLOCK_VERSION
     write_atomic(path, json.dumps(timing, indent=2))
     return timing

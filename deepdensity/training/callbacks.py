@@ -126,14 +126,23 @@ class RunRecord:
 
 class EpochRow(tf.keras.callbacks.Callback):
     """The epoch's row of metrics.jsonl: losses, the lr the optimizer held for the epoch's
-    last batch (read back, not recomputed), the run's clock, and the epoch's batch facts."""
+    last batch (read back, not recomputed), the run's clock, the seconds from the epoch's start
+    to its last step's end (`steps_seconds`: the rest of the epoch is its validation and the
+    callbacks' epoch-end work), and the epoch's batch facts."""
 
     def __init__(self, record: RunRecord):
         super().__init__()
         self.record = record
+        self.epoch_start, self.last_step_end = None, None
 
     def on_train_begin(self, logs=None):
         self.record.start_clock()             # start mark of time to target
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_start, self.last_step_end = time.perf_counter(), None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.last_step_end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
         logs = {} if logs is None else logs   # the same dict the later callbacks get
@@ -143,8 +152,10 @@ class EpochRow(tf.keras.callbacks.Callback):
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
         logs["lr"] = lr                       # for TensorBoard, which runs after this callback
         r.losses = (loss, val_loss)
+        steps_seconds = (self.last_step_end - self.epoch_start
+                         if self.epoch_start is not None and self.last_step_end is not None else None)
         r.row = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss), "lr": lr,
-                 "seconds": seconds, **self._batch_facts(logs)}
+                 "seconds": seconds, "steps_seconds": steps_seconds, **self._batch_facts(logs)}
         if r.pass_losses:
             r.row["pass_val_losses"], r.pass_losses = r.pass_losses, []
 

@@ -1,5 +1,6 @@
 """The three clocks and the break-even search, against the paper's formula written out here."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -64,6 +65,13 @@ def test_a_host_clock_with_a_latency_pays_it_on_every_allreduce_and_break_evens_
     d = clocks.device_clock(h)
     assert d.allreduce_latency_s == 0.0 and d.allreduce_per_doubling_s == 0.0
     assert clocks.paper_clock(h, PAPER_TABLE1).allreduce_latency_s == 0.0
+    # the per-epoch work (clock version 4) is the host's at every N and under every clock
+    with_overhead = clocks.host_clock({**timing, "epoch_overhead_s": 0.15}, 32)
+    for c in (with_overhead, with_overhead.with_rho(0.1), clocks.device_clock(with_overhead),
+              clocks.paper_clock(with_overhead, PAPER_TABLE1)):
+        assert c.epoch_overhead_s == 0.15
+        assert c.epoch_seconds("weak", 4, 1844, 256, "global") == pytest.approx(
+            replace(c, epoch_overhead_s=0.0).epoch_seconds("weak", 4, 1844, 256, "global") + 0.15, rel=1e-12)
     # a clock of version 3 has no latency
     assert clocks.host_clock({k: v for k, v in timing.items() if k != "allreduce_latency_s"}, 32).allreduce_latency_s == 0
 

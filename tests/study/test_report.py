@@ -79,3 +79,13 @@ def test_a_clock_of_version_4_states_its_latency_in_the_report(tmp_path):
     report.render_reports(tmp_path, record)
     assert ("taken in turn, 2 rounds, and every figure is the median over the rounds; the real epochs over the "
             "rounds (s): N=1: 1.50-1.60, N=2: 3.90-4.20.") in (tmp_path / "REPORT.md").read_text()
+    record["timing"]["real_steps_seconds"] = {"1": 1.21, "2": 3.6}
+    report.render_reports(tmp_path, record)
+    assert ("Of each real epoch (median), its steps took (s): N=1: 1.21 of 1.65, N=2: 3.60 of 3.93; the rest is "
+            "its validation") in (tmp_path / "REPORT.md").read_text()
+    record["timing"]["epoch_overhead_s"] = 0.137
+    report.render_reports(tmp_path, record)
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "and 0.137 s an epoch of the callbacks' epoch-end work" in text
+    # N = 2: the row above plus 0.137 s, worked by hand: 3.664 + 0.137 = 3.801, 3.801 / 3.934 - 1
+    assert "| 2 | 3.93 | 3.80 | -3.4% |" in text

@@ -56,7 +56,30 @@ def test_the_real_strong_runs_are_described_beside_the_sequential_run():
 
 
 ROUND = {"steps": {"1": 0.003, "32": 0.021}, "eval": 0.00037, "shared": {"2": 0.025, "4": 0.034},
-         "allreduce": {"2": 0.004, "4": 0.006}, "real": {"1": 1.5, "2": 3.9, "4": 9.9}}
+         "allreduce": {"2": 0.004, "4": 0.006}, "real": {"1": 1.5, "2": 3.9, "4": 9.9},
+         "real_steps": {"1": 1.2, "2": 3.6, "4": 9.5}}
+
+
+def test_the_step_scale_meets_the_real_steps_and_the_rest_of_the_epoch_is_its_overhead():
+    # one process, 1844 cubes: 57 steps of 32 a per_worker epoch; the probe's step 3.8 + 0.627 x 32
+    # = 23.864 ms, so 57 steps = 1.360248 s against 1.351 s real: k = 1.351 / 1.360248; the
+    # epoch's remaining 1.5865 - 1.351 s less k x 0.384 ms x 256 of evaluation is the overhead
+    from deepdensity.study.timing import model_epoch, shared_host_epoch, step_scale_and_overhead
+    parts = {"step_fixed_s": 0.0038, "per_sample_s": 0.000627, "eval_per_sample_s": 0.000384,
+             "allreduce_per_doubling_s": 0.0, "allreduce_latency_s": 0.0059}
+    k, overhead = step_scale_and_overhead(parts, 1844, 256, 32, "per_worker", 1.5865, 1.351)
+    assert k == pytest.approx(1.351 / 1.360248, rel=1e-9)
+    assert overhead == pytest.approx(1.5865 - 1.351 - k * 0.000384 * 256, rel=1e-9)
+    timing = {**parts, "compute_scale": k, "epoch_overhead_s": overhead,
+              "shared_step_seconds": {"1": 0.023864, "2": 0.0254}}
+    # the model's one-process epoch is the real one, on both models
+    assert model_epoch(timing, "strong", 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
+    assert shared_host_epoch(timing, 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
+    # at N = 2 the overhead is paid once an epoch, not per step: 114 steps of (k x 25.4 + 5.9) ms
+    want = 114 * (k * 0.0254 + 0.0059) + k * 0.000384 * 256 + overhead
+    assert shared_host_epoch(timing, 2, 1844, 256, 32, "per_worker") == pytest.approx(want, rel=1e-12)
+    # a real epoch whose steps leave nothing for the evaluation: no negative overhead
+    assert step_scale_and_overhead(parts, 1844, 256, 32, "per_worker", 1.36, 1.36)[1] == 0.0
 
 
 def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted():
@@ -64,9 +87,11 @@ def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted()
     # fits go through the medians (worked by hand below)
     from deepdensity.study.timing import combine_rounds
     slow = {"steps": {"1": 0.009, "32": 0.040}, "eval": 0.001, "shared": {"2": 0.050, "4": 0.070},
-            "allreduce": {"2": 0.020, "4": 0.001}, "real": {"1": 3.0, "2": 8.0, "4": 20.0}}
+            "allreduce": {"2": 0.020, "4": 0.001}, "real": {"1": 3.0, "2": 8.0, "4": 20.0},
+            "real_steps": {"1": 2.0, "2": 7.0, "4": 19.0}}
     fast = {"steps": {"1": 0.002, "32": 0.019}, "eval": 0.0003, "shared": {"2": 0.024, "4": 0.033},
-            "allreduce": {"2": 0.003, "4": 0.008}, "real": {"1": 1.4, "2": 3.8, "4": 9.8}}
+            "allreduce": {"2": 0.003, "4": 0.008}, "real": {"1": 1.4, "2": 3.8, "4": 9.8},
+            "real_steps": {"1": 1.1, "2": 3.5, "4": 9.4}}
     t = combine_rounds([ROUND, slow, fast], 32)
     assert t["step_seconds"] == {"1": 0.003, "32": 0.021}
     # the line through (1, 3 ms) and (32, 21 ms): 18 / 31 ms per sample, 3 - 18 / 31 ms fixed
@@ -76,6 +101,7 @@ def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted()
     # medians 4 and 6 ms at N = 2 and 4: a + c = 4, a + 2c = 6 -> a = 2, c = 2 ms
     assert t["allreduce_latency_s"] == pytest.approx(0.002) and t["allreduce_per_doubling_s"] == pytest.approx(0.002)
     assert t["eval_per_sample_s"] == 0.00037 and t["real_epoch_seconds"] == {"1": 1.5, "2": 3.9, "4": 9.9}
+    assert t["real_steps_seconds"] == {"1": 1.2, "2": 3.6, "4": 9.5}
     assert t["rounds"] == [ROUND, slow, fast]
 
 
@@ -88,14 +114,15 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
     monkeypatch.setattr(timing, "measure_round", lambda *a, **k: measured.append("round") or ROUND)
     monkeypatch.setattr(timing, "gloo_alone", lambda *a, **k: {"2": 0.005, "4": 0.009})
-    monkeypatch.setattr(timing, "compute_scale", lambda *a: 1.25)
+    monkeypatch.setattr(timing, "step_scale_and_overhead", lambda *a: (1.25, 0.1))
     cfg = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker",
                            "horovod_cycle_ms": 5.0})()
     (tmp_path / "timing.json").write_text('{"compute_scale": 0.67}')
     said = []
     got = timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append)
     assert measured == ["round"] * timing.ROUNDS and got["clock_version"] == timing.CLOCK_VERSION
-    assert got["compute_scale"] == 1.25 and got["n_weights"] == 7 and got["gloo_seconds"]["4"] == 0.009
+    assert got["compute_scale"] == 1.25 and got["epoch_overhead_s"] == 0.1
+    assert got["n_weights"] == 7 and got["gloo_seconds"]["4"] == 0.009
     assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
     assert any("measured again" in line for line in said)
     # the file it wrote is this version's: read back, not measured a second time

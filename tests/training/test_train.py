@@ -28,11 +28,15 @@ def test_smoke_run_writes_every_output(tmp_path, smoke_data):
     assert cfg["n_components"] == 8, "the YAML's values are resolved into config.json"
     m = metrics(out)
     assert [r["epoch"] for r in m] == [1, 2, 3]
-    assert all(set(r) == {"epoch", "loss", "val_loss", "lr", "seconds", "global_batch", "steps", "allreduces"}
+    assert all(set(r) == {"epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
+                               "allreduces"}
                for r in m)
     assert {(r["global_batch"], r["steps"], r["allreduces"]) for r in m} == {(32, 4, 0)}, "128 cubes, one worker"
     assert m[-1]["val_loss"] < m[0]["val_loss"], "three epochs of Adam lower the loss"
     assert [r["seconds"] for r in m] == sorted(r["seconds"] for r in m)
+    # an epoch's steps are part of it: between its start and its end (validation after them)
+    starts = [0.0] + [r["seconds"] for r in m[:-1]]
+    assert all(0 < r["steps_seconds"] < r["seconds"] - start for r, start in zip(m, starts))
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "max_epochs" and result["epochs"] == 3
     assert result["time_to_target_s"] is None
