@@ -4,10 +4,12 @@ against real `horovodrun -np 2` and `-np 4` epochs on this host.
 The model is the paper's T_S + T_P / n + c log2 n built from parts measured here (a step's
 fixed cost and cost per sample, the evaluation's cost per cube, the allreduce of this model's
 gradients as a training step pays it at N = 2 and 4), each worker a device like this host; its
-communication term has a latency beside the paper's c log2 n (from version 4, below). Its compute parts
-are scaled by one factor so that its N = 1 epoch is the real one-process epoch measured in
-the same invocation: T(1) and T(N) then come from the same model, and an efficiency
-T(1) / (N T(N)) carries no bias from mixing a measurement with a model.
+communication term has a latency beside the paper's c log2 n, and each epoch pays its
+callbacks' epoch-end work once (both from version 4, below). Its compute parts are scaled by
+one factor so that the steps of its N = 1 epoch take what the real one-process epoch's steps
+took in the same invocation, and the rest of that real epoch is the per-epoch cost: T(1) and
+T(N) then come from the same model, and an efficiency T(1) / (N T(N)) carries no bias from
+mixing a measurement with a model.
 
 Everything here runs alone, before or after the training runs, never beside them.
 """
@@ -153,15 +155,6 @@ def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> tupl
     secs = [r["seconds"] for r in rows]
     return (statistics.median(b - a for a, b in zip(secs, secs[1:])),
             statistics.median(r["steps_seconds"] for r in rows[1:]))
-
-
-def compute_scale(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str, t1_real: float) -> float:
-    """The factor on the compute parts that makes the model's one-process epoch the real one
-    (a clock of version 3 or before)."""
-    raw = rules.epoch_seconds_model(policies.plan(policies.SEQUENTIAL, 1, base_batch), n_train, n_val, parts["step_fixed_s"],
-                                    parts["per_sample_s"], parts["allreduce_per_doubling_s"],
-                                    parts["eval_per_sample_s"], definition)
-    return t1_real / raw
 
 
 def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str,
