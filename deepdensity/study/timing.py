@@ -39,7 +39,10 @@ REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this h
 # EPYC, and the model was 10-14 % short of real -np 2 epochs), and the allreduce is
 # latency + per_doubling * log2 n, both fitted to N = 2 and 4 (rules.fit_latency_and_per_doubling):
 # this host's in-step allreduces (10.5 and 15.6 ms in the study of 2ab441d) are mostly a
-# latency, and c log2 n through them priced N = 2 at 8.4 ms. A timing.json without the key is
+# latency, and c log2 n through them priced N = 2 at 8.4 ms; the probes and the real epochs
+# are taken in rounds (ROUNDS), and the scale is fitted on the real run's steps
+# (`steps_seconds`) with the rest of its epoch a per-epoch cost (step_scale_and_overhead).
+# A timing.json without the key is
 # taken as 1 (those written between 76ec1ba and 632ccd7 were 2 in substance: measuring one
 # again costs minutes, mixing two clocks in a report costs more). A record of version 3 or
 # before has no `allreduce_latency_s` and is rendered as it was, with none.
