@@ -44,13 +44,14 @@ import yaml
 
 from deepdensity.scaling import policies, rules
 from deepdensity.config import load
+from deepdensity.study import clocks
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
-from deepdensity.study.timing import allreduce_latency, epoch_overhead, measure_timing, model_epoch
+from deepdensity.study.timing import measure_timing, model_epoch
 from deepdensity.study.plan import plan_lines
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
@@ -576,11 +577,11 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
     """(median seconds per epoch, time to target or None) of an adaptive or local run on n
     devices, from each epoch's own steps, batch and allreduces (rules.epoch_seconds)."""
     size = policies.get(mode).allreduce_size
-    k = timing["compute_scale"]        # the calibrated model (timing.py), as for every other cell
+    # the calibrated model, as for every other cell (its base batch sets rho only, unused here)
+    c = clocks.host_clock(timing, 32)
     per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
-                                     k * timing["step_fixed_s"], k * timing["per_sample_s"],
-                                     timing["allreduce_per_doubling_s"], k * timing["eval_per_sample_s"], size,
-                                     allreduce_latency(timing), epoch_overhead(timing))
+                                     c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s, c.eval_per_sample_s,
+                                     size, c.allreduce_latency_s, c.epoch_overhead_s)
                  for r in read_metrics(run_dir)]
     t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
     return statistics.median(per_epoch or [math.nan]), t

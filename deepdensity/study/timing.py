@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from deepdensity.scaling import policies, rules
+from deepdensity.study import clocks
 from deepdensity.study.preset import StudyError
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_metrics
@@ -173,30 +174,17 @@ def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: i
     return k, max(0.0, t1_real - t1_steps - k * parts["eval_per_sample_s"] * n_val)
 
 
-def epoch_overhead(timing: dict) -> float:
-    """The clock's per-epoch overhead; 0 for a clock of version 3 or before, which had none."""
-    return timing.get("epoch_overhead_s", 0.0)
-
-
-def allreduce_latency(timing: dict) -> float:
-    """The latency of the clock's allreduce; 0 for a clock of version 3 or before, which had none."""
-    return timing.get("allreduce_latency_s", 0.0)
-
-
 def describe_allreduce(timing: dict) -> str:
     """The clock's allreduce in words: per doubling of N, and its latency where it has one."""
     per_doubling = f"{timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N"
-    latency = allreduce_latency(timing)
+    latency = timing.get("allreduce_latency_s", 0.0)      # none in a clock of version 3 or before
     return f"{latency * 1e3:.2f} ms + {per_doubling} (none at N = 1)" if latency else per_doubling
 
 
 def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
-    """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model."""
-    k = timing["compute_scale"]
-    return rules.epoch_seconds_model(policies.plan(mode, n, base_batch), n_train, n_val, k * timing["step_fixed_s"],
-                                     k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                                     k * timing["eval_per_sample_s"], definition, allreduce_latency(timing),
-                                     epoch_overhead(timing))
+    """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model
+    (clocks.host_clock)."""
+    return clocks.host_clock(timing, base_batch).epoch_seconds(mode, n, n_train, n_val, definition)
 
 
 def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
@@ -207,15 +195,15 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     model's gradients between N processes of this host; the host evaluates the validation set
     once. A study timed before that measurement existed takes the host's throughput as simply
     shared: the N workers' compute adds up."""
-    k = timing["compute_scale"]
+    c = clocks.host_clock(timing, base_batch)
     p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
-    allreduce = steps * rules.allreduce_seconds_at(n, timing["allreduce_per_doubling_s"], allreduce_latency(timing))
-    evaluation = k * timing["eval_per_sample_s"] * n_val + epoch_overhead(timing)
+    allreduce = steps * rules.allreduce_seconds_at(n, c.allreduce_per_doubling_s, c.allreduce_latency_s)
+    evaluation = c.eval_per_sample_s * n_val + c.epoch_overhead_s
     shared = timing.get("shared_step_seconds", {})
     if str(n) in shared:
-        return steps * k * shared[str(n)] + allreduce + evaluation
-    compute = steps * k * (timing["step_fixed_s"] + timing["per_sample_s"] * p.per_worker_batch)
+        return steps * timing["compute_scale"] * shared[str(n)] + allreduce + evaluation
+    compute = steps * (c.step_fixed_s + c.per_sample_s * p.per_worker_batch)
     return n * compute + evaluation + allreduce
 
 
