@@ -403,9 +403,13 @@ def _shared_model(t: dict) -> str:
                 "probe's own process, as if the host's throughput were simply shared")
     steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
                                                                 key=lambda kv: int(kv[0])))
+    unscaled = ("" if "epoch_overhead_s" not in t else
+                ", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
+                "into the ranks' configuration),")
     return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "
             "for workers sharing this host a step is a rank's step measured while all N ranks step at once on "
-            f"their share of the cores (ms, at strong scaling's per-worker batch: {steps}) plus the allreduce")
+            f"their share of the cores (ms, at strong scaling's per-worker batch: {steps}){unscaled} plus the "
+            "allreduce")
 
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:

@@ -75,8 +75,9 @@ def test_the_step_scale_meets_the_real_steps_and_the_rest_of_the_epoch_is_its_ov
     # the model's one-process epoch is the real one, on both models
     assert model_epoch(timing, "strong", 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
     assert shared_host_epoch(timing, 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
-    # at N = 2 the overhead is paid once an epoch, not per step: 114 steps of (k x 25.4 + 5.9) ms
-    want = 114 * (k * 0.0254 + 0.0059) + k * 0.000384 * 256 + overhead
+    # at N = 2 the overhead is paid once an epoch, not per step, and a rank's shared step is as
+    # measured in the ranks' configuration, not scaled by the one-process k: 114 x (25.4 + 5.9) ms
+    want = 114 * (0.0254 + 0.0059) + k * 0.000384 * 256 + overhead
     assert shared_host_epoch(timing, 2, 1844, 256, 32, "per_worker") == pytest.approx(want, rel=1e-12)
     # a real epoch whose steps leave nothing for the evaluation: no negative overhead
     assert step_scale_and_overhead(parts, 1844, 256, 32, "per_worker", 1.36, 1.36)[1] == 0.0
