@@ -39,6 +39,18 @@ def test_the_plan_counts_the_runs_the_design_can_start(tiny):
     assert run_counts(study, real_runner=True) == (12, 18)
 
 
+def test_the_plan_gives_the_last_studys_own_minutes_beside_its_wall_time(tiny):
+    # a study that reused every run took minutes; what training its runs takes is their own clocks
+    _, study = load_study(str(tiny))
+    earlier = {"provenance": {"wall_minutes": 5.7, "trained": 0, "reused": 99, "parallel_runs": 2,
+                              "runs_minutes": 127.3, "generated": "2026-11-25 15:30 UTC"},
+               "environment": {"cpu": "AMD EPYC", "cores": 2}}
+    assert plan_lines("tiny", study, "", "R", "O", earlier)[-1] == (
+        "  time: the last study of this preset took 5.7 min (0 runs trained and 99 reused, 2 at a time; its "
+        "runs' own clocks add up to 127.3 min) on AMD EPYC (2 cores, generated 2026-11-25 15:30 UTC); finished "
+        "runs in the runs folder are reused")
+
+
 def test_a_dry_run_prints_the_plan_and_trains_nothing(tiny, tmp_path, capsys):
     runs = tmp_path / "runs"
     assert repro.main(["--preset", str(tiny), "--runs", str(runs), "--dry-run"]) == 0
