@@ -191,10 +191,10 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     """The same model for N strong-scaling workers sharing this one host (what a real
     `horovodrun -np N` here runs), from parts measured in the real runs' thread configuration:
     each step is a rank's step while all N ranks step at once on their share of the cores
-    (`shared_step_seconds`; at N > 1 as measured from clock version 4: shared_step_scale), plus the allreduce of the
-    model's gradients between N processes of this host; the host evaluates the validation set
-    once. A study timed before that measurement existed takes the host's throughput as simply
-    shared: the N workers' compute adds up."""
+    (`shared_step_seconds`; from clock version 4, at N > 1 as measured: shared_step_scale), plus
+    the allreduce of the model's gradients between N processes of this host; the host evaluates
+    the validation set once. A study timed before that measurement existed takes the host's
+    throughput as simply shared: the N workers' compute adds up."""
     c = clocks.host_clock(timing, base_batch)
     p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
@@ -214,7 +214,7 @@ def shared_step_scale(timing: dict, n: int) -> float:
     the steps at N > 1 are probed in the ranks' own configuration (one thread each, all N at
     once) in the same rounds as the real -np N epochs: a factor fitted in one configuration is
     not carried into another it was not measured in. Up to version 3, k scaled every N's whole
-    epoch and is kept so, that a report of that clock renders as it was."""
+    epoch and still does there, so that a report of that clock renders as it was."""
     if n == 1 or "epoch_overhead_s" not in timing:
         return timing["compute_scale"]
     return 1.0
