@@ -22,7 +22,7 @@ from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_ta
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
                                       evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
-from deepdensity.study.timing import describe_allreduce, model_epoch, shared_host_epoch
+from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 
@@ -353,7 +353,7 @@ def _clock_fields(record: dict, cfg) -> dict:
 def _scaled(t: dict, k: float) -> str:
     """How the model's compute parts were scaled to the real one-process epoch: the whole epoch
     (clock version 3 and before), or its steps, with the rest of it a per-epoch cost (4 on)."""
-    if "epoch_overhead_s" not in t:
+    if not scales_steps_only(t):
         return (f". The compute parts are the probe's times x {k:.3f}, so that the model's one-process epoch is "
                 f"the real one measured in the same invocation:")
     return (f"; and {t['epoch_overhead_s']:.3f} s an epoch of the callbacks' epoch-end work (a checkpoint, the "
@@ -403,7 +403,7 @@ def _shared_model(t: dict) -> str:
                 "probe's own process, as if the host's throughput were simply shared")
     steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
                                                                 key=lambda kv: int(kv[0])))
-    unscaled = ("" if "epoch_overhead_s" not in t else
+    unscaled = ("" if not scales_steps_only(t) else
                 ", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
                 "into the ranks' configuration),")
     return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "

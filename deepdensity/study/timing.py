@@ -207,6 +207,12 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     return n * compute + evaluation + allreduce
 
 
+def scales_steps_only(timing: dict) -> bool:
+    """Whether the clock's scale k was fitted on the one-process run's steps, with the rest of
+    that epoch a per-epoch cost (version 4 on), rather than on its whole epoch (3 and before)."""
+    return "epoch_overhead_s" in timing
+
+
 def shared_step_scale(timing: dict, n: int) -> float:
     """The factor on a step of N ranks sharing the host: the compute scale k where it was fitted
     (one process), none at N > 1 from clock version 4. From version 4, k is fitted on the
@@ -215,7 +221,7 @@ def shared_step_scale(timing: dict, n: int) -> float:
     once) in the same rounds as the real -np N epochs: a factor fitted in one configuration is
     not carried into another it was not measured in. Up to version 3, k scaled every N's whole
     epoch and still does there, so that a report of that clock renders as it was."""
-    if n == 1 or "epoch_overhead_s" not in timing:
+    if n == 1 or not scales_steps_only(timing):
         return timing["compute_scale"]
     return 1.0
 
