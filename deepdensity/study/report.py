@@ -324,16 +324,16 @@ def _clock_fields(record: dict, cfg) -> dict:
                 "schedule and data order as N Horovod workers; checked against real `horovodrun -np 2` by the "
                 "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
                 "`horovodrun -np 2` follows")
-    k = t["compute_scale"]
+    k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
     latency = ("" if "allreduce_latency_s" not in t else
                ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
                "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
     model = (f"every cell is epochs to target x seconds per epoch of one model, the paper's T_S + T_P / n + "
-             f"c log2 n{latency} built from parts measured here: a step costs {k * t['step_fixed_s'] * 1e3:.2f} ms + "
-             f"{k * t['per_sample_s'] * 1e3:.3f} ms per sample of the per-worker batch + "
+             f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
+             f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
              + (f"an allreduce of {describe_allreduce(t)}" if latency else
                 f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
-             f"{k * t['eval_per_sample_s'] * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
+             f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
              + " T(1) and T(N) come from the same model. Each worker is taken to be "
              f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
              f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "

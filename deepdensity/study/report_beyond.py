@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from deepdensity.scaling import policies, rules
+from deepdensity.study import clocks
 from deepdensity.study.figures import LEGEND_OUTSIDE, line_stretches, plain_ticks, plain_y
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source,
@@ -59,7 +60,7 @@ def _time_table(out: Path, every: list, modes: list, workers) -> str:
 def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -> dict:
     """The $fields of templates/beyond.md but the time table."""
     t, workers, p = r["timing"], study.workers, r["provenance"]
-    k = t["compute_scale"]
+    host = clocks.host_clock(t, cfg.batch_size)        # the calibrated model's parts, scaled
     steps1 = rules.steps_per_epoch(r["n_train"], policies.plan(policies.SEQUENTIAL, 1, cfg.batch_size), cfg.epoch_definition)
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(every)]
     comm = md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
@@ -81,8 +82,8 @@ def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -
         "local_steps": cfg.local_steps, "eta": f"{r['eta']:.6g}",
         "eta_source": _eta_source(study.base_lr),
         "target": f"{r['target']:.6g}", "target_source": target_source(r, study.calibration_epochs), "cap": r["cap"],
-        "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{k * t['step_fixed_s'] * 1e3:.2f}",
-        "per_sample_ms": f"{k * t['per_sample_s'] * 1e3:.3f}", "allreduce": describe_allreduce(t),
+        "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
+        "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(t),
         "local_allreduce_size": f"{policies.get('local').allreduce_size:g}", "steps1": steps1, "n_train": r["n_train"],
         "epoch_definition": cfg.epoch_definition, "communication_table": comm,
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
