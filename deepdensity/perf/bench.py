@@ -15,8 +15,11 @@ the committed figures):
     turns in one run, so that shares and speed-ups are ratios on one machine at one moment;
   - the model's FLOPs per sample, counted from its layers, and the achieved GFLOP/s;
   - the step at batch 32 under each `xla` setting (off, coefficients, whole step);
-  - samples/s of `horovodrun -np 2` against one process on the same cores, and the Gloo
-    allreduce time of the model's gradients at N = 2 and 4;
+  - samples/s of `horovodrun -np 2` against one process on the same cores; its step split
+    into compute and allreduce, and the allreduce split by Horovod's timeline and by the
+    ranks' own clocks (the wait for the last rank, then the allreduce once all have called,
+    rank_waits.py); the Gloo allreduce of the model's gradients alone at N = 2 and 4, and at
+    N = 2 under shorter Horovod cycles;
   - peak resident memory of weak N = 32 emulation (global batch 1024) at K = 50.
 Figures only: nothing here passes or fails.
 """
@@ -44,7 +47,7 @@ from deepdensity.model import kernels  # noqa: E402
 from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_log_mixture_density,  # noqa: E402
                                       grid_points, uses_kernel)
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
-from deepdensity.perf import horovod_timeline  # noqa: E402
+from deepdensity.perf import horovod_timeline, rank_waits  # noqa: E402
 from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
                                      op_intervals, print_profiles, profiled, random_cubes)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
@@ -58,6 +61,7 @@ from deepdensity.utils.machine import cpu_model, onednn_isa  # noqa: E402
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 STEP_BATCHES = (1, 2, 4, 8, 16, 32, 256, 1024)
 DIRECT_BATCHES = (1, 2, 4, 8, 16, 32)   # the direct form at 256 needs a 0.6 GB tensor per op
+SHORT_CYCLES_MS = (0.2, 1.0)            # Horovod cycles for the allreduce alone, beside the run's own
 
 
 @tf.keras.utils.register_keras_serializable(package="deepdensity_bench")
@@ -332,6 +336,14 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
             out[f"allreduce_np{n}_ms"] = allreduce_seconds(n, n_weights, cycle_ms) * 1e3
         except RuntimeError:
             out[f"allreduce_np{n}_ms"] = None
+    # the same allreduce under shorter cycles: what is left of it when the cycle is no wait
+    out["allreduce_np2_ms_by_cycle"] = {}
+    for cycle in sorted({*SHORT_CYCLES_MS, out["horovod_cycle_ms"]}):
+        try:
+            out["allreduce_np2_ms_by_cycle"][f"{dist.cycle_ms_in_effect(cycle):g}"] = \
+                allreduce_seconds(2, n_weights, cycle) * 1e3
+        except RuntimeError:
+            out["allreduce_np2_ms_by_cycle"][f"{cycle:g}"] = None
     out["idle_core_share_np2"] = {}
     for cycle in sorted({dist.HOROVOD_DEFAULT_CYCLE_MS, out["horovod_cycle_ms"]}):  # Horovod's and ours
         try:
@@ -355,7 +367,60 @@ def np2_step_parts(cfg_path: str, batch: int, steps: int = 60) -> dict:
         return {"error": str(e).splitlines()[0]}
     return {"one_process_ms": one * 1e3, "np2_compute_ms": compute * 1e3, "np2_step_ms": stepped * 1e3,
             "allreduce_in_step_ms": (stepped - compute) * 1e3, "ratio_compute_allows": one / compute,
-            "ratio_compute_and_allreduce_allow": one / stepped, "allreduce_phases": phases}
+            "ratio_compute_and_allreduce_allow": one / stepped, "allreduce_phases": phases,
+            "rank_waits": rank_waits_probe(cfg_path, batch, steps)}
+
+
+def rank_waits_probe(cfg_path: str, batch: int, steps: int = 60) -> dict:
+    """The allreduce of a `horovodrun -np 2` step split by the ranks' own clocks (ms, medians
+    and means over `steps` steps): the wait for the last rank to call it, and the allreduce
+    once every rank has (rank_waits.py); {"error": ...} if the run fails."""
+    proc = _run([horovodrun_path(), "-np", "2", sys.executable, "-m", "deepdensity.perf.bench", "--rank-waits",
+                 "--config", cfg_path, "--batch", str(batch), "--steps", str(steps)], timeout=900)
+    found = [line[line.index("RANK_WAITS") + len("RANK_WAITS"):] for line in proc.stdout.splitlines()
+             if "RANK_WAITS" in line]
+    if proc.returncode or not found:
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    return rank_waits.summary_ms(json.loads(found[0]))
+
+
+def rank_allreduce_calls(cfg, backend, batch: int, steps: int) -> list:
+    """Each rank's steps at `batch`, every step in three compiled parts: the model's gradients,
+    their average over the ranks by Horovod's fused allreduce (backend.average: the one
+    allreduce DistributedOptimizer sends at allreduce_groups 1), Adam's update; the
+    (called, returned) times of the allreduce on the host's monotonic clock, which every
+    process of one host reads alike. Every rank's list, in rank order, on rank 0."""
+    model = build_model(cfg, 16, 3)
+    optimizer = make_adam(cfg, cfg.base_lr)
+    msle = tf.keras.losses.MeanSquaredLogarithmicError()
+    x = tf.constant(random_cubes(batch, backend.rank()))
+
+    @tf.function
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = msle(x, model(x, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    average = tf.function(backend.average)
+
+    @tf.function
+    def update(grads):
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    def step() -> tuple:
+        grads = gradients()
+        grads[-1].numpy()               # the backward pass done before the call is timed
+        called = time.perf_counter()
+        grads = average(grads)
+        grads[-1].numpy()
+        returned = time.perf_counter()
+        update(grads)
+        return called, returned
+
+    for _ in range(3):
+        step()
+    backend.allreduce_max(0.0)          # every rank starts together
+    return backend.gather([step() for _ in range(steps)])
 
 
 def allreduce_phases(cfg_path: str, batch: int, steps: int) -> dict:
@@ -457,6 +522,16 @@ def _print_horovod(hv: dict) -> None:
         print(f"an allreduce in that step, Horovod's timeline (median ms): negotiation (until both ranks asked) "
               f"{phases['negotiation_ms']:.2f}, fusion buffer copies {phases['fusion_copies_ms']:.2f}, "
               f"transfer ({phases['transfer_activity']}) {phases['transfer_ms']:.2f}")
+    waits = parts.get("rank_waits") or {}
+    if "steps" in waits:
+        print(f"that allreduce by the ranks' own clocks, {waits['steps']} steps (median, mean ms): the wait for the "
+              f"last rank to call it {waits['wait_for_last_rank_ms_median']:.2f}, "
+              f"{waits['wait_for_last_rank_ms_mean']:.2f}; the allreduce once both have "
+              f"{waits['after_all_called_ms_median']:.2f}, {waits['after_all_called_ms_mean']:.2f}")
+    by_cycle = hv.get("allreduce_np2_ms_by_cycle") or {}
+    if by_cycle:
+        print("the allreduce alone on 2 processes by Horovod's cycle: " + ", ".join(
+            f"{c} ms cycle {v if v is not None else float('nan'):.2f} ms" for c, v in by_cycle.items()))
     idle = hv.get("idle_core_share_np2", {})
     print("idle ranks of horovodrun -np 2, share of a core each (the slower rank): " + ", ".join(
         f"cycle {c} ms {100 * (v if v is not None else float('nan')):.1f} %" for c, v in idle.items()))
@@ -493,6 +568,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the figures as JSON (default runs/bench.json; the committed ones are reports/bench.json)")
     ap.add_argument("--throughput", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--step-probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rank-waits", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batches", default="32", help=argparse.SUPPRESS)
     ap.add_argument("--allreduce", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--on-data", action="store_true", help=argparse.SUPPRESS)
@@ -530,6 +606,13 @@ def main(argv=None) -> int:
         rate = throughput(args.config, args.batch, args.steps)
         if dist.hvd is None or dist.hvd.rank() == 0:
             print(f"SAMPLES_PER_S {rate:.3f}")
+        return 0
+    if args.rank_waits:
+        cfg = load(args.config, ["intra_op_threads=0"])   # each rank's share of the cores, as in training
+        backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
+        calls = rank_allreduce_calls(cfg, backend, args.batch, args.steps)
+        if backend.rank() == 0:
+            print("RANK_WAITS " + json.dumps(calls))
         return 0
     if args.step_probe:
         found = step_probe(args.config, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce,

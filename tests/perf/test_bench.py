@@ -1,4 +1,6 @@
 """The bench's arithmetic (its timings are figures, printed by `make bench`, not tested)."""
+import sys
+
 import pytest
 
 from deepdensity.perf.bench import share_quartiles
@@ -29,3 +31,27 @@ def test_a_probe_on_data_steps_through_its_cubes_batch_after_batch():
     # a data set smaller than a batch still gives whole batches (its cubes again)
     small = next(iter(probe_batches(4, 0, cubes[:3])))[0].numpy()[:, 0, 0, 0, 0]
     assert np.array_equal(small, [0, 1, 2, 0])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("tests.support", fromlist=["horovodrun"]).horovodrun() is None,
+                    reason="horovodrun not installed")
+def test_the_rank_waits_probe_gathers_both_ranks_steps_on_one_clock():
+    # two real ranks: rank 0 must print every rank's (called, returned) pairs, in rank order,
+    # and they must line up on one clock
+    import json
+
+    from deepdensity.perf.rank_waits import split_steps
+    from tests.support import SMOKE, horovodrun, run
+    proc = run([horovodrun(), "-np", "2", sys.executable, "-m", "deepdensity.perf.bench", "--rank-waits",
+                "--config", SMOKE, "--batch", "4", "--steps", "5"], timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if "RANK_WAITS" in line]
+    assert len(lines) == 1 and lines[0].startswith("[0]")     # rank 0 alone prints
+    calls = json.loads(lines[0].split("RANK_WAITS", 1)[1])
+    assert len(calls) == 2 and all(len(rank) == 5 for rank in calls)
+    steps = split_steps(calls)
+    # no rank has an allreduce's result before every rank gave its part: on one clock, every
+    # return of a step comes after every call of it (clocks apart by an offset would break this)
+    for k in range(5):
+        assert min(calls[0][k][1], calls[1][k][1]) >= max(calls[0][k][0], calls[1][k][0])
+    assert all(wait >= 0 and after > 0 for wait, after in steps)
