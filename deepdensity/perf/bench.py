@@ -49,7 +49,7 @@ from deepdensity.model.layers import (DeepDensity, covariance_cholesky, direct_l
 from deepdensity.model.autoencoder import build_model, for_training, make_adam  # noqa: E402
 from deepdensity.perf import horovod_timeline, rank_waits  # noqa: E402
 from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group,  # noqa: E402
-                                     op_intervals, print_profiles, profiled, random_cubes)
+                                     op_intervals, print_profiles, profiled, random_cubes, step_gaps, step_spans)
 from deepdensity.scaling.rules import grad_slices  # noqa: E402
 from deepdensity.training.horovodrun import horovodrun_path  # noqa: E402
 from deepdensity.utils.args import parser  # noqa: E402
@@ -714,9 +714,11 @@ def step_profile(cfg, batch: int, threads: int, folder: Path, repeats: int, step
     groups = dict.fromkeys(GROUPS, 0.0)
     for op_type, (seconds, _) in kernel_seconds(space).items():
         groups[op_group(op_type)] += seconds * 1e3 / steps
-    busy = busy_length(op_intervals(space)) * 1e-9 / steps
+    intervals = op_intervals(space)
+    busy = busy_length(intervals) * 1e-9 / steps
     return {"batch": batch, "threads": threads, "step_ms": ms, "profiled_step_ms": profiled_s * 1e3,
             "kernels_ms": groups, "busy_ms": busy, "profiled_over_busy": profiled_s * 1e3 / busy,
+            "step_gaps_ms": {k: v * 1e3 for k, v in step_gaps(step_spans(space), intervals).items()},
             "trace": str(trace)}
 
 

@@ -11,7 +11,9 @@ profiler:
 The bound is the kernels' busy time: the part of the profiled steps during which at least one
 op kernel runs on some thread (the union of their intervals). The step with these kernels, as
 they are, cannot take less; what it takes above it is time when no kernel runs at all:
-dispatch (Keras, the tf.function call, TensorFlow's executor, the data iterator). Each
+dispatch (Keras, the tf.function call, TensorFlow's executor, the data iterator), split by
+where in the step it falls (step_gaps: before the first kernel, between kernels, after the
+last). Each
 kernel's own time (an op's event lasts as long as the op, its intra-op shards included) is
 also summed per group of ops; that sum exceeds the busy time where ops overlap.
 """
@@ -89,6 +91,44 @@ def busy_length(intervals) -> float:
     return total
 
 
+STEP_EVENT = "train_function"   # Keras' compiled step, as the Python thread calls it
+
+
+def step_spans(space) -> list:
+    """(start, end) in picoseconds of every call of Keras' train function in a profiler XSpace
+    (the Python thread's event, from the call until its result is back)."""
+    found = []
+    for plane in space.planes:
+        for line in plane.lines:
+            origin = line.timestamp_ns * 1000
+            found += [(origin + e.offset_ps, origin + e.offset_ps + e.duration_ps) for e in line.events
+                      if plane.event_metadata[e.metadata_id].name == STEP_EVENT]
+    return sorted(found)
+
+
+def step_gaps(spans, intervals) -> dict:
+    """Where each step's time goes apart from its kernels, in seconds per step (the mean over
+    the steps): before its first kernel starts (the Python call of the compiled function, its
+    arguments, the executor's start), between its kernels when none runs (the executor
+    scheduling the next op), after its last kernel ends (the result handed back to Python),
+    and the whole call. `spans`: the steps' (start, end); `intervals`: every kernel's
+    (start, end); both in picoseconds, as the profiler records them."""
+    before = between = after = called = 0
+    for start, end in spans:
+        inside = [(max(a, start), min(b, end)) for a, b in intervals if b > start and a < end]
+        called += end - start
+        if not inside:
+            before += end - start
+            continue
+        first, last = min(a for a, _ in inside), max(b for _, b in inside)
+        before += first - start
+        after += end - last
+        between += (last - first) - busy_length(inside)
+    n = max(1, len(spans)) * 1e12
+    return {"before_first_kernel": before / n, "between_kernels": between / n, "after_last_kernel": after / n,
+            "step_call": called / n}
+
+
 def chrome_trace(space) -> dict:
     """The XSpace as Chrome's trace-event JSON: one process per plane, one thread per line."""
     events = []
@@ -148,6 +188,9 @@ def print_profiles(profiles: list) -> None:
     rows += [("kernels: all, summed", [sum(p["kernels_ms"].values()) for p in profiles]),
              ("bound: kernels' busy time", [p["busy_ms"] for p in profiles]),
              ("profiled step / bound", [p["profiled_over_busy"] for p in profiles])]
+    if all("step_gaps_ms" in p for p in profiles):
+        rows += [(f"profiled: {name.replace('_', ' ')}", [p["step_gaps_ms"][name] for p in profiles])
+                 for name in profiles[0]["step_gaps_ms"]]
     for name, values in rows:
         print(f"{name:<34}" + "".join(f"{v:>12.2f}" for v in values))
     print("traces: " + ", ".join(p["trace"] for p in profiles) + " (chrome://tracing or ui.perfetto.dev)")

@@ -86,3 +86,34 @@ def test_the_fixed_cost_compares_batch_one_with_a_samples_share_of_batch_32():
     found = fixed_cost(rows, {"conv3d_7x7x7_stride2_b32": 200.0})
     assert found == {"step_b1_ms": 3.0, "step_b32_per_sample_ms": 0.5, "b1_over_b32_per_sample": 6.0,
                      "gflops_b32_over_conv_roof": 0.75}
+
+
+def test_a_steps_time_without_kernels_splits_before_between_and_after_them():
+    # in picoseconds; step 1 [0, 100]: kernels [10, 40] and [30, 60] overlap (busy 50), then
+    # [70, 80]: 10 before, 10 between (60..70), 20 after. Step 2 [200, 260]: one kernel
+    # [190, 220] that began before the call (clipped to 200), none after 220: 0 before, 0
+    # between, 40 after. A kernel outside both steps (150-160) counts nowhere.
+    from deepdensity.perf.profile import step_gaps
+    spans = [(0, 100), (200, 260)]
+    kernels = [(10, 40), (30, 60), (70, 80), (150, 160), (190, 220)]
+    found = step_gaps(spans, kernels)
+    per_step = {k: v * 1e12 for k, v in found.items()}        # back to picoseconds per step
+    assert per_step == pytest.approx({"before_first_kernel": 5.0, "between_kernels": 5.0,
+                                      "after_last_kernel": 30.0, "step_call": 80.0})
+
+
+def test_a_step_with_no_kernel_is_all_before():
+    from deepdensity.perf.profile import step_gaps
+    assert step_gaps([(0, 50)], [(60, 70)]) == pytest.approx(
+        {"before_first_kernel": 50e-12, "between_kernels": 0.0, "after_last_kernel": 0.0, "step_call": 50e-12})
+
+
+def test_the_steps_are_keras_train_function_calls_on_any_line():
+    from deepdensity.perf.profile import step_spans
+    space = _space()
+    plane = space.planes[0]
+    plane.event_metadata[4].name = "train_function"
+    line = plane.lines.add(name="python", timestamp_ns=1000)
+    line.events.add(metadata_id=4, offset_ps=5 * 10 ** 6, duration_ps=20 * 10 ** 6)
+    # the python line starts at 1000 ns = 1e6 ps; the kernels' line's events are not steps
+    assert step_spans(space) == [(6 * 10 ** 6, 26 * 10 ** 6)]
