@@ -234,7 +234,7 @@ def time_allreduce(n_floats: int, repeats: int = 20) -> float:
     grad = tf.constant(np.ones(n_floats, np.float32))
     # One name for every call, as a step's gradients have: after the first, Horovod answers
     # it from its response cache, with a lighter agreement between the ranks than a new name's
-    # negotiation (0.5-1 ms less on a 2-core AMD EPYC). The first call is the warm-up.
+    # negotiation (0.4-2 ms less on a 2-core AMD EPYC). The first call is the warm-up.
     hvd_tf.allreduce(grad, op=hvd_tf.Average, name="probe")
     # A step's allreduce is enqueued at a random point of Horovod's cycle and waits for the
     # next one, half a cycle on average; back-to-back probes would each wait nearly a whole
