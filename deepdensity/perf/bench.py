@@ -337,13 +337,15 @@ def horovod_figures(cfg_path: str, n_weights: int, cycle_ms: float, batch: int =
         except RuntimeError:
             out[f"allreduce_np{n}_ms"] = None
     # the same allreduce under shorter cycles: what is left of it when the cycle is no wait
-    out["allreduce_np2_ms_by_cycle"] = {}
-    for cycle in sorted({*SHORT_CYCLES_MS, out["horovod_cycle_ms"]}):
-        try:
-            out["allreduce_np2_ms_by_cycle"][f"{dist.cycle_ms_in_effect(cycle):g}"] = \
-                allreduce_seconds(2, n_weights, cycle) * 1e3
-        except RuntimeError:
-            out["allreduce_np2_ms_by_cycle"][f"{cycle:g}"] = None
+    by_cycle = {f"{out['horovod_cycle_ms']:g}": out["allreduce_np2_ms"]}
+    for cycle in SHORT_CYCLES_MS:
+        key = f"{dist.cycle_ms_in_effect(cycle):g}"    # a user's HOROVOD_CYCLE_TIME wins over every one
+        if key not in by_cycle:
+            try:
+                by_cycle[key] = allreduce_seconds(2, n_weights, cycle) * 1e3
+            except RuntimeError:
+                by_cycle[key] = None
+    out["allreduce_np2_ms_by_cycle"] = dict(sorted(by_cycle.items(), key=lambda item: float(item[0])))
     out["idle_core_share_np2"] = {}
     for cycle in sorted({dist.HOROVOD_DEFAULT_CYCLE_MS, out["horovod_cycle_ms"]}):  # Horovod's and ours
         try:

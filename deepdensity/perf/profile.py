@@ -13,9 +13,8 @@ op kernel runs on some thread (the union of their intervals). The step with thes
 they are, cannot take less; what it takes above it is time when no kernel runs at all:
 dispatch (Keras, the tf.function call, TensorFlow's executor, the data iterator), split by
 where in the step it falls (step_gaps: before the first kernel, between kernels, after the
-last). Each
-kernel's own time (an op's event lasts as long as the op, its intra-op shards included) is
-also summed per group of ops; that sum exceeds the busy time where ops overlap.
+last). Each kernel's own time (an op's event lasts as long as the op, its intra-op shards
+included) is also summed per group of ops; that sum exceeds the busy time where ops overlap.
 """
 from __future__ import annotations
 
