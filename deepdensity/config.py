@@ -70,6 +70,11 @@ class Config:
     # Stop a run that has plainly failed (status "stalled"): no new best validation loss in
     # this many epochs. 0 = off, as in the paper, which ran failures to its 400-epoch cap.
     stall_patience: int = 0
+    # A run whose best validation loss is within `stall_near` (a fraction) above the target is
+    # still closing in on it: the stall rule then waits `stall_near_patience` epochs instead, so
+    # that only runs that have plainly failed are stopped. 0 = no such allowance.
+    stall_near: float = 0.0
+    stall_near_patience: int = 0
     # Stop a run that sits at the collapse level (status "collapsed"): its last
     # `collapse_patience` validation losses all at or above `collapse_loss`, the loss of an
     # output that ignores its input. 0 = off. The study sets collapse_loss from its data.
@@ -166,6 +171,9 @@ class Config:
             (self.epoch_definition in EPOCH_DEFINITIONS,
              f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
             (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
+            (0 <= self.stall_near < math.inf, "stall_near must be a finite fraction >= 0 (0 = off)"),
+            (self.stall_near == 0 or self.stall_near_patience >= self.stall_patience,
+             "stall_near_patience must be >= stall_patience: near the target the rule waits longer, never less"),
             (0 <= self.collapse_loss < math.inf, "collapse_loss must be a finite number >= 0 (0 = off)"),
             (self.collapse_patience >= 0, "collapse_patience must be >= 0 (0 = off)"),
             (self.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),

@@ -215,15 +215,25 @@ def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
     return 0, n_val
 
 
-def stalled(val_losses: Sequence[float], patience: int) -> bool:
+def stalled(val_losses: Sequence[float], patience: int, target_loss: float = 0.0, near: float = 0.0,
+            near_patience: int = 0) -> bool:
     """A run that has plainly stopped improving: none of its last `patience` validation
     losses is below the best one before them. A loss that keeps going down, however
     slowly, sets a new best every epoch and never stalls; the paper's Fig. 3 (the loss
     rises to a ceiling and stays there) stalls `patience` epochs after its best.
-    `patience` 0 turns the rule off."""
-    if patience < 0:
+    `patience` 0 turns the rule off.
+
+    A run whose best loss is within `near` (a fraction) above `target_loss` is still closing
+    in: it waits `near_patience` epochs instead (>= `patience`). The rule then stops a run
+    only where `patience` alone would have stopped it too, so an outcome that reached the
+    target under `patience` alone is the same under both."""
+    if patience < 0 or near_patience < 0:
         raise ValueError("patience must be >= 0")
-    if patience == 0 or len(val_losses) <= patience:
+    if patience == 0:
+        return False
+    if near > 0 and val_losses and min(val_losses) <= target_loss * (1 + near):
+        patience = max(patience, near_patience)
+    if len(val_losses) <= patience:
         return False
     return min(val_losses[-patience:]) >= min(val_losses[:-patience])
 
@@ -261,10 +271,10 @@ def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional
 
 def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, max_epochs: int,
                 val_history: Sequence[float] = (), stall_patience: int = 0, collapse_loss: float = 0.0,
-                collapse_patience: int = 0) -> Optional[str]:
+                collapse_patience: int = 0, stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[str]:
     """Paper section VI: stop at the first non-finite loss, at the target, or at the cap;
     and at a plain failure: `collapsed` (see above) when `collapse_patience` > 0, `stalled`
-    when `stall_patience` > 0.
+    when `stall_patience` > 0 (with `stall_near`'s allowance near the target, see stalled).
 
     `epoch` is 0-based and names the epoch just finished; `val_history` holds the
     validation losses of every epoch so far, this one included. Returns None to go on.
@@ -275,7 +285,7 @@ def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, ma
         return "reached_target"
     if collapsed(val_history, collapse_loss, collapse_patience):
         return "collapsed"
-    if stalled(val_history, stall_patience):
+    if stalled(val_history, stall_patience, target_loss, stall_near, stall_near_patience):
         return "stalled"
     if epoch + 1 >= max_epochs:
         return "max_epochs"
@@ -315,7 +325,8 @@ def sample_epoch_losses(pass_losses: Sequence[float], workers: int) -> list:
 
 
 def derive_strong(pass_losses: Sequence[float], workers: int, target_loss: float, max_epochs: int,
-                  stall_patience: int = 0, collapse_loss: float = 0.0, collapse_patience: int = 0) -> Optional[tuple]:
+                  stall_patience: int = 0, collapse_loss: float = 0.0, collapse_patience: int = 0,
+                  stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[tuple]:
     """(status, epochs) of strong scaling on N workers from the sequential run's per-pass
     validation losses, applying the same stopping rules at its own epochs; None when the
     sequential run is not yet long enough to decide."""
@@ -323,7 +334,7 @@ def derive_strong(pass_losses: Sequence[float], workers: int, target_loss: float
     for e, v in enumerate(sample_epoch_losses(pass_losses, workers)):
         history.append(v)
         reason = stop_reason(e, v, v, target_loss, max_epochs, history, stall_patience, collapse_loss,
-                             collapse_patience)
+                             collapse_patience, stall_near, stall_near_patience)
         if reason:
             return reason, e + 1
     return None

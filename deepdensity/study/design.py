@@ -17,6 +17,8 @@ from deepdensity.study.runner import StudyRunner
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
+# Units whose runs are sequential (one worker): they take the study's sequential seeds.
+SEQUENTIAL_UNITS = (SEQUENTIAL_UNIT, ("2eta",))
 
 
 class Book:
@@ -46,9 +48,15 @@ class Book:
         return [unit]
 
 
-def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list) -> None:
-    """Every unit at every one of the preset's first seeds, `runner.parallel` at a time."""
-    jobs = [(u, s) for s in seeds for u in units if s not in book.seeds.get(u, [])]
+def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list, sequential_seeds: list = None) -> None:
+    """Every unit at every one of the preset's first seeds, `runner.parallel` at a time, the
+    sequential units (SEQUENTIAL_UNITS) at `sequential_seeds` instead when given. Seed by seed
+    across all units, so that an interrupted study has grown every cell evenly."""
+    def seeds_of(u: tuple) -> list:
+        return sequential_seeds if sequential_seeds is not None and u in SEQUENTIAL_UNITS else seeds
+
+    jobs = [(u, seeds_of(u)[i]) for i in range(len(seeds)) for u in units
+            if seeds_of(u)[i] not in book.seeds.get(u, [])]
     names = runner.run_all([functools.partial(units[u], s) for u, s in jobs], label="first seeds")
     for (u, s), run_names in zip(jobs, names):
         book.add(u, s, run_names, FIRST)

@@ -45,6 +45,10 @@ class Study:
     workers: list = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
     modes: list = field(default_factory=lambda: list(policies.paper()))
     seeds: list = field(default_factory=lambda: [0])
+    # The seeds of the edge-of-stability search (base_lr: edge). eta is chosen because these
+    # seeds converge at it, so the sequential runs (strong scaling at every N, N = 1 of every
+    # mode, 2 x eta) take other seeds: sequential_seeds().
+    edge_seeds: list = field(default_factory=lambda: [0, 1, 2])
     # The sequential design (decide.py): after `seeds` in every cell, one more seed at a time
     # for cells whose verdict another seed could change, up to max_seeds per cell, while the
     # invocation is within budget_minutes (null: no more seeds).
@@ -95,6 +99,7 @@ class Study:
             (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
             *_integer_list("seeds", self.seeds, 0),
             *_integer_list("calibration_seeds", self.calibration_seeds, 0, nonempty=False),
+            *_integer_list("edge_seeds", self.edge_seeds, 0),
             *_integer_list("real_strong", self.real_strong, 2, nonempty=False),
             (lambda: not set(self.calibration_seeds) & set(self.seeds) and max(self.calibration_seeds, default=0) < 2 ** 32,
              f"calibration_seeds must be below 2^32 and none of the study's seeds (they only set the target), "
@@ -134,6 +139,16 @@ class Study:
         sequential runs unless every cell is a real multi-worker run."""
         return [(mode, n) for mode in self.modes for n in self.mode_workers.get(mode, self.workers)
                 if n > 1 and (real_runner or not policies.get(mode).follows_sequential_path)]
+
+    def sequential_seeds(self) -> list:
+        """The seeds of the sequential runs: as many as `seeds`, the smallest integers that are
+        neither the edge search's seeds (when it sets eta: they converge at eta by construction)
+        nor calibration seeds (they set the target)."""
+        taken = set(self.calibration_seeds) | (set(self.edge_seeds) if self.base_lr == "edge" else set())
+        if not taken & set(self.seeds):
+            return list(self.seeds)
+        free = (s for s in range(2 ** 32) if s not in taken)
+        return [next(free) for _ in self.seeds]
 
     def doubles_eta(self) -> bool:
         """Whether the study runs the paper's "further increasing the lr diverges" at 2 x eta

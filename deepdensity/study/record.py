@@ -73,7 +73,7 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) 
     """What every study's record holds: the preset, settings, eta and target, the clock, the
     seeds and why, the machine and how the record was made."""
     from deepdensity.study.render import git_revision
-    seq_run = s.root / f"seq-s{s.study.seeds[0]}"
+    seq_run = s.root / f"seq-s{s.study.sequential_seeds()[0]}"
     run_names = {name for names in book.runs.values() for name in names}
     wall = time.perf_counter() - s.t_start
     return {
@@ -110,7 +110,7 @@ def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict
             "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(book),
             "sweep": sweep, "curves": _curves(s.root, run_names),
-            "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.seeds[0]}")}
+            "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")}
 
 
 ROW_KEYS = ("epoch", "global_batch", "allreduces", "grad_noise", "grad_sq", "val_loss")

@@ -159,13 +159,17 @@ def _isa_stability(record: dict, claims: list) -> str:
     return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
             f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
             f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
-            f"{seed}'s: {_isa_runs(record['cells'], check['cells'], seed, record['collapse_loss'])}\n\n{table}")
+            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n{table}")
 
 
-def _isa_runs(cells: list, again: list, seed: int, collapse_loss: float) -> str:
+def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:
     """How the re-run cells compare with the originals: outcomes and passes to target."""
-    before = {(c["mode"], c["n"]): c for c in cells if c["seed"] == seed}
-    pairs = [(before[(c["mode"], c["n"])], c) for c in again if c["seed"] == seed and (c["mode"], c["n"]) in before]
+    def rerun(c: dict) -> bool:       # the seed the check re-ran in this cell
+        sequential = c["n"] == 1 or c["mode"] not in policies.names() or policies.get(c["mode"]).follows_sequential_path
+        return c["seed"] == (check.get("sequential_seed", check["seed"]) if sequential else check["seed"])
+
+    before = {(c["mode"], c["n"]): c for c in cells if rerun(c)}
+    pairs = [(before[(c["mode"], c["n"])], c) for c in check["cells"] if rerun(c) and (c["mode"], c["n"]) in before]
     outcome = lambda c: rates.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
     same = sum(outcome(a) == outcome(b) for a, b in pairs)
     moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs

@@ -45,7 +45,8 @@ import yaml
 from deepdensity.scaling import policies, rules
 from deepdensity.config import load
 from deepdensity.study import clocks
-from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
+from deepdensity.study.ledger import LEDGER_FILE, Ledger
+from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
@@ -78,6 +79,9 @@ def main(argv=None) -> int:
                     help="for adaptive/local: the default study's reports folder, whose weak, linear and warmup "
                          "rows the report shows beside them (default: runs/study-default/reports if it holds a "
                          "study, else reports/)")
+    ap.add_argument("--ledger", action="append", default=[], metavar="FILE",
+                    help="another ledger of finished runs to reuse (e.g. another machine's ledger.jsonl), repeatable; "
+                         "the runs folder's own and the committed reports/ledger.jsonl are always read")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
     ap.add_argument("--executor", choices=("local", "slurm"), default="local",
                     help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)")
@@ -213,13 +217,16 @@ def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int
     return [guess] if guess is not None and guess != probe and guess not in outcomes else []
 
 
-def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "") -> list:
+def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "",
+                    need_weights: bool = False) -> list:
     """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
     the reference path every strong-scaling N follows. A shorter finished run is extended.
-    `prefix`: of the run's name, for the same run under other conditions (the ISA check)."""
+    `prefix`: of the run's name, for the same run under other conditions (the ISA check).
+    `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
     name = f"{prefix}seq-s{seed}"
     runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
-                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0})
+                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0},
+               need_weights=need_weights)
     return _val_losses(runner.root / name)
 
 
@@ -232,7 +239,7 @@ def real_strong_runs(s, proto: "_Protocol") -> list:
         return []
     launcher = shlex.quote(horovodrun_path()) + " -np {n}"
     runner = s.runner.sibling(launcher, parallel=1)
-    seed, definition = study.seeds[0], study.train.get("epoch_definition", "per_worker")
+    seed, definition = study.sequential_seeds()[0], study.train.get("epoch_definition", "per_worker")
     sequential = rules.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
     rows = []
     for n in study.real_strong:
@@ -258,7 +265,7 @@ def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
     if not study.calibration_seeds:
         target, cap = rules.calibrate_target(first_seed_losses, E)
         print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
-        return target, cap, {"source": "first seed", "seeds": [study.seeds[0]], "losses": [target]}
+        return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
     runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
                             label="calibration runs")
     target, cap = rules.calibrate_target_median(runs, E)
@@ -270,14 +277,15 @@ def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
 
 def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
                            target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
-                           prefix: str = "") -> tuple:
+                           prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (rules.derive_strong, with the stall and `collapse` = (level,
-    patience) rules at its own epochs), extended until every N is decided."""
+    read off the sequential run (rules.derive_strong, with the stall rule, its `near` = (fraction,
+    patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
+    extended until every N is decided."""
     passes = first_passes
     while True:
         vals = sequential_path(runner, seed, lr, passes, prefix)
-        decided = {n: rules.derive_strong(vals, n, target, cap, patience, *collapse) for n in workers}
+        decided = {n: rules.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
             return decided, vals
@@ -356,7 +364,8 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
     E = study.calibration_epochs
     seq_passes = E + max(study.workers)
-    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes) for sd in study.seeds],
+    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes,
+                                              need_weights=i == 0) for i, sd in enumerate(study.sequential_seeds())],
                            label="sequential runs")
     target, cap, calibration = _target(s, study, eta, seq[0])
     proto = _Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
@@ -364,7 +373,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     book = Book()
     units = _units(s, proto, real_strong=bool(args.runner), book=book,
                    double_eta=study.doubles_eta())
-    run_first_seeds(s.runner, book, units, study.seeds)
+    run_first_seeds(s.runner, book, units, study.seeds, study.sequential_seeds())
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
 
@@ -387,7 +396,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
         claims = render_reports(s.out, record)
         for c in claims:
             print(f"  {c['verdict']:>13}: {c['claim']}")
-    publish(s.out, out)
+    _write_ledger_and_publish(s, out)
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
     return 0
@@ -409,10 +418,14 @@ def isa_recheck(s: "_StudyRun", proto: "_Protocol", book: Book, timing: dict, mo
     again.results = dict(book.results)
     units = _units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
                    prefix=f"isa-{isa.lower()}-")
-    print(f"stability: seed {seed} of every trained cell again with ONEDNN_MAX_CPU_ISA={isa}")
-    runner.run_all([functools.partial(job, seed) for job in units.values()], label=f"runs under {isa}")
+    seq_seed = s.study.sequential_seeds()[0]
+    print(f"stability: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again with "
+          f"ONEDNN_MAX_CPU_ISA={isa}")
+    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
+                    for unit, job in units.items()], label=f"runs under {isa}")
     cells = _study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"isa": isa, "seed": seed, "cells": [asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
+    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [asdict(c) for c in cells],
+            "seq_2eta": seq_2eta_of(again)}
 
 
 def _tensorboard_view(runs: Path, out: Path) -> None:
@@ -420,6 +433,13 @@ def _tensorboard_view(runs: Path, out: Path) -> None:
     from deepdensity.study.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
+
+
+def _write_ledger_and_publish(s: "_StudyRun", out: Path) -> None:
+    """The ledger of every finished run this study knows, beside its reports; then publish."""
+    count = s.runner.ledger.write_merged(s.out / LEDGER_FILE)
+    print(f"ledger: {count} finished run(s) -> {LEDGER_FILE} beside the reports")
+    publish(s.out, out)
 
 
 def publish(stage: Path, out: Path) -> None:
@@ -459,10 +479,25 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
               + (f" in partition {options.partition}" if options.partition else "") + f", {options.time} each")
     else:
         runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
+    runner.ledger = Ledger(root / LEDGER_FILE, _ledgers_to_read(name, args, root))
+    if runner.ledger.entries:
+        print(f"ledger: {len(runner.ledger.entries)} finished run(s) on record, reused where their settings match")
     s = _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
     if study.budget_minutes is not None:
         runner.budget_end = s.deadline()
     return s
+
+
+def _ledgers_to_read(name: str, args, root: Path) -> list:
+    """The ledgers a study reuses runs from besides its runs folder's own: the committed one of
+    its preset, the output folder's, and those given with --ledger."""
+    committed = reports_folder(name, str(COMMITTED_REPORTS), root) / LEDGER_FILE
+    asked = reports_folder(name, args.out, root) / LEDGER_FILE
+    extra = [Path(p) for p in args.ledger]
+    for p in extra:
+        if not p.is_file():
+            raise StudyError(f"--ledger {p}: no such file")
+    return list(dict.fromkeys([committed, asked, *extra]))
 
 
 def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool,
@@ -476,7 +511,8 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
         derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix)
+                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
+                                               (proto.cfg.stall_near, proto.cfg.stall_near_patience))
         for n, (status, epochs) in derived.items():
             last = rules.sample_epoch_losses(vals, n)[epochs - 1]
             book.results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
@@ -519,9 +555,9 @@ def _beyond_reports(s: _StudyRun, proto: _Protocol, book: Book, cells: list, tim
 def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:
     """(eta, the search's record): find_edge over the study's seeds, written to lr_sweep.json."""
     E, patience = study.calibration_epochs, cfg.stall_patience or DEFAULT_PATIENCE
-    eta, probes = find_edge(runner, cfg.base_lr, E, patience, study.seeds, collapse_loss)
+    eta, probes = find_edge(runner, cfg.base_lr, E, patience, study.edge_seeds, collapse_loss)
     sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
-             "seeds": study.seeds, "collapse_loss": collapse_loss, "probes": probes}
+             "seeds": study.edge_seeds, "collapse_loss": collapse_loss, "probes": probes}
     write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
     print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
           f"{eta * rules.EDGE_STEP:.6g} diverges")
@@ -568,6 +604,8 @@ def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, de
     every N (its global batches are the sequential run's, and its epoch N of them)."""
     if result["status"] != "reached_target":
         return None
+    if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
+        return result["passes_to_target"]
     per_epoch = 1 if derived else rules.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
     return rules.passes_to_target(read_metrics(run_dir), target, per_epoch)
 
@@ -668,7 +706,8 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = _val_losses(runner.root / nm)
-            status, epochs = rules.derive_strong(vals, 1, target, cap, patience) or ("max_epochs", len(vals))
+            status, epochs = (rules.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
+                                                  cfg.stall_near_patience) or ("max_epochs", len(vals)))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b})

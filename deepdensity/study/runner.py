@@ -21,8 +21,10 @@ from typing import Callable, Optional
 
 import yaml
 
+from deepdensity.scaling import rules
+from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
-from deepdensity.training.runs import data_fingerprint, other_data, read_json, resume_changes
+from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
 
 STARTUP_S = 10.0      # a run's process start-up and tracing, added to its own clock for estimates
 
@@ -44,6 +46,9 @@ class StudyRunner:
         self._started = 0
         self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
         self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
+        self.ledger: Optional[ledger.Ledger] = None   # finished runs to reuse, and where new ones are added
+        self.sources: dict = {}                      # run name -> the ledger entry it was taken from
+        self.machine: Optional[dict] = None
 
     def _clock(self) -> str:
         """Time so far, and what is left of the study's budget (after it, no new seeds start)."""
@@ -59,12 +64,35 @@ class StudyRunner:
         return (f"this invocation took {wall_s / 60:.1f} min, trained {len(self.trained)} run(s) and reused "
                 f"{len(self.reused - self.trained)} finished earlier")
 
-    def run(self, name: str, mode: str, n: int, settings: dict) -> dict:
-        """Run `name` with `settings`; a finished run is reused, and one that stopped at its
-        epoch cap is resumed when asked for more epochs (the sequential runs grow this way)."""
+    def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False) -> dict:
+        """Run `name` with `settings`; a run the ledger holds is reused (its folder written from
+        the ledger, ledger.py), a finished run in the folder is reused, and one that stopped at
+        its epoch cap is resumed when asked for more epochs (the sequential runs grow this way).
+        `need_weights`: the run's weights are read afterwards, so a ledger entry (which has none)
+        does not do."""
         out = self.root / name
         result_path = out / "result.json"
+        request = self._request(mode, n, settings) if self.ledger is not None else None
+        trained_here = (out / "state.json").exists()      # its checkpoint: trained here
+        # a run trained in this folder is used as before (reused, extended or resumed); the
+        # ledger fills folders without one, unless the run's weights are needed
+        if request is not None and not trained_here and not need_weights:
+            found = self.ledger.find(request["key"], request["stopping"])
+            if found is not None:
+                entry, got = found
+                if not _holds(out, got["result"]):
+                    _wipe(out)
+                    ledger.materialize(out, entry, got, request["config"])
+                with self._lock:
+                    self.reused.add(name)
+                    self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
+                    self.sources[name] = entry
+                return got["result"]
+        if (out / ledger.MARKER).exists():      # written from the ledger, no checkpoint: train afresh
+            _wipe(out)
         if result_path.exists():
+            if request is not None:
+                self._record(out, name, mode, n, request)     # a run of an earlier version: into the ledger first
             self._refuse_stale(out, settings)
             r = read_json(result_path, "finished run's result")
             if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
@@ -88,7 +116,47 @@ class StudyRunner:
         if proc[0] != 0:
             tail = "\n".join(proc[1].strip().splitlines()[-15:])
             raise StudyError(f"run {name} failed (exit {proc[0]}):\n{tail}")
+        if request is not None:
+            self._record(out, name, mode, n, request)
         return read_json(result_path, "run's result")
+
+    def _request(self, mode: str, n: int, settings: dict) -> dict:
+        """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
+        from deepdensity.config import load
+        config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
+        data = self._identity(config["data_path"]) if Path(config["data_path"]).exists() else ""
+        launcher, isa_cap = self._launcher(), self.env_extra.get("ONEDNN_MAX_CPU_ISA", "")
+        return {"config": config, "data": data, "launcher": launcher, "isa_cap": isa_cap,
+                "key": ledger.run_key(config, mode, n, launcher, isa_cap, data), "stopping": ledger.stopping_of(config)}
+
+    def _launcher(self) -> str:
+        """How a run is launched, as far as it changes its path: several real processes
+        (Horovod's allreduce rounds its sums in its own order) or one process."""
+        return "horovodrun" if self.runner else "one process"
+
+    def _record(self, out: Path, name: str, mode: str, n: int, request: dict) -> None:
+        """The finished run in `out` as a ledger entry (once: a run already there is not added again)."""
+        result = read_json(out / "result.json", "run's result")
+        rows = read_metrics(out)
+        if self.ledger.find(request["key"], ledger.stopping_of({**request["config"], **_stopping_ran(out)})):
+            return
+        saved = read_json(out / "config.json", "run's configuration")
+        config = {**request["config"], **{k: saved[k] for k in ledger.STOPPING if k in saved}}
+        vals = [r["val_loss"] for r in rows]
+        per_epoch = rules.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
+        result = {**result, "passes_to_target": rules.passes_to_target(rows, config["target_loss"], per_epoch)
+                  if result["status"] == "reached_target" else None}
+        self.ledger.append(ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
+                                           request["data"], config, result, rows, vals, self._machine(),
+                                           _revision(), "trained"))
+
+    def _machine(self) -> dict:
+        if self.machine is None:
+            from deepdensity.utils import machine
+            isa = machine.onednn_isa()
+            self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
+        return {**self.machine, **({"isa_cap": self.env_extra["ONEDNN_MAX_CPU_ISA"]}
+                                   if "ONEDNN_MAX_CPU_ISA" in self.env_extra else {})}
 
     def _refuse_stale(self, out: Path, settings: dict) -> None:
         """A finished run is reused only if it ran with the settings the study asks for now, on
@@ -103,6 +171,12 @@ class StudyRunner:
         if diffs:
             raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
                              f"({', '.join(diffs)}); delete it, or pass another --runs folder")
+
+    def _identity(self, path: str) -> str:
+        with self._lock:
+            if ("identity", path) not in self._fingerprints:
+                self._fingerprints[("identity", path)] = ledger.data_identity(path)
+            return self._fingerprints[("identity", path)]
 
     def _fingerprint(self, path: str) -> str:
         with self._lock:
@@ -123,7 +197,9 @@ class StudyRunner:
 
     def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""
-        return StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
+        other = StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
+        other.ledger, other.sources = self.ledger, self.sources
+        return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an
@@ -192,3 +268,27 @@ class StudyRunner:
                 for f in running:
                     f.cancel()
                 raise
+
+
+def _holds(out: Path, result: dict) -> bool:
+    """Does the folder already hold this outcome (a run trained here, or written before)?"""
+    if not (out / "result.json").is_file():
+        return False
+    r = read_json(out / "result.json", "run's result")
+    return (r.get("status"), r.get("epochs")) == (result["status"], result["epochs"])
+
+
+def _wipe(out: Path) -> None:
+    import shutil
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _stopping_ran(out: Path) -> dict:
+    """The stopping settings a run in `out` ran under (its config.json)."""
+    saved = read_json(out / "config.json", "run's configuration")
+    return {k: saved[k] for k in ledger.STOPPING if k in saved}
+
+
+def _revision() -> str:
+    from deepdensity.study.render import git_revision
+    return git_revision()

@@ -133,7 +133,9 @@ class SlurmRunner(StudyRunner):
 
     def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
-        return SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say)
+        other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say)
+        other.ledger, other.sources = self.ledger, self.sources
+        return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         record_path = self.jobs / f"{name}.json"

@@ -110,7 +110,9 @@ class RunRecord:
             what = (f"stopped: val_loss at the collapse level {self.cfg.collapse_loss:g} for "
                     f"{self.cfg.collapse_patience} epochs (collapsed)")
         elif self.status == "stalled":
-            what = f"stopped: no new best val_loss in {self.cfg.stall_patience} epochs (stalled)"
+            near = self.cfg.stall_near and min(self.val_history, default=math.inf) <= self.cfg.target_loss * (1 + self.cfg.stall_near)
+            what = (f"stopped: no new best val_loss in "
+                    f"{self.cfg.stall_near_patience if near else self.cfg.stall_patience} epochs (stalled)")
         else:
             what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
         epochs = self.row.get("epoch")
@@ -260,7 +262,7 @@ class Stopping(tf.keras.callbacks.Callback):
         r.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
         reason = self.agree(rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
                                               r.val_history, cfg.stall_patience, cfg.collapse_loss,
-                                              cfg.collapse_patience))
+                                              cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience))
         if reason == "reached_target":
             r.time_to_target_s = r.row["seconds"]
         if reason:

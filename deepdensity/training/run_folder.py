@@ -132,7 +132,7 @@ def last_epoch_again(record, rows: list) -> None:
     record.row, record.losses = last, (loss, val_loss)
     record.status = rules.stop_reason(last["epoch"] - 1, loss, val_loss, cfg.target_loss, cfg.max_epochs,
                                       record.val_history, cfg.stall_patience, cfg.collapse_loss,
-                                      cfg.collapse_patience)
+                                      cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience)
     if record.status == "reached_target":
         record.time_to_target_s = last["seconds"]
 

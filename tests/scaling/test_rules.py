@@ -134,6 +134,38 @@ def test_stop_reason():
     assert rules.stop_reason(4, 0.1, 0.005, 0.01, 400, flat[:-1] + [0.005], 3) == "reached_target"
 
 
+def test_stall_rule_waits_longer_near_the_target():
+    # target 1.0; near = 10 %: a best of 1.05 is within it, a best of 1.2 is not.
+    creeping = [2.0, 1.05, 1.06, 1.07, 1.08]          # 3 epochs without a new best, 5 % above
+    assert rules.stalled(creeping, 3), "patience alone stops it"
+    assert not rules.stalled(creeping, 3, 1.0, 0.10, 12), "within 10 % of the target it waits 12 epochs"
+    assert rules.stalled(creeping + [1.1] * 9, 3, 1.0, 0.10, 12), "12 epochs without a new best: stalled"
+    assert not rules.stalled(creeping + [1.1] * 8, 3, 1.0, 0.10, 12)
+    far = [2.0, 1.2, 1.3, 1.3, 1.3]                    # 20 % above: plainly failed after 3 epochs
+    assert rules.stalled(far, 3, 1.0, 0.10, 12)
+    assert not rules.stalled(creeping, 0, 1.0, 0.10, 12), "patience 0 turns the rule off entirely"
+    assert rules.stop_reason(4, 1.0, 1.08, 1.0, 400, creeping, 3, 0.0, 0, 0.10, 12) is None
+    assert rules.stop_reason(4, 1.0, 1.08, 1.0, 400, creeping, 3) == "stalled"
+
+
+def test_the_near_target_allowance_only_stops_where_patience_alone_would():
+    # The study reuses runs finished under patience alone: that is sound only if the allowance
+    # never stops a run that patience alone would have let go on. Every prefix of random
+    # curves: stalled with the allowance implies stalled without it.
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        curve = list(1.0 + np.abs(rng.normal(0.1, 0.2, size=int(rng.integers(2, 30)))))
+        for i in range(1, len(curve) + 1):
+            if rules.stalled(curve[:i], 3, 1.0, 0.10, 12):
+                assert rules.stalled(curve[:i], 3)
+
+
+def test_derive_strong_applies_the_near_target_allowance():
+    passes = [2.0, 1.05, 1.06, 1.07, 1.08, 1.06, 0.99]
+    assert rules.derive_strong(passes, 1, 1.0, 400, 3) == ("stalled", 5)
+    assert rules.derive_strong(passes, 1, 1.0, 400, 3, 0.0, 0, 0.10, 12) == ("reached_target", 7)
+
+
 # Hand-made validation-loss curves (section VI, Fig. 3 and the sequential run)
 def fig3_rise_and_plateau(epochs=40):
     """Down for 3 epochs, up to a ceiling by epoch 8, then flat with small noise."""

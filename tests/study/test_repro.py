@@ -1,4 +1,5 @@
 """The study's bookkeeping on hand-made tables: efficiency per mode, and the claims' verdicts."""
+import dataclasses
 import math
 
 import pytest
@@ -343,7 +344,7 @@ class FakeRunner:
     def run_all(self, jobs, label=""):
         return [job() for job in jobs]
 
-    def run(self, name, mode, n, settings):
+    def run(self, name, mode, n, settings, need_weights=False):
         import json
         self.calls.append((name, settings["max_epochs"]))
         out = self.root / name
@@ -411,8 +412,11 @@ def test_protocol_table_names_each_difference():
     assert all(len(r) == 4 for r in rows.values())
     assert rows["split"][3] == "" and rows["K (Gaussians)"][3] == "", "no difference, no excuse"
     assert "16 calibration epochs" in rows["target"][3]
-    assert "weak: 1, 2, 4, 8" in rows["N"][2] and "strong: 1, 2, 4, 8, 16, 32" in rows["N"][2]
-    assert "time budget" in rows["N"][3]
+    assert "weak: 1, 2, 4, 8, 16, 32" in rows["N"][2] and "strong: 1, 2, 4, 8, 16, 32" in rows["N"][2]
+    assert rows["N"][3] == "", "the default preset runs every cell of the paper's grid"
+    cut = dataclasses.replace(study, mode_workers={"weak": [1, 2, 4, 8]})
+    rows = {r[0]: r for r in tables.protocol_rows(cut, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    assert "weak: 1, 2, 4, 8" in rows["N"][2] and "time budget" in rows["N"][3]
     assert "0.0084" in rows["eta and how chosen"][2] and "literal-eta" in rows["eta and how chosen"][3]
     _, paper = load_study("paper")
     rows = {r[0]: r for r in tables.protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,

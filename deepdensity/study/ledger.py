@@ -1,0 +1,222 @@
+"""The study's ledger: every finished run, kept beside the reports, so that a study grows across
+invocations and machines instead of starting over.
+
+An entry is one finished run: the settings that decide its path (the key), the stopping rules it
+ran under, its epoch-end validation losses and metrics rows, its outcome, and the machine, the
+instruction set and the revision that ran it; a few KB, no weights. A later study asks the
+ledger before it trains: a run whose key matches is *replayed* under the stopping rules the
+study asks for now (rules.stop_reason over its epochs). Training is deterministic on one
+machine and a stopping rule only ends a run, so if the replay stops inside the recorded epochs
+the answer is exact: the same run, cut where the rules now in force would have cut it. If it
+does not (the run ended earlier than it would now), the run is trained again.
+
+The key leaves out the data's path (the data is named by its bytes' fingerprint) and the
+stopping rules (replayed instead), and holds TRAINING_VERSION: bump it when a change to the
+training code changes what a run with the same settings computes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+from deepdensity.scaling import rules
+from deepdensity.utils.files import write_atomic
+
+FORMAT = 1
+TRAINING_VERSION = 1
+LEDGER_FILE = "ledger.jsonl"
+MARKER = "from_ledger.json"      # in a run folder written from the ledger, not trained here
+STOPPING = ("max_epochs", "target_loss", "stall_patience", "stall_near", "stall_near_patience",
+            "collapse_loss", "collapse_patience")
+NOT_IN_KEY = ("data_path",) + STOPPING
+ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
+            "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio")
+
+
+def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str) -> str:
+    """What decides a run's path: its settings but the stopping rules and the data's path, its
+    mode and workers, how it was launched, the instruction-set cap and the data's fingerprint."""
+    what = {"training_version": TRAINING_VERSION, "mode": mode, "n": n, "launcher": launcher,
+            "isa_cap": isa_cap or "", "data": data,
+            "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()[:24]
+
+
+def data_identity(path) -> str:
+    """The data as the runs read it: a hash of every dataset's name, dtype, shape and values.
+    Not the file's bytes: HDF5 stores creation times, so the same cubes written twice (the study
+    writes its synthetic data once per runs folder, on every machine) differ byte for byte."""
+    import h5py
+    import numpy as np
+    h = hashlib.sha256()
+
+    def add(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            values = np.ascontiguousarray(obj[()])
+            h.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
+            if values.dtype.kind == "O":           # strings: their bytes, not the objects' addresses
+                h.update(b"\0".join(v if isinstance(v, bytes) else str(v).encode() for v in values.ravel()))
+            else:
+                h.update(values.tobytes())
+
+    with h5py.File(path, "r") as f:
+        f.visititems(add)
+    return "arrays:" + h.hexdigest()[:32]
+
+
+def stopping_of(config: dict) -> dict:
+    return {k: config[k] for k in STOPPING}
+
+
+def replay(entry: dict, stopping: dict) -> Optional[tuple]:
+    """(status, epochs) of the entry's run under `stopping`, or None when the recorded epochs end
+    before those rules would stop it. A run recorded as non-finite stays so at its last epoch."""
+    vals = [math.inf if v is None else v for v in entry["val_losses"]]
+    last = len(vals) - 1
+    for e, v in enumerate(vals):
+        if e == last and entry["result"]["status"] == "diverged":
+            return "diverged", e + 1
+        reason = rules.stop_reason(e, 1.0, v, stopping["target_loss"], stopping["max_epochs"], vals[:e + 1],
+                                   stopping["stall_patience"], stopping["collapse_loss"],
+                                   stopping["collapse_patience"], stopping["stall_near"],
+                                   stopping["stall_near_patience"])
+        if reason:
+            return reason, e + 1
+    return None
+
+
+def answer(entry: dict, stopping: dict) -> Optional[dict]:
+    """The entry cut to what a run under `stopping` would have recorded: {"result", "rows",
+    "val_losses"}; None when the entry cannot answer (replay), or when it holds no metrics rows
+    (imported from a record) and the target differs from its own, whose passes it alone holds."""
+    outcome = replay(entry, stopping)
+    if outcome is None:
+        return None
+    status, epochs = outcome
+    rows = entry.get("rows")
+    if rows is None and stopping["target_loss"] != entry["stopping"]["target_loss"]:
+        return None
+    rows = rows[:epochs] if rows is not None else None
+    val = entry["val_losses"][epochs - 1]
+    seconds = rows[-1].get("seconds") if rows else None
+    result = {**entry["result"], "status": status, "epochs": epochs, "final_val_loss": val,
+              "final_loss": rows[-1].get("loss") if rows else entry["result"].get("final_loss"),
+              "target_loss": stopping["target_loss"], "seconds": seconds if rows else entry["result"].get("seconds"),
+              "time_to_target_s": seconds if status == "reached_target" and rows else
+              (entry["result"].get("time_to_target_s") if status == "reached_target" else None)}
+    if rows is not None:
+        per_epoch = rules.passes_per_epoch(entry["n"], entry["config"].get("epoch_definition", "per_worker"))
+        passes = rules.passes_to_target(rows, stopping["target_loss"], per_epoch)
+    else:
+        passes = entry["result"].get("passes_to_target")
+    result["passes_to_target"] = passes if status == "reached_target" else None
+    return {"result": result, "rows": rows, "val_losses": entry["val_losses"][:epochs]}
+
+
+class Ledger:
+    """The entries of every ledger file read (this runs folder's, the committed one, others
+    given), answering requests; new entries are appended to `own`, one line each, as runs end."""
+
+    def __init__(self, own: Path, others: Iterable[Path] = ()):
+        self.own, self._lock = Path(own), threading.Lock()
+        self.paths = list(dict.fromkeys([self.own, *map(Path, others)]))
+        self._read: dict = {}           # path -> (mtime, entries): a file that changes is read again
+
+    @property
+    def entries(self) -> list:
+        """Every entry of every ledger file, read again when a file changed (a ledger copied in
+        from another machine while a study runs is used from its next run on)."""
+        with self._lock:
+            for path in self.paths:
+                mtime = path.stat().st_mtime_ns if path.is_file() else None
+                if path not in self._read or self._read[path][0] != mtime:
+                    self._read[path] = (mtime, read_entries(path) if mtime is not None else [])
+            return [e for _, entries in self._read.values() for e in entries]
+
+    def find(self, key: str, stopping: dict) -> Optional[tuple]:
+        """(entry, answer) of the first entry with `key` that answers `stopping`, else None."""
+        for e in [e for e in self.entries if e["key"] == key]:
+            a = answer(e, stopping)
+            if a is not None:
+                return e, a
+        return None
+
+    def append(self, entry: dict) -> None:
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock:
+            self.own.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.own, "a") as f:      # one line per run: a crash loses at most the line being written
+                f.write(line)
+
+    def write_merged(self, path: Path) -> int:
+        """Every entry once (by key, stopping rules and epochs), in a stable order; returns the count."""
+        seen, kept = set(), []
+        for e in sorted(self.entries, key=lambda e: (e["mode"], e["n"], e["seed"], e["run"], e["key"],
+                                                       json.dumps(e["stopping"], sort_keys=True), len(e["val_losses"]))):
+            ident = (e["key"], json.dumps(e["stopping"], sort_keys=True), len(e["val_losses"]))
+            if ident not in seen:
+                seen.add(ident)
+                kept.append(e)
+        write_atomic(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
+        return len(kept)
+
+
+def read_entries(path: Path) -> list:
+    """The entries of a ledger file ([] when missing); a last line cut short by a crash is dropped,
+    any other unreadable line is named."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]
+    entries = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged") from None
+        if not isinstance(e, dict) or e.get("format") != FORMAT:
+            raise LedgerError(f"{path}:{i}: not a ledger entry of format {FORMAT}")
+        entries.append(e)
+    return entries
+
+
+class LedgerError(ValueError):
+    pass
+
+
+def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,
+             result: dict, rows: Optional[list], val_losses: list, machine: dict, revision: str,
+             source: str) -> dict:
+    """One ledger line."""
+    cfg = {k: v for k, v in config.items() if k != "data_path"}
+    return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data), "run": run, "mode": mode,
+            "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data, "config": cfg,
+            "stopping": stopping_of(config), "result": result,
+            "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
+            "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
+            "machine": machine, "revision": revision, "source": source,
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:
+    """A run folder that reads as the finished run `got` (an answer of `entry`): config.json,
+    metrics.jsonl, result.json, and MARKER naming where it ran. No weights: it cannot be resumed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "config.json", json.dumps({**config, "mode": entry["mode"], "workers": entry["n"],
+                                                     "data_fingerprint": entry["data"]}, indent=2))
+    rows = got["rows"] if got["rows"] is not None else [
+        {"epoch": i + 1, "val_loss": v} for i, v in enumerate(got["val_losses"])]
+    write_atomic(folder / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    write_atomic(folder / "result.json", json.dumps(got["result"], indent=2))
+    write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
+                                                                     "finished")}, indent=2))

@@ -1,0 +1,116 @@
+"""Runs of an earlier study record (study.json) into the ledger, so that a study grows from them.
+
+    python -m deepdensity.study.ledger_import RECORD --runs runs/study-default --out reports/ledger.jsonl
+
+A record keeps each run's outcome, passes to target and epoch-end validation losses, not its
+metrics rows: such an entry answers only a study with the same target (ledger.answer). Each run's
+settings are rebuilt the way the study asks for them (the runs folder's train.yaml and the run's
+own settings), and the import refuses a record whose settings differ from them in anything but
+the stopping rules. The data is named by the runs folder's data.h5, the study's data written
+from the same specification; the record holds no fingerprint of its own, so an imported run is
+used only where the study's own eta and target, recomputed from runs trained here, are the
+record's to the last bit (the key holds eta, the answer the target).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from deepdensity.study import ledger
+from deepdensity.study.runner import StudyRunner
+from deepdensity.utils.args import parser
+from deepdensity.utils.errors import UserError, command
+
+OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}   # records made before the near-target allowance
+
+
+def record_runs(record: dict) -> list:
+    """[(run name, mode, n, settings, result or None, val_losses)] of every run a paper study's
+    record describes fully enough: sequential, 2 x eta, trained cells and the edge search's probes."""
+    eta, target, cap = record["eta"], record["target"], record["cap"]
+    study, curves = record["study"], record.get("curves") or {}
+    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap,
+              **({"collapse_loss": repr(record["collapse_loss"])} if study["train"].get("collapse_patience") else {})}
+    seq_passes = study["calibration_epochs"] + max(study["workers"])
+    runs = []
+    for name, curve in sorted(curves.items()):
+        if name.startswith("seq-s"):
+            seed = int(name[len("seq-s"):])
+            runs.append((name, "strong", 1, {"base_lr": repr(eta), "max_epochs": seq_passes, "target_loss": 0.0,
+                                             "seed": seed, "stall_patience": 0, "collapse_patience": 0},
+                         None, curve["val_loss"]))
+    for r in record.get("seq_2eta") or []:
+        name = f"seq-2eta-s{r['seed']}"
+        if name in curves:
+            runs.append((name, "strong", 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
+                         {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
+    for c in record["cells"]:
+        if c["n"] > 1 and c["run"] in curves and not c["run"].startswith("seq-"):
+            runs.append((c["run"], c["mode"], c["n"], {**common, "seed": c["seed"]},
+                         {"status": c["status"], "epochs": c["epochs"], "final_val_loss": c.get("final_val_loss"),
+                          "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
+    sweep = record.get("sweep") or {}
+    for p in sweep.get("probes") or []:
+        runs.append((p["run"], "strong", 1, {"base_lr": repr(p["lr"]), "max_epochs": sweep["epochs"], "target_loss": 0.0,
+                                             "seed": p["seed"], "stall_patience": sweep["patience"],
+                                             "collapse_patience": 0}, None, p["val_losses"]))
+    return runs
+
+
+def import_record(record: dict, runs_folder: Path, source: str, say=print) -> list:
+    """Ledger entries of the record's runs, each checked: settings as the study builds them
+    now, and its outcome replayed under its own stopping rules."""
+    probe = StudyRunner(runs_folder, runs_folder / "train.yaml", None)
+    machine = {k: record["environment"].get(k) for k in ("cpu", "onednn_isa", "rendering")}
+    revision = record["provenance"]["revision"]
+    entries, skipped = [], []
+    for name, mode, n, settings, result, vals in record_runs(record):
+        request = probe._request(mode, n, {**settings, **OLD_STALL})
+        config = request["config"]
+        differs = [k for k, v in record["settings"].items()
+                   if k not in ledger.NOT_IN_KEY + ("seed", "base_lr") and _plain(config.get(k)) != _plain(v)]
+        if differs:
+            raise UserError(f"{source}: its runs' settings differ from {runs_folder / 'train.yaml'} in "
+                            f"{', '.join(differs)}; this record cannot be imported into this study")
+        entry = ledger.entry_of(name, mode, n, settings["seed"], request["launcher"], "", request["data"], config,
+                                dict(result or {"status": None, "epochs": len(vals)}, time_to_target_s=None,
+                                     seconds=None),
+                                None, [math.inf if v is None else v for v in vals], machine, revision, source)
+        own = ledger.replay(entry, entry["stopping"])
+        if own is None or (result is not None and own != (result["status"], result["epochs"])):
+            skipped.append(f"{name} (recorded {result and (result['status'], result['epochs'])}, replayed {own})")
+            continue
+        entry["result"]["status"], entry["result"]["epochs"] = own
+        entries.append(entry)
+    for s in skipped:
+        say(f"not imported: {s}: its curve does not replay to its recorded outcome")
+    return entries
+
+
+def _plain(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+@command()
+def main(argv=None) -> int:
+    ap = parser(__doc__, "python -m deepdensity.study.ledger_import")
+    ap.add_argument("record", help="a study.json of a paper study (git show REV:reports/study.json > FILE)")
+    ap.add_argument("--runs", required=True, help="the runs folder of the study that will use them (its train.yaml, data.h5)")
+    ap.add_argument("--source", required=True, help="where the record came from, kept in each entry")
+    ap.add_argument("--out", required=True, help="the ledger file to append to")
+    args = ap.parse_args(argv)
+    record = json.loads(Path(args.record).read_text())
+    entries = import_record(record, Path(args.runs), args.source)
+    book = ledger.Ledger(Path(args.out))
+    known = {(e["key"], json.dumps(e["stopping"], sort_keys=True)) for e in book.entries}
+    new = [e for e in entries if (e["key"], json.dumps(e["stopping"], sort_keys=True)) not in known]
+    for e in new:
+        book.append(e)
+    print(f"{len(new)} run(s) of {args.record} added to {args.out} ({len(entries) - len(new)} already there)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
