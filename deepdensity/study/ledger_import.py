@@ -68,6 +68,9 @@ def import_record(record: dict, runs_folder: Path, source: str, say=print) -> li
     entries, skipped = [], []
     for name, mode, n, settings, result, vals in record_runs(record):
         request = probe._request(mode, n, {**settings, **OLD_STALL})
+        if not request["data"]:
+            raise UserError(f"{request['config']['data_path']} (the data {runs_folder / 'train.yaml'} names) does not "
+                            f"exist from here; run this from the folder the study runs in")
         config = request["config"]
         differs = [k for k, v in record["settings"].items()
                    if k not in ledger.NOT_IN_KEY + ("seed", "base_lr") and _plain(config.get(k)) != _plain(v)]
@@ -78,6 +81,7 @@ def import_record(record: dict, runs_folder: Path, source: str, say=print) -> li
                                 dict(result or {"status": None, "epochs": len(vals)}, time_to_target_s=None,
                                      seconds=None),
                                 None, [math.inf if v is None else v for v in vals], machine, revision, source)
+        entry["finished"] = record["provenance"]["generated"]    # no later than the record that holds it
         own = ledger.replay(entry, entry["stopping"])
         if own is None or (result is not None and own != (result["status"], result["epochs"])):
             skipped.append(f"{name} (recorded {result and (result['status'], result['epochs'])}, replayed {own})")

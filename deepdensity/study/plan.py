@@ -39,7 +39,7 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                earlier: Optional[dict] = None) -> list:
     """The plan of one invocation, one line per stage, and what it should take."""
     cells = study.trained_cells(bool(real_runner))
-    seeds = _ns(study.seeds)
+    seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
     lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
     step = iter(range(1, 20))
     if not real_runner:
@@ -47,20 +47,21 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                      f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
     if study.base_lr == "edge":
         lines.append(f"  {next(step)}. the lr search: sequential runs of {study.calibration_epochs} epochs on a "
-                     f"sqrt(2) grid, seeds {seeds}, until the edge of stability is found "
-                     f"(typically {2 * len(study.seeds)}-{3 * len(study.seeds)} runs)")
+                     f"sqrt(2) grid, seeds {_ns(study.edge_seeds)}, until the edge of stability is found "
+                     f"(typically {2 * len(study.edge_seeds)}-{3 * len(study.edge_seeds)} runs)")
     if study.calibration_seeds and study.target_loss is None:
         lines.append(f"  {next(step)}. the target: sequential runs of seeds {_ns(study.calibration_seeds)}, "
                      f"{study.calibration_epochs} epochs each (no cell uses them)")
     derived = "" if real_runner else f"; strong scaling at N = {_ns(study.workers)} read off them"
-    lines.append(f"  {next(step)}. sequential runs: seeds {seeds}{derived}")
+    lines.append(f"  {next(step)}. sequential runs: seeds {seq_seeds}{derived}")
     more = (f"; then one more seed at a time, up to {study.max_seeds} a cell, while within "
             f"{study.budget_minutes:g} min" if study.budget_minutes and study.max_seeds > len(study.seeds) else "")
     lines.append(f"  {next(step)}. {len(cells) + study.doubles_eta()} trained cells ({_cells(cells)}"
-                 f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}{more}")
+                 f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}"
+                 f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
     if study.real_strong and not real_runner:
         lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
-                     f"host, seed {study.seeds[0]}, one at a time")
+                     f"host, seed {study.sequential_seeds()[0]}, one at a time")
     if study.isa_check and not real_runner:
         lines.append(f"  {next(step)}. stability: seed {study.seeds[0]} of every trained cell again under another "
                      f"instruction set (isa_check: {study.isa_check})")
@@ -88,3 +89,46 @@ def _duration(earlier: Optional[dict]) -> str:
                 f"{p['generated']}); finished runs in the runs folder are reused")
     except (KeyError, TypeError):
         return "time: no earlier study of this preset to go by; the budget above bounds the extra seeds"
+
+
+def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
+    """The trained cells' runs the ledger does not hold yet, and what they should take here: the
+    ledger's entries of the earlier record's eta and target, replayed under the preset's stopping
+    rules (ledger.replay). Passes a run needs come from the cell's runs on record, else from the
+    mode's largest N on record; seconds a pass from the runs on record (their own clocks)."""
+    from deepdensity.scaling import rules
+    from deepdensity.study import ledger
+    if not earlier or "eta" not in earlier:
+        return ["  missing runs: no earlier record of this preset to name eta and the target by"]
+    stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
+                "collapse_loss": earlier["collapse_loss"] if study.train.get("collapse_patience") else 0.0,
+                **{k: study.train.get(k, 0) for k in ("stall_patience", "stall_near", "stall_near_patience",
+                                                          "collapse_patience")}}
+    held, epochs, pass_s = set(), {}, []
+    for e in entries:
+        if e["config"].get("base_lr") != earlier["eta"] or e["isa_cap"]:
+            continue
+        got = ledger.replay(e, stopping)
+        if got is not None:
+            held.add((e["mode"], e["n"], e["seed"]))
+            epochs.setdefault((e["mode"], e["n"]), []).append(got[1])
+        if e.get("rows") and e["rows"][-1].get("seconds"):
+            pass_s.append(e["rows"][-1]["seconds"] / (len(e["rows"]) * rules.passes_per_epoch(e["n"], "per_worker")))
+    missing = [(mode, n, seed) for mode, n in study.trained_cells() for seed in study.seeds
+               if (mode, n, seed) not in held]
+    if not missing:
+        return ["  missing runs: none, the ledger holds every trained cell's seeds"]
+    per_pass = sorted(pass_s)[len(pass_s) // 2] if pass_s else None
+
+    def passes(mode: str, n: int) -> float:
+        known = epochs.get((mode, n)) or next((epochs[(mode, m)] for m in sorted({m for md, m in epochs if md == mode},
+                                                                                   reverse=True) if m < n), None)
+        e = sorted(known)[len(known) // 2] if known else stopping["max_epochs"]
+        return e * n
+    total = sum(passes(mode, n) for mode, n, _ in missing)
+    by_cell = {}
+    for mode, n, seed in missing:
+        by_cell.setdefault(f"{mode} N = {n}", []).append(seed)
+    cost = (f"about {total:.0f} passes, {total * per_pass / 3600 / max(1, parallel):.1f} h here at "
+            f"{per_pass:.2f} s a pass and {parallel} at a time" if per_pass else f"about {total:.0f} passes")
+    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{c} seeds {_ns(s)}" for c, s in by_cell.items())]

@@ -15,6 +15,7 @@ from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies
+from deepdensity.study import claims as claim_rules
 from deepdensity.study import decide
 from deepdensity.study.preset import Study
 from deepdensity.training.runs import read_metrics
@@ -77,7 +78,7 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) 
     run_names = {name for names in book.runs.values() for name in names}
     wall = time.perf_counter() - s.t_start
     return {
-        "format": FORMAT, "kind": kind, "decision_rules": decide.RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
+        "format": FORMAT, "kind": kind, "decision_rules": claim_rules.RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
         "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.cap,
         "calibration": proto.calibration,
         "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",

@@ -52,6 +52,12 @@ def epochs_listing(cells, mode, n) -> str:
                      for c in cells_at(cells, mode, n))
 
 
+def passes_listing(cells, mode, n) -> str:
+    """Passes to target per seed (to a pass's fraction where it was validated inside one), '-' where it missed."""
+    return ", ".join(f"{c.passes_to_target:.4g}" if c.reached and c.passes_to_target is not None else "-"
+                     for c in cells_at(cells, mode, n))
+
+
 def runs_minutes(runs_root: Path) -> float:
     """Sum of the study's runs' own training clocks."""
     return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60

@@ -3,8 +3,10 @@ I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to
 `render_reports(out, record)` is all `make repro` and `deepdensity report --from` call."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -12,14 +14,16 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study import clocks, decide, rates
+from deepdensity.study import claims as claim_rules
+from deepdensity.study import clocks, decide, ledger, rates
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
 from deepdensity.study.preset import Study, StudyError
 from deepdensity.study.record import FORMAT, config_of, study_of
-from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source, time_range,
+from deepdensity.study.render import (cells_at, epochs_listing, passes_listing, fill, fmt, md_table, pyplot, target_source, time_range,
                                       write_csv)
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
+                                      real_strong_summary,
                                       evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
 from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
@@ -31,7 +35,20 @@ TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.m
 
 
 def cells_of(record: dict) -> list:
-    return [Cell(**c) for c in record["cells"]]
+    """The record's cells, each timed by passes: its time to target is passes to target x this
+    host's seconds per pass (claims.seconds, the one function the claims use too), its epoch the
+    same clock's; a real run's own clock where the study measured it."""
+    cells = [Cell(**c) for c in record["cells"]]
+    if record_runner(cells) or "timing" not in record:
+        return cells
+    host, cfg = clock_set(record)["host"], config_of(record)
+    base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
+
+    def timed(c: Cell) -> Cell:
+        t = claim_rules.seconds(c, host, base)
+        epoch = host.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition)
+        return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None, epoch_seconds=epoch)
+    return [timed(c) for c in cells]
 
 
 def clock_set(record: dict) -> dict:
@@ -41,14 +58,20 @@ def clock_set(record: dict) -> dict:
     return {"paper": clocks.paper_clock(host, PAPER_TABLE1), "host": host, "device": clocks.device_clock(host)}
 
 
-def render_reports(out: Path, record: dict) -> list:
-    """Every report of the study under `out`, from `record`; returns the claims."""
+def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> list:
+    """Every report of the study under `out`, from `record` and the ledger's `entries` (where each
+    run came from); returns the claims."""
     out.mkdir(parents=True, exist_ok=True)
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
     claims = _claims(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
     _figures(out, record, study, cells)
-    (out / "REPORT.md").write_text(fill("report.md", **_report_fields(record, study, cfg, cells, claims, tables)))
+    fields = _report_fields(record, study, cfg, cells, claims, tables)
+    fields["rules_when"] = _rules_when(record, cells, entries or [])
+    evidence = _evidence(record, cells, claim_rules.MISSED)
+    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], claim_rules.contrasts(evidence))
+    fields["warmup_line"] = "Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + "."
+    (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
 
@@ -58,10 +81,11 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
     workers = study.workers
     eff = efficiency_table(cells, study.modes, workers)
     clock = "measured" if record_runner(cells) else "modelled"
-    head1 = ["N", "epochs to target (per seed)", f"s / epoch ({clock})", f"time to target (s, {clock}), median (range)",
-             "efficiency % (ours)", "efficiency % (paper)"]
+    head1 = ["N", "passes to target (per seed)", "epochs to target (per seed)", f"s / epoch ({clock})",
+             f"time to target (s, {clock}), median (range)", "efficiency % (ours)", "efficiency % (paper)"]
     strong_eff = eff.get("strong", {})          # Table I is the paper's strong-scaling table
-    rows1 = [[n, epochs_listing(cells, "strong", n), fmt(cells_at(cells, "strong", n)[0].epoch_seconds),
+    rows1 = [[n, passes_listing(cells, "strong", n), epochs_listing(cells, "strong", n),
+              fmt(cells_at(cells, "strong", n)[0].epoch_seconds),
               time_range(cells, "strong", n), fmt(strong_eff.get(n)), fmt(PAPER_TABLE1.get(n))]
              for n in workers if cells_at(cells, "strong", n)]
     write_csv(out / "table1.csv", head1, rows1)
@@ -88,7 +112,7 @@ def record_runner(cells: list) -> bool:
 def _times_are(clock: str) -> str:
     if clock == "measured":
         return "Times are the real runs' own clocks."
-    return ("Times are modelled: epochs to target x the seconds of an epoch on this host's calibrated clock "
+    return ("Times are modelled: passes to target x the seconds of a pass on this host's calibrated clock "
             "(REPORT.md, 'The clock'), each worker its own device; not wall time.")
 
 
@@ -120,10 +144,12 @@ def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, t
 
 def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
-    claims_md = md_table(["claim", "paper", "rule", "ours", "verdict (paper's clock)", "this host's clock",
-                          "break-even (rho)"],
-                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**", c["verdict_host"],
-                           c["break_even"]] for c in claims])
+    claims_md = md_table(["claim", "paper", "rule", "ours", "verdict (paper's clock)",
+                          "failure = collapsed or non-finite", "this host's clock", "break-even (rho)",
+                          "could more seeds change it?"],
+                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**",
+                           c["verdict_sensitivity"], c["verdict_host"], c["break_even"], c["more_seeds"]]
+                          for c in claims])
     return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
             "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"],
             "revision": p["revision"],
@@ -133,10 +159,29 @@ def _header_fields(record: dict, claims: list) -> dict:
                           f"{p['reused']} finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add "
                           f"up to {p['runs_minutes']} min.",
             "claims_table": claims_md,
-            "rules_when": "which were fixed before the runs" if record.get("decision_rules") == decide.RULES_VERSION
-            else "which were written after this study's runs (see there)",
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
             "isa_stability": _isa_stability(record, claims)}
+
+
+def _rules_when(record: dict, cells: list, entries: list) -> str:
+    """When the rules were fixed against when this report's runs were trained (the ledger's
+    entries of its cells; a record without a ledger beside it says only its own date)."""
+    if not entries:
+        return (f"which were fixed on {claim_rules.RULES_FIXED_UTC} (docs/decision-rules.md); this record, generated "
+                f"{record['provenance']['generated']}, has no ledger beside it to tell when each run was trained")
+    by_run = {}
+    for e in entries:
+        by_run.setdefault(e["run"], []).append(e)
+    finished = []
+    for c in cells:          # the entry of the cell's run with its outcome (a run name may hold several)
+        found = by_run.get(c.run, [])
+        same = [e for e in found if (e["result"]["status"], e["result"]["epochs"]) == (c.status, c.epochs)]
+        if same or found:
+            finished.append(min(e["finished"] for e in same or found))
+    before = sum(f < claim_rules.RULES_FIXED_UTC for f in finished)
+    return (f"which were fixed on {claim_rules.RULES_FIXED_UTC} (docs/decision-rules.md): {len(finished) - before} of the "
+            f"runs behind these cells were trained after that and {before} before it (runs of earlier studies "
+            f"reused from the ledger, which the rules' authors had seen)")
 
 
 def _isa_stability(record: dict, claims: list) -> str:
@@ -222,9 +267,8 @@ def _rules_fields(record: dict, study: Study) -> dict:
                    f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
                    f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
                    f"changes (searched from {clocks.RHO_GRID[0]:g} to {clocks.RHO_GRID[-1]:g})")
-    rules = decide.RULES + rates.RULES + [("clocks", clocks_line[len("clocks: "):])]
-    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules)
-                          + _rules_after_the_runs(record),
+    rules = claim_rules.RULES + [("clocks", clocks_line[len("clocks: "):])]
+    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules),
             "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
             "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study, by_unit),
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
@@ -243,12 +287,24 @@ def _margin(record: dict, seed: int, real: float, sequential: float) -> str:
 
 
 def _claims(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
-    """The claims judged on `cells` and `seq_2eta` with the record's rules, clocks and settings."""
+    """The claims judged on `cells` and `seq_2eta` by the rules of docs/decision-rules.md
+    (claims.py), each with its verdict again under the sensitivity definition of failure."""
+    primary, sensitivity = (claim_rules.evaluate(_evidence(record, cells, definition), seq_2eta or None)
+                            for definition in (claim_rules.MISSED, claim_rules.FAILED))
+    for c, s in zip(primary, sensitivity):
+        c["verdict_sensitivity"] = s["verdict"]
+        c["ours"] += _real_strong_note(record) if c["claim"] == "Strong scaling always converges" else ""
+    return primary
+
+
+def _evidence(record: dict, cells: list, definition: str) -> claim_rules.Evidence:
     study, cfg = study_of(record), config_of(record)
-    return evaluate_claims(cells, study.workers, seq_2eta or None, eta_at_edge=record["sweep"] is not None,
-                           collapse_loss=record["collapse_loss"], clock_set=clock_set(record),
-                           base=TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition),
-                           real_strong=record.get("real_strong"))
+    return claim_rules.Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
+                           TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
+
+
+def _real_strong_note(record: dict) -> str:
+    return "; " + SEQUENTIAL_PROOF + "; " + real_strong_summary(record.get("real_strong"))
 
 
 def _real_strong(record: dict) -> str:
@@ -272,17 +328,6 @@ def _real_strong(record: dict) -> str:
     return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
             f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "
             f"after the others:\n\n{table}")
-
-
-def _rules_after_the_runs(record: dict) -> str:
-    """A paragraph for a record run before the present rules were written, else ''."""
-    if record.get("decision_rules") == decide.RULES_VERSION:
-        return ""
-    return (f"\nThese rules ({decide.RULES_VERSION}) were written after this study's runs, which were decided "
-            f"by the rules of their time (a cell converged only when every seed reached the target, more seeds "
-            f"went only to unanimous cells and sides of a difference, up to the preset's max_seeds then, and "
-            f"time was judged on this host's clock alone). The verdicts above re-read the same runs under the present rules; "
-            f"they are not results of rules fixed before the runs. The next `make repro` fixes them first.\n")
 
 
 def _unit_label(unit: str) -> str:
@@ -464,7 +509,7 @@ def rerender(folder: Path, out: Path) -> list:
         from deepdensity.study.report_beyond import write_beyond_reports
         write_beyond_reports(out, record)
         return []
-    return render_reports(out, record)
+    return render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
 
 
 def text_outputs(folder: Path) -> tuple:

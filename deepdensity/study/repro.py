@@ -45,7 +45,7 @@ import yaml
 from deepdensity.scaling import policies, rules
 from deepdensity.config import load
 from deepdensity.study import clocks
-from deepdensity.study.ledger import LEDGER_FILE, Ledger
+from deepdensity.study.ledger import LEDGER_FILE, Ledger, read_entries
 from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, run_more_seeds
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
@@ -53,7 +53,7 @@ from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
 from deepdensity.study.tables import Cell, measured_differences
 from deepdensity.study.timing import measure_timing, model_epoch
-from deepdensity.study.plan import plan_lines
+from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
 from deepdensity.utils.args import parser
@@ -95,7 +95,11 @@ def main(argv=None) -> int:
     out = reports_folder(name, args.out, runs)
     args.compare_with = args.compare_with or str(_default_study_reports())
     _check_runner(args.runner)
-    for line in plan_lines(name, study, args.runner, str(runs), str(out), _earlier_record(name, out)):
+    earlier = _earlier_record(name, out)
+    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier):
+        print(line)
+    entries = [e for path in [runs / LEDGER_FILE, *_ledgers_to_read(name, args, runs)] for e in read_entries(path)]
+    for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
         print(line)
     if args.dry_run:
         return 0
@@ -469,8 +473,7 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     runs_cfg = load(str(train_yaml))
     n_train, n_val, collapse_loss = _data_facts(runs_cfg)
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
-    parallel = study.parallel_runs if study.parallel_runs != "auto" else \
-        max(1, (os.cpu_count() or 1) // max(1, runs_cfg.intra_op_threads))
+    parallel = _parallel_runs(study)
     if args.executor == "slurm":
         from deepdensity.study.slurm import SlurmOptions, SlurmRunner
         options = SlurmOptions.parse(study.slurm, args.slurm)
@@ -486,6 +489,12 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     if study.budget_minutes is not None:
         runner.budget_end = s.deadline()
     return s
+
+
+def _parallel_runs(study: Study) -> int:
+    """Runs side by side: the preset's, or the cores over each run's threads (one by default)."""
+    threads = int(study.train.get("intra_op_threads", 1)) or 1
+    return study.parallel_runs if study.parallel_runs != "auto" else max(1, (os.cpu_count() or 1) // threads)
 
 
 def _ledgers_to_read(name: str, args, root: Path) -> list:

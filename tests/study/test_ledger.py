@@ -1,0 +1,184 @@
+"""The ledger: a finished run is reused only where its settings match and its stopping rules,
+replayed, say what the run asked for now would have recorded; a study on a second machine (a
+fresh runs folder with the first one's ledger) trains nothing it already has."""
+import json
+import math
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from deepdensity.config import Config
+from deepdensity.study import ledger
+from deepdensity.study.runner import StudyRunner
+
+STOP = {"max_epochs": 64, "target_loss": 1.0, "stall_patience": 3, "stall_near": 0.0, "stall_near_patience": 0,
+        "collapse_loss": 5.0, "collapse_patience": 3}
+
+
+def _entry(vals, status, stopping=STOP, rows=True, n=1, passes=None):
+    config = {**Config().to_dict(), **stopping}
+    rows = [{"epoch": i + 1, "loss": 1.0, "val_loss": v, "seconds": 10.0 * (i + 1)} for i, v in enumerate(vals)] \
+        if rows else None
+    result = {"status": status, "epochs": len(vals), "final_val_loss": vals[-1], "passes_to_target": passes}
+    return ledger.entry_of("r", "weak", n, 0, "one process", "", "arrays:x", config, result, rows, vals, {}, "abc", "t")
+
+
+def test_the_key_is_what_decides_a_runs_path():
+    cfg = Config().to_dict()
+    key = ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:a")
+    # the stopping rules and the data's path are not in it: they are replayed, or named by the arrays
+    for k, v in (("data_path", "elsewhere.h5"), ("max_epochs", 3), ("target_loss", 0.5), ("stall_patience", 9),
+                 ("stall_near", 0.1), ("collapse_patience", 1)):
+        assert ledger.run_key({**cfg, k: v}, "weak", 2, "one process", "", "arrays:a") == key, k
+    for k, v in (("seed", 1), ("base_lr", 0.002), ("intra_op_threads", 2), ("deterministic", not cfg["deterministic"])):
+        assert ledger.run_key({**cfg, k: v}, "weak", 2, "one process", "", "arrays:a") != key, k
+    assert ledger.run_key(cfg, "linear", 2, "one process", "", "arrays:a") != key
+    assert ledger.run_key(cfg, "weak", 4, "one process", "", "arrays:a") != key
+    assert ledger.run_key(cfg, "weak", 2, "horovodrun", "", "arrays:a") != key
+    assert ledger.run_key(cfg, "weak", 2, "one process", "AVX2", "arrays:a") != key
+    assert ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:b") != key
+
+
+def test_replay_cuts_a_run_where_the_rules_asked_for_now_stop_it():
+    falling = [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]                  # reaches the target 1.0 at epoch 6
+    e = _entry(falling, "reached_target")
+    assert ledger.replay(e, STOP) == ("reached_target", 6)
+    assert ledger.replay(e, {**STOP, "max_epochs": 4}) == ("max_epochs", 4), "a lower cap cuts it"
+    assert ledger.replay(e, {**STOP, "target_loss": 2.0}) == ("reached_target", 3), "a higher target: sooner"
+    assert ledger.replay(e, {**STOP, "target_loss": 0.5}) is None, "a lower target: the run would have gone on"
+    assert ledger.replay(e, {**STOP, "stall_near": 0.1, "stall_near_patience": 12}) == ("reached_target", 6)
+
+
+def test_a_run_the_old_stall_rule_stopped_near_the_target_is_not_reused_under_the_new_one():
+    creeping = [4.0, 1.05, 1.06, 1.07, 1.08]                   # 5 % above the target, no new best for 3 epochs
+    e = _entry(creeping, "stalled")
+    assert ledger.replay(e, STOP) == ("stalled", 5)
+    assert ledger.replay(e, {**STOP, "stall_near": 0.1, "stall_near_patience": 12}) is None
+
+
+def test_collapsed_and_non_finite_runs_replay_as_such():
+    assert ledger.replay(_entry([6.0, 6.0, 6.0], "collapsed"), STOP) == ("collapsed", 3)
+    assert ledger.replay(_entry([3.0, 2.0, None], "diverged"), STOP) == ("diverged", 3)
+    assert ledger.replay(_entry([3.0, 2.5, 2.0], "diverged"), {**STOP, "max_epochs": 2}) == ("max_epochs", 2)
+
+
+def test_an_answer_recomputes_passes_from_rows_and_refuses_another_target_without_them():
+    vals = [4.0, 2.0, 0.9]
+    e = _entry(vals, "reached_target", n=2)
+    e["rows"][1]["pass_val_losses"] = [[3, 1.8]]                # validated at pass 3, inside epoch 2
+    got = ledger.answer(e, {**STOP, "target_loss": 1.9})
+    # the run stops at an epoch's end (epoch 3: 0.9), but its passes count from the first validation
+    # that met the target: pass 3, inside epoch 2 (epoch 2's end, pass 4, was back at 2.0)
+    assert got["result"]["status"] == "reached_target" and got["result"]["epochs"] == 3
+    assert got["result"]["passes_to_target"] == 3.0
+    assert got["result"]["time_to_target_s"] == 30.0 and len(got["rows"]) == 3
+    imported = _entry(vals, "reached_target", rows=False, n=2, passes=5.5)
+    assert ledger.answer(imported, STOP)["result"]["passes_to_target"] == 5.5
+    assert ledger.answer(imported, {**STOP, "target_loss": 1.9}) is None, "its passes are for its own target only"
+
+
+def test_the_ledger_file_survives_a_crash_and_names_damage(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    book = ledger.Ledger(path)
+    book.append(_entry([4.0, 0.9], "reached_target"))
+    with open(path, "a") as f:
+        f.write('{"format": 1, "key": "cut sho')                 # a crash in the middle of a line
+    assert len(ledger.read_entries(path)) == 1
+    path.write_text(path.read_text() + "\nnot json\n")
+    with pytest.raises(ledger.LedgerError, match=r"ledger.jsonl:2: not a JSON line"):
+        ledger.read_entries(path)
+
+
+def test_a_ledger_changed_while_a_study_runs_is_read_again(tmp_path):
+    own, other = tmp_path / "own.jsonl", tmp_path / "other.jsonl"
+    book = ledger.Ledger(own, [other])
+    assert book.entries == []
+    e = _entry([4.0, 0.9], "reached_target")
+    other.write_text(json.dumps(e) + "\n")
+    assert book.find(e["key"], STOP)[1]["result"]["epochs"] == 2
+    merged = tmp_path / "merged.jsonl"
+    book.append(e)
+    assert book.write_merged(merged) == 1, "the same run from two ledgers is kept once"
+
+
+def test_data_identity_is_the_arrays_not_the_files_bytes(tmp_path):
+    def write(path, cubes, note):
+        with h5py.File(path, "w") as f:
+            f.create_dataset("train/cubes", data=cubes)
+            f.create_dataset("train/kind", data=np.array([b"solid", b"part-solid"], dtype=object))
+            f.attrs["created_by"] = note
+    cubes = np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2)
+    write(tmp_path / "a.h5", cubes, "one")
+    write(tmp_path / "b.h5", cubes, "another")
+    write(tmp_path / "c.h5", cubes + 1, "one")
+    assert (tmp_path / "a.h5").read_bytes() != (tmp_path / "b.h5").read_bytes()
+    assert ledger.data_identity(tmp_path / "a.h5") == ledger.data_identity(tmp_path / "b.h5")
+    assert ledger.data_identity(tmp_path / "a.h5") != ledger.data_identity(tmp_path / "c.h5")
+
+
+class CountingRunner(StudyRunner):
+    """StudyRunner whose training writes the folder a finished run leaves (no TensorFlow), and counts."""
+
+    def __init__(self, *a, curve=(4.0, 3.0, 2.0, 1.5, 1.2, 0.9, 0.8), **k):
+        super().__init__(*a, say=lambda *_: None, **k)
+        self.curve, self.trainings = curve, []
+
+    def _train(self, cmd, name="", workers=1):
+        out = self.root / name
+        sets = dict(item.split("=", 1) for item in cmd[cmd.index("--set") + 1::2] if "=" in item)
+        cfg = {**yaml.safe_load(self.train_yaml.read_text()), **{k: yaml.safe_load(v) for k, v in sets.items()}}
+        vals = []
+        for e, v in enumerate(self.curve[:int(cfg["max_epochs"])]):
+            vals.append(v)
+            if v <= cfg["target_loss"]:
+                break
+        status = "reached_target" if vals[-1] <= cfg["target_loss"] else "max_epochs"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps({**Config().to_dict(), **cfg}))
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "loss": 1.0, "val_loss": v,
+                                                              "seconds": i + 1.0}) + "\n" for i, v in enumerate(vals)))
+        (out / "result.json").write_text(json.dumps({"status": status, "epochs": len(vals), "seconds": len(vals),
+                                                     "time_to_target_s": None, "final_val_loss": vals[-1]}))
+        (out / "state.json").write_text("{}")
+        self.trainings.append(name)
+        return 0, ""
+
+
+def _study_folder(root, data):
+    root.mkdir(parents=True)
+    (root / "train.yaml").write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
+    return root
+
+
+def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
+    data = tmp_path / "data.h5"
+    with h5py.File(data, "w") as f:
+        f.create_dataset("train/cubes", data=np.zeros((2, 2, 2, 2), np.float32))
+    first = CountingRunner(_study_folder(tmp_path / "first", data), tmp_path / "first" / "train.yaml", None)
+    first.ledger = ledger.Ledger(tmp_path / "first" / "ledger.jsonl")
+    asked = {"seed": 0, "max_epochs": 64, "target_loss": 1.0}
+    assert first.run("weak-n2-s0", "weak", 2, asked)["epochs"] == 6 and first.trainings == ["weak-n2-s0"]
+    assert first.run("weak-n2-s0", "weak", 2, asked)["epochs"] == 6 and first.trainings == ["weak-n2-s0"]
+    # another machine: a new runs folder (its own copy of the data) and the first one's ledger
+    data2 = tmp_path / "data2.h5"
+    data2.write_bytes(data.read_bytes())
+    second = CountingRunner(_study_folder(tmp_path / "second", data2), tmp_path / "second" / "train.yaml", None)
+    second.ledger = ledger.Ledger(tmp_path / "second" / "ledger.jsonl", [tmp_path / "first" / "ledger.jsonl"])
+    got = second.run("weak-n2-s0", "weak", 2, asked)
+    assert second.trainings == [] and got["epochs"] == 6 and got["status"] == "reached_target"
+    assert (tmp_path / "second" / "weak-n2-s0" / ledger.MARKER).is_file(), "the folder says where it came from"
+    assert [json.loads(l)["val_loss"] for l in (tmp_path / "second" / "weak-n2-s0" / "metrics.jsonl").open()] == \
+        [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]
+    # what the ledger cannot answer is trained: another seed, and a lower target
+    second.run("weak-n2-s1", "weak", 2, {**asked, "seed": 1})
+    second.run("weak-n2-s0", "weak", 2, {**asked, "target_loss": 0.85})
+    assert second.trainings == ["weak-n2-s1", "weak-n2-s0"]
+    assert len(ledger.read_entries(tmp_path / "second" / "ledger.jsonl")) == 2
+    # a run asked for with the weights it leaves behind is trained even when the ledger holds it
+    third = CountingRunner(_study_folder(tmp_path / "third", data2), tmp_path / "third" / "train.yaml", None)
+    third.ledger = ledger.Ledger(tmp_path / "third" / "ledger.jsonl", [tmp_path / "first" / "ledger.jsonl"])
+    third.run("weak-n2-s0", "weak", 2, asked, need_weights=True)
+    assert third.trainings == ["weak-n2-s0"]
+    assert math.isclose(json.loads((tmp_path / "third" / "weak-n2-s0" / "result.json").read_text())["final_val_loss"], 0.9)
