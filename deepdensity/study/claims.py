@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.scaling import rules
+from deepdensity.scaling import policies, rules
 from deepdensity.study import clocks, rates, stats
 
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
@@ -314,8 +314,12 @@ def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
     return claims
 
 
-PEAK_LR_TIMES_ETA = {"strong": lambda n: 1, "weak": lambda n: 1, "linear": lambda n: n, "warmup": lambda n: n}
-GLOBAL_BATCH_TIMES_B = {"strong": lambda n: 1, "weak": lambda n: n, "linear": lambda n: n, "warmup": lambda n: n}
+def peak_lr_over_eta(mode: str, n: int) -> float:
+    return policies.plan(mode, n, base_lr=1.0).peak_lr
+
+
+def global_batch_over_base(mode: str, n: int) -> float:
+    return policies.plan(mode, n, base_batch=32).global_batch / 32
 
 
 def _pooled(v: Evidence, mode: str, ns) -> tuple:
@@ -346,12 +350,16 @@ def _trend_row(what: str, groups: dict) -> list:
     return [what, counts, estimate, "-" if t["degenerate"] else f"{t['p_increasing']:.2g}"]
 
 
-def _by_factor(v: Evidence, factor: dict, modes) -> dict:
+def _by_factor(v: Evidence, factor, modes) -> dict:
+    """{factor level: (missed, runs)}, each run once: the sequential runs as strong N = 1 (strong
+    at N > 1 and every mode's N = 1 are read off those same runs)."""
     groups = {}
     for c in v.cells:
-        if c.mode in modes:
-            m, r = groups.get(factor[c.mode](c.n), (0, 0))
-            groups[factor[c.mode](c.n)] = (m + v.missed(c), r + 1)
+        once = c.n == 1 if policies.get(c.mode).follows_sequential_path else c.n > 1
+        if c.mode in modes and once:
+            level = factor(c.mode, c.n)
+            m, r = groups.get(level, (0, 0))
+            groups[level] = (m + v.missed(c), r + 1)
     return groups
 
 
@@ -363,11 +371,11 @@ def contrasts(v: Evidence) -> list:
         if v.ran(mode):
             rows.append(_trend_row(f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",
                                    {n: _pooled(v, mode, [n]) for n in v.ran(mode)}))
-    modes = [m for m in PEAK_LR_TIMES_ETA if v.ran(m)]
+    modes = [m for m in policies.paper() if v.ran(m)]
     rows.append(_trend_row("every mode: missed rate rises with log2 of the peak lr over eta (Cochran-Armitage)",
-                           _by_factor(v, PEAK_LR_TIMES_ETA, modes)))
+                           _by_factor(v, peak_lr_over_eta, modes)))
     rows.append(_trend_row("weak only (lr eta at every batch): missed rate rises with log2 of the global batch "
-                           "over 32 (Cochran-Armitage)", _by_factor(v, GLOBAL_BATCH_TIMES_B, ["weak"])))
+                           "over 32 (Cochran-Armitage)", _by_factor(v, global_batch_over_base, ["strong", "weak"])))
     return rows
 
 

@@ -59,6 +59,9 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
     lines.append(f"  {next(step)}. {len(cells) + study.doubles_eta()} trained cells ({_cells(cells)}"
                  f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}"
                  f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
+    if study.stall_check:
+        lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
+                     f"off (every one at N >= 16, others up to {study.stall_check} in all)")
     if study.real_strong and not real_runner:
         lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
                      f"host, seed {study.sequential_seeds()[0]}, one at a time")

@@ -76,6 +76,9 @@ class Study:
     # this instruction set (ONEDNN_MAX_CPU_ISA), and every verdict judged again with those runs
     # in place of the originals. "auto": AVX2 on a machine above it, else SSE41; null: not checked.
     isa_check: Optional[str] = None
+    # The stall rule checked with runs: the runs it stopped, trained again to the cap with the
+    # rule off; every one at N >= 16, others up to this many in all (0: not checked).
+    stall_check: int = 0
     # With --executor slurm: what each job asks for (study/slurm.py SlurmOptions: partition,
     # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).
     slurm: dict = field(default_factory=dict)
@@ -129,6 +132,8 @@ class Study:
              f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "
              f"got {self.filter_modes!r}"),
             *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
+            (lambda: schema.is_int(self.stall_check) and self.stall_check >= 0,
+             f"stall_check must be an integer >= 0 (runs to continue to the cap), got {self.stall_check!r}"),
             (lambda: self.isa_check is None or self.isa_check in ISA_CHECKS,
              f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}"),
         ]

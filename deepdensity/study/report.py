@@ -70,7 +70,8 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     fields["rules_when"] = _rules_when(record, cells, entries or [])
     evidence = _evidence(record, cells, claim_rules.MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], claim_rules.contrasts(evidence))
-    fields["warmup_line"] = "Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + "."
+    fields["warmup_line"] = ("Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + ".\n\n"
+                             + _stall_check(record) + "\n\n" + _where_runs_ran(cells, entries or []))
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
@@ -182,6 +183,39 @@ def _rules_when(record: dict, cells: list, entries: list) -> str:
     return (f"which were fixed on {claim_rules.RULES_FIXED_UTC} (docs/decision-rules.md): {len(finished) - before} of the "
             f"runs behind these cells were trained after that and {before} before it (runs of earlier studies "
             f"reused from the ledger, which the rules' authors had seen)")
+
+
+def _stall_check(record: dict) -> str:
+    """What the runs the stall rule stopped did when trained again to the cap with the rule off."""
+    rows = record.get("stall_check")
+    if rows is None:
+        return "The stall rule was not checked with runs in this record (docs/decision-rules.md asks for it)."
+    if not rows:
+        return "The stall rule, checked: it stopped no run that could be continued (none at N > 1 stalled)."
+    reached = [r for r in rows if r["status"] == "reached_target"]
+    listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
+                        f"to the cap {r['status']} after {r['epochs']}" for r in rows)
+    verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
+               "rule is wrong for this study" if reached else "so the rule ended only runs that missed the target anyway")
+    return (f"The stall rule, checked: of {len(rows)} run(s) it stopped, trained again to the cap with the rule off, "
+            f"{len(reached)} reached the target, {verdict} ({listing}).")
+
+
+def _where_runs_ran(cells: list, entries: list) -> str:
+    """Which machines, instruction sets and revisions trained the runs behind the cells (the ledger)."""
+    if not entries:
+        return "Where each run was trained: no ledger beside this record."
+    by_run = {}
+    for e in entries:
+        by_run.setdefault(e["run"], []).append(e)
+    counts = {}
+    for run in sorted({c.run for c in cells}):
+        for e in by_run.get(run, [])[:1]:
+            key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
+            counts[key] = counts.get(key, 0) + 1
+    rows = [[cpu, isa, rev, source, n] for (cpu, isa, rev, source), n in sorted(counts.items())]
+    return "Where the runs behind these cells were trained (the ledger beside this report):\n\n" + \
+        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows)
 
 
 def _isa_stability(record: dict, claims: list) -> str:

@@ -366,8 +366,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
     # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
-    E = study.calibration_epochs
-    seq_passes = E + max(study.workers)
+    seq_passes = study.calibration_epochs + max(study.workers)
     seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes,
                                               need_weights=i == 0) for i, sd in enumerate(study.sequential_seeds())],
                            label="sequential runs")
@@ -385,9 +384,10 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
         return measured_differences(_study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled,
                                                  proto.target), study.workers)
 
-    stopped = (run_more_seeds(s.runner, book, units, in_difference, study.max_seeds, s.deadline())
-               if study.budget_minutes else "no time budget in the preset")
+    stopped = run_more_seeds(s.runner, book, units, in_difference, study.max_seeds, s.deadline()) \
+        if study.budget_minutes else "no time budget in the preset"
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
+    checked = stall_check(s, proto, book) if study.stall_check else []
     cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled, proto.target)
     if set(study.modes) & set(policies.beyond()):
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
@@ -395,7 +395,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
         real = [] if args.runner else real_strong_runs(s, proto)
         isa = None if args.runner else isa_recheck(s, proto, book, timing, modelled)
         record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real,
-                  "isa_check": isa}
+                  "isa_check": isa, "stall_check": checked}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record)
         for c in claims:
@@ -404,6 +404,34 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
     return 0
+
+
+def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
+    """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, trained again
+    to the cap with the rule off, every one at N >= 16 and others up to the preset's
+    `stall_check` in all. Where one reaches the target, its outcome replaces the stopped run's
+    in the cells (the paper ran every run to its cap). One row per run continued."""
+    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
+                     if r["status"] == "stalled" and not name.startswith("seq-s"))   # strong is read off seq runs
+    large = [x for x in stopped if x[0] >= 16]
+    chosen = large + [x for x in stopped if x[0] < 16][:max(0, s.study.stall_check - len(large))]
+
+    def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
+        lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
+        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == "2eta" else mode, n,
+                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0})
+        return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
+                "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],
+                "final_val_loss": r.get("final_val_loss")}
+
+    if chosen:
+        print(f"stall check: {len(chosen)} run(s) the stall rule stopped, again to the cap with the rule off")
+    rows = s.runner.run_all([functools.partial(to_cap, *x) for x in chosen], label="stall check")
+    for row in rows:
+        if row["status"] == "reached_target":
+            result = read_json(s.root / row["run"] / "result.json", "run's result")
+            book.results[(row["mode"], row["n"], row["seed"])] = (result, row["run"])
+    return rows
 
 
 def isa_recheck(s: "_StudyRun", proto: "_Protocol", book: Book, timing: dict, modelled) -> Optional[dict]:

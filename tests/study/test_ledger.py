@@ -182,3 +182,21 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     third.run("weak-n2-s0", "weak", 2, asked, need_weights=True)
     assert third.trainings == ["weak-n2-s0"]
     assert math.isclose(json.loads((tmp_path / "third" / "weak-n2-s0" / "result.json").read_text())["final_val_loss"], 0.9)
+
+
+def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
+    from deepdensity.study import plan
+    from deepdensity.study.preset import Study
+    study = Study(workers=[1, 2, 4], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002,
+                  train={"stall_patience": 3})
+    earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
+    stop = {**STOP, "stall_patience": 3}
+    held = _entry([4.0, 0.9], "reached_target", stopping=stop, n=2)
+    held["config"]["base_lr"], held["seed"] = 0.002, 1
+    other_eta = dict(held, config={**held["config"], "base_lr": 0.003}, seed=0)
+    lines = plan.missing_lines(study, [held, other_eta], earlier, parallel=2)
+    # weak N = 2 seed 1 is held; seed 0 only at another eta; N = 4 not at all. Passes: N = 2's two
+    # epochs x 2 for seed 0; N = 4 from N = 2's epochs, x 4 passes an epoch, for both seeds.
+    assert lines[0].startswith("  missing runs: 3 (about 20 passes") and "weak N = 2 seeds 0" in lines[0] \
+        and "weak N = 4 seeds 0, 1" in lines[0]
+    assert "h here at 5.00 s a pass" in lines[0], "seconds a pass from the entry's own clock: 20 s over 2 epochs x 2"
