@@ -1,24 +1,40 @@
 """The default study's figures, drawn from its record alone. Every figure shows every seed (or
-says which it shows), marks a cell that missed the target instead of drawing through it, and
-keeps its legend outside the axes so that no line crosses it."""
+says which it shows) as a dot and a median as a line, draws a run that missed the target in a
+panel of its own (never at a data height), names the clock on every time axis, and keeps its
+legend outside the axes so that no line crosses it."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from pathlib import Path
 
 from deepdensity.scaling.rules import sample_epoch_losses
 from deepdensity.scaling import policies
+from deepdensity.study import claims as claim_rules
 from deepdensity.study.render import cells_at
 from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
+
+# How an axis names a clock of clocks.py (the verdicts' is the paper's: report.py, clock_set).
+CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
 def _save(fig, path: Path, plt) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
+    """The clock the times are on, as an axis label says it: `clock`'s when given, else the
+    cells' own (report.cells_of: this host's seconds per pass, or a real run's own clock); with
+    how a time is made of it, per `unit` ("pass" or "epoch")."""
+    if clock is None and any(c.time_source == "measured" for c in cells):
+        return "the runs' own clocks"
+    name = CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
+    return {"pass": f"{name}, passes x s/pass", "epoch": f"{name}, epochs x s/epoch at N"}[unit]
 
 
 def plain_ticks(axis, ticks) -> None:
@@ -38,6 +54,23 @@ def plain_y(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def log_y_labels(ax) -> None:
+    """A log y axis labelled in plain numbers ("10, 15, 20, 30", "0.002, 0.003") at every decade
+    and in between, as densely as its span leaves room for; never "2.8 x 10^1". Call it once the
+    data are drawn: the span sets the density."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    lo, hi = ax.get_ylim()
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    # a span under about a decade (the study's times, its losses) would otherwise get one or two labels
+    subs = ((1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades <= 0.6
+            else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 3.0, 5.0) if decades <= 2.2
+            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(float(s) for s in range(1, 10))))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def line_stretches(segments: list) -> list:
     """Consecutive stretches of points with a value: a gap (None) breaks the line."""
     out, cur = [], []
@@ -51,84 +84,160 @@ def line_stretches(segments: list) -> list:
     return out + ([cur] if cur else [])
 
 
-def time_to_target_figure(path: Path, cells: list, modes, workers, plt) -> None:
-    """Fig. 2: time to target against N: median over seeds where every seed reached the target
-    (line) and every seed that reached it (dots); above, in a panel of its own, how many seeds
-    of each cell missed the target (a row per mode), so that no miss is drawn as a time."""
-    fig, (top, ax) = plt.subplots(2, 1, figsize=(7.4, 5.2), sharex=True, gridspec_kw={"height_ratios": [1, 4]})
+def spot(n: float, i: int, modes: int, j: int = 0, seeds: int = 1) -> float:
+    """Where seed j of the i-th of `modes` modes sits at N = n on a log axis: the modes 0.18 of a
+    doubling apart, their seeds spread over 0.16 of one, so that seeds with equal times (the
+    four N = 32 runs of one epoch) show as separate dots rather than one."""
+    mode = 0.18 * (i - (modes - 1) / 2)
+    seed = 0.16 * (j / (seeds - 1) - 0.5) if seeds > 1 else 0.0
+    return n * 2 ** (mode + seed)
+
+
+def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
+    """Fig. 2: time to target against N: every seed that reached the target a dot, side by side
+    (jittered) so that equal times stay visible; the median over the seeds a bar across them and a
+    line from N to N, where every seed reached the target; above, in a panel of its own, a cross
+    for every seed that missed it (a row per mode), so that no miss is drawn at a time.
+    Times are the cells' (passes x this host's s/pass, report.cells_of) unless `clock` and
+    `base` (clocks.Clock, tables.TimeBase) are given: then claims.seconds under that clock, the
+    one function the verdicts use. The axis names whichever it is."""
+    if clock is not None:
+        cells = [dataclasses.replace(c, time_to_target_s=_finite(claim_rules.seconds(c, clock, base)))
+                 for c in cells]
+    fig, (top, ax) = plt.subplots(2, 1, figsize=(7.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1.3, 4]})
+    any_missed = False
     for i, mode in enumerate(modes):
         color, marker = policies.get(mode).style
         medians = []
         for n in workers:
-            cs = cells_at(cells, mode, n)
-            ts = [c.time_to_target_s for c in cs if c.time_to_target_s is not None]
-            jitter = n * (1 + 0.04 * (i - len(modes) / 2))
-            ax.scatter([jitter] * len(ts), ts, color=color, marker=marker, s=14, alpha=0.45, zorder=2)
-            if cs and len(ts) < len(cs):
-                top.scatter([n], [i], color=color, marker="x", s=40, zorder=3)
-                top.annotate(f"{len(cs) - len(ts)}/{len(cs)}", (n, i), textcoords="offset points", xytext=(7, -3),
-                             fontsize=7, color=color)
-            medians.append((n, statistics.median(ts) if cs and len(ts) == len(cs) else None))
-        for k, stretch in enumerate(line_stretches(medians)):
-            ax.plot(*zip(*stretch), color=color, marker=marker, label=mode if k == 0 else None, zorder=4)
-        if not line_stretches(medians):
-            ax.plot([], [], color=color, marker=marker, label=f"{mode} (no cell reached on every seed)")
-    top.set_yticks(range(len(modes)), list(modes), fontsize=7)
-    top.set_ylim(-0.7, len(modes) - 0.3)
-    top.set_title("Time to target: median (line), every seed (dots); above: seeds that missed it (missed / seeds)",
-                  fontsize=9)
-    top.grid(alpha=0.3, axis="x")
-    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s, this host's clock)")
+            cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
+            if not cs:
+                medians.append((n, None))
+                continue
+            xs = [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))]
+            hit = [(x, c.time_to_target_s) for x, c in zip(xs, cs) if c.time_to_target_s is not None]
+            miss = [x for x, c in zip(xs, cs) if c.time_to_target_s is None]
+            if hit:
+                ax.scatter(*zip(*hit), color=color, marker=marker, s=16, alpha=0.7, edgecolors="white",
+                           linewidths=0.4, zorder=4)             # over the median bar: seeds at the median show
+            if miss:
+                any_missed = True
+                top.scatter(miss, [i] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
+                top.annotate(f"{len(miss)}/{len(cs)}", (xs[-1], i), textcoords="offset points", xytext=(5, -3),
+                             fontsize=8, color=color)
+            if len(hit) == len(cs):                   # a median only where every seed reached the target
+                med = statistics.median(t for _, t in hit)
+                half = 2 ** 0.04                      # the bar reaches a little past the outer seeds
+                ax.plot([xs[0] / half, xs[-1] * half], [med, med], color=color, lw=2.5, solid_capstyle="butt",
+                        zorder=3)
+                medians.append((spot(n, i, len(modes)), med))
+            else:
+                medians.append((spot(n, i, len(modes)), None))
+        stretches = line_stretches(medians)
+        for stretch in stretches:
+            ax.plot(*zip(*stretch), color=color, lw=1.2, zorder=2)
+        # the legend's entry carries the mode's marker too: its dots have no line of their own
+        ax.plot([], [], color=color, marker=marker, ms=5, lw=1.2,
+                label=mode if stretches else f"{mode} (no cell reached on every seed)")
+    ax.scatter([], [], color="gray", s=16, label="a seed (dot)")
+    ax.plot([], [], color="gray", lw=2.5, label="median over seeds (bar)")
+    _missed_panel(top, modes, any_missed)
+    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=f"time to target (s, {clock_label(cells, clock)})")
     plain_ticks(ax.xaxis, workers)
-    plain_y(ax)
-    ax.grid(alpha=0.3, which="both")
+    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+    log_y_labels(ax)
+    ax.grid(alpha=0.3, which="major")
+    ax.grid(alpha=0.12, which="minor")
     ax.legend(**LEGEND_OUTSIDE)
     _save(fig, path, plt)
 
 
+def _missed_panel(top, modes, any_missed: bool) -> None:
+    """Fig. 2's upper panel: a row per mode for the seeds that missed the target."""
+    top.set_yticks(range(len(modes)), list(modes), fontsize=8)
+    top.set_ylim(-0.7, len(modes) - 0.3)
+    top.set_ylabel("missed", fontsize=9)
+    if not any_missed:
+        top.text(0.5, 0.5, "no run missed the target", transform=top.transAxes, ha="center", va="center",
+                 fontsize=9, color="gray")
+    top.set_title("Time to target: every seed (dots), median (bar and line; only where every seed reached)\n"
+                  "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
+    top.grid(alpha=0.3, axis="x")
+    top.set_xscale("log")
+
+
+def _finite(t: float):
+    """A time, or None where it is inf (claims.seconds of a run that missed the target)."""
+    return t if math.isfinite(t) else None
+
+
 def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
     """Efficiency T1 / (N TN) against N, ours (median over seeds) next to the paper's Tables I-II.
-    A cell without an efficiency (a seed missed the target) is a cross on the axis, ours filled
-    and the paper's open, so that a mode that reached no N > 1 (linear) still shows."""
-    fig, ax = plt.subplots(figsize=(7.4, 4.4))
+    A cell without an efficiency is no point: its line breaks there, and a strip above says why
+    (ours: a seed missed the target, or not run; the paper's: NaN), so that a mode that reached
+    no N > 1 (linear) still shows and nothing is drawn at a value it does not have."""
+    fig, (strip, ax) = plt.subplots(2, 1, figsize=(7.6, 5.4), sharex=True, gridspec_kw={"height_ratios": [1.2, 4]})
     ours = efficiency_table(cells, modes, workers)
+    rows = ["paper: NaN", "ours: not run", "ours: a seed missed"]
     for i, mode in enumerate(modes):
         color, marker = policies.get(mode).style
-        shift = 1 + 0.03 * (i - len(modes) / 2)            # side by side where modes coincide (N = 1)
-        pts = [(n * shift, None if math.isnan(ours[mode][n]) else ours[mode][n])
-               for n in workers if cells_at(cells, mode, n)]
-        for k, stretch in enumerate(line_stretches(pts)):
+        ran = {n: bool(cells_at(cells, mode, n)) for n in workers}
+        value = {n: ours[mode][n] if ran[n] and not math.isnan(ours[mode][n]) else None for n in workers}
+        x = {n: n * 2 ** (0.1 * (i - (len(modes) - 1) / 2)) for n in workers}   # side by side where modes coincide
+        for k, stretch in enumerate(line_stretches([(x[n], value[n]) for n in workers])):
             ax.plot(*zip(*stretch), color=color, marker=marker, label=f"{mode} (ours)" if k == 0 else None)
-        missed = [x for x, y in pts if y is None]
-        ax.scatter(missed, [0] * len(missed), color=color, marker="x", s=40, clip_on=False, zorder=3)
+        missed = [x[n] for n in workers if ran[n] and value[n] is None]
+        not_run = [x[n] for n in workers if not ran[n]]
+        strip.scatter(missed, [2] * len(missed), color=color, marker=marker, s=30, zorder=3)
+        strip.scatter(not_run, [1] * len(not_run), color=color, marker=marker, s=30, alpha=0.5, zorder=3)
         paper = {policies.SEQUENTIAL: PAPER_TABLE1, **PAPER_TABLE2}.get(mode, {})
-        ppts = [(n * shift, None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
+        ppts = [(x[n], None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
         for k, stretch in enumerate(line_stretches(ppts)):
             ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none",
                     label=f"{mode} (paper)" if k == 0 else None)
-    ax.scatter([], [], color="gray", marker="x", label="ours: a seed missed the target")
-    ax.set(xscale="log", xlabel="workers N", ylabel="efficiency %", ylim=(-4, None),
-           title="Efficiency: ours (filled), the paper's (open, dashed)")
+        paper_nan = [px for px, v in ppts if v is None]
+        strip.scatter(paper_nan, [0] * len(paper_nan), facecolors="none", edgecolors=color, marker=marker, s=30,
+                      zorder=3)
+    strip.set_yticks(range(len(rows)), rows, fontsize=8)
+    strip.set_ylim(-0.6, len(rows) - 0.4)
+    strip.grid(alpha=0.3, axis="x")
+    strip.set_xscale("log")
+    strip.set_title("Efficiency: ours (filled, solid), the paper's (open, dashed); above: cells with no efficiency",
+                    fontsize=9)
+    ax.set(xscale="log", xlabel="workers N", ylim=(0, None),
+           ylabel=f"efficiency %, T1 / (N TN)\n(ours: {clock_label(cells)})")
     plain_ticks(ax.xaxis, workers)
+    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
     ax.grid(alpha=0.3, which="both")
     ax.legend(**LEGEND_OUTSIDE)
     _save(fig, path, plt)
 
 
 def warmup_figure(path: Path, curves: dict, target: float, plt) -> None:
-    """Fig. 3: warmup at N = 8: validation loss (left) and lr (right) per epoch, every seed."""
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
+    """Fig. 3: warmup at N = 8: validation loss (left) and lr (right) per epoch, every seed. The
+    seeds share one lr schedule, so their lr lines coincide: each is drawn narrower than the one
+    before it, in its own colour, as nested bands, so that every legend entry is a line one can see
+    (and where a seed's schedule differs, it shows as a band of its own)."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.9))
     cmap = plt.get_cmap("tab10")
-    for i, (run, c) in enumerate(sorted(curves.items())):
+    runs = sorted(curves.items())
+    for i, (run, c) in enumerate(runs):
         ep = range(1, len(c["val_loss"]) + 1)
         vals = [math.nan if v is None else v for v in c["val_loss"]]
-        ax.plot(ep, vals, color=cmap(i), marker=".", label=run)
-        ax2.plot(ep, c["lr"], color=cmap(i), marker=".", label=run)
+        ax.plot(ep, vals, color=cmap(i % 10), marker=".", label=run)
+        ax2.plot(range(1, len(c["lr"]) + 1), c["lr"], color=cmap(i % 10), lw=1.5 + 3.0 * (len(runs) - 1 - i),
+                 solid_capstyle="butt", zorder=2 + i, label=run)   # the first seed widest, underneath
     ax.axhline(target, color="gray", ls="--", lw=1, label="target")
     ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
-    ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)", title="Warmup, N = 8: lr")
+    log_y_labels(ax)
+    longest = max((c["lr"] for _, c in runs), key=len)
+    same = all(c["lr"] == longest[:len(c["lr"])] for _, c in runs)    # say so only where it is so
+    ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)",
+            title="Warmup, N = 8: lr" + (" (the seeds' schedules coincide)" if same else ""))
+    ax.title.set_fontsize(10)
+    ax2.title.set_fontsize(10)
     ax2.legend(**LEGEND_OUTSIDE)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=8, loc="best")
     _save(fig, path, plt)
 
 
@@ -178,9 +287,9 @@ def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves
                     ms=3, lw=1, color=cmap(i % 10), alpha=0.8, label=f"N = {n}" if j == 0 else None)
     ax.axhline(target, color="gray", ls="--", lw=1, label="target")
     note = " (N > 1 read off the sequential runs)" if derived else ""
-    ax.set(xlabel="time (s; epochs x modelled s/epoch at N)", ylabel="validation MSLE", yscale="log",
+    ax.set(xlabel=f"time (s, {clock_label(cells, unit='epoch')})", ylabel="validation MSLE", yscale="log",
            title=f"{mode} scaling: validation loss, every seed{note}")
-    plain_y(ax)
+    log_y_labels(ax)
     ax.grid(alpha=0.3, which="both")
     ax.legend(**LEGEND_OUTSIDE)
     _save(fig, path, plt)
@@ -204,10 +313,11 @@ def figure1(path: Path, slices: dict, plt) -> None:
 
 
 def sweep_figure(path: Path, sweep: dict, plt) -> None:
-    """Validation loss per epoch of every lr (and seed) the edge search tried, the edge in
-    bold, the collapse level dashed."""
+    """Validation loss per epoch of every lr (and seed) the edge search tried: a colour per lr
+    (tab10, distinct where a sequential colour map gave near-identical purples), a line style
+    per seed, the edge in bold, the collapse level dashed."""
     fig, ax = plt.subplots(figsize=(7.6, 4.4))
-    cmap = plt.get_cmap("plasma")
+    cmap = plt.get_cmap("tab10")
     probes = sweep["probes"]
     ks = sorted({r["k"] for r in probes})
     styles = ["-", "--", ":", "-."]
@@ -215,13 +325,14 @@ def sweep_figure(path: Path, sweep: dict, plt) -> None:
         vals = [math.nan if v is None else v for v in r["val_losses"]]
         edge = math.isclose(r["lr"], sweep["edge_lr"])
         seed = r.get("seed", 0)
-        ax.plot(range(1, len(vals) + 1), vals, color=cmap(ks.index(r["k"]) / max(1, len(ks))),
-                ls=styles[sweep.get("seeds", [seed]).index(seed) % len(styles)], lw=2.5 if edge else 1,
+        ax.plot(range(1, len(vals) + 1), vals, color=cmap(ks.index(r["k"]) % 10),
+                ls=styles[sweep.get("seeds", [seed]).index(seed) % len(styles)], lw=2.5 if edge else 1.4,
                 label=f"lr {r['lr']:.3g} s{seed}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""))
     if sweep.get("collapse_loss") is not None:
         ax.axhline(sweep["collapse_loss"], color="k", ls="--", lw=0.8, label="collapse level (mean cube)")
     ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log",
            title="Edge of stability: the largest lr that converges on every seed")
-    ax.legend(**{**LEGEND_OUTSIDE, "fontsize": 7})
+    log_y_labels(ax)
+    ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")
     _save(fig, path, plt)
