@@ -62,16 +62,15 @@ def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list, s
         book.add(u, s, run_names, FIRST)
 
 
-def run_more_seeds(runner: StudyRunner, book: Book, units: dict, in_difference: Callable, max_seeds: int,
+def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
                    deadline: float, say=print) -> str:
     """The sequential design: one more seed at a time for the unsettled units, fewest seeds and
     cheapest first, each only if it is expected to end before `deadline`; returns why it stopped."""
     stopped = {"why": "every cell settled or at max_seeds"}
 
     def reason(unit: tuple) -> Optional[str]:
-        diff = in_difference()
         for cell in book.cells_of(unit):
-            why = decide.unsettled(book.reached(*cell), cell in diff, max_seeds)
+            why = decide.unsettled(book.reached(*cell), max_seeds)
             if why:
                 return f"N = {cell[1]}: {why}" if unit == SEQUENTIAL_UNIT else why
         return None

@@ -16,7 +16,6 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study import decide
 from deepdensity.study.preset import Study
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils import machine

@@ -15,7 +15,7 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study import clocks, decide, ledger, rates
+from deepdensity.study import clocks, ledger, rates
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
 from deepdensity.study.preset import Study, StudyError
@@ -24,7 +24,6 @@ from deepdensity.study.render import (cells_at, epochs_listing, passes_listing, 
                                       write_csv)
 from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
                                       real_strong_summary,
-                                      evaluate_claims,
                                       failure_groups, failure_margins, failures, protocol_rows)
 from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
 from deepdensity.utils.args import parser

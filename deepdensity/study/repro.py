@@ -51,7 +51,7 @@ from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import StudyRunner, fmt_s
-from deepdensity.study.tables import Cell, measured_differences
+from deepdensity.study.tables import Cell
 from deepdensity.study.timing import measure_timing, model_epoch
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.training.horovodrun import horovodrun_path
@@ -380,11 +380,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
 
-    def in_difference() -> set:
-        return measured_differences(_study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled,
-                                                 proto.target), study.workers)
-
-    stopped = run_more_seeds(s.runner, book, units, in_difference, study.max_seeds, s.deadline()) \
+    stopped = run_more_seeds(s.runner, book, units, study.max_seeds, s.deadline()) \
         if study.budget_minutes else "no time budget in the preset"
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
     checked = stall_check(s, proto, book) if study.stall_check else []

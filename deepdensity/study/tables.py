@@ -1,18 +1,18 @@
-"""The study's tables and the paper's claims, as pure functions of finished cells.
+"""The study's tables and the beyond answers, as pure functions of finished cells (the paper's
+claims: claims.py).
 
 No TensorFlow, no files: `repro` fills the cells, `report` renders what this module
 computes, and the tests check it on hand-made tables.
 """
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from dataclasses import dataclass
 from typing import Optional
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study import clocks, decide, rates
+from deepdensity.study import decide
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
@@ -24,7 +24,7 @@ PAPER_TABLE2 = {
 
 
 # ------------------------------------------------------------------------------------
-# Cells and claims: pure, tested on hand-made tables
+# Cells and tables: pure, tested on hand-made tables
 # ------------------------------------------------------------------------------------
 @dataclass
 class Cell:
@@ -93,90 +93,6 @@ SEQUENTIAL_PROOF = ("N > 1 is derived from the sequential runs (strong scaling's
                     "tests/training/test_horovod.py::test_strong_on_two_workers_follows_the_sequential_path)")
 
 
-class _Cells:
-    """Questions the claims ask of the study's cells: failure rates (rates.py) and times to
-    target under a clock (clocks.py)."""
-
-    def __init__(self, cells: list, workers, collapse_loss: Optional[float] = None, clocks: Optional[dict] = None,
-                 base: Optional[TimeBase] = None):
-        self.cells, self.workers, self.collapse_loss = cells, list(workers), collapse_loss
-        self.clocks, self.base = clocks or {}, base
-
-    def known(self, mode) -> bool:
-        return any(c.mode == mode for c in self.cells)
-
-    def ran(self, mode, least=1) -> list:
-        """The N a mode was run at (a preset may run fewer N for the costly modes)."""
-        return sorted({c.n for c in self.cells if c.mode == mode and c.n >= least})
-
-    def only(self, mode, least=1) -> str:
-        """' (run at N = ... only)' where a mode skipped some of the study's N."""
-        return "" if self.ran(mode, least) == [n for n in self.workers if n >= least] else \
-            f" (run at N = {', '.join(map(str, self.ran(mode, least)))} only)"
-
-    def rate(self, mode, ns) -> rates.Rate:
-        """The failure rate of `mode`'s runs at the N in `ns`, pooled."""
-        return rates.of([rates.outcome(c.status, c.final_val_loss, self.collapse_loss)
-                         for c in self.cells if c.mode == mode and c.n in ns])
-
-    def every_n(self, mode, expect, least=1) -> tuple:
-        """([cell verdict], evidence) of "`mode` converges (or fails) at every N >= least": each N's
-        failure rate called by rates.call."""
-        verdicts, parts = [], []
-        for n in self.ran(mode, least):
-            r = self.rate(mode, [n])
-            verdicts.append(_bearing(rates.call(r), expect))
-            parts.append(f"N = {n}: {r}: {rates.call(r)}")
-        return verdicts, "; ".join(parts) + self.only(mode, least)
-
-    def seconds(self, mode, n, clock, scale: float = 1.0) -> list:
-        """Time to target per seed of (mode, N) under `clock`, times `scale`; None where a seed
-        missed it. Passes to target are the algorithm's (epochs x passes an epoch where a record
-        holds no passes); the seconds per pass are the clock's."""
-        per_epoch = rules.passes_per_epoch(n, self.base.definition)
-        pass_s = clock.epoch_seconds(mode, n, self.base.n_train, self.base.n_val, self.base.definition) / per_epoch
-        return [None if c.epochs_to_target is None else pass_s * scale * (
-                    c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch)
-                for c in sorted(self.cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
-
-
-def measured_differences(cells: list, workers) -> set:
-    """The (mode, N) cells on one side of a difference in time to target that decide.compare
-    measures, in the comparisons the claims and the beyond answers make: strong scaling against
-    every other mode at each N > 1, and weak scaling's N x time at its smallest and largest N > 1.
-    Times are the cells' own (this host's clock): the sequential design spends seeds by them."""
-    v, out = _Cells(cells, workers), set()
-    for n in v.ran("strong", 2):
-        for mode in [m for m in policies.names() if n in v.ran(m)]:   # strong against itself: no difference
-            if decide.compare(times(cells, "strong", n), times(cells, mode, n)) in (decide.SHORTER, decide.LONGER):
-                out |= {("strong", n), (mode, n)}
-    ns = v.ran("weak", 2)
-    if len(ns) >= 2 and decide.compare(times(cells, "weak", ns[0], ns[0]), times(cells, "weak", ns[-1], ns[-1])) \
-            in (decide.SHORTER, decide.LONGER):
-        out |= {("weak", ns[0]), ("weak", ns[-1])}
-    return out
-
-
-
-def _bearing(got: str, expect: str) -> str:
-    """How a rate's call bears on a claim that expects `expect` (converges or fails)."""
-    if got == expect:
-        return decide.AGREES
-    if got in (rates.CONVERGES, rates.FAILS):
-        return decide.DISAGREES
-    return decide.UNDECIDED
-
-
-def _claim(claim, paper, rule, ours, cell_verdicts, by_clock: Optional[dict] = None, break_even: str = "-") -> dict:
-    """A claim's row. A time claim has a verdict per clock (`by_clock`) and the main verdict is
-    the paper clock's; any other claim has one verdict whatever the clock."""
-    verdict = decide.verdict(cell_verdicts)
-    by_clock = by_clock or {}
-    return {"claim": claim, "paper": paper, "rule": rule, "ours": ours,
-            "verdict": by_clock.get("paper", verdict), "verdict_host": by_clock.get("host", verdict),
-            "verdict_device": by_clock.get("device", verdict), "break_even": break_even}
-
-
 def real_strong_summary(rows: Optional[list]) -> str:
     """What the real strong-scaling runs (repro.real_strong_runs) showed, beside the derivation."""
     if not rows:
@@ -190,121 +106,6 @@ def real_strong_summary(rows: Optional[list]) -> str:
             said.append(f"horovodrun -np {r['n']} reached it after {got:g} passes"
                         + (f" (the sequential run: {seq:g})" if seq is not None else " (the sequential run: not reached)"))
     return f"run for real on seed {rows[0]['seed']}: " + "; ".join(said)
-
-
-def _strong_converges(v: _Cells, real_strong: Optional[list] = None) -> dict:
-    verdicts, ours = v.every_n("strong", rates.CONVERGES)
-    return _claim("Strong scaling always converges", "reached the target at N = 1..32",
-                  "every N converges (failure rate, rule 'rate')",
-                  ours + "; " + SEQUENTIAL_PROOF + "; " + real_strong_summary(real_strong), verdicts)
-
-
-def _linear_fails(v: _Cells) -> dict:
-    verdicts, ours = v.every_n("linear", rates.FAILS, least=2)
-    ns = v.ran("linear", 2)
-    pooled = f"; pooled over N = {', '.join(map(str, ns))}: {v.rate('linear', ns)}" if len(ns) > 1 else ""
-    return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-                  "every N > 1 fails (failure rate, rule 'rate')", ours + pooled, verdicts)
-
-
-def _warmup_to_four(v: _Cells) -> dict:
-    below, above = [n for n in v.ran("warmup", 2) if n <= 4], v.ran("warmup", 8)
-    rule = ("trend: the runs at 1 < N <= 4 pooled do not fail, those at N >= 8 pooled do not converge, and "
-            "failures are more frequent at N >= 8 (Fisher's exact test, one-sided, p < 0.05)")
-    if not (below and above):
-        return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32", rule,
-                      "no runs on one side of N = 4, so 'only up to 4' cannot be judged", [decide.UNDECIDED])
-    r_below, r_above = v.rate("warmup", below), v.rate("warmup", above)
-    p = rates.trend_p(r_below, r_above)
-    contradicted = rates.call(r_below) == rates.FAILS or rates.call(r_above) == rates.CONVERGES
-    verdict = decide.DISAGREES if contradicted else decide.AGREES if p < rates.TREND_P else decide.UNDECIDED
-    ours = (f"N = {', '.join(map(str, below))} pooled: {r_below}: {rates.call(r_below)}; N = "
-            f"{', '.join(map(str, above))} pooled: {r_above}: {rates.call(r_above)}; Fisher's exact test, "
-            f"one-sided: p = {p:.3g}" + v.only("warmup", 2))
-    return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32", rule, ours,
-                  [verdict])
-
-
-def _time_verdicts(v: _Cells, judge) -> tuple:
-    """({clock name: verdict}, break-even text, evidence under the paper clock) of a time claim;
-    `judge(clock)` gives its (cell verdicts, evidence) under one clock."""
-    by_clock = {name: decide.verdict(judge(clock)[0]) for name, clock in v.clocks.items()}
-    host = v.clocks["host"]
-    flips = clocks.break_even(lambda rho: decide.verdict(judge(host.with_rho(rho))[0]))
-    device = f"one device per worker, free communication: {by_clock['device']}; " if "device" in by_clock else ""
-    return by_clock, device + clocks.describe_break_even(flips), judge(v.clocks.get("paper", host))[1]
-
-
-def _weak_converges_less_efficiently(v: _Cells) -> dict:
-    verdicts, ours = v.every_n("weak", rates.CONVERGES)
-    ns = v.ran("weak", 2)
-    rule = "every N converges (failure rate, rule 'rate'), and N x time to target at the smallest N > 1 is " \
-           "shorter than at the largest (rule 'time', under each clock)"
-    if len(ns) < 2:       # one N > 1: a fall cannot be seen
-        return _claim("Weak scaling converges everywhere but its efficiency falls",
-                      "reached at every N; efficiency 100 -> 9.45 %", rule,
-                      ours + "; efficiency: fewer than two N > 1 run, a fall cannot be judged",
-                      verdicts + [decide.UNDECIDED])
-    lo, hi = ns[0], ns[-1]
-
-    def judge(clock):     # efficiency T1 / (N TN) falls from the smallest to the largest N > 1 run
-        got = decide.compare(v.seconds("weak", lo, clock, lo), v.seconds("weak", hi, clock, hi))
-        return verdicts + [_TIME_BEARING.get(got, decide.UNDECIDED)], \
-            f"{ours}; N x time to target, N = {lo} against N = {hi}: {got}"
-    by_clock, flips, evidence = _time_verdicts(v, judge)
-    return _claim("Weak scaling converges everywhere but its efficiency falls",
-                  "reached at every N; efficiency 100 -> 9.45 %", rule, evidence, [], by_clock, flips)
-
-
-_TIME_BEARING = {decide.SHORTER: decide.AGREES, decide.LONGER: decide.DISAGREES}
-
-
-def _strong_fastest(v: _Cells) -> dict:
-    others = [m for m in ("weak", "linear", "warmup") if v.known(m)]
-
-    def judge(clock):
-        verdicts, parts = [], []
-        for n in v.ran("strong", 2):
-            for mode in [m for m in others if n in v.ran(m)]:
-                got = decide.compare(v.seconds("strong", n, clock), v.seconds(mode, n, clock))
-                verdicts.append(_TIME_BEARING.get(got, decide.UNDECIDED))
-                parts.append(f"N = {n} vs {mode}: {got}")
-        everywhere = all(v.ran(m) == v.workers for m in others)
-        return verdicts, "; ".join(parts) + ("" if everywhere else " (the other modes where they were run)")
-    by_clock, flips, evidence = _time_verdicts(v, judge)
-    return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
-                  "at each N > 1, strong scaling's time to target is shorter than each other mode's (rule 'time', "
-                  "under each clock)", evidence, [], by_clock, flips)
-
-
-def _double_eta_diverges(outcomes: list, eta_at_edge: bool) -> dict:
-    r = rates.of(outcomes)
-    return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
-                  "the sequential run at 2 x eta fails (failure rate, rule 'rate')",
-                  f"2 x eta: {r}: {rates.call(r)}"
-                  + ("; eta is the edge the lr search found, one grid step below an lr that diverged"
-                     if eta_at_edge else ""),
-                  [_bearing(rates.call(r), rates.FAILS)])
-
-
-def evaluate_claims(cells: list, workers, seq_2eta: Optional[list], eta_at_edge: bool = False,
-                    collapse_loss: Optional[float] = None, clock_set: Optional[dict] = None,
-                    base: Optional[TimeBase] = None, real_strong: Optional[list] = None) -> list:
-    """The paper's claims (section VII): its result, ours, the rule (decide.py, rates.py,
-    clocks.py) and a verdict, for the modes the study ran. `seq_2eta`: the sequential runs at
-    2 x eta, as {status, final_val_loss} (None: not run). `clock_set`: {name: clocks.Clock}
-    with 'host' among them (paper and device where known), the clocks time claims are judged
-    under; `base` turns epochs into seconds; `real_strong`: the strong-scaling runs made for
-    real beside the derivation (repro.real_strong_runs), described, never counted."""
-    v = _Cells(cells, workers, collapse_loss, clock_set, base)
-    strong = functools.partial(_strong_converges, real_strong=real_strong)
-    claims = [check(v) for mode, check in (("strong", strong), ("linear", _linear_fails),
-                                           ("warmup", _warmup_to_four), ("weak", _weak_converges_less_efficiently),
-                                           ("strong", _strong_fastest)) if v.known(mode)]
-    if seq_2eta is not None:
-        claims.append(_double_eta_diverges([rates.outcome(r["status"], r.get("final_val_loss"), collapse_loss)
-                                            for r in seq_2eta], eta_at_edge))
-    return claims
 
 
 def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:

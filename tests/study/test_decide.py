@@ -59,19 +59,12 @@ def test_compare_is_antisymmetric_and_monotone_in_seeds():
                 assert d.compare(a[:3], b) == got
 
 
-def test_verdict():
-    assert d.verdict([d.AGREES, d.AGREES]) == d.REPRODUCED
-    assert d.verdict([d.AGREES, d.UNDECIDED]) == d.INCONCLUSIVE
-    assert d.verdict([d.AGREES, d.UNDECIDED, d.DISAGREES]) == d.CONTRADICTED
-    assert d.verdict([]) == d.INCONCLUSIVE                                 # nothing run: no verdict
-
-
 def test_unsettled_and_order():
-    assert d.unsettled([True, True], False, 8) == "only 2 seed(s)"
-    # every run narrows a failure rate's interval: unanimous and mixed cells alike go on to the cap
-    assert "narrows its failure rate's interval" in d.unsettled([True] * 3, False, 8)
-    assert "narrows its failure rate's interval" in d.unsettled([True, False, True], False, 8)
-    assert "measured difference" in d.unsettled([True, False, True], True, 8)
-    assert d.unsettled([True] * 8, True, 8) is None                       # at the cap
+    assert d.unsettled([True, True], 8) == "only 2 seed(s)"
+    # every run narrows a missed rate's interval: unanimous and mixed cells alike go on to the cap,
+    # and no seed is spent because a cell is one side of a difference
+    assert "narrows its missed rate's interval" in d.unsettled([True] * 3, 8)
+    assert "narrows its missed rate's interval" in d.unsettled([True, False, True], 8)
+    assert d.unsettled([True] * 8, 8) is None                             # at the cap
     order = d.next_in_line([(("weak", 8), 3, 90.0), (("weak", 2), 3, 20.0), (("seq", 1), 4, 5.0)])
     assert [k for k, *_ in order] == [("weak", 2), ("weak", 8), ("seq", 1)]
