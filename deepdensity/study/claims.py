@@ -120,7 +120,17 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
     verdict = (Verdict.CONTRADICTED if against in calls else
                Verdict.REPRODUCED if calls and all(c == expect for c in calls) else Verdict.INCONCLUSIVE)
     ours = "; ".join(f"N = {n}: {r}" for n, r in rates_.items())
+    verdict, ours = _all_named(v, mode, [n for n in v.workers if n >= least], verdict, ours)
     return verdict, ours, _more_for_rates(rates_, expect, against)
+
+
+def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str) -> tuple:
+    """A claim about every N is reproduced only on every N it names: one not run leaves it open."""
+    missing = [n for n in named if n not in v.ran(mode)]
+    if not missing:
+        return verdict, ours
+    return (Verdict.INCONCLUSIVE if verdict == Verdict.REPRODUCED else verdict,
+            ours + f" (not run at N = {', '.join(map(str, missing))})")
 
 
 def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
@@ -175,6 +185,13 @@ def warmup_to_four(v: Evidence) -> dict:
     else:
         verdict = Verdict.INCONCLUSIVE
     ours = "; ".join(f"N = {n}: {r}" for n, r in {**rb, **ra}.items())
+    verdict, ours = _all_named(v, "warmup", [n for n in v.workers if n > 1], verdict, ours)
+    m_below, r_below = _pooled(v, "warmup", below)
+    m_above, r_above = _pooled(v, "warmup", above)
+    if r_below and r_above:
+        f = stats.fisher_greater(m_above, r_above, m_below, r_below)
+        ours += (f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
+                 f"Fisher one-sided p = {f['p']:.2g}")
     parts = [p[len("yes: "):] for p in (_more_for_rates(rb, Call.CONVERGES, Call.FAILS),
                                         _more_for_rates(ra, Call.FAILS, Call.CONVERGES)) if p != "-"]
     more = "yes: " + "; ".join(parts) if parts else "-"
@@ -220,14 +237,20 @@ def _time_claim(v: Evidence, judge) -> tuple:
 def strong_fastest(v: Evidence) -> dict:
     others = [m for m in ("weak", "linear", "warmup") if v.ran(m)]
 
+    named = [(n, m) for n in v.workers if n > 1 for m in others]
+
     def judge(clock) -> tuple:
         tests, parts = [], []
         for n in v.ran("strong", 2):
             for mode in [m for m in others if n in v.ran(m)]:
                 t = rank_test(v.seconds("strong", n, clock), v.seconds(mode, n, clock))
                 tests.append(t)
-                parts.append(f"N = {n} vs {mode}: ratio {_ratio(t['ratio'])}, p = {t['p_shorter']:.2g}")
-        return holm_verdict(tests), "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)})"
+                parts.append(f"N = {n} vs {mode}: ratio {_ratio(t['ratio'])}, P(strong shorter) "
+                             f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}")
+        verdict = holm_verdict(tests)
+        if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
+            verdict = Verdict.INCONCLUSIVE
+        return verdict, "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})"
 
     by_clock, flips, evidence = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
@@ -272,11 +295,12 @@ def weak_efficiency(v: Evidence) -> dict:
                       "reached at every N; efficiency 100 -> 9.45 %", rule,
                       ours + "; efficiency: fewer than two N > 1 run", Verdict.INCONCLUSIVE, more)
     lo, hi = ns[0], ns[-1]
+    named = (lo, hi) == (min(n for n in v.workers if n > 1), max(v.workers))   # the rule's N = 2 and 32
 
     def judge(clock) -> tuple:
         t = rank_test(v.seconds("weak", lo, clock, lo), v.seconds("weak", hi, clock, hi))
         eff = (Verdict.CONTRADICTED if t["p_longer"] < ALPHA else
-               Verdict.REPRODUCED if t["p_shorter"] < ALPHA else Verdict.INCONCLUSIVE)
+               Verdict.REPRODUCED if t["p_shorter"] < ALPHA and named else Verdict.INCONCLUSIVE)
         both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
         return both, (f"{ours}; N x time to target, N = {lo} against N = {hi}: ratio {_ratio(t['ratio'])}, "
@@ -367,6 +391,7 @@ def contrasts(v: Evidence) -> list:
     """[[what, counts, estimate, one-sided p]]: the pooled contrasts the data can speak to,
     beside the paper's claims (docs/decision-rules.md)."""
     rows = [_fisher_row(v, "linear", "weak"), _fisher_row(v, "linear", "warmup"), _fisher_row(v, "warmup", "weak")]
+    # (warmup N >= 8 against N = 2, 4 is in the warmup claim's row)
     for mode in ("linear", "warmup", "weak"):
         if v.ran(mode):
             rows.append(_trend_row(f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",

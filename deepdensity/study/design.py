@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import decide
-from deepdensity.study.runner import StudyRunner
+from deepdensity.study.runner import NotHeld, StudyRunner
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
@@ -57,9 +57,18 @@ def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list, s
 
     jobs = [(u, seeds_of(u)[i]) for i in range(len(seeds)) for u in units
             if seeds_of(u)[i] not in book.seeds.get(u, [])]
-    names = runner.run_all([functools.partial(units[u], s) for u, s in jobs], label="first seeds")
+    names = runner.run_all([functools.partial(_held, units[u], s) for u, s in jobs], label="first seeds")
     for (u, s), run_names in zip(jobs, names):
-        book.add(u, s, run_names, FIRST)
+        if run_names is not None:            # None: not held, in a study that trains nothing
+            book.add(u, s, run_names, FIRST)
+
+
+def _held(job: Callable, seed: int) -> Optional[list]:
+    """job(seed), or None when a run it needs is not held and the study trains nothing."""
+    try:
+        return job(seed)
+    except NotHeld:
+        return None
 
 
 def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -150,20 +151,33 @@ class Ledger:
         line = json.dumps(entry, sort_keys=True) + "\n"
         with self._lock:
             self.own.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.own, "a") as f:      # one line per run: a crash loses at most the line being written
-                f.write(line)
+            with open(self.own, "a+b") as f:     # one line per run: a crash loses at most the line being written
+                f.seek(0)
+                text = f.read()
+                if text and not text.endswith(b"\n"):    # a line a crash cut short: dropped, as read_entries does
+                    f.truncate(text.rfind(b"\n") + 1)
+                f.seek(0, os.SEEK_END)
+                f.write(line.encode())
+                f.flush()
+                os.fsync(f.fileno())
 
     def write_merged(self, path: Path) -> int:
-        """Every entry once (by key, stopping rules and epochs), in a stable order; returns the count."""
+        """Every entry once, in a stable order; the same run from two machines is two entries.
+        Returns the count."""
         seen, kept = set(), []
-        for e in sorted(self.entries, key=lambda e: (e["mode"], e["n"], e["seed"], e["run"], e["key"],
-                                                       json.dumps(e["stopping"], sort_keys=True), len(e["val_losses"]))):
-            ident = (e["key"], json.dumps(e["stopping"], sort_keys=True), len(e["val_losses"]))
+        for e in sorted(self.entries, key=_identity):
+            ident = _identity(e)
             if ident not in seen:
                 seen.add(ident)
                 kept.append(e)
         write_atomic(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
         return len(kept)
+
+
+def _identity(e: dict) -> tuple:
+    """What makes an entry another one: its run, rules, length, and where and when it ran."""
+    return (e["mode"], e["n"], e["seed"], e["run"], e["key"], json.dumps(e["stopping"], sort_keys=True),
+            len(e["val_losses"]), json.dumps(e["machine"], sort_keys=True), e["finished"], e["source"])
 
 
 def read_entries(path: Path) -> list:
@@ -212,11 +226,12 @@ def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:
     """A run folder that reads as the finished run `got` (an answer of `entry`): config.json,
     metrics.jsonl, result.json, and MARKER naming where it ran. No weights: it cannot be resumed."""
     folder.mkdir(parents=True, exist_ok=True)
+    # the marker first: a crash part-way leaves a folder that says it came from the ledger
+    write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
+                                                                     "finished")}, indent=2))
     write_atomic(folder / "config.json", json.dumps({**config, "mode": entry["mode"], "workers": entry["n"],
                                                      "data_fingerprint": entry["data"]}, indent=2))
     rows = got["rows"] if got["rows"] is not None else [
         {"epoch": i + 1, "val_loss": v} for i, v in enumerate(got["val_losses"])]
     write_atomic(folder / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     write_atomic(folder / "result.json", json.dumps(got["result"], indent=2))
-    write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
-                                                                     "finished")}, indent=2))

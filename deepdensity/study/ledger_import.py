@@ -108,8 +108,8 @@ def main(argv=None) -> int:
     record = json.loads(Path(args.record).read_text())
     entries = import_record(record, Path(args.runs), args.source)
     book = ledger.Ledger(Path(args.out))
-    known = {(e["key"], json.dumps(e["stopping"], sort_keys=True)) for e in book.entries}
-    new = [e for e in entries if (e["key"], json.dumps(e["stopping"], sort_keys=True)) not in known]
+    known = {(e["key"], json.dumps(e["stopping"], sort_keys=True), e["source"]) for e in book.entries}
+    new = [e for e in entries if (e["key"], json.dumps(e["stopping"], sort_keys=True), e["source"]) not in known]
     for e in new:
         book.append(e)
     print(f"{len(new)} run(s) of {args.record} added to {args.out} ({len(entries) - len(new)} already there)")

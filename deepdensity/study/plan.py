@@ -97,7 +97,7 @@ def _duration(earlier: Optional[dict]) -> str:
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
     """The trained cells' runs the ledger does not hold yet, and what they should take here: the
     ledger's entries of the earlier record's eta and target, replayed under the preset's stopping
-    rules (ledger.replay). Passes a run needs come from the cell's runs on record, else from the
+    rules (ledger.answer). Passes a run needs come from the cell's runs on record, else from the
     mode's largest N on record; seconds a pass from the runs on record (their own clocks)."""
     from deepdensity.scaling import rules
     from deepdensity.study import ledger
@@ -111,10 +111,10 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     for e in entries:
         if e["config"].get("base_lr") != earlier["eta"] or e["isa_cap"]:
             continue
-        got = ledger.replay(e, stopping)
+        got = ledger.answer(e, stopping)
         if got is not None:
             held.add((e["mode"], e["n"], e["seed"]))
-            epochs.setdefault((e["mode"], e["n"]), []).append(got[1])
+            epochs.setdefault((e["mode"], e["n"]), []).append(got["result"]["epochs"])
         if e.get("rows") and e["rows"][-1].get("seconds"):
             pass_s.append(e["rows"][-1]["seconds"] / (len(e["rows"]) * rules.passes_per_epoch(e["n"], "per_worker")))
     missing = [(mode, n, seed) for mode, n in study.trained_cells() for seed in study.seeds

@@ -70,7 +70,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     evidence = _evidence(record, cells, claim_rules.MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], claim_rules.contrasts(evidence))
     fields["warmup_line"] = ("Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + ".\n\n"
-                             + _stall_check(record) + "\n\n" + _where_runs_ran(cells, entries or []))
+                             + _stall_check(record) + "\n\n" + _where_runs_ran(record, cells, entries or []))
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
@@ -167,25 +167,36 @@ def _header_fields(record: dict, claims: list) -> dict:
             "isa_stability": _isa_stability(record, claims)}
 
 
+def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
+    """{run name: the ledger entry of that run}: the entries of this study's eta that were finished
+    by the time the record was made, of those with the cell's outcome the last (the record's own
+    run where an earlier study had trained the same one)."""
+    mine = [e for e in entries if e["config"].get("base_lr") in (record["eta"], 2 * record["eta"])
+            and e["finished"] <= record["provenance"]["generated"]]
+    found = {}
+    for c in cells:
+        named = [e for e in mine if e["run"] == c.run and e["seed"] == c.seed]
+        same = [e for e in named if (e["result"]["status"], e["result"]["epochs"]) == (c.status, c.epochs)]
+        if same or named:
+            found[c.run] = max(same or named, key=lambda e: e["finished"])
+    return found
+
+
 def _rules_when(record: dict, cells: list, entries: list) -> str:
     """When the rules were fixed against when this report's runs were trained (the ledger's
-    entries of its cells; a record without a ledger beside it says only its own date)."""
-    if not entries:
-        return (f"which were fixed on {claim_rules.RULES_FIXED_UTC} (docs/decision-rules.md); this record, generated "
-                f"{record['provenance']['generated']}, has no ledger beside it to tell when each run was trained")
-    by_run = {}
-    for e in entries:
-        by_run.setdefault(e["run"], []).append(e)
-    finished = []
-    for c in cells:          # the entry of the cell's run with its outcome (a run name may hold several)
-        found = by_run.get(c.run, [])
-        same = [e for e in found if (e["result"]["status"], e["result"]["epochs"]) == (c.status, c.epochs)]
-        if same or found:
-            finished.append(min(e["finished"] for e in same or found))
-    before = sum(f < claim_rules.RULES_FIXED_UTC for f in finished)
-    return (f"which were fixed on {claim_rules.RULES_FIXED_UTC} (docs/decision-rules.md): {len(finished) - before} of the "
-            f"runs behind these cells were trained after that and {before} before it (runs of earlier studies "
-            f"reused from the ledger, which the rules' authors had seen)")
+    entries of its cells); without a ledger, against when the record was made."""
+    fixed, made = claim_rules.RULES_FIXED_UTC, record["provenance"]["generated"]
+    found = _entries_of_cells(record, cells, entries)
+    if not found:
+        when = "after" if made < fixed else "before"
+        return (f"which were fixed on {fixed} (docs/decision-rules.md), {when} this record's runs (it was made "
+                f"{made}; no ledger beside it tells when each run was trained)")
+    before = sum(e["finished"] < fixed for e in found.values())
+    unknown = len({c.run for c in cells}) - len(found)
+    return (f"which were fixed on {fixed} (docs/decision-rules.md): of the {len(found) + unknown} runs behind these "
+            f"cells, {len(found) - before} were trained after that and {before} before it (runs of earlier studies "
+            f"reused from the ledger, which the rules' authors had seen)"
+            + (f"; {unknown} are not in the ledger beside this record" if unknown else ""))
 
 
 def _stall_check(record: dict) -> str:
@@ -194,31 +205,32 @@ def _stall_check(record: dict) -> str:
     if rows is None:
         return "The stall rule was not checked with runs in this record (docs/decision-rules.md asks for it)."
     if not rows:
-        return "The stall rule, checked: it stopped no run that could be continued (none at N > 1 stalled)."
+        return ("The stall rule, checked: it stopped no run that is trained on its own (strong scaling, read off "
+                "the sequential runs, is not continued).")
     reached = [r for r in rows if r["status"] == "reached_target"]
     listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
                         f"to the cap {r['status']} after {r['epochs']}" for r in rows)
     verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
-               "rule is wrong for this study" if reached else "so the rule ended only runs that missed the target anyway")
+               "rule is wrong for this study" if reached else
+               "so none of the runs checked would have reached the target")
     return (f"The stall rule, checked: of {len(rows)} run(s) it stopped, trained again to the cap with the rule off, "
             f"{len(reached)} reached the target, {verdict} ({listing}).")
 
 
-def _where_runs_ran(cells: list, entries: list) -> str:
+def _where_runs_ran(record: dict, cells: list, entries: list) -> str:
     """Which machines, instruction sets and revisions trained the runs behind the cells (the ledger)."""
-    if not entries:
-        return "Where each run was trained: no ledger beside this record."
-    by_run = {}
-    for e in entries:
-        by_run.setdefault(e["run"], []).append(e)
+    found = _entries_of_cells(record, cells, entries)
+    if not found:
+        return "Where each run was trained: no ledger beside this record names it."
     counts = {}
-    for run in sorted({c.run for c in cells}):
-        for e in by_run.get(run, [])[:1]:
-            key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
-            counts[key] = counts.get(key, 0) + 1
+    for e in found.values():
+        key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
+        counts[key] = counts.get(key, 0) + 1
     rows = [[cpu, isa, rev, source, n] for (cpu, isa, rev, source), n in sorted(counts.items())]
+    missing = len({c.run for c in cells}) - len(found)
     return "Where the runs behind these cells were trained (the ledger beside this report):\n\n" + \
-        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows)
+        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows) + \
+        (f"\n{missing} run(s) are not in the ledger beside this record.\n" if missing else "")
 
 
 def _isa_stability(record: dict, claims: list) -> str:
@@ -267,23 +279,33 @@ def _protocol(record: dict) -> list:
 
 
 def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
-    """Which cells ended below max_seeds, what that does to the rate verdicts, and what more
-    runs would cost here ('' when every cell has its max_seeds, or the preset asks for none)."""
-    seeds = {unit: len(rs) for unit, rs in by_unit.items()}
-    short = [n for n in seeds.values() if n < study.max_seeds]
-    if not study.max_seeds or not short:
+    """The trained cells below the preset's seeds, each with its missing seeds, and what they
+    would cost here: passes (the cell's own runs', else its mode's at the largest N below, scaled
+    by N) at a one-process pass of this host's clock ('' when every cell has its seeds)."""
+    want = max(study.max_seeds, len(study.seeds))
+    runs = {}
+    for c in record["cells"]:
+        if c["n"] > 1 and c["run"].startswith(f"{c['mode']}-n"):
+            runs.setdefault((c["mode"], c["n"]), []).append(c)
+    for r in record.get("seq_2eta") or []:
+        runs.setdefault(("2eta", 1), []).append({**r, "n": 1})
+    cells = study.trained_cells() + ([("2eta", 1)] if study.doubles_eta() else [])
+    short = [(m, n, want - len(runs.get((m, n), []))) for m, n in cells if len(runs.get((m, n), [])) < want]
+    if not short:
         return ""
-    need, p = rates.runs_to_call(), record["provenance"]
-    missing = sum(study.max_seeds - n for n in short)
-    per_run = p["runs_minutes"] / max(1, p["trained"])
-    below = sum(n < need for n in seeds.values())
-    return (f". {len(short)} of {len(seeds)} cells ended below {study.max_seeds} seeds ({min(short)}-{max(short)} "
-            f"each). A cell is called from {need} runs that agree at the least (0 failures of {need}: upper bound "
-            f"{rates.failure_rate(0, need).high:.2f}, below {rates.CONVERGES_BELOW:g}), so a rate verdict that rests on "
-            f"the {below} cell(s) with fewer runs is inconclusive for want of runs. Their {missing} missing runs would "
-            f"take about {missing * per_run / max(1, p['parallel_runs']):.0f} min more on this machine "
-            f"({per_run:.1f} min a run on average, {p['parallel_runs']} at a time): a longer `budget_minutes`, or "
-            f"`--executor slurm` on a cluster (docs/cluster.md)")
+
+    def passes(mode: str, n: int) -> float:
+        for m in sorted([k for (md, k) in runs if md == mode and k <= n], reverse=True):
+            return statistics.mean(c["epochs"] for c in runs[(mode, m)]) * n
+        return record["cap"] * n
+    pass_s = (record.get("timing") or {}).get("real_epoch_seconds", {}).get("1")
+    total = sum(k * passes(m, n) for m, n, k in short)
+    cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "
+            f"here at {pass_s:.2f} s a one-process pass, {record['provenance']['parallel_runs']} at a time"
+            if pass_s else f"about {total:.0f} passes")
+    listing = "; ".join(f"{m} N = {n}: {want - k} of {want} seeds run" for m, n, k in short)
+    return (f". Cells below {want} seeds, which `make repro` adds from where the ledger stops ({cost}): {listing}. "
+            f"A claim resting on them says so in its 'could more seeds change it' column")
 
 
 def _rules_fields(record: dict, study: Study) -> dict:

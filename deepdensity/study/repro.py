@@ -50,9 +50,9 @@ from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, ru
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
-from deepdensity.study.runner import StudyRunner, fmt_s
+from deepdensity.study.runner import NotHeld, StudyRunner, fmt_s
 from deepdensity.study.tables import Cell
-from deepdensity.study.timing import measure_timing, model_epoch
+from deepdensity.study.timing import held_timing, measure_timing, model_epoch
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
@@ -82,6 +82,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ledger", action="append", default=[], metavar="FILE",
                     help="another ledger of finished runs to reuse (e.g. another machine's ledger.jsonl), repeatable; "
                          "the runs folder's own and the committed reports/ledger.jsonl are always read")
+    ap.add_argument("--no-train", action="store_true",
+                    help="train nothing: the reports from the runs the ledger and the runs folder hold (and the "
+                         "runs folder's clock, timing.json); each cell's missing seeds are listed with their cost")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
     ap.add_argument("--executor", choices=("local", "slurm"), default="local",
                     help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)")
@@ -351,7 +354,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     s = _start_study(name, study, args, runs)
     cfg = load(str(s.train_yaml))
     # 0. The clock first, alone on the host: the runs that follow share it side by side.
-    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val)
+    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val) if not args.no_train else held_timing(s.root)
     # 1. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
     if study.base_lr == "edge" or args.lr_sweep:
         eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
@@ -368,7 +371,8 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
     seq_passes = study.calibration_epochs + max(study.workers)
     seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes,
-                                              need_weights=i == 0) for i, sd in enumerate(study.sequential_seeds())],
+                                              need_weights=i == 0 and not args.no_train)
+                            for i, sd in enumerate(study.sequential_seeds())],
                            label="sequential runs")
     target, cap, calibration = _target(s, study, eta, seq[0])
     proto = _Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
@@ -380,20 +384,18 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
 
-    stopped = run_more_seeds(s.runner, book, units, study.max_seeds, s.deadline()) \
-        if study.budget_minutes else "no time budget in the preset"
-    print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
-    checked = stall_check(s, proto, book) if study.stall_check else []
+    stopped = _more_seeds(s, book, units, args.no_train)
+    checked = _unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
     cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled, proto.target)
     if set(study.modes) & set(policies.beyond()):
         _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
     else:
-        real = [] if args.runner else real_strong_runs(s, proto)
-        isa = None if args.runner else isa_recheck(s, proto, book, timing, modelled)
+        real = [] if args.runner else _unless_not_held(lambda: real_strong_runs(s, proto), [])
+        isa = None if args.runner else _unless_not_held(lambda: isa_recheck(s, proto, book, timing, modelled), None)
         record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real,
                   "isa_check": isa, "stall_check": checked}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
-        claims = render_reports(s.out, record)
+        claims = render_reports(s.out, record, s.runner.ledger.entries)
         for c in claims:
             print(f"  {c['verdict']:>13}: {c['claim']}")
     _write_ledger_and_publish(s, out)
@@ -402,15 +404,34 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     return 0
 
 
+def _more_seeds(s: "_StudyRun", book: Book, units: dict, no_train: bool) -> str:
+    """More seeds within the preset's budget, if it has one; returns why the seeds stopped."""
+    if no_train:
+        return "--no-train: the runs the ledger held, no more"
+    stopped = run_more_seeds(s.runner, book, units, s.study.max_seeds, s.deadline()) \
+        if s.study.budget_minutes else "no time budget in the preset"
+    print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
+    return stopped
+
+
+def _unless_not_held(stage, instead):
+    """A stage's result, or `instead` (said) when one of its runs is not held and the study trains nothing."""
+    try:
+        return stage()
+    except NotHeld as e:
+        print(f"skipped: {e}")
+        return instead
+
+
 def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
     """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, trained again
-    to the cap with the rule off, every one at N >= 16 and others up to the preset's
-    `stall_check` in all. Where one reaches the target, its outcome replaces the stopped run's
-    in the cells (the paper ran every run to its cap). One row per run continued."""
-    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                     if r["status"] == "stalled" and not name.startswith("seq-s"))   # strong is read off seq runs
-    large = [x for x in stopped if x[0] >= 16]
-    chosen = large + [x for x in stopped if x[0] < 16][:max(0, s.study.stall_check - len(large))]
+    to the cap with the rule off, every one at N >= 16 and, of the others, the preset's
+    `stall_check` at the largest N. Where one reaches the target, its outcome replaces the
+    stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
+    Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
+    stopped = sorted(((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
+                      if r["status"] == "stalled" and not name.startswith("seq-s")), reverse=True)
+    chosen = [x for x in stopped if x[0] >= 16] + [x for x in stopped if x[0] < 16][:s.study.stall_check]
 
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
         lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
@@ -507,6 +528,7 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     else:
         runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
     runner.ledger = Ledger(root / LEDGER_FILE, _ledgers_to_read(name, args, root))
+    runner.may_train = not args.no_train
     if runner.ledger.entries:
         print(f"ledger: {len(runner.ledger.entries)} finished run(s) on record, reused where their settings match")
     s = _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)

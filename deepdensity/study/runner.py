@@ -26,6 +26,11 @@ from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
 
+class NotHeld(StudyError):
+    """A run the study asked for that neither the ledger nor the runs folder holds, in a study
+    that trains nothing (repro --no-train)."""
+
+
 STARTUP_S = 10.0      # a run's process start-up and tracing, added to its own clock for estimates
 
 
@@ -47,8 +52,8 @@ class StudyRunner:
         self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
         self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
         self.ledger: Optional[ledger.Ledger] = None   # finished runs to reuse, and where new ones are added
-        self.sources: dict = {}                      # run name -> the ledger entry it was taken from
         self.machine: Optional[dict] = None
+        self.may_train = True                        # False: a run not held raises NotHeld (repro --no-train)
 
     def _clock(self) -> str:
         """Time so far, and what is left of the study's budget (after it, no new seeds start)."""
@@ -80,26 +85,28 @@ class StudyRunner:
             found = self.ledger.find(request["key"], request["stopping"])
             if found is not None:
                 entry, got = found
-                if not _holds(out, got["result"]):
+                if not _holds(out, entry, got["result"]):
                     _wipe(out)
                     ledger.materialize(out, entry, got, request["config"])
                 with self._lock:
                     self.reused.add(name)
                     self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
-                    self.sources[name] = entry
                 return got["result"]
         if (out / ledger.MARKER).exists():      # written from the ledger, no checkpoint: train afresh
             _wipe(out)
         if result_path.exists():
+            self._refuse_stale(out, settings)             # before the ledger: a stale run never takes a new key
             if request is not None:
-                self._record(out, name, mode, n, request)     # a run of an earlier version: into the ledger first
-            self._refuse_stale(out, settings)
+                self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
             if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
                 with self._lock:
                     self.reused.add(name)
                     self.wall.setdefault(name, (r.get("seconds") or 0.0) + STARTUP_S)
                 return r
+        if not self.may_train:
+            raise NotHeld(f"{name} ({mode} N = {n}, seed {settings.get('seed')}) is not in the ledger, and --no-train "
+                          f"trains nothing")
         with self._lock:
             self.trained.add(name)
             self._started += 1
@@ -117,7 +124,7 @@ class StudyRunner:
             tail = "\n".join(proc[1].strip().splitlines()[-15:])
             raise StudyError(f"run {name} failed (exit {proc[0]}):\n{tail}")
         if request is not None:
-            self._record(out, name, mode, n, request)
+            self._record(out, name, mode, n, request, "trained")
         return read_json(result_path, "run's result")
 
     def _request(self, mode: str, n: int, settings: dict) -> dict:
@@ -125,7 +132,9 @@ class StudyRunner:
         from deepdensity.config import load
         config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
         data = self._identity(config["data_path"]) if Path(config["data_path"]).exists() else ""
-        launcher, isa_cap = self._launcher(), self.env_extra.get("ONEDNN_MAX_CPU_ISA", "")
+        # a cap exported in the shell changes the path as much as one the study sets
+        launcher = self._launcher()
+        isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
         return {"config": config, "data": data, "launcher": launcher, "isa_cap": isa_cap,
                 "key": ledger.run_key(config, mode, n, launcher, isa_cap, data), "stopping": ledger.stopping_of(config)}
 
@@ -134,29 +143,37 @@ class StudyRunner:
         (Horovod's allreduce rounds its sums in its own order) or one process."""
         return "horovodrun" if self.runner else "one process"
 
-    def _record(self, out: Path, name: str, mode: str, n: int, request: dict) -> None:
-        """The finished run in `out` as a ledger entry (once: a run already there is not added again)."""
+    def _record(self, out: Path, name: str, mode: str, n: int, request: dict, source: str) -> None:
+        """The finished run in `out` as a ledger entry, once for this machine (a run another
+        machine's entry also answers is still added: where each run was trained is kept).
+        `source`: "trained" here and now, or "runs folder" (finished before; revision unknown)."""
         result = read_json(out / "result.json", "run's result")
         rows = read_metrics(out)
-        if self.ledger.find(request["key"], ledger.stopping_of({**request["config"], **_stopping_ran(out)})):
+        if len(rows) != result["epochs"]:
+            self.say(f"ledger: {out} holds {len(rows)} metrics rows for {result['epochs']} epochs; not recorded")
             return
         saved = read_json(out / "config.json", "run's configuration")
         config = {**request["config"], **{k: saved[k] for k in ledger.STOPPING if k in saved}}
+        machine = self._machine()
+        if any(e["key"] == request["key"] and e["stopping"] == ledger.stopping_of(config)
+               and len(e["val_losses"]) == len(rows) and e["machine"].get("host") == machine["host"]
+               for e in self.ledger.entries):
+            return
         vals = [r["val_loss"] for r in rows]
         per_epoch = rules.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
         result = {**result, "passes_to_target": rules.passes_to_target(rows, config["target_loss"], per_epoch)
                   if result["status"] == "reached_target" else None}
         self.ledger.append(ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
-                                           request["data"], config, result, rows, vals, self._machine(),
-                                           _revision(), "trained"))
+                                           request["data"], config, result, rows, vals, machine,
+                                           _revision() if source == "trained" else "unknown", source))
 
     def _machine(self) -> dict:
         if self.machine is None:
             from deepdensity.utils import machine
             isa = machine.onednn_isa()
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
-        return {**self.machine, **({"isa_cap": self.env_extra["ONEDNN_MAX_CPU_ISA"]}
-                                   if "ONEDNN_MAX_CPU_ISA" in self.env_extra else {})}
+        cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
+        return {**self.machine, **({"isa_cap": cap} if cap else {})}
 
     def _refuse_stale(self, out: Path, settings: dict) -> None:
         """A finished run is reused only if it ran with the settings the study asks for now, on
@@ -198,7 +215,7 @@ class StudyRunner:
     def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""
         other = StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
-        other.ledger, other.sources = self.ledger, self.sources
+        other.ledger, other.may_train = self.ledger, self.may_train
         return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
@@ -270,12 +287,14 @@ class StudyRunner:
                 raise
 
 
-def _holds(out: Path, result: dict) -> bool:
-    """Does the folder already hold this outcome (a run trained here, or written before)?"""
-    if not (out / "result.json").is_file():
+def _holds(out: Path, entry: dict, result: dict) -> bool:
+    """Does the folder already hold this outcome, written from this entry?"""
+    if not (out / "result.json").is_file() or not (out / ledger.MARKER).is_file():
+        return False
+    if read_json(out / ledger.MARKER, "ledger marker").get("key") != entry["key"]:
         return False
     r = read_json(out / "result.json", "run's result")
-    return (r.get("status"), r.get("epochs")) == (result["status"], result["epochs"])
+    return r == result                           # the same answer, the same stopping rules
 
 
 def _wipe(out: Path) -> None:

@@ -134,7 +134,7 @@ class SlurmRunner(StudyRunner):
     def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
         other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say)
-        other.ledger, other.sources = self.ledger, self.sources
+        other.ledger, other.may_train = self.ledger, self.may_train
         return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:

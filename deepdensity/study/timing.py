@@ -256,6 +256,15 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     return timing
 
 
+def held_timing(root: Path) -> dict:
+    """The runs folder's clock as measured before, for a study that trains nothing (--no-train)."""
+    timing = _read_timing(root / "timing.json")
+    if timing is None or timing.get("clock_version") != CLOCK_VERSION:
+        raise StudyError(f"--no-train needs this runs folder's clock ({root / 'timing.json'}, version {CLOCK_VERSION}); "
+                         f"run the study once without --no-train to measure it")
+    return timing
+
+
 def _read_timing(path: Path):
     """timing.json's contents, or None when there is none (or it is unreadable: measured again)."""
     try:

@@ -86,8 +86,10 @@ def test_the_ledger_file_survives_a_crash_and_names_damage(tmp_path):
     with open(path, "a") as f:
         f.write('{"format": 1, "key": "cut sho')                 # a crash in the middle of a line
     assert len(ledger.read_entries(path)) == 1
-    path.write_text(path.read_text() + "\nnot json\n")
-    with pytest.raises(ledger.LedgerError, match=r"ledger.jsonl:2: not a JSON line"):
+    book.append(_entry([4.0, 2.0, 0.9], "reached_target"))     # the next run after the crash
+    assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3], "the cut line dropped, not glued"
+    path.write_text(path.read_text() + "not json\n")
+    with pytest.raises(ledger.LedgerError, match=r"ledger.jsonl:3: not a JSON line"):
         ledger.read_entries(path)
 
 
@@ -200,3 +202,24 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     assert lines[0].startswith("  missing runs: 3 (about 20 passes") and "weak N = 2 seeds 0" in lines[0] \
         and "weak N = 4 seeds 0, 1" in lines[0]
     assert "h here at 5.00 s a pass" in lines[0], "seconds a pass from the entry's own clock: 20 s over 2 epochs x 2"
+
+
+def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
+    from deepdensity.study.design import Book, run_first_seeds
+    from deepdensity.study.runner import NotHeld
+    data = tmp_path / "data.h5"
+    with h5py.File(data, "w") as f:
+        f.create_dataset("train/cubes", data=np.zeros((2, 2, 2, 2), np.float32))
+    first = CountingRunner(_study_folder(tmp_path / "first", data), tmp_path / "first" / "train.yaml", None)
+    first.ledger = ledger.Ledger(tmp_path / "first" / "ledger.jsonl")
+    asked = {"max_epochs": 64, "target_loss": 1.0}
+    first.run("weak-n2-s0", "weak", 2, {**asked, "seed": 0})
+    later = CountingRunner(_study_folder(tmp_path / "later", data), tmp_path / "later" / "train.yaml", None)
+    later.ledger = ledger.Ledger(tmp_path / "later" / "ledger.jsonl", [tmp_path / "first" / "ledger.jsonl"])
+    later.may_train = False
+    with pytest.raises(NotHeld, match=r"weak-n2-s1 \(weak N = 2, seed 1\) is not in the ledger"):
+        later.run("weak-n2-s1", "weak", 2, {**asked, "seed": 1})
+    book = Book()
+    units = {("weak", 2): lambda seed: [later.run(f"weak-n2-s{seed}", "weak", 2, {**asked, "seed": seed})["status"]]}
+    run_first_seeds(later, book, units, [0, 1])
+    assert book.seeds == {("weak", 2): [0]} and later.trainings == [], "seed 0 from the ledger, seed 1 left out"

@@ -329,7 +329,7 @@ def test_calibration_seeds_must_be_none_of_the_studys(tmp_path):
 
 
 def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as_reached(tmp_path):
-    """Every stalled run at N >= 16, others up to the preset's count; strong scaling (read off the
+    """Every stalled run at N >= 16, of the others the preset's count; strong scaling (read off the
     sequential runs) is not continued; a continued run that reaches the target replaces the stopped one."""
     import json
     from types import SimpleNamespace
@@ -359,8 +359,9 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
     proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": repr(0.002), "target_loss": "1.0", "max_epochs": 64})
     rows = repro.stall_check(s, proto, book)
     asked = {a[0]: a for a in s.runner.asked}
-    assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "seq-2eta-s3-to-cap"}, \
-        "both N >= 16, then the smallest N up to 3 in all; never strong"
+    assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "weak-n4-s0-to-cap",
+                          "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
+        "every one at N >= 16, then 3 of the others, largest N first; never strong"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
     assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == repr(0.004)
     assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]
