@@ -201,9 +201,13 @@ def parse_set(items) -> dict:
         if not raw.strip():         # else an empty data_path was read as the folder '.'
             raise ConfigError(f"--set {key}= gives {key} no value; write --set {key}=VALUE")
         try:
-            updates[key] = yaml.safe_load(raw)
+            value = yaml.safe_load(raw)
         except yaml.YAMLError:
-            updates[key] = raw
+            value = raw
+        # Text is the text given: YAML would fold a newline into a space and drop a ' #...' tail
+        # or the spaces at either end, and a message would then name another path than the
+        # user's. A quoted value ('...' or "...") is still read as YAML reads it.
+        updates[key] = raw if isinstance(value, str) and raw[:1] not in ("'", '"') else value
     return updates
 
 

@@ -99,6 +99,18 @@ def test_parse_set_reads_yaml_scalars():
         {"a": 1, "b": 1.5, "c": True, "d": "hello", "e": [1, 2]}
 
 
+@pytest.mark.parametrize("raw", ["data/a\nb.h5", "data/a #1.h5", " data/lead.h5", "data/trail.h5 ", "tab\there.h5"])
+def test_set_keeps_text_as_given(raw):
+    # YAML would fold the newline into a space, read ' #1.h5' as a comment and strip the spaces:
+    # the run would then look for another file than the one named, and say it is missing
+    assert parse_set([f"data_path={raw}"]) == {"data_path": raw}
+    assert load(None, [f"data_path={raw}"]).data_path == raw
+
+
+def test_set_still_reads_a_quoted_text_as_yaml_does():
+    assert parse_set(['a="2024"', "b='x y'", 'c="tab\\there"']) == {"a": "2024", "b": "x y", "c": "tab\there"}
+
+
 def test_shipped_configs_load():
     for p in sorted((ROOT / "configs").glob("*.yaml")):
         load(str(p))

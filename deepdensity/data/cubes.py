@@ -25,7 +25,7 @@ from typing import Optional
 import h5py
 import numpy as np
 
-from deepdensity.utils.errors import UserError
+from deepdensity.utils.errors import UserError, shell_word, shown
 from deepdensity.utils.files import hdf5_atomic
 
 FORMAT = "deepdensity-cubes"
@@ -116,48 +116,48 @@ class Cubes:
 def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", "val")) -> Cubes:
     """Read and check a cubes file; every problem is a DataError saying what to do. `need`:
     the splits that must hold cubes (training needs both; encoding one split only that one)."""
-    path = Path(path)
-    make = f"make one with: python -m deepdensity.data synth --out {path}"
+    path, name = Path(path), shown(path)       # name: the path as given, a newline seen as one
+    make = f"make one with: python -m deepdensity.data synth --out {shell_word(path)}"
     if not path.exists():
-        raise DataError(f"data file {path} does not exist; {make} (or set data_path)")
+        raise DataError(f"data file {name} does not exist; {make} (or set data_path)")
     if not path.is_file() or not h5py.is_hdf5(path):
-        raise DataError(f"data file {path} is not an HDF5 file; {make}")
+        raise DataError(f"data file {name} is not an HDF5 file; {make}")
     try:
         with h5py.File(path, "r") as f:
             attrs = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()}
             arrays = {}
             for split in ("train", "val"):
                 if split not in f or "cubes" not in f[split]:
-                    raise DataError(f"data file {path} has no /{split}/cubes dataset; "
+                    raise DataError(f"data file {name} has no /{split}/cubes dataset; "
                                     f"it is not in deepdensity's layout ({make})")
                 arrays[split] = f[split]["cubes"][...]
     except OSError as e:
         raise DataError(_unreadable(path, e)) from None
     for split, a in arrays.items():
         if a.ndim not in (2, 3, 4) or len(set(a.shape[1:])) != 1:
-            raise DataError(f"{path}: /{split}/cubes has shape {a.shape}; expected (N, G, G, G) "
+            raise DataError(f"{name}: /{split}/cubes has shape {a.shape}; expected (N, G, G, G) "
                             f"(or (N, G, G) / (N, G) for 2-D and 1-D data)")
         if a.shape[0] == 0:
             if split in need:
-                raise DataError(f"{path}: /{split}/cubes is empty; training needs both splits "
+                raise DataError(f"{name}: /{split}/cubes is empty; training needs both splits "
                                 f"(was it prepared with --val 0?)")
             continue
         if a.dtype.kind not in "fiu":
-            raise DataError(f"{path}: /{split}/cubes holds {a.dtype} values; expected real intensities "
+            raise DataError(f"{name}: /{split}/cubes holds {a.dtype} values; expected real intensities "
                             f"in [0, 1] (float32)")
         if not np.isfinite(a).all():
-            raise DataError(f"{path}: /{split}/cubes holds NaN or inf values; re-create the file")
+            raise DataError(f"{name}: /{split}/cubes holds NaN or inf values; re-create the file")
         lo, hi = float(a.min()), float(a.max())
         if lo < -UNIT_SLACK or hi > 1 + UNIT_SLACK:
-            raise DataError(f"{path}: /{split}/cubes holds values in [{lo:g}, {hi:g}], not intensities "
+            raise DataError(f"{name}: /{split}/cubes holds values in [{lo:g}, {hi:g}], not intensities "
                             f"windowed to [0, 1]{' (raw Hounsfield units?)' if lo <= -100 or hi >= 100 else ''}; "
                             f"cut cubes with `python -m deepdensity.data prepare`, which windows "
                             f"{HU_WINDOW[0]:g}..{HU_WINDOW[1]:g} HU to [0, 1]")
     if arrays["train"].shape[1:] != arrays["val"].shape[1:]:
-        raise DataError(f"{path}: train cubes {arrays['train'].shape[1:]} and val cubes "
+        raise DataError(f"{name}: train cubes {arrays['train'].shape[1:]} and val cubes "
                         f"{arrays['val'].shape[1:]} differ in shape")
     if expect_grid is not None and arrays["train"].shape[1] != expect_grid:
-        raise DataError(f"{path}: cubes are {arrays['train'].shape[1]} voxels wide, the model "
+        raise DataError(f"{name}: cubes are {arrays['train'].shape[1]} voxels wide, the model "
                         f"expects {expect_grid}")
     return Cubes(arrays["train"].astype(np.float32), arrays["val"].astype(np.float32), attrs)
 
@@ -166,9 +166,9 @@ def _unreadable(path: Path, e: OSError) -> str:
     """Why an HDF5 file that exists cannot be read, and what to do (never: write a new file over
     it, which would replace data the user may have prepared from scans)."""
     if "unable to lock file" in str(e) or getattr(e, "errno", None) in (11, 35):
-        return (f"data file {path} is open for writing in another process (HDF5 locks it); wait until that "
+        return (f"data file {shown(path)} is open for writing in another process (HDF5 locks it); wait until that "
                 f"process (a synth, prepare or filter still writing it) has finished, then run again")
-    return (f"data file {path} cannot be read ({e}); is it truncated (an interrupted copy)? copy it again, or "
+    return (f"data file {shown(path)} cannot be read ({e}); is it truncated (an interrupted copy)? copy it again, or "
             f"re-create it with the command that made it (its created_by attribute says which)")
 
 

@@ -89,8 +89,39 @@ def _fail(line: str) -> int:
     # Horovod: every rank meets the same bad input; rank 0 alone says so, as it alone prints.
     # Launchers name the rank in the environment (horovodrun: HOROVOD_RANK; mpirun: OMPI_*).
     if launcher_rank() == 0:
-        print(f"error: {line}", file=sys.stderr)
+        print(f"error: {one_line(line)}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def shown(path) -> str:
+    """A path (or any text the user gave) as a message shows it: as given when every character
+    prints as itself, else as Python's repr, so that a newline, a tab, a space at either end or
+    an invisible character is seen for what it is ('data/a\\nb.h5', not a line break or a space)."""
+    text = os.fsdecode(path) if isinstance(path, (bytes, os.PathLike)) else str(path)
+    return text if text and text.isprintable() and text == text.strip() else repr(text)
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (a newline as \\n), so that an `error:` line is
+    one line even when it quotes something the user gave without going through `shown`."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+
+def shell_word(word) -> str:
+    """`word` as a POSIX shell reads it back (shlex.quote); one holding a character that does not
+    print as itself (a newline, a tab) as bash's and zsh's $'...', so that a command a message
+    suggests stays on one line and, pasted, passes what was given."""
+    import shlex
+    text = os.fsdecode(word) if isinstance(word, (bytes, os.PathLike)) else str(word)
+    if text.isprintable():
+        return shlex.quote(text)
+    escapes = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "$'" + "".join(escapes.get(c) or (c if c.isprintable() else
+                                             f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+                          for c in text) + "'"
 
 
 # set by `deepdensity launch` (training/horovodrun.py) for its ranks: how they were started

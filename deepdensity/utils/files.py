@@ -82,13 +82,13 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
     """`out` as a Path, once it is safe to write: not one of `inputs` (an output equal to an
     input would destroy what it is computed from), ending in `suffix` if one is asked for, and
     not an existing file unless `force` (a data set runs were trained on is not replaced silently)."""
-    from deepdensity.utils.errors import UserError
+    from deepdensity.utils.errors import UserError, shown
     out = Path(out)
     if suffix and out.suffix != suffix:
-        raise UserError(f"--out {out} must end in {suffix}")
+        raise UserError(f"--out {shown(out)} must end in {suffix}")
     for path in inputs:
         if path is not None and Path(path).exists() and Path(path).resolve() == out.resolve():
-            raise UserError(f"--out {out} is also an input of this command; choose another name")
+            raise UserError(f"--out {shown(out)} is also an input of this command; choose another name")
     if out.exists() and not force:
-        raise UserError(f"--out {out} exists; pass --force to replace it")
+        raise UserError(f"--out {shown(out)} exists; pass --force to replace it")
     return out
