@@ -114,6 +114,11 @@ CASES = [
     ("train", ["--set", "rendering=kernel", "--set", "xla=step"], "rendering: kernel cannot run under xla: step"),
     ("train", ["--set", "epoch_definition=pass"], "epoch_definition must be one of"),
     ("train", ["--set", "max_train_cubes=16"], "fewer than one batch"),
+    # sizes: 10^12 workers' batches are petabytes, more than any machine the tests run on has
+    ("train", ["--mode", "weak", "--emulate-workers", "1000000000000"],
+     "--emulate-workers 1000000000000 is more than this machine can hold"),
+    ("train", ["--mode", "weak", "--set", "epoch_definition=global", "--emulate-workers", "1000000000000"],
+     "fewer than one global batch of 32000000000000"),
     ("train", ["--emulate-workers", "3"], "3 does not divide 32"),
     ("train", ["--emulate-workers", "0"], "--emulate-workers must be >= 1"),
     ("train", ["--mode", "adaptive"], "needs N >= 2 workers"),
@@ -155,6 +160,8 @@ CASES = [
     ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "0"], "--spacing must be"),
     ("data", ["synth", "--out", "{d}/s.h5", "--n", "10", "--val", "2", "--spacing", "nan"], "--spacing must be"),
     ("data", ["synth-scans", "--out", "{d}/scans", "--n", "0"], "needs --n of at least 1"),
+    ("data", ["synth", "--out", "{d}/s.h5", "--n", "1000000000000"],
+     "synth --n 1000000000000 of 16^3 cubes needs at least 29.1 PiB of memory, more than this machine's"),
     ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
               "--cube", "0"], "--cube must be at least 4"),
     ("data", ["prepare", "--luna", "{d}/empty_dir", "--annotations", "{d}/good.csv", "--out", "{d}/o.h5",
@@ -248,6 +255,68 @@ def test_a_writer_refuses_to_overwrite_its_input_or_an_existing_file(tool, extra
     assert main(["--run", str(tmp_path), "--data", str(smoke_data), "--out", str(existing), *extra]) == 2
     assert "exists; pass --force" in capsys.readouterr().err
     assert smoke_data.read_bytes() == before and existing.read_bytes() == b"earlier work"
+
+
+def test_a_newline_in_a_data_path_is_shown_as_given_and_the_file_is_found(tmp_path, capsys):
+    """The file exists: the message is about its content, and names it as given (repr), not as a
+    path with a space that does not exist. The file missing: the same name, and a synth command
+    that writes that very file (bash's $'...')."""
+    unit = np.random.default_rng(0).random((40, 16, 16, 16), dtype=np.float32)
+    unit[0, 0, 0, 0] = np.nan
+    odd = tmp_path / "two\nlines.h5"
+    cubes_file(odd, unit, unit[:8])
+    (tmp_path / "out").mkdir()
+    out = ["--out", str(tmp_path / "out" / "run")]
+    assert train_cli.main(["--mode", "strong", *SMOKE, "--set", f"data_path={odd}", *out]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {str(odd)!r}: /train/cubes holds NaN or inf values; re-create the file\n"
+    missing = tmp_path / "not\nthere.h5"
+    assert train_cli.main(["--mode", "strong", *SMOKE, "--set", f"data_path={missing}", *out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: data file {str(missing)!r} does not exist; make one with: python -m "
+                          f"deepdensity.data synth --out $'{tmp_path}/not\\nthere.h5'"), err
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_generate_refuses_more_cubes_than_memory_holds_before_it_reads_the_run(smoke_data, tmp_path, capsys):
+    from deepdensity.tools import generate
+    (tmp_path / "out").mkdir()
+    # --run names no run at all: the size is refused first, from the data file's metadata alone
+    status = generate.main(["--run", str(tmp_path / "nowhere"), "--data", str(smoke_data), "--n", "1000000000000",
+                            "--out", str(tmp_path / "out" / "g.h5")])
+    lines = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: generate --n 1000000000000 of 4096-voxel cubes needs at least 43.7 PiB")
+    assert not any((tmp_path / "out").iterdir())
+
+
+def test_the_training_size_check_refuses_exactly_what_is_more_than_the_memory(monkeypatch, smoke_data):
+    """weak at N = 32 on the smoke settings (128 training cubes, 16^3, 3 epochs) holds at least one
+    batch of 1024 cubes of 4096 float32 voxels (16 MiB) and 3 epochs of 4 steps of 1024 int64
+    indices (96 KiB): exactly 16875520 bytes. The check's memory is set here, so the boundary
+    is exact on any host."""
+    from deepdensity.config import ConfigError, load
+    from deepdensity.training import trainer
+    cfg = load(str(ROOT / "configs" / "smoke.yaml"), [f"data_path={smoke_data}"])
+    need = 1024 * 16 ** 3 * 4 + 3 * 4 * 1024 * 8
+    assert need == 16875520
+    monkeypatch.setattr(trainer, "memory_bytes", lambda: need)
+    trainer.check_sizes(cfg, "weak", 32)                       # fits: not a byte more is asked for
+    monkeypatch.setattr(trainer, "memory_bytes", lambda: need - 1)
+    with pytest.raises(ConfigError, match=r"--emulate-workers 32 is more than this machine can hold: one process's "
+                                          r"batch of 1024 cubes \(16 MiB\) and the run's sample order, 3 epochs of "
+                                          r"4 steps of 1024 \(96 KiB\), need at least 16.1 MiB of memory; it has "
+                                          r"16.1 MiB: at most about N = 31 fits"):
+        trainer.check_sizes(cfg, "weak", 32)
+
+
+def test_synth_refuses_more_cubes_than_memory_holds_naming_what_fits(monkeypatch, tmp_path, capsys):
+    from deepdensity.utils import machine
+    # 100 cubes of 16^3 float32, held twice (the cubes and their train/val copies): 3276800 bytes
+    monkeypatch.setattr(machine, "memory_bytes", lambda: 2 * 100 * 16 ** 3 * 4 - 1)
+    assert data_cli.main(["synth", "--out", str(tmp_path / "s.h5"), "--n", "100", "--val", "10"]) == 2
+    assert capsys.readouterr().err.strip().endswith("more than this machine's 3.12 MiB; at most about --n 99 fits")
+    assert not (tmp_path / "s.h5").exists()
 
 
 def test_the_table_covers_the_three_command_lines():

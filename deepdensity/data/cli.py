@@ -19,6 +19,7 @@ from deepdensity.data.synth import write_synthetic
 from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output
+from deepdensity.utils.machine import check_fits_in_memory
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,6 +80,10 @@ def main(argv=None) -> int:
             readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
             print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
         elif args.cmd == "synth":
+            # the cubes and their train/val copies are in memory together before the file is written
+            per_cube = 2 * args.cube ** 3 * 4
+            check_fits_in_memory(args.n * per_cube, f"synth --n {args.n} of {args.cube}^3 cubes",
+                                 lambda have: f"at most about --n {have // per_cube} fits", error=DataError)
             train, val = write_synthetic(args.out, args.n, args.val, args.seed, args.cube, args.spacing,
                                          progress=sys.stderr.isatty())
             print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "

@@ -28,6 +28,7 @@ from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, w
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output
+from deepdensity.utils.machine import check_fits_in_memory
 
 
 SCHEMES = ("interpolate", "perturb")
@@ -72,8 +73,24 @@ def main(argv=None) -> int:
         raise DataError("--n and --batch must be >= 1")
     if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
         raise DataError("--t-min must be in [0, 0.5), --noise a finite number >= 0, --seed >= 0")
+    voxels = _cube_voxels(args.data)
+    if voxels:   # the decoded cubes (float64, density times mass) and their float32 copy, held together
+        check_fits_in_memory(args.n * voxels * 12, f"generate --n {args.n} of {voxels}-voxel cubes",
+                             lambda have: f"at most about --n {have // (voxels * 12)} fits", error=DataError)
     generate(args)
     return 0
+
+
+def _cube_voxels(path) -> int:
+    """Voxels of one cube of a data file, from its metadata (0 when it cannot say: the loader
+    then names the problem)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            shape = f["train/cubes"].shape
+    except (OSError, KeyError, TypeError, ValueError, AttributeError):
+        return 0
+    return int(np.prod(shape[1:])) if shape and len(shape) > 1 else 0
 
 
 def generate(args) -> None:

@@ -4,6 +4,7 @@ parameters, eqs. 10-13) and the decoder (y -> rendered density), for `encode` an
 `generate`."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from deepdensity.config import FIELDS, Config, ConfigError, apply
 from deepdensity.data.cubes import DataError, to_density
 from deepdensity.model.layers import covariance
 from deepdensity.model.autoencoder import build_model
-from deepdensity.training.runs import DamagedRun, read_json
+from deepdensity.training.runs import DamagedRun, continue_command, read_json
+from deepdensity.utils.errors import shown
 
 
 class TrainedRun:
@@ -26,7 +28,7 @@ class TrainedRun:
             raise DataError(f"run folder {run_dir} does not exist")
         weights = run_dir / "weights.h5"
         if not weights.is_file():
-            raise DataError(f"{run_dir} holds no weights.h5: train it to the end first (train.py --out {run_dir})")
+            raise DataError(_unfinished(run_dir))
         saved = read_json(run_dir / "config.json", "run's configuration")
         try:
             self.cfg = apply(Config(), {k: v for k, v in saved.items() if k in FIELDS}, f"{run_dir}/config.json")
@@ -80,6 +82,29 @@ class TrainedRun:
             parts.append(out)
             masses.append(mass)
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, np.concatenate(masses)
+
+
+def _unfinished(run_dir: Path) -> str:
+    """Why a run folder has no weights.h5, and for a run still training or stopped the command
+    that finishes it (runs.continue_command: it runs as printed, from where the run was started)."""
+    name = shown(run_dir)
+    try:
+        saved = read_json(run_dir / "config.json", "run's configuration")
+    except DamagedRun:
+        saved = {}
+    if not isinstance(saved.get("mode"), str):
+        return f"{name} holds no weights.h5 and no run's config.json: it is not a run folder made by train.py --out"
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+        epoch, status = int(state["epoch"]) + 1, state.get("status", "running")
+    except (OSError, ValueError, KeyError, TypeError):
+        epoch, status = 0, "running"
+    if status != "running":
+        return (f"{name} holds no weights.h5, though its run ended ({status}): the weights were removed; "
+                f"train it again with another --out")
+    where = f"epoch {epoch} of {saved.get('max_epochs', '?')} checkpointed" if epoch else "no epoch checkpointed"
+    return (f"{name} holds no weights.h5: its training has not finished ({where}); finish it with: "
+            f"{continue_command(run_dir, saved)}")
 
 
 def batches(n: int, size: int):

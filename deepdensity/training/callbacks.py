@@ -79,6 +79,7 @@ class RunRecord:
         self.row, self.losses = {}, (math.nan, math.nan)
         self.elastic = False                  # elastic rows also say how many workers trained them
         self.pass_losses = []                 # [passes, val_loss] validated inside this epoch
+        self.epoch_seconds = None             # the last epoch's own seconds, from its start (the epoch line's)
 
     def snapshot(self) -> dict:
         """What an elastic commit keeps of the record (the clock keeps running: time lost to a
@@ -97,8 +98,8 @@ class RunRecord:
         if self.t0 is None:                   # adaptive calls fit once per epoch: one run, one clock
             self.t0 = time.perf_counter()
 
-    def elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.t0
+    def elapsed(self, now: Optional[float] = None) -> float:
+        return self.elapsed_before + (time.perf_counter() if now is None else now) - self.t0
 
     def final_line(self) -> str:
         """The run's last line, whatever ended it."""
@@ -130,7 +131,8 @@ class EpochRow(tf.keras.callbacks.Callback):
     """The epoch's row of metrics.jsonl: losses, the lr the optimizer held for the epoch's
     last batch (read back, not recomputed), the run's clock, the seconds from the epoch's start
     to its last step's end (`steps_seconds`: the rest of the epoch is its validation and the
-    callbacks' epoch-end work), and the epoch's batch facts."""
+    callbacks' epoch-end work), and the epoch's batch facts. Also the epoch's own seconds, from
+    its start to this mark (validation included), for the epoch line (`RunRecord.epoch_seconds`)."""
 
     def __init__(self, record: RunRecord):
         super().__init__()
@@ -149,7 +151,9 @@ class EpochRow(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = {} if logs is None else logs   # the same dict the later callbacks get
         r = self.record
-        seconds = r.elapsed()                 # stop mark: after this epoch's validation
+        now = time.perf_counter()
+        seconds = r.elapsed(now)              # stop mark: after this epoch's validation
+        r.epoch_seconds = now - self.epoch_start if self.epoch_start is not None else None
         loss, val_loss = float(logs.get("loss", math.nan)), float(logs.get("val_loss", math.nan))
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
         logs["lr"] = lr                       # for TensorBoard, which runs after this callback
@@ -315,7 +319,8 @@ class Checkpoint(tf.keras.callbacks.Callback):
 
 class Progress(tf.keras.callbacks.Callback):
     """One line per epoch, kept (Keras' verbose=2: what people paste into a bug report), and
-    how the run ended; rank 0 only. --quiet keeps only the ending."""
+    how the run ended; rank 0 only. --quiet keeps only the ending. The seconds on the line are
+    the epoch's own, as Keras prints them; the run's total (time to target's clock) beside them."""
 
     def __init__(self, record: RunRecord, say, tell, lines: bool):
         super().__init__()
@@ -324,12 +329,20 @@ class Progress(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         row, (loss, val_loss) = self.record.row, self.record.losses
         if self.lines:
-            self.say(f"epoch {epoch + 1:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {row['lr']:.6g}  "
-                     f"{row['seconds']:8.1f}s")
+            self.say(epoch_line(epoch + 1, loss, val_loss, row["lr"], self.record.epoch_seconds, row["seconds"]))
 
     def finish(self) -> None:
         """Print how the run ended (after the last call of fit)."""
         self.tell(self.record.final_line())
+
+
+def epoch_line(epoch: int, loss: float, val_loss: float, lr: float, epoch_seconds: Optional[float],
+               total_seconds: float) -> str:
+    """`epoch    3  loss 0.0071  val_loss 0.0069  lr 0.00105     0.52s  (total 6.1s)`: the epoch's
+    own seconds, then the run's since its start (before a resume included)."""
+    own = f"{epoch_seconds:7.2f}s" if epoch_seconds is not None else "      ?s"
+    return (f"epoch {epoch:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {lr:.6g}  {own}  "
+            f"(total {total_seconds:.1f}s)")
 
 
 class EpochBar(tf.keras.callbacks.Callback):

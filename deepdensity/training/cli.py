@@ -14,7 +14,6 @@ Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything els
 import errno
 import json
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -22,11 +21,11 @@ from pathlib import Path
 
 from deepdensity.config import load
 from deepdensity.scaling import policies
-from deepdensity.training.runs import new_run_folder, runs_root
+from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
 from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import (EXIT_SIGINT, Interrupted, UserError, command, launcher_prefix, launcher_rank,
-                                     launcher_size)
+                                     launcher_size, shell_word, shown)
 
 
 @command
@@ -102,11 +101,11 @@ def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
              p.describe(cfg)]
     n_train = _training_cubes(cfg.data_path)
     if n_train is None:
-        lines.append(f"data: {cfg.data_path} (not there yet: the shipped settings' data is made on first use)")
+        lines.append(f"data: {shown(cfg.data_path)} (not there yet: the shipped settings' data is made on first use)")
     else:
         used = min(n_train, cfg.max_train_cubes or n_train)
         steps = rules.steps_per_epoch(used, p, cfg.epoch_definition)
-        lines.append(f"data: {cfg.data_path}, {n_train} training cubes"
+        lines.append(f"data: {shown(cfg.data_path)}, {n_train} training cubes"
                      + (f" ({used} used: max_train_cubes)" if used < n_train else "") + f": {steps} steps an epoch "
                      f"({cfg.epoch_definition} epochs), up to {cfg.max_epochs} epochs ({mode} N={workers})")
     where = "nowhere (--no-save)" if out is None else f"{out} ({'resumed' if resume else 'new'})"
@@ -134,19 +133,26 @@ def _workers(emulated: int) -> int:
 
 
 def where_to_continue(out, argv) -> str:
-    """The epoch a run folder holds and the command that continues it."""
+    """The epoch a run folder holds and the command that continues it; for a run stopped before
+    its first checkpoint, the command that starts it again there (the same one: the folder
+    it left is taken as empty, runs.holds_nothing_to_resume)."""
     if not out:
         return "nothing was saved (no --out)"
     state = Path(out) / "state.json"
-    try:
-        epoch = json.loads(state.read_text())["epoch"] + 1
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"no epoch finished; {out} holds nothing to resume"
     words = list(sys.argv[1:] if argv is None else argv)
-    again = " ".join(shlex.quote(w) for w in words + ([] if "--resume" in words else ["--resume"]))
     # Horovod: the run was saved by N ranks; it resumes under the same launch (a batch script
     # such as scripts/slurm/train.sbatch names itself in DEEPDENSITY_RELAUNCH)
     relaunch = os.environ.get("DEEPDENSITY_RELAUNCH")
     launch = f"{relaunch} " if relaunch else f"{launcher_prefix()}python train.py "
+    try:
+        epoch = json.loads(state.read_text())["epoch"] + 1
+    except (OSError, ValueError, KeyError, TypeError):
+        if holds_nothing_to_resume(out):
+            return (f"no epoch finished, so {shown(out)} holds nothing to resume; start again with the same "
+                    f"command: {launch}{' '.join(shell_word(w) for w in words)}")
+        epoch = None
+    again = " ".join(shell_word(w) for w in words + ([] if "--resume" in words else ["--resume"]))
+    if epoch is None:     # an epoch's metrics row without its checkpoint: --resume starts it afresh
+        return f"no epoch was checkpointed in {shown(out)}; start again there with: {launch}{again}"
     return f"at epoch {epoch}, checkpointed in {out}; continue with: {launch}{again}"
 

@@ -19,8 +19,8 @@ import tensorflow as tf
 from deepdensity.config import Config
 from deepdensity.scaling import rules
 from deepdensity.training.launch import Launch
-from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, read_json, read_metrics,
-                                       resume_changes)
+from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, holds_nothing_to_resume, read_json,
+                                       read_metrics, resume_changes)
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import atomic_path, write_atomic
 
@@ -49,10 +49,10 @@ def check_out_dir(out: Path, resume: bool) -> Optional[dict]:
                 and isinstance(state.get("checkpoint"), str)):
             raise DamagedRun(f"{state_path} is damaged (no epoch, elapsed_s or checkpoint); {START_AFRESH}")
         return state
-    if state_path.exists() or (out / "metrics.jsonl").exists():
+    if (state_path.exists() or (out / "metrics.jsonl").exists()) and not holds_nothing_to_resume(out):
         raise RunError(f"output folder {out} already holds a run; pass --resume to continue it, "
                        f"or choose another --out")
-    return None
+    return None     # a new run, or one stopped before its first checkpoint started again
 
 
 def resume_identity(cfg: Config, run: Launch) -> dict:

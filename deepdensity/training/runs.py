@@ -108,6 +108,57 @@ def other_data(saved: dict, fingerprint: str) -> bool:
     return saved.get("data_fingerprint") not in (None, fingerprint)
 
 
+def holds_nothing_to_resume(out) -> bool:
+    """Is `out` a run folder left by a run stopped before its first checkpoint (Ctrl-C or SIGTERM
+    before epoch 1)? No state.json and no epoch in metrics.jsonl: at most a config.json and an
+    empty metrics.jsonl the run wrote as it started. The same command starts there again."""
+    out = Path(out)
+    if (out / "state.json").exists():
+        return False
+    try:
+        return not read_metrics(out)
+    except DamagedRun:
+        return False
+
+
+def continue_command(run_dir, saved: dict) -> str:
+    """The command that continues the run in `run_dir` (or starts it again there when no epoch
+    was checkpointed) as its config.json (`saved`) describes it: its mode, its N (horovodrun's
+    processes, or --emulate-workers), and every setting that differs from the defaults as a
+    --set, so that the resume keeps the run's optimisation path whatever config file it started
+    from. The data path is the one the run was given (relative to where it was started); an
+    --elastic run continues under the elastic horovodrun it was started with, which config.json
+    does not record (its -np is the size it started at)."""
+    from deepdensity.config import FIELDS, Config
+    from deepdensity.utils.errors import shell_word
+    defaults = Config().to_dict()
+    words = ["--mode", str(saved["mode"]), "--out", os.fspath(run_dir), "--resume"]
+    if saved.get("elastic"):
+        words.append("--elastic")
+    elif saved.get("emulated") and int(saved.get("workers", 1)) > 1:
+        words += ["--emulate-workers", str(saved["workers"])]
+    for key in FIELDS:
+        if key in saved and _listed(saved[key]) != _listed(defaults.get(key)):
+            words += ["--set", f"{key}={_set_value(key, saved[key])}"]
+    processes = int(saved.get("world_size", 1) or 1)
+    prefix = f"horovodrun -np {processes} " if processes > 1 else ""
+    return prefix + "python -m deepdensity train " + " ".join(shell_word(w) for w in words)
+
+
+def _listed(value):
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _set_value(key: str, value) -> str:
+    """`value` written so that `--set key=...` reads it back: text as it is (quoted as JSON
+    when --set would read it as something else: 'true', '3'), anything else as JSON, which
+    YAML reads (lists, numbers, null)."""
+    from deepdensity.config import parse_set
+    if isinstance(value, str):
+        return value if parse_set([f"{key}={value}"])[key] == value else json.dumps(value)
+    return json.dumps(value)
+
+
 def runs_root() -> Path:
     """Where runs go when no folder is given: $DEEPDENSITY_RUNS, else runs/ under the working directory."""
     return Path(os.environ.get("DEEPDENSITY_RUNS") or "runs")

@@ -1,6 +1,7 @@
 """The machine a result came from, named: CPU model, cores, and the instruction set oneDNN
 picks at run time (float results differ in the last bits between instruction sets, and
-converging runs drift by up to a few per cent; see docs/performance.md)."""
+converging runs drift by up to a few per cent; see docs/performance.md); and its memory, which
+what a command is asked to hold is checked against before anything is written."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 # A convolution makes oneDNN print the instruction set it dispatches to ("isa:Intel AVX2").
 _PROBE = ("import tensorflow as tf; tf.nn.conv3d(tf.ones((1, 4, 4, 4, 1)), tf.ones((2, 2, 2, 1, 1)), "
@@ -69,3 +71,40 @@ def drop_start_up_noise() -> None:
     os.close(target)
     os.dup2(_noise_filter.stdin.fileno(), 2)
     _noise_filter.stdin.close()
+
+
+def memory_bytes() -> Optional[int]:
+    """This machine's physical memory in bytes (POSIX sysconf; psutil where sysconf cannot say
+    and psutil happens to be installed), or None where neither can."""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        if pages > 0 and page > 0:
+            return pages * page
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import psutil
+        return int(psutil.virtual_memory().total)
+    except Exception:     # not installed, or no answer on this platform
+        return None
+
+
+def size_text(n: float) -> str:
+    """Bytes as a person reads them: 512 B, 16.0 MiB, 7.28 TiB, 3.6e+06 EiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def check_fits_in_memory(need: float, what: str, instead=None, error=None) -> None:
+    """Refuse, before anything is written, work that needs more memory than this machine has
+    (`need`: a lower bound, in bytes, of what `what` holds at once, so that what is refused could
+    never have run here). `instead(memory)` says what would fit. Nothing is checked where the
+    machine's memory is unknown."""
+    from deepdensity.utils.errors import UserError
+    have = memory_bytes()
+    if have is not None and need > have:
+        raise (error or UserError)(f"{what} needs at least {size_text(need)} of memory, more than this "
+                                   f"machine's {size_text(have)}" + (f"; {instead(have)}" if instead else ""))
