@@ -560,7 +560,15 @@ def rerender(folder: Path, out: Path) -> list:
     record_path = folder / "study.json"
     if not record_path.is_file():
         raise StudyError(f"{record_path} does not exist: --from takes a reports folder written by `make repro`")
-    record = json.loads(record_path.read_text())
+    redo = "restore it from git or a copy, or run the study again with `make repro`"
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{record_path} is damaged (not UTF-8 text: {e.reason} at byte {e.start}); {redo}") from None
+    except ValueError as e:         # json.JSONDecodeError: cut short, or not JSON at all
+        raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
+    if not isinstance(record, dict):
+        raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
