@@ -75,6 +75,11 @@ class Evidence:
     collapse_loss: Optional[float] = None
     clocks: dict = field(default_factory=dict)
     base: object = None                  # tables.TimeBase: n_train, n_val, epoch definition
+    design: int = 0                      # the seeds the design gives every cell (0: not checked)
+
+    def short(self, mode: str, ns) -> list:
+        """The N of `ns` where `mode` has fewer runs than the design's seeds (a study in progress)."""
+        return [n for n in ns if 0 < len([c for c in self.cells if c.mode == mode and c.n == n]) < self.design]
 
     def ran(self, mode: str, least: int = 1) -> list:
         return sorted({c.n for c in self.cells if c.mode == mode and c.n >= least})
@@ -125,12 +130,23 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
 
 
 def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str) -> tuple:
-    """A claim about every N is reproduced only on every N it names: one not run leaves it open."""
+    """A claim about every N is reproduced only on every N it names: one not run leaves it open;
+    and a study in progress decides nothing on cells below the design's seeds (the runs still
+    missing are not missing at random: a run trained later may be the one that misses)."""
     missing = [n for n in named if n not in v.ran(mode)]
-    if not missing:
+    if missing:
+        verdict = Verdict.INCONCLUSIVE if verdict == Verdict.REPRODUCED else verdict
+        ours += f" (not run at N = {', '.join(map(str, missing))})"
+    return _complete(v, {mode: named}, verdict, ours)
+
+
+def _complete(v: Evidence, cells: dict, verdict: str, ours: str) -> tuple:
+    """The verdict, or inconclusive while a cell it rests on ({mode: [N]}) is below the design's seeds."""
+    short = [f"{mode} N = {n}" for mode, ns in cells.items() for n in v.short(mode, ns)]
+    if not short:
         return verdict, ours
-    return (Verdict.INCONCLUSIVE if verdict == Verdict.REPRODUCED else verdict,
-            ours + f" (not run at N = {', '.join(map(str, missing))})")
+    return Verdict.INCONCLUSIVE, ours + (f" (below the design's {v.design} seeds so far: {', '.join(short)}; "
+                                         f"no verdict until they are run)")
 
 
 def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
@@ -250,7 +266,8 @@ def strong_fastest(v: Evidence) -> dict:
         verdict = holm_verdict(tests)
         if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
             verdict = Verdict.INCONCLUSIVE
-        return verdict, "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})"
+        return _complete(v, {m: [n for n in v.workers if n > 1] for m in ["strong", *others]}, verdict,
+                         "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})")
 
     by_clock, flips, evidence = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
@@ -303,8 +320,8 @@ def weak_efficiency(v: Evidence) -> dict:
                Verdict.REPRODUCED if t["p_shorter"] < ALPHA and named else Verdict.INCONCLUSIVE)
         both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
-        return both, (f"{ours}; N x time to target, N = {lo} against N = {hi}: ratio {_ratio(t['ratio'])}, "
-                      f"p = {t['p_shorter']:.2g}")
+        return _complete(v, {"weak": [lo, hi]}, both, f"{ours}; N x time to target, N = {lo} against N = {hi}: "
+                                                       f"ratio {_ratio(t['ratio'])}, p = {t['p_shorter']:.2g}")
 
     by_clock, flips, evidence = _time_claim(v, judge)
     return _claim("Weak scaling converges everywhere but its efficiency falls",
@@ -316,9 +333,12 @@ def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
     cells = [_Run(r["status"], r.get("final_val_loss")) for r in seq_2eta]
     r = cell_rate(sum(v.missed(c) for c in cells), len(cells))
     verdict = {Call.FAILS: Verdict.REPRODUCED, Call.CONVERGES: Verdict.CONTRADICTED}.get(r.call, Verdict.INCONCLUSIVE)
+    ours = f"2 x eta: {r}"
+    if 0 < len(cells) < v.design:
+        verdict, ours = Verdict.INCONCLUSIVE, ours + f" (below the design's {v.design} seeds so far; no verdict until they are run)"
     return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
                   "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
-                  f"2 x eta: {r}", verdict,
+                  ours, verdict,
                   _more_for_rates({1: r}, Call.FAILS, Call.CONVERGES).replace("N = 1: ", "2 x eta: "))
 
 

@@ -147,6 +147,13 @@ class Ledger:
                 return e, a
         return None
 
+    def pass_seconds(self) -> Optional[float]:
+        """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
+        per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * rules.passes_per_epoch(
+            e["n"], e["config"].get("epoch_definition", "per_worker")))
+            for e in self.entries if e.get("rows") and e["rows"][-1].get("seconds") and not e["isa_cap"])
+        return round(per[len(per) // 2], 3) if per else None
+
     def append(self, entry: dict) -> None:
         line = json.dumps(entry, sort_keys=True) + "\n"
         with self._lock:

@@ -61,7 +61,7 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                  f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
     if study.stall_check:
         lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
-                     f"off (every one at N >= 16, others up to {study.stall_check} in all)")
+                     f"off (every one at N >= 16, and {study.stall_check} of the others, largest N first)")
     if study.real_strong and not real_runner:
         lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
                      f"host, seed {study.sequential_seeds()[0]}, one at a time")

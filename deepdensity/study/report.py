@@ -162,7 +162,10 @@ def _header_fields(record: dict, claims: list) -> dict:
             "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused "
                           f"{p['reused']} finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add "
                           f"up to {p['runs_minutes']} min.",
-            "claims_table": claims_md,
+            "claims_table": ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; "
+                             "a claim resting on a cell below the design's seeds has no verdict yet, and the runs "
+                             "still missing are listed with their cost under 'Seeds run'.\n\n"
+                             if str(p.get("more_seeds_stopped_at", "")).startswith("--no-train") else "") + claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
             "isa_stability": _isa_stability(record, claims)}
 
@@ -298,14 +301,20 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
         for m in sorted([k for (md, k) in runs if md == mode and k <= n], reverse=True):
             return statistics.mean(c["epochs"] for c in runs[(mode, m)]) * n
         return record["cap"] * n
-    pass_s = (record.get("timing") or {}).get("real_epoch_seconds", {}).get("1")
+    pass_s = _seconds_a_pass(record)
     total = sum(k * passes(m, n) for m, n, k in short)
     cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "
-            f"here at {pass_s:.2f} s a one-process pass, {record['provenance']['parallel_runs']} at a time"
-            if pass_s else f"about {total:.0f} passes")
+            f"here at {pass_s:.2f} s a pass (this study's runs' own clocks), {record['provenance']['parallel_runs']} "
+            f"at a time" if pass_s else f"about {total:.0f} passes")
     listing = "; ".join(f"{m} N = {n}: {want - k} of {want} seeds run" for m, n, k in short)
     return (f". Cells below {want} seeds, which `make repro` adds from where the ledger stops ({cost}): {listing}. "
             f"A claim resting on them says so in its 'could more seeds change it' column")
+
+
+def _seconds_a_pass(record: dict) -> Optional[float]:
+    """The median seconds a pass of the record's trained runs took on their own clocks, side by
+    side as the study runs them (record["pass_seconds"]); else None."""
+    return record.get("pass_seconds")
 
 
 def _rules_fields(record: dict, study: Study) -> dict:
@@ -359,7 +368,7 @@ def _claims(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
 def _evidence(record: dict, cells: list, definition: str) -> claim_rules.Evidence:
     study, cfg = study_of(record), config_of(record)
     return claim_rules.Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
-                           TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
+                                TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition), len(study.seeds))
 
 
 def _real_strong_note(record: dict) -> str:

@@ -393,7 +393,7 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
         real = [] if args.runner else _unless_not_held(lambda: real_strong_runs(s, proto), [])
         isa = None if args.runner else _unless_not_held(lambda: isa_recheck(s, proto, book, timing, modelled), None)
         record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real,
-                  "isa_check": isa, "stall_check": checked}
+                  "isa_check": isa, "stall_check": checked, "pass_seconds": s.runner.ledger.pass_seconds()}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record, s.runner.ledger.entries)
         for c in claims:

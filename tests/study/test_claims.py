@@ -147,3 +147,17 @@ def test_the_pooled_contrasts_and_warmups_reformulation():
     # all 40 linear runs missed, no weak run did: Fisher's one-sided p = 1 / C(80, 40)
     assert float(linear_weak[3]) == pytest.approx(1 / math.comb(80, 40), rel=0.05)
     assert claims.warmup_holds_to(v).startswith("every warmup cell converges up to N = 4; the first that fails is N = 8")
+
+
+def test_a_study_in_progress_decides_nothing_on_a_cell_below_the_designs_seeds():
+    """Warmup at N = 8 converging on 6 of its 8 seeds would contradict 'fails from N = 8', but the
+    two seeds not yet run may be the ones that miss: no verdict until they are."""
+    cells = [c for c in papers_outcome() if not (c.mode == "warmup" and c.n == 8 and c.seed >= 6)]
+    for s in range(6):
+        cells = replace(cells, "warmup", 8, s, 150.0)
+    v = claims.Evidence(cells, W, claims.MISSED, COLLAPSE, CLOCKS, TimeBase(320, 64), design=8)
+    got = {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["Warmup converges only up to N = 4"]
+    assert got["verdict"] == "inconclusive" and "below the design's 8 seeds so far: warmup N = 8" in got["ours"]
+    v.design = 0                     # the same cells judged as a finished study would be
+    assert {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["Warmup converges only up to N = 4"][
+        "verdict"] == "contradicted"
