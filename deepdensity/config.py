@@ -62,7 +62,7 @@ class Config:
     max_epochs: int = 400
     target_loss: float = 0.0016384
     seed: int = 0
-    # What an epoch is (README, "Two epoch definitions"). "per_worker", the paper's as we read
+    # What an epoch is (docs/protocol.md, "The paper's epoch"). "per_worker", the paper's as we read
     # it: every worker walks one whole pass of the training set, so an epoch is N passes of
     # one shared sample stream. "global": the N workers share one pass. Epoch counts, the
     # epoch cap and the warmup epochs are all counted in this unit.

@@ -7,7 +7,7 @@ marked, with one roi per slice: imageZposition, imageSOP_UID, inclusion, and the
 edgeMap points (xCoord = column, yCoord = row, pixels of that slice). A nodule under 3 mm is
 marked by one point, so its diameter here is 0.
 
-From marks to nodules (README, "LIDC-IDRI"):
+From marks to nodules (docs/data.md, "LIDC-IDRI's readings"):
 - a roi is placed on the slice its imageSOP_UID names, or, when that UID is not in the
   series, on the slice at its imageZposition (within half a slice spacing); else it is
   dropped, and a mark with no roi left is dropped, each with a note;

@@ -174,7 +174,7 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
         ("eta and how chosen", "0.00105, the largest lr that still converges", edge,
          "the paper's principle on our data; the literal 0.00105 is the `literal-eta` preset"
          if sweep else "the paper's literal value, not re-derived on our data"),
-        ("epoch", "not stated; we read it as one pass per worker (README)", cfg.epoch_definition,
+        ("epoch", "not stated; we read it as one pass per worker (docs/protocol.md)", cfg.epoch_definition,
          same if cfg.epoch_definition == "per_worker" else "the shared-pass definition"),
         ("warmup", "5 epochs, Horovod's LearningRateWarmupCallback",
          f"{cfg.warmup_epochs} epochs ({cfg.epoch_definition}), the same per-batch formula", same),
