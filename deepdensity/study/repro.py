@@ -98,12 +98,24 @@ def main(argv=None) -> int:
     out = reports_folder(name, args.out, runs)
     args.compare_with = args.compare_with or str(_default_study_reports())
     _check_runner(args.runner)
+    if args.executor == "slurm":
+        # Slurm's clients checked first: a host that cannot submit the jobs is told so in one
+        # line before the study writes, builds or times anything (a dry run shows it instead)
+        from deepdensity.study import slurm
+        options = slurm.SlurmOptions.parse(study.slurm, args.slurm)
+        unavailable = None if args.no_train else slurm.clients_unavailable(
+            options, max(1, options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
+        if unavailable and not args.dry_run:
+            raise StudyError(f"{unavailable}; nothing was written")
     earlier = _earlier_record(name, out)
-    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier):
+    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier, executor=args.executor):
         print(line)
     entries = [e for path in [runs / LEDGER_FILE, *_ledgers_to_read(name, args, runs)] for e in read_entries(path)]
     for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
         print(line)
+    if args.executor == "slurm":
+        for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
+            print(line)
     if args.dry_run:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.
@@ -752,13 +764,16 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
                 timing: dict, patience: int) -> list:
     """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
     scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
-    the target. b = B at eta is the first seed's sequential run itself."""
-    seed, points = study.seeds[0], []
-    for b in study.batch_sweep:
-        for rule, lr in (("eta", eta), ("linear", eta * b / cfg.batch_size)):
-            points.append((b, rule, lr, f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
+    the target, at every sequential seed (a batch is compared with another only on 3 seeds a
+    side or more). b = B at eta is the seed's sequential run itself."""
+    points = []
+    for seed in study.sequential_seeds():
+        for b in study.batch_sweep:
+            for rule, lr in (("eta", eta), ("linear", eta * b / cfg.batch_size)):
+                points.append((b, rule, lr, seed,
+                               f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
 
-    def outcome(b: int, lr: float, nm: str) -> dict:
+    def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = _val_losses(runner.root / nm)
             status, epochs = (rules.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
@@ -767,9 +782,10 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
         return runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b})
 
-    results = runner.run_all([functools.partial(outcome, b, lr, nm) for b, _, lr, nm in points], label="batch sweep")
+    results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
+                             label="batch sweep")
     return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed, **_timed(runner.root / nm, "strong", 1, n_val, timing, r)}
-            for (b, rule, lr, nm), r in zip(points, results)]
+            for (b, rule, lr, seed, nm), r in zip(points, results)]
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:

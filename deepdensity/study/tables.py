@@ -335,6 +335,11 @@ def sweep_answer(rows: list) -> str:
             sentences.append(f"{label} no batch reached the target on every seed.")
             continue
         per_batch = sweep_times(rows, rule)
+        if len(per_batch[best]) < decide.MIN_SEEDS:
+            sentences.append(f"{label} batch {best} has the shortest median time to target, on "
+                             f"{_count(len(per_batch[best]), 'seed')}: too few seeds to compare batches "
+                             f"(the rule needs {decide.MIN_SEEDS} a side).")
+            continue
         others = [b for b in per_batch if b != best and b not in beaten]
         text = (f"{label} batch {best} has the shortest median time to target "
                 f"({_seconds(_median_or_none(per_batch[best]))}, {_count(len(per_batch[best]), 'seed')})")

@@ -179,7 +179,10 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
                                                                           for s in (0, 1)]
     assert {r["n"] for r in filtering["runs"]} == {2} and filtering["filter"]["n_train_before"] == 64
     sweep = json.loads((out / "batch_sweep.json").read_text())
-    assert sorted((r["batch"], r["lr_rule"]) for r in sweep) == [(b, rule) for b in (16, 32, 64) for rule in ("eta", "linear")]
+    seeds = sorted({r["seed"] for r in sweep})
+    assert len(seeds) > 1, "every seed of the study, not the first alone"
+    assert sorted((r["batch"], r["lr_rule"], r["seed"]) for r in sweep) == \
+        [(b, rule, s) for b in (16, 32, 64) for rule in ("eta", "linear") for s in seeds]
     assert next(r for r in sweep if r["batch"] == 64 and r["lr_rule"] == "linear")["lr"] == pytest.approx(0.0021)
     for name in ("fig8.png", "fig9.png", "filter.embedding.png"):
         assert (out / name).stat().st_size > 0, name
