@@ -155,7 +155,7 @@ def _header_fields(record: dict, claims: list) -> dict:
                            c["verdict_sensitivity"], c["verdict_host"], c["break_even"], c["more_seeds"]]
                           for c in claims])
     return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
-            "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"],
+            "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"] + (" --no-train" if _interim(p) else ""),
             "revision": p["revision"],
             "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                        + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
@@ -165,7 +165,7 @@ def _header_fields(record: dict, claims: list) -> dict:
             "claims_table": ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; "
                              "a claim resting on a cell below the design's seeds has no verdict yet, and the runs "
                              "still missing are listed with their cost under 'Seeds run'.\n\n"
-                             if str(p.get("more_seeds_stopped_at", "")).startswith("--no-train") else "") + claims_md,
+                             if _interim(p) else "") + claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
             "isa_stability": _isa_stability(record, claims)}
 
@@ -183,6 +183,11 @@ def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
         if same or named:
             found[c.run] = max(same or named, key=lambda e: e["finished"])
     return found
+
+
+def _interim(provenance: dict) -> bool:
+    """Was the record rendered from the ledger alone (repro --no-train), a study in progress?"""
+    return str(provenance.get("more_seeds_stopped_at", "")).startswith("--no-train")
 
 
 def _rules_when(record: dict, cells: list, entries: list) -> str:
