@@ -36,8 +36,9 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
 
 
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
-               earlier: Optional[dict] = None) -> list:
-    """The plan of one invocation, one line per stage, and what it should take."""
+               earlier: Optional[dict] = None, executor: str = "local") -> list:
+    """The plan of one invocation, one line per stage, and what it should take. `executor`:
+    where the runs train, "local" or "slurm" (Slurm's own lines: study/slurm.py plan_lines)."""
     cells = study.trained_cells(bool(real_runner))
     seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
     lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
@@ -63,8 +64,9 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
         lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
                      f"off (every one at N >= 16, and {study.stall_check} of the others, largest N first)")
     if study.real_strong and not real_runner:
-        lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} on this "
-                     f"host, seed {study.sequential_seeds()[0]}, one at a time")
+        where = "as one Slurm job each" if executor == "slurm" else "on this host"
+        lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} {where}, "
+                     f"seed {study.sequential_seeds()[0]}, one at a time")
     if study.isa_check and not real_runner:
         lines.append(f"  {next(step)}. stability: seed {study.seeds[0]} of every trained cell again under another "
                      f"instruction set (isa_check: {study.isa_check})")

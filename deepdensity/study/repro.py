@@ -98,24 +98,8 @@ def main(argv=None) -> int:
     out = reports_folder(name, args.out, runs)
     args.compare_with = args.compare_with or str(_default_study_reports())
     _check_runner(args.runner)
-    if args.executor == "slurm":
-        # Slurm's clients checked first: a host that cannot submit the jobs is told so in one
-        # line before the study writes, builds or times anything (a dry run shows it instead)
-        from deepdensity.study import slurm
-        options = slurm.SlurmOptions.parse(study.slurm, args.slurm)
-        unavailable = None if args.no_train else slurm.clients_unavailable(
-            options, max(1, options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
-        if unavailable and not args.dry_run:
-            raise StudyError(f"{unavailable}; nothing was written")
-    earlier = _earlier_record(name, out)
-    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier, executor=args.executor):
-        print(line)
-    entries = [e for path in [runs / LEDGER_FILE, *_ledgers_to_read(name, args, runs)] for e in read_entries(path)]
-    for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
-        print(line)
-    if args.executor == "slurm":
-        for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
-            print(line)
+    slurm_check = _slurm_clients(study, args)
+    _print_plan(name, study, args, runs, out, slurm_check)
     if args.dry_run:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.
@@ -126,6 +110,36 @@ def main(argv=None) -> int:
             raise Interrupted(getattr(e, "code", EXIT_SIGINT),
                               f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
                               f"{_invocation(argv)}") from None
+
+
+def _slurm_clients(study: Study, args) -> Optional[tuple]:
+    """(options, why this host cannot submit or None) under --executor slurm, else None. Slurm's
+    clients are checked first: a host that cannot submit the jobs is told so in one line before
+    the study writes, builds or times anything (a dry run shows it instead)."""
+    if args.executor != "slurm":
+        return None
+    from deepdensity.study import slurm
+    options = slurm.SlurmOptions.parse(study.slurm, args.slurm)
+    unavailable = None if args.no_train else slurm.clients_unavailable(
+        options, max(1, options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
+    if unavailable and not args.dry_run:
+        raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
+    return options, unavailable
+
+
+def _print_plan(name: str, study: Study, args, runs: Path, out: Path, slurm_check: Optional[tuple]) -> None:
+    """The plan: the stages, the runs the ledger does not hold and their cost, the Slurm jobs."""
+    earlier = _earlier_record(name, out)
+    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier, executor=args.executor):
+        print(line)
+    entries = [e for path in [runs / LEDGER_FILE, *_ledgers_to_read(name, args, runs)] for e in read_entries(path)]
+    for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
+        print(line)
+    if slurm_check is not None:
+        from deepdensity.study import slurm
+        options, unavailable = slurm_check
+        for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
+            print(line)
 
 
 # The committed reports: updated only when asked (--out reports), a preset other than

@@ -1,11 +1,15 @@
 """What a Slurm job of the study asks for, from the preset and --slurm, and the batch script it
 runs; the executor against a running cluster is tests/cluster/test_slurm.py."""
+import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from deepdensity.study.preset import StudyError
 from deepdensity.study.slurm import SlurmOptions, SlurmRunner
+from tests.support import ROOT
 
 
 def test_options_come_from_the_preset_then_the_command_line():
@@ -82,3 +86,236 @@ def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch
     (runner.jobs / "r-5.exit").write_text("0\n")
     assert runner._wait("5") == 0, "waited through the failures, then read the job's exit"
     assert len(calls.read_text().split()) == 3
+
+
+# `scontrol show job` of a train.sbatch job as Slurm 22.05 prints it (several lines, not -o),
+# submitted from CHECKOUT as
+#   sbatch -p gpu -A proj42 --qos=high --time=1-02:00:00 -N 2 --ntasks-per-node=2 --cpus-per-task=8
+#          --mem=64G --gres=gpu:2 -C skylake -x node7 --comment='two words' -J 'my run'
+#          --mail-type=END --mail-user=me@lab -o logs/%x-%j.out scripts/slurm/train.sbatch ARGS
+SHOW_JOB = """JobId=4242 JobName=my run
+   UserId=me(1000) GroupId=me(1000) MCS_label=N/A
+   Priority=4294901759 Nice=0 Account=proj42 QOS=high
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   RunTime=00:10:00 TimeLimit=1-02:00:00 TimeMin=N/A
+   Partition=gpu AllocNode:Sid=login1:22111
+   ReqNodeList=(null) ExcNodeList=node7
+   NodeList=node[1-2]
+   BatchHost=node1
+   NumNodes=2 NumCPUs=32 NumTasks=4 CPUs/Task=8 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=32,mem=128G,node=2,billing=32,gres/gpu=4
+   Socks/Node=* NtasksPerN:B:S:C=2:0:*:* CoreSpec=*
+   MinCPUsNode=16 MinMemoryNode=64G MinTmpDiskNode=0
+   Features=skylake DelayBoot=00:00:00
+   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)
+   Command=CHECKOUT/scripts/slurm/train.sbatch --mode strong --out runs/my run
+   WorkDir=CHECKOUT
+   Comment=two words 
+   StdErr=CHECKOUT/logs/my run-4242.out
+   StdIn=/dev/null
+   StdOut=CHECKOUT/logs/my run-4242.out
+   Power=
+   MailUser=me@lab MailType=END
+   TresPerNode=gres:gpu:2
+"""
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    script = tmp_path / "scripts" / "slurm" / "train.sbatch"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/bash\n")
+    return tmp_path
+
+
+def test_the_resubmit_command_names_the_submitted_script_with_every_option(checkout):
+    from deepdensity.study.slurm import parse_show_job, resubmit_command
+    job = parse_show_job(SHOW_JOB.replace("CHECKOUT", str(checkout)))
+    assert (job["JobName"], job["Comment"], job["Partition"]) == ("my run", "two words", "gpu")
+    command = resubmit_command(job, ["--mode", "strong", "--out", "runs/my run"],
+                               {"SLURM_SUBMIT_DIR": str(checkout), "HOROVOD_ARGS": "--network-interface ib0"})
+    words = shlex.split(command)
+    assert words[:2] == ["HOROVOD_ARGS=--network-interface ib0", "sbatch"]
+    assert words[-1] == str(checkout / "scripts" / "slurm" / "train.sbatch"), "the script as submitted, no arguments"
+    assert set(words[2:-1]) == {
+        "--partition=gpu", "--account=proj42", "--qos=high", "--time=1-02:00:00", "--nodes=2", "--ntasks=4",
+        "--ntasks-per-node=2", "--cpus-per-task=8", "--mem=64G", "--gres=gpu:2", "--constraint=skylake",
+        "--exclude=node7", "--comment=two words", "--job-name=my run", "--mail-type=END", "--mail-user=me@lab",
+        f"--output={checkout}/logs/my run-%j.out", f"--chdir={checkout}"}
+
+
+def test_the_resubmit_command_leaves_the_scripts_defaults_to_it(checkout):
+    """A job submitted with nothing but -N and --ntasks: its default partition and time limit
+    are carried (the next job gets the same even if the defaults change), the script's own
+    job name, output file and one CPU a task are not repeated."""
+    from deepdensity.study.slurm import parse_show_job, resubmit_command
+    text = (SHOW_JOB.replace("CHECKOUT", str(checkout)).replace("JobName=my run", "JobName=deepdensity")
+            .replace("my run-4242.out", "x").replace(f"{checkout}/logs/x", f"{checkout}/slurm-4242.out")
+            .replace("CPUs/Task=8", "CPUs/Task=1").replace("MailUser=me@lab MailType=END", "")
+            .replace("Comment=two words", "").replace("QOS=high", "QOS=(null)"))
+    for drop in ("ExcNodeList=node7", "Features=skylake", "MinMemoryNode=64G", "TresPerNode=gres:gpu:2"):
+        text = text.replace(drop, "")
+    words = shlex.split(resubmit_command(parse_show_job(text), ["--mode", "strong", "--out", "runs/my run"],
+                                         {"SLURM_SUBMIT_DIR": str(checkout)}))
+    assert words[1:] == ["--partition=gpu", "--account=proj42", "--time=1-02:00:00", "--nodes=2", "--ntasks=4",
+                         "--ntasks-per-node=2", f"--chdir={checkout}", str(checkout / "scripts/slurm/train.sbatch")]
+
+
+def test_a_relative_or_vanished_script_path_is_found_from_the_submit_folder(checkout, tmp_path):
+    from deepdensity.study.slurm import resubmit_command, submitted_script
+    assert submitted_script("scripts/slurm/train.sbatch --out r", ["--out", "r"], str(checkout)) == \
+        str(checkout / "scripts/slurm/train.sbatch")
+    # a Command= naming Slurm's spool copy, or a script since moved: the checkout's script
+    for command in ("/var/spool/slurmd/job00042/slurm_script --out r", str(tmp_path / "gone.sbatch") + " --out r"):
+        words = shlex.split(resubmit_command({"Command": command, "JobId": "42"}, ["--out", "r"],
+                                             {"SLURM_SUBMIT_DIR": str(checkout)}))
+        assert words[-1] == str(checkout / "scripts/slurm/train.sbatch")
+
+
+def test_inside_a_job_the_command_comes_from_scontrol_else_from_the_environment(checkout, tmp_path):
+    """`python -m deepdensity.study.slurm resubmit-command -- ARGS` as train.sbatch runs it, with
+    scontrol answering (a script on PATH printing a real record), then failing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "record.txt"
+    record.write_text(SHOW_JOB.replace("CHECKOUT", str(checkout)))
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n[ \"$3\" = 4242 ] && cat {record}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SLURM_JOB_ID": "4242",
+           "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_NUM_NODES": "2",
+           "SLURM_NTASKS": "4", "PYTHON": sys.executable}
+    args = [sys.executable, "-m", "deepdensity.study.slurm", "resubmit-command", "--", "--out", "runs/my run"]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, cwd=checkout)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "--time=1-02:00:00" in proc.stdout and proc.stdout.startswith(f"PYTHON={sys.executable} sbatch ")
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\n"
+                                      "exit 1\n")
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, cwd=checkout)
+    assert proc.returncode == 0 and "not its time limit" in proc.stderr
+    assert shlex.split(proc.stdout)[1:] == ["sbatch", "--partition=gpu", "--nodes=2", "--ntasks=4",
+                                            f"--chdir={checkout}", str(checkout / "scripts/slurm/train.sbatch")]
+
+
+@pytest.mark.parametrize("text, hours", [("04:00:00", 4), ("90", 1.5), ("30:00", 0.5), ("1-00:00:00", 24),
+                                         ("2-12", 60), ("1-06:30", 30.5), ("UNLIMITED", float("inf"))])
+def test_time_limits_read_as_slurm_reads_them(text, hours):
+    from deepdensity.study.slurm import time_hours
+    assert time_hours(text) == hours
+
+
+@pytest.mark.parametrize("bad", ["4h", "1:2:3:4", "-5", "0", "1-"])
+def test_a_time_limit_slurm_would_refuse_is_one_line_before_anything(bad):
+    with pytest.raises(StudyError, match="time must be"):
+        SlurmOptions.parse(None, [f"time={bad}"])
+
+
+TINY = "data: {n: 96, val: 32, seed: 0}\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
+
+
+def test_repro_on_a_host_without_sbatch_refuses_in_one_line_before_anything(tmp_path):
+    """The real command, with a PATH that has no sbatch or squeue: one `error:` line, exit 2,
+    nothing on stdout (not even the plan), the runs folder not made, no data built, no clock."""
+    preset, runs, empty = tmp_path / "tiny.yaml", tmp_path / "runs", tmp_path / "bin"
+    preset.write_text(TINY)
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
+                           "--executor", "slurm"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(empty), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "tiny.yaml"], "nothing written"
+
+
+def fake_slurm(tmp_path, sbatch_exit: int, message: str = "") -> Path:
+    """sbatch and squeue on PATH that log their arguments; sbatch answers as Slurm's does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho squeue \"$@\" >> {log}\n"
+                                    "echo 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch \"$@\" >> {log}\necho '{message}' >&2\n"
+                                    f"exit {sbatch_exit}\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return log
+
+
+def test_repro_refuses_options_slurm_refuses_before_anything(tmp_path, monkeypatch, capsys):
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    calls = fake_slurm(tmp_path, 1, "sbatch: error: Batch job submission failed: Invalid partition name specified")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
+                       "slurm", "--slurm", "partition=nope"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: --executor slurm: Slurm refuses a job with the study's options (--partition=nope")
+    assert err.rstrip().endswith("Invalid partition name specified; nothing was written")
+    assert "--test-only" in calls.read_text() and not (tmp_path / "runs").exists()
+
+
+def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_path, monkeypatch, capsys):
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY + "real_strong: [2]\n")
+    calls = fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    runs = tmp_path / "runs"
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--slurm", "partition=short", "--slurm", "account=proj42", "--slurm", "time=02:00:00",
+                       "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    jobs = next(line for line in out.splitlines() if line.startswith("  Slurm jobs: "))
+    assert jobs.startswith("  Slurm jobs: 7 runs, one batch job each")      # 2 seeds x (seq, weak N = 2, 2 x eta) + 1
+    assert "partition short, account proj42" in jobs and "each 02:00:00 at most, 1 CPU(s)" in jobs
+    assert "horovodrun -np 2 inside one job each, on one node (2 CPUs)" in jobs
+    assert "  Slurm cost: at most 16 CPU-hours reserved (7 jobs at their 02:00:00 limit" in out
+    assert "strong scaling for real: horovodrun -np 2 as one Slurm job each" in out
+    assert "Slurm: on this host, not as jobs: the data set, the clock" in out
+    for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=02:00:00",
+                 "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/seq-s0-%j.log"):
+        assert f"      {line}\n" in out
+    assert "  Slurm here: sbatch and squeue answer" in out
+    assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), \
+        "nothing submitted"
+    assert not runs.exists(), "a dry run writes nothing"
+    # without sbatch the dry run still shows the jobs, and says this host cannot submit them
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--dry-run"]) == 0
+    assert "  Slurm here: no, `sbatch` and `squeue` not found on PATH" in capsys.readouterr().out
+
+
+def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkout, tmp_path):
+    """scripts/slurm/train.sbatch as slurmd runs it: a copy in the spool folder ($0), in the
+    submit folder, with scontrol and horovodrun replaced by scripts on PATH (horovodrun prints
+    the resubmit command the run would print). The real thing: tests/cluster/test_slurm.py."""
+    spool = tmp_path / "spool" / "job00042" / "slurm_script"
+    spool.parent.mkdir(parents=True)
+    spool.write_text((ROOT / "scripts" / "slurm" / "train.sbatch").read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "record.txt"
+    record.write_text(SHOW_JOB.replace("CHECKOUT", str(checkout)).replace(" --mode strong --out runs/my run", " --out r"))
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\ncase \"$2\" in hostnames) echo node1; echo node2;; "
+                                      f"job) cat {record};; esac\n")
+    (bin_dir / "horovodrun").write_text("#!/bin/sh\necho \"relaunch: $DEEPDENSITY_RELAUNCH\"\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
+           "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_NODELIST": "node[1-2]",
+           "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2"}
+    proc = subprocess.run(["bash", str(spool), "--out", "r"], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout.split("relaunch: ", 1)[1].strip()
+    assert "slurm_script" not in said and said.endswith(f" {checkout}/scripts/slurm/train.sbatch")
+    assert "--partition=gpu --account=proj42 --qos=high --time=1-02:00:00 --nodes=2 --ntasks=4" in said
+    # no interpreter that can say: the script's own fallback, still the checkout's script
+    proc = subprocess.run(["bash", str(spool), "--out", "r"], cwd=checkout, env={**env, "PYTHON": "/bin/false"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split("relaunch: ", 1)[1].strip() == \
+        f"sbatch --nodes=2 --ntasks=4 {checkout}/scripts/slurm/train.sbatch"
+    assert "warning: the resubmit command keeps only the nodes and tasks" in proc.stderr
