@@ -157,10 +157,10 @@ class TwoHosts:
     def horovod_hosts(self, slots: int) -> str:
         return ",".join(f"{self.address[h]}:{slots}" for h in self.names)
 
-    def run(self, command: list, check=True, timeout=900, env=None) -> subprocess.CompletedProcess:
-        """`command` in host A's namespace (the launcher's host)."""
+    def run(self, command: list, check=True, timeout=900, env=None, cwd=None) -> subprocess.CompletedProcess:
+        """`command` in host A's namespace (the launcher's host), in folder `cwd` if given."""
         proc = subprocess.run(["ip", "netns", "exec", self.namespace("a"), *command], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=env, cwd=cwd)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc

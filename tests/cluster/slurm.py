@@ -101,6 +101,8 @@ class SlurmCluster(TwoHosts):
             f"SlurmctldLogFile={self.tmp / 'slurmctld.log'}\nSlurmdLogFile={self.tmp / 'slurmd-%n.log'}\n"
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n"
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nReturnToService=2\n"
+            # no accounting database, hence no AccountingStorageEnforce: Slurm takes any account a
+            # job names (-A) without checking it against associations, and keeps it on the job
             "SchedulerType=sched/backfill\nAccountingStorageType=accounting_storage/none\n"
             "JobCompType=jobcomp/none\nJobAcctGatherType=jobacct_gather/none\n"
             # jobs stay in scontrol's view for 10 minutes after they end, so a driver that was
@@ -136,8 +138,13 @@ class SlurmCluster(TwoHosts):
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
                          for p in sorted(self.tmp.glob("*.log")) + sorted(self.tmp.glob("*.out")))
 
-    def run(self, command: list, check=True, timeout=900, env=None) -> subprocess.CompletedProcess:
-        return super().run(command, check=check, timeout=timeout, env=env or self.env())
+    def run(self, command: list, check=True, timeout=900, env=None, cwd=None) -> subprocess.CompletedProcess:
+        return super().run(command, check=check, timeout=timeout, env=env or self.env(), cwd=cwd)
+
+    def job(self, job_id: str) -> dict:
+        """`scontrol show job` of a job the controller still remembers (MinJobAge), as fields."""
+        from deepdensity.study.slurm import parse_show_job
+        return parse_show_job(self.run(["scontrol", "show", "job", job_id]).stdout)
 
     def start(self, command: list, log: Path, env=None) -> subprocess.Popen:
         return super().start(command, log, env=env or self.env())

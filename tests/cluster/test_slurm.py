@@ -15,7 +15,7 @@ from deepdensity.study.timing import CLOCK_VERSION
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import SlurmCluster, slurm_unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
-from tests.training.test_horovod import assert_same_path, launch, losses
+from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
 
 _reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"Slurm: {_reason}")]
@@ -133,3 +133,53 @@ def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_pa
     assert cluster.job_processes() == [] and leftovers() == []
     sequential = launch([], "strong", tmp_path / "sequential", smoke_data, "--emulate-workers", "2")
     assert_same_path(sequential, losses(out))
+
+
+def test_the_command_an_interrupted_sbatch_job_prints_continues_it_with_its_options(tmp_path, smoke_data):
+    """train.sbatch submitted as a user does: by a relative path from the checkout, with -p, -A
+    and --time; Slurm runs its spool copy (…/job00001/slurm_script is $0). SIGTERM to the batch
+    shell (what `--signal=B:TERM@120` sends before the time limit; `scancel --batch` here): the
+    run checkpoints and prints the command that continues it. That command, pasted into a shell
+    in another folder without the job's environment, submits the script by its own path with
+    the same options, and the run goes on to its cap on the path of an uninterrupted one.
+    The account needs no accounting database here: the test cluster has none, so Slurm takes
+    any -A (AccountingStorageEnforce unset) and keeps it on the job."""
+    out, cap = tmp_path / "run", 12
+    options = ["-p", "dd", "-A", "ddtest", "--time", "00:20:00", "-N", "2", "--ntasks-per-node=1",
+               "-o", str(tmp_path / "job-%j.log")]
+    train = ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}",
+             "--out", str(out), "--quiet"]
+    queued = lambda job: cluster.run(["squeue", "-h", "-j", job], check=False).stdout.strip()  # noqa: E731
+    with SlurmCluster() as cluster:
+        first = cluster.run(["sbatch", "--parsable", *options, "scripts/slurm/train.sbatch", *train], cwd=ROOT,
+                            env={**env(cluster), "PYTHON": sys.executable,
+                                 "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"}).stdout.strip()
+        wait_for(lambda: (out / "state.json").exists(), "the first checkpoint")
+        cluster.run(["scancel", "--signal=TERM", "--batch", first])
+        wait_for(lambda: not queued(first), "the interrupted job to end")
+        log = (tmp_path / f"job-{first}.log").read_text()
+        said = [line.split("continue with: ", 1)[1] for line in log.splitlines() if "continue with: " in line]
+        assert len(said) == 1, log[-3000:]
+        assert not (out / "result.json").exists(), "interrupted before its cap"
+        # the user's shell: the venv on PATH, in another folder, no PYTHON or HOROVOD_ARGS of its own
+        shell = {k: v for k, v in env(cluster).items() if k not in ("PYTHON", "HOROVOD_ARGS")}
+        pasted = cluster.run(["bash", "-c", said[0]], cwd=tmp_path, env=shell).stdout
+        again = pasted.split("Submitted batch job ", 1)[1].split()[0]
+        wait_for(lambda: not queued(again), "the resubmitted job to end", timeout=600)
+        before, after = cluster.job(first), cluster.job(again)
+    assert cluster.job_processes() == [] and leftovers() == []
+    script = str(ROOT / "scripts" / "slurm" / "train.sbatch")
+    assert "slurm_script" not in said[0] and f" {script} --mode strong " in said[0], said[0]
+    assert after["Command"].startswith(script + " --mode strong ") and after["Command"].endswith(" --resume")
+    same = ("Partition", "Account", "TimeLimit", "NumNodes", "NumTasks", "NtasksPerN:B:S:C", "WorkDir")
+    assert {k: after[k] for k in same} == {k: before[k] for k in same} == {
+        **{k: before[k] for k in same}, "Partition": "dd", "Account": "ddtest", "TimeLimit": "00:20:00",
+        "NumNodes": "2", "NumTasks": "2", "WorkDir": str(ROOT)}
+    assert after["JobState"] == "COMPLETED", (tmp_path / f"job-{again}.log").read_text()[-3000:]
+    assert (tmp_path / f"job-{again}.log").exists(), "the -o pattern was carried"
+    epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, cap + 1)), "each epoch once, to the cap"
+    uninterrupted = launch([], "strong", tmp_path / "uninterrupted", smoke_data, "--emulate-workers", "2",
+                           "--set", f"max_epochs={cap}")
+    for (la, va, _), (lb, vb, _) in zip(uninterrupted, losses(out), strict=True):
+        assert lb == pytest.approx(la, rel=LOSS_REL) and vb == pytest.approx(va, rel=LOSS_REL)
