@@ -125,11 +125,12 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
     verdict = (Verdict.CONTRADICTED if against in calls else
                Verdict.REPRODUCED if calls and all(c == expect for c in calls) else Verdict.INCONCLUSIVE)
     ours = "; ".join(f"N = {n}: {r}" for n, r in rates_.items())
-    verdict, ours = _all_named(v, mode, [n for n in v.workers if n >= least], verdict, ours)
+    settled = any(r.call == against and not v.short(mode, [n]) for n, r in rates_.items())
+    verdict, ours = _all_named(v, mode, [n for n in v.workers if n >= least], verdict, ours, settled)
     return verdict, ours, _more_for_rates(rates_, expect, against)
 
 
-def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str) -> tuple:
+def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str, settled: bool = False) -> tuple:
     """A claim about every N is reproduced only on every N it names: one not run leaves it open;
     and a study in progress decides nothing on cells below the design's seeds (the runs still
     missing are not missing at random: a run trained later may be the one that misses)."""
@@ -137,11 +138,12 @@ def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str) -> 
     if missing:
         verdict = Verdict.INCONCLUSIVE if verdict == Verdict.REPRODUCED else verdict
         ours += f" (not run at N = {', '.join(map(str, missing))})"
-    return _complete(v, {mode: named}, verdict, ours)
+    return (verdict, ours) if settled else _complete(v, {mode: named}, verdict, ours)
 
 
 def _complete(v: Evidence, cells: dict, verdict: str, ours: str) -> tuple:
-    """The verdict, or inconclusive while a cell it rests on ({mode: [N]}) is below the design's seeds."""
+    """The verdict, or inconclusive while a cell it rests on ({mode: [N]}) is below the design's
+    seeds (a contradiction that a complete cell already settles is not passed here)."""
     short = [f"{mode} N = {n}" for mode, ns in cells.items() for n in v.short(mode, ns)]
     if not short:
         return verdict, ours
@@ -201,7 +203,9 @@ def warmup_to_four(v: Evidence) -> dict:
     else:
         verdict = Verdict.INCONCLUSIVE
     ours = "; ".join(f"N = {n}: {r}" for n, r in {**rb, **ra}.items())
-    verdict, ours = _all_named(v, "warmup", [n for n in v.workers if n > 1], verdict, ours)
+    settled = any(r.call == Call.FAILS and not v.short("warmup", [n]) for n, r in rb.items()) or \
+        any(r.call == Call.CONVERGES and not v.short("warmup", [n]) for n, r in ra.items())
+    verdict, ours = _all_named(v, "warmup", [n for n in v.workers if n > 1], verdict, ours, settled)
     m_below, r_below = _pooled(v, "warmup", below)
     m_above, r_above = _pooled(v, "warmup", above)
     if r_below and r_above:
@@ -428,7 +432,7 @@ def warmup_holds_to(v: Evidence) -> str:
     """The reformulation the data support: the largest N up to which every warmup cell converges,
     and the smallest N whose cell fails."""
     ns = v.ran("warmup")
-    calls = {n: v.rate("warmup", [n]).call for n in ns}
+    calls = {n: "below the design's seeds" if v.short("warmup", [n]) else v.rate("warmup", [n]).call for n in ns}
     holds = 0
     for n in ns:
         if calls[n] != Call.CONVERGES:
@@ -452,6 +456,7 @@ RULES = [
              "correction over the comparisons of a claim, with the Hodges-Lehmann ratio of the times"),
     ("claim", "reproduced, contradicted or inconclusive by the table of docs/decision-rules.md; pooled contrasts "
               "(Fisher, one-sided) and trends in log2 N (Cochran-Armitage, one-sided) are reported beside them"),
-    ("seeds", "eight in every cell, none spent to settle one answer; the sequential runs take seeds disjoint "
-              "from the learning-rate search's"),
+    ("seeds", "the preset's seeds in every cell, none spent to settle one answer; the sequential runs take seeds "
+              "disjoint from the learning-rate search's; while a cell is below them (a study in progress), a claim "
+              "it could still change has no verdict"),
 ]

@@ -161,8 +161,12 @@ class Ledger:
             with open(self.own, "a+b") as f:     # one line per run: a crash loses at most the line being written
                 f.seek(0)
                 text = f.read()
-                if text and not text.endswith(b"\n"):    # a line a crash cut short: dropped, as read_entries does
-                    f.truncate(text.rfind(b"\n") + 1)
+                if text and not text.endswith(b"\n"):
+                    tail = text[text.rfind(b"\n") + 1:]
+                    if _whole(tail):              # a whole entry that lacks its newline (an edited file): kept
+                        f.write(b"\n")
+                    else:                         # a line a crash cut short: dropped, as read_entries does
+                        f.truncate(text.rfind(b"\n") + 1)
                 f.seek(0, os.SEEK_END)
                 f.write(line.encode())
                 f.flush()
@@ -181,6 +185,13 @@ class Ledger:
         return len(kept)
 
 
+def _whole(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
 def _identity(e: dict) -> tuple:
     """What makes an entry another one: its run, rules, length, and where and when it ran."""
     return (e["mode"], e["n"], e["seed"], e["run"], e["key"], json.dumps(e["stopping"], sort_keys=True),
@@ -195,8 +206,8 @@ def read_entries(path: Path) -> list:
         return []
     text = path.read_text()
     lines = text.split("\n")
-    if not text.endswith("\n"):
-        lines = lines[:-1]
+    if not text.endswith("\n") and not _whole(lines[-1].encode()):
+        lines = lines[:-1]                      # a line a crash cut short
     entries = []
     for i, line in enumerate(lines, 1):
         if not line.strip():

@@ -62,7 +62,7 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                  f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
     if study.stall_check:
         lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
-                     f"off (every one at N >= 16, and {study.stall_check} of the others, largest N first)")
+                     f"off (every one at N >= 16, and {study.stall_check} of the others, spread over their cells)")
     if study.real_strong and not real_runner:
         where = "as one Slurm job each" if executor == "slurm" else "on this host"
         lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} {where}, "

@@ -77,7 +77,7 @@ class Study:
     # in place of the originals. "auto": AVX2 on a machine above it, else SSE41; null: not checked.
     isa_check: Optional[str] = None
     # The stall rule checked with runs: the runs it stopped, trained again to the cap with the
-    # rule off; every one at N >= 16, others up to this many in all (0: not checked).
+    # rule off; every one at N >= 16, and a sample of this many of the others (0: not checked).
     stall_check: int = 0
     # With --executor slurm: what each job asks for (study/slurm.py SlurmOptions: partition,
     # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).

@@ -155,7 +155,7 @@ def _header_fields(record: dict, claims: list) -> dict:
                            c["verdict_sensitivity"], c["verdict_host"], c["break_even"], c["more_seeds"]]
                           for c in claims])
     return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
-            "emulated workers, modelled time", "when": p["generated"], "make_command": p["command"] + (" --no-train" if _interim(p) else ""),
+            "emulated workers, modelled time", "when": p["generated"], "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else p["command"],
             "revision": p["revision"],
             "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                        + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
@@ -163,8 +163,9 @@ def _header_fields(record: dict, claims: list) -> dict:
                           f"{p['reused']} finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add "
                           f"up to {p['runs_minutes']} min.",
             "claims_table": ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; "
-                             "a claim resting on a cell below the design's seeds has no verdict yet, and the runs "
-                             "still missing are listed with their cost under 'Seeds run'.\n\n"
+                             "a claim that a cell below the design's seeds could still change has no verdict yet, the "
+                             "pooled contrasts below are of the runs held so far, and the runs still missing are "
+                             "listed with their cost in the Decision rules' 'Sequential design' line.\n\n"
                              if _interim(p) else "") + claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
             "isa_stability": _isa_stability(record, claims)}
@@ -196,9 +197,9 @@ def _rules_when(record: dict, cells: list, entries: list) -> str:
     fixed, made = claim_rules.RULES_FIXED_UTC, record["provenance"]["generated"]
     found = _entries_of_cells(record, cells, entries)
     if not found:
-        when = "after" if made < fixed else "before"
-        return (f"which were fixed on {fixed} (docs/decision-rules.md), {when} this record's runs (it was made "
-                f"{made}; no ledger beside it tells when each run was trained)")
+        when = "after this record was made" if made < fixed else "before this record was made"
+        return (f"which were fixed on {fixed} (docs/decision-rules.md), {when} ({made}; no ledger beside it tells "
+                f"when each run was trained)")
     before = sum(e["finished"] < fixed for e in found.values())
     unknown = len({c.run for c in cells}) - len(found)
     return (f"which were fixed on {fixed} (docs/decision-rules.md): of the {len(found) + unknown} runs behind these "
@@ -290,7 +291,7 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
     """The trained cells below the preset's seeds, each with its missing seeds, and what they
     would cost here: passes (the cell's own runs', else its mode's at the largest N below, scaled
     by N) at a one-process pass of this host's clock ('' when every cell has its seeds)."""
-    want = max(study.max_seeds, len(study.seeds))
+    want = len(study.seeds)         # the design's seeds, as the claims count them
     runs = {}
     for c in record["cells"]:
         if c["n"] > 1 and c["run"].startswith(f"{c['mode']}-n"):
@@ -312,8 +313,8 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
             f"here at {pass_s:.2f} s a pass (this study's runs' own clocks), {record['provenance']['parallel_runs']} "
             f"at a time" if pass_s else f"about {total:.0f} passes")
     listing = "; ".join(f"{m} N = {n}: {want - k} of {want} seeds run" for m, n, k in short)
-    return (f". Cells below {want} seeds, which `make repro` adds from where the ledger stops ({cost}): {listing}. "
-            f"A claim resting on them says so in its 'could more seeds change it' column")
+    return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
+            f"{listing}. A claim that they could still change says so in its row")
 
 
 def _seconds_a_pass(record: dict) -> Optional[float]:

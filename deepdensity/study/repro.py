@@ -451,13 +451,21 @@ def _unless_not_held(stage, instead):
 
 def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
     """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, trained again
-    to the cap with the rule off, every one at N >= 16 and, of the others, the preset's
-    `stall_check` at the largest N. Where one reaches the target, its outcome replaces the
+    to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
+    of the others, spread over their cells. Where one reaches the target, its outcome replaces the
     stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
     Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
-    stopped = sorted(((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                      if r["status"] == "stalled" and not name.startswith("seq-s")), reverse=True)
-    chosen = [x for x in stopped if x[0] >= 16] + [x for x in stopped if x[0] < 16][:s.study.stall_check]
+    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
+                     if r["status"] == "stalled" and not name.startswith("seq-s"))
+    others = [x for x in stopped if x[0] < 16]
+    # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every
+    # N and mode the rule stopped runs in is checked before any gets a second
+    by_cell = {}
+    for x in others:
+        by_cell.setdefault((x[0], x[1]), []).append(x)
+    spread = [x for i in range(max(map(len, by_cell.values()), default=0)) for x in
+              (runs[i] for runs in by_cell.values() if i < len(runs))]
+    chosen = [x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check]
 
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
         lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model

@@ -163,9 +163,12 @@ class StudyRunner:
         per_epoch = rules.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
         result = {**result, "passes_to_target": rules.passes_to_target(rows, config["target_loss"], per_epoch)
                   if result["status"] == "reached_target" else None}
-        self.ledger.append(ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
-                                           request["data"], config, result, rows, vals, machine,
-                                           _revision() if source == "trained" else "unknown", source))
+        entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
+                                request["data"], config, result, rows, vals, machine,
+                                _revision() if source == "trained" else "unknown", source)
+        if source != "trained":       # finished before: when its result was written, not now
+            entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
+        self.ledger.append(entry)
 
     def _machine(self) -> dict:
         if self.machine is None:
@@ -300,12 +303,6 @@ def _holds(out: Path, entry: dict, result: dict) -> bool:
 def _wipe(out: Path) -> None:
     import shutil
     shutil.rmtree(out, ignore_errors=True)
-
-
-def _stopping_ran(out: Path) -> dict:
-    """The stopping settings a run in `out` ran under (its config.json)."""
-    saved = read_json(out / "config.json", "run's configuration")
-    return {k: saved[k] for k in ledger.STOPPING if k in saved}
 
 
 def _revision() -> str:

@@ -161,3 +161,15 @@ def test_a_study_in_progress_decides_nothing_on_a_cell_below_the_designs_seeds()
     v.design = 0                     # the same cells judged as a finished study would be
     assert {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["Warmup converges only up to N = 4"][
         "verdict"] == "contradicted"
+
+
+def test_a_contradiction_a_complete_cell_settles_stands_while_other_cells_are_short():
+    """Linear reaching the target on all 8 seeds at N = 2 contradicts 'fails at every N > 1'
+    whatever the seeds still missing at N = 32 do."""
+    cells = papers_outcome()
+    for s in SEEDS:
+        cells = replace(cells, "linear", 2, s, 50.0 + s)
+    cells = [c for c in cells if not (c.mode == "linear" and c.n == 32 and c.seed >= 1)]
+    v = claims.Evidence(cells, W, claims.MISSED, COLLAPSE, CLOCKS, TimeBase(320, 64), design=8)
+    got = {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["The linear scaling rule fails at every N > 1"]
+    assert got["verdict"] == "contradicted"

@@ -223,3 +223,11 @@ def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_r
     units = {("weak", 2): lambda seed: [later.run(f"weak-n2-s{seed}", "weak", 2, {**asked, "seed": seed})["status"]]}
     run_first_seeds(later, book, units, [0, 1])
     assert book.seeds == {("weak", 2): [0]} and later.trainings == [], "seed 0 from the ledger, seed 1 left out"
+
+
+def test_a_whole_last_entry_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")))      # an edited file: no final newline
+    assert len(ledger.read_entries(path)) == 1
+    ledger.Ledger(path).append(_entry([4.0, 2.0, 0.9], "reached_target"))
+    assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3]

@@ -364,7 +364,7 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
     asked = {a[0]: a for a in s.runner.asked}
     assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "weak-n4-s0-to-cap",
                           "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
-        "every one at N >= 16, then 3 of the others, largest N first; never strong"
+        "every one at N >= 16, then 3 of the others spread over their cells; never strong"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
     assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == repr(0.004)
     assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]

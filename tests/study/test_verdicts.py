@@ -67,6 +67,8 @@ def short(record, mode, ns):
 def every_n(record, mode, expect, least=1, definition="missed"):
     opposite = {"converges": "fails", "fails": "converges"}[expect]
     calls = [cell_call(record, mode, n, definition) for n in ns_of(record, mode, least)]
+    if any(c == opposite and not short(record, mode, [n]) for c, n in zip(calls, ns_of(record, mode, least))):
+        return "contradicted"                     # a complete cell settles it
     if short(record, mode, ns_of(record, mode, least)):
         return "inconclusive"
     if opposite in calls:
@@ -151,7 +153,10 @@ def test_the_warmup_verdict_follows_its_cells():
     below = [cell_call(record, "warmup", n) for n in ns_of(record, "warmup", 2) if n <= 4]
     above = [cell_call(record, "warmup", n) for n in ns_of(record, "warmup", 8)]
     everywhere = ns_of(record, "warmup", 2) == named(record, 2)
-    want = ("inconclusive" if short(record, "warmup", ns_of(record, "warmup", 2)) else
+    settled = any(cell_call(record, "warmup", n) == ("fails" if n <= 4 else "converges")
+                  and not short(record, "warmup", [n]) for n in ns_of(record, "warmup", 2))
+    want = ("contradicted" if settled else
+            "inconclusive" if short(record, "warmup", ns_of(record, "warmup", 2)) else
             "contradicted" if "fails" in below or "converges" in above else
             "reproduced" if everywhere and set(below) == {"converges"} and set(above) == {"fails"}
             else "inconclusive")
