@@ -40,9 +40,12 @@ def _curves(runs_root: Path, names: set) -> dict:
     return out
 
 
-def _figure1_slices(cfg: Config, seq_run: Path) -> dict:
+def _figure1_slices(cfg: Config, seq_run: Path) -> Optional[dict]:
     """Central slices of the first validation cubes and of what the sequential model renders
-    for them (Fig. 1), as nested lists."""
+    for them (Fig. 1), as nested lists; None when the run's weights are not here (a run taken
+    from the ledger, in a study that trains nothing)."""
+    if not (seq_run / "weights.h5").is_file():
+        return None
     from deepdensity.data.cubes import load_cubes, to_density
     from deepdensity.model.autoencoder import build_model
     cubes = load_cubes(cfg.data_path)

@@ -134,7 +134,8 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
         loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
                                  record["target"], derived=policy.follows_sequential_path and not record["runner"],
                                  plt=plt)
-    figure1(out / "fig1.png", record["fig1"], plt)
+    if record.get("fig1"):             # None: no weights of the first sequential run were at hand
+        figure1(out / "fig1.png", record["fig1"], plt)
     if record["sweep"]:
         sweep_figure(out / "fig6.png", record["sweep"], plt)
 
@@ -553,7 +554,9 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
             "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins,
-            "fig6": "![fig6](fig6.png)" if record["sweep"] else ""}
+            "fig6": "![fig6](fig6.png)" if record["sweep"] else "",
+            "fig1": "![fig1](fig1.png)" if record.get("fig1") else "(Fig. 1: not drawn, no weights of the first "
+                                                                 "sequential run were at hand)"}
 
 
 def _lr_edge(sweep) -> str:
