@@ -225,18 +225,25 @@ def warmup_figure(path: Path, curves: dict, target: float, plt) -> None:
         ep = range(1, len(c["val_loss"]) + 1)
         vals = [math.nan if v is None else v for v in c["val_loss"]]
         ax.plot(ep, vals, color=cmap(i % 10), marker=".", label=run)
+    # runs taken from an earlier record carry no lr rows: the panel shows the runs that do
+    runs = [(run, c) for run, c in runs if any(v is not None for v in c["lr"])]
+    for i, (run, c) in enumerate(runs):
         ax2.plot(range(1, len(c["lr"]) + 1), c["lr"], color=cmap(i % 10), lw=1.5 + 3.0 * (len(runs) - 1 - i),
                  solid_capstyle="butt", zorder=2 + i, label=run)   # the first seed widest, underneath
+    if not runs:
+        ax2.text(0.5, 0.5, "no lr recorded: these runs came\nfrom an earlier record's curves",
+                 transform=ax2.transAxes, ha="center", va="center", fontsize=9, color="gray")
     ax.axhline(target, color="gray", ls="--", lw=1, label="target")
     ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
     log_y_labels(ax)
-    longest = max((c["lr"] for _, c in runs), key=len)
-    same = all(c["lr"] == longest[:len(c["lr"])] for _, c in runs)    # say so only where it is so
+    longest = max((c["lr"] for _, c in runs), key=len, default=[])
+    same = bool(runs) and all(c["lr"] == longest[:len(c["lr"])] for _, c in runs)    # say so only where it is so
     ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)",
             title="Warmup, N = 8: lr" + (" (the seeds' schedules coincide)" if same else ""))
     ax.title.set_fontsize(10)
     ax2.title.set_fontsize(10)
-    ax2.legend(**LEGEND_OUTSIDE)
+    if runs:
+        ax2.legend(**LEGEND_OUTSIDE)
     ax.legend(fontsize=8, loc="best")
     _save(fig, path, plt)
 
