@@ -313,7 +313,8 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
     cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "
             f"here at {pass_s:.2f} s a pass (this study's runs' own clocks), {record['provenance']['parallel_runs']} "
             f"at a time" if pass_s else f"about {total:.0f} passes")
-    listing = "; ".join(f"{m} N = {n}: {want - k} of {want} seeds run" for m, n, k in short)
+    listing = "; ".join(f"{'2 x eta' if m == '2eta' else f'{m} N = {n}'}: {want - k} of {want} seeds run"
+                        for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
             f"{listing}. A claim that they could still change says so in its row")
 
