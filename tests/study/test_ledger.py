@@ -154,12 +154,23 @@ def _study_folder(root, data):
     return root
 
 
-def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
+def _tiny_data(tmp_path):
     data = tmp_path / "data.h5"
     with h5py.File(data, "w") as f:
         f.create_dataset("train/cubes", data=np.zeros((2, 2, 2, 2), np.float32))
-    first = CountingRunner(_study_folder(tmp_path / "first", data), tmp_path / "first" / "train.yaml", None)
-    first.ledger = ledger.Ledger(tmp_path / "first" / "ledger.jsonl")
+    return data
+
+
+def _runner(root, data, *others):
+    """A CountingRunner in a new study folder with its own ledger, reading `others` too."""
+    runner = CountingRunner(_study_folder(root, data), root / "train.yaml", None)
+    runner.ledger = ledger.Ledger(root / "ledger.jsonl", list(others))
+    return runner
+
+
+def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
+    data = _tiny_data(tmp_path)
+    first = _runner(tmp_path / "first", data)
     asked = {"seed": 0, "max_epochs": 64, "target_loss": 1.0}
     assert first.run("weak-n2-s0", "weak", 2, asked)["epochs"] == 6 and first.trainings == ["weak-n2-s0"]
     assert first.run("weak-n2-s0", "weak", 2, asked)["epochs"] == 6 and first.trainings == ["weak-n2-s0"]
@@ -207,11 +218,8 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
     from deepdensity.study.design import Book, run_first_seeds
     from deepdensity.study.runner import NotHeld
-    data = tmp_path / "data.h5"
-    with h5py.File(data, "w") as f:
-        f.create_dataset("train/cubes", data=np.zeros((2, 2, 2, 2), np.float32))
-    first = CountingRunner(_study_folder(tmp_path / "first", data), tmp_path / "first" / "train.yaml", None)
-    first.ledger = ledger.Ledger(tmp_path / "first" / "ledger.jsonl")
+    data = _tiny_data(tmp_path)
+    first = _runner(tmp_path / "first", data)
     asked = {"max_epochs": 64, "target_loss": 1.0}
     first.run("weak-n2-s0", "weak", 2, {**asked, "seed": 0})
     later = CountingRunner(_study_folder(tmp_path / "later", data), tmp_path / "later" / "train.yaml", None)
