@@ -86,7 +86,8 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path):
     one error line from rank 0, no traceback, exit 2."""
     out = tmp_path / "taken"
     out.mkdir()
-    (out / "metrics.jsonl").write_text("")
+    # an epoch's row makes it a run; an empty metrics file (a run stopped before epoch 1) would not
+    (out / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
     proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", sys.executable, "train.py", "--mode",
                 "strong", "--config", SMOKE, "--out", str(out)], timeout=300, check=False)
     assert proc.returncode == 2, proc.stderr
