@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from deepdensity.data.cubes import HU_WINDOW, DataError
-from deepdensity.data.ingest import prepare, synth_scans
+from deepdensity.data.ingest.pipeline import prepare
+from deepdensity.data.ingest.synthetic_scans import synth_scans
 from deepdensity.data.synth import write_synthetic
 from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.errors import command

@@ -117,7 +117,7 @@ def read_folder(folder) -> tuple:
 
 def mark_geometry(mark: Mark, vol) -> tuple:
     """(centre_xyz or None, diameter_mm, notes): the mark placed in the world through `vol`
-    (an ingest.Volume with `slice_uids`)."""
+    (an ingest.geometry.Volume with `slice_uids`)."""
     by_uid = {u: k for k, u in enumerate(vol.slice_uids)}
     # imageZposition is the world z of the slice (LIDC's CT scans are axial)
     slice_z = vol.index_to_world(np.column_stack([np.zeros((vol.hu.shape[0], 2)), np.arange(vol.hu.shape[0])]))[:, 2]

@@ -11,7 +11,7 @@ import pytest
 from pydicom.data import get_testdata_file
 
 from tests.support import ROOT, run
-from deepdensity.data import ingest
+from deepdensity.data.ingest import annotations, dicom, geometry, metaimage_nifti, pipeline, synthetic_scans
 from deepdensity.data.cubes import DataError, load_cubes
 
 TESTDATA = Path(get_testdata_file("CT_small.dcm", download=False)).parent
@@ -26,27 +26,27 @@ def bright_centroid(cube, threshold=0.5):
 def one_nodule_scan(tmp_path, fmt, direction=np.eye(3), seed=0):
     """A scan with one nodule whose world position is known from the writer's geometry."""
     rng = np.random.default_rng(seed)
-    hu, centres, diameters = ingest.synth_scan(rng, shape=(40, 64, 64), n_nodules=1)
+    hu, centres, diameters = synthetic_scans.synth_scan(rng, shape=(40, 64, 64), n_nodules=1)
     spacing, origin = np.array([0.7, 0.7, 1.25]), np.array([-20.0, 15.0, -80.0])
-    vol = ingest.Volume(hu, origin, spacing, np.asarray(direction, float), "1.2.3.4", "")
+    vol = geometry.Volume(hu, origin, spacing, np.asarray(direction, float), "1.2.3.4", "")
     world = vol.index_to_world(centres[0])
     if fmt == "dicom":
-        ingest.write_dicom_series(tmp_path / "scan", hu, origin, spacing, direction[:, 0], direction[:, 1],
+        synthetic_scans.write_dicom_series(tmp_path / "scan", hu, origin, spacing, direction[:, 0], direction[:, 1],
                                   "1.2.3.4", rng=rng)
         # a second, unrelated file type in the folder must not stop anything
         (tmp_path / "scan" / "notes.txt").write_text("not dicom")
     elif fmt == "nifti":
         (tmp_path / "scan").mkdir()
-        ingest.write_nifti(tmp_path / "scan" / "1.2.3.4.nii.gz", hu, origin, spacing, direction)
+        metaimage_nifti.write_nifti(tmp_path / "scan" / "1.2.3.4.nii.gz", hu, origin, spacing, direction)
     else:
         (tmp_path / "scan").mkdir()
-        ingest.write_metaimage(tmp_path / "scan" / "1.2.3.4.mhd", hu, origin, spacing, direction)
+        metaimage_nifti.write_metaimage(tmp_path / "scan" / "1.2.3.4.mhd", hu, origin, spacing, direction)
     return world, diameters[0]
 
 
 def write_csv(path, rows):
     with open(path, "w", newline="") as f:
-        csv.writer(f).writerows([list(ingest.ANNOTATION_COLUMNS)] + rows)
+        csv.writer(f).writerows([list(annotations.ANNOTATION_COLUMNS)] + rows)
 
 
 def rotation(axis, degrees):
@@ -66,10 +66,10 @@ def rotation(axis, degrees):
 ])
 def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
     world, diameter = one_nodule_scan(tmp_path, fmt, direction)
-    vol = (ingest.read_dicom_series("1.2.3.4", ingest.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
-           if fmt == "dicom" else ingest.read_volume(next((tmp_path / "scan").glob("1.2.3.4.*"))))
+    vol = (dicom.read_dicom_series("1.2.3.4", dicom.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
+           if fmt == "dicom" else metaimage_nifti.read_volume(next((tmp_path / "scan").glob("1.2.3.4.*"))))
     assert vol.uid == "1.2.3.4"
-    cube, padded = ingest.cut_cube(vol, world, 16, 1.0)
+    cube, padded = geometry.cut_cube(vol, world, 16, 1.0)
     assert not padded
     centroid = bright_centroid(cube, threshold=-400)
     np.testing.assert_allclose(centroid, [7.5, 7.5, 7.5], atol=1.0)
@@ -81,7 +81,7 @@ def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
 @pytest.mark.slow
 def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
     scans = tmp_path / "scans"
-    csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
     files = [p for p in (scans / "scan0").iterdir() if p.name != "readings.xml"]
     assert all("." not in p.name for p in files), "random names with no extension"
     out = tmp_path / "cubes.h5"
@@ -106,7 +106,7 @@ def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
 
 def test_mhd_prepare_reports_skipped_annotations(tmp_path):
     scans = tmp_path / "luna"
-    csv_path = ingest.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
     with open(csv_path, "a", newline="") as f:
         csv.writer(f).writerows([["9.9.9", "0", "0", "0", "5"],                     # no such scan
                                  ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])  # outside
@@ -119,8 +119,8 @@ def test_mhd_prepare_reports_skipped_annotations(tmp_path):
 
 def test_nodule_at_the_edge_is_padded_with_air_not_dropped(tmp_path):
     hu = np.full((20, 20, 20), 40.0, np.float32)
-    vol = ingest.Volume(hu, np.zeros(3), np.ones(3), np.eye(3), "u", "")
-    cube, padded = ingest.cut_cube(vol, [0.0, 10.0, 10.0], 16, 1.0)
+    vol = geometry.Volume(hu, np.zeros(3), np.ones(3), np.eye(3), "u", "")
+    cube, padded = geometry.cut_cube(vol, [0.0, 10.0, 10.0], 16, 1.0)
     assert padded
     assert np.allclose(cube[:, :, :7], -1000.0) and np.allclose(cube[:, :, 8:], 40.0)
 
@@ -130,16 +130,16 @@ def test_resampling_is_trilinear_and_blends_with_air_one_voxel_beyond_the_scan()
     k, j, i = np.meshgrid(np.arange(9), np.arange(8), np.arange(7), indexing="ij")
     hu = (3.0 * k - 2.0 * j + 0.5 * i + 7.0).astype(np.float32)
     spacing = np.array([0.7, 0.8, 1.3])                      # x, y, z mm
-    vol = ingest.Volume(hu, np.zeros(3), spacing, np.eye(3), "u", "")
+    vol = geometry.Volume(hu, np.zeros(3), spacing, np.eye(3), "u", "")
     centre = np.array([2.9, 2.6, 5.2])                     # x, y, z mm: well inside
-    cube, padded = ingest.cut_cube(vol, centre, 4, 0.5)
+    cube, padded = geometry.cut_cube(vol, centre, 4, 0.5)
     offsets = (np.arange(4) - 1.5) * 0.5
     z, y, x = np.meshgrid(*(centre[::-1, None] + offsets), indexing="ij")
     want = 3.0 * z / 1.3 - 2.0 * y / 0.8 + 0.5 * x / 0.7 + 7.0
     assert not padded and np.allclose(cube, want, atol=1e-4)
     # half a voxel beyond the last slice: half the edge value, half air
-    flat = ingest.Volume(np.full((4, 4, 4), 100.0, np.float32), np.zeros(3), np.ones(3), np.eye(3), "u", "")
-    cube, padded = ingest.cut_cube(flat, [1.5, 1.5, 3.0], 2, 1.0, fill=-1000.0)   # z = 2.5, 3.5
+    flat = geometry.Volume(np.full((4, 4, 4), 100.0, np.float32), np.zeros(3), np.ones(3), np.eye(3), "u", "")
+    cube, padded = geometry.cut_cube(flat, [1.5, 1.5, 3.0], 2, 1.0, fill=-1000.0)   # z = 2.5, 3.5
     assert padded and np.allclose(cube[1], (100.0 - 1000.0) / 2) and np.allclose(cube[0], 100.0)
 
 
@@ -151,7 +151,7 @@ def test_metaimage_reader_against_the_header(tmp_path):
         "ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
         "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n"
         "ElementDataFile = v.raw\n")
-    vol = ingest.read_metaimage(tmp_path / "v.mhd")
+    vol = metaimage_nifti.read_metaimage(tmp_path / "v.mhd")
     assert vol.hu.shape == (4, 3, 2) and vol.hu[3, 2, 1] == data[3, 2, 1]
     # index axis x runs along world +y (row 0 of TransformMatrix), y along world -x
     np.testing.assert_allclose(vol.index_to_world([1, 0, 0]), [10, 20.5, 30])
@@ -179,20 +179,20 @@ def test_one_file_mha_compressed_zraw_and_byte_order_read_alike(tmp_path, layout
         (tmp_path / "v.raw").write_bytes(data.astype(">i2").tobytes())
         path = tmp_path / "v.mhd"
         path.write_text(header + "ElementByteOrderMSB = True\nElementDataFile = v.raw\n")
-    vol = ingest.read_metaimage(path)
+    vol = metaimage_nifti.read_metaimage(path)
     np.testing.assert_array_equal(vol.hu, data)
     np.testing.assert_allclose(vol.index_to_world([1, 1, 1]), [10 - 0.6, 20 + 0.5, 32.5])
 
 
 def test_truncated_raw_and_missing_raw_are_clear(tmp_path):
-    ingest.write_metaimage(tmp_path / "a.mhd", np.zeros((4, 5, 6)), np.zeros(3), np.ones(3), np.eye(3))
+    metaimage_nifti.write_metaimage(tmp_path / "a.mhd", np.zeros((4, 5, 6)), np.zeros(3), np.ones(3), np.eye(3))
     raw = (tmp_path / "a.raw").read_bytes()
     (tmp_path / "a.raw").write_bytes(raw[:-10])
-    with pytest.raises(ingest.ScanError, match="data not read completely; ideal = 240 : actual = 230"):
-        ingest.read_metaimage(tmp_path / "a.mhd")
+    with pytest.raises(geometry.ScanError, match="data not read completely; ideal = 240 : actual = 230"):
+        metaimage_nifti.read_metaimage(tmp_path / "a.mhd")
     (tmp_path / "a.raw").unlink()
-    with pytest.raises(ingest.ScanError, match="Cannot open data file"):
-        ingest.read_metaimage(tmp_path / "a.mhd")
+    with pytest.raises(geometry.ScanError, match="Cannot open data file"):
+        metaimage_nifti.read_metaimage(tmp_path / "a.mhd")
 
 
 @pytest.mark.parametrize("field, bad, message", [
@@ -207,14 +207,14 @@ def test_truncated_raw_and_missing_raw_are_clear(tmp_path):
 ])
 def test_malformed_metaimage_fields_skip_that_scan_with_the_reason(tmp_path, field, bad, message):
     scans = tmp_path / "luna"
-    csv_path = ingest.synth_scans(scans, n_scans=3, seed=2, fmt="mhd")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=3, seed=2, fmt="mhd")
     victim = sorted(scans.rglob("*.mhd"))[0]
     lines = victim.read_text().splitlines()
     lines = [f"{field} = {bad}" if ln.split("=")[0].strip() == field else ln for ln in lines]
     victim.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ingest.ScanError, match=message):
-        ingest.read_metaimage(victim)
-    summary = ingest.prepare(tmp_path / "o.h5", csv_path, luna=str(scans), n_val=1, progress=False)
+    with pytest.raises(geometry.ScanError, match=message):
+        metaimage_nifti.read_metaimage(victim)
+    summary = pipeline.prepare(tmp_path / "o.h5", csv_path, luna=str(scans), n_val=1, progress=False)
     assert summary.scans_read == 2
     assert any(kind == "scan" and str(victim) in why and field in why for kind, why in summary.skipped)
 
@@ -225,13 +225,13 @@ def test_hu_conversion_on_pydicoms_ct_small():
     ds = pydicom.dcmread(path)
     stored = np.frombuffer(ds.PixelData, dtype="<i2").reshape(ds.Rows, ds.Columns)  # signed 16-bit
     want = stored.astype(np.float64) * float(ds.RescaleSlope) + float(ds.RescaleIntercept)
-    np.testing.assert_allclose(ingest.slice_hu(path), want)
+    np.testing.assert_allclose(dicom.slice_hu(path), want)
 
 
 def test_reversed_instance_numbers_sort_by_position():
-    series, _ = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")
+    series, _ = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")
     (uid, items), = series.items()
-    vol, notes = ingest.read_dicom_series(uid, items)
+    vol, notes = dicom.read_dicom_series(uid, items)
     assert vol.hu.shape == (5, 16, 16)
     assert vol.spacing[2] == pytest.approx(2.5)
     z = [vol.index_to_world([0, 0, k])[2] for k in range(5)]
@@ -239,48 +239,48 @@ def test_reversed_instance_numbers_sort_by_position():
     assert vol.origin[2] == pytest.approx(-1.2375)
     # the first slice of the volume is the file with the highest instance number (10)
     files = {int(ds.InstanceNumber): p for p, ds in items}
-    np.testing.assert_allclose(vol.hu[0], ingest.slice_hu(files[10]))
+    np.testing.assert_allclose(vol.hu[0], dicom.slice_hu(files[10]))
 
 
 def test_inconsistent_spacing_is_refused():
-    series, _ = ingest.scan_dicom_folder(DIRTESTS / "77654033" / "CT2")
+    series, _ = dicom.scan_dicom_folder(DIRTESTS / "77654033" / "CT2")
     (uid, items), = series.items()
-    with pytest.raises(ingest.ScanError, match="non-uniform slice spacing"):
-        ingest.read_dicom_series(uid, items)
+    with pytest.raises(geometry.ScanError, match="non-uniform slice spacing"):
+        dicom.read_dicom_series(uid, items)
 
 
 def test_localizers_are_dropped():
-    series, _ = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT2N")
+    series, _ = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT2N")
     (uid, items), = series.items()
-    with pytest.raises(ingest.ScanError, match="fewer than 2 axial images"):
-        ingest.read_dicom_series(uid, items)
+    with pytest.raises(geometry.ScanError, match="fewer than 2 axial images"):
+        dicom.read_dicom_series(uid, items)
     # mixed in with a real series, they are removed and the series still reads
-    ct5 = ingest.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")[0]
+    ct5 = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")[0]
     (uid5, items5), = ct5.items()
-    vol, notes = ingest.read_dicom_series(uid5, items5 + items)
+    vol, notes = dicom.read_dicom_series(uid5, items5 + items)
     assert vol.hu.shape[0] == 5 and any("localizer" in n for n in notes)
 
 
 def test_a_whole_dicomdir_tree_groups_series_and_skips_non_images():
-    series, skipped = ingest.scan_dicom_folder(DIRTESTS)
+    series, skipped = dicom.scan_dicom_folder(DIRTESTS)
     assert len(series) > 5
     assert any("DICOMDIR" in p for p, _ in skipped)
 
 
 def test_missing_position_and_gantry_tilt(tmp_path):
     hu = np.zeros((4, 8, 8), np.float32)
-    ingest.write_dicom_series(tmp_path / "s", hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], "9.8")
-    items = ingest.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
+    synthetic_scans.write_dicom_series(tmp_path / "s", hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], "9.8")
+    items = dicom.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
     del items[1][1].ImagePositionPatient
-    with pytest.raises(ingest.ScanError, match="lack ImagePositionPatient"):
-        ingest.read_dicom_series("9.8", items)
+    with pytest.raises(geometry.ScanError, match="lack ImagePositionPatient"):
+        dicom.read_dicom_series("9.8", items)
     # tilt: each slice shifts 1 mm in y per 2 mm in z, with axial orientation
-    items = ingest.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
+    items = dicom.scan_dicom_folder(tmp_path / "s")[0]["9.8"]
     for p, ds in items:
         x, y, z = [float(v) for v in ds.ImagePositionPatient]
         ds.ImagePositionPatient = [x, z / 2.0, z]
-    with pytest.raises(ingest.ScanError, match="gantry tilt"):
-        ingest.read_dicom_series("9.8", items)
+    with pytest.raises(geometry.ScanError, match="gantry tilt"):
+        dicom.read_dicom_series("9.8", items)
 
 
 def test_undecodable_compressed_pixels_name_the_package():
@@ -290,14 +290,14 @@ def test_undecodable_compressed_pixels_name_the_package():
         pytest.skip("a JPEG decoder plugin is installed here")
     except Exception:
         pass
-    with pytest.raises(ingest.ScanError, match="pip install pylibjpeg pylibjpeg-libjpeg"):
-        ingest.slice_hu(path)
+    with pytest.raises(geometry.ScanError, match="pip install pylibjpeg pylibjpeg-libjpeg"):
+        dicom.slice_hu(path)
 
 
 def test_a_spreadsheets_csv_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "excel.csv"
     path.write_bytes("\ufeffseriesuid,coordX,coordY,coordZ,diameter_mm\r\n1.2.3,-10.5,2,3.25,6\r\n".encode("utf-8"))
-    got = ingest.read_annotations(path)
+    got = annotations.read_annotations(path)
     assert list(got) == ["1.2.3"]
     (xyz, d), = got["1.2.3"]
     assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
@@ -305,21 +305,21 @@ def test_a_spreadsheets_csv_with_a_byte_order_mark_is_read(tmp_path):
 
 def test_bad_inputs_of_prepare(tmp_path):
     with pytest.raises(DataError, match="not found"):
-        ingest.read_annotations(tmp_path / "none.csv")
+        annotations.read_annotations(tmp_path / "none.csv")
     bad = tmp_path / "bad.csv"
     bad.write_text("uid,x,y,z\n1,2,3,4\n")
     with pytest.raises(DataError, match="missing column"):
-        ingest.read_annotations(bad)
+        annotations.read_annotations(bad)
     bad.write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n1,a,3,4,5\n")
     with pytest.raises(DataError, match="line 2"):
-        ingest.read_annotations(bad)
+        annotations.read_annotations(bad)
     bad.write_bytes("seriesuid,coordX,coordY,coordZ,diameter_mm\nnodule-é,1,3,4,5\n".encode("latin-1"))
     with pytest.raises(DataError, match="not UTF-8 text.*save it as UTF-8 CSV"):
-        ingest.read_annotations(bad)
+        annotations.read_annotations(bad)
     (tmp_path / "empty").mkdir()
     write_csv(tmp_path / "ok.csv", [["1", "0", "0", "0", "5"]])
     with pytest.raises(DataError, match="no DICOM image series"):
-        ingest.prepare(tmp_path / "o.h5", tmp_path / "ok.csv", dicom=str(tmp_path / "empty"), progress=False)
+        pipeline.prepare(tmp_path / "o.h5", tmp_path / "ok.csv", dicom=str(tmp_path / "empty"), progress=False)
     proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(tmp_path / "empty"),
                 "--annotations", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o.h5")], check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("error: no .mhd") and "Traceback" not in proc.stderr
@@ -328,7 +328,7 @@ def test_bad_inputs_of_prepare(tmp_path):
 
 def test_when_every_nodule_is_refused_the_summary_comes_before_the_error(tmp_path):
     scans = tmp_path / "luna"
-    ingest.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
+    synthetic_scans.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
     notes = tmp_path / "far.csv"
     write_csv(notes, [["9.9.9", "0", "0", "0", "5"], ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])
     out = tmp_path / "o.h5"
@@ -343,12 +343,12 @@ def test_when_every_nodule_is_refused_the_summary_comes_before_the_error(tmp_pat
 
 def test_one_scan_with_val_0_writes_a_training_split_only(tmp_path):
     scans = tmp_path / "luna"
-    csv_path = ingest.synth_scans(scans, n_scans=1, seed=3, fmt="mhd")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=1, seed=3, fmt="mhd")
     out = tmp_path / "one.h5"
     with pytest.raises(DataError, match="or pass --val 0"):
-        ingest.prepare(out, csv_path, luna=str(scans), progress=False)
-    summary = ingest.prepare(out, csv_path, luna=str(scans), n_val=0, progress=False)
-    n = sum(len(v) for v in ingest.read_annotations(csv_path).values())
+        pipeline.prepare(out, csv_path, luna=str(scans), progress=False)
+    summary = pipeline.prepare(out, csv_path, luna=str(scans), n_val=0, progress=False)
+    n = sum(len(v) for v in annotations.read_annotations(csv_path).values())
     assert summary.nodules_written == n >= 1
     with h5py.File(out) as f:
         assert f["train/cubes"].shape == (n, 16, 16, 16) and f["val/cubes"].shape == (0, 16, 16, 16)
@@ -358,28 +358,28 @@ def test_one_scan_with_val_0_writes_a_training_split_only(tmp_path):
     cubes = load_cubes(out, need=("train",))
     assert cubes.train.shape == (n, 16, 16, 16) and len(cubes.val) == 0
     with pytest.raises(DataError, match="--val must be >= 0"):
-        ingest.prepare(out, csv_path, luna=str(scans), n_val=-1, progress=False)
+        pipeline.prepare(out, csv_path, luna=str(scans), n_val=-1, progress=False)
 
 
 def test_an_interrupted_prepare_resumes_without_reading_finished_scans(tmp_path, monkeypatch):
     scans = tmp_path / "luna"
-    csv_path = ingest.synth_scans(scans, n_scans=3, seed=4, fmt="mhd")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=3, seed=4, fmt="mhd")
     fresh = tmp_path / "fresh.h5"
-    ingest.prepare(fresh, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
-    real, reads = ingest.read_metaimage, []
+    pipeline.prepare(fresh, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
+    real, reads = metaimage_nifti.read_metaimage, []
 
     def interrupted_on_the_second(path):
         reads.append(Path(path).stem)
         if len(reads) == 2:
             raise KeyboardInterrupt
         return real(path)
-    monkeypatch.setattr(ingest, "read_metaimage", interrupted_on_the_second)
+    monkeypatch.setattr(metaimage_nifti, "read_metaimage", interrupted_on_the_second)
     out = tmp_path / "out.h5"
     with pytest.raises(KeyboardInterrupt):
-        ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
+        pipeline.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=lambda *a: None)
     assert not out.exists() and len(list(Path(f"{out}.partial").glob("*.npz"))) == 1
     said = []
-    summary = ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
+    summary = pipeline.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
     assert reads[2:] == sorted(p.stem for p in scans.glob("*.mhd"))[1:], "the finished scan is not read again"
     assert "resuming: 1 scan(s) already cut" in said[0] and summary.scans_read == 3
     assert not Path(f"{out}.partial").exists()
@@ -390,14 +390,14 @@ def test_an_interrupted_prepare_resumes_without_reading_finished_scans(tmp_path,
     Path(f"{out}.partial").mkdir()
     (Path(f"{out}.partial") / "key.txt").write_text("other")
     said = []
-    ingest.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
+    pipeline.prepare(out, csv_path, luna=str(scans), n_val=1, progress=False, say=said.append)
     assert "discarding" in said[0]
 
 
 def _series(tmp_path, name="s", uid="9.9"):
     hu = np.full((4, 8, 8), -800.0, np.float32)
-    ingest.write_dicom_series(tmp_path / name, hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], uid)
-    return ingest.scan_dicom_folder(tmp_path / name)[0][uid]
+    synthetic_scans.write_dicom_series(tmp_path / name, hu, [0, 0, 0], [1, 1, 2], [1, 0, 0], [0, 1, 0], uid)
+    return dicom.scan_dicom_folder(tmp_path / name)[0][uid]
 
 
 @pytest.mark.parametrize("tag, message", [
@@ -407,8 +407,8 @@ def _series(tmp_path, name="s", uid="9.9"):
 def test_a_series_without_the_tags_a_volume_needs_is_refused_with_the_reason(tmp_path, tag, message):
     items = _series(tmp_path)
     delattr(items[2][1], tag)
-    with pytest.raises(ingest.ScanError, match=message):
-        ingest.read_dicom_series("9.9", items)
+    with pytest.raises(geometry.ScanError, match=message):
+        dicom.read_dicom_series("9.9", items)
 
 
 def test_without_rescale_tags_only_assume_hu_reads_the_stored_values(tmp_path):
@@ -417,9 +417,9 @@ def test_without_rescale_tags_only_assume_hu_reads_the_stored_values(tmp_path):
     items = _series(tmp_path)
     for _, ds in items:
         del ds.RescaleSlope, ds.RescaleIntercept
-    with pytest.raises(ingest.ScanError, match="not known to be HU .pass --assume-hu"):
-        ingest.read_dicom_series("9.9", items)
-    vol, _ = ingest.read_dicom_series("9.9", items, assume_hu=True)
+    with pytest.raises(geometry.ScanError, match="not known to be HU .pass --assume-hu"):
+        dicom.read_dicom_series("9.9", items)
+    vol, _ = dicom.read_dicom_series("9.9", items, assume_hu=True)
     assert vol.hu.shape == (4, 8, 8)
 
 
@@ -427,8 +427,8 @@ def test_without_rescale_tags_only_assume_hu_reads_the_stored_values(tmp_path):
 def test_a_malformed_image_position_is_refused_not_a_traceback(tmp_path, value):
     items = _series(tmp_path)
     items[1][1].ImagePositionPatient = value
-    with pytest.raises(ingest.ScanError, match="malformed ImagePositionPatient"):
-        ingest.read_dicom_series("9.9", items)
+    with pytest.raises(geometry.ScanError, match="malformed ImagePositionPatient"):
+        dicom.read_dicom_series("9.9", items)
 
 
 def test_prepare_skips_a_bad_series_with_its_reason_and_cuts_the_others(tmp_path):
@@ -436,14 +436,14 @@ def test_prepare_skips_a_bad_series_with_its_reason_and_cuts_the_others(tmp_path
 
     import h5py
     scans = tmp_path / "scans"
-    csv_path = ingest.synth_scans(scans, n_scans=2, seed=3, fmt="dicom")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=2, seed=3, fmt="dicom")
     bad = sorted(p for p in scans.iterdir() if p.is_dir())[0]
     for f in [f for f in bad.iterdir() if f.is_file() and f.suffix != ".xml"]:
         ds = pydicom.dcmread(f)
         del ds.RescaleIntercept
         ds.save_as(f)
     out = tmp_path / "o.h5"
-    summary = ingest.prepare(out, csv_path, dicom=str(scans), n_val=0, progress=False, say=lambda *a: None)
+    summary = pipeline.prepare(out, csv_path, dicom=str(scans), n_val=0, progress=False, say=lambda *a: None)
     reasons = [why for kind, why in summary.skipped]
     assert any("lack RescaleIntercept" in r for r in reasons), reasons
     assert summary.scans_read >= 1 and summary.nodules_written > 0
@@ -464,7 +464,7 @@ def test_annotation_rows_that_cannot_be_nodules_are_reported_and_skipped(tmp_pat
                     "1.2,1,2,3,5\n"        # line 7: the same nodule as line 2
                     "1.3,4,5,6,7\n")
     skipped = []
-    got = ingest.read_annotations(path, skipped)
+    got = annotations.read_annotations(path, skipped)
     assert {uid: len(v) for uid, v in got.items()} == {"1.2": 1, "1.3": 1}
     lines = [why.split(" line ")[1].split(" ")[0] for _, why in skipped]
     assert lines == ["3", "4", "5", "6", "7"]
@@ -479,7 +479,7 @@ def test_annotation_rows_that_cannot_be_nodules_are_reported_and_skipped(tmp_pat
 def test_annotation_csvs_in_the_dialects_spreadsheets_write(tmp_path, text):
     path = tmp_path / "a.csv"
     path.write_text(text)
-    (xyz, d), = ingest.read_annotations(path)["1.2"]
+    (xyz, d), = annotations.read_annotations(path)["1.2"]
     assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
 
 
@@ -502,13 +502,13 @@ def test_nifti_world_is_ras_on_disk_and_lps_in_the_volume(tmp_path):
     and the volume read back LPS, so that one annotations convention serves every format."""
     hu = np.full((4, 5, 6), -1000.0)
     origin, spacing = np.array([10.0, 20.0, 30.0]), np.array([0.7, 0.8, 1.25])
-    ingest.write_nifti(tmp_path / "v.nii.gz", hu, origin, spacing, np.eye(3))
+    metaimage_nifti.write_nifti(tmp_path / "v.nii.gz", hu, origin, spacing, np.eye(3))
     code, sform = nifti_sform(tmp_path / "v.nii.gz")
     assert code > 0
     flip = np.diag([-1.0, -1.0, 1.0])                       # LPS -> RAS
     np.testing.assert_allclose(sform[:, :3], flip @ np.diag(spacing), atol=1e-5)
     np.testing.assert_allclose(sform[:, 3], flip @ origin, atol=1e-4)
-    vol = ingest.read_nifti(tmp_path / "v.nii.gz")
+    vol = metaimage_nifti.read_nifti(tmp_path / "v.nii.gz")
     np.testing.assert_allclose(vol.index_to_world([1, 2, 3]), origin + spacing * [1, 2, 3], atol=1e-4)
 
 
@@ -517,9 +517,9 @@ def test_nifti_and_metaimage_scans_give_the_same_cubes(tmp_path):
     same cubes: one path after the reader."""
     written = {}
     for fmt in ("mhd", "nifti"):
-        csv_path = ingest.synth_scans(tmp_path / fmt, n_scans=2, seed=5, fmt=fmt)
+        csv_path = synthetic_scans.synth_scans(tmp_path / fmt, n_scans=2, seed=5, fmt=fmt)
         out = tmp_path / f"{fmt}.h5"
-        summary = ingest.prepare(out, csv_path, **{"luna" if fmt == "mhd" else "nifti": str(tmp_path / fmt)},
+        summary = pipeline.prepare(out, csv_path, **{"luna" if fmt == "mhd" else "nifti": str(tmp_path / fmt)},
                                  n_val=1, progress=False, say=lambda *a: None)
         assert summary.nodules_written == 4 and not [s for s in summary.skipped if s[0] != "note"]
         written[fmt] = load_cubes(out)
@@ -533,27 +533,27 @@ def test_nifti_and_metaimage_scans_give_the_same_cubes(tmp_path):
 
 def test_a_volume_not_in_hu_or_not_3d_is_skipped_with_its_reason(tmp_path):
     scans = tmp_path / "nii"
-    csv_path = ingest.synth_scans(scans, n_scans=2, seed=6, fmt="nifti")
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=2, seed=6, fmt="nifti")
     victim = sorted(scans.glob("*.nii.gz"))[0]
-    vol = ingest.read_nifti(victim)
+    vol = metaimage_nifti.read_nifti(victim)
     # intensities normalised to [0, 1], as some pipelines store them: no air below -500
-    ingest.write_nifti(victim, (vol.hu + 1024) / 4096 * 1000, vol.origin, vol.spacing, vol.direction)
-    summary = ingest.prepare(tmp_path / "a.h5", csv_path, nifti=str(scans), n_val=0, progress=False,
+    metaimage_nifti.write_nifti(victim, (vol.hu + 1024) / 4096 * 1000, vol.origin, vol.spacing, vol.direction)
+    summary = pipeline.prepare(tmp_path / "a.h5", csv_path, nifti=str(scans), n_val=0, progress=False,
                              say=lambda *a: None)
     assert any(kind == "scan" and "no voxel of air" in why and str(victim) in why for kind, why in summary.skipped)
     assert summary.nodules_written == 2, "the other scan's two nodules"
     import SimpleITK as sitk
     sitk.WriteImage(sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.int16), isVector=False), str(tmp_path / "t.nii"))
-    with pytest.raises(ingest.ScanError, match="4 dimensions; a CT volume has 3"):
-        ingest.read_nifti(tmp_path / "t.nii")
+    with pytest.raises(geometry.ScanError, match="4 dimensions; a CT volume has 3"):
+        metaimage_nifti.read_nifti(tmp_path / "t.nii")
 
 
 def test_a_slice_cut_short_is_called_so_not_a_missing_decoder(tmp_path):
     hu = np.full((3, 8, 8), -1000.0)
-    ingest.write_dicom_series(tmp_path / "s", hu, np.zeros(3), np.ones(3), np.array([1.0, 0, 0]),
+    synthetic_scans.write_dicom_series(tmp_path / "s", hu, np.zeros(3), np.ones(3), np.array([1.0, 0, 0]),
                               np.array([0, 1.0, 0]), "1.2.3", rng=np.random.default_rng(0))
     victim = sorted((tmp_path / "s").iterdir())[0]
     victim.write_bytes(victim.read_bytes()[:-20])          # an interrupted copy
     # 8 x 8 pixels of 16 bits: 128 bytes, 108 left
-    with pytest.raises(ingest.ScanError, match="holds 108 bytes where 8 x 8 pixels need 128: the file is cut short"):
-        ingest.slice_hu(victim)
+    with pytest.raises(geometry.ScanError, match="holds 108 bytes where 8 x 8 pixels need 128: the file is cut short"):
+        dicom.slice_hu(victim)

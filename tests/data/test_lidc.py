@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from tests.support import ROOT, run
-from deepdensity.data import ingest
+from deepdensity.data.ingest import annotations, geometry, pipeline, synthetic_scans
 from deepdensity.data import lidc
 from deepdensity.data.cubes import DataError
 
 
 def axial_volume(shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), origin=(-35.0, -40.0, -120.0)):
-    vol = ingest.Volume(np.zeros(shape, np.float32), np.array(origin), np.array(spacing), np.eye(3), "1.2.3", "")
+    vol = geometry.Volume(np.zeros(shape, np.float32), np.array(origin), np.array(spacing), np.eye(3), "1.2.3", "")
     vol.slice_uids = tuple(f"1.2.3.{k}" for k in range(shape[0]))
     return vol
 
@@ -118,8 +118,8 @@ def _edit_readers(xml_path, keep):
 @pytest.mark.slow
 def test_prepare_from_lidc_xml_end_to_end_and_train_on_it(tmp_path):
     scans = tmp_path / "scans"
-    csv_path = ingest.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
-    truth = ingest.read_annotations(csv_path)
+    csv_path = synthetic_scans.synth_scans(scans, n_scans=3, seed=1, fmt="dicom")
+    truth = annotations.read_annotations(csv_path)
     # scan 0: all four readers agree (as written); scan 1: only two readers mark nodule 0;
     # scan 2: nodule 1 is marked by three readers only
     uids = sorted(truth)
@@ -150,8 +150,8 @@ def test_prepare_from_lidc_xml_end_to_end_and_train_on_it(tmp_path):
 def test_prepare_refuses_lidc_xml_without_dicom_or_with_a_csv(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(DataError, match="exactly one of --annotations CSV or --lidc-xml"):
-        ingest.prepare(tmp_path / "o.h5", tmp_path / "a.csv", dicom=str(tmp_path / "d"), lidc_xml=True)
+        pipeline.prepare(tmp_path / "o.h5", tmp_path / "a.csv", dicom=str(tmp_path / "d"), lidc_xml=True)
     with pytest.raises(DataError, match="use it with --dicom"):
-        ingest.prepare(tmp_path / "o.h5", luna=str(tmp_path / "d"), lidc_xml=True)
+        pipeline.prepare(tmp_path / "o.h5", luna=str(tmp_path / "d"), lidc_xml=True)
     with pytest.raises(DataError, match="no LIDC XML readings"):
-        ingest.prepare(tmp_path / "o.h5", dicom=str(tmp_path / "d"), lidc_xml=True)
+        pipeline.prepare(tmp_path / "o.h5", dicom=str(tmp_path / "d"), lidc_xml=True)
