@@ -36,7 +36,8 @@ STOPPING = ("max_epochs", "target_loss", "stall_patience", "stall_near", "stall_
             "collapse_loss", "collapse_patience")
 NOT_IN_KEY = ("data_path",) + STOPPING
 ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
-            "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio")
+            "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio", "grad_noise", "grad_sq",
+            "next_global_batch")
 
 
 def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str) -> str:

@@ -265,6 +265,29 @@ def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_dat
     assert rows[-1]["val_loss"] != pytest.approx(strong[-1]["val_loss"], rel=1e-6), "local is not strong"
 
 
+def test_an_adaptive_run_taken_from_the_ledger_keeps_what_the_beyond_report_reads(tmp_path):
+    """A later beyond study reuses its runs from the ledger; the record then reads their rows from
+    the folder the ledger writes, so every key record.beyond_record keeps must survive the trip
+    (adaptive's noise and norm: the 'not exercised' statement is made of them)."""
+    from deepdensity.study import ledger
+    from deepdensity.study.record import ROW_KEYS
+    from deepdensity.training.runs import read_metrics
+    rows = [{"epoch": e, "loss": 0.02, "val_loss": 0.01 / e, "seconds": 1.5 * e, "global_batch": 32, "steps": 114,
+             "allreduces": 114, "grad_noise": 1e-6 * e, "grad_sq": 5e-5, "next_global_batch": 32} for e in (1, 2, 3)]
+    config = {"seed": 0, "epoch_definition": "per_worker", "data_path": "d.h5", "target_loss": 0.0, "max_epochs": 3,
+              "stall_patience": 0, "stall_near": 0.0, "stall_near_patience": 0, "collapse_loss": 0.0,
+              "collapse_patience": 0}
+    book = ledger.Ledger(tmp_path / ledger.LEDGER_FILE)
+    book.append(ledger.entry_of("adaptive-n2-s0", "adaptive", 2, 0, "one process", "", "arrays:x", config,
+                                {"status": "max_epochs", "epochs": 3}, rows, [r["val_loss"] for r in rows],
+                                {"host": "h"}, "rev", "trained"))
+    entry, got = ledger.Ledger(tmp_path / ledger.LEDGER_FILE).find(book.entries[0]["key"], ledger.stopping_of(config))
+    ledger.materialize(tmp_path / "run", entry, got, config)
+    back = read_metrics(tmp_path / "run")
+    assert [{k: r[k] for k in ROW_KEYS} for r in back] == [{k: r[k] for k in ROW_KEYS} for r in rows]
+    assert [r["next_global_batch"] for r in back] == [32] * 3, "a resume's batch, kept too"
+
+
 # ------------------------------------------------------------------------------------
 # the study's time model and answer
 # ------------------------------------------------------------------------------------
