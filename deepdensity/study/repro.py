@@ -450,8 +450,8 @@ def _unless_not_held(stage, instead):
 
 
 def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
-    """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, trained again
-    to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
+    """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, continued from
+    their last checkpoint (or trained again where none is held) to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
     of the others, spread over their cells. Where one reaches the target, its outcome replaces the
     stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
     Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
@@ -470,13 +470,14 @@ def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
         lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
         r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == "2eta" else mode, n,
-                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0})
+                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0},
+                         continue_from=name)     # from its last checkpoint: the same path, not its epochs again
         return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
                 "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],
                 "final_val_loss": r.get("final_val_loss")}
 
     if chosen:
-        print(f"stall check: {len(chosen)} run(s) the stall rule stopped, again to the cap with the rule off")
+        print(f"stall check: {len(chosen)} run(s) the stall rule stopped, continued to the cap with the rule off")
     rows = s.runner.run_all([functools.partial(to_cap, *x) for x in chosen], label="stall check")
     for row in rows:
         if row["status"] == "reached_target":

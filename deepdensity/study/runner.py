@@ -69,12 +69,15 @@ class StudyRunner:
         return (f"this invocation took {wall_s / 60:.1f} min, trained {len(self.trained)} run(s) and reused "
                 f"{len(self.reused - self.trained)} finished earlier")
 
-    def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False) -> dict:
+    def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False,
+            continue_from: Optional[str] = None) -> dict:
         """Run `name` with `settings`; a run the ledger holds is reused (its folder written from
         the ledger, ledger.py), a finished run in the folder is reused, and one that stopped at
         its epoch cap is resumed when asked for more epochs (the sequential runs grow this way).
         `need_weights`: the run's weights are read afterwards, so a ledger entry (which has none)
-        does not do."""
+        does not do. `continue_from`: a run of the same path that a stopping rule ended here;
+        when neither the ledger nor the folder holds `name`, it starts from that run's last
+        checkpoint (continuation) instead of from epoch 0."""
         out = self.root / name
         result_path = out / "result.json"
         request = self._request(mode, n, settings) if self.ledger is not None else None
@@ -82,18 +85,13 @@ class StudyRunner:
         # a run trained in this folder is used as before (reused, extended or resumed); the
         # ledger fills folders without one, unless the run's weights are needed
         if request is not None and not trained_here and not need_weights:
-            found = self.ledger.find(request["key"], request["stopping"])
-            if found is not None:
-                entry, got = found
-                if not _holds(out, entry, got["result"]):
-                    _wipe(out)
-                    ledger.materialize(out, entry, got, request["config"])
-                with self._lock:
-                    self.reused.add(name)
-                    self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
-                return got["result"]
+            held = self._from_ledger(out, name, request)
+            if held is not None:
+                return held
         if (out / ledger.MARKER).exists():      # written from the ledger, no checkpoint: train afresh
             _wipe(out)
+        if continue_from and not out.exists():
+            _continuation(self.root / continue_from, out)
         if result_path.exists():
             self._refuse_stale(out, settings)             # before the ledger: a stale run never takes a new key
             if request is not None:
@@ -126,6 +124,21 @@ class StudyRunner:
         if request is not None:
             self._record(out, name, mode, n, request, "trained")
         return read_json(result_path, "run's result")
+
+    def _from_ledger(self, out: Path, name: str, request: dict) -> Optional[dict]:
+        """The run's result replayed from the ledger, its folder written from the entry; None
+        when the ledger holds no run that answers the request."""
+        found = self.ledger.find(request["key"], request["stopping"])
+        if found is None:
+            return None
+        entry, got = found
+        if not _holds(out, entry, got["result"]):
+            _wipe(out)
+            ledger.materialize(out, entry, got, request["config"])
+        with self._lock:
+            self.reused.add(name)
+            self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
+        return got["result"]
 
     def _request(self, mode: str, n: int, settings: dict) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
@@ -298,6 +311,25 @@ def _holds(out: Path, entry: dict, result: dict) -> bool:
         return False
     r = read_json(out / "result.json", "run's result")
     return r == result                           # the same answer, the same stopping rules
+
+
+def _continuation(stopped: Path, out: Path) -> None:
+    """`out` as the stopped run's folder at its last checkpoint, without its final status, so
+    that train.py resumes it under the stopping rules asked for now (the stall settings decide
+    where a run stops, never its path: training/runs.py RESUMABLE). A stopped run with no
+    checkpoint (written from the ledger) leaves `out` absent: the run trains from epoch 0."""
+    import json
+    import shutil
+    from deepdensity.utils.files import write_atomic
+    if not (stopped / "state.json").is_file():
+        return
+    partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(stopped, partial, ignore=shutil.ignore_patterns("result.json", "weights.h5", ledger.MARKER))
+    state = read_json(partial / "state.json", "stopped run's state")
+    state.pop("status", None)
+    write_atomic(partial / "state.json", json.dumps(state))
+    partial.rename(out)
 
 
 def _wipe(out: Path) -> None:

@@ -27,6 +27,9 @@ RESUMABLE = {
     "deterministic": "kernel choice only",
     "tensorboard_images_every": "what is logged only",
     "validate_every_pass": "what is logged only: validation reads the weights, never changes them",
+    "stall_patience": "where the run stops, never its path (the study's stall check continues stopped runs with it off)",
+    "stall_near": "where the run stops, never its path",
+    "stall_near_patience": "where the run stops, never its path",
 }
 
 START_AFRESH = "start afresh with another --out (or delete the folder)"

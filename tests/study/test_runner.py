@@ -8,6 +8,7 @@ import yaml
 from deepdensity.study.preset import StudyError
 from deepdensity.study.runner import StudyRunner
 from deepdensity.training.runs import data_fingerprint
+from tests.support import ROOT
 
 
 def _finished_run(root, data, **settings):
@@ -44,3 +45,32 @@ def test_a_finished_run_is_reused_only_with_the_same_settings_and_data(tmp_path)
     data.write_bytes(b"other cubes, same path")
     with pytest.raises(StudyError, match="the data in .*data.h5 changed"):
         StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None).run("seq-s0", "strong", 1, asked)
+
+
+@pytest.mark.slow
+def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_same_path(tmp_path, smoke_data):
+    """The stall check's continuation (repro.stall_check): the stopped run's folder resumed with
+    the rule off follows, epoch for epoch, the path of a run trained from the start with the rule
+    off, and does not train its first epochs again. At lr 0.05 the smoke model's loss settles
+    on a plateau within 3 epochs, so a patience of 1 stops it. Exact equality: the same process
+    configuration with deterministic kernels, and a resume restores weights and Adam's state."""
+    from deepdensity.training.runs import read_metrics
+    settings = {**yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()), "data_path": str(smoke_data),
+                "target_loss": 1e-6, "base_lr": 0.05}
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump(settings))
+    root = tmp_path / "runs"
+    runner = StudyRunner(root, train_yaml, None, say=lambda *a: None)
+    stopped = runner.run("s0", "strong", 1, {"max_epochs": 6, "stall_patience": 1})
+    assert stopped["status"] == "stalled" and stopped["epochs"] < 6, stopped
+    continued = runner.run("s0-to-cap", "strong", 1, {"max_epochs": 6, "stall_patience": 0}, continue_from="s0")
+    fresh = runner.run("fresh", "strong", 1, {"max_epochs": 6, "stall_patience": 0})
+    assert continued["status"] == fresh["status"] == "max_epochs" and continued["epochs"] == 6
+
+    def path(name):
+        return [(r["epoch"], r["loss"], r["val_loss"]) for r in read_metrics(root / name)]
+    assert path("s0-to-cap") == path("fresh")
+    head = stopped["epochs"]
+    assert [r["seconds"] for r in read_metrics(root / "s0-to-cap")[:head]] == \
+        [r["seconds"] for r in read_metrics(root / "s0")], "the stopped run's epochs, not trained again"
+    assert json.loads((root / "s0" / "result.json").read_text())["status"] == "stalled", "the stopped run is kept"
