@@ -116,7 +116,7 @@ def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict
             "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")}
 
 
-ROW_KEYS = ("epoch", "global_batch", "allreduces", "grad_noise", "grad_sq", "val_loss")
+ROW_KEYS = ("epoch", "global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "val_loss")
 
 
 def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],

@@ -715,13 +715,16 @@ def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: di
     return statistics.median(per_epoch or [math.nan]), t
 
 
-def _timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: dict) -> dict:
-    """A run's outcome with its modelled time to target (epoch by epoch, from its rows)."""
+def _timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: dict, target: float,
+           per_epoch: int) -> dict:
+    """A run's outcome with its modelled time to target (epoch by epoch, from its rows) and its
+    passes to target (`per_epoch` passes an epoch; the beyond study's verdicts compare passes first)."""
     reached = result["status"] == "reached_target"
     epoch_s, t = _modelled_from_rows(run_dir, mode, n, n_val, timing, result["epochs"] if reached else None)
     return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
             else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,
-            "final_val_loss": result.get("final_val_loss")}
+            "final_val_loss": result.get("final_val_loss"),
+            "passes_to_target": rules.passes_to_target(read_metrics(run_dir), target, per_epoch) if reached else None}
 
 
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
@@ -764,7 +767,8 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
                              label="filter runs")
     for (facts, nm, mode, n, _), r in zip(jobs, results):
-        rows.append({**facts, **_timed(root / nm, mode, n, n_val, timing, r)})
+        rows.append({**facts, **_timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
+                                      rules.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker")))})
     rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
     import h5py
     with h5py.File(filtered, "r") as f:
@@ -780,7 +784,7 @@ def _earlier_full_row(c: Cell, modelled) -> dict:
     return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
             "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
             "time_to_target_s": c.epochs_to_target * epoch_s if c.epochs_to_target else None,
-            "final_val_loss": c.final_val_loss}
+            "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
 
 
 def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
@@ -807,7 +811,8 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
                              label="batch sweep")
-    return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed, **_timed(runner.root / nm, "strong", 1, n_val, timing, r)}
+    return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed,
+             **_timed(runner.root / nm, policies.SEQUENTIAL, 1, n_val, timing, r, target, 1)}
             for (b, rule, lr, seed, nm), r in zip(points, results)]
 
 
@@ -836,7 +841,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
         t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
         cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
-                          "modelled", t, c["run"], c.get("final_val_loss")))
+                          "modelled", t, c["run"], c.get("final_val_loss"), c.get("passes_to_target")))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
 
