@@ -28,6 +28,7 @@ from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PRO
 from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
+from deepdensity.utils.files import check_own_folder
 
 # The files render_reports writes; `deepdensity report` compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")
@@ -638,7 +639,7 @@ def main(argv=None) -> int:
         print(f"{len(diffs)} report(s) differ from what the code renders" if diffs else
               f"the reports in {folder} are what the code renders from its study.json")
         return 1 if diffs else 0
-    out = Path(args.out) if args.out else folder
+    out = check_own_folder(args.out, "--out", ("REPORT.md", "study.json")) if args.out else folder
     rerender(folder, out)
     print(f"reports rendered from {folder / 'study.json'} into {out}")
     return 0

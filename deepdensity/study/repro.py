@@ -58,7 +58,7 @@ from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
-from deepdensity.utils.files import write_atomic
+from deepdensity.utils.files import check_own_folder, write_atomic
 
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
@@ -96,6 +96,8 @@ def main(argv=None) -> int:
     name, study = load_study(args.preset)
     runs = Path(args.runs or runs_root() / f"study-{name}")
     out = reports_folder(name, args.out, runs)
+    check_own_folder(runs, "--runs", RUNS_MARKS)
+    check_own_folder(out, "--out", REPORTS_MARKS)
     args.compare_with = args.compare_with or str(_default_study_reports())
     _check_runner(args.runner)
     slurm_check = _slurm_clients(study, args)
@@ -145,6 +147,9 @@ def _print_plan(name: str, study: Study, args, runs: Path, out: Path, slurm_chec
 # The committed reports: updated only when asked (--out reports), a preset other than
 # default in its own subfolder so that it never overwrites the default study's files.
 COMMITTED_REPORTS = Path("reports")
+# what a study writes first into its folders: a folder holding one of them is a study's
+RUNS_MARKS = ("train.yaml", "data.h5", LEDGER_FILE, "timing.json", "reports.partial", "reports")
+REPORTS_MARKS = ("REPORT.md", "study.json", LEDGER_FILE)
 
 
 def reports_folder(name: str, asked: Optional[str], runs: Path) -> Path:

@@ -92,3 +92,21 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
     if out.exists() and not force:
         raise UserError(f"--out {shown(out)} exists; pass --force to replace it")
     return out
+
+
+def check_own_folder(folder, flag: str, marks: tuple) -> Path:
+    """`folder` as a Path, once it is one this project may write into: absent, empty, or
+    holding one of `marks` (a file or folder it writes there first). Anywhere else its files
+    would land among someone else's (`--runs ~`), so it is refused in one line."""
+    from deepdensity.utils.errors import UserError, shown
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{flag} {shown(folder)} is a file, not a folder; pass a new or empty folder")
+    if not folder.exists() or any((folder / m).exists() for m in marks):
+        return folder
+    others = sorted(p.name for p in folder.iterdir())
+    if not others:
+        return folder
+    listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    raise UserError(f"{flag} {shown(folder)} holds files this command did not write ({listed}); "
+                    f"pass a new or empty folder")

@@ -143,3 +143,29 @@ def test_the_plan_counts_the_instruction_set_check(tmp_path):
     _, study = load_study(str(preset))
     assert run_counts(study) == (8 + 4, 12 + 4), "seed 0 of the 4 units once more"
     assert any("stability: seed 0 of every trained cell" in line for line in plan_lines("isa", study, "", "R", "O"))
+
+
+@pytest.mark.parametrize("flag", ["--runs", "--out"])
+def test_a_study_writes_only_into_its_own_or_an_empty_folder(tiny, tmp_path, capsys, flag):
+    """`--runs ~` or `--out ~/Documents` would spread a study's files among the user's: a folder
+    holding files no study wrote is refused in one line before anything is written."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("mine")
+    other = {"--runs": ["--out", str(tmp_path / "o")], "--out": ["--runs", str(tmp_path / "r")]}[flag]
+    assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {flag} {theirs} holds files this command did not write (thesis.tex); pass a new or " \
+                  f"empty folder\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["thesis.tex"]
+    (theirs / "train.yaml" if flag == "--runs" else theirs / "REPORT.md").write_text("")   # a study's folder
+    assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 0
+
+
+def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, capsys):
+    from deepdensity.study import report
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    assert report.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(theirs)]) == 2
+    assert "error: --out" in capsys.readouterr().err and sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
