@@ -1,6 +1,6 @@
 """Where a `horovodrun -np N` step loses time to the allreduce, from each rank's own clock.
 
-Every rank of the probe (`python -m deepdensity.bench --rank-waits` under horovodrun) records,
+Every rank of the probe (`python -m deepdensity.perf.rank_probes rank-waits` under horovodrun) records,
 step by step, when it called the averaging allreduce of its gradients (its backward pass done)
 and when the allreduce returned. On one host the ranks read one monotonic clock, so the
 records line up without correction. A step's allreduce then splits in two:

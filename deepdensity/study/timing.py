@@ -16,21 +16,18 @@ Everything here runs alone, before or after the training runs, never beside them
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
+from deepdensity.perf import probes
 from deepdensity.scaling import policies, rules
 from deepdensity.study import clocks
 from deepdensity.study.preset import StudyError
-from deepdensity.training.horovodrun import horovodrun_path
-from deepdensity.training.runs import read_metrics
 from deepdensity.utils.files import write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
+PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and its allreduce
 # What the parts mean; raised whenever the probe changes what it measures, so that a runs
 # folder's timing.json from an older probe is measured again rather than mixed with new
 # runs. 1: `train_on_batch` steps and Gloo's transfer alone; 2: steps timed as `model.fit`
@@ -61,28 +58,27 @@ STEP_BATCHES = [1, 2, 4, 8, 16, 32]
 def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
     """One round of the clock's measurements, raw, in the thread configuration of the real runs
     (each in a process of its own, `intra_op_threads` automatic) and on their data: step time
-    against per-worker batch and evaluation per cube on one process; at N = 2 and 4, one pair
-    of steps of N ranks stepping at once on their share of the cores at strong scaling's
-    per-worker batch, without allreduce and with Horovod's allreduce of the gradients in the
-    step (their difference is the allreduce's cost); then the real epochs on 1, 2 and 4
-    processes, and the seconds of their steps. {"steps": {batch: s}, "eval": s, "shared": {n: s},
+    against per-worker batch and evaluation per cube on one process; at every N of PROBE_NS,
+    one pair of steps of N ranks stepping at once on their share of the cores at strong
+    scaling's per-worker batch, without allreduce and with Horovod's allreduce of the gradients
+    in the step (their difference is the allreduce's cost); then the real epochs on every N of
+    REAL_NS, and the seconds of their steps. {"steps": {batch: s}, "eval": s, "shared": {n: s},
     "allreduce": {n: s}, "real": {n: s}, "real_steps": {n: s}}, n and batch as strings (JSON keys)."""
-    from deepdensity.perf.bench import probe_step_seconds
     say("timing: training steps at per-worker batch " + ", ".join(map(str, STEP_BATCHES)) + " on one process")
-    shared, allreduce = {}, {}
+    shared, allreduce, real, real_steps = {}, {}, {}, {}
     try:
-        steps, eval_per_sample = probe_step_seconds(str(train_yaml), 1, STEP_BATCHES, on_data=True)
-        for n in (2, 4):
+        steps, eval_per_sample = probes.probe_step_seconds(str(train_yaml), 1, STEP_BATCHES, on_data=True)
+        for n in PROBE_NS:
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
             say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
                 f"Horovod's allreduce")
-            shared[str(n)], allreduce[str(n)] = paired_allreduce(str(train_yaml), n, b, 1)
+            shared[str(n)], allreduce[str(n)] = probes.paired_allreduce(str(train_yaml), n, b, 1)
+        for n in REAL_NS:
+            say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
+            real[str(n)], real_steps[str(n)] = probes.real_epoch_seconds(root / f"timing-np{n}", train_yaml,
+                                                                         cfg.base_lr, n, REAL_EPOCHS)
     except RuntimeError as e:
         raise StudyError(str(e)) from None
-    real, real_steps = {}, {}
-    for n in REAL_NS:
-        say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
-        real[str(n)], real_steps[str(n)] = real_epoch_seconds(root, train_yaml, cfg.base_lr, n)
     return {"steps": {str(b): s for b, s in steps.items()}, "eval": eval_per_sample, "shared": shared,
             "allreduce": allreduce, "real": real, "real_steps": real_steps}
 
@@ -107,58 +103,16 @@ def combine_rounds(rounds: list, batch_size: int) -> dict:
 
 
 def gloo_alone(n_weights: int, cycle_ms: float, say=print) -> dict:
-    """Gloo's allreduce of `n_weights` floats alone at N = 2 and 4 ({n: s}): reported beside the
-    in-step allreduce, not part of the model."""
-    from deepdensity.perf.bench import allreduce_seconds
+    """Gloo's allreduce of `n_weights` floats alone at every N of PROBE_NS ({n: s}): reported
+    beside the in-step allreduce, not part of the model."""
     found = {}
-    for n in (2, 4):
+    for n in PROBE_NS:
         say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
         try:
-            found[str(n)] = allreduce_seconds(n, n_weights, cycle_ms)
+            found[str(n)] = probes.allreduce_seconds(n, n_weights, cycle_ms)
         except RuntimeError as e:
             raise StudyError(str(e)) from None
     return found
-
-
-def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int) -> tuple:
-    """(a rank's step without allreduce, the allreduce as a step pays it), seconds: the medians
-    over `pairs` probes without and with Horovod's allreduce run alternately, the allreduce
-    taken pair by pair. It is what the training pays: Horovod's negotiation, its cycle, the
-    wait for the slowest rank and Gloo's transfer (Gloo's alone, `gloo_seconds`, was 40-60 % of
-    it on a 2-core AMD EPYC). It is a difference of two steps of ranks sharing the
-    cores; one pair of 40-step probes of -np 4 on a 2-core AMD EPYC gave 8.2-13.2 ms over four
-    tries, and one probe disturbed by other work twice that."""
-    from deepdensity.perf.bench import probe_step_seconds
-    without, paid = [], []
-    for _ in range(pairs):
-        without.append(probe_step_seconds(train_yaml, n, [batch], on_data=True)[0][batch])
-        paid.append(max(0.0, probe_step_seconds(train_yaml, n, [batch], allreduce=True, on_data=True)[0][batch]
-                        - without[-1]))
-    return statistics.median(without), statistics.median(paid)
-
-
-def real_epoch_seconds(root: Path, train_yaml: Path, eta: float, n: int) -> tuple:
-    """(median seconds of a real strong-scaling epoch, median seconds of its steps) on n
-    processes of this host (epochs after the first), from `horovodrun -np n` (n > 1) or one
-    process, each with its share of the cores. The steps are the epoch less its validation
-    and the callbacks' epoch-end work (metrics.jsonl's `steps_seconds`)."""
-    out = root / f"timing-np{n}"
-    shutil.rmtree(out, ignore_errors=True)      # a timing run is measured afresh, never resumed
-    cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", "strong", "--config", str(train_yaml),
-           "--out", str(out), "--quiet", "--set", f"base_lr={eta!r}", "--set", f"max_epochs={REAL_EPOCHS}",
-           "--set", "target_loss=0", "--set", "stall_patience=0", "--set", "intra_op_threads=0",
-           # the paper's epoch validates once; the study's extra pass validations are its instrument
-           "--set", "validate_every_pass=false"]
-    if n > 1:
-        cmd = [horovodrun_path(), "-np", str(n)] + cmd
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise StudyError(f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
-                         + "\n".join(proc.stderr.strip().splitlines()[-10:]))
-    rows = read_metrics(out)
-    secs = [r["seconds"] for r in rows]
-    return (statistics.median(b - a for a, b in zip(secs, secs[1:])),
-            statistics.median(r["steps_seconds"] for r in rows[1:]))
 
 
 def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str,

@@ -62,6 +62,10 @@ class Single:
         """The mean of each tensor over the processes (in a training step or eagerly)."""
         return list(tensors)
 
+    def average_named(self, tensor, name: str):
+        """The mean of one tensor over the processes, an allreduce named `name`."""
+        return tensor
+
     def gather(self, obj) -> list:
         """Every process's `obj` (picklable), in rank order."""
         return [obj]
@@ -166,6 +170,11 @@ class Horovod(Single):
             return list(tensors)
         return hvd_tf.grouped_allreduce(list(tensors), op=hvd_tf.Average)
 
+    def average_named(self, tensor, name: str):
+        # Horovod: one allreduce under a fixed name; after the first call Horovod answers the
+        # name from its response cache, as it does a training step's gradients.
+        return hvd_tf.allreduce(tensor, op=hvd_tf.Average, name=name)
+
 
 def create_slots(model, optimizer):
     """Create the optimizer's slot variables now (Keras makes them lazily at the first step),
@@ -220,70 +229,3 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
         # first): devices and threads can no longer change, so the run uses what is set.
         threads = tf.config.threading.get_intra_op_parallelism_threads() or threads
     return backend, threads
-
-
-def time_allreduce(n_floats: int, repeats: int = 20) -> float:
-    """Median seconds of one averaging allreduce of `n_floats` float32 values across the
-    world (the gradient traffic of one step of a model with that many weights)."""
-    import time
-
-    import numpy as np
-    backend, _ = setup()
-    if not backend.available or backend.size() == 1:
-        return 0.0
-    grad = tf.constant(np.ones(n_floats, np.float32))
-    # One name for every call, as a step's gradients have: after the first, Horovod answers
-    # it from its response cache, with a lighter agreement between the ranks than a new name's
-    # negotiation (0.4-2 ms less on a 2-core AMD EPYC). The first call is the warm-up.
-    hvd_tf.allreduce(grad, op=hvd_tf.Average, name="probe")
-    # A step's allreduce is enqueued at a random point of Horovod's cycle and waits for the
-    # next one, half a cycle on average; back-to-back probes would each wait nearly a whole
-    # cycle. The same seed on every rank: the ranks end a step's backward pass together.
-    cycle_s = cycle_ms_in_effect() / 1e3
-    phase = np.random.default_rng(0)
-    samples = []
-    for _ in range(repeats):
-        time.sleep(phase.uniform(0, cycle_s))
-        t = time.perf_counter()
-        hvd_tf.allreduce(grad, op=hvd_tf.Average, name="probe").numpy()
-        samples.append(time.perf_counter() - t)
-    # every rank must agree on one figure: the slowest rank's median
-    return backend.allreduce_max(float(np.median(samples)))
-
-
-def idle_cpu_share(seconds: float) -> float:
-    """Share of a core this process uses while it sleeps `seconds` after init, the slowest
-    rank's: what Horovod's background cycle costs on its own."""
-    import resource
-    import time
-
-    backend, _ = setup()
-    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    time.sleep(seconds)
-    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return backend.allreduce_max(cpu / wall)
-
-
-def probe_main(argv=None) -> int:
-    """`horovodrun -np N python -m deepdensity.training.dist FLOATS`: the allreduce time of
-    FLOATS float32 values on rank 0; `--idle SECONDS`: an idle rank's share of a core.
-    What `make bench` and the study's timing probe run."""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m deepdensity.training.dist", description=probe_main.__doc__)
-    what = ap.add_mutually_exclusive_group(required=True)
-    what.add_argument("floats", nargs="?", type=int, help="time an allreduce of this many float32 values")
-    what.add_argument("--idle", type=float, metavar="SECONDS", help="measure an idle rank's share of a core")
-    args = ap.parse_args(argv)
-    if args.idle is not None:
-        key, value = "IDLE_CPU_SHARE", idle_cpu_share(args.idle)
-    else:
-        key, value = "ALLREDUCE_SECONDS", time_allreduce(args.floats)
-    if hvd is None or hvd.rank() == 0:
-        print(f"{key} {value:.9f}")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-    sys.exit(probe_main())

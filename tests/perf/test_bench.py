@@ -1,9 +1,10 @@
-"""The bench's arithmetic (its timings are figures, printed by `make bench`, not tested)."""
+"""The bench's and the probes' arithmetic (their timings are figures, printed by `make bench`, not
+tested), and the probes' entry point under horovodrun."""
 import sys
 
 import pytest
 
-from deepdensity.perf.bench import share_quartiles
+from deepdensity.perf.steps import share_quartiles
 
 
 def test_the_share_is_taken_round_by_round():
@@ -13,14 +14,13 @@ def test_the_share_is_taken_round_by_round():
     assert share_quartiles([10, 20, 10], [9, 15, 8]) == pytest.approx((0.2, 0.15, 0.225))
 
 
-
 def test_a_probe_on_data_steps_through_its_cubes_batch_after_batch():
     # the study's clock probes on the cubes it prices (a step cost 10-25 % more on them than on
     # random cubes on a 2-core AMD EPYC): each step must take the next batch, rank r from the
     # r-th batch on, wrapping round at the end of the data
     import numpy as np
 
-    from deepdensity.perf.bench import probe_batches
+    from deepdensity.perf.steps import probe_batches
     cubes = np.arange(10, dtype="f4").reshape(10, 1, 1, 1, 1) * np.ones((1, 16, 16, 16, 1), "f4")
     firsts = [float(x[0, 0, 0, 0, 0]) for x, _ in probe_batches(3, 1, cubes).take(4)]
     # cubes 3-5, 6-8, 9-0-1 (round the end); cube 2 makes no whole batch, and the data starts over
@@ -43,7 +43,7 @@ def test_the_rank_waits_probe_gathers_both_ranks_steps_on_one_clock():
 
     from deepdensity.perf.rank_waits import split_steps
     from tests.support import SMOKE, horovodrun, run
-    proc = run([horovodrun(), "-np", "2", sys.executable, "-m", "deepdensity.perf.bench", "--rank-waits",
+    proc = run([horovodrun(), "-np", "2", sys.executable, "-m", "deepdensity.perf.rank_probes", "rank-waits",
                 "--config", SMOKE, "--batch", "4", "--steps", "5"], timeout=300)
     lines = [line for line in proc.stdout.splitlines() if "RANK_WAITS" in line]
     assert len(lines) == 1 and lines[0].startswith("[0]")     # rank 0 alone prints

@@ -4,7 +4,7 @@ written for a browser, and the fixed cost's arithmetic. (Its timings are figures
 import numpy as np
 import pytest
 
-from deepdensity.perf.bench import fixed_cost
+from deepdensity.perf.step_figures import fixed_cost
 from deepdensity.perf.profile import (busy_length, chrome_trace, kernel_seconds, op_group, op_intervals,
                                       op_type_of)
 

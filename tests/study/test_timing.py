@@ -134,8 +134,7 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
 
 def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
     # scripted probes (seconds): without, with, alternately; one pair disturbed (the second)
-    from deepdensity.perf import bench
-    from deepdensity.study import timing
+    from deepdensity.perf import probes
     script = iter([0.024, 0.034, 0.030, 0.055, 0.023, 0.035])
     calls = []
 
@@ -143,8 +142,8 @@ def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
         assert on_data                                       # the clock steps on the study's cubes
         calls.append(allreduce)
         return {batches[0]: next(script)}, None
-    monkeypatch.setattr(bench, "probe_step_seconds", probe)
-    without, paid = timing.paired_allreduce("train.yaml", 4, 8, 3)
+    monkeypatch.setattr(probes, "probe_step_seconds", probe)
+    without, paid = probes.paired_allreduce("train.yaml", 4, 8, 3)
     assert calls == [False, True] * 3
     assert without == pytest.approx(0.024)                   # median of 24, 30, 23 ms
     assert paid == pytest.approx(0.012)                      # median of 10, 25, 12 ms
