@@ -98,6 +98,42 @@ def test_horovod_is_imported_in_one_module_only():
     assert importers == ["deepdensity.training.dist"]
 
 
+HOROVOD_HANDLES = {"hvd", "hvd_tf"}     # training/dist.py's names for Horovod's modules
+
+
+def horovod_handles(tree: ast.AST) -> list:
+    """Line numbers where a module reaches Horovod's modules through dist.py's handles: `dist.hvd`,
+    `from deepdensity.training.dist import hvd_tf`, `getattr(dist, "hvd")`, a bare `hvd`."""
+    def reaches(node) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in HOROVOD_HANDLES
+        if isinstance(node, ast.Name):
+            return node.id in HOROVOD_HANDLES
+        if isinstance(node, ast.ImportFrom):
+            return any(a.name in HOROVOD_HANDLES for a in node.names)
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and any(isinstance(a, ast.Constant) and a.value in HOROVOD_HANDLES for a in node.args))
+    return sorted({node.lineno for node in ast.walk(tree) if reaches(node)})
+
+
+def test_the_horovod_handle_finder_finds_what_it_should():
+    # the checker itself must be able to fail
+    found = horovod_handles(ast.parse('a = dist.hvd is None or dist.hvd.rank() == 0\n'
+                                      'from deepdensity.training.dist import hvd_tf as h\n'
+                                      'c = getattr(dist, "hvd")\nd = backend.rank()\ne = hvd.size()\n'
+                                      'f = dist.setup()\n'))
+    assert found == [1, 2, 3, 5]
+
+
+def test_nothing_outside_dist_touches_horovod():
+    """Horovod is imported in dist.py and used there only: every other module goes through its
+    backend (`dist.setup()`'s Single or Horovod), so that a run without Horovod, or another
+    launcher, changes one module."""
+    offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != "deepdensity.training.dist"
+                 for line in horovod_handles(ast.parse(path.read_text()))]
+    assert offenders == []
+
+
 @pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
                                   "deepdensity.study.tables", "deepdensity.config", "deepdensity.training.runs"])
 def test_pure_modules_import_no_framework(pure):
