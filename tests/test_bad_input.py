@@ -26,6 +26,46 @@ def cubes_file(path, train, val):
         f["train/cubes"], f["val/cubes"] = train, val
 
 
+def structure_files(d, unit):
+    """HDF5 structure rather than values (issue 47): links that lead nowhere, an object of the
+    wrong kind, element types that are not real numbers. Each file's values are good."""
+    cubes_file(d / "soft_dangling.h5", unit, h5py.SoftLink("/nowhere"))
+    cubes_file(d / "soft_loop.h5", unit, h5py.SoftLink("/val/cubes"))
+    with h5py.File(d / "soft_split.h5", "w") as f:
+        f["train"], f["val/cubes"] = h5py.SoftLink("/gone"), unit[:8]
+    cubes_file(d / "ext_missing.h5", unit, h5py.ExternalLink("gone.h5", "/cubes"))
+    with h5py.File(d / "other.h5", "w") as f:
+        f["cubes"] = unit[:8]
+    cubes_file(d / "ext_no_object.h5", unit, h5py.ExternalLink("other.h5", "/nothing"))
+    cubes_file(d / "column_dangling.h5", unit, unit[:8])
+    with h5py.File(d / "column_dangling.h5", "a") as f:
+        f["train/seriesuid"] = h5py.ExternalLink("gone.h5", "/uids")
+    with h5py.File(d / "vds_source.h5", "w") as f:
+        f["cubes"] = unit[:8]
+    layout = h5py.VirtualLayout(shape=unit[:8].shape, dtype="f4")
+    layout[...] = h5py.VirtualSource(str(d / "vds_source.h5"), "cubes", shape=unit[:8].shape)
+    with h5py.File(d / "vds_missing.h5", "w") as f:
+        f["train/cubes"] = unit
+        f.create_virtual_dataset("val/cubes", layout, fillvalue=0)
+    (d / "vds_source.h5").unlink()          # its cubes would read as zeros: air, without a word
+    with h5py.File(d / "raw_missing.h5", "w") as f:
+        f["train/cubes"] = unit
+        f.create_dataset("val/cubes", shape=unit[:8].shape, dtype="f4",
+                         external=[(str(d / "gone.raw"), 0, unit[:8].nbytes)])
+    with h5py.File(d / "cubes_group.h5", "w") as f:
+        f["train/cubes/x"], f["val/cubes"] = unit, unit[:8]
+    with h5py.File(d / "split_dataset.h5", "w") as f:
+        f["train"], f["val/cubes"] = unit, unit[:8]
+    cubes_file(d / "datatype.h5", unit, np.dtype("f4"))          # a named datatype, not a dataset
+    cubes_file(d / "subgroup.h5", unit, unit[:8])
+    with h5py.File(d / "subgroup.h5", "a") as f:
+        f["val/extra/x"] = np.zeros(8)
+    cubes_file(d / "strings.h5", unit, np.array([b"cube"] * 8))
+    cubes_file(d / "compound.h5", unit, np.zeros(unit[:8].shape, [("lo", "f4"), ("hi", "f4")]))
+    cubes_file(d / "int8.h5", (unit > 0.5).astype(np.int8), (unit[:8] > 0.5).astype(np.int8))
+    cubes_file(d / "bool.h5", unit > 0.5, unit[:8] > 0.5)
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, smoke_data):
     """Every bad input of the table, written once."""
@@ -40,6 +80,7 @@ def files(tmp_path_factory, smoke_data):
     cubes_file(d / "val_empty.h5", unit, unit[:0])
     raw = smoke_data.read_bytes()
     (d / "truncated.h5").write_bytes(raw[: len(raw) // 3])
+    structure_files(d, unit)
     (d / "latin1.yaml").write_bytes("# réglages\nbase_lr: 0.002\n".encode("latin-1"))
     (d / "int_key.yaml").write_text("1: 0.002\n")
     (d / "list.yaml").write_text("- base_lr\n")
@@ -142,6 +183,31 @@ CASES = [
     ("train", ["--set", "data_path={d}/val_empty.h5"], "/val/cubes is empty"),
     ("train", ["--set", "data_path={d}/nope.h5"], "does not exist"),
     ("train", ["--set", "data_path={d}/good.csv"], "is not an HDF5 file"),
+    # train.py: HDF5 structure rather than values, one line naming the file and the object
+    ("train", ["--set", "data_path={d}/soft_dangling.h5"],
+     "soft_dangling.h5: /val/cubes is a soft link to /nowhere, which leads nowhere (component not found)"),
+    ("train", ["--set", "data_path={d}/soft_loop.h5"], "soft_loop.h5: /val/cubes is a soft link to /val/cubes"),
+    ("train", ["--set", "data_path={d}/soft_split.h5"], "soft_split.h5: /train is a soft link to /gone"),
+    ("train", ["--set", "data_path={d}/ext_missing.h5"],
+     "ext_missing.h5: /val/cubes is an external link to /cubes in gone.h5, which cannot be followed"),
+    ("train", ["--set", "data_path={d}/ext_no_object.h5"],
+     "/val/cubes is an external link to /nothing in other.h5, which cannot be followed (object 'nothing' "
+     "doesn't exist)"),
+    ("train", ["--set", "data_path={d}/column_dangling.h5"], "/train/seriesuid is an external link to /uids"),
+    ("train", ["--set", "data_path={d}/vds_missing.h5"], "/val/cubes is a virtual dataset whose source cubes in"),
+    ("train", ["--set", "data_path={d}/raw_missing.h5"], "/val/cubes keeps its values in the external file"),
+    ("train", ["--set", "data_path={d}/cubes_group.h5"],
+     "cubes_group.h5: /train/cubes is a group where deepdensity's layout has a dataset"),
+    ("train", ["--set", "data_path={d}/split_dataset.h5"],
+     "split_dataset.h5: /train is a dataset where deepdensity's layout has a group"),
+    ("train", ["--set", "data_path={d}/datatype.h5"], "/val/cubes is a named datatype where"),
+    ("train", ["--set", "data_path={d}/subgroup.h5"], "/val/extra is a group where deepdensity's layout has a dataset"),
+    ("train", ["--set", "data_path={d}/strings.h5"], "strings.h5: /val/cubes holds strings; expected real"),
+    ("train", ["--set", "data_path={d}/compound.h5"], "/val/cubes holds compound records (fields lo, hi)"),
+    ("train", ["--set", "data_path={d}/int8.h5"],
+     "int8.h5: /train/cubes holds integers (int8), which are not converted on the way in; store the cubes as "
+     "float32 intensities in [0, 1]"),
+    ("train", ["--set", "data_path={d}/bool.h5"], "/train/cubes holds integers (bool)"),
     # train.py: run folders
     ("train", ["--out", "{d}/a_file/run"], "cannot write to output folder"),
     ("train", ["--set", "data_path={d}/nan.h5", "--out", "{d}/new/deeper/run"], "NaN or inf"),   # parents go too
@@ -255,6 +321,21 @@ def test_a_writer_refuses_to_overwrite_its_input_or_an_existing_file(tool, extra
     assert main(["--run", str(tmp_path), "--data", str(smoke_data), "--out", str(existing), *extra]) == 2
     assert "exists; pass --force" in capsys.readouterr().err
     assert smoke_data.read_bytes() == before and existing.read_bytes() == b"earlier work"
+
+
+@pytest.mark.parametrize("tool, extra", [("encode", []), ("generate", ["--n", "4"]), ("filter", [])])
+@pytest.mark.parametrize("bad, message", [("soft_dangling.h5", "/val/cubes is a soft link to /nowhere"),
+                                          ("column_dangling.h5", "/train/seriesuid is an external link"),
+                                          ("int8.h5", "/train/cubes holds integers (int8)")])
+def test_the_tools_refuse_a_broken_structure_in_one_line(files, tool, extra, bad, message, tmp_path, capsys):
+    """encode, generate and filter read the data file as training does: the same one line."""
+    import importlib
+    main = importlib.import_module(f"deepdensity.tools.{tool}").main
+    status = main(["--run", str(tmp_path / "run"), "--data", str(files / bad), "--out", str(tmp_path / "o.h5"),
+                   *extra])
+    lines = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_newline_in_a_data_path_is_shown_as_given_and_the_file_is_found(tmp_path, capsys):

@@ -156,3 +156,120 @@ def test_a_file_another_process_writes_is_named_as_such_not_replaced(tmp_path):
         holder.kill()
         holder.wait()
     assert len(data.load_cubes(path).train) == 32, "readable once the writer is gone"
+
+
+# --------------------------------------------------------------------------------------
+# Links: data read through them, and a fingerprint that covers the files they reach
+# --------------------------------------------------------------------------------------
+def _unit(n, seed=0):
+    return np.random.default_rng(seed).random((n, 16, 16, 16), dtype=np.float32)
+
+
+def _linked(tmp_path, val_link):
+    """main.h5: its own training cubes, its validation cubes behind `val_link`."""
+    with h5py.File(tmp_path / "main.h5", "w") as f:
+        f["train/cubes"] = _unit(40)
+        f["val/cubes"] = val_link
+    return tmp_path / "main.h5"
+
+
+def _sha(path):
+    import hashlib
+    return f"{path.stat().st_size}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
+def test_a_self_contained_file_keeps_the_fingerprint_of_its_bytes(tmp_path):
+    """Runs recorded before links were followed name their data by 'size:sha256' of the file."""
+    path = tmp_path / "d.h5"
+    data.write_cubes(path, data.Split(_unit(40), np.array(["a"] * 40, object), np.zeros((40, 3)), np.ones(40)),
+                     data.Split(_unit(8, 1), np.array(["b"] * 8, object), np.zeros((8, 3)), np.ones(8)), {})
+    assert data.data_files(path) == [path]
+    assert data.data_fingerprint(path) == _sha(path)
+    with h5py.File(path, "a") as f:            # a soft link stays in the file: nothing else is read
+        f["val/again"] = h5py.SoftLink("/val/cubes")
+    assert data.data_files(path) == [path] and data.data_fingerprint(path) == _sha(path)
+
+
+def test_cubes_behind_an_external_link_are_read_and_fingerprinted(tmp_path):
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["cubes"] = _unit(8, 1)
+    main = _linked(tmp_path, h5py.ExternalLink("other.h5", "/cubes"))
+    np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
+    assert data.data_files(main) == [main, tmp_path / "other.h5"]
+    before = data.data_fingerprint(main)
+    assert before == f"{_sha(main)}+{_sha(tmp_path / 'other.h5')}"
+    main_bytes = main.read_bytes()
+    with h5py.File(tmp_path / "other.h5", "w") as f:     # other cubes, same size, main.h5 untouched
+        f["cubes"] = _unit(8, 2)
+    assert main.read_bytes() == main_bytes
+    assert data.data_fingerprint(main) != before
+
+
+def test_a_virtual_dataset_is_read_and_its_source_fingerprinted(tmp_path):
+    with h5py.File(tmp_path / "src.h5", "w") as f:
+        f["x"] = _unit(8, 1)
+    layout = h5py.VirtualLayout(shape=(8, 16, 16, 16), dtype="f4")
+    layout[...] = h5py.VirtualSource("src.h5", "x", shape=(8, 16, 16, 16))
+    main = _linked(tmp_path, np.zeros(1))
+    with h5py.File(main, "a") as f:
+        del f["val/cubes"]
+        f.create_virtual_dataset("val/cubes", layout, fillvalue=0)
+    np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
+    before = data.data_fingerprint(main)
+    assert before == f"{_sha(main)}+{_sha(tmp_path / 'src.h5')}"
+    with h5py.File(tmp_path / "src.h5", "w") as f:
+        f["x"] = _unit(8, 2)
+    assert data.data_fingerprint(main) != before
+
+
+def test_external_raw_storage_is_read_from_the_current_folder_and_fingerprinted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _unit(8, 1).tofile(tmp_path / "val.raw")
+    main = _linked(tmp_path, np.zeros(1))
+    with h5py.File(main, "a") as f:
+        del f["val/cubes"]
+        f.create_dataset("val/cubes", shape=(8, 16, 16, 16), dtype="f4", external=[("val.raw", 0, 8 * 16 ** 3 * 4)])
+    np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
+    before = data.data_fingerprint(main)
+    assert before == f"{_sha(main)}+{_sha(tmp_path / 'val.raw')}"
+    _unit(8, 2).tofile(tmp_path / "val.raw")
+    assert data.data_fingerprint(main) != before
+
+
+def test_a_broken_file_is_fingerprinted_by_its_own_bytes_and_refused_by_the_loader(tmp_path):
+    """The fingerprint may be taken before the loader runs; it does not fail first."""
+    main = _linked(tmp_path, h5py.ExternalLink("gone.h5", "/cubes"))
+    assert data.data_fingerprint(main) == _sha(main)
+    with pytest.raises(data.DataError, match="/val/cubes is an external link to /cubes in gone.h5"):
+        data.load_cubes(main)
+
+
+def test_the_docs_conversion_of_integer_cubes_makes_a_file_that_loads(tmp_path, monkeypatch):
+    """docs/data.md tells a user with integer cubes how to convert them; its code does that."""
+    from tests.support import ROOT
+    text = (ROOT / "docs" / "data.md").read_text()
+    start = text.index("```python\n", text.index("integers are refused")) + len("```python\n")
+    code = "\n".join(line[2:] for line in text[start:text.index("```", start)].splitlines())
+    mask = (_unit(40) > 0.5).astype(np.int8)
+    with h5py.File(tmp_path / "mine.h5", "w") as f:
+        f["train/cubes"], f["val/cubes"] = mask, mask[:8]
+    with pytest.raises(data.DataError, match="holds integers .int8."):
+        data.load_cubes(tmp_path / "mine.h5")
+    monkeypatch.chdir(tmp_path)
+    exec(code, {})
+    cubes = data.load_cubes(tmp_path / "mine.h5")
+    np.testing.assert_array_equal(cubes.train, mask.astype(np.float32))
+    np.testing.assert_array_equal(cubes.val, mask[:8].astype(np.float32))
+
+
+def test_a_column_of_the_layout_in_another_form_is_refused_by_name(tmp_path):
+    main = _linked(tmp_path, _unit(8, 1))
+    with h5py.File(main, "a") as f:
+        f["val/world_xyz"] = np.array([b"x"] * 8)
+        f["train/diameter_mm"] = np.ones(39)
+    data.load_cubes(main)
+    with pytest.raises(data.DataError, match=r"/val/world_xyz holds strings of shape \(8,\); the layout has "
+                                             r"real numbers \(float64\) of shape \(8, 3\)"):
+        data.read_columns(main, "val")
+    with pytest.raises(data.DataError, match=r"/train/diameter_mm holds real numbers of shape \(39,\)"):
+        data.read_columns(main, "train")
