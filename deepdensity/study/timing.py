@@ -28,29 +28,20 @@ from deepdensity.utils.files import write_atomic
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
 PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and its allreduce
-# What the parts mean; raised whenever the probe changes what it measures, so that a runs
-# folder's timing.json from an older probe is measured again rather than mixed with new
-# runs. 1: `train_on_batch` steps and Gloo's transfer alone; 2: steps timed as `model.fit`
-# runs them, the allreduce as a step pays it (76ec1ba); 3: c of c log2 n fitted through the
-# origin, the allreduce at N the median of paired probes (paired_allreduce); 4: the probes step
-# on the study's own cubes, not random ones (a step on them cost 10-25 % more on a 2-core AMD
-# EPYC, and the model was 10-14 % short of real -np 2 epochs), and the allreduce is
-# latency + per_doubling * log2 n, both fitted to N = 2 and 4 (rules.fit_latency_and_per_doubling):
-# this host's in-step allreduces (10.5 and 15.6 ms in the study of 2ab441d) are mostly a
-# latency, and c log2 n through them priced N = 2 at 8.4 ms; the probes and the real epochs
-# are taken in rounds (ROUNDS), and the scale is fitted on the real run's steps
-# (`steps_seconds`) with the rest of its epoch a per-epoch cost (step_scale_and_overhead).
-# A timing.json without the key is
-# taken as 1 (those written between 76ec1ba and 632ccd7 were 2 in substance: measuring one
-# again costs minutes, mixing two clocks in a report costs more). A record of version 3 or
-# before has no `allreduce_latency_s` and is rendered as it was, with none.
+# What the clock's parts mean. A runs folder's timing.json of another version is measured again
+# (the old one kept beside as timing-vK.json), never mixed with new runs; one without the key
+# is version 1. In version 4 the probes step on the study's own cubes; the allreduce at N is the
+# median of paired probes without and with it (probes.paired_allreduce), priced as
+# latency + per_doubling * log2 n fitted to N = 2 and 4 (rules.fit_latency_and_per_doubling);
+# the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
+# of its epoch a per-epoch cost (step_scale_and_overhead). A record of version 3 or before has
+# no `allreduce_latency_s` and is rendered as it was, with none.
 CLOCK_VERSION = 4
-# The probes and the real epochs are taken in turn, round after round, and every figure is the
-# median over the rounds: on a 2-core AMD EPYC the host's speed drifted enough between the
-# probes and the real runs of one invocation (the real -np 2 epoch 3.89 s in one, 4.14 s in the
-# next, 10 minutes later; the 2-thread one-process step is bimodal) to move the model's error
-# at N = 2 from +7 % to -14 %. Each round has one pair of probes (with and without the
-# allreduce) at N = 2 and 4, so three rounds cost what three pairs in a row did before.
+# The probes and the real epochs are taken in ROUNDS rounds, each holding one of every probe
+# (the pair without and with the allreduce at every N of PROBE_NS) and the real epochs, and every
+# figure is the median over the rounds: a drift of the host's speed within an invocation then
+# moves the probes and the real epochs alike instead of the model against what it is checked
+# on.
 ROUNDS = 3
 STEP_BATCHES = [1, 2, 4, 8, 16, 32]
 
