@@ -15,7 +15,9 @@ Everything here runs alone, before or after the training runs, never beside them
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from deepdensity.perf import probes
 from deepdensity.scaling import policies, rules
 from deepdensity.study import clocks
 from deepdensity.study.preset import StudyError
+from deepdensity.utils import machine
 from deepdensity.utils.files import write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
@@ -41,8 +44,11 @@ CLOCK_VERSION = 4
 # (the pair without and with the allreduce at every N of PROBE_NS) and the real epochs, and every
 # figure is the median over the rounds: a drift of the host's speed within an invocation then
 # moves the probes and the real epochs alike instead of the model against what it is checked
-# on.
+# on. Each finished round is kept in ROUNDS_FILE until timing.json is written, so that an
+# interrupted study resumes at the first unfinished round (kept_rounds).
 ROUNDS = 3
+ROUNDS_FILE = "timing-rounds.json"
+ROUND_KEYS = {"steps", "eval", "shared", "allreduce", "real", "real_steps"}   # measure_round's
 STEP_BATCHES = [1, 2, 4, 8, 16, 32]
 
 
@@ -174,7 +180,9 @@ def shared_step_scale(timing: dict, n: int) -> float:
 def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, say=print) -> dict:
     """The calibrated model and the real epochs it is checked against, measured once per runs
     folder (timing.json) with nothing else running; measured again when the file came from
-    another version of the clock (it is kept beside, as timing-vK.json)."""
+    another version of the clock (it is kept beside, as timing-vK.json). Each finished round is
+    written to ROUNDS_FILE at once, and an invocation that finds rounds there measured under
+    the same settings (round_settings) measures only the rounds still missing."""
     path = root / "timing.json"
     earlier = _read_timing(path)
     if earlier is not None:
@@ -186,10 +194,12 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
             f"measured again ({kept.name} keeps the old one)")
         path.replace(kept)
     from deepdensity.model.autoencoder import build_model
-    rounds = []
-    for r in range(ROUNDS):
+    settings = round_settings(train_yaml)
+    rounds = kept_rounds(root / ROUNDS_FILE, settings, say)
+    for r in range(len(rounds), ROUNDS):
         say(f"timing: round {r + 1} of {ROUNDS}")
         rounds.append(measure_round(root, train_yaml, cfg, say))
+        write_atomic(root / ROUNDS_FILE, json.dumps({"settings": settings, "rounds": rounds}, indent=2))
     timing = combine_rounds(rounds, cfg.batch_size)
     n_weights = build_model(cfg, 16, 3).count_params()
     timing.update(gloo_seconds=gloo_alone(n_weights, cfg.horovod_cycle_ms, say), n_weights=n_weights)
@@ -198,7 +208,40 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
         timing["real_steps_seconds"]["1"])
     timing["clock_version"] = CLOCK_VERSION
     write_atomic(path, json.dumps(timing, indent=2))
+    (root / ROUNDS_FILE).unlink(missing_ok=True)      # its rounds are timing.json's `rounds` now
     return timing
+
+
+def round_settings(train_yaml: Path) -> dict:
+    """What a round's figures depend on beyond the code: the clock's version, the batches and
+    the N it probes, the real runs' epochs, the study's settings file (its digest), and the
+    host: its CPU, its cores and the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA
+    included). A round kept under other settings is measured again."""
+    return {"clock_version": CLOCK_VERSION, "step_batches": list(STEP_BATCHES), "probe_ns": list(PROBE_NS),
+            "real_ns": list(REAL_NS), "real_epochs": REAL_EPOCHS,
+            "train_settings_sha256": hashlib.sha256(Path(train_yaml).read_bytes()).hexdigest(),
+            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa()}
+
+
+def kept_rounds(path: Path, settings: dict, say=print) -> list:
+    """The rounds an interrupted invocation finished and wrote to `path` under these `settings`,
+    at most ROUNDS of them; [] when there are none, or they were measured under other settings
+    (said, naming what changed) or the file is not one this module wrote."""
+    held = _read_timing(path)
+    if not isinstance(held, dict) or not isinstance(held.get("rounds"), list) \
+            or not all(isinstance(r, dict) and set(r) == ROUND_KEYS for r in held["rounds"]):
+        return []
+    rounds, earlier = held["rounds"][:ROUNDS], held.get("settings")
+    if earlier != settings:
+        earlier = earlier if isinstance(earlier, dict) else {}
+        changed = sorted(k for k in settings.keys() | earlier.keys() if settings.get(k) != earlier.get(k))
+        say(f"timing: the {len(rounds)} round(s) in {path} were measured under other settings "
+            f"({', '.join(changed)}): measured again")
+        return []
+    if rounds:
+        which = "round 1" if len(rounds) == 1 else f"rounds 1-{len(rounds)}"
+        say(f"timing: {which} of {ROUNDS} kept from an interrupted invocation ({path})")
+    return rounds
 
 
 def held_timing(root: Path) -> dict:

@@ -106,30 +106,115 @@ def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted()
     assert t["rounds"] == [ROUND, slow, fast]
 
 
-def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tmp_path, monkeypatch):
-    # timing.json files of version 1 (no clock_version) priced train_on_batch's 5-6 ms a step:
-    # reusing one beside new runs would mix two clocks in one report.
+CFG = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker", "horovod_cycle_ms": 5.0})()
+
+
+@pytest.fixture
+def timed(tmp_path, monkeypatch):
+    """measure_timing with everything but its own bookkeeping faked: the host (an AMD EPYC with
+    AVX2), the model's size, Gloo's allreduce and the fitted scale; a study's settings file in
+    tmp_path. The rounds are for each test to fake."""
     from deepdensity.model import autoencoder
     from deepdensity.study import timing
-    measured = []
+    from deepdensity.utils import machine
     monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
-    monkeypatch.setattr(timing, "measure_round", lambda *a, **k: measured.append("round") or ROUND)
+    monkeypatch.setattr(machine, "cpu_model", lambda: "AMD EPYC 7B13")
+    monkeypatch.setattr(machine, "onednn_isa", lambda: "AVX2")
     monkeypatch.setattr(timing, "gloo_alone", lambda *a, **k: {"2": 0.005, "4": 0.009})
     monkeypatch.setattr(timing, "step_scale_and_overhead", lambda *a: (1.25, 0.1))
-    cfg = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "per_worker",
-                           "horovod_cycle_ms": 5.0})()
+    (tmp_path / "train.yaml").write_text("batch_size: 32\n")
+    return timing
+
+
+def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tmp_path, monkeypatch, timed):
+    # timing.json files of version 1 (no clock_version) priced train_on_batch's 5-6 ms a step:
+    # reusing one beside new runs would mix two clocks in one report.
+    measured = []
+    monkeypatch.setattr(timed, "measure_round", lambda *a, **k: measured.append("round") or ROUND)
     (tmp_path / "timing.json").write_text('{"compute_scale": 0.67}')
     said = []
-    got = timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append)
-    assert measured == ["round"] * timing.ROUNDS and got["clock_version"] == timing.CLOCK_VERSION
+    got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
+    assert measured == ["round"] * 3 and got["clock_version"] == 4
     assert got["compute_scale"] == 1.25 and got["epoch_overhead_s"] == 0.1
     assert got["n_weights"] == 7 and got["gloo_seconds"]["4"] == 0.009
     assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
     assert any("measured again" in line for line in said)
     # the file it wrote is this version's: read back, not measured a second time
-    assert timing.measure_timing(tmp_path, tmp_path / "train.yaml", cfg, 1844, 256, say=said.append) == \
+    assert timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append) == \
         json.loads(json.dumps(got))
-    assert measured == ["round"] * timing.ROUNDS
+    assert measured == ["round"] * 3
+
+
+def scripted_rounds(monkeypatch, timing, rounds: list, stop_after: int = None, signal=KeyboardInterrupt):
+    """Fake measure_round: the given rounds in order, and after `stop_after` of them the
+    interrupt (Ctrl-C, or SIGTERM as utils.errors raises it) in the middle of the next one.
+    Returns the list of rounds it measured."""
+    measured = []
+
+    def measure_round(*a, **k):
+        if stop_after is not None and len(measured) == stop_after:
+            raise signal()
+        measured.append(rounds[len(measured)])
+        return measured[-1]
+    monkeypatch.setattr(timing, "measure_round", measure_round)
+    return measured
+
+
+R1, R2, R3 = ({**ROUND, "eval": e} for e in (0.00037, 0.00041, 0.00039))
+
+
+@pytest.mark.parametrize("interrupt", ["ctrl-c", "sigterm"])
+def test_an_interrupted_clock_keeps_its_finished_rounds_and_resumes_at_the_first_unfinished(
+        tmp_path, monkeypatch, timed, interrupt):
+    from deepdensity.utils.errors import EXIT_SIGTERM, Interrupted
+    signal = KeyboardInterrupt if interrupt == "ctrl-c" else (lambda: Interrupted(EXIT_SIGTERM))
+    scripted_rounds(monkeypatch, timed, [R1, R2], stop_after=2, signal=signal)
+    said = []
+    with pytest.raises(KeyboardInterrupt):
+        timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
+    assert said == ["timing: round 1 of 3", "timing: round 2 of 3", "timing: round 3 of 3"]
+    assert not (tmp_path / "timing.json").exists()
+    assert json.loads((tmp_path / "timing-rounds.json").read_text())["rounds"] == [R1, R2]
+    # the study run again: rounds 1 and 2 are read back, round 3 alone is measured
+    measured, said = scripted_rounds(monkeypatch, timed, [R3]), []
+    got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
+    assert measured == [R3]
+    assert said[0] == f"timing: rounds 1-2 of 3 kept from an interrupted invocation ({tmp_path / 'timing-rounds.json'})"
+    assert said[1] == "timing: round 3 of 3" and "timing: round 1 of 3" not in said
+    assert got["rounds"] == [R1, R2, R3] and got["eval_per_sample_s"] == 0.00039     # median of 0.37, 0.41, 0.39
+    assert json.loads((tmp_path / "timing.json").read_text())["rounds"] == [R1, R2, R3]
+    assert not (tmp_path / "timing-rounds.json").exists()       # timing.json holds them now
+
+
+@pytest.mark.parametrize("change, named", [
+    ("isa", "onednn_isa"),                   # ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 host, or another host
+    ("batches", "step_batches"),             # the probe's batch list changed in the code
+    ("settings", "train_settings_sha256"),   # the study's settings file changed
+])
+def test_rounds_kept_under_other_settings_are_measured_again(tmp_path, monkeypatch, timed, change, named):
+    from deepdensity.utils import machine
+    scripted_rounds(monkeypatch, timed, [R1, R2], stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=lambda line: None)
+    if change == "isa":
+        monkeypatch.setattr(machine, "onednn_isa", lambda: "AVX-512")
+    elif change == "batches":
+        monkeypatch.setattr(timed, "STEP_BATCHES", [1, 32])
+    else:
+        (tmp_path / "train.yaml").write_text("batch_size: 64\n")
+    measured, said = scripted_rounds(monkeypatch, timed, [R3, R3, R3]), []
+    got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
+    assert measured == [R3, R3, R3] and got["rounds"] == [R3, R3, R3]
+    assert said[0] == (f"timing: the 2 round(s) in {tmp_path / 'timing-rounds.json'} were measured under other "
+                       f"settings ({named}): measured again")
+    assert "timing: round 1 of 3" in said
+
+
+def test_a_damaged_rounds_file_is_measured_again(tmp_path, monkeypatch, timed):
+    (tmp_path / "timing-rounds.json").write_text('{"settings": {}, "rounds": [{"steps": 1}]}')
+    measured = scripted_rounds(monkeypatch, timed, [R1, R2, R3])
+    got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=lambda line: None)
+    assert measured == [R1, R2, R3] and got["rounds"] == [R1, R2, R3]
 
 
 def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
