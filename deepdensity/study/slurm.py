@@ -1,22 +1,25 @@
 """The study's runs as Slurm jobs: `deepdensity repro --executor slurm`.
 
 Each run (one cell, one seed) is one batch job that trains into its own run folder on the
-shared file system, exactly the command the local executor runs. The driver submits with
-`sbatch`, follows jobs with `squeue` and reads how they ended from the job's own exit file and
-`scontrol show job` (no accounting database needed, which small clusters often lack), and
-decides the next seeds by the same rules as the local executor.
+shared file system, exactly the command the local executor runs. The jobs go through
+submitit (study/slurm_jobs.py): it submits them (the runs that become ready together as one
+job array), and requeues a job before its time limit after the run checkpoints. Job state is
+read with `squeue` (submitit's own reader needs `sacct`, hence an accounting database, which
+small clusters often lack), and the driver decides the next seeds by the same rules as the
+local executor.
 
-What survives the driver: RUNS/.slurm/NAME.json holds the job id of each submitted run, and
-every job is named after its study and run, so a driver started again reattaches to jobs
-still queued or running (found by id, else by name) and submits nothing twice; finished runs
-are read from their result.json as always. Interrupting the driver leaves its jobs running.
+What survives the driver: RUNS/.slurm/NAME.json holds the job id of each submitted run (written
+before sbatch with a token that goes into the job's --comment, and after it with the id), so a
+driver started again reattaches to jobs still queued, running or requeued and submits nothing
+twice; finished runs are read from their result.json as always. Interrupting the driver leaves
+its jobs running.
 
-How a job ended:
+How a job ended (its result: the run's exit status, from submitit's result file):
   exit 0                  the run finished (its result.json says how)
   exit 2                  bad input: the study stops with the run's error line
-  SIGTERM (143), or no    the scheduler ended it (scancel, time limit, preemption, node
-  exit file               failure): reported with Slurm's state, and the run is submitted
-                          again from its checkpoint, up to `retries` times
+  SIGTERM (143), or no    the scheduler ended it (scancel, preemption, node failure, or out of
+  result                  time more than `retries` times): reported with Slurm's state, and
+                          the run is submitted again from its checkpoint, up to `retries` times
   any other exit          the run failed: the study stops with the end of its log
 """
 from __future__ import annotations
@@ -36,13 +39,12 @@ from typing import Optional
 
 from deepdensity.study.preset import StudyError
 from deepdensity.study.runner import StudyRunner
+from deepdensity.study.slurm_jobs import (COMMENT, LEFT, LIVE, QueueJob, Submitter, TrainJob, find, job_parameters,
+                                          log_of, log_path, result_of, sbatch_text)
 from deepdensity.utils.errors import shell_word
 from deepdensity.utils.files import write_atomic
 
-# Seconds before the time limit at which Slurm sends the job SIGTERM (sbatch --signal): time
-# for the run to finish its step and checkpoint.
-SIGNAL_BEFORE_END_S = 90
-EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, time limit)
+EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, preemption)
 # How long squeue may fail in a row (a controller restarting) before the driver gives up waiting.
 SQUEUE_PATIENCE_S = 600
 
@@ -84,6 +86,9 @@ class SlurmOptions:
                 raise StudyError(f"slurm: {key} must be >= 0, got {value!r}")
             setattr(options, key, value)
         time_hours(options.time)                     # a time Slurm would refuse: said now, before anything
+        odd = [o for o in options.sbatch if not re.fullmatch(r"--[A-Za-z][\w-]*(=.*)?", o)]
+        if odd:                                      # submitit writes each as `#SBATCH --key=value`
+            raise StudyError(f"slurm: sbatch options are given as --key=value or --flag, got {odd[0]!r}")
         return options
 
     def resources(self, cpus: int) -> list:
@@ -130,6 +135,8 @@ def clients_unavailable(options: SlurmOptions, cpus: int) -> Optional[str]:
     if missing:
         return (f"{' and '.join(f'`{c}`' for c in missing)} not found on PATH; run the study on a Slurm login node "
                 f"(docs/cluster.md), or without --executor slurm to train here")
+    if shutil.which("srun") is None:
+        return "`srun` not found on PATH (submitit starts each job's run with it); run the study on a Slurm login node"
     try:
         queue = subprocess.run(["squeue", "-h", "-o", "%i", "-j", "1"], capture_output=True, text=True, timeout=60)
         if queue.returncode != 0 and "Invalid job id" not in queue.stderr:
@@ -147,45 +154,6 @@ def clients_unavailable(options: SlurmOptions, cpus: int) -> Optional[str]:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"
-
-
-def _slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """A Slurm client command (sbatch, squeue, scontrol); StudyError when it fails and must not."""
-    try:
-        proc = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
-    except FileNotFoundError:
-        raise StudyError(f"--executor slurm: `{args[0]}` is not on PATH; run the study on a Slurm login node") \
-            from None
-    if check and proc.returncode != 0:
-        raise StudyError(f"{shlex.join(args)} failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
-    return proc
-
-
-def queue_state(job_id: str) -> Optional[str]:
-    """The job's state while Slurm still lists it in the queue (PENDING, RUNNING, ...), '' when
-    it has left the queue, None when squeue could not say (the controller busy or restarting:
-    a job must not be taken for ended, and submitted twice, because of that)."""
-    proc = _slurm("squeue", "-h", "-j", job_id, "-o", "%T", check=False)
-    if proc.returncode != 0:
-        # squeue names a job that has left the controller's memory "Invalid job id"
-        return "" if "Invalid job id" in proc.stderr else None
-    return proc.stdout.strip()
-
-
-def end_state(job_id: str) -> str:
-    """How Slurm says a job ended (COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL, ...), while the
-    controller still remembers it (MinJobAge), else 'UNKNOWN'."""
-    out = _slurm("scontrol", "-o", "show", "job", job_id, check=False).stdout
-    for word in out.split():
-        if word.startswith("JobState="):
-            return word.split("=", 1)[1]
-    return "UNKNOWN"
-
-
-def job_named(name: str) -> str:
-    """The id of a live job of that name (submitted by a driver that died before it saved the id)."""
-    ids = _slurm("squeue", "-h", "-n", name, "-o", "%i").stdout.split()   # a failure stops: never submit twice
-    return ids[0] if ids else ""
 
 
 # scripts/slurm/train.sbatch's own defaults: an option equal to them is not repeated
@@ -337,114 +305,117 @@ def _tres(value: str, gres: bool) -> str:
 
 
 class SlurmRunner(StudyRunner):
-    """StudyRunner whose runs are Slurm batch jobs instead of local subprocesses."""
+    """StudyRunner whose runs are Slurm batch jobs (submitit, study/slurm_jobs.py) instead of
+    local subprocesses."""
 
     def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], options: SlurmOptions,
-                 threads: int, study_name: str, say=print):
+                 threads: int, study_name: str, say=print, submitter: Optional[Submitter] = None):
         super().__init__(root, train_yaml, runner, parallel=options.max_jobs, say=say)
         self.options, self.threads, self.study_name = options, threads, study_name
         self.jobs = root / ".slurm"
         self._stopping = threading.Event()
+        self.submitter = submitter or Submitter(self.jobs, f"dd-{study_name}", options.retries, options.max_jobs)
+        QueueJob.watcher._delay_s = options.poll_seconds
 
     def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
-        other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say)
+        other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
+                            self.submitter)
         other.ledger, other.may_train = self.ledger, self.may_train
         return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
-        record_path = self.jobs / f"{name}.json"
-        record = _read_record(record_path)
-        attempt = record.get("attempts", 0)
-        job_id = self._live_job(record, name)
+        record = _read_record(self.jobs / f"{name}.json")
+        attempt, job_id = self._live_job(record, name)
         while True:
             if not job_id:
                 attempt += 1
                 job_id = self._submit(cmd, name, workers, attempt)
-                write_atomic(record_path, json.dumps({"job_id": job_id, "attempts": attempt, "command": cmd}))
             else:
-                self.say(f"  {name}: attached to Slurm job {job_id} ({queue_state(job_id) or 'ended'})")
-            code = self._wait(job_id)
-            log = self._log(name, job_id)
+                self.say(f"  {name}: attached to Slurm job {job_id} ({QueueJob(self.jobs, job_id).state.lower()})")
+            (code, why), state = self._wait(job_id)
+            log = log_of(self.jobs, job_id)
             if code is not None and code != EXIT_SIGTERM:    # finished, bad input (2) or a failed run
                 return code, log
-            state = end_state(job_id)
+            state = state if state != LEFT else "no longer listed by the controller"
             if attempt > self.options.retries:
                 raise StudyError(f"run {name}: Slurm job {job_id} ended by the scheduler ({state}) on each of "
-                                 f"{attempt} submissions; see {self.jobs}/{name}-{job_id}.log")
-            self.say(f"  {name}: Slurm job {job_id} was ended by the scheduler ({state}), not by the run; "
-                     f"submitting it again from its checkpoint ({attempt} of {self.options.retries + 1})")
+                                 f"{attempt} submissions; see {log_path(self.jobs, job_id)}")
+            self.say(f"  {name}: Slurm job {job_id} was ended by the scheduler ({state}), not by the run"
+                     + (f" ({why})" if why else "") + f"; submitting it again from its checkpoint "
+                     f"({attempt} of {self.options.retries + 1})")
             cmd = cmd if "--resume" in cmd else [*cmd, "--resume"]
             job_id = ""
 
-    def _live_job(self, record: dict, name: str) -> str:
-        """A job of this run still queued or running, or ended but not yet read: its id, else ''."""
+    def _live_job(self, record: dict, name: str) -> tuple:
+        """(submissions so far, the id of this run's job still listed by the controller, or
+        ended but not yet read; else ''). A submission the last driver began finds its job by
+        the token in the job's --comment."""
+        pending = record.get("submitting")
+        if pending:
+            job_id = find(pending["token"], pending["index"])
+            if job_id is None:      # never submit twice: without squeue, it cannot be known
+                raise StudyError(f"run {name}: squeue does not answer, so whether its job was submitted cannot be "
+                                 f"told; start the study again when slurmctld answers")
+            if job_id:
+                self._write_record(name, job_id, pending["attempt"], record.get("jobs", []), record["command"])
+                return pending["attempt"], job_id
+            return record.get("attempts", 0), ""
         job_id = record.get("job_id", "")
-        if job_id and (queue_state(job_id) != "" or self._exit_file(name, job_id).exists()):
-            return job_id                        # queued, running, unknown for now, or ended unread
-        return job_named(self._job_name(name))
+        if job_id and (QueueJob(self.jobs, job_id).state != LEFT or result_of(self.jobs, job_id)[1] != "no result"):
+            return record.get("attempts", 0), job_id        # queued, running, unknown for now, or ended unread
+        return record.get("attempts", 0), ""
 
-    def _job_name(self, name: str) -> str:
-        return f"dd-{self.study_name}-{name}"
-
-    def _exit_file(self, name: str, job_id: str) -> Path:
-        return self.jobs / f"{name}-{job_id}.exit"
+    def _write_record(self, name: str, job_id: str, attempt: int, jobs: list, cmd: list) -> None:
+        write_atomic(self.jobs / f"{name}.json", json.dumps({"job_id": job_id, "attempts": attempt,
+                                                             "jobs": [*jobs, job_id], "command": cmd}))
 
     def _submit(self, cmd: list, name: str, workers: int, attempt: int) -> str:
         self.jobs.mkdir(parents=True, exist_ok=True)
-        script = self.jobs / f"{name}.sh"
-        write_atomic(script, self.batch_script(cmd, name, workers))
-        job_id = _slurm("sbatch", "--parsable", str(script)).stdout.strip().split(";")[0]
+        path = self.jobs / f"{name}.json"
+        jobs = _read_record(path).get("jobs", [])
+
+        def before(token: str, index: int) -> None:           # written before sbatch
+            write_atomic(path, json.dumps({"attempts": attempt - 1, "jobs": jobs, "command": cmd,
+                                           "submitting": {"token": token, "index": index, "attempt": attempt}}))
+        params = job_parameters(self.options, self.cpus(workers), time_hours(self.options.time))
+        job_id = self.submitter.submit(name, TrainJob(cmd, self._job_env()), params, before)
+        self._write_record(name, job_id, attempt, jobs, cmd)
         self.say(f"  {name}: submitted as Slurm job {job_id}" + (f" (attempt {attempt})" if attempt > 1 else ""))
         return job_id
 
-    def batch_script(self, cmd: list, name: str, workers: int) -> str:
-        """The job: the run's command in the background, SIGTERM passed on to it (the time limit's
-        warning, scancel), and its exit status written where the driver reads it."""
-        lines = [f"--job-name={self._job_name(name)}", f"--output={self.jobs}/{name}-%j.log",
-                 *self.options.resources(self.cpus(workers)), f"--signal=B:TERM@{SIGNAL_BEFORE_END_S}",
-                 "--no-requeue", f"--chdir={Path.cwd()}"]
-        exit_file = shlex.quote(str(self.jobs / f"{name}-"))
-        return ("#!/bin/bash\n" + "".join(f"#SBATCH {line}\n" for line in lines)
-                + "export TF_CPP_MIN_LOG_LEVEL=2\n"
-                + "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in self.env_extra.items())
-                + f"{shlex.join(cmd)} &\npid=$!\n"
-                + "trap 'kill -TERM $pid 2>/dev/null' TERM INT\n"
-                + "wait $pid; code=$?\n"
-                + "while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done   # a trapped signal ended wait early\n"
-                + f"echo $code > {exit_file}\"$SLURM_JOB_ID.exit\"\nexit $code\n")
+    def _job_env(self) -> dict:
+        return {"TF_CPP_MIN_LOG_LEVEL": "2", **{k: str(v) for k, v in self.env_extra.items()}}
+
+    def batch_script(self, name: str, workers: int) -> str:
+        """The batch script submitit submits for this run's job (alone; in an array, with
+        --array and the array's name)."""
+        params = job_parameters(self.options, self.cpus(workers), time_hours(self.options.time))
+        params["job_name"] = f"dd-{self.study_name}-{name}"
+        params["additional_parameters"] = {**params["additional_parameters"], "comment": COMMENT + "TOKEN"}
+        return sbatch_text(self.jobs, params)
 
     def cpus(self, workers: int) -> int:
         """CPUs of a run's job: the runs' threads (or cpus_per_task), times N under a launcher."""
         return max(1, self.options.cpus_per_task or self.threads) * (workers if self.runner else 1)
 
-    def _wait(self, job_id: str) -> Optional[int]:
-        """Until the job has left the queue: its run's exit status, or None when it wrote none
-        (killed before, or the node lost)."""
-        silent_since = None
-        while (state := queue_state(job_id)) != "":
-            if state is None:                    # squeue failed: keep waiting, up to a point
-                silent_since = silent_since or time.monotonic()
-                if time.monotonic() - silent_since > SQUEUE_PATIENCE_S:
-                    raise StudyError(f"squeue has not answered about job {job_id} for {SQUEUE_PATIENCE_S / 60:.0f} "
-                                     f"min; is slurmctld up? The job goes on; start the study again to reattach")
-            else:
-                silent_since = None
+    def _wait(self, job_id: str) -> tuple:
+        """Until the job has ended (requeued by submitit, it goes on under its id): ((its run's
+        exit status or None, why), Slurm's state)."""
+        watcher = QueueJob(self.jobs, job_id).watcher
+        while (state := watcher.get_state(job_id)) in LIVE:
+            silent = watcher.silent_since
+            if silent is not None and time.monotonic() - silent > SQUEUE_PATIENCE_S:
+                raise StudyError(f"squeue has not answered about job {job_id} for {SQUEUE_PATIENCE_S / 60:.0f} "
+                                 f"min; is slurmctld up? The job goes on; start the study again to reattach")
             if self._stopping.wait(self.options.poll_seconds):
                 raise KeyboardInterrupt
-        exit_files = list(self.jobs.glob(f"*-{job_id}.exit"))
-        if not exit_files:
-            return None
-        try:
-            return int(exit_files[0].read_text().split()[0])
-        except (ValueError, IndexError):
-            return None
-
-    def _log(self, name: str, job_id: str) -> str:
-        try:
-            return (self.jobs / f"{name}-{job_id}.log").read_text(errors="replace")
-        except OSError:
-            return ""
+        result = result_of(self.jobs, job_id)
+        deadline = time.monotonic() + 15             # a shared file system may show the result late
+        while state == "COMPLETED" and result[0] is None and time.monotonic() < deadline:
+            time.sleep(1)
+            result = result_of(self.jobs, job_id)
+        return result, state
 
     def stop(self, grace_s: float = 0.0) -> None:
         """The driver stops following its jobs; the jobs go on, and the next driver reattaches."""
@@ -479,8 +450,8 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     launched = [(n, jobs.sibling("horovodrun -np {n}", 1).cpus(n)) for n in real]
     counted = f"{fewest}" + (f" to {most}" if most > fewest else "")
     lines.append(f"  Slurm jobs: {counted} runs{' and the lr search' if study.base_lr == 'edge' else ''}, one batch "
-                 f"job each unless the ledger or the runs folder holds it already (no job arrays: the design asks "
-                 f"for one more seed at a time); up to "
+                 f"job each unless the ledger or the runs folder holds it already, submitted through submitit "
+                 f"(the runs that become ready together as one job array); up to "
                  f"{options.max_jobs} queued or running at once; each {options.time} at most, "
                  + (f"{per_run} CPU(s)" if not runner else f"{jobs.cpus(1)} CPU(s) per worker under --runner")
                  + (f", {options.gpus_per_task} GPU(s)" if options.gpus_per_task else "")
@@ -489,8 +460,8 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
                  + ("; strong scaling for real: horovodrun -np " + ", ".join(str(n) for n, _ in launched)
                     + " inside one job each, on one node (" + ", ".join(f"{c}" for _, c in launched) + " CPUs)"
                     if launched else "")
-                 + f"; a job the scheduler ends is submitted again from its checkpoint, up to {options.retries} "
-                 f"time(s)")
+                 + f"; a job near its time limit checkpoints and is requeued under its id, and a job the scheduler "
+                 f"ends is submitted again from its checkpoint, each up to {options.retries} time(s)")
     hours = time_hours(options.time)
     if runner:
         reserved, how = most * hours * jobs.cpus(max(study.workers)), f"at {jobs.cpus(max(study.workers))} CPUs a job"
@@ -518,10 +489,11 @@ def _example_script(jobs: "SlurmRunner", study) -> list:
     """The plan's lines showing one job's script, for the first sequential run."""
     example = f"seq-s{study.sequential_seeds()[0]}"
     cmd = jobs._command(example, "strong", 1, {}, resume=False)
-    script = jobs.batch_script(cmd, example, 1).replace(
-        f"{shlex.join(cmd)} &\n", f"{shlex.join(cmd)} --set ... &   # and the run's settings (lr, target, cap, seed)\n")
-    return [f"  Slurm job script: {jobs.jobs}/RUN.sh, submitted with `sbatch --parsable`; for {example}:"] + \
-        [f"      {line}" for line in script.rstrip("\n").splitlines()]
+    script = jobs.batch_script(example, 1)
+    return ([f"  Slurm job script: submitit's, {jobs.jobs}/JOBID_submission.sh; for {example}:"]
+            + [f"      {line}" for line in script.rstrip("\n").splitlines() if line]
+            + [f"  Slurm job's run (submitit's {jobs.jobs}/JOBID_submitted.pkl): {shlex.join(cmd)} --set ... "
+               f"(the run's settings: lr, target, cap, seed)"])
 
 
 def _read_record(path: Path) -> dict:

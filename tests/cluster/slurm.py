@@ -95,7 +95,8 @@ class SlurmCluster(TwoHosts):
             # slurmctld accepts to run only on a host of this name: the machine's (both namespaces share it)
             f"ClusterName=dd\nSlurmctldHost={socket.gethostname()}({a})\nSlurmUser=root\nSlurmdUser=root\n"
             "MailProg=/bin/true\n"
-            f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket}\nCredType=cred/munge\n"
+            # cred_expire: also how long a requeued job waits before it starts again (120 s by default)
+            f"AuthType=auth/munge\nAuthInfo=socket={self.munge_socket},cred_expire=30\nCredType=cred/munge\n"
             f"StateSaveLocation={self.tmp / 'state'}\nSlurmdSpoolDir={self.tmp / 'spool'}/%n\n"
             f"SlurmctldPidFile={self.tmp / 'slurmctld.pid'}\nSlurmdPidFile={self.tmp / 'slurmd-%n.pid'}\n"
             f"SlurmctldLogFile={self.tmp / 'slurmctld.log'}\nSlurmdLogFile={self.tmp / 'slurmd-%n.log'}\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from deepdensity.study.slurm_jobs import COMMENT, log_of
 from deepdensity.study.timing import CLOCK_VERSION
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import SlurmCluster, slurm_unavailable_reason
@@ -51,11 +52,14 @@ def cells(runs: Path) -> list:
 
 
 def submissions(runs: Path) -> dict:
-    """{run: the Slurm jobs it had}: one log file per job."""
-    found = {}
-    for log in (runs / ".slurm").glob("*.log"):
-        found.setdefault(log.name.rsplit("-", 1)[0], []).append(log)
-    return found
+    """{run: the Slurm jobs the driver submitted for it}, from the runs' records."""
+    return {path.stem: json.loads(path.read_text())["jobs"] for path in (runs / ".slurm").glob("*.json")}
+
+
+def controller_jobs(cluster) -> list:
+    """Every job (array task) the controller knows that the study submitted (its --comment)."""
+    out = cluster.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"]).stdout
+    return sorted(line.split("|")[0] for line in out.splitlines() if f"|{COMMENT}" in line)
 
 
 def wait_for(condition, what: str, timeout: float = 300):
@@ -69,7 +73,7 @@ def wait_for(condition, what: str, timeout: float = 300):
 
 
 def jobs(cluster, state: str) -> list:
-    out = cluster.run(["squeue", "-h", "-t", state, "-o", "%i %j"]).stdout.split("\n")
+    out = cluster.run(["squeue", "-h", "-r", "-t", state, "-o", "%i %j"]).stdout.split("\n")
     return [line.split() for line in out if line.strip()]
 
 
@@ -81,18 +85,38 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
         proc = cluster.run(study_command(tmp_path, tmp_path / "slurm", "--executor", "slurm", "--slurm",
                                          "poll_seconds=1", "--slurm", "time=00:10:00"), env=env(cluster))
         assert "executor: Slurm" in proc.stdout and "submitted as Slurm job" in proc.stdout
+        known = controller_jobs(cluster)
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
     assert cells(tmp_path / "slurm") == cells(local)
     verdicts = lambda runs: [(c["claim"], c["verdict"], c["verdict_host"])  # noqa: E731
                              for c in json.loads((runs / "reports" / "claims.json").read_text())]
     assert verdicts(tmp_path / "slurm") == verdicts(local)
-    assert all(len(logs) == 1 for logs in submissions(tmp_path / "slurm").values())
+    submitted = submissions(tmp_path / "slurm")
+    assert all(len(ids) == 1 for ids in submitted.values()), submitted
+    assert sorted(i for ids in submitted.values() for i in ids) == known, "what the controller ran, once a run"
+    assert any("_" in i for i in known), f"runs ready together went as a job array: {known}"
 
 
-def test_a_killed_driver_loses_no_run_and_a_cancelled_job_is_the_schedulers(tmp_path):
+def run_of(runs: Path, job_id: str) -> str:
+    """The run a job was submitted for, from the runs' records ('' if none says yet)."""
+    return next((run for run, ids in submissions(runs).items() if job_id in ids), "")
+
+
+def running_past_a_checkpoint(cluster, runs: Path, but: str = "") -> str:
+    """A running job (not `but`) whose run has written its first checkpoint, else ''."""
+    for job_id, _ in jobs(cluster, "RUNNING"):
+        run = run_of(runs, job_id)
+        if job_id != but and run and (runs / run / "state.json").exists():
+            return job_id
+    return ""
+
+
+def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelled_one_is_resubmitted(tmp_path):
     """The driver dies (SIGKILL) while jobs run and wait; started again, it reattaches and
-    submits nothing twice. Then a running job is scancel'led: reported as ended by the
-    scheduler (not a failed run) and submitted again from its checkpoint, once."""
+    submits nothing twice. Then a running job gets SIGUSR2 (what Slurm sends 90 s before the
+    time limit): submitit has the run checkpoint and requeues the job, which resumes under its
+    own id, never submitted again. Another is scancel'led: reported as ended by the scheduler
+    (not a failed run) and submitted again from its checkpoint, once."""
     runs = tmp_path / "slurm"
     command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1")
     with SlurmCluster() as cluster:
@@ -105,19 +129,30 @@ def test_a_killed_driver_loses_no_run_and_a_cancelled_job_is_the_schedulers(tmp_
         assert jobs(cluster, "RUNNING") + jobs(cluster, "PENDING"), "jobs go on without the driver"
         again = cluster.start(command, tmp_path / "again.log", env=env(cluster))
         wait_for(lambda: "attached to Slurm job" in (tmp_path / "again.log").read_text(), "the driver reattaching")
-        job, name = wait_for(lambda: (jobs(cluster, "RUNNING") or [None])[0], "a running job")
-        cluster.run(["scancel", job])
+        requeued = wait_for(lambda: running_past_a_checkpoint(cluster, runs), "a running job past its checkpoint")
+        cluster.run(["scancel", "--signal=USR2", requeued])
+        cancelled = wait_for(lambda: next((j for j, _ in jobs(cluster, "RUNNING") if j != requeued), ""),
+                             "another running job")
+        cluster.run(["scancel", cancelled])
         assert again.wait(timeout=900) == 0, (tmp_path / "again.log").read_text()[-3000:]
+        restarts = cluster.job(requeued)["Restarts"]
+        known = controller_jobs(cluster)
     said = (tmp_path / "again.log").read_text()
     assert "reports written to" in said
-    cancelled = name.removeprefix("dd-tiny-")
-    assert f"{cancelled}: Slurm job {job} was ended by the scheduler (CANCELLED), not by the run" in said, said[-3000:]
+    requeued_run, cancelled_run = run_of(runs, requeued), run_of(runs, cancelled)
+    assert f"{cancelled_run}: Slurm job {cancelled} was ended by the scheduler (CANCELLED), not by the run" in said, \
+        said[-3000:]
+    assert f"Slurm job {requeued} was ended" not in said and restarts == "1", said[-3000:]
+    assert f"Requeued job {requeued}" in log_of(runs / ".slurm", requeued), "submitit requeued it"
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
-    assert len(submissions(runs)) == 6
-    for run, logs in submissions(runs).items():
-        assert len(logs) == (2 if run == cancelled else 1), f"{run} was submitted {len(logs)} times"
+    submitted = submissions(runs)
+    assert len(submitted) == 6
+    for run, ids in submitted.items():
+        assert len(ids) == (2 if run == cancelled_run else 1), f"{run} was submitted as {ids}"
         epochs = [json.loads(x)["epoch"] for x in (runs / run / "metrics.jsonl").read_text().splitlines()]
         assert epochs == list(range(1, len(epochs) + 1)), f"{run}: each epoch once"
+    assert submitted[requeued_run] == [requeued], "requeued under its id, not submitted again"
+    assert sorted(i for ids in submitted.values() for i in ids) == known, "what the controller ran, once a run"
 
 
 def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_path, smoke_data):

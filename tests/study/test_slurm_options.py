@@ -3,12 +3,16 @@ runs; the executor against a running cluster is tests/cluster/test_slurm.py."""
 import shlex
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from deepdensity.study.preset import StudyError
 from deepdensity.study.slurm import SlurmOptions, SlurmRunner
+from deepdensity.study.slurm_jobs import (COMMENT, LEFT, QueueJob, QueueWatcher, Submitter, TrainJob, find,
+                                          job_parameters)
 from tests.support import ROOT
 
 
@@ -24,45 +28,67 @@ def test_options_come_from_the_preset_then_the_command_line():
     (None, ["max_jobs=many"], "max_jobs must be int"),
     (None, ["retries=-1"], "retries must be >= 0"),
     (None, ["partition"], "expected KEY=VALUE"),
+    (None, ["sbatch=-q short"], "sbatch options are given as --key=value or --flag, got '-q short'"),
 ])
 def test_bad_options_are_one_line_naming_the_key(preset, overrides, message):
     with pytest.raises(StudyError, match=message):
         SlurmOptions.parse(preset, overrides)
 
 
-def test_the_batch_script_asks_for_the_run_and_passes_sigterm_on(tmp_path):
-    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(partition="p", gpus_per_task=1),
+def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None,
+                         SlurmOptions(partition="p", gpus_per_task=1, sbatch=["--qos=short", "--exclusive"]),
                          threads=2, study_name="default")
-    script = runner.batch_script(["python", "-m", "deepdensity", "train", "--out", "r x"], "weak-n2-s0", 2)
+    script = runner.batch_script("weak-n2-s0", 2)
     assert "#SBATCH --job-name=dd-default-weak-n2-s0\n" in script
     assert "#SBATCH --cpus-per-task=2\n" in script, "the runs' threads, one task: workers are emulated"
     assert "#SBATCH --partition=p\n" in script and "#SBATCH --gpus-per-task=1\n" in script
-    assert "#SBATCH --signal=B:TERM@90\n" in script
-    assert "python -m deepdensity train --out 'r x' &\n" in script
-    # the script parses as bash
+    assert "#SBATCH --qos=short\n" in script and "#SBATCH --exclusive\n" in script
+    assert "#SBATCH --time=240\n" in script, "04:00:00 in minutes: submitit counts its time-outs from it"
+    assert "#SBATCH --signal=USR2@90\n" in script, "submitit's warning before the time limit: checkpoint, requeue"
+    assert "--no-requeue" not in script, "submitit requeues the job itself"
+    assert f"#SBATCH --output={runner.jobs}/%j_0_log.out\n" in script
+    assert f"#SBATCH --comment={COMMENT}TOKEN\n" in script
+    # srun of Slurm 22.05 does not pass the job's --cpus-per-task on to the step
+    assert f"srun --unbuffered --output {runner.jobs}/%j_%t_log.out --error {runner.jobs}/%j_%t_log.err " \
+           f"--cpus-per-task=2 {sys.executable} -u -m submitit.core._submit {runner.jobs}\n" in script
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")]).returncode == 0
     launched = SlurmRunner(tmp_path, tmp_path / "train.yaml", "horovodrun -np {n}", SlurmOptions(), threads=1,
-                           study_name="default").batch_script(["x"], "real-strong-n4-s0", 4)
+                           study_name="default").batch_script("real-strong-n4-s0", 4)
     assert "#SBATCH --cpus-per-task=4\n" in launched, "a launcher's N processes, one thread each"
 
 
-def test_the_job_passes_sigterm_to_the_run_and_records_its_exit(tmp_path):
-    """The script's own logic, run by bash outside Slurm: SIGTERM to the job reaches the run, whose
-    exit status (143 here) is written where the driver reads it."""
-    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(), threads=1, study_name="t")
-    runner.jobs.mkdir()
-    body = runner.batch_script(["bash", "-c", "trap 'exit 143' TERM; echo started > started; sleep 30 & wait"],
-                               "r", 1)
-    (tmp_path / "job.sh").write_text(body)
-    job = subprocess.Popen(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env={"SLURM_JOB_ID": "7", "PATH": "/usr/bin:/bin"})
-    import time
-    deadline = time.monotonic() + 10
-    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    job.terminate()
-    assert job.wait(timeout=10) == 143
-    assert (runner.jobs / "r-7.exit").read_text().strip() == "143"
+def test_a_jobs_run_is_stopped_by_sigterm_before_the_time_limit_and_resumes(tmp_path):
+    """TrainJob, what each job runs, outside Slurm: SIGUSR2 (submitit's signal, which Slurm
+    sends to every process of the job) does not reach the run; submitit's checkpoint stops the
+    run with SIGTERM (it checkpoints) and gives the job to requeue: the same run, --resume."""
+    body = "trap 'exit 143' TERM; kill -USR2 $$; echo started > started; sleep 30 & wait"
+    job = TrainJob(["bash", "-c", body], {"DD_TEST": "1"})
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(job()))
+    import os
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists(), "SIGUSR2 did not end the run"
+        again = job.checkpoint()
+        thread.join(10)
+    finally:
+        os.chdir(cwd)
+    assert codes == [143], "the run's exit status is the job's result"
+    assert again.function.cmd == ["bash", "-c", body, "--resume"] and again.function.env == {"DD_TEST": "1"}
+    assert TrainJob(["bash", "-c", "kill -KILL $$"], {})() == 137, "a signal N is 128 + N, as a shell says"
+
+
+def fake_command(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/sh\n" + body)
+    (bin_dir / name).chmod(0o755)
 
 
 def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch):
@@ -70,22 +96,67 @@ def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch
     resubmitted. Slurm's commands are replaced here by scripts on PATH that answer as squeue
     does (the real ones are exercised in tests/cluster/test_slurm.py)."""
     import os
-    from deepdensity.study import slurm
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    from submitit.core.utils import JobPaths, cloudpickle_dump
     calls = tmp_path / "calls"
-    # fails twice (controller away), then says the job has left the queue
-    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho x >> {calls}\nn=$(wc -l < {calls})\n"
-                                    "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n")
-    (bin_dir / "squeue").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert slurm.queue_state("5") is None
+    # fails twice (controller away), then says the job has left the controller
+    fake_command(tmp_path / "bin", "squeue", f"echo x >> {calls}\nn=$(wc -l < {calls})\n"
+                 "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n"
+                 "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(QueueJob, "watcher", QueueWatcher(delay_s=0))
     runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(poll_seconds=0.01), threads=1,
                          study_name="t")
     runner.jobs.mkdir()
-    (runner.jobs / "r-5.exit").write_text("0\n")
-    assert runner._wait("5") == 0, "waited through the failures, then read the job's exit"
+    cloudpickle_dump(("success", 0), JobPaths(runner.jobs, job_id="5", task_id=0).result_pickle)
+    assert runner._wait("5") == ((0, ""), LEFT), "waited through the failures, then read the job's result"
     assert len(calls.read_text().split()) == 3
+
+
+def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp_path, monkeypatch):
+    """Submitter, with sbatch and srun on PATH that answer as Slurm's do: three runs asked for
+    at once are one sbatch of an array (tasks JOB_0..2), each told its token and index before
+    sbatch; a run asked for alone is one job of its own name."""
+    import os
+    calls = tmp_path / "calls"
+    fake_command(tmp_path / "bin", "sbatch", f"cat \"$1\" >> {calls}; echo ---- >> {calls}\n"
+                 f"echo \"Submitted batch job $(grep -c -- ---- {calls})\"\n")
+    fake_command(tmp_path / "bin", "srun", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.5)
+    params = job_parameters(SlurmOptions(), 1, 1.0)
+    told, ids = {}, {}
+
+    def ask(name: str) -> None:
+        ids[name] = submitter.submit(name, TrainJob(["true"], {}), dict(params),
+                                     lambda token, index: told.__setitem__(name, (token, index)))
+    threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    scripts = calls.read_text().split("----\n")[:-1]
+    assert len(scripts) == 1 and "#SBATCH --array=0-2%3\n" in scripts[0] and "--job-name=dd-t-array\n" in scripts[0]
+    assert sorted(ids.values()) == ["1_0", "1_1", "1_2"]
+    assert sorted(index for _, index in told.values()) == [0, 1, 2] and len({t for t, _ in told.values()}) == 1
+    assert all(ids[name] == f"1_{told[name][1]}" for name in ids), "each run its own task"
+    assert f"#SBATCH --comment={COMMENT}{told['run0'][0]}\n" in scripts[0]
+    ask("alone")
+    script = calls.read_text().split("----\n")[1]
+    assert ids["alone"] == "2" and "--array" not in script and "#SBATCH --job-name=dd-t-alone\n" in script
+
+
+def test_a_submission_the_last_driver_began_is_found_by_its_token(tmp_path, monkeypatch):
+    import os
+    fake_command(tmp_path / "bin", "squeue", f"echo '7|{COMMENT}other'; echo '9_0|{COMMENT}tok'; "
+                 f"echo '9_1|{COMMENT}tok'; echo '11|{COMMENT}solo'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert (find("tok", 1), find("solo", 0), find("tok", 2), find("gone", 0)) == ("9_1", "11", "", "")
+    fake_command(tmp_path / "bin", "squeue", "echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1\n")
+    assert find("tok", 1) is None, "squeue failing: cannot tell"
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(), threads=1, study_name="t")
+    record = {"attempts": 0, "jobs": [], "command": ["x"], "submitting": {"token": "tok", "index": 1, "attempt": 1}}
+    with pytest.raises(StudyError, match="squeue does not answer"):
+        runner._live_job(record, "r")
 
 
 # `scontrol show job` of a train.sbatch job as Slurm 22.05 prints it (several lines, not -o),
@@ -238,6 +309,7 @@ def fake_slurm(tmp_path, sbatch_exit: int, message: str = "") -> Path:
                                     "echo 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch \"$@\" >> {log}\necho '{message}' >&2\n"
                                     f"exit {sbatch_exit}\n")
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     return log
@@ -274,9 +346,12 @@ def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_p
     assert "  Slurm cost: at most 16 CPU-hours reserved (7 jobs at their 02:00:00 limit" in out
     assert "strong scaling for real: horovodrun -np 2 as one Slurm job each" in out
     assert "Slurm: on this host, not as jobs: the data set, the clock" in out
-    for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=02:00:00",
-                 "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/seq-s0-%j.log"):
+    for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=120",
+                 "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/%j_0_log.out",
+                 "#SBATCH --job-name=dd-tiny-seq-s0", "#SBATCH --signal=USR2@90"):
         assert f"      {line}\n" in out
+    assert f"  Slurm job's run (submitit's {runs}/.slurm/JOBID_submitted.pkl): {sys.executable} -m deepdensity " \
+           f"train --mode strong --config {runs}/train.yaml --out {runs}/seq-s0 --quiet --set ..." in out
     assert "  Slurm here: sbatch and squeue answer" in out
     assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), \
         "nothing submitted"
