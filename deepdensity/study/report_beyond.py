@@ -1,94 +1,187 @@
-"""The `beyond` study's reports: adaptive batches and local SGD next to the paper's four
-modes and the answer to "does either beat strong scaling?", the data filter and the batch
-sweep; rendered from the study's record (study.json, record.beyond_record) alone, with
-templates/beyond.md, filtering.md and batch_sweep.md."""
+"""The `beyond` study's reports: local SGD (and adaptive batches, when exercised) against strong
+scaling with the paper's four modes beside them, the data filter and the batch sweep, each
+answer by the rules of docs/beyond.md (beyond_verdicts.py); rendered from the study's record
+(study.json, record.beyond_record) alone, with templates/beyond.md, filtering.md and
+batch_sweep.md, and the figures of beyond_figures.py."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
+from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
+from deepdensity.study import beyond_figures as figs
+from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import clocks
-from deepdensity.study.figures import LEGEND_OUTSIDE, line_stretches, plain_ticks, plain_y
+from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.render import (cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source,
-                                      time_range, write_csv)
-from deepdensity.study.tables import (beyond_answer, efficiency_table, failures, filter_answer, filter_table,
-                                      median_time, preferred_batch, sweep_answer)
-from deepdensity.study.tables import Cell
+from deepdensity.study.render import cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source, time_range, write_csv
+from deepdensity.study.tables import PAPER_TABLE1, Cell, TimeBase, efficiency_table, failures
 from deepdensity.study.timing import describe_allreduce
 
 ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
-
+CLOCKS = (("paper", "the paper's clock"), ("host", "this host's clock"), ("device", "one device per worker"))
 
 # The text files write_beyond_reports writes; `deepdensity report --check` compares exactly these.
-TEXT_OUTPUTS = ("REPORT.md", "time_to_target.md", "time_to_target.csv", "filtering.json", "batch_sweep.json")
+TEXT_OUTPUTS = ("REPORT.md", "answers.json", "time_to_target.md", "time_to_target.csv", "filtering.json",
+                "batch_sweep.json")
 
 
-def write_beyond_reports(out: Path, record: dict) -> None:
-    """REPORT.md, time_to_target.md/.csv, fig2.png (time to target, six modes) and fig7.png
-    (adaptive's batch per epoch) under `out`; the filter's and the batch sweep's sections,
-    figures and JSON where the study ran them. From `record` alone."""
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Beyond:
+    """A beyond record read for its reports: its cells, the default study's beside them, the
+    modes shown (a remedy not exercised is not), the clocks and what turns passes into seconds."""
+    record: dict
+    study: Study
+    cfg: Config
+    cells: list                 # this study's
+    every: list                 # and the default study's weak, linear and warmup
+    skipped: dict               # {mode: why}: not exercised, left out of tables, figures and answers
+    modes: list                 # the modes shown, in ORDER
+    clocks: dict                # {name: beyond_verdicts.RowClock}, the paper's first
+    base: TimeBase
+
+
+def read(record: dict) -> Beyond:
     study, cfg = study_of(record), config_of(record)
     cells = [Cell(**c) for c in record["cells"]]
     every = cells + [Cell(**c) for c in record["earlier"]["cells"]]
-    modes = [m for m in ORDER if any(c.mode == m for c in every)]
-    time_table = _time_table(out, every, modes, study.workers)
-    _figures(out, every, modes, study.workers, record["run_rows"], record["target"], plt=pyplot())
-    text = fill("beyond.md", **_beyond_fields(record, study, cfg, cells, every, modes), time_table=time_table)
+    skipped = bv.not_exercised(cells, record["run_rows"], cfg.batch_size, cfg.adaptive_theta)
+    modes = [m for m in ORDER if m not in skipped and any(c.mode == m for c in every)]
+    shown = [c for c in every if c.mode in modes]
+    return Beyond(record, study, cfg, [c for c in cells if c.mode in modes], shown, skipped, modes,
+                  bv.clock_set(record["timing"], cfg.batch_size, bv.row_epochs(cells, record["run_rows"])),
+                  TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
+
+
+def write_beyond_reports(out: Path, record: dict) -> None:
+    """REPORT.md, answers.json (every comparison's verdicts), time_to_target.md/.csv and the
+    figures under `out`; the filter's and the batch sweep's sections, figures and JSON where the
+    study ran them. From `record` alone."""
+    out.mkdir(parents=True, exist_ok=True)
+    b, plt = read(record), pyplot()
+    judged = {m: bv.remedy(b.cells, m, b.study.workers, b.clocks, b.base) for m in policies.beyond() if m in b.modes}
+    figs.figures_against_n(out, b.every, b.modes, b.study.workers, b.clocks["paper"], b.base, plt)
+    if any(policies.get(m).grows_batch for m in b.modes):
+        figs.adaptive_figure(out / "fig7.png", b.cells, record["run_rows"], record["target"], plt)
+    text = fill("beyond.md", **_fields(b, judged), time_table=_time_tables(out, b))
+    answers = {"rules_fixed": bv.RULES_FIXED_UTC, "not_exercised": b.skipped,
+               "remedies": {m: answers_of(j) for m, j in judged.items()}, "filter": {}, "sweep": {}}
     if record["filtering"]:
-        text += _filtering_md(out, record["filtering"], record["target"])
+        text += _filtering_md(out, b, plt, answers["filter"])
     if record["sweep"]:
-        text += _sweep_md(out, record["sweep"], cfg, record["eta"], record["target"])
+        text += _sweep_md(out, b, plt, answers["sweep"])
     (out / "REPORT.md").write_text(text)
+    (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
 
 
-def _time_table(out: Path, every: list, modes: list, workers) -> str:
-    """Time to target and efficiency per mode and N: written as time_to_target.csv/.md, returned as markdown."""
-    eff = efficiency_table(every, modes, workers)
-    head = ["N"] + [f"{m}: s (eff %)" for m in modes]
-    rows = [[n] + [f"{time_range(every, m, n)} ({fmt(eff[m][n], 0)})" if cells_at(every, m, n) else "not run"
-                   for m in modes] for n in workers]
-    write_csv(out / "time_to_target.csv", ["N"] + [f"{m} {k}" for m in modes for k in ("time_s", "efficiency")],
-              [[n] + [v for m in modes for v in (time_range(every, m, n), fmt(eff[m][n]))] for n in workers])
-    (out / "time_to_target.md").write_text(md_table(head, rows))
-    return md_table(head, rows)
+def answers_of(judged: dict) -> dict:
+    """A question's comparisons as answers.json keeps them: {key: {"passes" or clock: {verdict,
+    ratio, prob_shorter, p_shorter_holm, p_longer_holm}}, with the break-even}."""
+    keep = ("verdict", "ratio", "prob_shorter", "p_shorter_holm", "p_longer_holm")
+    out = {}
+    for key in judged["passes"]:
+        out[str(key)] = {k: {f: _finite(judged[k][key].get(f)) for f in keep}
+                         for k in ("passes", *(c for c, _ in CLOCKS if c in judged))}
+        if "break_even" in judged:
+            out[str(key)]["break_even"] = judged["break_even"][key]
+    return out
 
 
-def _beyond_fields(r: dict, study, cfg, cells: list, every: list, modes: list) -> dict:
+def _finite(x):
+    """JSON has no inf: a ratio with a miss at its median is written as a string."""
+    return str(x) if isinstance(x, float) and math.isinf(x) else x
+
+
+def timed(cells: list, clock, base) -> list:
+    """The cells with their time to target under `clock` (claims.seconds; None where missed)."""
+    return [dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None)
+            for c, t in zip(sorted(cells, key=lambda c: c.seed), bv.values(cells, clock, base))]
+
+
+def _time_tables(out: Path, b: Beyond) -> str:
+    """Passes to target, and time to target under the paper's clock with the efficiency, per mode
+    and N: written as time_to_target.md/.csv, returned as markdown."""
+    workers, modes = b.study.workers, b.modes
+    passes, paper = timed(b.every, bv.PASSES, b.base), timed(b.every, b.clocks["paper"], b.base)
+    eff = efficiency_table(paper, modes, workers)
+    row = {n: [n] for n in workers}
+    for n in workers:
+        row[n] += [time_range(passes, m, n) or "not run" for m in modes]
+        row[n] += [f"{time_range(paper, m, n)} ({fmt(eff[m][n], 0)})" if cells_at(paper, m, n) else "not run"
+                   for m in modes]
+    head = ["N"] + [f"{m}: passes" for m in modes] + [f"{m}: s (eff %)" for m in modes]
+    write_csv(out / "time_to_target.csv", ["N"] + [f"{m} {k}" for m in modes for k in ("passes", "time_s", "efficiency")],
+              [[n] + [v for m in modes for v in (time_range(passes, m, n), time_range(paper, m, n), fmt(eff[m][n]))]
+               for n in workers])
+    table = md_table(head, [row[n] for n in workers])
+    (out / "time_to_target.md").write_text(
+        "Passes to target and time to target under the paper's clock (passes x s/pass), median (range) over seeds, "
+        "with the efficiency T1 / (N TN) on the medians.\n\n" + table)
+    return table + _passes_note(b.every, b.base, "the default study's cells as this record holds them")
+
+
+def _passes_note(cells: list, base, whose: str) -> str:
+    """What to say where cells that reached the target carry no passes (a record made before they
+    were kept): their passes are epochs x the passes of an epoch, an upper bound."""
+    short = [c for c in cells if c.reached and c.passes_to_target is None
+             and rules.passes_per_epoch(c.n, base.definition) > 1]
+    if not short:
+        return ""
+    return (f"\nPasses to target of {whose} are not in the record: they are taken as epochs x N, up to "
+            f"N - 1 passes more than a run took ({len(short)} runs; a record made now keeps them).\n")
+
+
+def _fields(b: Beyond, judged: dict) -> dict:
     """The $fields of templates/beyond.md but the time table."""
-    t, workers, p = r["timing"], study.workers, r["provenance"]
-    host = clocks.host_clock(t, cfg.batch_size)        # the calibrated model's parts, scaled
-    steps1 = rules.steps_per_epoch(r["n_train"], policies.plan(policies.SEQUENTIAL, 1, cfg.batch_size), cfg.epoch_definition)
-    fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(every)]
-    comm = md_table(["mode", "N", "epochs to target (per seed)", "allreduces / epoch", "global batches",
-                     "noise / ||g||^2 (adaptive, per epoch)"],
-                    _communication_rows(every, modes, workers, cfg, r["n_train"], r["run_rows"]))
+    r, cfg, p, env = b.record, b.cfg, b.record["provenance"], b.record["environment"]
+    host = b.clocks["host"].clock
+    s, rho = clocks.fit_table1(PAPER_TABLE1)
+    steps1 = rules.steps_per_epoch(r["n_train"], policies.plan(policies.SEQUENTIAL, 1, cfg.batch_size),
+                                   cfg.epoch_definition)
+    fail_rows = [[m, n, sd, st, ep, fmt(v, 6)] for m, n, sd, st, ep, v in failures(b.every)]
     return {
         "name": r["preset"], "when": p["generated"], "revision": p["revision"],
-        "machine": f"{r['environment']['cpu']} ({r['environment']['cores']} cores, oneDNN ISA: "
-                   f"{r['environment']['onednn_isa']}"
-                   + (f"; rendering: {r['environment']['rendering']}" if r["environment"].get("rendering") else "")
-                   + ")",
+        "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
+                   + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
         "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
                       f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
                       f"{p['runs_minutes']} min.",
-        "answer": beyond_answer(every, [m for m in policies.beyond() if m in modes], workers,
-                                not_exercised=_not_exercised(cells, r["run_rows"], cfg)),
-        "never_grew": _adaptive_never_grew(cells, r["run_rows"], cfg),
-        "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "theta_sq": f"{cfg.adaptive_theta ** 2:g}",
-        "local_steps": cfg.local_steps, "eta": f"{r['eta']:.6g}",
-        "eta_source": _eta_source(study.base_lr),
-        "target": f"{r['target']:.6g}", "target_source": target_source(r, study.calibration_epochs), "cap": r["cap"],
+        "rules": _rules_line(b), "answer": _answer(b, judged),
+        "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "local_steps": cfg.local_steps,
+        "eta": f"{r['eta']:.6g}", "eta_source": _eta_source(b.study.base_lr), "target": f"{r['target']:.6g}",
+        "target_source": target_source(r, b.study.calibration_epochs), "cap": r["cap"],
         "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
-        "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(t),
+        "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(r["timing"]),
+        "serial_share": f"{s:.3f}", "paper_rho": f"{rho:.3f}", "host_rho": f"{host.rho:.3f}",
         "local_allreduce_size": f"{policies.get('local').allreduce_size:g}", "steps1": steps1, "n_train": r["n_train"],
-        "epoch_definition": cfg.epoch_definition, "communication_table": comm,
+        "epoch_definition": cfg.epoch_definition,
+        "communication_table": md_table(["mode", "N", "passes to target (per seed)", "epochs to target (per seed)",
+                                         "allreduces / epoch", "global batches"], _communication_rows(b)),
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
         if fail_rows else "none",
+        "figures": _figures_md(b),
     }
+
+
+def _rules_line(b: Beyond) -> str:
+    """The rules the answers follow, when they were fixed, and what this record is to them."""
+    text = (f"Every answer follows the beyond study's decision rules (docs/beyond.md), fixed {bv.RULES_FIXED_UTC} "
+            f"before its runs: {bv.RULES_SUMMARY}.")
+    made = b.record["provenance"]["generated"]
+    if made < bv.RULES_FIXED_UTC:
+        text += (f" This record's runs were made {made}, before those rules were fixed, and the rules were written "
+                 f"after seeing its results: its answers are those rules applied to it, not a test fixed before it.")
+    seq = b.study.sequential_seeds()
+    if b.study.base_lr == "default_study" and set(seq) & set(b.study.edge_seeds):
+        text += (f" Strong scaling's seeds here ({', '.join(map(str, seq))}) include the seeds of the edge search "
+                 f"({', '.join(map(str, b.study.edge_seeds))}) on which the default study chose eta, because they "
+                 f"converge at it; the default study keeps its sequential runs apart from them.")
+    return text
 
 
 def _eta_source(base_lr) -> str:
@@ -99,166 +192,186 @@ def _eta_source(base_lr) -> str:
     return "fixed by the preset"
 
 
-def _communication_rows(every: list, modes: list, workers, cfg, n_train: int, run_rows: dict) -> list:
-    """Per mode and N > 1: epochs to target, allreduces per epoch, the global batches used and
-    (adaptive, local) the range of noise / ||g||^2 its runs saw."""
+def _communication_rows(b: Beyond) -> list:
+    """Per mode shown and N > 1: passes and epochs to target per seed, allreduces per epoch and
+    the global batches used (what the runs did, for a policy whose epochs vary)."""
     rows = []
-    for m in modes:
-        for n in workers:
-            cs = [c for c in every if c.mode == m and c.n == n and n > 1]
+    for m in b.modes:
+        for n in [n for n in b.study.workers if n > 1]:
+            cs = sorted(cells_at(b.every, m, n), key=lambda c: c.seed)
             if not cs:
                 continue
-            ratio = ""
-            if policies.get(m).varies_by_epoch:     # what the runs did, epoch by epoch
-                metrics = [run_rows[c.run] for c in cs]
-                per_epoch = statistics.median(r["allreduces"] for ms in metrics for r in ms)
-                batches = sorted({r["global_batch"] for ms in metrics for r in ms})
-                ratios = [r["grad_noise"] / r["grad_sq"] for ms in metrics for r in ms if r.get("grad_sq")]
-                ratio = f"{min(ratios):.3g}-{max(ratios):.3g}" if ratios else ""
+            if policies.get(m).varies_by_epoch:
+                metrics = [row for c in cs for row in b.record["run_rows"].get(c.run, [])]
+                per_epoch = statistics.median(row["allreduces"] for row in metrics) if metrics else math.nan
+                batches = sorted({row["global_batch"] for row in metrics})
             else:                           # fixed by the policy (strong is read off the sequential run)
-                p = policies.plan(m, n, cfg.batch_size)
-                per_epoch, batches = rules.steps_per_epoch(n_train, p, cfg.epoch_definition), [p.global_batch]
-            rows.append([m, n, epochs_listing(every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches)), ratio])
+                plan = policies.plan(m, n, b.cfg.batch_size)
+                per_epoch, batches = rules.steps_per_epoch(b.record["n_train"], plan, b.cfg.epoch_definition), \
+                    [plan.global_batch]
+            passes = ", ".join(f"{v:.4g}" if math.isfinite(v) else "-" for v in bv.values(cs, bv.PASSES, b.base))
+            rows.append([m, n, passes, epochs_listing(b.every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches))])
     return rows
 
 
-def _not_exercised(cells: list, run_rows: dict, cfg) -> dict:
-    """{mode: why} for a policy whose mechanism never engaged in any of its runs: a batch that
-    grows (adaptive) and never grew ran strong scaling throughout, and measures nothing of its own."""
-    out = {}
-    for mode in sorted({c.mode for c in cells if policies.get(c.mode).grows_batch and c.n > 1}):
-        rows = [r for c in cells if c.mode == mode and c.n > 1 for r in run_rows[c.run]]
-        if rows and all(r["global_batch"] == cfg.batch_size for r in rows):
-            out[mode] = "its batch never grew in any epoch of any run, so it ran strong scaling's batches throughout"
+def _figures_md(b: Beyond) -> str:
+    text = ("![fig2](fig2.png) ![fig_passes](fig_passes.png)\n\n"
+            "Fig. 2: time to target against N under the paper's clock (passes x s/pass), every seed a dot, the median "
+            "a bar and a line where every seed reached; seeds that missed in the panel above. fig_passes: the same in "
+            "passes to target, the algorithm without a clock.")
+    if any(policies.get(m).grows_batch for m in b.modes):
+        text += "\n\n![fig7](fig7.png)\n\nFig. 7: adaptive's global batch per epoch (top) and validation loss (bottom)."
+    return text + "".join(f"\n\n{m}: not exercised, so not drawn." for m in b.skipped)
+
+
+# ------------------------------------------------------------------------------------
+# the answers, as the rules give them
+# ------------------------------------------------------------------------------------
+def _ratio(r) -> str:
+    if r is None:
+        return "-"
+    return "inf (a miss)" if math.isinf(r) else "0 (a miss)" if r == 0 else f"{r:.2f}"
+
+
+def verdict_cell(row: dict) -> str:
+    """One comparison's verdict with its ratio, P(A shorter) and Holm-adjusted p both ways."""
+    text = row["verdict"]
+    if row["ratio"] is not None:
+        text += f"; ratio {_ratio(row['ratio'])}, P {row['prob_shorter']:.2f}"
+    if "p_shorter_holm" in row:
+        text += f", p {row['p_shorter_holm']:.2g} / {row['p_longer_holm']:.2g}"
+    return text
+
+
+def more_cell(row: dict) -> str:
+    if row["verdict"] not in (bv.NO_DIFFERENCE, bv.TOO_FEW):
+        return "-"
+    return "not within 50 a side" if row.get("more") is None else f"{row['more']} more a side"
+
+
+def comparison_table(judged: dict, label, a: str) -> str:
+    """A question's comparisons: passes first, then each clock, the break-even and the seeds
+    that could still call one; `label(key)` names a comparison, `a` its first side."""
+    shown = [(k, name) for k, name in CLOCKS if k in judged]
+    head = ["comparison", "seeds", "passes to target"] + [name for _, name in shown]
+    head += ["break-even (rho, this host's compute)"] if "break_even" in judged else []
+    rows = []
+    for key, p in judged["passes"].items():
+        row = [label(key), f"{p['n_a']} / {p['n_b']}", verdict_cell(p)] + [verdict_cell(judged[k][key]) for k, _ in shown]
+        row += [judged["break_even"][key]] if "break_even" in judged else []
+        rows.append(row + [more_cell(judged[shown[0][0]][key])])
+    whys = sorted({r["why"] for k in ["passes"] + [k for k, _ in shown] for r in judged[k].values() if r.get("why")})
+    return (md_table(head + [f"more seeds that could call it ({shown[0][1]})"], rows)
+            + f"\nratio: the Hodges-Lehmann estimate of {a} / the other; P: P({a} shorter); p: Holm-adjusted one-sided "
+              f"p of '{a} shorter' / '{a} longer'." + "".join(f"\nToo few seeds: {w}." for w in whys) + "\n")
+
+
+def _by_n(rows: dict) -> str:
+    return "; ".join(f"N = {n}: {r['verdict']}" for n, r in rows.items())
+
+
+def _answer(b: Beyond, judged: dict) -> str:
+    """Does a remedy reach the target measurably sooner than strong scaling? The verdict under
+    the paper's clock, the passes first, the other clocks and each comparison's table beside it."""
+    parts = [f"{m}: not exercised: {why}. It is left out of every table, figure and answer below."
+             for m, why in b.skipped.items()]
+    if not judged:
+        return " ".join(parts + ["No remedy was exercised: nothing to compare with strong scaling."])
+    won = [f"{m} at N = {n}" for m, j in judged.items() for n, r in j["paper"].items() if r["verdict"] == bv.SHORTER]
+    calls = [r["verdict"] for j in judged.values() for r in j["paper"].values()]
+    head = ("Yes: " + ", ".join(won) + " reached the target measurably sooner than strong scaling under the paper's "
+            "clock." if won else
+            "No answer: too few seeds to call any comparison with strong scaling under the paper's clock."
+            if all(c in (bv.TOO_FEW, bv.NEITHER) for c in calls) else
+            "No: no remedy reached the target measurably sooner than strong scaling under the paper's clock at any N.")
+    lines = [head]
+    for m, j in judged.items():
+        lines.append(f"{m} against strong scaling, on passes: {_by_n(j['passes'])}. Under the paper's clock: "
+                     f"{_by_n(j['paper'])}; this host's: {_by_n(j['host'])}; one device per worker: {_by_n(j['device'])}.")
+    text = " ".join(lines) + "\n\n" + " ".join(parts)
+    return text.rstrip() + "\n\n" + "\n".join(comparison_table(j, lambda n, m=m: f"{m} vs strong, N = {n}", m)
+                                              for m, j in judged.items())
+
+
+# ------------------------------------------------------------------------------------
+# the data filter and the batch sweep
+# ------------------------------------------------------------------------------------
+def _filter_groups(b: Beyond) -> list:
+    """[(mode, N, {data: (cells, TimeBase)})]: each data set with its own training-set size."""
+    f = b.record["filtering"]
+    facts, cells = f["filter"], bv.filter_cells(f["rows"])
+    filtered = facts.get("n_train_before", b.base.n_train) - facts.get("n_dropped", 0)
+    size = {"full": b.base.n_train, "network": filtered, "random": filtered}
+    out = []
+    for mode, n in dict.fromkeys((c.mode, c.n) for _, c in cells):
+        by_data = {d: ([c for dd, c in cells if dd == d and (c.mode, c.n) == (mode, n)],
+                       dataclasses.replace(b.base, n_train=size[d])) for d in figs.DATA_STYLE}
+        out.append((mode, n, {d: v for d, v in by_data.items() if v[0]}))
     return out
 
 
-def _adaptive_never_grew(cells: list, run_rows: dict, cfg) -> str:
-    """A paragraph for when adaptive's test never fired in any run (it then ran strong
-    scaling's batches throughout), else the empty string."""
-    rows = [r for c in cells if policies.get(c.mode).grows_batch and c.n > 1 for r in run_rows[c.run]]
-    if not rows or any(r["global_batch"] != cfg.batch_size for r in rows):
-        return ""
-    top = max(r["grad_noise"] / r["grad_sq"] for r in rows if r.get("grad_sq"))
-    return (f"\n\nadaptive's test never fired: noise / ||g||^2 stayed at or below {top:.3g}, under "
-            f"theta^2 = {cfg.adaptive_theta ** 2:g}, in every epoch of every run, so adaptive ran strong "
-            f"scaling's batches throughout. It then differs from strong scaling only in how the workers' "
-            f"part gradients are summed (float rounding), which the training amplifies over epochs: where the "
-            f"two differ below, by an epoch or two for a seed, it is that rounding, not adaptive's mechanism.")
+def _medians(cells: list, clock, base, digits: int = 1) -> str:
+    vals = bv.values(cells, clock, base)
+    return f"{statistics.median(vals):.{digits}f}" if vals and all(math.isfinite(v) for v in vals) else "not every seed reached"
 
 
-def _filtering_md(out: Path, filtering: dict, target: float) -> str:
-    rows, facts = filtering["rows"], filtering["filter"]
-    table = filter_table(rows)
-    (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": rows}, indent=2))
-    _filter_figure(out / "fig8.png", table)
-    md = md_table(["mode", "N", "data", "epochs to target (per seed)", "time to target (s, median)"],
-                  [[m, n, d, ", ".join("-" if e is None else str(e) for e in eps), fmt(t, 1, "not every seed reached")]
-                   for m, n, d, eps, t in table])
-    return fill("filtering.md", answer=filter_answer(rows), pca=facts.get("pca_components"),
+def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
+    filtering, groups, paper = b.record["filtering"], _filter_groups(b), b.clocks["paper"]
+    facts = filtering["filter"]
+    (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": filtering["rows"]}, indent=2))
+    figs.filter_figure(out / "fig8.png", groups, paper, plt)
+    rows, said, tables, helped = [], [], [], []
+    for mode, n, by_data in groups:
+        for d, (cs, base) in by_data.items():
+            passes = ", ".join(f"{v:.4g}" if math.isfinite(v) else "-" for v in bv.values(cs, bv.PASSES, base))
+            rows.append([mode, n, d, base.n_train, passes, _medians(cs, bv.PASSES, base), _medians(cs, paper, base)])
+        j = bv.filtering(filtering["rows"], mode, {d: base for d, (_, base) in by_data.items()}, b.clocks)
+        answers[f"{mode} N = {n}"] = answers_of(j)
+        if j["paper"] and all(r["verdict"] == bv.SHORTER for r in j["paper"].values()):
+            helped.append(f"{mode} at N = {n}")
+        said.append(f"{mode} at N = {n}, network-filtered data against " + "; against ".join(
+            f"{'the full data' if k == 'full' else 'the random control'}: on passes {j['passes'][k]['verdict']}, under "
+            f"the paper's clock {r['verdict']}" for k, r in j["paper"].items()) + ".")
+        tables.append(comparison_table(j, lambda k, mode=mode: f"{mode}, network vs {k}", "network"))
+    head = ("Yes for " + ", ".join(helped) + ": the network-filtered data reached the target measurably sooner than "
+            "both the full data and the random control under the paper's clock." if helped else
+            "No measurable gain: for no mode tested were the network-filtered data measurably sooner than both the "
+            "full data and the random control under the paper's clock.")
+    table = md_table(["mode", "N", "data", "training cubes", "passes to target (per seed)", "passes, median",
+                      "time to target (s, the paper's clock), median"], rows)
+    table += _passes_note([c for _, _, g in groups for cs, _ in g.values() for c in cs], b.base, "the filter's runs")
+    return fill("filtering.md", answer=" ".join([head] + said), pca=facts.get("pca_components"),
                 perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
                 eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
-                n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"), target=f"{target:.6g}",
-                table=md)
+                n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
+                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables))
 
 
-def _sweep_md(out: Path, sweep: list, cfg, eta: float, target: float) -> str:
+def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
+    sweep, paper, host, batch = b.record["sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
-    _sweep_figure(out / "fig9.png", sweep)
-    md = md_table(["global batch", "lr rule", "lr", "status", "epochs (passes)", "s / pass", "time to target (s)"],
-                  [[r["batch"], r["lr_rule"], f"{r['lr']:.4g}", r["status"], r["epochs"], fmt(r["epoch_seconds"]),
-                    fmt(r["time_to_target_s"], 1, "not reached")] for r in sweep])
-    return fill("batch_sweep.md", eta=f"{eta:.6g}", batch=cfg.batch_size, target=f"{target:.6g}",
-                answer=sweep_answer(sweep), table=md)
-
-
-def _filter_figure(path: Path, table: list) -> None:
-    plt = pyplot()
-    groups = list(dict.fromkeys((m, n) for m, n, *_ in table))
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    colors = {"full": "tab:gray", "network": "tab:blue", "random": "tab:orange"}
-    from matplotlib.patches import Patch
-    for gi, (mode, n) in enumerate(groups):
-        for di, data in enumerate(("full", "network", "random")):
-            x = gi + (di - 1) * 0.27
-            t = next((tm for m, nn, d, _, tm in table if (m, nn, d) == (mode, n, data)), None)
-            if t is not None:
-                ax.bar(x, t, width=0.25, color=colors[data])
-            elif any((m, nn, d) == (mode, n, data) for m, nn, d, *_ in table):
-                ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=7, color=colors[data])
-    ax.set_xticks(range(len(groups)), [f"{m} N = {n}" for m, n in groups])
-    ax.set(ylabel="time to target (s, median over seeds)", title="Full, network-filtered and random-filtered data")
-    ax.legend(handles=[Patch(color=c, label=d) for d, c in colors.items()], **LEGEND_OUTSIDE)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _sweep_figure(path: Path, sweep: list) -> None:
-    plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
-    for rule, color in (("eta", "tab:blue"), ("linear", "tab:red")):
-        rows = [r for r in sweep if r["lr_rule"] == rule]
-        reached = [r for r in rows if r["time_to_target_s"] is not None]
-        top.plot([r["batch"] for r in reached], [r["epochs"] for r in reached], "o-", color=color,
-                 label=f"lr {'eta' if rule == 'eta' else 'eta x b / B'}")
-        bottom.plot([r["batch"] for r in reached], [r["time_to_target_s"] for r in reached], "o-", color=color)
-        missed = [r["batch"] for r in rows if r["time_to_target_s"] is None]
-        if missed:
-            bottom.plot(missed, [bottom.get_ylim()[1]] * len(missed), "x", color=color, label=f"{rule}: not reached")
-        best = preferred_batch(sweep, rule)[0]
-        if best is not None:
-            t = next(r["time_to_target_s"] for r in reached if r["batch"] == best)
-            bottom.plot([best], [t], "o", ms=14, mfc="none", color=color)
-    top.set(ylabel="epochs (passes) to target", xscale="log", yscale="log",
-            title="Sequential model: batch size against epochs and time to target")
-    bottom.set(xlabel="global batch", ylabel="time to target (s)", xscale="log", yscale="log")
-    top.legend(**LEGEND_OUTSIDE)
-    if bottom.get_legend_handles_labels()[0]:
-        bottom.legend(**LEGEND_OUTSIDE)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _figures(out: Path, cells, modes, workers, run_rows: dict, target: float, plt) -> None:
-    fig, ax = plt.subplots(figsize=(7.4, 4.4))
-    for mode in modes:
-        color, marker = policies.get(mode).style
-        ran = [n for n in workers if cells_at(cells, mode, n)]
-        # a cell not reached on every seed breaks the line: no segment bridges it
-        for k, stretch in enumerate(line_stretches([(n, median_time(cells, mode, n)) for n in ran])):
-            ax.plot(*zip(*stretch), marker=marker, color=color, label=mode if k == 0 else None,
-                    ls="-" if policies.get(mode).in_paper else "--")
-        missed = [n for n in ran if median_time(cells, mode, n) is None]
-        ax.scatter(missed, [0.0] * len(missed), marker="x", color=color, transform=ax.get_xaxis_transform(),
-                   clip_on=False, zorder=3)
-    ax.scatter([], [], marker="x", color="gray", label="a seed missed the target")
-    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel="time to target (s, median over seeds)",
-           title="Time to target (a gap and a cross: not reached on every seed)")
-    plain_ticks(ax.xaxis, workers)
-    plain_y(ax)
-    ax.legend(**LEGEND_OUTSIDE)
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(out / "fig2.png", dpi=110)
-    plt.close(fig)
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
-    cmap = plt.get_cmap("viridis")
-    runs = sorted({(c.n, c.seed, c.run) for c in cells if policies.get(c.mode).grows_batch and c.n > 1})
-    for i, (n, seed, run) in enumerate(runs):
-        rows = run_rows[run]
-        ep = [r["epoch"] for r in rows]
-        style = dict(color=cmap(i / max(1, len(runs) - 1)), ls="-" if seed == runs[0][1] else ":",
-                     marker="o", markersize=3, label=f"N = {n}, seed {seed}")
-        top.step(ep, [r["global_batch"] for r in rows], where="mid", **style)
-        bottom.plot(ep, [r["val_loss"] for r in rows], **style)
-    bottom.axhline(target, color="gray", ls="--", lw=1, label="target")
-    top.set(ylabel="global batch", yscale="log", title="adaptive: batch and validation loss per epoch")
-    bottom.set(xlabel="epoch", ylabel="validation MSLE", yscale="log")
-    if runs:
-        top.legend(**{**LEGEND_OUTSIDE, "fontsize": 7})
-    fig.tight_layout()
-    fig.savefig(out / "fig7.png", dpi=110)
-    plt.close(fig)
+    by_rule = {rule: bv.sweep_cells(sweep, rule) for rule in dict.fromkeys(r["lr_rule"] for r in sweep)}
+    figs.sweep_figure(out / "fig9.png", by_rule, batch, paper, b.base, plt)
+    rows, said, tables = [], [], []
+    lr = {(r["lr_rule"], r["batch"]): r["lr"] for r in sweep}
+    for rule, per_batch in by_rule.items():
+        for size, cs in per_batch.items():
+            listing = ", ".join(f"{v:.4g}" if math.isfinite(v) else f"- ({c.status}, {c.epochs})"
+                                for c, v in zip(cs, bv.values(cs, bv.PASSES, b.base)))
+            rows.append([size, rule, f"{lr[(rule, size)]:.4g}", len(cs), listing, _medians(cs, bv.PASSES, b.base),
+                         _medians(cs, bv.at_batch(paper, size), b.base), _medians(cs, bv.at_batch(host, size), b.base)])
+        j = bv.sweep(sweep, rule, batch, b.clocks, b.base)
+        answers[rule] = answers_of(j)
+        best = bv.shortest_median(sweep, rule, paper, b.base)
+        named = (f"batch {best} has the shortest median time under the paper's clock (named, not tested)"
+                 if best is not None else "no batch reached the target on every seed")
+        calls = {v: [k for k, r in j["paper"].items() if r["verdict"] == v]
+                 for v in (bv.SHORTER, bv.LONGER, bv.NO_DIFFERENCE, bv.TOO_FEW, bv.NEITHER)}
+        said.append(f"{'At eta' if rule == 'eta' else 'With lr eta x b / ' + str(batch)} ({rule}): {named}; against "
+                       f"batch {batch}, under the paper's clock: " + "; ".join(
+                           f"{v}: {', '.join(map(str, ks))}" for v, ks in calls.items() if ks) + ".")
+        tables.append(comparison_table(j, lambda k, rule=rule: f"{rule}: b = {k} vs {batch}", "b"))
+    table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
+                      "s, the paper's clock, median", "s, this host's clock, median"], rows)
+    return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
+                answer=" ".join(said), table=table, comparisons="\n".join(tables))

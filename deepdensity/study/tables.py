@@ -1,5 +1,5 @@
-"""The study's tables and the beyond answers, as pure functions of finished cells (the paper's
-claims: claims.py).
+"""The study's tables, as pure functions of finished cells (the paper's claims: claims.py; the
+beyond study's answers: beyond_verdicts.py).
 
 No TensorFlow, no files: `repro` fills the cells, `report` renders what this module
 computes, and the tests check it on hand-made tables.
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study import decide
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
@@ -61,22 +60,6 @@ def efficiency_table(cells: list, modes, workers) -> dict:
         t1 = median_time(cells, "strong", 1) or median_time(cells, mode, 1)
         out[mode] = {n: rules.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
     return out
-
-
-def outcomes(cells: list, mode: str, n: int) -> list:
-    """Reached the target? One bool per seed of (mode, N), in seed order."""
-    return [c.reached for c in sorted(cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
-
-
-def times(cells: list, mode: str, n: int, scale: float = 1.0) -> list:
-    """Time to target per seed of (mode, N) times `scale`; None where a seed missed it."""
-    return [None if c.time_to_target_s is None else c.time_to_target_s * scale
-            for c in sorted(cells, key=lambda c: c.seed) if c.mode == mode and c.n == n]
-
-
-def describe_cell(reached: list) -> str:
-    """'converges (3 of 3)', 'mixed (2 of 3)', ... for a cell's seeds."""
-    return f"{decide.call(reached)} ({sum(reached)} of {len(reached)})"
 
 
 @dataclass(frozen=True)
@@ -205,47 +188,8 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
 
 
 # ------------------------------------------------------------------------------------
-# Beyond the paper: does a remedy beat strong scaling?
+# Beyond the paper: where the data filter is tried (its verdicts: beyond_verdicts.py)
 # ------------------------------------------------------------------------------------
-def compare_with_strong(cells: list, mode: str, workers) -> list:
-    """[(N, decide.compare of `mode` against strong scaling, mode's median time, strong's)]
-    for every N > 1 where `mode` ran; a median is None unless every seed reached the target."""
-    return [(n, decide.compare(times(cells, mode, n), times(cells, "strong", n)),
-             median_time(cells, mode, n), median_time(cells, "strong", n))
-            for n in workers if n > 1 and outcomes(cells, mode, n)]
-
-
-def _seconds(t: Optional[float]) -> str:
-    return "not reached by every seed" if t is None else f"{t:.3g} s"
-
-
-def beyond_answer(cells: list, modes, workers, not_exercised: Optional[dict] = None) -> str:
-    """The report's answer, by decide.compare: does either remedy reach the target measurably
-    sooner than strong scaling at some N? A mode in `not_exercised` ({mode: why}) is reported
-    as not exercised and left out of the answer: its comparison would measure rounding noise."""
-    sentences, winners, not_exercised = [], [], not_exercised or {}
-    for mode in [m for m in modes if m in not_exercised]:
-        sentences.append(f"{mode}: not exercised ({not_exercised[mode]}); left out of the answer.")
-    exercised = [m for m in modes if m not in not_exercised]
-    for mode in exercised:
-        rows = compare_with_strong(cells, mode, workers)
-        if not rows:
-            continue
-        winners += [(mode, n) for n, got, _, _ in rows if got == decide.SHORTER]
-        sentences.append(f"{mode}: " + "; ".join(
-            f"N = {n}: {got} (median {_seconds(t)} against strong's {_seconds(ts)}; seeds "
-            f"{describe_cell(outcomes(cells, mode, n))})" for n, got, t, ts in rows) + ".")
-    if not sentences:
-        return "Neither remedy was run."
-    if not exercised:
-        return "No answer: no remedy was exercised. " + " ".join(sentences)
-    head = ("Yes: " + ", ".join(f"{m} at N = {n}" for m, n in winners) + " reached the target measurably sooner "
-            "than strong scaling (every seed sooner than every seed of strong scaling)." if winners else
-            f"No measurable difference in favour of a remedy: at no N did every seed of {' or '.join(exercised)} "
-            f"reach the target sooner than every seed of strong scaling.")
-    return head + " " + " ".join(sentences)
-
-
 def filter_n(cells: list, mode: str) -> Optional[int]:
     """The N > 1 at which to test data filtering for `mode` (Gahlot et al.'s remedy for large
     batches): the smallest N where a seed failed to reach the target; if none failed, the N
@@ -257,95 +201,3 @@ def filter_n(cells: list, mode: str) -> Optional[int]:
     if not ns:
         return None
     return max(ns, key=lambda n: (median_time(cells, mode, n) or 0.0, n))
-
-
-def _median_or_none(times: list) -> Optional[float]:
-    return None if not times or any(t is None for t in times) else statistics.median(times)
-
-
-def filter_table(rows: list) -> list:
-    """[(mode, N, data, epochs per seed, median time or None)] of the filtering experiment,
-    data in the order full, network, random."""
-    out = []
-    for mode, n in dict.fromkeys((r["mode"], r["n"]) for r in rows):
-        for data in ("full", "network", "random"):
-            rs = _rows_of(rows, mode, n, data)
-            if rs:
-                out.append((mode, n, data, [r["epochs_to_target"] for r in rs],
-                            _median_or_none([r["time_to_target_s"] for r in rs])))
-    return out
-
-
-def _rows_of(rows: list, mode: str, n: int, data: str) -> list:
-    return sorted((r for r in rows if (r["mode"], r["n"], r["data"]) == (mode, n, data)), key=lambda r: r["seed"])
-
-
-def filter_answer(rows: list) -> str:
-    """Does network filtering make the large-batch mode reach the target measurably sooner
-    (decide.compare) than both the full data and the random control?"""
-    sentences, helped = [], []
-    for mode, n in dict.fromkeys((r["mode"], r["n"]) for r in rows):
-        t = {data: [r["time_to_target_s"] for r in _rows_of(rows, mode, n, data)] for data in ("full", "network", "random")}
-        against = {other: decide.compare(t["network"], t[other]) for other in ("full", "random")}
-        sentences.append(f"{mode} at N = {n}: network-filtered against full data: {against['full']}, against the "
-                         f"random control: {against['random']} (medians: full {_seconds(_median_or_none(t['full']))}, "
-                         f"network {_seconds(_median_or_none(t['network']))}, random "
-                         f"{_seconds(_median_or_none(t['random']))}).")
-        if all(v == decide.SHORTER for v in against.values()):
-            helped.append(f"{mode} at N = {n}")
-    head = ("Yes for " + ", ".join(helped) + ": on every seed the network-filtered data reached the target sooner "
-            "than the full data and the random control did on any seed." if helped else
-            "No measurable gain: for no mode tested did every seed on network-filtered data reach the target sooner "
-            "than every seed on both the full data and the random control.")
-    return head + " " + " ".join(sentences)
-
-
-def sweep_times(rows: list, lr_rule: str) -> dict:
-    """{global batch: [time to target per seed, None where missed]} of the batch sweep under `lr_rule`."""
-    out = {}
-    for r in sorted(rows, key=lambda r: (r["batch"], r.get("seed", 0))):
-        if r["lr_rule"] == lr_rule:
-            out.setdefault(r["batch"], []).append(r["time_to_target_s"])
-    return out
-
-
-def preferred_batch(rows: list, lr_rule: str) -> tuple:
-    """(the batch with the shortest median time to target or None, the batches whose time is
-    measurably longer than its by decide.compare): a batch is *preferred* only over those."""
-    per_batch = sweep_times(rows, lr_rule)
-    medians = {b: _median_or_none(ts) for b, ts in per_batch.items()}
-    reached = [b for b, m in medians.items() if m is not None]
-    if not reached:
-        return None, []
-    best = min(reached, key=lambda b: (medians[b], b))
-    return best, [b for b in per_batch if b != best and decide.compare(per_batch[best], per_batch[b]) == decide.SHORTER]
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def sweep_answer(rows: list) -> str:
-    """Under each lr rule: the batch with the shortest median time to target, and the batches
-    it is measurably faster than (decide.compare); the rest show no measurable difference."""
-    sentences = []
-    for rule, label in (("eta", "At eta"), ("linear", "With the linear rule")):
-        best, beaten = preferred_batch(rows, rule)
-        if best is None:
-            sentences.append(f"{label} no batch reached the target on every seed.")
-            continue
-        per_batch = sweep_times(rows, rule)
-        if len(per_batch[best]) < decide.MIN_SEEDS:
-            sentences.append(f"{label} batch {best} has the shortest median time to target, on "
-                             f"{_count(len(per_batch[best]), 'seed')}: too few seeds to compare batches "
-                             f"(the rule needs {decide.MIN_SEEDS} a side).")
-            continue
-        others = [b for b in per_batch if b != best and b not in beaten]
-        text = (f"{label} batch {best} has the shortest median time to target "
-                f"({_seconds(_median_or_none(per_batch[best]))}, {_count(len(per_batch[best]), 'seed')})")
-        text += ("; it is measurably shorter than at " + ", ".join(map(str, beaten)) if beaten else
-                 "; it is measurably shorter than at no other batch")
-        if others:
-            text += "; no measurable difference from " + ", ".join(map(str, others))
-        sentences.append(text + ".")
-    return " ".join(sentences)

@@ -319,27 +319,6 @@ def _cell(mode, n, seed, t):
                 "modelled", t, f"{mode}-{n}-{seed}")
 
 
-def test_a_remedy_is_faster_only_when_every_seed_beats_every_seed_of_strong_scaling():
-    from deepdensity.study.tables import beyond_answer, compare_with_strong
-    cells = [_cell("strong", n, s, t * (1 + s / 100)) for n, t in ((1, 100.0), (2, 60.0), (4, 40.0)) for s in (0, 1, 2)]
-    cells += [_cell("adaptive", 2, s, t) for s, t in enumerate((50.0, 80.0, 55.0))]   # ranges overlap strong's
-    cells += [_cell("adaptive", 4, s, t) for s, t in enumerate((30.0, 35.0, 39.0))]   # all below 40: shorter
-    cells += [_cell("local", 2, s, t) for s, t in enumerate((70.0, 75.0, 62.0))]      # all above 60.2: longer
-    cells += [_cell("local", 4, s, t) for s, t in enumerate((20.0, None))]            # two seeds only
-    got = compare_with_strong(cells, "adaptive", [1, 2, 4])
-    assert [(n, v) for n, v, _, _ in got] == [(2, "no measurable difference"), (4, "shorter")]
-    assert got[1][2:] == (35.0, pytest.approx(40.4))                                  # the medians, shown beside
-    assert [v for _, v, _, _ in compare_with_strong(cells, "local", [1, 2, 4])] == ["longer", "too few seeds"]
-    answer = beyond_answer(cells, ["adaptive", "local"], [1, 2, 4])
-    assert answer.startswith("Yes: adaptive at N = 4 reached the target measurably sooner")
-    assert "mixed (1 of 2)" in answer, "the two-seed cell shows its seeds"
-    # a one-epoch margin on one seed is not a finding: median faster, ranges overlapping
-    close = [c for c in cells if c.mode != "adaptive"] + [_cell("adaptive", 4, s, t)
-                                                         for s, t in enumerate((39.0, 39.5, 41.0))]
-    no = beyond_answer(close, ["adaptive", "local"], [1, 2, 4])
-    assert no.startswith("No measurable difference in favour of a remedy")
-
-
 def test_filter_n_is_the_first_failing_n_else_the_slowest():
     from deepdensity.study.tables import filter_n
     cells = [_cell("weak", 1, 0, 100.0), _cell("weak", 2, 0, 60.0), _cell("weak", 4, 0, 70.0), _cell("weak", 8, 0, 50.0)]
@@ -349,43 +328,43 @@ def test_filter_n_is_the_first_failing_n_else_the_slowest():
     assert filter_n(cells, "warmup") is None                 # never run
 
 
-def _filter_row(mode, data, seed, t):
-    return {"mode": mode, "n": 4, "data": data, "seed": seed, "time_to_target_s": t,
-            "epochs_to_target": None if t is None else int(t // 3)}
+def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
+    """The beyond preset's sweep: each batch and lr rule at every sequential seed (3 or more a batch,
+    so that a batch is judged against B on seeds, docs/beyond.md), with passes to target kept;
+    b = B is each seed's sequential run itself."""
+    from collections import Counter
 
+    from deepdensity.config import Config
+    from deepdensity.study import repro
+    from deepdensity.study.preset import load_study
+    _, study = load_study("beyond")
+    seeds, calls = study.sequential_seeds(), []
+    assert len(seeds) >= 3 and 32 in study.batch_sweep
 
-def test_filtering_helps_only_when_the_network_beats_both_full_and_random():
-    from deepdensity.study.tables import filter_answer, filter_table
-    rows = [_filter_row("weak", d, s, t) for d, ts in (("full", (40.0, None, 41.0)), ("network", (30.0, 34.0, 31.0)),
-                                                       ("random", (35.0, 36.0, 35.5))) for s, t in enumerate(ts)]
-    table = filter_table(rows)
-    assert [(d, eps, t) for _, _, d, eps, t in table] == [("full", [13, None, 13], None),
-                                                          ("network", [10, 11, 10], 31.0),
-                                                          ("random", [11, 12, 11], 35.5)]
-    assert filter_answer(rows).startswith("Yes for weak at N = 4")
-    overlap = [dict(r, time_to_target_s=35.2) if (r["data"], r["seed"]) == ("network", 1) else r for r in rows]
-    assert filter_answer(overlap).startswith("No measurable gain"), "one network seed inside the random range"
-    two_seeds = [r for r in rows if r["seed"] < 2]
-    assert "too few seeds" in filter_answer(two_seeds)
+    def write(name, batch):
+        rows = [{"epoch": e + 1, "val_loss": v, "steps": 1844 // batch, "global_batch": batch, "allreduces": 0}
+                for e, v in enumerate((1.0, 0.8, 0.4, 0.3))]
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
+    class Runner:
+        root = tmp_path
 
-def _sweep_row(batch, rule, t, seed=0):
-    return {"batch": batch, "lr_rule": rule, "seed": seed, "time_to_target_s": t,
-            "epochs_to_target": None if t is None else 9}
+        def run_all(self, jobs, label=""):
+            return [job() for job in jobs]
 
+        def run(self, name, mode, n, settings):
+            calls.append((name, int(settings["seed"]), int(settings["batch_size"])))
+            write(name, int(settings["batch_size"]))
+            return {"status": "reached_target", "epochs": 3, "final_val_loss": 0.4}
 
-def test_a_preferred_batch_is_preferred_only_over_batches_it_measurably_beats():
-    from deepdensity.study.tables import preferred_batch, sweep_answer
-    eta = {8: (70.0, 71.0, 72.0), 16: (50.0, 52.0, 51.0), 32: (50.0, 53.0, 55.0), 64: (80.0, 81.0, 85.0),
-           128: (None, None, None)}
-    rows = [_sweep_row(b, "eta", t, s) for b, ts in eta.items() for s, t in enumerate(ts)]
-    rows += [_sweep_row(b, "linear", t) for b, t in ((8, 60.0), (16, None))]                  # one seed each
-    assert preferred_batch(rows, "eta") == (16, [8, 64, 128]), "32 overlaps 16's range: not beaten"
-    assert preferred_batch(rows, "linear") == (8, [])
-    assert preferred_batch([r for r in rows if r["time_to_target_s"] is None], "eta") == (None, [])
-    answer = sweep_answer(rows)
-    assert "At eta batch 16 has the shortest median time to target (51 s, 3 seeds); it is measurably shorter than " \
-           "at 8, 64, 128; no measurable difference from 32." in answer
-    assert "With the linear rule batch 8 has the shortest median time to target, on 1 seed: too few seeds to " \
-           "compare batches (the rule needs 3 a side)." in answer, "one seed is too few, not 'no difference'"
-    assert "no batch reached the target on every seed" in sweep_answer([_sweep_row(8, "eta", None)])
+    for seed in seeds:
+        write(f"seq-s{seed}", 32)
+    timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
+              "allreduce_per_doubling_s": 0.005}
+    rows = repro.batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing, patience=3)
+    assert sorted((r["batch"], r["lr_rule"], r["seed"]) for r in rows) == \
+        sorted((b, rule, s) for b in study.batch_sweep for rule in ("eta", "linear") for s in seeds)
+    assert min(Counter((r["batch"], r["lr_rule"]) for r in rows).values()) >= 3
+    assert len(calls) == 2 * (len(study.batch_sweep) - 1) * len(seeds), "b = B is the sequential run, not run again"
+    assert {r["passes_to_target"] for r in rows} == {3.0}

@@ -13,6 +13,7 @@ is far above that and far below any difference a verdict turns on. The break-eve
 rounds it to 3 significant digits (at most 0.5 %)."""
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -137,6 +138,106 @@ def remedy_pairs(record, mode, clock):
     return out
 
 
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """The committed record rendered now, and its answers."""
+    from deepdensity.study.report_beyond import write_beyond_reports
+    record = load()
+    out = tmp_path_factory.mktemp("beyond")
+    write_beyond_reports(out, record)
+    return record, json.loads((out / "answers.json").read_text()), out
+
+
+def test_the_remedies_answers_are_the_rules_recomputed(rendered):
+    record, answers, _ = rendered
+    assert set(answers["remedies"]) == {"local"}, "adaptive never grew its batch: not exercised, not answered"
+    for clock in ("passes", "paper", "host", "device"):
+        pairs = remedy_pairs(record, "local", clock)
+        want = verdicts(pairs)
+        got = {int(n): row[clock]["verdict"] for n, row in answers["remedies"]["local"].items()}
+        assert got == want, clock
+        for n, (a, b) in pairs.items():        # the ratio and P(shorter), recomputed by hand
+            row = answers["remedies"]["local"][str(n)][clock]
+            logs = sorted(math.log(x) - math.log(y) for x in a for y in b)
+            assert row["ratio"] == pytest.approx(math.exp(np.median(logs)), rel=1e-9)
+            assert row["prob_shorter"] == pytest.approx(
+                sum(1.0 if x < y else 0.5 if x == y else 0.0 for x in a for y in b) / (len(a) * len(b)), rel=1e-9)
+    # three seeds a side and three N: even every local seed below every strong seed could not be called
+    assert smallest_p(3, 3) * 3 > 0.05
+
+
+def test_the_committed_report_says_what_the_rules_give(rendered):
+    record, answers, out = rendered
+    committed = BEYOND / "answers.json"
+    assert committed.is_file(), "reports/beyond is rendered by the code of docs/beyond.md's rules"
+    assert json.loads(committed.read_text()) == answers
+    text = (BEYOND / "REPORT.md").read_text()
+    for n, row in answers["remedies"]["local"].items():
+        line = next(x for x in text.splitlines() if x.startswith(f"| local vs strong, N = {n} |"))
+        cells = [x.strip() for x in line.strip("|").split("|")]
+        assert [c.split(";")[0] for c in cells[2:6]] == [row[k]["verdict"] for k in ("passes", "paper", "host", "device")]
+
+
+def test_adaptive_is_not_exercised_and_says_the_theta_that_would_have_fired(rendered):
+    record, answers, out = rendered
+    ratios = [r["grad_noise"] / r["grad_sq"] for c in record["cells"] if c["mode"] == "adaptive" and c["n"] > 1
+              for r in record["run_rows"][c["run"]]]
+    assert all(r["global_batch"] == 32 for c in record["cells"] if c["mode"] == "adaptive" and c["n"] > 1
+               for r in record["run_rows"][c["run"]])
+    said = answers["not_exercised"]["adaptive"]
+    assert f"at most {max(ratios):.3g}" in said and f"= {math.sqrt(max(ratios)):.2f}" in said
+    assert max(ratios) < record["settings"]["adaptive_theta"] ** 2
+    text = (out / "REPORT.md").read_text()
+    tables = text.split("## What was run")[1]
+    assert "| adaptive |" not in tables and "adaptive: s" not in tables, "left out of every table"
+    assert not (out / "fig7.png").exists()
+    assert "adaptive" not in (out / "time_to_target.csv").read_text()
+
+
+def test_the_filter_and_the_sweep_are_the_rules_recomputed(rendered):
+    record, answers, _ = rendered
+    f, t = record["filtering"], record["timing"]
+    size = {"full": record["n_train"], "network": f["filter"]["n_train_before"] - f["filter"]["n_dropped"]}
+    size["random"] = size["network"]
+    for mode in dict.fromkeys(r["mode"] for r in f["rows"]):
+        n = next(r["n"] for r in f["rows"] if r["mode"] == mode)
+        for clock in ("passes", "paper", "host", "device"):
+            of = {d: [passes({**r, "n": n}) * (1.0 if clock == "passes" else pass_seconds(
+                parts(t, clock), mode, n, size[d], record["n_val"]))
+                for r in sorted(f["rows"], key=lambda r: r["seed"]) if (r["mode"], r["data"]) == (mode, d)]
+                for d in size}
+            want = verdicts({"full": (of["network"], of["full"]), "random": (of["network"], of["random"])})
+            got = {k: v[clock]["verdict"] for k, v in answers["filter"][f"{mode} N = {n}"].items()}
+            assert got == want, (mode, clock)
+    for rule in ("eta", "linear"):
+        rows = [r for r in record["sweep"] if r["lr_rule"] == rule]
+        for clock in ("passes", "paper", "host"):
+            def side(b):
+                return [passes({**r, "n": 1}) * (1.0 if clock == "passes" else pass_seconds(
+                    parts(t, clock), "strong", 1, record["n_train"], record["n_val"], batch=b))
+                    for r in sorted(rows, key=lambda r: r.get("seed", 0)) if r["batch"] == b]
+            want = verdicts({b: (side(b), side(32)) for b in sorted({r["batch"] for r in rows}) if b != 32})
+            assert {int(b): v[clock]["verdict"] for b, v in answers["sweep"][rule].items()} == want, (rule, clock)
+        # the host clock at each batch is the sweep's own time, modelled epoch by epoch when it ran
+        for r in rows:
+            if r["time_to_target_s"] is not None:
+                assert passes({**r, "n": 1}) * pass_seconds(parts(t, "host"), "strong", 1, record["n_train"],
+                                                            record["n_val"], batch=r["batch"]) == \
+                    pytest.approx(r["time_to_target_s"], rel=1e-9)
+
+
+def test_a_hand_edited_verdict_fails_the_check(tmp_path):
+    from deepdensity.study import report
+    load()
+    copy = tmp_path / "beyond"
+    shutil.copytree(BEYOND, copy)
+    text = (copy / "REPORT.md").read_text()
+    assert report.main(["--from", str(copy), "--check"]) == 0
+    (copy / "REPORT.md").write_text(text.replace("| local vs strong, N = 8 | 3 / 3 | too few seeds",
+                                                 "| local vs strong, N = 8 | 3 / 3 | shorter", 1))
+    assert report.main(["--from", str(copy), "--check"]) == 1
+
+
 # ------------------------------------------------------------------------------------
 # hand-made cells whose answer is known
 # ------------------------------------------------------------------------------------
@@ -200,6 +301,24 @@ def test_the_break_even_is_where_the_recomputed_verdict_changes():
     for rho, below, above in flips:
         assert at(rho * 0.99) == below and at(rho * 1.01) == above, (rho, text)
     assert judged["device"][2]["verdict"] == at(0.0) == "longer", "with free communication only passes count"
+
+
+def test_locals_pass_is_priced_from_what_its_runs_did():
+    """Under this host's clock, local's epoch is the one the study modelled epoch by epoch from the
+    same rows (repro._modelled_from_rows): its allreduces every H steps, each of 3 gradients."""
+    from deepdensity.study import beyond_verdicts as bv
+    from deepdensity.study.tables import Cell
+    record = load()
+    cells = [Cell(**c) for c in record["cells"]]
+    host = bv.clock_set(record["timing"], 32, bv.row_epochs(cells, record["run_rows"]))["host"]
+    local = [c for c in cells if c.mode == "local" and c.n > 1]
+    assert local
+    for c in local:
+        assert host.epoch_seconds("local", c.n, record["n_train"], record["n_val"], "per_worker") == \
+            pytest.approx(c.epoch_seconds, rel=1e-9)
+        by_hand = pass_seconds(parts(record["timing"], "host"), "local", c.n, record["n_train"], record["n_val"],
+                               allreduces=record["run_rows"][c.run][0]["allreduces"])
+        assert c.epoch_seconds / c.n == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_an_adaptive_whose_batch_grew_is_exercised():
