@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from deepdensity.scaling import rules
+from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import write_atomic
 
 FORMAT = 1
@@ -216,15 +217,35 @@ def read_entries(path: Path) -> list:
         try:
             e = json.loads(line)
         except ValueError:
-            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged") from None
-        if not isinstance(e, dict) or e.get("format") != FORMAT:
-            raise LedgerError(f"{path}:{i}: not a ledger entry of format {FORMAT}")
+            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged: "
+                              f"{REPAIR.replace('FILE', str(path))}") from None
+        problem = _entry_problem(e)
+        if problem:
+            raise LedgerError(f"{path}:{i}: {problem}; {REPAIR.replace('FILE', str(path))}")
         entries.append(e)
     return entries
 
 
-class LedgerError(ValueError):
-    pass
+class LedgerError(UserError):
+    """A ledger file that cannot be read as one: one error line naming the file, the line and
+    what is wrong, and what to do."""
+
+
+ENTRY_FIELDS = {"key": str, "mode": str, "n": int, "seed": int, "stopping": dict, "result": dict,
+                "val_losses": list}
+REPAIR = "restore it (git checkout -- FILE for the committed one) or delete the line"
+
+
+def _entry_problem(e) -> Optional[str]:
+    """What keeps a parsed line from being a ledger entry, or None."""
+    if not isinstance(e, dict) or e.get("format") != FORMAT:
+        return f"not a ledger entry of format {FORMAT}"
+    wrong = [k for k, kind in ENTRY_FIELDS.items() if not isinstance(e.get(k), kind)]
+    if wrong:
+        return f"an entry without a valid {', '.join(wrong)}"
+    if not isinstance(e["result"].get("status"), str):
+        return "an entry whose result has no status"
+    return None
 
 
 def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,

@@ -93,6 +93,26 @@ def test_the_ledger_file_survives_a_crash_and_names_damage(tmp_path):
         ledger.read_entries(path)
 
 
+@pytest.mark.parametrize("line, problem", [
+    ('{"format": 1, "key": "k"}', "without a valid mode, n, seed, stopping, result, val_losses"),
+    ('{"format": 2}', "not a ledger entry of format 1"),
+    ('[1, 2]', "not a ledger entry of format 1"),
+])
+def test_a_damaged_ledger_line_is_one_error_line_naming_it(tmp_path, line, problem):
+    """A hand-edited or merged-wrong ledger is a user error (one line, exit 2), not a KeyError
+    deep in a study."""
+    from deepdensity.utils.errors import UserError
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")) + "\n" + line + "\n")
+    with pytest.raises(UserError) as e:
+        ledger.read_entries(path)
+    assert f"ledger.jsonl:2: " in str(e.value) and problem in str(e.value) and "delete the line" in str(e.value)
+    bad = {**_entry([4.0, 0.9], "reached_target"), "result": {"epochs": 2}}
+    path.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(UserError, match="ledger.jsonl:1: an entry whose result has no status"):
+        ledger.read_entries(path)
+
+
 def test_a_ledger_changed_while_a_study_runs_is_read_again(tmp_path):
     own, other = tmp_path / "own.jsonl", tmp_path / "other.jsonl"
     book = ledger.Ledger(own, [other])
