@@ -342,8 +342,8 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
         def __init__(self):
             self.asked = []
 
-        def run(self, name, mode, n, settings):
-            self.asked.append((name, mode, n, settings["stall_patience"], settings["base_lr"]))
+        def run(self, name, mode, n, settings, continue_from=None):
+            self.asked.append((name, mode, n, settings["stall_patience"], settings["base_lr"], continue_from))
             status = "reached_target" if name.startswith("warmup-n32") else "max_epochs"
             (tmp_path / name).mkdir()
             (tmp_path / name / "result.json").write_text(json.dumps({"status": status, "epochs": 40}))
@@ -366,6 +366,7 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
                           "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
         "every one at N >= 16, then 3 of the others spread over their cells; never strong"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
+    assert all(a[5] + "-to-cap" == name for name, a in asked.items()), "each from the run the rule stopped"
     assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == repr(0.004)
     assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]
     assert book.results[("warmup", 32, 0)][1] == "warmup-n32-s0-to-cap"

@@ -36,9 +36,9 @@ def test_a_resume_refuses_every_change_of_the_optimisation_path(key, value):
 
 def test_a_setting_newer_than_the_run_counts_as_its_default():
     old = saved_config()
-    del old["stall_patience"]
+    del old["collapse_patience"]
     assert resume_changes(old, saved_config(), DEFAULTS) == []
-    assert resume_changes(old, {**saved_config(), "stall_patience": 3}, DEFAULTS) == [("stall_patience", 0, 3)]
+    assert resume_changes(old, {**saved_config(), "collapse_patience": 3}, DEFAULTS) == [("collapse_patience", 0, 3)]
 
 
 def test_metrics_keep_complete_lines_and_drop_a_cut_last_append(tmp_path):
