@@ -67,8 +67,23 @@ def data_identity(path) -> str:
             else:
                 h.update(values.tobytes())
 
+    def add_linked(group, prefix: str) -> None:
+        # visititems follows hard links only; the cubes a soft or external link names are read
+        # by the runs too (a file without links hashes as before)
+        for key in group:
+            link, name = group.get(key, getlink=True), f"{prefix}{key}"
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                obj = group[key]
+                if isinstance(obj, h5py.Dataset):
+                    add(name, obj)
+                else:
+                    obj.visititems(lambda sub, o: add(f"{name}/{sub}", o))
+            elif isinstance(group[key], h5py.Group):
+                add_linked(group[key], f"{name}/")
+
     with h5py.File(path, "r") as f:
         f.visititems(add)
+        add_linked(f, "")
     return "arrays:" + h.hexdigest()[:32]
 
 

@@ -259,3 +259,29 @@ def test_a_whole_last_entry_without_its_newline_is_kept(tmp_path):
     assert len(ledger.read_entries(path)) == 1
     ledger.Ledger(path).append(_entry([4.0, 2.0, 0.9], "reached_target"))
     assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3]
+
+
+def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
+    """A data file whose cubes live in another file (an external link) is the data the runs
+    read: replacing the linked file's cubes changes the identity, and a file without links hashes
+    as its arrays alone (the committed ledger's entries keep their identity)."""
+    def cubes_file(path, value):
+        with h5py.File(path, "w") as f:
+            f["cubes"] = np.full((2, 4, 4, 4), value, np.float32)
+
+    cubes_file(tmp_path / "a.h5", 0.5)
+    main = tmp_path / "main.h5"
+    with h5py.File(main, "w") as f:
+        f.create_group("train")["cubes"] = h5py.ExternalLink("a.h5", "/cubes")
+        f.create_group("val")["cubes"] = np.zeros((1, 4, 4, 4), np.float32)
+        f["alias"] = h5py.SoftLink("/val/cubes")
+    before = ledger.data_identity(main)
+    cubes_file(tmp_path / "a.h5", 0.25)
+    assert ledger.data_identity(main) != before, "the linked cubes changed"
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.arange(3, dtype=np.float32)
+    import hashlib
+    values = np.arange(3, dtype=np.float32)
+    want = hashlib.sha256(f"x|{values.dtype.str}|{values.shape}|".encode() + values.tobytes()).hexdigest()[:32]
+    assert ledger.data_identity(plain) == "arrays:" + want
