@@ -155,6 +155,7 @@ def job_parameters(options, cpus: int, hours: float) -> dict:
 
 def sbatch_text(folder: Path, params: dict) -> str:
     """The batch script submitit submits with these parameters."""
+    folder = Path(folder).expanduser().absolute()          # as submitit's executor has it
     command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
     return _make_sbatch_string(command=command, folder=folder, **params)
 
