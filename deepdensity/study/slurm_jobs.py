@@ -31,6 +31,8 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob, _make_sbatch_string
 
+from deepdensity.study.preset import StudyError
+
 # Slurm's job states in which the job is still to run, running, or to run again (requeued)
 LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING", "CONFIGURING", "PREEMPTED",
         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "UNKNOWN"}
@@ -229,8 +231,12 @@ class Submitter:
             try:
                 self._submit_group(group)
             except BaseException as e:        # every waiting run hears of it, not only the leader
+                error = e
+                if isinstance(e, Exception):  # sbatch refused (submitit raises its output): one line
+                    lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [repr(e)]
+                    error = StudyError(f"submitting {len(group)} job(s) failed: {lines[-1]}")
                 for r in group:
-                    r["error"] = e
+                    r["error"] = error
             finally:
                 for r in group:
                     r["done"].set()

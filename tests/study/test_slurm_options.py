@@ -394,3 +394,25 @@ def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkou
     assert proc.stdout.split("relaunch: ", 1)[1].strip() == \
         f"sbatch --nodes=2 --ntasks=4 {checkout}/scripts/slurm/train.sbatch"
     assert "warning: the resubmit command keeps only the nodes and tasks" in proc.stderr
+
+
+def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_path, monkeypatch):
+    import os
+    fake_command(tmp_path / "bin", "sbatch", "echo 'sbatch: error: Batch job submission failed: Invalid account' >&2\n"
+                 "exit 1\n")
+    fake_command(tmp_path / "bin", "srun", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.2)
+    errors = []
+
+    def ask(name: str) -> None:
+        try:
+            submitter.submit(name, TrainJob(["true"], {}), job_parameters(SlurmOptions(), 1, 1.0), lambda *_: None)
+        except StudyError as e:
+            errors.append(str(e))
+    threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == ["submitting 2 job(s) failed: sbatch: error: Batch job submission failed: Invalid account"] * 2
