@@ -4,7 +4,11 @@
 are in deepdensity/training/cli.py (`python train.py --help`)."""
 import sys
 
-from deepdensity.training.cli import main
+from deepdensity.training import console
 
 if __name__ == "__main__":
+    # before the imports that take seconds: a Ctrl-C or SIGTERM from here on ends the run in one
+    # line, and TensorFlow's C++ log stays off the screen (training/console.py)
+    console.start()
+    from deepdensity.training.cli import main
     sys.exit(main())

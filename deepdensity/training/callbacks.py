@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from deepdensity.scaling import rules
 from deepdensity.scaling.policies import ScalingPlan
+from deepdensity.training import interrupts
 from deepdensity.utils.files import write_atomic
 
 # Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
@@ -328,7 +329,7 @@ class Progress(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         row, (loss, val_loss) = self.record.row, self.record.losses
-        if self.lines:
+        if self.lines and interrupts.pending() is None:     # after a Ctrl-C, the one line is where the run stands
             self.say(epoch_line(epoch + 1, loss, val_loss, row["lr"], self.record.epoch_seconds, row["seconds"]))
 
     def finish(self) -> None:
@@ -357,7 +358,7 @@ class EpochBar(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         from tqdm import tqdm
         self.bar = tqdm(total=self.params.get("steps"), desc=f"{self.desc} epoch {epoch + 1}", unit="step",
-                        leave=False, file=sys.stderr)
+                        leave=False, file=sys.stderr, ncols=bar_width())
 
     def on_train_batch_end(self, batch, logs=None):
         self.bar.update(1)
@@ -369,6 +370,16 @@ class EpochBar(tf.keras.callbacks.Callback):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def bar_width() -> Optional[int]:
+    """The terminal's width less 3 columns, where the terminal echoes a Ctrl-C ('^C') after the
+    bar: at the full width the echo wrapped to the next line, out of reach of the erasing of the
+    bar's line that puts '^C' on a line of its own (interrupts.tidy_terminal). None: tqdm's own."""
+    try:
+        return max(20, os.get_terminal_size(sys.stderr.fileno()).columns - 3)
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 class PolicyLR(tf.keras.callbacks.Callback):

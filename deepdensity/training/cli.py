@@ -11,6 +11,7 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
+import atexit
 import errno
 import json
 import os
@@ -21,15 +22,43 @@ from pathlib import Path
 
 from deepdensity.config import load
 from deepdensity.scaling import policies
+from deepdensity.training import console, interrupts
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
-from deepdensity.training.trainer import train
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import (EXIT_SIGINT, Interrupted, UserError, command, launcher_prefix, launcher_rank,
-                                     launcher_size, shell_word, shown)
+from deepdensity.utils.errors import (Interrupted, UserError, command, launcher_prefix, launcher_rank, launcher_size,
+                                     shell_word, shown)
+
+
+def main(argv=None) -> int:
+    program = console.is_the_program()
+    if program:
+        console.start()
+    code = _command(argv)
+    if program and interrupts.pending() is not None:
+        # Horovod: horovodrun kills a rank 5 s after it passed on the Ctrl-C, and TensorFlow's
+        # interpreter teardown (collecting its objects) took 1-5 s on a busy 2-core host: a rank
+        # was killed (exit 137). What the run keeps is on disk by now (written atomically, the
+        # checkpoint and the rows fsynced); the exit handlers still run (Horovod's orderly
+        # shutdown, which tells the other ranks; autograph's temporary files), the teardown not.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+        os._exit(code)
+    return code
 
 
 @command
-def main(argv=None) -> int:
+def _command(argv) -> int:
+    # Ctrl-C and SIGTERM as interrupts.py takes them, held until the run's folder is known, so
+    # that every interrupt ends with where the run stands; a program calling main (a test) gets
+    # its own handlers back, a training process keeps these to its end (a second Ctrl-C while
+    # it says where the run stands is only recorded)
+    with interrupts.handling(restore=not console.is_the_program()):
+        interrupts.hold()
+        return _main(argv)
+
+
+def _main(argv) -> int:
     # the spelling the user typed: python train.py, or deepdensity train (python -m deepdensity train)
     ap = parser(__doc__, "train.py" if Path(sys.argv[0]).name == "train.py" else "deepdensity train")
     ap.add_argument("--mode", required=True, choices=policies.names(),
@@ -67,22 +96,30 @@ def main(argv=None) -> int:
         if launcher_rank() == 0:     # Horovod: rank 0 alone prints
             print("\n".join(dry_run_lines(cfg, args.mode, args.emulate_workers, args.out, args.resume)))
         return 0
+    _train(cfg, args, argv)
+    return 0
+
+
+def _train(cfg, args, argv) -> None:
+    """Train as the flags say; an interrupt ends in one line that says where the run stands."""
     try:
+        interrupts.release()      # a signal received so far is taken here
+        from deepdensity.training.trainer import train      # TensorFlow: seconds
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet, elastic=args.elastic)
-    except KeyboardInterrupt as e:
-        interrupted = Interrupted(getattr(e, "code", EXIT_SIGINT))
-        interrupted.args = (where_to_continue(args.out, argv),)
-        raise interrupted from None
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
+    except BaseException as e:
+        code = interrupts.settle(e)       # after a signal, whatever ended the run is its doing
+        if code is not None:
+            interrupted = Interrupted(code)
+            interrupted.args = (where_to_continue(args.out, argv),)
+            raise interrupted from None
+        if not isinstance(e, OSError) or e.errno != errno.ENOSPC:
             raise
         free = shutil.disk_usage(args.out or ".").free / 2 ** 20 if Path(args.out or ".").exists() else None
         raise UserError(f"{e.filename or args.out}: no space left on device"
                         + (f" ({free:.0f} MB free there)" if free is not None else "")
                         + "; the last complete checkpoint is kept: free some space; "
                         + where_to_continue(args.out, argv).split("; ", 1)[-1]) from None
-    return 0
 
 
 def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
+import tensorflow as tf
+
 from deepdensity.config import Config
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks, watch
+from deepdensity.training import callbacks, interrupts, watch
 from deepdensity.training.feeds import Feeds
 from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch
@@ -22,7 +24,17 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
     feeds = Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
     cbs, progress, checkpoint = run_callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose,
                                               commit)
-    feeds.fit(model, cbs, steps, record, validation=commit is None)
+    try:
+        feeds.fit(model, cbs, steps, record, validation=commit is None)
+    except BaseException:
+        # an interrupt or an error, which Keras tells no callback: the bar off the screen, no
+        # section left held, TensorBoard's files closed (the process may end without teardown)
+        for cb in cbs:
+            if isinstance(cb, (callbacks.EpochBar, HoldSignalsAtEpochEnd)):
+                cb.close()
+            elif isinstance(cb, (tf.keras.callbacks.TensorBoard, watch.SliceImages)):
+                cb.on_train_end()
+        raise
     progress.finish()
     return checkpoint.state if checkpoint else None
 
@@ -35,7 +47,7 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
     validate = [callbacks.Validate(feeds.val)] if commit is not None else []
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so
     # (Stopping takes rank 0's reason).
-    cbs = validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
+    cbs = [HoldSignalsAtEpochEnd()] + validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
     cbs += [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps)
     cbs += [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
     checkpoint = None
@@ -58,3 +70,36 @@ def _pass_validation(cfg: Config, run: Launch, record: callbacks.RunRecord, feed
         return []
     return [callbacks.PassValidation(record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch),
                                      run.backend.average)]
+
+
+class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
+    """First in the list: a Ctrl-C or SIGTERM from the start of the epoch's end (Horovod's
+    averaging, the stop the ranks decide together, the row and the checkpoint) to the start of
+    the next epoch is taken there, so that every rank stops between the same two epochs and a
+    run folder is never left between its row and its checkpoint (interrupts.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.holding = False
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.holding:
+            self.holding = True
+            interrupts.hold()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._release()
+
+    def on_train_end(self, logs=None):
+        self._release()
+
+    def _release(self) -> None:
+        if self.holding:
+            self.holding = False
+            interrupts.release()          # raises Interrupted for a signal held
+
+    def close(self) -> None:
+        """The section closed without taking a signal (fit ended in an exception)."""
+        if self.holding:
+            self.holding = False
+            interrupts.unhold()

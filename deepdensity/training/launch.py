@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import tensorflow as tf
+
 from deepdensity.config import Config, ConfigError
 from deepdensity.scaling import policies
 from deepdensity.scaling.policies import ScalingPlan
@@ -55,6 +57,7 @@ def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int,
         raise ConfigError(problem)
     # Horovod: init and pin (device and thread share) before any other TensorFlow work.
     backend, threads = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
+    quiet_python_logs(backend.rank())
     processes = backend.size()
     if emulate_workers > 1 and processes > 1:
         raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
@@ -63,6 +66,23 @@ def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int,
                           "--host-discovery-script SCRIPT ... (docs/cluster.md)")
     workers = emulate_workers if emulate_workers > 1 else processes
     return as_launch(cfg, mode, backend, threads, workers, Path(out_dir) if out_dir else None, verbose, elastic)
+
+
+def quiet_python_logs(rank: int) -> None:
+    """Keras's "Callback method `on_train_batch_end` is slow compared to the batch time" is
+    dropped: it came between the progress lines of the first epoch, whose first step waits in
+    Horovod's broadcast of the weights (on rank 0 as on the others). On a rank other than 0,
+    TensorFlow's Python warnings go altogether: rank 0 alone prints."""
+    logger = tf.get_logger()
+    if not any(isinstance(f, _SlowCallbackFilter) for f in logger.filters):
+        logger.addFilter(_SlowCallbackFilter())
+    if rank > 0:
+        logger.setLevel("ERROR")          # Horovod: rank 0 alone prints
+
+
+class _SlowCallbackFilter:
+    def filter(self, record) -> bool:
+        return "is slow compared to the batch time" not in str(record.msg)
 
 
 def as_launch(cfg: Config, mode: str, backend, threads: int, workers: int, out: Optional[Path], verbose: bool,

@@ -20,7 +20,7 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.scaling import policies, rules
-from deepdensity.training import callbacks, dist, run_folder, runs
+from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import fit
 from deepdensity.training.kit import PolicyKit
@@ -146,8 +146,9 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     run.p.policy.start(model)
 
     _describe(run, cfg, cubes, len(train_x), len(val_x), steps, model.grad_slices)
-    val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
-        cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
+    with interrupts.held():               # config.json and metrics.jsonl, both or neither
+        val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
+            cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
     if initial_epoch > cfg.max_epochs:
         raise RunError(f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
@@ -178,7 +179,8 @@ def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
     """The state to resume from (rank 0, which alone reads the folder), after checking the
     folder and that the resume keeps the run's settings; None for a new run."""
     def check() -> Optional[dict]:
-        state = run_folder.check_out_dir(run.out, resume)
+        with interrupts.held():           # its write probe never left behind
+            state = run_folder.check_out_dir(run.out, resume)
         if resume and state is None:
             run.say(f"nothing to resume in {run.out}; starting a new run there")
         if state:

@@ -1,0 +1,176 @@
+"""Ctrl-C and SIGTERM in a training process: taken where the process is, as Python's own Ctrl-C
+is, except inside a section that writes the run folder or that the ranks pass together (`held`),
+where the signal is recorded and taken as the section ends. No TensorFlow here: the handlers are
+in place before TensorFlow is imported.
+
+Under horovodrun a terminal's Ctrl-C reaches horovodrun alone: each rank runs in a session of its
+own (runner/common/util/safe_shell_exec.py: the middleman calls os.setsid), so the terminal's
+SIGINT never reaches it. horovodrun's handler (gloo_run.py: register_shutdown_event) sets an
+event on which every rank's middleman sends SIGTERM to the rank, waits 5 s
+(GRACEFUL_TERMINATION_TIME_S) and then SIGKILLs it. So the ranks get SIGTERM within milliseconds
+of each other, but not at the same step: the first to stop leaves the other blocked in an
+allreduce that fails ("Horovod has been shut down", or Gloo's closed connection). A handler that
+raised at once could land while pybind11 was turning that failure into a Python exception, and
+pybind11 then raised "MISMATCH of original and normalized active exception types" instead. Hence:
+
+- after a signal, whatever error ends the run is the signal's doing, and the run ends as
+  interrupted (`settle`);
+- a rank that finds its peers gone before its own signal arrived waits a moment for it
+  (`PEER_WAIT_S`, inside horovodrun's 5 s), so that it too ends as interrupted, in silence;
+- the epoch's end (Horovod's metric averaging, the stopping decision the ranks share, the row
+  of metrics.jsonl and the checkpoint) is held, so a run is interrupted between epochs' records,
+  never inside one.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Optional
+
+from deepdensity.utils.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, launcher_rank, launcher_size
+
+CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
+# How long a rank whose peers are gone waits for its own signal: horovodrun signals every rank at
+# once, and kills a rank still running 5 s after its SIGTERM.
+PEER_WAIT_S = 3.0
+
+
+class _State:
+    signum: Optional[int] = None     # the first signal received
+    holds = 0                        # sections open that a signal must not cut
+    taken = False                    # the signal was raised (or settled) once: never again
+
+    def reset(self) -> None:
+        self.signum, self.holds, self.taken = None, 0, False
+
+
+_state = _State()
+
+
+def _on_signal(signum, frame) -> None:
+    first = _state.signum is None
+    if first:
+        _state.signum = signum
+        tidy_terminal(signum)
+    if not _state.holds:
+        take_pending()
+
+
+def take_pending() -> None:
+    """Raise Interrupted for a signal received and not yet taken, outside every held section."""
+    if _state.signum is not None and not _state.holds and not _state.taken:
+        _state.taken = True
+        raise Interrupted(CODES.get(_state.signum, EXIT_SIGINT))
+
+
+def pending() -> Optional[int]:
+    """The exit code of the signal received (taken or not), or None."""
+    return None if _state.signum is None else CODES.get(_state.signum, EXIT_SIGINT)
+
+
+def hold() -> None:
+    """Open a section a signal must not cut (release() closes it)."""
+    _state.holds += 1
+
+
+def release() -> None:
+    """Close a held section; a signal received inside it is raised now."""
+    _state.holds = max(0, _state.holds - 1)
+    take_pending()
+
+
+def unhold() -> None:
+    """Close a held section without taking a signal received inside it (an error is on its way
+    up, and `settle` decides what ended the run)."""
+    _state.holds = max(0, _state.holds - 1)
+
+
+@contextlib.contextmanager
+def held():
+    """A block a signal must not cut: one received inside is raised after it (not when the
+    block ends in an error of its own, which goes on up first)."""
+    hold()
+    try:
+        yield
+    finally:
+        unhold()
+    take_pending()
+
+
+@contextlib.contextmanager
+def handling(restore: bool = True):
+    """Take SIGINT and SIGTERM as this module says for the block, then (`restore`) put back the
+    handlers there were. Only the main thread may set handlers; elsewhere the block runs as it
+    is. A signal `hold_early` recorded is taken at the block's first `take_pending`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in CODES}
+    early = _state.signum
+    _state.reset()
+    _state.signum = early
+    for s in CODES:
+        signal.signal(s, _on_signal)
+    try:
+        yield
+    finally:
+        for s, handler in before.items() if restore else ():
+            signal.signal(s, handler)
+
+
+def hold_early() -> None:
+    """For a program's first lines, before its imports: record SIGINT and SIGTERM from now on
+    (Python's defaults would print a KeyboardInterrupt traceback or end the process without a
+    word); `handling` takes what was recorded."""
+    if threading.current_thread() is threading.main_thread():
+        for s in CODES:
+            signal.signal(s, _record_only)
+
+
+def _record_only(signum, frame) -> None:
+    if _state.signum is None:
+        _state.signum = signum
+        tidy_terminal(signum)
+
+
+def settle(error: BaseException) -> Optional[int]:
+    """The exit code when `error` ended the run because of a signal, None when it is an error
+    of its own. A rank whose peers are gone (their signal came first) waits for its own."""
+    if isinstance(error, KeyboardInterrupt):
+        _state.taken = True
+        return getattr(error, "code", pending() or EXIT_SIGINT)
+    if _state.signum is None and peers_gone(error):
+        _state.holds += 1            # the signal is awaited here, not raised
+        try:
+            deadline = time.monotonic() + PEER_WAIT_S
+            while _state.signum is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            _state.holds -= 1
+    _state.taken = _state.taken or _state.signum is not None
+    return pending()
+
+
+def peers_gone(error: BaseException) -> bool:
+    """Does `error` say that Horovod's other ranks are gone (under a launcher of several)?"""
+    text = f"{type(error).__name__} {error}".lower()
+    return launcher_size() > 1 and ("horovod" in text or "gloo" in text)
+
+
+def tidy_terminal(signum: int) -> None:
+    """On a terminal (rank 0's), the line the terminal echoed '^C' on is rewritten as '^C' alone:
+    a progress bar it was echoed after is erased, and the lines that follow start below it.
+    SIGTERM erases a bar only. Written to the file descriptor, not through sys.stderr, which the
+    interrupted code may be in the middle of writing."""
+    if launcher_rank() != 0:
+        return
+    try:
+        fd = sys.stderr.fileno()
+        if os.isatty(fd):
+            os.write(fd, b"\r\x1b[K" + (b"^C\n" if signum == signal.SIGINT else b""))
+    except (AttributeError, ValueError, OSError):
+        pass
