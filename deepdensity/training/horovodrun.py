@@ -16,20 +16,30 @@ script or `deepdensity`.
 """
 from __future__ import annotations
 
+import io
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from deepdensity.training import interrupts
 from deepdensity.utils.args import version
-from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, UserError, command
+from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
+                                     command)
 
 USAGE = "deepdensity launch HOROVODRUN-OPTIONS [--] COMMAND..."
 # horovodrun's own last words when a process exited non-zero (Horovod 0.28, runner/gloo_run.py)
 LAUNCHER_FAILURE = "RuntimeError: Horovod detected that one or more processes exited with non-zero status"
+# what horovodrun prints on stdout for a process that exited non-zero (gloo_run.py: _exec_command)
+PROCESS_EXIT = re.compile(rb"^Process (\d+) exit with status code (-?\d+)\.\r?\n?$")
+PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of Process (\d+)\.\r?\n?$")
+# exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
+EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
 
 
 def is_command_start(word: str) -> bool:
@@ -57,6 +67,7 @@ class LauncherTraceback:
 
     def __init__(self, write):
         self.write, self.held, self.exit_code, self.in_failure = write, [], None, False
+        self.interrupted = False          # horovodrun's own traceback of a Ctrl-C before its ranks started
 
     def feed(self, line: str) -> None:
         if self.in_failure:
@@ -72,6 +83,9 @@ class LauncherTraceback:
                 return
             if line.startswith(" "):              # a frame of the traceback held back
                 self.held.append(line)
+                return
+            if line.rstrip("\n") == "KeyboardInterrupt":
+                self.held, self.interrupted = [], True
                 return
             self.flush()
         if line.startswith("Traceback (most recent call last):"):
@@ -114,23 +128,79 @@ def main(argv=None) -> int:
         raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
                         f"deepdensity launch -np 2 python train.py --mode weak")
     env = {**os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
-    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stderr=subprocess.PIPE, text=True, bufsize=1,
+    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
-    # A scheduler's SIGTERM reaches this process alone: pass it on. Ctrl-C reaches the whole
-    # foreground group, horovodrun and its ranks included; this process ignores it and keeps
-    # reading until horovodrun has ended, so that the ranks' last lines (where the run was
-    # saved, how to continue) are not cut off.
-    signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    launcher = LauncherTraceback(sys.stderr.write)
-    for line in proc.stderr:
+    signals = _relay_signals(proc)
+    launcher, exits = LauncherTraceback(sys.stderr.write), ProcessExits(_write_stdout)
+    relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
+    relay.start()
+    for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         launcher.feed(line)
     launcher.flush()
-    code = proc.wait()
-    if code and launcher.exit_code:
-        # a rank killed by a signal is reported as minus its number: the shell's 128 + N
-        return launcher.exit_code if launcher.exit_code > 0 else 128 - launcher.exit_code
+    code, _ = proc.wait(), relay.join()
+    if launcher.interrupted:
+        # Horovod: horovodrun was stopped before it started any rank, so no rank said where the run stands
+        print(f"interrupted before the workers started: nothing was written; start again with the same "
+              f"command: {shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
+    return exit_code(code, launcher.exit_code, signals, launcher.interrupted)
+
+
+def _relay_signals(proc) -> list:
+    """A scheduler's SIGTERM reaches this process alone: pass it on. Ctrl-C reaches the whole
+    foreground group, horovodrun included (whose handler SIGTERMs every rank); this process
+    records it, puts the terminal's '^C' on a line of its own, and keeps reading until horovodrun
+    has ended, so that the ranks' last lines (where the run was saved, how to continue) are not
+    cut off. Returns the signals received, as they come."""
+    received = []
+
+    def on_sigterm(signum, frame):
+        received.append(signum)
+        proc.send_signal(signum)
+
+    def on_sigint(signum, frame):
+        if not received:
+            interrupts.tidy_terminal(signum)
+        received.append(signum)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigint)
+    return received
+
+
+def _write_stdout(line: bytes) -> None:
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+
+
+def exit_code(code: int, rank_code, signals: list, early: bool) -> int:
+    """This launch's exit status: horovodrun's, or for a job a process ended, that process's
+    (a rank killed by a signal is reported as minus its number: the shell's 128 + N); an
+    interrupt, as the first signal received (130 for Ctrl-C, though horovodrun passed SIGTERM)."""
+    if code and rank_code:
+        code = rank_code if rank_code > 0 else 128 - rank_code
+    code = 128 - code if code < 0 else code
+    if signals and (early or code in (EXIT_SIGINT, EXIT_SIGTERM)):
+        return interrupts.CODES.get(signals[0], code)
     return code
+
+
+class ProcessExits:
+    """Passes horovodrun's stdout on, less its notes on a process that exited with a code its
+    own last line explains (EXPLAINED: rank 0's error line, or where an interrupted run stands):
+    'Process 0 exit with status code 143.' and 'Terminating remaining workers after failure of
+    Process 0.' Others stay: a rank that crashed is named."""
+
+    def __init__(self, write):
+        self.write, self.explained = write, set()
+
+    def feed(self, line: bytes) -> None:
+        ended = PROCESS_EXIT.match(line)
+        if ended and int(ended[2]) in EXPLAINED:
+            self.explained.add(ended[1])
+            return
+        failed = PROCESS_FAILURE.match(line)
+        if failed and failed[1] in self.explained:
+            return
+        self.write(line)
 
 
 if __name__ == "__main__":
