@@ -17,7 +17,8 @@ CURRENT_TEST_IS_SLOW = False
 SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench",
                  "deepdensity train", "deepdensity repro", "deepdensity filter", "deepdensity bench",
                  "deepdensity.training.cli", "deepdensity.study.repro", "deepdensity.tools.filter",
-                 "deepdensity.perf.bench", "deepdensity launch", "deepdensity.training.horovodrun")
+                 "deepdensity.perf.bench", "deepdensity launch", "deepdensity.training.horovodrun",
+                 "deepdensity.perf.rank_probes")
 
 
 def is_slow(args) -> bool:
