@@ -39,10 +39,12 @@ def main(argv=None) -> int:
         # interpreter teardown (collecting its objects) took 1-5 s on a busy 2-core host: a rank
         # was killed (exit 137). What the run keeps is on disk by now (written atomically, the
         # checkpoint and the rows fsynced); the exit handlers still run (Horovod's orderly
-        # shutdown, which tells the other ranks; autograph's temporary files), the teardown not.
+        # shutdown, which tells the other ranks; autograph's temporary files), the teardown not,
+        # and none while Horovod's init is left waiting for a rank that is gone.
         sys.stdout.flush()
         sys.stderr.flush()
-        atexit._run_exitfuncs()
+        if not interrupts.stuck():
+            atexit._run_exitfuncs()
         os._exit(code)
     return code
 

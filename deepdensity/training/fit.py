@@ -76,7 +76,8 @@ class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
     """First in the list: a Ctrl-C or SIGTERM from the start of the epoch's end (Horovod's
     averaging, the stop the ranks decide together, the row and the checkpoint) to the start of
     the next epoch is taken there, so that every rank stops between the same two epochs and a
-    run folder is never left between its row and its checkpoint (interrupts.py)."""
+    run folder is never left between its row and its checkpoint (interrupts.py). After every
+    step, and every validation batch, one whose raise was lost is taken."""
 
     def __init__(self):
         super().__init__()
@@ -89,6 +90,12 @@ class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._release()
+
+    def on_train_batch_end(self, batch, logs=None):
+        interrupts.take_pending()
+
+    def on_test_batch_end(self, batch, logs=None):
+        interrupts.take_pending()
 
     def on_train_end(self, logs=None):
         self._release()

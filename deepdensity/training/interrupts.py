@@ -42,10 +42,11 @@ PEER_WAIT_S = 3.0
 class _State:
     signum: Optional[int] = None     # the first signal received
     holds = 0                        # sections open that a signal must not cut
-    taken = False                    # the signal was raised (or settled) once: never again
+    settled = False                  # the run ended as interrupted (settle): never raised again
+    stuck = False                    # a call left running in another thread (while_waiting)
 
     def reset(self) -> None:
-        self.signum, self.holds, self.taken = None, 0, False
+        self.signum, self.holds, self.settled, self.stuck = None, 0, False, False
 
 
 _state = _State()
@@ -56,14 +57,15 @@ def _on_signal(signum, frame) -> None:
     if first:
         _state.signum = signum
         tidy_terminal(signum)
-    if not _state.holds:
         take_pending()
 
 
 def take_pending() -> None:
-    """Raise Interrupted for a signal received and not yet taken, outside every held section."""
-    if _state.signum is not None and not _state.holds and not _state.taken:
-        _state.taken = True
+    """Raise Interrupted for a signal received, outside every held section, until the run has
+    ended as interrupted. Called at points of the run besides the handler: the handler's own
+    raise can land where Python swallows it (a weakref callback of the import machinery printed
+    "Exception ignored in ..." and the import went on), and the next such point raises again."""
+    if _state.signum is not None and not _state.holds and not _state.settled:
         raise Interrupted(CODES.get(_state.signum, EXIT_SIGINT))
 
 
@@ -104,22 +106,37 @@ def held():
 @contextlib.contextmanager
 def handling(restore: bool = True):
     """Take SIGINT and SIGTERM as this module says for the block, then (`restore`) put back the
-    handlers there were. Only the main thread may set handlers; elsewhere the block runs as it
-    is. A signal `hold_early` recorded is taken at the block's first `take_pending`."""
+    handlers there were (else they stay, and what the block received stays `pending`). Only
+    the main thread may set handlers; elsewhere the block runs as it is. A signal `hold_early`
+    recorded is taken at the block's first `take_pending`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {s: signal.getsignal(s) for s in CODES}
+    before, unraisable = {s: signal.getsignal(s) for s in CODES}, sys.unraisablehook
     early = _state.signum
     _state.reset()
     _state.signum = early
     for s in CODES:
         signal.signal(s, _on_signal)
+    sys.unraisablehook = _lost_raise_unsaid(unraisable)
     try:
         yield
     finally:
-        for s, handler in before.items() if restore else ():
-            signal.signal(s, handler)
+        if restore:                       # and forget the block's signal: the next block is another run
+            for s, handler in before.items():
+                signal.signal(s, handler)
+            sys.unraisablehook = unraisable
+            _state.reset()
+
+
+def _lost_raise_unsaid(hook):
+    """sys.unraisablehook less the handler's Interrupted raised where Python cannot raise (a
+    weakref callback, a __del__), which it printed as "Exception ignored in ..." with a
+    traceback; take_pending raises it again at the run's next point."""
+    def quiet(unraisable):
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+    return quiet
 
 
 def hold_early() -> None:
@@ -137,11 +154,44 @@ def _record_only(signum, frame) -> None:
         tidy_terminal(signum)
 
 
+def while_waiting(call):
+    """call() in a thread of its own while this (main) thread waits for it, so that a signal is
+    taken while it blocks. For Horovod's init: it waits in C++ until every rank has joined, where
+    a signal handler cannot run, and a rank whose peer was interrupted before joining waited
+    there, deaf to its own SIGTERM, until horovodrun killed it (exit 137, no word). A call left
+    running marks the process `stuck`: its exit handlers would wait for it (Horovod's shutdown
+    joins the thread that is still joining), so it ends without them."""
+    done, finished = {}, threading.Event()
+
+    def run():
+        try:
+            done["value"] = call()
+        except BaseException as e:            # raised again in the waiting thread
+            done["error"] = e
+        finally:
+            finished.set()
+    threading.Thread(target=run, name="deepdensity-waited", daemon=True).start()
+    try:
+        while not finished.wait(0.05):
+            take_pending()
+    except BaseException:
+        _state.stuck = not finished.is_set()
+        raise
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+def stuck() -> bool:
+    """Did an interrupt leave a call running in another thread (while_waiting)?"""
+    return _state.stuck
+
+
 def settle(error: BaseException) -> Optional[int]:
     """The exit code when `error` ended the run because of a signal, None when it is an error
     of its own. A rank whose peers are gone (their signal came first) waits for its own."""
     if isinstance(error, KeyboardInterrupt):
-        _state.taken = True
+        _state.settled = True
         return getattr(error, "code", pending() or EXIT_SIGINT)
     if _state.signum is None and peers_gone(error):
         _state.holds += 1            # the signal is awaited here, not raised
@@ -151,7 +201,7 @@ def settle(error: BaseException) -> Optional[int]:
                 time.sleep(0.02)
         finally:
             _state.holds -= 1
-    _state.taken = _state.taken or _state.signum is not None
+    _state.settled = _state.settled or _state.signum is not None
     return pending()
 
 

@@ -12,7 +12,7 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.scaling import policies
 from deepdensity.scaling.policies import ScalingPlan
 from deepdensity.scaling.rules import PlanError
-from deepdensity.training import dist
+from deepdensity.training import dist, interrupts
 from deepdensity.training.agree import Ranks
 
 
@@ -56,7 +56,7 @@ def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int,
     if problem:
         raise ConfigError(problem)
     # Horovod: init and pin (device and thread share) before any other TensorFlow work.
-    backend, threads = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
+    backend, threads = interrupts.while_waiting(lambda: dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms))
     quiet_python_logs(backend.rank())
     processes = backend.size()
     if emulate_workers > 1 and processes > 1:

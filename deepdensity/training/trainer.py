@@ -135,6 +135,7 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
     except rules.PlanError as e:
         raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
+    interrupts.take_pending()             # one taken and lost on the way (interrupts.take_pending)
     model, optimizer = _compiled_model(cfg, run, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
@@ -161,6 +162,7 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         run.tell(record.final_line())
         return run_folder.save_run(model, record, run, state)
     data = (train_x, val_x)
+    interrupts.take_pending()
     if run.elastic:
         run, saved = fit_elastic(cfg, run, model, record, data, initial_epoch, ckpt, verbose)
     else:

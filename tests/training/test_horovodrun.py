@@ -94,3 +94,37 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("[0]<stderr>:error:"), proc.stderr
+
+
+def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
+    said = []
+    exits = horovodrun.ProcessExits(said.append)
+    for line in (b"[0]<stdout>:epoch    1  loss 0.1\n", b"Process 0 exit with status code 143.\n",
+                 b"Process 1 exit with status code 2.\n", b"Terminating remaining workers after failure of Process 1.\n",
+                 b"Process 2 exit with status code 139.\n", b"Terminating remaining workers after failure of Process 2.\n"):
+        exits.feed(line)
+    assert said == [b"[0]<stdout>:epoch    1  loss 0.1\n", b"Process 2 exit with status code 139.\n",
+                    b"Terminating remaining workers after failure of Process 2.\n"]
+
+
+def test_horovodruns_own_ctrl_c_traceback_goes_and_is_remembered():
+    early = "Traceback (most recent call last):\n  File \"/venv/bin/horovodrun\", line 6, in <module>\n" \
+            "    p.join()\nKeyboardInterrupt\n"
+    said = []
+    launcher = LauncherTraceback(said.append)
+    for line in early.splitlines(keepends=True):
+        launcher.feed(line)
+    launcher.flush()
+    assert said == [] and launcher.interrupted
+
+
+@pytest.mark.parametrize("code, rank_code, signals, early, want", [
+    (1, 143, [2], False, 130),      # Ctrl-C: horovodrun SIGTERMed the ranks, the shell expects 130
+    (1, 143, [15], False, 143),     # a scheduler's SIGTERM
+    (1, 2, [], False, 2),           # a refusal
+    (-2, None, [2], True, 130),     # horovodrun itself stopped by Ctrl-C before any rank
+    (1, -9, [], False, 137),        # a rank killed
+    (0, None, [2], False, 0),       # Ctrl-C after the run had ended
+])
+def test_launch_exits_as_a_shell_expects(code, rank_code, signals, early, want):
+    assert horovodrun.exit_code(code, rank_code, signals, early) == want

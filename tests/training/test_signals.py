@@ -1,0 +1,112 @@
+"""How a training process takes Ctrl-C and SIGTERM (training/interrupts.py), in this process:
+at once outside held sections, after them inside; while a call blocks in another thread; again
+where Python swallowed the first raise, without a word; and an error after a signal, or a peer
+gone just before it, is the interrupt."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from deepdensity.training import interrupts
+from deepdensity.utils.errors import Interrupted
+
+
+def signal_soon(signum=signal.SIGTERM, after=0.2) -> threading.Timer:
+    timer = threading.Timer(after, os.kill, (os.getpid(), signum))
+    timer.start()
+    return timer
+
+
+def test_a_signal_is_raised_where_the_process_is():
+    with interrupts.handling(), pytest.raises(Interrupted) as e:
+        signal_soon()
+        time.sleep(5)
+    assert e.value.code == 143
+
+
+def test_a_held_section_ends_before_the_signal_is_raised():
+    finished = []
+    with interrupts.handling(), pytest.raises(Interrupted) as e:
+        with interrupts.held():
+            signal_soon(signal.SIGINT, after=0.05).join()
+            time.sleep(0.1)
+            finished.append(True)
+    assert finished == [True] and e.value.code == 130
+
+
+def test_a_call_blocked_in_another_thread_does_not_hold_the_signal_back():
+    start = time.monotonic()
+    with interrupts.handling():
+        with pytest.raises(Interrupted):
+            signal_soon()
+            interrupts.while_waiting(lambda: time.sleep(5))
+        assert time.monotonic() - start < 2
+        assert interrupts.stuck(), "the call still runs: the process must end without its exit handlers"
+
+
+def test_a_call_that_ends_gives_its_value_or_its_error():
+    with interrupts.handling():
+        assert interrupts.while_waiting(lambda: 42) == 42
+        with pytest.raises(ZeroDivisionError):
+            interrupts.while_waiting(lambda: 1 / 0)
+    assert not interrupts.stuck()
+
+
+class RaisesInDel:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)            # the handler runs here, inside __del__, where Python cannot raise
+
+
+def test_a_raise_python_swallowed_is_raised_again_at_the_next_point_without_a_word(capsys):
+    with interrupts.handling():
+        RaisesInDel()                     # collected at once: its __del__ gets the signal
+        assert interrupts.pending() == 143
+        with pytest.raises(Interrupted):
+            interrupts.take_pending()
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_after_a_signal_any_error_is_the_interrupt_and_is_raised_no_more():
+    with interrupts.handling():
+        with pytest.raises(Interrupted):
+            signal_soon(after=0.01).join()
+            time.sleep(1)
+        assert interrupts.settle(RuntimeError("MISMATCH of original and normalized active exception types")) == 143
+        interrupts.take_pending()         # settled: nothing more is raised
+    assert interrupts.settle(ValueError("a bug")) is None, "no signal in a new block: an error of its own"
+
+
+def test_a_rank_whose_peers_left_waits_for_its_own_signal(monkeypatch):
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    gone = RuntimeError("Horovod has been shut down. This was caused by an exception on one of the ranks")
+    with interrupts.handling():
+        start = time.monotonic()
+        assert interrupts.settle(ValueError("a bug of its own")) is None
+        assert time.monotonic() - start < 0.5, "an error of its own is not kept waiting"
+        signal_soon(after=0.3)
+        assert interrupts.settle(gone) == 143
+    with interrupts.handling():
+        start = time.monotonic()
+        assert interrupts.settle(gone) is None, "no signal came: a real failure"
+        assert time.monotonic() - start >= interrupts.PEER_WAIT_S
+
+
+@pytest.mark.parametrize("signum, rank, written", [
+    (signal.SIGINT, "0", b"\r\x1b[K^C\n"), (signal.SIGTERM, "0", b"\r\x1b[K"), (signal.SIGINT, "1", b""),
+])
+def test_on_a_terminal_ctrl_c_gets_a_line_of_its_own(monkeypatch, signum, rank, written):
+    master, slave = os.openpty()
+    monkeypatch.setenv("HOROVOD_RANK", rank)
+    with open(slave, "w") as tty:
+        monkeypatch.setattr("sys.stderr", tty)
+        interrupts.tidy_terminal(signum)
+    os.set_blocking(master, False)
+    try:
+        got = os.read(master, 100)
+    except OSError:                   # nothing written: EAGAIN, or EIO once the other end is closed
+        got = b""
+    os.close(master)
+    assert got == written.replace(b"\n", b"\r\n")     # the terminal's own newline translation
