@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from deepdensity.config import Config
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks, interrupts, watch
+from deepdensity.training import callbacks, interrupts, progress, watch
 from deepdensity.training.feeds import Feeds
 from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch
@@ -22,7 +22,7 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
     its runs validate in a callback (callbacks.Validate)."""
     train_x, val_x = data
     feeds = Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
-    cbs, progress, checkpoint = run_callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose,
+    cbs, shown, checkpoint = run_callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose,
                                               commit)
     try:
         feeds.fit(model, cbs, steps, record, validation=commit is None)
@@ -30,12 +30,12 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
         # an interrupt or an error, which Keras tells no callback: the bar off the screen, no
         # section left held, TensorBoard's files closed (the process may end without teardown)
         for cb in cbs:
-            if isinstance(cb, (callbacks.EpochBar, HoldSignalsAtEpochEnd)):
+            if isinstance(cb, (progress.EpochBar, HoldSignalsAtEpochEnd)):
                 cb.close()
             elif isinstance(cb, (tf.keras.callbacks.TensorBoard, watch.SliceImages)):
                 cb.on_train_end()
         raise
-    progress.finish()
+    shown.finish()
     return checkpoint.state if checkpoint else None
 
 
@@ -57,10 +57,10 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
         checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
         cbs += [callbacks.MetricsLog(record, out), checkpoint]
         cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    progress = callbacks.Progress(record, run.say, run.tell, lines=verbose and run.is_chief)
-    bar = [callbacks.EpochBar(f"{p.mode} N={p.workers}")] if verbose and run.is_chief and sys.stderr.isatty() else []
-    cbs += ([commit] if commit is not None else []) + bar + [progress]
-    return callbacks.check_order(cbs), progress, checkpoint
+    shown = progress.Progress(record, run.say, run.tell, lines=verbose and run.is_chief)
+    bar = [progress.EpochBar(f"{p.mode} N={p.workers}")] if verbose and run.is_chief and sys.stderr.isatty() else []
+    cbs += ([commit] if commit is not None else []) + bar + [shown]
+    return callbacks.check_order(cbs), shown, checkpoint
 
 
 def _pass_validation(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: Feeds) -> list:

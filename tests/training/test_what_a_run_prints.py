@@ -35,7 +35,7 @@ def epoch_lines(monkeypatch, elapsed_before=0.0, first_epoch=0):
     import tensorflow as tf
 
     from deepdensity.scaling import policies
-    from deepdensity.training import callbacks
+    from deepdensity.training import callbacks, progress
     clock = FakeClock()
     monkeypatch.setattr(callbacks.time, "perf_counter", clock)
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
@@ -43,7 +43,7 @@ def epoch_lines(monkeypatch, elapsed_before=0.0, first_epoch=0):
     record = callbacks.RunRecord(policies.plan("strong", 1), Config(max_epochs=50), 3, elapsed_before)
     said = []
     cbs = tf.keras.callbacks.CallbackList([callbacks.EpochRow(record),
-                                           callbacks.Progress(record, said.append, said.append, True)],
+                                           progress.Progress(record, said.append, said.append, True)],
                                           model=model)
     cbs.on_train_begin()
     clock.now += 5.0
