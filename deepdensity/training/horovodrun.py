@@ -10,6 +10,10 @@ that line is followed by the launcher's traceback. `launch` runs the same horovo
 same options, passes its output on as it comes, drops that traceback where a rank's own exit
 explains it, and exits with that rank's code. It also tells the ranks how they were started,
 so that the resume command a run prints on Ctrl-C starts with this `launch` and its options.
+On Ctrl-C the terminal's '^C' stands on a line of its own, rank 0's line (where the run stands)
+is the last, without horovodrun's 'Process N exit with status code 143.' notes, and the exit
+status is 130; a Ctrl-C before horovodrun started any rank is one line instead of horovodrun's
+KeyboardInterrupt traceback.
 
 The command starts after `--`, or else at its first word that is a Python interpreter, a .py
 script or `deepdensity`.
