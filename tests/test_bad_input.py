@@ -2,7 +2,6 @@
 exactly one `error:` line on stderr, exit status 2, no traceback, and no file or folder
 left behind. The CLIs run in this process (their `main`), so a traceback here is an
 exception escaping `main`, which fails the test."""
-import importlib.util
 import json
 import shutil
 
@@ -14,9 +13,9 @@ from tests.support import ROOT
 from deepdensity.data import cli as data_cli
 from deepdensity.study import repro
 
-_spec = importlib.util.spec_from_file_location("train_cli", ROOT / "train.py")
-train_cli = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_cli)
+# train.py's main, in this process (train.py itself only starts the console first: its signal
+# handling is a process's, tested in tests/training/test_ctrl_c.py)
+from deepdensity.training import cli as train_cli
 
 CSV_HEADER = "seriesuid,coordX,coordY,coordZ,diameter_mm\n"
 
