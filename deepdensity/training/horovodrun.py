@@ -41,6 +41,8 @@ USAGE = "deepdensity launch HOROVODRUN-OPTIONS [--] COMMAND..."
 LAUNCHER_FAILURE = "RuntimeError: Horovod detected that one or more processes exited with non-zero status"
 # what horovodrun prints on stdout for a process that exited non-zero (gloo_run.py: _exec_command)
 PROCESS_EXIT = re.compile(rb"^Process (\d+) exit with status code (-?\d+)\.\r?\n?$")
+# what a rank wrote, as the launcher tags it: Gloo's [rank], mpirun --tag-output's [job,rank]
+RANK_LINE = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>:(.*)", re.S)
 PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of Process (\d+)\.\r?\n?$")
 # exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
 EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
@@ -71,7 +73,10 @@ class LauncherTraceback:
 
     def __init__(self, write):
         self.write, self.held, self.exit_code, self.in_failure = write, [], None, False
-        self.interrupted = False          # horovodrun's own traceback of a Ctrl-C before its ranks started
+        # after a Ctrl-C horovodrun's own lines go (a traceback or a fatal error of its start-up cut
+        # short, its exit report): rank 0's line says where the run stands, or launch says it
+        self.quiet_own = False
+        self.ranks_seen = self.rank_interrupted = False
 
     def feed(self, line: str) -> None:
         if self.in_failure:
@@ -88,19 +93,25 @@ class LauncherTraceback:
             if line.startswith(" "):              # a frame of the traceback held back
                 self.held.append(line)
                 return
-            if line.rstrip("\n") == "KeyboardInterrupt":
-                self.held, self.interrupted = [], True
-                return
             self.flush()
         if line.startswith("Traceback (most recent call last):"):
             self.held = [line]
         else:
-            self.write(line)
+            self._say(line)
 
     def flush(self) -> None:
         for line in self.held:
-            self.write(line)
+            self._say(line)
         self.held = []
+
+    def _say(self, line: str) -> None:
+        rank = RANK_LINE.match(line)
+        if rank:
+            self.ranks_seen = True
+            self.rank_interrupted = self.rank_interrupted or rank[1].startswith("interrupted")
+        elif self.quiet_own:
+            return
+        self.write(line)
 
 
 def launch_prefix(options: list) -> str:
@@ -134,22 +145,23 @@ def main(argv=None) -> int:
     env = {**os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
-    signals = _relay_signals(proc)
     launcher, exits = LauncherTraceback(sys.stderr.write), ProcessExits(_write_stdout)
+    signals = _relay_signals(proc, launcher)
     relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     relay.start()
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         launcher.feed(line)
     launcher.flush()
     code, _ = proc.wait(), relay.join()
-    if launcher.interrupted:
-        # Horovod: horovodrun was stopped before it started any rank, so no rank said where the run stands
-        print(f"interrupted before the workers started: nothing was written; start again with the same "
-              f"command: {shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
-    return exit_code(code, launcher.exit_code, signals, launcher.interrupted)
+    early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
+    if early:
+        # Horovod: horovodrun was stopped before any rank said a word, so none said where the run stands
+        print(f"interrupted before the workers started: start again with the same command: "
+              f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
+    return exit_code(code, launcher.exit_code, signals, early or launcher.rank_interrupted)
 
 
-def _relay_signals(proc) -> list:
+def _relay_signals(proc, launcher: LauncherTraceback) -> list:
     """A scheduler's SIGTERM reaches this process alone: pass it on. Ctrl-C reaches the whole
     foreground group, horovodrun included (whose handler SIGTERMs every rank); this process
     records it, puts the terminal's '^C' on a line of its own, and keeps reading until horovodrun
@@ -159,12 +171,14 @@ def _relay_signals(proc) -> list:
 
     def on_sigterm(signum, frame):
         received.append(signum)
+        launcher.quiet_own = True
         proc.send_signal(signum)
 
     def on_sigint(signum, frame):
         if not received:
             interrupts.tidy_terminal(signum)
         received.append(signum)
+        launcher.quiet_own = True
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, on_sigint)
     return received
@@ -194,9 +208,10 @@ class ProcessExits:
     Process 0.' Others stay: a rank that crashed is named."""
 
     def __init__(self, write):
-        self.write, self.explained = write, set()
+        self.write, self.explained, self.ranks_seen = write, set(), False
 
     def feed(self, line: bytes) -> None:
+        self.ranks_seen = self.ranks_seen or RANK_LINE.match(line.decode(errors="replace")) is not None
         ended = PROCESS_EXIT.match(line)
         if ended and int(ended[2]) in EXPLAINED:
             self.explained.add(ended[1])

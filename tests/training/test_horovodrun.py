@@ -107,15 +107,22 @@ def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
                     b"Terminating remaining workers after failure of Process 2.\n"]
 
 
-def test_horovodruns_own_ctrl_c_traceback_goes_and_is_remembered():
-    early = "Traceback (most recent call last):\n  File \"/venv/bin/horovodrun\", line 6, in <module>\n" \
-            "    p.join()\nKeyboardInterrupt\n"
+def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
+    """A Ctrl-C while horovodrun's interpreter starts: its fatal error and traceback (its own,
+    untagged lines) go; a rank's line stays and says the run was interrupted."""
+    early = "Fatal Python error: init_import_site: Failed to import the site module\n" \
+            "Traceback (most recent call last):\n  File \"<frozen site>\", line 616, in <module>\nKeyboardInterrupt\n"
     said = []
     launcher = LauncherTraceback(said.append)
-    for line in early.splitlines(keepends=True):
+    launcher.quiet_own = True
+    for line in (early + "[0]<stderr>:interrupted: no epoch finished\n").splitlines(keepends=True):
         launcher.feed(line)
     launcher.flush()
-    assert said == [] and launcher.interrupted
+    assert said == ["[0]<stderr>:interrupted: no epoch finished\n"]
+    assert launcher.ranks_seen and launcher.rank_interrupted
+    quiet = LauncherTraceback(said.append)
+    quiet.feed("[1,0]<stdout>:epoch    1  loss 0.1\n")           # mpirun's tag
+    assert quiet.ranks_seen and not quiet.rank_interrupted
 
 
 @pytest.mark.parametrize("code, rank_code, signals, early, want", [
