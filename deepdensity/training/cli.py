@@ -51,12 +51,11 @@ def main(argv=None) -> int:
 
 @command
 def _command(argv) -> int:
-    # Ctrl-C and SIGTERM as interrupts.py takes them, held until the run's folder is known, so
+    # Ctrl-C and SIGTERM as interrupts.py takes them, first once the run's folder is known, so
     # that every interrupt ends with where the run stands; a program calling main (a test) gets
     # its own handlers back, a training process keeps these to its end (a second Ctrl-C while
     # it says where the run stands is only recorded)
     with interrupts.handling(restore=not console.is_the_program()):
-        interrupts.hold()
         return _main(argv)
 
 
@@ -105,8 +104,9 @@ def _main(argv) -> int:
 def _train(cfg, args, argv) -> None:
     """Train as the flags say; an interrupt ends in one line that says where the run stands."""
     try:
-        interrupts.release()      # a signal received so far is taken here
-        from deepdensity.training.trainer import train      # TensorFlow: seconds
+        interrupts.take_pending()       # a signal received so far is taken here
+        with interrupts.opened():       # importing TensorFlow takes seconds: a signal cuts it short
+            from deepdensity.training.trainer import train
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet, elastic=args.elastic)
     except BaseException as e:

@@ -30,7 +30,7 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
         # an interrupt or an error, which Keras tells no callback: the bar off the screen, no
         # section left held, TensorBoard's files closed (the process may end without teardown)
         for cb in cbs:
-            if isinstance(cb, (progress.EpochBar, HoldSignalsAtEpochEnd)):
+            if isinstance(cb, (progress.EpochBar, TakeSignals)):
                 cb.close()
             elif isinstance(cb, (tf.keras.callbacks.TensorBoard, watch.SliceImages)):
                 cb.on_train_end()
@@ -47,7 +47,8 @@ def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: 
     validate = [callbacks.Validate(feeds.val)] if commit is not None else []
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so
     # (Stopping takes rank 0's reason).
-    cbs = [HoldSignalsAtEpochEnd()] + validate + run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
+    cbs = [TakeSignals()] + validate
+    cbs += run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
     cbs += [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps)
     cbs += [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
     checkpoint = None
@@ -72,16 +73,30 @@ def _pass_validation(cfg: Config, run: Launch, record: callbacks.RunRecord, feed
                                      run.backend.average)]
 
 
-class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
-    """First in the list: a Ctrl-C or SIGTERM from the start of the epoch's end (Horovod's
-    averaging, the stop the ranks decide together, the row and the checkpoint) to the start of
-    the next epoch is taken there, so that every rank stops between the same two epochs and a
-    run folder is never left between its row and its checkpoint (interrupts.py). After every
-    step, and every validation batch, one whose raise was lost is taken."""
+class TakeSignals(tf.keras.callbacks.Callback):
+    """First in the list: where fit takes a Ctrl-C or SIGTERM (interrupts.py). Before and after
+    every step and validation batch; at once during the first step and the first validation
+    batch of a fit, which trace and compile for seconds (more than horovodrun's 5 s between its
+    SIGTERM and SIGKILL), where an exception is as at home as a user's bug; never from the start
+    of an epoch's end (Horovod's averaging, the stop the ranks decide together, the row and the
+    checkpoint) to the start of the next epoch, so that every rank stops between the same two
+    epochs and a run folder is never left between its row and its checkpoint."""
 
     def __init__(self):
         super().__init__()
-        self.holding = False
+        self.holding, self.opened, self.traced = False, False, set()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin("train")
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self._begin("test")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._end()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._end()
 
     def on_epoch_end(self, epoch, logs=None):
         if not self.holding:
@@ -91,14 +106,21 @@ class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._release()
 
-    def on_train_batch_end(self, batch, logs=None):
-        interrupts.take_pending()
-
-    def on_test_batch_end(self, batch, logs=None):
-        interrupts.take_pending()
-
     def on_train_end(self, logs=None):
         self._release()
+
+    def _begin(self, kind: str) -> None:
+        interrupts.take_pending()
+        if kind not in self.traced:
+            self.traced.add(kind)
+            self.opened = True
+            interrupts.open_window()
+
+    def _end(self) -> None:
+        if self.opened:
+            self.opened = False
+            interrupts.close_window()
+        interrupts.take_pending()
 
     def _release(self) -> None:
         if self.holding:
@@ -106,7 +128,10 @@ class HoldSignalsAtEpochEnd(tf.keras.callbacks.Callback):
             interrupts.release()          # raises Interrupted for a signal held
 
     def close(self) -> None:
-        """The section closed without taking a signal (fit ended in an exception)."""
+        """Fit ended in an exception: no window left open, no section left held."""
+        if self.opened:
+            self.opened = False
+            interrupts.close_window()
         if self.holding:
             self.holding = False
             interrupts.unhold()

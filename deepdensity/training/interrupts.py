@@ -1,7 +1,5 @@
-"""Ctrl-C and SIGTERM in a training process: taken where the process is, as Python's own Ctrl-C
-is, except inside a section that writes the run folder or that the ranks pass together (`held`),
-where the signal is recorded and taken as the section ends. No TensorFlow here: the handlers are
-in place before TensorFlow is imported.
+"""Ctrl-C and SIGTERM in a training process. No TensorFlow here: the handlers are in place
+before TensorFlow is imported.
 
 Under horovodrun a terminal's Ctrl-C reaches horovodrun alone: each rank runs in a session of its
 own (runner/common/util/safe_shell_exec.py: the middleman calls os.setsid), so the terminal's
@@ -10,16 +8,22 @@ event on which every rank's middleman sends SIGTERM to the rank, waits 5 s
 (GRACEFUL_TERMINATION_TIME_S) and then SIGKILLs it. So the ranks get SIGTERM within milliseconds
 of each other, but not at the same step: the first to stop leaves the other blocked in an
 allreduce that fails ("Horovod has been shut down", or Gloo's closed connection). A handler that
-raised at once could land while pybind11 was turning that failure into a Python exception, and
-pybind11 then raised "MISMATCH of original and normalized active exception types" instead. Hence:
+raised at once, wherever the process was, could land while pybind11 was turning that failure
+into a Python exception (pybind11 then raised "MISMATCH of original and normalized active
+exception types"), or while TensorFlow built a data pipeline (a rank died of a segmentation
+fault unwinding it). Hence:
 
+- a signal is recorded, and taken (Interrupted raised) at the run's next point that says so
+  (`take_pending`: between setup's phases, before and after every step and validation batch);
+  the handler raises at once only in the `opened` windows where the process runs for seconds
+  between such points in code an exception may cut anywhere (importing TensorFlow, making the
+  default data, tracing a fit's first step), never inside a `held` section (the epoch's end:
+  Horovod's metric averaging, the stop the ranks decide together, the row of metrics.jsonl and
+  the checkpoint), so a run stops between epochs' records, never inside one;
 - after a signal, whatever error ends the run is the signal's doing, and the run ends as
   interrupted (`settle`);
 - a rank that finds its peers gone before its own signal arrived waits a moment for it
-  (`PEER_WAIT_S`, inside horovodrun's 5 s), so that it too ends as interrupted, in silence;
-- the epoch's end (Horovod's metric averaging, the stopping decision the ranks share, the row
-  of metrics.jsonl and the checkpoint) is held, so a run is interrupted between epochs' records,
-  never inside one.
+  (`PEER_WAIT_S`, inside horovodrun's 5 s), so that it too ends as interrupted, in silence.
 """
 from __future__ import annotations
 
@@ -41,22 +45,23 @@ PEER_WAIT_S = 3.0
 
 class _State:
     signum: Optional[int] = None     # the first signal received
-    holds = 0                        # sections open that a signal must not cut
+    holds = 0                        # sections a signal must not cut
+    opens = 0                        # windows where the handler raises at once
     settled = False                  # the run ended as interrupted (settle): never raised again
     stuck = False                    # a call left running in another thread (while_waiting)
 
     def reset(self) -> None:
-        self.signum, self.holds, self.settled, self.stuck = None, 0, False, False
+        self.signum, self.holds, self.opens, self.settled, self.stuck = None, 0, 0, False, False
 
 
 _state = _State()
 
 
 def _on_signal(signum, frame) -> None:
-    first = _state.signum is None
-    if first:
+    if _state.signum is None:
         _state.signum = signum
         tidy_terminal(signum)
+    if _state.opens:
         take_pending()
 
 
@@ -72,6 +77,27 @@ def take_pending() -> None:
 def pending() -> Optional[int]:
     """The exit code of the signal received (taken or not), or None."""
     return None if _state.signum is None else CODES.get(_state.signum, EXIT_SIGINT)
+
+
+def open_window() -> None:
+    """From here the handler raises at once (close_window ends it)."""
+    _state.opens += 1
+
+
+def close_window() -> None:
+    _state.opens = max(0, _state.opens - 1)
+
+
+@contextlib.contextmanager
+def opened():
+    """A block in which the handler raises at once (outside held sections); a signal taken or
+    not, the block ends at a point that takes it."""
+    open_window()
+    try:
+        yield
+    finally:
+        close_window()
+    take_pending()
 
 
 def hold() -> None:
@@ -145,13 +171,7 @@ def hold_early() -> None:
     word); `handling` takes what was recorded."""
     if threading.current_thread() is threading.main_thread():
         for s in CODES:
-            signal.signal(s, _record_only)
-
-
-def _record_only(signum, frame) -> None:
-    if _state.signum is None:
-        _state.signum = signum
-        tidy_terminal(signum)
+            signal.signal(s, _on_signal)
 
 
 def while_waiting(call):

@@ -126,6 +126,8 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         run.say(f"{run.out} holds a finished run; nothing to do (see {run.out}/result.json)")
         return read_json(run.out / "result.json", "finished run's result") if run.is_chief else {}
     _make_default_data(cfg.data_path, run)
+    # a Ctrl-C or SIGTERM is taken between the steps of the start (interrupts.py)
+    interrupts.take_pending()
     # the data by its content, not its path (hosts may keep their copies in other places)
     run.ranks.require_same({**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": run.p.mode,
                             "emulate_workers": emulate_workers, "data_fingerprint":
@@ -135,21 +137,21 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
     except rules.PlanError as e:
         raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
-    interrupts.take_pending()             # one taken and lost on the way (interrupts.take_pending)
+    interrupts.take_pending()
     model, optimizer = _compiled_model(cfg, run, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
     run.ranks.chief_check(lambda: _check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
                           bool(state))
     initial_epoch, elapsed_before = run_folder.resume_point(ckpt, run, state)
+    interrupts.take_pending()
     # Horovod: start every worker from rank 0's weights and optimizer state.
     run.backend.broadcast_state(model, optimizer)
     run.p.policy.start(model)
 
     _describe(run, cfg, cubes, len(train_x), len(val_x), steps, model.grad_slices)
-    with interrupts.held():               # config.json and metrics.jsonl, both or neither
-        val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
-            cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
+    val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
+        cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
     if initial_epoch > cfg.max_epochs:
         raise RunError(f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
@@ -181,8 +183,7 @@ def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
     """The state to resume from (rank 0, which alone reads the folder), after checking the
     folder and that the resume keeps the run's settings; None for a new run."""
     def check() -> Optional[dict]:
-        with interrupts.held():           # its write probe never left behind
-            state = run_folder.check_out_dir(run.out, resume)
+        state = run_folder.check_out_dir(run.out, resume)
         if resume and state is None:
             run.say(f"nothing to resume in {run.out}; starting a new run there")
         if state:
@@ -252,7 +253,8 @@ def _make_default_data(path: str, run: Launch) -> None:
         n, n_val, seed = recipe
         run.tell(f"making the default data set {path}: {n} synthetic cubes, {n_val} of them for validation, "
                  f"seed {seed} (python -m deepdensity.data synth --out {path} --n {n} --val {n_val} --seed {seed})")
-        synth.write_synthetic(path, n, n_val, seed, progress=run.say is print and sys.stderr.isatty())
+        with interrupts.opened():         # seconds of NumPy, written atomically: a signal cuts it short
+            synth.write_synthetic(path, n, n_val, seed, progress=run.say is print and sys.stderr.isatty())
     run.ranks.wait_for_chief()      # Horovod: the others wait here until rank 0's file is complete
 
 

@@ -19,19 +19,31 @@ def signal_soon(signum=signal.SIGTERM, after=0.2) -> threading.Timer:
     return timer
 
 
-def test_a_signal_is_raised_where_the_process_is():
-    with interrupts.handling(), pytest.raises(Interrupted) as e:
-        signal_soon()
-        time.sleep(5)
+def test_a_signal_waits_for_the_next_point_that_takes_it():
+    with interrupts.handling():
+        signal_soon(after=0.05).join()
+        time.sleep(0.1)                   # the handler ran here: recorded, not raised
+        assert interrupts.pending() == 143
+        with pytest.raises(Interrupted) as e:
+            interrupts.take_pending()
     assert e.value.code == 143
+
+
+def test_in_an_opened_window_a_signal_is_raised_where_the_process_is():
+    with interrupts.handling(), pytest.raises(Interrupted) as e:
+        with interrupts.opened():
+            signal_soon(signal.SIGINT)
+            time.sleep(5)
+    assert e.value.code == 130
 
 
 def test_a_held_section_ends_before_the_signal_is_raised():
     finished = []
     with interrupts.handling(), pytest.raises(Interrupted) as e:
-        with interrupts.held():
+        with interrupts.opened(), interrupts.held():
             signal_soon(signal.SIGINT, after=0.05).join()
             time.sleep(0.1)
+            interrupts.take_pending()     # held: no point takes it
             finished.append(True)
     assert finished == [True] and e.value.code == 130
 
@@ -62,16 +74,17 @@ class RaisesInDel:
 
 def test_a_raise_python_swallowed_is_raised_again_at_the_next_point_without_a_word(capsys):
     with interrupts.handling():
-        RaisesInDel()                     # collected at once: its __del__ gets the signal
-        assert interrupts.pending() == 143
         with pytest.raises(Interrupted):
-            interrupts.take_pending()
+            with interrupts.opened():
+                RaisesInDel()             # collected at once: its __del__ gets the signal, and drops it
+                assert interrupts.pending() == 143
+            # the end of the window is a point that takes it
     assert "Exception ignored" not in capsys.readouterr().err
 
 
 def test_after_a_signal_any_error_is_the_interrupt_and_is_raised_no_more():
     with interrupts.handling():
-        with pytest.raises(Interrupted):
+        with pytest.raises(Interrupted), interrupts.opened():
             signal_soon(after=0.01).join()
             time.sleep(1)
         assert interrupts.settle(RuntimeError("MISMATCH of original and normalized active exception types")) == 143
