@@ -147,9 +147,12 @@ class Study:
 
     def sequential_seeds(self) -> list:
         """The seeds of the sequential runs: as many as `seeds`, the smallest integers that are
-        neither the edge search's seeds (when it sets eta: they converge at eta by construction)
-        nor calibration seeds (they set the target)."""
-        taken = set(self.calibration_seeds) | (set(self.edge_seeds) if self.base_lr == "edge" else set())
+        neither the edge search's seeds (when it set eta, here or in the default study whose eta
+        this one takes: they converge at eta by construction) nor calibration seeds (they set the
+        target)."""
+        # the edge search's seeds, this study's or the default study's whose eta it takes
+        chose_eta = self.base_lr in ("edge", "default_study")
+        taken = set(self.calibration_seeds) | (set(self.edge_seeds) if chose_eta else set())
         if not taken & set(self.seeds):
             return list(self.seeds)
         free = (s for s in range(2 ** 32) if s not in taken)

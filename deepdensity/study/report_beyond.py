@@ -176,7 +176,8 @@ def _rules_line(b: Beyond) -> str:
     if made < bv.RULES_FIXED_UTC:
         text += (f" This record's runs were made {made}, before those rules were fixed, and the rules were written "
                  f"after seeing its results: its answers are those rules applied to it, not a test fixed before it.")
-    seq = b.study.sequential_seeds()
+    # the seeds the record's sequential runs used (a preset of another version may pick others)
+    seq = sorted({c["seed"] for c in b.record["cells"] if c["mode"] == policies.SEQUENTIAL})
     if b.study.base_lr == "default_study" and set(seq) & set(b.study.edge_seeds):
         text += (f" Strong scaling's seeds here ({', '.join(map(str, seq))}) include the seeds of the edge search "
                  f"({', '.join(map(str, b.study.edge_seeds))}) on which the default study chose eta, because they "

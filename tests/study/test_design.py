@@ -2,6 +2,8 @@
 what order, and when it stops (max_seeds, settled cells, the time budget)."""
 import time
 
+import pytest
+
 from deepdensity.study.design import FIRST, Book, run_first_seeds, run_more_seeds
 from deepdensity.study.runner import StudyRunner
 
@@ -46,3 +48,15 @@ def test_more_seeds_go_to_every_cell_alike_and_the_budget_is_kept(tmp_path):
     assert "narrows its missed rate's interval" in book.why[(("weak", 2), 3)], "not to settle one answer"
     assert book.seeds[("warmup", 2)] == [0, 1, 2], "a 1000 s seed does not fit a 60 s budget"
     assert stopped == "the time budget"
+
+
+@pytest.mark.parametrize("base_lr, want", [("edge", [3, 4, 5]), ("default_study", [3, 4, 5]), (0.001, [0, 1, 2])])
+def test_the_sequential_runs_keep_apart_from_the_seeds_that_chose_eta(base_lr, want):
+    """Seeds on which an edge search chose eta converge at eta by construction: a study whose eta
+    came from one (its own, or the default study's) runs its sequential cell on other seeds; a
+    study with a given eta keeps its seeds. Calibration seeds are never used by a cell."""
+    from deepdensity.study.preset import Study
+    study = Study(seeds=[0, 1, 2], edge_seeds=[0, 1, 2], base_lr=base_lr, calibration_seeds=[100, 101, 102])
+    assert study.sequential_seeds() == want
+    assert Study(seeds=[99, 100, 101], edge_seeds=[0], base_lr=0.001,
+                 calibration_seeds=[100]).sequential_seeds() == [0, 1, 2]
