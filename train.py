@@ -4,11 +4,13 @@
 are in deepdensity/training/cli.py (`python train.py --help`)."""
 import sys
 
-from deepdensity.training import console
+from deepdensity.training import interrupts
 
 if __name__ == "__main__":
-    # before the imports that take seconds: a Ctrl-C or SIGTERM from here on ends the run in one
-    # line, and TensorFlow's C++ log stays off the screen (training/console.py)
+    # first, before the imports that take seconds: a Ctrl-C or SIGTERM from here on ends the run
+    # in one line (training/interrupts.py); then TensorFlow's C++ log kept off the screen
+    interrupts.hold_early()
+    from deepdensity.training import console
     console.start()
     from deepdensity.training.cli import main
     sys.exit(main())

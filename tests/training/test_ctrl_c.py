@@ -35,14 +35,16 @@ HOROVODRUN_END = re.compile(r"^(Process \d+ exit with status code 143\.|Tracebac
 
 # (what the interrupt waits for, seconds after it); "ranks": both rank processes exist;
 # "line": a pattern of the output; "file": a new file in the run folder matching a pattern
-RANKS_IMPORTING = [("ranks", 0.3), ("ranks", 2.0)]
+# (a rank's first ~0.03 s, Python's own start before train.py's first line, is out of reach:
+# docs/training.md)
+RANKS_IMPORTING = [("ranks", 1.0), ("ranks", 2.0)]
 BEFORE_STEPS = [("line", r"\[0\]<stdout>:threads per process", 0.0),      # model built, weights broadcast
                 ("line", r"\[0\]<stdout>:threads per process", 1.5)]      # the first step, compiling
 RESTORING = [("line", r"\[0\]<stdout>:resumed from epoch", 0.0), ("line", r"\[0\]<stdout>:resumed from epoch", 1.0)]
 EPOCHS_ON = [("line", r"\[0\]<stdout>:epoch +\d+ ", d) for d in (0.0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)]
 CHECKPOINTS = [("file", "ckpt/*.index", 0.0)] * 3      # a new checkpoint on disk, state.json not yet moved on
 PLAIN = RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:] + CHECKPOINTS \
-    + [("ranks", 1.0), RESTORING[1], EPOCHS_ON[2], CHECKPOINTS[0], EPOCHS_ON[4], ("ranks", 3.0)]
+    + [("ranks", 1.5), RESTORING[1], EPOCHS_ON[2], CHECKPOINTS[0], EPOCHS_ON[4], ("ranks", 3.0)]
 LAUNCH = [("start", 1.0), ("ranks", 1.0), BEFORE_STEPS[1], EPOCHS_ON[0], RESTORING[0], EPOCHS_ON[3],
           CHECKPOINTS[0], EPOCHS_ON[5]]
 
