@@ -195,3 +195,33 @@ def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
     offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != REGISTRY
                  for line in mode_comparisons(ast.parse(path.read_text()))]
     assert offenders == []
+
+
+# "local" is also the name of the study's executor that trains here (--executor local)
+EXECUTOR_LOCAL = {("deepdensity.study.plan", "local"), ("deepdensity.study.repro", "local"),
+                  ("deepdensity.study.slurm", "local"), ("deepdensity.study.slurm_jobs", "local")}
+
+
+def policy_name_literals(tree: ast.AST) -> list:
+    """(line, text) of every string literal in code that names a policy: the name itself, or a
+    run-name prefix built on one ("warmup-"). Text inside f-strings is prose, not a name."""
+    prose = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in ast.walk(n)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose
+            and (n.value in POLICY_NAMES or any(n.value.startswith(p + "-") for p in POLICY_NAMES))]
+
+
+def test_the_policy_name_finder_finds_what_it_should():
+    found = policy_name_literals(ast.parse('a = ("weak", "linear")\nb = name.startswith("warmup-")\n'
+                                           'c = f"strong {x}"\nd = policies.STRONG\ne = "strong scaling"\n'))
+    assert found == [(1, "weak"), (1, "linear"), (2, "warmup-")]
+
+
+def test_the_study_names_policies_only_through_the_registry():
+    """A policy named by a literal in the study (a tuple of modes, a name prefix) is a list that a
+    new policy silently misses; the study names one through scaling/policies.py's constants or
+    asks the registry (policies.paper(), policies.beyond(), ...)."""
+    offenders = [f"{name}:{line} {text!r}" for name, path in MODULES.items() if name.startswith("deepdensity.study")
+                 for line, text in policy_name_literals(ast.parse(path.read_text()))
+                 if (name, text) not in EXECUTOR_LOCAL]
+    assert offenders == []

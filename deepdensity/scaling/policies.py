@@ -179,6 +179,9 @@ _REGISTRY: dict = {}
 # The policy whose N = 1 run is the sequential model, and whose N > 1 runs follow its path:
 # the study's reference, and the name its sequential runs are recorded under.
 SEQUENTIAL = "strong"
+# The policies by name, for code outside this module that must name one (the paper's claims are
+# about named policies): a name there is always one of these, never a string literal.
+STRONG, WEAK, LINEAR, WARMUP, ADAPTIVE, LOCAL = "strong", "weak", "linear", "warmup", "adaptive", "local"
 
 
 def register(cls):

@@ -17,8 +17,8 @@ from deepdensity.study.figures import (CLOCK_NAMES, LEGEND_OUTSIDE, line_stretch
 from deepdensity.study.render import cells_at
 
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
-RULE_STYLE = {"eta": ("tab:blue", "o"), "linear": ("tab:red", "v")}
-RULE_LABEL = {"eta": "lr eta", "linear": "lr eta x b / B (the linear rule)"}
+RULE_STYLE = {"eta": ("tab:blue", "o"), policies.LINEAR: ("tab:red", "v")}
+RULE_LABEL = {"eta": "lr eta", policies.LINEAR: "lr eta x b / B (the linear rule)"}
 
 
 def time_axis(clock, wrap: bool = False) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from deepdensity.scaling import policies, rules
+from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study import clocks, rates, stats
 
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
@@ -180,21 +181,21 @@ def _to_unsettle(r: CellRate, limit: int = 1000) -> Optional[int]:
 
 
 def strong_converges(v: Evidence) -> dict:
-    verdict, ours, more = _every_n(v, "strong", Call.CONVERGES)
+    verdict, ours, more = _every_n(v, STRONG, Call.CONVERGES)
     return _claim("Strong scaling always converges", "reached the target at N = 1..32",
                   "every N converges (missed rate's 95 % upper bound < 0.5)", ours, verdict, more)
 
 
 def linear_fails(v: Evidence) -> dict:
-    verdict, ours, more = _every_n(v, "linear", Call.FAILS, least=2)
+    verdict, ours, more = _every_n(v, LINEAR, Call.FAILS, least=2)
     return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
                   "every N > 1 fails (missed rate's 95 % lower bound > 0.5)", ours, verdict, more)
 
 
 def warmup_to_four(v: Evidence) -> dict:
-    below, above = [n for n in v.ran("warmup", 2) if n <= 4], v.ran("warmup", 8)
-    rb = {n: v.rate("warmup", [n]) for n in below}
-    ra = {n: v.rate("warmup", [n]) for n in above}
+    below, above = [n for n in v.ran(WARMUP, 2) if n <= 4], v.ran(WARMUP, 8)
+    rb = {n: v.rate(WARMUP, [n]) for n in below}
+    ra = {n: v.rate(WARMUP, [n]) for n in above}
     if any(r.call == Call.FAILS for r in rb.values()) or any(r.call == Call.CONVERGES for r in ra.values()):
         verdict = Verdict.CONTRADICTED
     elif below and above and all(r.call == Call.CONVERGES for r in rb.values()) \
@@ -203,11 +204,11 @@ def warmup_to_four(v: Evidence) -> dict:
     else:
         verdict = Verdict.INCONCLUSIVE
     ours = "; ".join(f"N = {n}: {r}" for n, r in {**rb, **ra}.items())
-    settled = any(r.call == Call.FAILS and not v.short("warmup", [n]) for n, r in rb.items()) or \
-        any(r.call == Call.CONVERGES and not v.short("warmup", [n]) for n, r in ra.items())
-    verdict, ours = _all_named(v, "warmup", [n for n in v.workers if n > 1], verdict, ours, settled)
-    m_below, r_below = _pooled(v, "warmup", below)
-    m_above, r_above = _pooled(v, "warmup", above)
+    settled = any(r.call == Call.FAILS and not v.short(WARMUP, [n]) for n, r in rb.items()) or \
+        any(r.call == Call.CONVERGES and not v.short(WARMUP, [n]) for n, r in ra.items())
+    verdict, ours = _all_named(v, WARMUP, [n for n in v.workers if n > 1], verdict, ours, settled)
+    m_below, r_below = _pooled(v, WARMUP, below)
+    m_above, r_above = _pooled(v, WARMUP, above)
     if r_below and r_above:
         f = stats.fisher_greater(m_above, r_above, m_below, r_below)
         ours += (f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
@@ -255,28 +256,28 @@ def _time_claim(v: Evidence, judge) -> tuple:
 
 
 def strong_fastest(v: Evidence) -> dict:
-    others = [m for m in ("weak", "linear", "warmup") if v.ran(m)]
+    others = [m for m in (WEAK, LINEAR, WARMUP) if v.ran(m)]
 
     named = [(n, m) for n in v.workers if n > 1 for m in others]
 
     def judge(clock) -> tuple:
         tests, parts = [], []
-        for n in v.ran("strong", 2):
+        for n in v.ran(STRONG, 2):
             for mode in [m for m in others if n in v.ran(m)]:
-                t = rank_test(v.seconds("strong", n, clock), v.seconds(mode, n, clock))
+                t = rank_test(v.seconds(STRONG, n, clock), v.seconds(mode, n, clock))
                 tests.append(t)
                 parts.append(f"N = {n} vs {mode}: ratio {_ratio(t['ratio'])}, P(strong shorter) "
                              f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}")
         verdict = holm_verdict(tests)
         if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
             verdict = Verdict.INCONCLUSIVE
-        return _complete(v, {m: [n for n in v.workers if n > 1] for m in ["strong", *others]}, verdict,
+        return _complete(v, {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]}, verdict,
                          "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})")
 
     by_clock, flips, evidence = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
-    pairs = {(n, mode): (v.seconds("strong", n, paper), v.seconds(mode, n, paper))
-             for n in v.ran("strong", 2) for mode in others if n in v.ran(mode)}
+    pairs = {(n, mode): (v.seconds(STRONG, n, paper), v.seconds(mode, n, paper))
+             for n in v.ran(STRONG, 2) for mode in others if n in v.ran(mode)}
     return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
                   "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
                   "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
@@ -307,8 +308,8 @@ def _more_for_ranks(pairs: dict) -> str:
 
 
 def weak_efficiency(v: Evidence) -> dict:
-    conv, ours, more = _every_n(v, "weak", Call.CONVERGES)
-    ns = v.ran("weak", 2)
+    conv, ours, more = _every_n(v, WEAK, Call.CONVERGES)
+    ns = v.ran(WEAK, 2)
     rule = ("every N converges, and N x time to target at N = 2 shorter than at the largest N "
             "(one-sided Mann-Whitney, p < 0.05)")
     if len(ns) < 2:
@@ -319,12 +320,12 @@ def weak_efficiency(v: Evidence) -> dict:
     named = (lo, hi) == (min(n for n in v.workers if n > 1), max(v.workers))   # the rule's N = 2 and 32
 
     def judge(clock) -> tuple:
-        t = rank_test(v.seconds("weak", lo, clock, lo), v.seconds("weak", hi, clock, hi))
+        t = rank_test(v.seconds(WEAK, lo, clock, lo), v.seconds(WEAK, hi, clock, hi))
         eff = (Verdict.CONTRADICTED if t["p_longer"] < ALPHA else
                Verdict.REPRODUCED if t["p_shorter"] < ALPHA and named else Verdict.INCONCLUSIVE)
         both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
-        return _complete(v, {"weak": [lo, hi]}, both, f"{ours}; N x time to target, N = {lo} against N = {hi}: "
+        return _complete(v, {WEAK: [lo, hi]}, both, f"{ours}; N x time to target, N = {lo} against N = {hi}: "
                                                        f"ratio {_ratio(t['ratio'])}, p = {t['p_shorter']:.2g}")
 
     by_clock, flips, evidence = _time_claim(v, judge)
@@ -354,9 +355,9 @@ class _Run:
 
 def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
     """Every claim the study's modes allow, in the paper's order."""
-    claims = [check(v) for mode, check in (("strong", strong_converges), ("linear", linear_fails),
-                                           ("warmup", warmup_to_four), ("weak", weak_efficiency),
-                                           ("strong", strong_fastest)) if v.ran(mode)]
+    claims = [check(v) for mode, check in ((STRONG, strong_converges), (LINEAR, linear_fails),
+                                           (WARMUP, warmup_to_four), (WEAK, weak_efficiency),
+                                           (STRONG, strong_fastest)) if v.ran(mode)]
     if seq_2eta:
         claims.append(double_eta_diverges(v, seq_2eta))
     return claims
@@ -414,9 +415,9 @@ def _by_factor(v: Evidence, factor, modes) -> dict:
 def contrasts(v: Evidence) -> list:
     """[[what, counts, estimate, one-sided p]]: the pooled contrasts the data can speak to,
     beside the paper's claims (docs/decision-rules.md)."""
-    rows = [_fisher_row(v, "linear", "weak"), _fisher_row(v, "linear", "warmup"), _fisher_row(v, "warmup", "weak")]
+    rows = [_fisher_row(v, LINEAR, WEAK), _fisher_row(v, LINEAR, WARMUP), _fisher_row(v, WARMUP, WEAK)]
     # (warmup N >= 8 against N = 2, 4 is in the warmup claim's row)
-    for mode in ("linear", "warmup", "weak"):
+    for mode in (LINEAR, WARMUP, WEAK):
         if v.ran(mode):
             rows.append(_trend_row(f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",
                                    {n: _pooled(v, mode, [n]) for n in v.ran(mode)}))
@@ -424,15 +425,15 @@ def contrasts(v: Evidence) -> list:
     rows.append(_trend_row("every mode: missed rate rises with log2 of the peak lr over eta (Cochran-Armitage)",
                            _by_factor(v, peak_lr_over_eta, modes)))
     rows.append(_trend_row("weak only (lr eta at every batch): missed rate rises with log2 of the global batch "
-                           "over 32 (Cochran-Armitage)", _by_factor(v, global_batch_over_base, ["strong", "weak"])))
+                           "over 32 (Cochran-Armitage)", _by_factor(v, global_batch_over_base, [STRONG, WEAK])))
     return rows
 
 
 def warmup_holds_to(v: Evidence) -> str:
     """The reformulation the data support: the largest N up to which every warmup cell converges,
     and the smallest N whose cell fails."""
-    ns = v.ran("warmup")
-    calls = {n: "below the design's seeds" if v.short("warmup", [n]) else v.rate("warmup", [n]).call for n in ns}
+    ns = v.ran(WARMUP)
+    calls = {n: "below the design's seeds" if v.short(WARMUP, [n]) else v.rate(WARMUP, [n]).call for n in ns}
     holds = 0
     for n in ns:
         if calls[n] != Call.CONVERGES:

@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from deepdensity.scaling import policies
 from deepdensity.study import ledger
 from deepdensity.study.runner import StudyRunner
 from deepdensity.utils.args import parser
@@ -38,13 +39,13 @@ def record_runs(record: dict) -> list:
     for name, curve in sorted(curves.items()):
         if name.startswith("seq-s"):
             seed = int(name[len("seq-s"):])
-            runs.append((name, "strong", 1, {"base_lr": repr(eta), "max_epochs": seq_passes, "target_loss": 0.0,
+            runs.append((name, policies.STRONG, 1, {"base_lr": repr(eta), "max_epochs": seq_passes, "target_loss": 0.0,
                                              "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                          None, curve["val_loss"]))
     for r in record.get("seq_2eta") or []:
         name = f"seq-2eta-s{r['seed']}"
         if name in curves:
-            runs.append((name, "strong", 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
+            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
                          {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
     for c in record["cells"]:
         if c["n"] > 1 and c["run"] in curves and not c["run"].startswith("seq-"):
@@ -53,9 +54,10 @@ def record_runs(record: dict) -> list:
                           "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
     sweep = record.get("sweep") or {}
     for p in sweep.get("probes") or []:
-        runs.append((p["run"], "strong", 1, {"base_lr": repr(p["lr"]), "max_epochs": sweep["epochs"], "target_loss": 0.0,
-                                             "seed": p["seed"], "stall_patience": sweep["patience"],
-                                             "collapse_patience": 0}, None, p["val_losses"]))
+        runs.append((p["run"], policies.STRONG, 1, {"base_lr": repr(p["lr"]), "max_epochs": sweep["epochs"],
+                                                    "target_loss": 0.0, "seed": p["seed"],
+                                                    "stall_patience": sweep["patience"], "collapse_patience": 0},
+                     None, p["val_losses"]))
     return runs
 
 

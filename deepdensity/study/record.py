@@ -34,7 +34,7 @@ def _curves(runs_root: Path, names: set) -> dict:
     for name in sorted(names):
         rows = read_metrics(runs_root / name)
         curve = {"val_loss": [_finite(r["val_loss"]) for r in rows]}
-        if name.startswith("warmup-"):   # a run imported from an earlier record has no loss or lr rows
+        if name.startswith(policies.WARMUP + "-"):   # a run imported from an earlier record has no loss or lr rows
             curve.update(loss=[_finite(r.get("loss")) for r in rows], lr=[r.get("lr") for r in rows])
         out[name] = curve
     return out

@@ -84,16 +84,16 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
     clock = "measured" if record_runner(cells) else "modelled"
     head1 = ["N", "passes to target (per seed)", "epochs to target (per seed)", f"s / epoch ({clock})",
              f"time to target (s, {clock}), median (range)", "efficiency % (ours)", "efficiency % (paper)"]
-    strong_eff = eff.get("strong", {})          # Table I is the paper's strong-scaling table
-    rows1 = [[n, passes_listing(cells, "strong", n), epochs_listing(cells, "strong", n),
-              fmt(cells_at(cells, "strong", n)[0].epoch_seconds),
-              time_range(cells, "strong", n), fmt(strong_eff.get(n)), fmt(PAPER_TABLE1.get(n))]
-             for n in workers if cells_at(cells, "strong", n)]
+    strong_eff = eff.get(policies.STRONG, {})          # Table I is the paper's strong-scaling table
+    rows1 = [[n, passes_listing(cells, policies.STRONG, n), epochs_listing(cells, policies.STRONG, n),
+              fmt(cells_at(cells, policies.STRONG, n)[0].epoch_seconds),
+              time_range(cells, policies.STRONG, n), fmt(strong_eff.get(n)), fmt(PAPER_TABLE1.get(n))]
+             for n in workers if cells_at(cells, policies.STRONG, n)]
     write_csv(out / "table1.csv", head1, rows1)
     table1 = md_table(head1, rows1)
     (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's. "
                                    + _times_are(clock) + "\n\n" + table1)
-    modes2 = [m for m in ("weak", "warmup", "linear") if m in study.modes]
+    modes2 = [m for m in (policies.WEAK, policies.WARMUP, policies.LINEAR) if m in study.modes]
     head2 = ["N"] + [f"{m} {w}" for m in modes2 for w in ("(ours)", "(paper)")]
     rows2 = [[n] + [v for m in modes2 for v in (fmt(eff[m][n]) if cells_at(cells, m, n) else "not run",
                                                  fmt(PAPER_TABLE2[m].get(n)))] for n in workers]
@@ -125,7 +125,7 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
         if "timing" in record and not record_runner(cells) else {}
     time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
     efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt)
-    warmup8 = sorted({c.run for c in cells_at(cells, "warmup", 8)})
+    warmup8 = sorted({c.run for c in cells_at(cells, policies.WARMUP, 8)})
     if warmup8:
         warmup_figure(out / "fig3.png", {r: record["curves"][r] for r in warmup8}, record["target"], plt)
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
@@ -477,7 +477,7 @@ def _clock_fields(record: dict, cfg) -> dict:
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)
         shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
-        device = model_epoch(t, "strong", n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
+        device = model_epoch(t, policies.STRONG, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         rows += f"| {n} | {real:.2f} | {shared:.2f} | {shared / real - 1:+.1%} | {device:.2f} |\n"
     return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),

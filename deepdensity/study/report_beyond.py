@@ -23,7 +23,7 @@ from deepdensity.study.render import cells_at, epochs_listing, fill, fmt, md_tab
 from deepdensity.study.tables import PAPER_TABLE1, Cell, TimeBase, efficiency_table, failures
 from deepdensity.study.timing import describe_allreduce
 
-ORDER = ("strong", "weak", "linear", "warmup", "adaptive", "local")
+ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)
 CLOCKS = (("paper", "the paper's clock"), ("host", "this host's clock"), ("device", "one device per worker"))
 
 # The text files write_beyond_reports writes; `deepdensity report --check` compares exactly these.

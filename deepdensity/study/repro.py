@@ -226,7 +226,7 @@ def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, s
     def probe_run(probe: tuple) -> bool:
         k, i = probe
         lr, name = base_lr * rules.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
-        runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
+        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
                                        "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
         vals = _val_losses(runner.root / name)
         diverges = rules.diverges(vals, patience, collapse_loss)
@@ -262,7 +262,7 @@ def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, pr
     `prefix`: of the run's name, for the same run under other conditions (the ISA check).
     `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
     name = f"{prefix}seq-s{seed}"
-    runner.run(name, "strong", 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
+    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
                                    "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                need_weights=need_weights)
     return _val_losses(runner.root / name)
@@ -610,7 +610,7 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
                                                (proto.cfg.stall_near, proto.cfg.stall_near_patience))
         for n, (status, epochs) in derived.items():
             last = rules.sample_epoch_losses(vals, n)[epochs - 1]
-            book.results[("strong", n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
+            book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
                                                   "final_val_loss": last if math.isfinite(last) else None},
                                                  f"{prefix}seq-s{seed}")
         return [f"{prefix}seq-s{seed}"]
@@ -620,10 +620,10 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
         book.results[(mode, n, seed)] = (result, prefix + name)
         return [prefix + name]
 
-    units = {("strong",): sequential}
+    units = {(policies.STRONG,): sequential}
     if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
         units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
-                                             {"base_lr": repr(2 * proto.eta)}, train_mode="strong")
+                                             {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
     for mode, n in study.trained_cells(real_strong):
         units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
                                              mode, n)
@@ -635,7 +635,8 @@ def _beyond_reports(s: _StudyRun, proto: _Protocol, book: Book, cells: list, tim
     """The default study's cells beside ours, the filter and the batch sweep, the record and the reports."""
     from deepdensity.study.report_beyond import write_beyond_reports
     eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
-    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled("strong", 1), s.study.workers)
+    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
+                                   s.study.workers)
     filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
     if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record
         for fig in filtering["figures"]:
@@ -801,7 +802,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     points = []
     for seed in study.sequential_seeds():
         for b in study.batch_sweep:
-            for rule, lr in (("eta", eta), ("linear", eta * b / cfg.batch_size)):
+            for rule, lr in (("eta", eta), (policies.LINEAR, eta * b / cfg.batch_size)):
                 points.append((b, rule, lr, seed,
                                f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
 
@@ -811,7 +812,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
             status, epochs = (rules.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
                                                   cfg.stall_near_patience) or ("max_epochs", len(vals)))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, "strong", 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
+        return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b})
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],

@@ -16,9 +16,9 @@ from deepdensity.scaling import policies, rules
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
 PAPER_TABLE2 = {
-    "weak": {1: 100.00, 2: 96.96, 4: 63.86, 8: 42.32, 16: 19.65, 32: 9.45},
-    "warmup": {1: 100.00, 2: 84.95, 4: 75.49, 8: math.nan, 16: math.nan, 32: math.nan},
-    "linear": {1: 100.0, 2: math.nan, 4: math.nan, 8: math.nan, 16: math.nan, 32: math.nan},
+    policies.WEAK: {1: 100.00, 2: 96.96, 4: 63.86, 8: 42.32, 16: 19.65, 32: 9.45},
+    policies.WARMUP: {1: 100.00, 2: 84.95, 4: 75.49, 8: math.nan, 16: math.nan, 32: math.nan},
+    policies.LINEAR: {1: 100.0, 2: math.nan, 4: math.nan, 8: math.nan, 16: math.nan, 32: math.nan},
 }
 
 
@@ -57,7 +57,7 @@ def efficiency_table(cells: list, modes, workers) -> dict:
     """{mode: {n: efficiency %}}, T1 / (n Tn) on median times to target; NaN if not reached."""
     out = {}
     for mode in modes:
-        t1 = median_time(cells, "strong", 1) or median_time(cells, mode, 1)
+        t1 = median_time(cells, policies.STRONG, 1) or median_time(cells, mode, 1)
         out[mode] = {n: rules.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
     return out
 
@@ -159,7 +159,7 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          if sweep else "the paper's literal value, not re-derived on our data"),
         ("epoch", "not stated; we read it as one pass per worker (docs/protocol.md)", cfg.epoch_definition,
          same if cfg.epoch_definition == "per_worker" else "the shared-pass definition"),
-        ("warmup", "5 epochs, Horovod's LearningRateWarmupCallback",
+        (policies.WARMUP, "5 epochs, Horovod's LearningRateWarmupCallback",
          f"{cfg.warmup_epochs} epochs ({cfg.epoch_definition}), the same per-batch formula", same),
         ("target", "val MSLE 0.0016384, the sequential run's after ~100 epochs",
          f"val MSLE {target:.6g}, " + (f"the median of {len(study.calibration_seeds)} calibration runs' after {E} "
