@@ -1,10 +1,18 @@
 # One-command set-up and tests. `make install` needs only Python 3.11, a C++ compiler and cmake.
-#   make install            CPU TensorFlow (default)
+#   make install            CPU TensorFlow (default); Horovod with MPI beside Gloo (below)
 #   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1); build Horovod with
 #                           HOROVOD_GPU_OPERATIONS=NCCL yourself if you want NCCL allreduce.
+#   make install MPI=off    Horovod with Gloo alone
+#   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render.so) as it is, e.g. for a
+#                           second venv (VENV=...) beside one whose runs use the kernel now
 PYTHON ?= python3.11
 VENV   ?= .venv
 TF     ?= cpu
+# Horovod's MPI controller (the paper ran OpenMPI): auto installs Debian's OpenMPI where it is
+# missing and this is root, and builds Horovod with it; where neither, Gloo alone, said in one line
+# (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo (docs/performance.md).
+MPI    ?= auto
+KERNEL_BUILD ?= yes
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 # Horovod must see the TensorFlow it links against, hence --no-build-isolation after TF is in.
@@ -16,7 +24,7 @@ RUNNER ?=
 
 .PHONY: install test test-all test-cluster bench repro lr-sweep clean
 
-install: $(VENV)/.installed $(KERNEL)
+install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(KERNEL))
 
 # setuptools below 81: TensorBoard 2.15 imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
@@ -25,7 +33,7 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13"
 	$(PY) -m pip install --quiet -e ".[$(TF),test]"
-	$(HOROVOD_ENV) $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
+	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
 	$(BIN)/horovodrun --check-build
 	touch $@
 
