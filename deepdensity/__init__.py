@@ -15,3 +15,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 # Set once here, for every command and module, before any of them imports TensorFlow; errors
 # still reach the user as Python exceptions. TF_CPP_MIN_LOG_LEVEL=0 shows everything again.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Horovod: a rank mpirun started (Horovod's MPI controller) yields its core while it waits for
+# the others, and writes its lines whole, each with its rank's tag (training/controllers.py).
+from deepdensity.training.controllers import under_mpirun  # noqa: E402
+
+under_mpirun(os.environ)

@@ -15,6 +15,10 @@ is the last, without horovodrun's 'Process N exit with status code 143.' notes, 
 status is 130; a Ctrl-C before horovodrun started any rank is one line instead of horovodrun's
 KeyboardInterrupt traceback.
 
+Where Horovod was built with MPI (make install), jobs run under MPI, as horovodrun's own
+default, and mpirun's closing notice is dropped as the traceback is; `--gloo` or
+DEEPDENSITY_CONTROLLER=gloo runs them under Gloo, and elastic jobs always are (controllers.py).
+
 The command starts after `--`, or else at its first word that is a Python interpreter, a .py
 script or `deepdensity`.
 """
@@ -31,7 +35,7 @@ import sys
 import threading
 from pathlib import Path
 
-from deepdensity.training import interrupts
+from deepdensity.training import controllers, interrupts
 from deepdensity.utils.args import version
 from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
                                      command)
@@ -142,23 +146,30 @@ def main(argv=None) -> int:
     if not cmd:
         raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
                         f"deepdensity launch -np 2 python train.py --mode weak")
-    env = {**os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
+    # Horovod: MPI where built (horovodrun's default), --gloo or DEEPDENSITY_CONTROLLER=gloo for Gloo;
+    # elastic on Gloo (controllers.py)
+    options, controller_env, note = controllers.choose(options, os.environ, horovodrun_path())
+    if note:
+        print(note, file=sys.stderr)
+    env = {**controller_env, **os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
-    launcher, exits = LauncherTraceback(sys.stderr.write), ProcessExits(_write_stdout)
+    mpirun = controllers.MpirunNotice(sys.stderr.write)       # Horovod: mpirun's notice, under MPI
+    launcher, exits = LauncherTraceback(mpirun.feed), ProcessExits(_write_stdout)
     signals = _relay_signals(proc, launcher)
     relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     relay.start()
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         launcher.feed(line)
     launcher.flush()
+    mpirun.flush()
     code, _ = proc.wait(), relay.join()
     early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
     if early:
         # Horovod: horovodrun was stopped before any rank said a word, so none said where the run stands
         print(f"interrupted before the workers started: start again with the same command: "
               f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
-    return exit_code(code, launcher.exit_code, signals, early or launcher.rank_interrupted)
+    return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, early or launcher.rank_interrupted)
 
 
 def _relay_signals(proc, launcher: LauncherTraceback) -> list:

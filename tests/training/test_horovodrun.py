@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from deepdensity.training import horovodrun
+from deepdensity.training import controllers, horovodrun
 from deepdensity.training.horovodrun import LauncherTraceback, launch_prefix, split_command
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
 from tests.support import SMOKE, run
@@ -80,20 +80,31 @@ def test_no_command_is_one_line_and_exit_2(capsys):
     assert err.startswith("error: no command to run") and err.count("\n") == 1, err
 
 
+# rank 0's tag on its lines: Gloo's driver and mpirun --tag-output (job 1, rank 0)
+RANK0_TAG = {"gloo": "[0]<stderr>:", "mpi": "[1,0]<stderr>:"}
+
+
 @pytest.mark.slow
-def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path):
-    """The same refusal as without a launcher (a folder holding another run), under two ranks:
-    one error line from rank 0, no traceback, exit 2."""
+@pytest.mark.parametrize("controller", controllers.CONTROLLERS)
+def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
+    """The same refusal as without a launcher (a folder holding another run), under two ranks
+    and each controller: one error line from rank 0, the last, no traceback or mpirun notice,
+    exit 2."""
+    if controller not in controllers.built(horovodrun.horovodrun_path()):
+        pytest.skip(f"this Horovod was built without {controller.upper()} (horovodrun --check-build)")
     out = tmp_path / "taken"
     out.mkdir()
     # an epoch's row makes it a run; an empty metrics file (a run stopped before epoch 1) would not
     (out / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
-    proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", sys.executable, "train.py", "--mode",
-                "strong", "--config", SMOKE, "--out", str(out)], timeout=300, check=False)
+    proc = run([sys.executable, "-m", "deepdensity", "launch", controllers.FLAGS[controller], "-np", "2",
+                sys.executable, "train.py", "--mode", "strong", "--config", SMOKE, "--out", str(out)],
+               timeout=300, check=False)
     assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("[0]<stderr>:error:"), proc.stderr
+    said = proc.stderr
+    assert "Traceback" not in said and "mpirun" not in said, said
+    errors = [line for line in said.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith(RANK0_TAG[controller] + "error:"), said
+    assert errors[0].endswith("--out") and said.rstrip("\n").splitlines()[-1] == errors[0], said
 
 
 def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():

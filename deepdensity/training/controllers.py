@@ -1,0 +1,183 @@
+"""Horovod's controller, MPI or Gloo: which this Horovod was built with, which a launch runs
+under, what the ranks of a run were started with (for its record), and mpirun's closing notice.
+
+`make install` builds Horovod 0.28.1 with MPI beside Gloo where OpenMPI is there. horovodrun
+then runs under MPI by default (mpirun: ranks on one host talk over shared memory, across hosts
+over TCP), and under Gloo with `--gloo` (TCP, loopback on one host). `deepdensity launch` keeps
+that default and adds a setting for launches that cannot take a flag (a study's, a script's):
+DEEPDENSITY_CONTROLLER=gloo|mpi. Elastic training (--min-np, --host-discovery-script) runs on
+Gloo whatever is asked: Horovod's elastic driver has no MPI; asked for MPI, the launch says so.
+
+Under MPI the ranks wait for each other in OpenMPI's progress loop, which spins; on a host
+whose cores all train, a spinning rank takes the core its peer computes on. MPI_ENV makes a
+waiting rank yield (OpenMPI does so by itself only when it sees more ranks than cores): the
+launch passes it to mpirun, and every rank sets it before Horovod's init (under_mpirun, from
+the package's import). Horovod's mpirun is started with --allow-run-as-root
+(runner/mpi_run.py), so root (CI) needs none of OpenMPI's root variables.
+
+No TensorFlow and no Horovod here: `built` asks horovodrun.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import sys
+from typing import Optional
+
+from deepdensity.utils.errors import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, UserError
+
+CONTROLLER_ENV = "DEEPDENSITY_CONTROLLER"
+CONTROLLERS = ("mpi", "gloo")
+FLAGS = {"mpi": "--mpi", "gloo": "--gloo", "jsrun": "--jsrun"}
+# horovodrun is elastic when given a discovery script or a minimum (runner/launch.py: _is_elastic)
+ELASTIC_OPTIONS = ("--host-discovery-script", "--min-np", "--min-num-proc")
+# OpenMPI's ranks yield the core while they wait (in the allreduce, in Horovod's negotiation)
+MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+# exit codes a rank's own last line explains: a refusal (its error line), an interrupt
+EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
+
+
+@functools.lru_cache(maxsize=None)
+def built(horovodrun: str) -> frozenset:
+    """The controllers `horovodrun --check-build` lists as built ({"mpi", "gloo"} with MPI);
+    empty if it cannot say. Loads TensorFlow in a child process: a few seconds."""
+    try:
+        proc = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return controllers_in_check_build(proc.stdout)
+
+
+def controllers_in_check_build(text: str) -> frozenset:
+    """The controllers marked [X] under "Available Controllers:" in check-build's output."""
+    section = text.split("Available Controllers:", 1)[-1].split("Available Tensor Operations:", 1)[0] \
+        if "Available Controllers:" in text else ""
+    return frozenset(m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section)) & set(CONTROLLERS)
+
+
+def is_elastic(options: list) -> bool:
+    """Do these horovodrun options start an elastic job?"""
+    return any(o == name or o.startswith(name + "=") for o in options for name in ELASTIC_OPTIONS)
+
+
+def asked_for(options: list, env: dict) -> Optional[str]:
+    """The controller the user asked for: a flag among horovodrun's options, else the
+    DEEPDENSITY_CONTROLLER setting, else None (horovodrun's default: MPI where built)."""
+    flags = [name for name, flag in FLAGS.items() if flag in options]
+    if len(flags) > 1:
+        raise UserError(f"horovodrun takes one controller, not {' and '.join(FLAGS[f] for f in flags)}")
+    setting = env.get(CONTROLLER_ENV, "").strip().lower()
+    if setting and setting not in CONTROLLERS:
+        raise UserError(f"{CONTROLLER_ENV} must be mpi or gloo, not {env[CONTROLLER_ENV]!r}")
+    return flags[0] if flags else setting or None
+
+
+def choose(options: list, env: dict, horovodrun: str) -> tuple:
+    """(horovodrun's options with the controller asked for, the environment to add, a note or
+    None). Elastic: Gloo, and a note if MPI was asked for. MPI asked for where this Horovod has
+    none: one error line (UserError). The environment is MPI_ENV, which Gloo ignores."""
+    asked = asked_for(options, env)
+    if is_elastic(options):
+        note = None
+        if asked == "mpi":
+            note = ("note: elastic training runs on Gloo (Horovod's elastic driver has no MPI), "
+                    f"not under the MPI asked for ({'--mpi' if '--mpi' in options else CONTROLLER_ENV + '=mpi'})")
+        return [o for o in options if o != "--mpi"], {}, note
+    if asked in CONTROLLERS and asked not in built(horovodrun):
+        raise UserError(f"this Horovod was built without {asked.upper()} (horovodrun --check-build); "
+                        + ("install OpenMPI and rebuild Horovod (rm .venv/.installed && make install), or run "
+                           "under Gloo (--gloo)" if asked == "mpi" else "rebuild it (make install)"))
+    if asked and FLAGS[asked] not in options:
+        options = [FLAGS[asked], *options]
+    return options, dict(MPI_ENV), None
+
+
+def under_mpirun(env, streams: Optional[tuple] = None) -> bool:
+    """What a process that mpirun started sets first (the package's import does it in every
+    rank, before Horovod's init); True if mpirun started it, else nothing is done.
+
+    - MPI_ENV in `env` (os.environ), where not set already: OpenMPI reads it in MPI_Init, so
+      plain `horovodrun -np 2 python train.py` and the study's runs yield a waiting rank's core
+      as `deepdensity launch` does.
+    - stdout and stderr write each line whole. mpirun tags each chunk it reads from a rank, not
+      each line, and an unbuffered stream (PYTHONUNBUFFERED, python -u) writes a printed line
+      and its newline apart: a probe's "STEP_SECONDS 32 0.124210" came back as
+      "0.124210[1,0]<stdout>:" and could not be read. Buffered up to its newline, a line is one
+      write, and still leaves at once."""
+    if "OMPI_COMM_WORLD_SIZE" not in env:
+        return False
+    for name, value in MPI_ENV.items():
+        env.setdefault(name, value)
+    for stream in streams or (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(write_through=False, line_buffering=True)
+    return True
+
+
+def of_this_run(env: dict) -> dict:
+    """What the run record names for the ranks of this process's run, from the environment its
+    launcher gave it: {"controller": "mpi" | "gloo" | None (one process, no launcher),
+    "transport": how the ranks' allreduces travel, "cpu_operations": whose allreduce runs}."""
+    if env.get("HOROVOD_CONTROLLER") == "gloo":       # set by horovodrun's Gloo driver, elastic included
+        return {"controller": "gloo", "transport": "TCP (Gloo)",
+                "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "gloo")}
+    size = next((env[k] for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if k in env), None)
+    if size is None or int(size) < 2:
+        return {"controller": None, "transport": None, "cpu_operations": None}
+    local = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS"))
+    transport = ("shared memory (one host)" if local == size
+                 else "shared memory within a host, TCP between hosts")
+    if env.get("OMPI_MCA_btl"):
+        transport += f", OpenMPI btl {env['OMPI_MCA_btl']}"
+    return {"controller": "mpi", "transport": transport,
+            "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "mpi")}
+
+
+class MpirunNotice:
+    """Passes mpirun's stderr on line by line, less its closing notice for a process that
+    exited with a code the rank's own last line explains (EXPLAINED: a refusal's error line,
+    an interrupt's note). The notice is two blocks between dashed lines, "Primary job
+    terminated normally, but 1 process returned a non-zero exit code" and "mpirun detected that
+    one or more processes exited with non-zero status ... Exit code: 2"; a block is held back
+    until its closing line, then dropped if it is that notice with such a code, else passed on
+    whole. exit_code: the code the notice named (mpirun exits with it too).
+
+    mpirun tags what it reads from a rank, not each line: Python's print to an unbuffered
+    stderr writes a line and its newline apart, and they come as "[1,0]<stderr>:error: ...
+    [1,0]<stderr>:" and a newline. A rank's tag repeated inside its own line is dropped."""
+    RULE = re.compile(r"^-{20,}\s*$")
+    TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+
+    def __init__(self, write):
+        self.write, self.held, self.pending, self.exit_code = write, [], [], None
+
+    def feed(self, line: str) -> None:
+        tag = self.TAG.match(line)
+        if tag:
+            line = tag[0] + line[tag.end():].replace(tag[0], "")
+        if not self.held and not self.RULE.match(line):
+            self.write(line)
+            return
+        self.held.append(line)
+        if len(self.held) > 1 and self.RULE.match(line):
+            block, self.held = self.held, []
+            self._end_block("".join(block), block)
+
+    def _end_block(self, text: str, block: list) -> None:
+        code = re.search(r"Exit code:\s*(-?\d+)", text)
+        if code:
+            self.exit_code = int(code[1])
+        if "Primary job" in text and "non-zero exit code" in text:
+            self.pending = block          # held until the next block names the code
+        elif "exited with non-zero status" in text and code and int(code[1]) in EXPLAINED:
+            self.pending = []
+        else:
+            for line in self.pending + block:
+                self.write(line)
+            self.pending = []
+
+    def flush(self) -> None:
+        for line in self.pending + self.held:
+            self.write(line)
+        self.held, self.pending = [], []

@@ -1,0 +1,203 @@
+"""Horovod's controller, MPI or Gloo (training/controllers.py): what check-build says was built,
+which controller a launch asks horovodrun for, what a run's record names, and mpirun's closing
+notice after a refusal (no process is started here)."""
+import pytest
+
+from deepdensity.training import controllers
+from deepdensity.training.controllers import MpirunNotice, asked_for, choose, controllers_in_check_build, of_this_run
+from deepdensity.utils.errors import UserError
+
+CHECK_BUILD = """Horovod v0.28.1:
+
+Available Frameworks:
+    [X] TensorFlow
+    [ ] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [{mpi}] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [ ] NCCL
+    [ ] DDL
+    [ ] CCL
+    [{mpi}] MPI
+    [X] Gloo
+"""
+
+# What OpenMPI 4.1's mpirun writes on stderr after a rank exited 2 (rank 0's own line first,
+# cut by mpirun's tagging of what it read: the line, then its newline)
+MPIRUN_AFTER_EXIT = """\
+[1,0]<stderr>:error: output folder runs/x already holds a run; pass --resume to continue it[1,0]<stderr>:
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[16940,1],0]
+  Exit code:    {code}
+--------------------------------------------------------------------------
+"""
+ERROR_LINE = "[1,0]<stderr>:error: output folder runs/x already holds a run; pass --resume to continue it\n"
+
+
+def filtered(text: str):
+    said = []
+    notice = MpirunNotice(said.append)
+    for line in text.splitlines(keepends=True):
+        notice.feed(line)
+    notice.flush()
+    return "".join(said), notice.exit_code
+
+
+@pytest.mark.parametrize("mpi, expected", [("X", {"mpi", "gloo"}), (" ", {"gloo"})])
+def test_check_build_is_read_for_the_controllers_alone(mpi, expected):
+    # the MPI among the tensor operations below must not count as a controller
+    assert controllers_in_check_build(CHECK_BUILD.format(mpi=mpi)) == expected
+    assert controllers_in_check_build("horovodrun: command not found") == frozenset()
+
+
+@pytest.mark.parametrize("options, env, expected", [
+    (["-np", "2"], {}, None),                                           # horovodrun's default
+    (["--gloo", "-np", "2"], {}, "gloo"),
+    (["-np", "2", "--mpi"], {"DEEPDENSITY_CONTROLLER": "gloo"}, "mpi"),  # the flag wins
+    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": " Gloo "}, "gloo"),
+    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": ""}, None),
+])
+def test_the_controller_asked_for_is_the_flag_else_the_setting(options, env, expected):
+    assert asked_for(options, env) == expected
+
+
+@pytest.mark.parametrize("options, env, said", [
+    (["--gloo", "--mpi", "-np", "2"], {}, "one controller, not --mpi and --gloo"),
+    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": "nccl"}, "DEEPDENSITY_CONTROLLER must be mpi or gloo, not 'nccl'"),
+])
+def test_a_controller_asked_for_twice_or_unknown_is_one_error_line(options, env, said):
+    with pytest.raises(UserError, match=said):
+        asked_for(options, env)
+
+
+@pytest.fixture
+def built_with(monkeypatch):
+    """Pretend horovodrun's check-build lists these controllers."""
+    def pretend(*names):
+        monkeypatch.setattr(controllers, "built", lambda horovodrun: frozenset(names))
+    return pretend
+
+
+def test_by_default_the_options_stay_and_mpi_ranks_yield_their_core(built_with):
+    built_with("gloo")     # not even asked: the default costs no check-build
+    options, env, note = choose(["-np", "2"], {}, "/bin/horovodrun")
+    assert options == ["-np", "2"] and note is None
+    assert env == {"OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
+def test_the_setting_becomes_horovodruns_flag(built_with):
+    built_with("mpi", "gloo")
+    assert choose(["-np", "2"], {"DEEPDENSITY_CONTROLLER": "gloo"}, "h")[0] == ["--gloo", "-np", "2"]
+    assert choose(["-np", "2"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "h")[0] == ["--mpi", "-np", "2"]
+    assert choose(["--mpi", "-np", "2"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "h")[0] == ["--mpi", "-np", "2"]
+
+
+def test_mpi_asked_of_a_gloo_only_horovod_is_refused_with_what_to_do(built_with):
+    built_with("gloo")
+    with pytest.raises(UserError, match=r"built without MPI .*make install.*--gloo"):
+        choose(["--mpi", "-np", "2"], {}, "h")
+    with pytest.raises(UserError, match="built without MPI"):
+        choose(["-np", "2"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "h")
+
+
+@pytest.mark.parametrize("options, env, asked", [
+    (["--mpi", "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", "./d.sh"], {}, "--mpi"),
+    (["-np", "2", "--min-np=1", "-H", "a:1,b:1"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "DEEPDENSITY_CONTROLLER=mpi"),
+])
+def test_elastic_stays_on_gloo_and_says_so_when_mpi_was_asked_for(built_with, options, env, asked):
+    built_with("mpi", "gloo")
+    chosen, extra, note = choose(options, env, "h")
+    assert "--mpi" not in chosen and [o for o in options if o != "--mpi"] == chosen
+    assert note.startswith("note: elastic training runs on Gloo") and asked in note and "\n" not in note
+
+
+def test_elastic_asked_nothing_says_nothing(built_with):
+    built_with("mpi", "gloo")
+    assert choose(["-np", "2", "--host-discovery-script", "d.sh"], {}, "h") == \
+        (["-np", "2", "--host-discovery-script", "d.sh"], {}, None)
+    # --max-np alone does not make horovodrun elastic
+    assert not controllers.is_elastic(["-np", "2", "--max-np", "4"])
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_SIZE": "2"},
+     {"controller": "gloo", "transport": "TCP (Gloo)", "cpu_operations": "gloo"}),
+    ({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_btl": "^openib"},
+     {"controller": "mpi", "transport": "shared memory (one host), OpenMPI btl ^openib", "cpu_operations": "mpi"}),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+     {"controller": "mpi", "transport": "shared memory within a host, TCP between hosts", "cpu_operations": "mpi"}),
+    ({}, {"controller": None, "transport": None, "cpu_operations": None}),
+    ({"OMPI_COMM_WORLD_SIZE": "1"}, {"controller": None, "transport": None, "cpu_operations": None}),
+])
+def test_the_record_names_the_controller_the_launcher_started_the_ranks_under(env, expected):
+    assert of_this_run(env) == expected
+
+
+@pytest.mark.parametrize("code", [2, 130, 143])
+def test_mpiruns_notice_goes_after_a_rank_explained_its_exit(code):
+    said, exit_code = filtered(MPIRUN_AFTER_EXIT.format(code=code))
+    assert said == ERROR_LINE and exit_code == code
+
+
+def test_mpiruns_notice_stays_for_a_crash():
+    text = MPIRUN_AFTER_EXIT.format(code=1)
+    said, exit_code = filtered(text)
+    assert exit_code == 1
+    assert said == ERROR_LINE + text.split("\n", 1)[1], "both blocks, whole"
+
+
+def test_other_output_passes_whole_and_a_block_cut_short_is_kept():
+    other = "[1,1]<stdout>:epoch 1\n----------------------------------------------------------\nhelp\n" \
+            "----------------------------------------------------------\n[1,0]<stdout>:done\n"
+    assert filtered(other) == (other, None)
+    cut = "----------------------------------------------------------\nPrimary job  terminated normally\n"
+    assert filtered(cut) == (cut, None)
+    # a rank's own tag inside its line is dropped, another rank's line is not touched
+    assert filtered("[1,0]<stdout>:a[1,0]<stdout>:b\n[1,1]<stdout>:c\n")[0] == "[1,0]<stdout>:ab\n[1,1]<stdout>:c\n"
+
+
+def test_under_mpirun_a_line_leaves_a_rank_in_one_write():
+    import io
+
+    class Writes(io.RawIOBase):
+        def __init__(self):
+            self.chunks = []
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.chunks.append(bytes(b))
+            return len(b)
+    raw = Writes()
+    unbuffered = io.TextIOWrapper(raw, write_through=True)      # python -u's stdout, over a raw stream
+    print("STEP_SECONDS 32 0.124210", file=unbuffered)
+    assert raw.chunks == [b"STEP_SECONDS 32 0.124210", b"\n"], "what mpirun tagged apart"
+    raw.chunks.clear()
+    alone = {}
+    assert not controllers.under_mpirun(alone, (unbuffered,)) and alone == {}
+    print("x", file=unbuffered)
+    assert raw.chunks == [b"x", b"\n"], "nothing changed outside mpirun"
+    raw.chunks.clear()
+    assert controllers.under_mpirun({"OMPI_COMM_WORLD_SIZE": "2"}, (unbuffered,))
+    print("STEP_SECONDS 32 0.124210", file=unbuffered)
+    assert raw.chunks == [b"STEP_SECONDS 32 0.124210\n"]
+
+
+def test_a_rank_under_mpirun_yields_its_core_unless_the_user_said_otherwise():
+    rank = {"OMPI_COMM_WORLD_SIZE": "2"}
+    assert controllers.under_mpirun(rank, (None,)) and rank["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    own = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_mpi_yield_when_idle": "0"}
+    controllers.under_mpirun(own, (None,))
+    assert own["OMPI_MCA_mpi_yield_when_idle"] == "0"
