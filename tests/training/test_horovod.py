@@ -1,18 +1,36 @@
 """Real `horovodrun -np 2` runs against one process on the same global batches.
 
 Strong scaling on N workers must follow the sequential optimisation path (paper eq. 2
-with B' = B); weak/warmup on 2 workers must follow `--emulate-workers 2`.
+with B' = B); weak/warmup on 2 workers must follow `--emulate-workers 2`. These equivalence
+tests run under each controller this Horovod was built with (`np2`: MPI and Gloo).
 """
 import json
 import sys
 
 import pytest
 
+from deepdensity.training import controllers
 from tests.support import ROOT, SMOKE, horovodrun, run
 
 # Every test here launches horovodrun or trains in a subprocess.
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
+
+
+@pytest.fixture(params=controllers.CONTROLLERS)
+def np2(request, monkeypatch):
+    """`horovodrun --mpi -np 2`, then `--gloo`: each controller horovodrun --check-build lists,
+    the other skipped with its reason. Run as root (CI), without OpenMPI's root variables, which
+    Horovod's mpirun does without; MPI's ranks yield their core while waiting, as `deepdensity
+    launch` has them."""
+    name = request.param
+    if name not in controllers.built(horovodrun()):
+        pytest.skip(f"this Horovod was built without {name.upper()} (horovodrun --check-build)")
+    for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in controllers.MPI_ENV.items():
+        monkeypatch.setenv(var, value)
+    return [horovodrun(), controllers.FLAGS[name], "-np", "2"]
 
 
 # Real and emulated workers (and N workers against the sequential run) differ only in float32
@@ -71,13 +89,13 @@ def weights(out):
 
 
 @pytest.mark.parametrize("definition", ["per_worker", "global"])
-def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition):
+def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2):
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
     per_worker = definition == "per_worker"
     d = ["--set", f"epoch_definition={definition}"]
     one = launch([], "strong", tmp_path / "one", smoke_data, *d, "--set", f"max_epochs={4 if per_worker else 3}")
-    two = launch([horovodrun(), "-np", "2"], "strong", tmp_path / "two", smoke_data, *d,
+    two = launch(np2, "strong", tmp_path / "two", smoke_data, *d,
                  "--set", f"max_epochs={2 if per_worker else 3}")
     if per_worker:
         assert len(one) == 4 and len(two) == 2
@@ -93,10 +111,10 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
 
 
 @pytest.mark.parametrize("mode", ["weak", "warmup"])
-def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode):
+def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode, np2):
     extra = ["--set", "warmup_epochs=2"]
     emulated = launch([], mode, tmp_path / "emu", smoke_data, "--emulate-workers", "2", *extra)
-    real = launch([horovodrun(), "-np", "2"], mode, tmp_path / "real", smoke_data, *extra)
+    real = launch(np2, mode, tmp_path / "real", smoke_data, *extra)
     assert_same_path(emulated, real)
     if mode == "weak":
         # the emulated global batch of 64 cut into two slices of 32, gradients averaged:
@@ -106,7 +124,7 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode)
         assert_same_path(sliced, real)
         # the gradients in one fused allreduce (allreduce_groups=1, the default) or one each:
         # the same sums, so the same losses to the bit
-        ungrouped = launch([horovodrun(), "-np", "2"], mode, tmp_path / "ungrouped", smoke_data,
+        ungrouped = launch(np2, mode, tmp_path / "ungrouped", smoke_data,
                            "--set", "allreduce_groups=0", *extra)
         assert ungrouped == real
     if mode == "warmup":
@@ -116,7 +134,7 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode)
         assert len(list((tmp_path / "real" / "tb" / sub).glob("events.out.tfevents.*"))) == 1, sub
 
 
-def test_our_warmup_matches_horovods_own_callback(tmp_path):
+def test_our_warmup_matches_horovods_own_callback(tmp_path, np2):
     """Horovod's LearningRateWarmupCallback on 2 workers is the reference for the warmup policy's lr_at."""
     script = tmp_path / "warm.py"
     script.write_text("""
@@ -137,11 +155,12 @@ m.fit(np.zeros((steps * 4, 2)), np.zeros(steps * 4), batch_size=4, epochs=4, cal
 p = policies.plan("warmup", hvd.size(), 32, eta, warmup_epochs=W)
 ours = [p.lr_at(e, b, steps) for e, b, _ in seen]
 if hvd.rank() == 0:
-    print("JSON" + json.dumps({"horovod": [s[2] for s in seen], "ours": ours}))
+    print("JSON" + json.dumps({"horovod": [s[2] for s in seen], "ours": ours, "mpi": hvd.mpi_enabled()}))
 """)
-    proc = run([horovodrun(), "-np", "2", sys.executable, str(script)])
+    proc = run(np2 + [sys.executable, str(script)])
     line = next(x for x in proc.stdout.splitlines() if "JSON" in x)
     got = json.loads(line.split("JSON", 1)[1])
+    assert got["mpi"] == ("--mpi" in np2), "the ranks ran under the controller asked for"
     assert len(got["horovod"]) == 12
     assert got["ours"] == [pytest.approx(h, rel=1e-6) for h in got["horovod"]]
 
@@ -233,12 +252,13 @@ def test_bad_input_under_horovodrun_is_said_once_by_rank_0(tmp_path):
     assert proc.returncode != 0 and len(said) == 1, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("setting, per_rank", [("seed", "$HOROVOD_RANK"), ("n_components", "$((4 + HOROVOD_RANK))")])
+@pytest.mark.parametrize("setting, per_rank", [("seed", "$RANK"), ("n_components", "$((4 + RANK))")])
 def test_ranks_started_with_other_settings_stop_together_with_one_line(tmp_path, smoke_data, setting, per_rank):
     """A wrapper that gives each rank its own value: before, other seeds trained silently apart
     and another K ended in a TensorFlow traceback; now every rank stops before training."""
     wrapper = tmp_path / "per_rank.sh"
-    wrapper.write_text(f'exec "$@" --set {setting}={per_rank}\n')
+    # the rank as Gloo's driver (HOROVOD_RANK) or mpirun (OMPI_COMM_WORLD_RANK) names it
+    wrapper.write_text(f'RANK=${{HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}}\nexec "$@" --set {setting}={per_rank}\n')
     proc = run([horovodrun(), "-np", "2", "sh", str(wrapper), sys.executable, str(ROOT / "train.py"), "--mode",
                 "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", "max_epochs=1",
                 "--out", str(tmp_path / "run")], check=False, timeout=300)
