@@ -20,6 +20,8 @@ the committed figures):
     ranks' own clocks (the wait for the last rank, then the allreduce once all have called,
     rank_waits.py); the Gloo allreduce of the model's gradients alone at N = 2 and 4, and at
     N = 2 under shorter Horovod cycles;
+  - samples/s of `horovodrun -np 2` against one process under each controller built, MPI and
+    Gloo, with each one's allreduce split by the ranks' clocks (controller_figures.py);
   - peak resident memory of weak N = 32 emulation (global batch 1024) at K = 50.
 Figures only: nothing here passes or fails.
 """
@@ -34,6 +36,7 @@ import tensorflow as tf
 
 from deepdensity.config import load
 from deepdensity.model.autoencoder import build_model
+from deepdensity.perf import controller_figures
 from deepdensity.perf.horovod_figures import distributed_report, horovod_figures, print_horovod
 from deepdensity.perf.profile import print_profiles
 from deepdensity.perf.step_figures import step_profile, step_report
@@ -58,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="only where a step's time goes, at batch 1 and 32 (traces beside --out); written "
                          "into --out's 'profiles' entry, the rest of that file kept")
     ap.add_argument("--pairs", type=int, default=5,
-                    help="with --horovod: paired runs A B A B ...")
+                    help="with --horovod or --controllers: paired runs A B A B ...")
+    ap.add_argument("--controllers", action="store_true",
+                    help="only horovodrun -np 2 against one process under MPI and under Gloo (rounds of "
+                         "--pairs); written into --out's 'controllers' entry, the rest of that file kept")
     return ap
 
 
@@ -73,6 +79,11 @@ def main(argv=None) -> int:
         print_horovod(figures)
         _write_entry(out, "horovod", figures)
         return 0
+    if args.controllers:
+        figures = controller_figures.controller_figures(args.config, pairs=args.pairs)
+        controller_figures.print_controllers(figures)
+        _write_entry(out, "controllers", figures)
+        return 0
     if args.profile:
         cfg = load(args.config, [])
         threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
@@ -83,6 +94,8 @@ def main(argv=None) -> int:
     report = step_report(args.config, args.repeats, out.parent / f"{out.stem}-profile")
     if not args.quick:
         report.update(distributed_report(args.config, report["weights"]))
+        report["controllers"] = controller_figures.controller_figures(args.config)
+        controller_figures.print_controllers(report["controllers"])
     write_atomic(out, json.dumps(report, indent=2))
     print(f"\nwritten: {out}")
     return 0

@@ -134,6 +134,18 @@ def of_this_run(env: dict) -> dict:
             "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "mpi")}
 
 
+MPIRUN_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")     # mpirun --tag-output: [job,rank]<stdout>:
+
+
+def joined_line(line: str) -> str:
+    """A rank's line as mpirun passes it on, less that rank's tag repeated inside it. mpirun
+    tags each chunk it reads from a rank, not each line: a line written in two writes (Python's
+    print to an unbuffered stream, under_mpirun) or longer than its 4 KB reads comes as
+    "[1,0]<stdout>:RANK_WAITS [[...[1,0]<stdout>:...]]"."""
+    tag = MPIRUN_TAG.match(line)
+    return tag[0] + line[tag.end():].replace(tag[0], "") if tag else line
+
+
 class MpirunNotice:
     """Passes mpirun's stderr on line by line, less its closing notice for a process that
     exited with a code the rank's own last line explains (EXPLAINED: a refusal's error line,
@@ -143,19 +155,14 @@ class MpirunNotice:
     until its closing line, then dropped if it is that notice with such a code, else passed on
     whole. exit_code: the code the notice named (mpirun exits with it too).
 
-    mpirun tags what it reads from a rank, not each line: Python's print to an unbuffered
-    stderr writes a line and its newline apart, and they come as "[1,0]<stderr>:error: ...
-    [1,0]<stderr>:" and a newline. A rank's tag repeated inside its own line is dropped."""
+    A line is passed on joined (joined_line)."""
     RULE = re.compile(r"^-{20,}\s*$")
-    TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 
     def __init__(self, write):
         self.write, self.held, self.pending, self.exit_code = write, [], [], None
 
     def feed(self, line: str) -> None:
-        tag = self.TAG.match(line)
-        if tag:
-            line = tag[0] + line[tag.end():].replace(tag[0], "")
+        line = joined_line(line)
         if not self.held and not self.RULE.match(line):
             self.write(line)
             return
