@@ -112,7 +112,9 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
                       "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8, validate_every_pass: true}\n")
     args = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset),
             "--runs", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports")]
-    first = run(args)
+    # the timeouts guard against a hang, they time nothing: alone on 2 cores the study takes
+    # minutes, beside other work it took over 10
+    first = run(args, timeout=1800)
     assert "target: val_loss" in first.stdout
     reports = tmp_path / "reports"
     for name in ("table1.md", "table1.csv", "table2.md", "table2.csv", "REPORT.md", "claims.json", "study.json",
@@ -164,13 +166,16 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
                       + "filter_modes: [weak]\nbatch_sweep: [16, 32, 64]\n")
     out = tmp_path / "beyond_reports"
     run([sys.executable, "-m", "deepdensity.repro", "--preset", str(beyond), "--runs", str(tmp_path / "runs"),
-         "--reports", str(out), "--compare-with", str(reports)])
-    for name in ("REPORT.md", "time_to_target.md", "time_to_target.csv", "fig2.png", "fig7.png", "study.json"):
+         "--reports", str(out), "--compare-with", str(reports)], timeout=1800)
+    for name in ("REPORT.md", "time_to_target.md", "time_to_target.csv", "fig2.png", "fig_passes.png",
+                 "answers.json", "study.json"):
         assert (out / name).stat().st_size > 0, name
     text = (out / "REPORT.md").read_text()
-    assert "## The answer" in text and ("Yes:" in text or "No measurable difference" in text)
-    header = (out / "time_to_target.md").read_text().splitlines()[0]
-    assert all(m in header for m in ("strong", "weak", "linear", "warmup", "adaptive", "local")), header
+    assert "## The answer" in text and any(a in text for a in ("Yes:", "No:", "No answer: too few seeds"))
+    header = next(line for line in (out / "time_to_target.md").read_text().splitlines() if line.startswith("|"))
+    assert all(m in header for m in ("strong", "weak", "linear", "warmup", "local")), header
+    # adaptive is tabulated only where its test fired (docs/beyond.md); otherwise the report says why not
+    assert ("adaptive" in header) != ("adaptive: not exercised" in text), header
     b_cells = json.loads((out / "study.json").read_text())["cells"]
     assert {(c["mode"], c["n"]) for c in b_cells} == {(m, n) for m in ("strong", "adaptive", "local") for n in (1, 2)}
     assert "## Filtering the data for large batches" in text and "## Batch size against time to target" in text
