@@ -88,8 +88,8 @@ RANK0_TAG = {"gloo": "[0]<stderr>:", "mpi": "[1,0]<stderr>:"}
 @pytest.mark.parametrize("controller", controllers.CONTROLLERS)
 def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
     """The same refusal as without a launcher (a folder holding another run), under two ranks
-    and each controller: one error line from rank 0, the last, no traceback or mpirun notice,
-    exit 2."""
+    and each controller: one error line from rank 0, no traceback or mpirun notice, exit 2;
+    under MPI the error line is the last."""
     if controller not in controllers.built(horovodrun.horovodrun_path()):
         pytest.skip(f"this Horovod was built without {controller.upper()} (horovodrun --check-build)")
     out = tmp_path / "taken"
@@ -104,7 +104,11 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
     assert "Traceback" not in said and "mpirun" not in said, said
     errors = [line for line in said.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith(RANK0_TAG[controller] + "error:"), said
-    assert errors[0].endswith("--out") and said.rstrip("\n").splitlines()[-1] == errors[0], said
+    assert errors[0].endswith("--out"), said
+    if controller == "mpi":
+        # the last line too. Under Gloo, horovodrun's shell around rank 1 may still print
+        # "[1]<stderr>:Terminated" after it, when rank 0's exit ended rank 1 before its own refusal
+        assert said.rstrip("\n").splitlines()[-1] == errors[0], said
 
 
 def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
