@@ -15,9 +15,9 @@ gloo_alone() {
     echo HOROVOD_WITHOUT_MPI=1
     exit 0
 }
-again="then: rm $venv/.installed && make install"
+again="then: rm $venv/.installed && make install MPI=auto"
 if [ "$want" = off ]; then
-    gloo_alone "MPI=off" "rm $venv/.installed && make install"
+    gloo_alone "MPI=off, the default" "rm $venv/.installed && make install MPI=auto"
 fi
 if ! have_mpi; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
