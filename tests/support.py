@@ -45,3 +45,14 @@ def run(args, cwd=ROOT, timeout=600, check=True):
 def horovodrun():
     exe = Path(sys.executable).with_name("horovodrun")
     return str(exe) if exe.exists() else shutil.which("horovodrun")
+
+
+def fed_through(make_filter, text: str) -> tuple:
+    """(what a launcher's output filter lets through, the exit code it read) for `text` fed to
+    it line by line, as `deepdensity launch` feeds horovodrun's or mpirun's output."""
+    said = []
+    line_filter = make_filter(said.append)
+    for line in text.splitlines(keepends=True):
+        line_filter.feed(line)
+    line_filter.flush()
+    return "".join(said), line_filter.exit_code

@@ -8,8 +8,10 @@ On an interrupt every live run is sent SIGTERM, checkpoints, and is waited for.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from deepdensity.scaling import rules
 from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
+from deepdensity.utils.files import write_atomic
 
 class NotHeld(StudyError):
     """A run the study asked for that neither the ledger nor the runs folder holds, in a study
@@ -318,9 +321,6 @@ def _continuation(stopped: Path, out: Path) -> None:
     that train.py resumes it under the stopping rules asked for now (the stall settings decide
     where a run stops, never its path: training/runs.py RESUMABLE). A stopped run with no
     checkpoint (written from the ledger) leaves `out` absent: the run trains from epoch 0."""
-    import json
-    import shutil
-    from deepdensity.utils.files import write_atomic
     if not (stopped / "state.json").is_file():
         return
     partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
@@ -333,7 +333,6 @@ def _continuation(stopped: Path, out: Path) -> None:
 
 
 def _wipe(out: Path) -> None:
-    import shutil
     shutil.rmtree(out, ignore_errors=True)
 
 

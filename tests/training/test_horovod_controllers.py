@@ -6,6 +6,7 @@ import pytest
 from deepdensity.training import controllers
 from deepdensity.training.controllers import MpirunNotice, asked_for, choose, controllers_in_check_build, of_this_run
 from deepdensity.utils.errors import UserError
+from tests.support import fed_through
 
 CHECK_BUILD = """Horovod v0.28.1:
 
@@ -46,12 +47,7 @@ ERROR_LINE = "[1,0]<stderr>:error: output folder runs/x already holds a run; pas
 
 
 def filtered(text: str):
-    said = []
-    notice = MpirunNotice(said.append)
-    for line in text.splitlines(keepends=True):
-        notice.feed(line)
-    notice.flush()
-    return "".join(said), notice.exit_code
+    return fed_through(MpirunNotice, text)
 
 
 @pytest.mark.parametrize("mpi, expected", [("X", {"mpi", "gloo"}), (" ", {"gloo"})])

@@ -6,7 +6,7 @@ import pytest
 from deepdensity.training import controllers, horovodrun
 from deepdensity.training.horovodrun import LauncherTraceback, launch_prefix, split_command
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
-from tests.support import SMOKE, run
+from tests.support import SMOKE, fed_through, run
 
 # What horovodrun 0.28 prints when a rank exits 2 (the message of runner/gloo_run.py), after the
 # rank's own lines
@@ -25,12 +25,7 @@ Exit code: 2
 
 
 def _filtered(text: str):
-    said = []
-    launcher = LauncherTraceback(said.append)
-    for line in text.splitlines(keepends=True):
-        launcher.feed(line)
-    launcher.flush()
-    return "".join(said), launcher.exit_code
+    return fed_through(LauncherTraceback, text)
 
 
 @pytest.mark.parametrize("argv, options, command", [
