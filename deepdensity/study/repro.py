@@ -470,7 +470,9 @@ def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
         by_cell.setdefault((x[0], x[1]), []).append(x)
     spread = [x for i in range(max(map(len, by_cell.values()), default=0)) for x in
               (runs[i] for runs in by_cell.values() if i < len(runs))]
-    chosen = [x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check]
+    # smallest N first: a continuation's cost grows with N (an epoch is N passes), so a study
+    # stopped part-way has settled the most cells; the choice of runs does not depend on the order
+    chosen = sorted([x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check])
 
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
         lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model

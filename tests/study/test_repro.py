@@ -367,6 +367,8 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
     proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": repr(0.002), "target_loss": "1.0", "max_epochs": 64})
     rows = repro.stall_check(s, proto, book)
     asked = {a[0]: a for a in s.runner.asked}
+    assert [a[2] for a in s.runner.asked] == sorted(a[2] for a in s.runner.asked), \
+        "the cheapest continuations (smallest N) first"
     assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "weak-n4-s0-to-cap",
                           "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
         "every one at N >= 16, then 3 of the others spread over their cells; never strong"
