@@ -135,7 +135,8 @@ def test_nothing_outside_dist_touches_horovod():
 
 
 @pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
-                                  "deepdensity.study.tables", "deepdensity.config", "deepdensity.training.runs"])
+                                  "deepdensity.study.tables", "deepdensity.study.curves",
+                                  "deepdensity.study.speedup", "deepdensity.config", "deepdensity.training.runs"])
 def test_pure_modules_import_no_framework(pure):
     """The rules and the tables are tested exhaustively without starting TensorFlow, and the
     study driver reads run folders without it; check the closure of their imports."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from deepdensity.scaling import policies, rules
+from deepdensity.study import curves, speedup
 from deepdensity.study import claims, clocks, stats
 from deepdensity.study.tables import PAPER_TABLE1, Cell
 
@@ -39,7 +40,7 @@ class PassClock:
     name: str = "passes"
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
-        return float(rules.passes_per_epoch(n, definition))
+        return float(curves.passes_per_epoch(n, definition))
 
     def with_rho(self, rho: float, name: Optional[str] = None) -> "PassClock":
         return self
@@ -77,7 +78,7 @@ class RowClock:
             return self.clock.epoch_seconds(mode, n, n_train, n_val, definition)
         c, p = self.clock, policies.plan(mode, n, self.clock.base_batch)
         return statistics.median(
-            rules.epoch_seconds(rules.steps_per_epoch(n_train, p, definition, global_batch=batch), batch // n,
+            speedup.epoch_seconds(rules.steps_per_epoch(n_train, p, definition, global_batch=batch), batch // n,
                                 allreduces, n, n_val, c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s,
                                 c.eval_per_sample_s, policies.get(mode).allreduce_size, c.allreduce_latency_s,
                                 c.epoch_overhead_s) for batch, allreduces in done)

@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import policies
+from deepdensity.study import curves
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study import clocks, rates, stats
 
@@ -105,7 +106,7 @@ def seconds(c, clock, base, scale: float = 1.0) -> float:
     at its (mode, N), times `scale`; inf when it missed the target."""
     if c.status != "reached_target":
         return math.inf
-    per_epoch = rules.passes_per_epoch(c.n, base.definition)
+    per_epoch = curves.passes_per_epoch(c.n, base.definition)
     passes = c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch
     return passes * clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition) / per_epoch * scale
 

@@ -24,7 +24,8 @@ from typing import Callable, Optional
 import numpy as np
 from scipy import optimize
 
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import policies
+from deepdensity.study import speedup
 
 RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))   # the break-even search's ratios
 
@@ -58,8 +59,8 @@ class Clock:
                        allreduce_latency_s=0.0)
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
-        """One epoch of (mode, N), from the policy's batches (rules.epoch_seconds_model)."""
-        return rules.epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
+        """One epoch of (mode, N), from the policy's batches (speedup.epoch_seconds_model)."""
+        return speedup.epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
                                          self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
                                          definition, self.allreduce_latency_s, self.epoch_overhead_s)
 

@@ -9,7 +9,7 @@ import math
 import statistics
 from pathlib import Path
 
-from deepdensity.scaling.rules import sample_epoch_losses
+from deepdensity.study.curves import sample_epoch_losses
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
 from deepdensity.study.render import cells_at

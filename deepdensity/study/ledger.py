@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from deepdensity.scaling import rules
+from deepdensity.study import curves
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import write_atomic
 
@@ -128,8 +129,8 @@ def answer(entry: dict, stopping: dict) -> Optional[dict]:
               "time_to_target_s": seconds if status == "reached_target" and rows else
               (entry["result"].get("time_to_target_s") if status == "reached_target" else None)}
     if rows is not None:
-        per_epoch = rules.passes_per_epoch(entry["n"], entry["config"].get("epoch_definition", "per_worker"))
-        passes = rules.passes_to_target(rows, stopping["target_loss"], per_epoch)
+        per_epoch = curves.passes_per_epoch(entry["n"], entry["config"].get("epoch_definition", "per_worker"))
+        passes = curves.passes_to_target(rows, stopping["target_loss"], per_epoch)
     else:
         passes = entry["result"].get("passes_to_target")
     result["passes_to_target"] = passes if status == "reached_target" else None
@@ -166,7 +167,7 @@ class Ledger:
 
     def pass_seconds(self) -> Optional[float]:
         """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
-        per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * rules.passes_per_epoch(
+        per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(
             e["n"], e["config"].get("epoch_definition", "per_worker")))
             for e in self.entries if e.get("rows") and e["rows"][-1].get("seconds") and not e["isa_cap"])
         return round(per[len(per) // 2], 3) if per else None

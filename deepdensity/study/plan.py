@@ -101,7 +101,7 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     ledger's entries of the earlier record's eta and target, replayed under the preset's stopping
     rules (ledger.answer). Passes a run needs come from the cell's runs on record, else from the
     mode's largest N on record; seconds a pass from the runs on record (their own clocks)."""
-    from deepdensity.scaling import rules
+    from deepdensity.study import curves
     from deepdensity.study import ledger
     if not earlier or "eta" not in earlier:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
@@ -118,7 +118,7 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
             held.add((e["mode"], e["n"], e["seed"]))
             epochs.setdefault((e["mode"], e["n"]), []).append(got["result"]["epochs"])
         if e.get("rows") and e["rows"][-1].get("seconds"):
-            pass_s.append(e["rows"][-1]["seconds"] / (len(e["rows"]) * rules.passes_per_epoch(e["n"], "per_worker")))
+            pass_s.append(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(e["n"], "per_worker")))
     missing = [(mode, n, seed) for mode, n in study.trained_cells() for seed in study.seeds
                if (mode, n, seed) not in held]
     if not missing:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
+from deepdensity.study import curves
 from deepdensity.study import beyond_figures as figs
 from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import clocks
@@ -129,7 +130,7 @@ def _passes_note(cells: list, base, whose: str) -> str:
     """What to say where cells that reached the target carry no passes (a record made before they
     were kept): their passes are epochs x the passes of an epoch, an upper bound."""
     short = [c for c in cells if c.reached and c.passes_to_target is None
-             and rules.passes_per_epoch(c.n, base.definition) > 1]
+             and curves.passes_per_epoch(c.n, base.definition) > 1]
     if not short:
         return ""
     return (f"\nPasses to target of {whose} are not in the record: they are taken as epochs x N, up to "

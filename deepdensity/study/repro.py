@@ -43,6 +43,7 @@ from typing import Optional
 import yaml
 
 from deepdensity.scaling import policies, rules
+from deepdensity.study import curves, speedup
 from deepdensity.config import load
 from deepdensity.study import clocks
 from deepdensity.study.ledger import LEDGER_FILE, Ledger, read_entries
@@ -217,15 +218,15 @@ def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, s
               collapse_loss: Optional[float], say=print) -> tuple:
     """The sequential model's edge of stability: the largest lr on the grid
     base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
-    collapse level) for every seed (rules.edge_probe). Returns (edge lr, one row per probe).
+    collapse level) for every seed (curves.edge_probe). Returns (edge lr, one row per probe).
     With room for two runs, the probe the search would ask next if this one converges runs
-    beside it; an outcome the search did not need cannot move the edge (rules.edge_index
+    beside it; an outcome the search did not need cannot move the edge (curves.edge_index
     depends on the lowest k that diverges and on every seed just below it)."""
     outcomes, rows = {}, []
 
     def probe_run(probe: tuple) -> bool:
         k, i = probe
-        lr, name = base_lr * rules.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
+        lr, name = base_lr * curves.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
         runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
                                        "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
         vals = _val_losses(runner.root / name)
@@ -235,13 +236,13 @@ def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, s
         say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: {'diverges' if diverges else 'converges'}")
         return diverges
 
-    while (probe := rules.edge_probe(outcomes, len(seeds))) is not None:
+    while (probe := curves.edge_probe(outcomes, len(seeds))) is not None:
         batch = [probe] + _speculative_probe(outcomes, probe, len(seeds), runner.parallel)
         for p, diverged in zip(batch, runner.run_all([functools.partial(probe_run, p) for p in batch],
                                                      label="edge search")):
             outcomes[p] = diverged
-    k = rules.edge_index(outcomes, len(seeds))
-    return base_lr * rules.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
+    k = curves.edge_index(outcomes, len(seeds))
+    return base_lr * curves.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
 
 
 def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int) -> list:
@@ -249,7 +250,7 @@ def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int
     if parallel < 2:
         return []
     try:
-        guess = rules.edge_probe({**outcomes, probe: False}, n_seeds)
+        guess = curves.edge_probe({**outcomes, probe: False}, n_seeds)
     except rules.PlanError:
         return []
     return [guess] if guess is not None and guess != probe and guess not in outcomes else []
@@ -278,14 +279,14 @@ def real_strong_runs(s, proto: "_Protocol") -> list:
     launcher = shlex.quote(horovodrun_path()) + " -np {n}"
     runner = s.runner.sibling(launcher, parallel=1)
     seed, definition = study.sequential_seeds()[0], study.train.get("epoch_definition", "per_worker")
-    sequential = rules.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
+    sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
     rows = []
     for n in study.real_strong:
         name = f"real-strong-n{n}-s{seed}"
         r = runner.run(name, policies.SEQUENTIAL, n, {**proto.common(), "seed": seed})
         rows.append({"n": n, "seed": seed, "run": name, "status": r["status"], "epochs": r["epochs"],
-                     "passes_to_target": rules.passes_to_target(read_metrics(s.root / name), proto.target,
-                                                                rules.passes_per_epoch(n, definition)),
+                     "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
+                                                                curves.passes_per_epoch(n, definition)),
                      "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
                      "final_val_loss": r.get("final_val_loss")})
         print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
@@ -301,12 +302,12 @@ def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
     if study.target_loss is not None:
         return study.target_loss, 4 * E, {"source": "preset"}
     if not study.calibration_seeds:
-        target, cap = rules.calibrate_target(first_seed_losses, E)
+        target, cap = curves.calibrate_target(first_seed_losses, E)
         print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
         return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
     runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
                             label="calibration runs")
-    target, cap = rules.calibrate_target_median(runs, E)
+    target, cap = curves.calibrate_target_median(runs, E)
     ends = [vals[E - 1] for vals in runs]
     print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
           f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
@@ -317,13 +318,13 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
                            target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
                            prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (rules.derive_strong, with the stall rule, its `near` = (fraction,
+    read off the sequential run (curves.derive_strong, with the stall rule, its `near` = (fraction,
     patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
     extended until every N is decided."""
     passes = first_passes
     while True:
         vals = sequential_path(runner, seed, lr, passes, prefix)
-        decided = {n: rules.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
+        decided = {n: curves.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
             return decided, vals
@@ -611,7 +612,7 @@ def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double
                                                proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
                                                (proto.cfg.stall_near, proto.cfg.stall_near_patience))
         for n, (status, epochs) in derived.items():
-            last = rules.sample_epoch_losses(vals, n)[epochs - 1]
+            last = curves.sample_epoch_losses(vals, n)[epochs - 1]
             book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
                                                   "final_val_loss": last if math.isfinite(last) else None},
                                                  f"{prefix}seq-s{seed}")
@@ -658,7 +659,7 @@ def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: 
              "seeds": study.edge_seeds, "collapse_loss": collapse_loss, "probes": probes}
     write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
     print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
-          f"{eta * rules.EDGE_STEP:.6g} diverges")
+          f"{eta * curves.EDGE_STEP:.6g} diverges")
     return eta, sweep
 
 
@@ -697,25 +698,25 @@ def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str
 
 
 def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:
-    """Passes to target of a cell that reached it, from its run's rows (rules.passes_to_target);
+    """Passes to target of a cell that reached it, from its run's rows (curves.passes_to_target);
     strong scaling read off the sequential run takes that run's passes, which are the same at
     every N (its global batches are the sequential run's, and its epoch N of them)."""
     if result["status"] != "reached_target":
         return None
     if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
         return result["passes_to_target"]
-    per_epoch = 1 if derived else rules.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
-    return rules.passes_to_target(read_metrics(run_dir), target, per_epoch)
+    per_epoch = 1 if derived else curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
+    return curves.passes_to_target(read_metrics(run_dir), target, per_epoch)
 
 
 def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
                         epochs_to_target: Optional[int]) -> tuple:
     """(median seconds per epoch, time to target or None) of an adaptive or local run on n
-    devices, from each epoch's own steps, batch and allreduces (rules.epoch_seconds)."""
+    devices, from each epoch's own steps, batch and allreduces (speedup.epoch_seconds)."""
     size = policies.get(mode).allreduce_size
     # the calibrated model, as for every other cell (its base batch sets rho only, unused here)
     c = clocks.host_clock(timing, 32)
-    per_epoch = [rules.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
+    per_epoch = [speedup.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
                                      c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s, c.eval_per_sample_s,
                                      size, c.allreduce_latency_s, c.epoch_overhead_s)
                  for r in read_metrics(run_dir)]
@@ -732,7 +733,7 @@ def _timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: d
     return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
             else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,
             "final_val_loss": result.get("final_val_loss"),
-            "passes_to_target": rules.passes_to_target(read_metrics(run_dir), target, per_epoch) if reached else None}
+            "passes_to_target": curves.passes_to_target(read_metrics(run_dir), target, per_epoch) if reached else None}
 
 
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
@@ -776,7 +777,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                              label="filter runs")
     for (facts, nm, mode, n, _), r in zip(jobs, results):
         rows.append({**facts, **_timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                      rules.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker")))})
+                                      curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker")))})
     rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
     import h5py
     with h5py.File(filtered, "r") as f:
@@ -811,7 +812,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = _val_losses(runner.root / nm)
-            status, epochs = (rules.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
+            status, epochs = (curves.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
                                                   cfg.stall_near_patience) or ("max_epochs", len(vals)))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from deepdensity.scaling import rules
+from deepdensity.study import curves
 from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
@@ -176,8 +176,8 @@ class StudyRunner:
                for e in self.ledger.entries):
             return
         vals = [r["val_loss"] for r in rows]
-        per_epoch = rules.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
-        result = {**result, "passes_to_target": rules.passes_to_target(rows, config["target_loss"], per_epoch)
+        per_epoch = curves.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
+        result = {**result, "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
                   if result["status"] == "reached_target" else None}
         entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
                                 request["data"], config, result, rows, vals, machine,

@@ -11,7 +11,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import policies
+from deepdensity.study import speedup
 
 # The paper's Tables I and II (efficiency %, NaN where the target was not reached).
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
@@ -58,7 +59,7 @@ def efficiency_table(cells: list, modes, workers) -> dict:
     out = {}
     for mode in modes:
         t1 = median_time(cells, policies.STRONG, 1) or median_time(cells, mode, 1)
-        out[mode] = {n: rules.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
+        out[mode] = {n: speedup.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
     return out
 
 

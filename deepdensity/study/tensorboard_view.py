@@ -17,14 +17,15 @@ import shutil
 import statistics
 from pathlib import Path
 
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import policies
+from deepdensity.study import curves
 from deepdensity.training.runs import read_metrics
 
 
 def curve_points(rows: list, per_epoch: int) -> list:
     """[(passes, val_loss)] of a run's metrics rows: the validations inside an epoch
     (validate_every_pass) and at its end; non-finite losses left out (TensorBoard draws no gap)."""
-    return sorted({int(round(passes)): float(val) for passes, val in rules.validation_points(rows, per_epoch)
+    return sorted({int(round(passes)): float(val) for passes, val in curves.validation_points(rows, per_epoch)
                    if val is not None and math.isfinite(val)}.items())
 
 
@@ -38,7 +39,7 @@ def view_series(record: dict, runs: Path) -> tuple:
         tag = "val_loss/" + ("sequential N=1" if c["n"] == 1 else f"{c['mode']} N={c['n']}")
         # N = 1 of every mode is one sequential run: read it once
         if not derived and tag not in seeds.get(c["seed"], {}) and (runs / c["run"] / "metrics.jsonl").is_file():
-            per_epoch = 1 if c["n"] == 1 else rules.passes_per_epoch(c["n"], definition)
+            per_epoch = 1 if c["n"] == 1 else curves.passes_per_epoch(c["n"], definition)
             seeds.setdefault(c["seed"], {})[tag] = curve_points(read_metrics(runs / c["run"]), per_epoch)
     by_cell = {}
     for c in record["cells"]:

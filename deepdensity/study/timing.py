@@ -23,6 +23,7 @@ from pathlib import Path
 
 from deepdensity.perf import probes
 from deepdensity.scaling import policies, rules
+from deepdensity.study import speedup
 from deepdensity.study import clocks
 from deepdensity.study.preset import StudyError
 from deepdensity.utils import machine
@@ -35,7 +36,7 @@ PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and 
 # (the old one kept beside as timing-vK.json), never mixed with new runs; one without the key
 # is version 1. In version 4 the probes step on the study's own cubes; the allreduce at N is the
 # median of paired probes without and with it (probes.paired_allreduce), priced as
-# latency + per_doubling * log2 n fitted to N = 2 and 4 (rules.fit_latency_and_per_doubling);
+# latency + per_doubling * log2 n fitted to N = 2 and 4 (speedup.fit_latency_and_per_doubling);
 # the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
 # of its epoch a per-epoch cost (step_scale_and_overhead). A record of version 3 or before has
 # no `allreduce_latency_s` and is rendered as it was, with none.
@@ -83,13 +84,13 @@ def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
 def combine_rounds(rounds: list, batch_size: int) -> dict:
     """The model's parts from the rounds (pure): every figure the median over the rounds, then
     the step's line through the batches' medians and a + c log2 n through the allreduces'
-    medians (rules.fit_latency_and_per_doubling). The rounds are kept beside (`rounds`)."""
+    medians (speedup.fit_latency_and_per_doubling). The rounds are kept beside (`rounds`)."""
     median = lambda key, k: statistics.median(r[key][k] for r in rounds)  # noqa: E731
     steps = {b: median("steps", b) for b in rounds[0]["steps"]}
     shared = {n: median("shared", n) for n in rounds[0]["shared"]}
     allreduce = {n: median("allreduce", n) for n in rounds[0]["allreduce"]}
-    step_fixed, per_sample = rules.fit_line([int(b) for b in steps], list(steps.values()))
-    latency, per_doubling = rules.fit_latency_and_per_doubling({int(n): s for n, s in allreduce.items()})
+    step_fixed, per_sample = speedup.fit_line([int(b) for b in steps], list(steps.values()))
+    latency, per_doubling = speedup.fit_latency_and_per_doubling({int(n): s for n, s in allreduce.items()})
     return {"step_seconds": steps, "step_fixed_s": step_fixed, "per_sample_s": per_sample,
             "eval_per_sample_s": statistics.median(r["eval"] for r in rounds),
             "shared_step_seconds": {"1": steps[str(batch_size)], **shared},
@@ -149,7 +150,7 @@ def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch
     c = clocks.host_clock(timing, base_batch)
     p = policies.plan(policies.SEQUENTIAL, n, base_batch)
     steps = rules.steps_per_epoch(n_train, p, definition)
-    allreduce = steps * rules.allreduce_seconds_at(n, c.allreduce_per_doubling_s, c.allreduce_latency_s)
+    allreduce = steps * speedup.allreduce_seconds_at(n, c.allreduce_per_doubling_s, c.allreduce_latency_s)
     evaluation = c.eval_per_sample_s * n_val + c.epoch_overhead_s
     shared = timing.get("shared_step_seconds", {})
     if str(n) in shared:
