@@ -13,7 +13,9 @@ so that the resume command a run prints on Ctrl-C starts with this `launch` and 
 On Ctrl-C the terminal's '^C' stands on a line of its own, rank 0's line (where the run stands)
 is the last, without horovodrun's 'Process N exit with status code 143.' notes, and the exit
 status is 130; a Ctrl-C before horovodrun started any rank is one line instead of horovodrun's
-KeyboardInterrupt traceback.
+KeyboardInterrupt traceback. A job horovodrun refuses before it starts a rank (a host it cannot
+reach by ssh, a host discovery script that fails, a network interface it cannot find) is one
+`error:` line naming the host or the script and the cause, and exit 2.
 
 Where Horovod was built with MPI (make install), jobs run under MPI, as horovodrun's own
 default, and mpirun's closing notice is dropped as the traceback is; `--gloo` or
@@ -24,6 +26,7 @@ script or `deepdensity`.
 """
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -50,6 +53,13 @@ RANK_LINE = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>:(.*)", re.S)
 PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of Process (\d+)\.\r?\n?$")
 # exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
 EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
+# horovodrun's own refusals before it starts a rank (Horovod 0.28, runner/launch.py, driver/,
+# elastic/): the cause above its traceback, the traceback's last line, a thread's traceback
+SSH_FAILED = re.compile(r"^ssh not successful for host (\S+?):?\s*$")
+RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): (.*)")
+TRACEBACK_START = ("Traceback (most recent call last):", "Exception in thread ")
+# elastic's last words when its discovery thread failed: the cause is elsewhere
+JOB_SHUT_DOWN = "Job has been shutdown"
 
 
 def is_command_start(word: str) -> bool:
@@ -118,6 +128,81 @@ class LauncherTraceback:
         self.write(line)
 
 
+class StartRefusal:
+    """horovodrun's own lines, stdout's and stderr's, held until a rank speaks. A job horovodrun
+    refuses before it starts a rank (a host it cannot reach by ssh, a host discovery script that
+    fails, a network interface it cannot find) ends in its Python traceback with the cause in
+    the lines above it; `cause` makes them one line. Once a rank speaks, or when the job was not
+    refused, the held lines are passed on in the order they came (`flush`). The two streams are
+    read by two threads, hence the lock."""
+
+    def __init__(self):
+        self.held, self.started, self.lock = [], False, threading.Lock()
+
+    def feed(self, text: str, emit) -> None:
+        """`text`: a line as read; `emit()` passes the line on to its own stream."""
+        with self.lock:
+            if not self.started and RANK_LINE.match(text):
+                self.started = True
+                self._pass_on()
+            if self.started:
+                emit()
+            else:
+                self.held.append((text, emit))
+
+    def flush(self) -> None:
+        with self.lock:
+            self.started = True
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        for _, emit in self.held:
+            emit()
+        self.held = []
+
+    def cause(self, options: list) -> str:
+        return refusal_cause([text for text, _ in self.held], options)
+
+
+def option_value(options: list, name: str):
+    """The value of horovodrun option `name` (`--name VALUE` or `--name=VALUE`), or None."""
+    for i, word in enumerate(options):
+        if word == name and i + 1 < len(options):
+            return options[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def refusal_cause(lines: list, options: list) -> str:
+    """One line from what horovodrun printed when it refused a job before starting any rank:
+    the host it could not reach, or the discovery script that failed, named, with the cause
+    horovodrun gave above its traceback; else the traceback's own last words."""
+    above = []                      # horovodrun's lines above its first traceback
+    for line in lines:
+        if line.startswith(TRACEBACK_START):
+            break
+        if line.strip():
+            above.append(line.strip())
+    raised = [m[1] for m in (RAISED.match(line.strip()) for line in lines) if m]
+    told = [r for r in raised if not r.startswith(JOB_SHUT_DOWN)]
+    ssh = next((m for m in map(SSH_FAILED.match, above) if m), None)
+    if ssh:
+        detail = "; ".join(line for line in above if not SSH_FAILED.match(line)) or "no reason given"
+        return (f"horovodrun could not reach host {ssh[1]} by ssh: {detail} (every host of -H must accept "
+                f"`ssh HOST true` without a password)")
+    script = option_value(options, "--host-discovery-script")
+    if script:
+        detail = "; ".join(above) or (told[0] if told else "it printed nothing")
+        return (f"horovodrun's host discovery script {script} failed: {detail} (run it alone: it must print "
+                f"one host:slots line per host and exit 0)")
+    detail = told[-1] if told else (raised[-1] if raised else "no reason given")
+    nic = option_value(options, "--network-interface")
+    if nic and "interface" in detail.lower():
+        detail += f" (--network-interface {nic}: an interface every host has; `ip -brief address` lists them)"
+    return f"horovodrun did not start the job: {detail}" + (f" ({'; '.join(above)})" if above else "")
+
+
 def launch_prefix(options: list) -> str:
     """The command prefix a rank prints in front of a resume command: this launch, its options."""
     return shlex.join(["python", "-m", "deepdensity", "launch", *options]) + " "
@@ -155,15 +240,21 @@ def main(argv=None) -> int:
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
     mpirun = controllers.MpirunNotice(sys.stderr.write)       # Horovod: mpirun's notice, under MPI
-    launcher, exits = LauncherTraceback(mpirun.feed), ProcessExits(_write_stdout)
+    refusal = StartRefusal()
+    launcher = LauncherTraceback(lambda line: refusal.feed(line, functools.partial(mpirun.feed, line)))
+    exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
+                                                   functools.partial(_write_stdout, line)))
     signals = _relay_signals(proc, launcher)
     relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     relay.start()
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         launcher.feed(line)
     launcher.flush()
-    mpirun.flush()
     code, _ = proc.wait(), relay.join()
+    if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended:
+        raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
+    refusal.flush()
+    mpirun.flush()
     early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
     if early:
         # Horovod: horovodrun was stopped before any rank said a word, so none said where the run stands
@@ -219,11 +310,12 @@ class ProcessExits:
     Process 0.' Others stay: a rank that crashed is named."""
 
     def __init__(self, write):
-        self.write, self.explained, self.ranks_seen = write, set(), False
+        self.write, self.explained, self.ranks_seen, self.ended = write, set(), False, False
 
     def feed(self, line: bytes) -> None:
         self.ranks_seen = self.ranks_seen or RANK_LINE.match(line.decode(errors="replace")) is not None
         ended = PROCESS_EXIT.match(line)
+        self.ended = self.ended or ended is not None
         if ended and int(ended[2]) in EXPLAINED:
             self.explained.add(ended[1])
             return

@@ -145,3 +145,97 @@ def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
 ])
 def test_launch_exits_as_a_shell_expects(code, rank_code, signals, early, want):
     assert horovodrun.exit_code(code, rank_code, signals, early) == want
+
+
+# What horovodrun 0.28 printed, stdout and stderr as they came, when it refused a job before
+# starting a rank (recorded on this project's machines; frames shortened)
+SSH_REFUSED = """\
+ssh not successful for host nohost.invalid:
+ssh: Could not resolve hostname nohost.invalid: Name or service not known
+
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/horovod/runner/launch.py", line 655, in _run_static
+    raise RuntimeError('could not connect to some hosts via ssh')
+RuntimeError: could not connect to some hosts via ssh
+"""
+DISCOVERY_FAILED = """\
+/bin/sh: 1: /nonexistent: not found
+Exception in thread Thread-1 (_discover_hosts):
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/horovod/runner/elastic/driver.py", line 175, in wait_for_available_slots
+    raise RuntimeError('Job has been shutdown, see above error messages for details.')
+RuntimeError: Job has been shutdown, see above error messages for details.
+"""
+DISCOVERY_GARBLED = """\
+Exception in thread Thread-1 (_discover_hosts):
+Traceback (most recent call last):
+Traceback (most recent call last):
+    self.run()
+TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'
+RuntimeError: Job has been shutdown, see above error messages for details.
+"""
+NO_INTERFACE = """\
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/horovod/runner/driver/driver_service.py", line 211, in get_local_interfaces
+    raise ValueError('No interface is found for address 127.0.0.1.')
+ValueError: No interface is found for address 127.0.0.1.
+"""
+
+
+@pytest.mark.parametrize("printed, options, want", [
+    (SSH_REFUSED, ["-np", "2", "-H", "nohost.invalid:2"],
+     "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
+     "Name or service not known (every host of -H must accept `ssh HOST true` without a password)"),
+    (DISCOVERY_FAILED, ["-np", "2", "--host-discovery-script", "/nonexistent"],
+     "horovodrun's host discovery script /nonexistent failed: /bin/sh: 1: /nonexistent: not found "
+     "(run it alone: it must print one host:slots line per host and exit 0)"),
+    (DISCOVERY_GARBLED, ["--host-discovery-script=./hosts.sh", "-np", "2"],
+     "horovodrun's host discovery script ./hosts.sh failed: unsupported operand type(s) for +: 'int' and "
+     "'NoneType' (run it alone: it must print one host:slots line per host and exit 0)"),
+    (NO_INTERFACE, ["-np", "2", "--network-interface", "eth9"],
+     "horovodrun did not start the job: No interface is found for address 127.0.0.1. (--network-interface "
+     "eth9: an interface every host has; `ip -brief address` lists them)"),
+    (NO_INTERFACE, ["-np", "2"], "horovodrun did not start the job: No interface is found for address 127.0.0.1."),
+])
+def test_a_job_horovodrun_refuses_before_any_rank_is_one_line_naming_the_cause(printed, options, want):
+    assert horovodrun.refusal_cause(printed.splitlines(keepends=True), options) == want
+
+
+def test_horovodruns_own_lines_wait_for_a_rank_then_pass_on_in_order():
+    """Held until a rank speaks (they may be a refusal's cause), then passed on in the order
+    they came, each to its own stream; after that every line goes straight on."""
+    out, err, refusal = [], [], horovodrun.StartRefusal()
+    refusal.feed("Filtering local host names.\n", lambda: err.append("Filtering local host names.\n"))
+    refusal.feed("note on stdout\n", lambda: out.append("note on stdout\n"))
+    assert (out, err) == ([], [])
+    refusal.feed("[0]<stdout>:epoch 1\n", lambda: out.append("[0]<stdout>:epoch 1\n"))
+    refusal.feed("later\n", lambda: err.append("later\n"))
+    assert out == ["note on stdout\n", "[0]<stdout>:epoch 1\n"] and err == ["Filtering local host names.\n", "later\n"]
+    assert refusal.started and refusal.held == []
+
+
+@pytest.mark.slow
+def test_a_failing_discovery_script_under_launch_is_one_line_and_exit_2(tmp_path):
+    """Real horovodrun, elastic (a discovery script) so no ssh is needed: the script fails, no
+    rank starts; launch prints one error line naming the script and what it said, exit 2."""
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho 'no hosts in this allocation' >&2\nexit 3\n")
+    script.chmod(0o755)
+    proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", "--host-discovery-script", str(script),
+                sys.executable, "-c", "pass"], timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "", proc.stdout
+    assert proc.stderr.splitlines() == [f"error: horovodrun's host discovery script {script} failed: no hosts in "
+                                        f"this allocation (run it alone: it must print one host:slots line per "
+                                        f"host and exit 0)"], proc.stderr
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_silently_is_not_taken_for_a_refusal():
+    """A rank ran and exited 3 without a word: horovodrun's notes on it stay, and its code."""
+    proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", sys.executable, "-c",
+                "import sys; sys.exit(3)"], timeout=300, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "Process 0 exit with status code 3." in proc.stdout and "error:" not in proc.stderr, proc.stderr
