@@ -66,7 +66,8 @@ def drop_start_up_noise() -> None:
     sys.stderr.flush()
     patterns = [arg for line in START_UP_NOISE for arg in ("-e", line)]
     target = os.dup(2)
-    _noise_filter = subprocess.Popen([grep, "--line-buffered", "-v", "-F", *patterns], stdin=subprocess.PIPE,
+    # -a: a NUL byte in the stream would otherwise switch grep to "binary file matches" and drop the rest
+    _noise_filter = subprocess.Popen([grep, "-a", "--line-buffered", "-v", "-F", *patterns], stdin=subprocess.PIPE,
                                      stdout=target, start_new_session=True)
     os.close(target)
     os.dup2(_noise_filter.stdin.fileno(), 2)

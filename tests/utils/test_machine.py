@@ -12,3 +12,14 @@ def test_start_up_noise_is_dropped_and_everything_else_kept_even_from_c():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 3
     assert proc.stderr == "first\nerror: last words\n"
+
+
+def test_a_nul_byte_on_stderr_does_not_swallow_what_follows():
+    """grep reads a stream with a NUL byte as binary and, without -a, prints "binary file
+    matches" in place of every line: a rank's traceback after such a byte would be lost."""
+    import subprocess
+    import sys
+    code = ("import os; from deepdensity.utils.machine import drop_start_up_noise; drop_start_up_noise(); "
+            "os.write(2, b'before\\n\\x00raw\\nCompiled cluster using XLA!\\nafter\\n'); os._exit(0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
+    assert proc.stderr == b"before\n\x00raw\nafter\n"
