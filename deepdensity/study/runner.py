@@ -155,9 +155,14 @@ class StudyRunner:
                 "key": ledger.run_key(config, mode, n, launcher, isa_cap, data), "stopping": ledger.stopping_of(config)}
 
     def _launcher(self) -> str:
-        """How a run is launched, as far as it changes its path: several real processes
-        (Horovod's allreduce rounds its sums in its own order) or one process."""
-        return "horovodrun" if self.runner else "one process"
+        """How a run is launched, as far as it changes its path: one process, or several real
+        processes under a controller (MPI's and Gloo's allreduces each round sums in their own order)."""
+        if not self.runner:
+            return "one process"
+        from deepdensity.training import controllers
+        from deepdensity.training.horovodrun import horovodrun_path
+        options = shlex.split(self.runner.format(n=2))
+        return f"horovodrun ({controllers.resolved(options, dict(os.environ), horovodrun_path())})"
 
     def _record(self, out: Path, name: str, mode: str, n: int, request: dict, source: str) -> None:
         """The finished run in `out` as a ledger entry, once for this machine (a run another

@@ -73,6 +73,14 @@ def asked_for(options: list, env: dict) -> Optional[str]:
     return flags[0] if flags else setting or None
 
 
+def resolved(options: list, env: dict, horovodrun: str) -> str:
+    """The controller horovodrun runs these options under: Gloo when elastic, else the one
+    asked for, else horovodrun's default (MPI where built, else Gloo)."""
+    if is_elastic(options):
+        return "gloo"
+    return asked_for(options, env) or ("mpi" if "mpi" in built(horovodrun) else "gloo")
+
+
 def choose(options: list, env: dict, horovodrun: str) -> tuple:
     """(horovodrun's options with the controller asked for, the environment to add, a note or
     None). Elastic: Gloo, and a note if MPI was asked for. MPI asked for where this Horovod has

@@ -9,6 +9,7 @@ and the policy's plan), run_folder.py (the folder and resume), feeds.py (the dat
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -20,7 +21,7 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.scaling import policies, rules
-from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
+from deepdensity.training import callbacks, controllers, dist, interrupts, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import fit
 from deepdensity.training.kit import PolicyKit
@@ -209,7 +210,8 @@ def _run_config(cfg: Config, run: Launch, emulate_workers: int, steps: int, n_tr
             "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
             "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": n_train, "n_val": n_val,
             "threads_per_process": run.threads, "data_fingerprint": fingerprint, "elastic": run.elastic,
-            "versions": _versions()}
+            # Horovod: the controller and transport the launcher gave the ranks (none: one process)
+            "launch": controllers.of_this_run(dict(os.environ)), "versions": _versions()}
 
 
 def _versions() -> dict:

@@ -74,3 +74,15 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
     assert [r["seconds"] for r in read_metrics(root / "s0-to-cap")[:head]] == \
         [r["seconds"] for r in read_metrics(root / "s0")], "the stopped run's epochs, not trained again"
     assert json.loads((root / "s0" / "result.json").read_text())["status"] == "stalled", "the stopped run is kept"
+
+
+@pytest.mark.parametrize("runner, want", [
+    (None, "one process"),
+    ("horovodrun --gloo -np {n}", "horovodrun (gloo)"),
+    ("horovodrun --mpi -np {n} -H node1:2,node2:2", "horovodrun (mpi)"),
+    ("horovodrun --mpi -np {n} --host-discovery-script ./hosts.sh", "horovodrun (gloo)"),   # elastic: Gloo only
+])
+def test_a_real_run_is_keyed_by_the_controller_it_runs_under(tmp_path, runner, want):
+    """MPI's and Gloo's allreduces sum in their own orders, so a run under one is not the other's:
+    the ledger keeps them apart, and says which ran each."""
+    assert StudyRunner(tmp_path, tmp_path / "train.yaml", runner)._launcher() == want

@@ -108,6 +108,9 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
     assert cfg["steps_per_epoch"] == (8 if per_worker else 4), "128 cubes: 4 steps a pass"
     assert not (tmp_path / "two" / "rank1").exists()
+    controller = "mpi" if controllers.FLAGS["mpi"] in np2 else "gloo"
+    assert cfg["launch"]["controller"] == controller, "the run names the controller it ran under"
+    assert json.loads((tmp_path / "one" / "config.json").read_text())["launch"]["controller"] is None
 
 
 @pytest.mark.parametrize("mode", ["weak", "warmup"])
