@@ -1,7 +1,8 @@
 # One-command set-up and tests. `make install` needs only Python 3.11, a C++ compiler and cmake.
 #   make install            CPU TensorFlow (default); Horovod with Gloo
-#   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1); build Horovod with
-#                           HOROVOD_GPU_OPERATIONS=NCCL yourself if you want NCCL allreduce.
+#   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1), and Horovod's GPU
+#                           allreduce on NCCL where the CUDA toolkit (nvcc) and NCCL are there
+#                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
 #   make install MPI=auto   Horovod with MPI beside Gloo (below)
 #   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render.so) as it is, e.g. for a
 #                           second venv (VENV=...) beside one whose runs use the kernel now
@@ -36,7 +37,7 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13"
 	$(PY) -m pip install --quiet -e ".[$(TF),test]"
-	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
+	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $$(scripts/gpu_ops.sh "$(TF)" "$(VENV)") $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
 	$(BIN)/horovodrun --check-build
 	touch $@
 
