@@ -130,8 +130,8 @@ class Config:
     # the whole step, and CPUs where the kernel's x86-64 baseline loses to them:
     # 15.0 against 10.0 ms, docs/performance.md). `make bench` times both on the host.
     rendering: str = "auto"
-    # TensorBoard (rank 0, `--out DIR` -> DIR/tb/): central slices of validation cubes next to
-    # what the model renders, every this many epochs (0 = scalars only).
+    # TensorBoard (rank 0, `--out DIR` -> DIR/tb/, watch.py): central slices of validation cubes
+    # next to what the model renders, at epoch 1 and every this many epochs after (0 = scalars only).
     tensorboard_images_every: int = 5
 
     def to_dict(self) -> dict:

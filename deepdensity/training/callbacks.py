@@ -3,10 +3,11 @@
 Order in a run (fit.run_callbacks): Horovod's broadcast and metric averaging, `PolicyLR`,
 a policy's own (`AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
 epoch's row), `Stopping` (the paper's stopping rules), and on rank 0 alone `MetricsLog`,
-`Checkpoint` and TensorBoard; `Progress` last (progress.py). They share one `RunRecord`, and
-run after Horovod's MetricAverageCallback, so the losses they read are the same on every worker
-and every worker takes the same decision to stop. What each reads from another's work is the
-table `MUST_FOLLOW`, and `check_order` refuses a list that breaks it.
+`Checkpoint` and `EpochSummaries` (TensorBoard, watch.py); `Progress` last (progress.py).
+They share one `RunRecord`, and run after Horovod's MetricAverageCallback, so the losses they
+read are the same on every worker and every worker takes the same decision to stop. What each
+reads from another's work is the table `MUST_FOLLOW`, and `check_order` refuses a list that
+breaks it.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ MUST_FOLLOW = {
     "Stopping": ("EpochRow",),                             # the epoch's losses
     "MetricsLog": ("EpochRow", "Stopping"),                # the row, final for the epoch
     "Checkpoint": ("MetricsLog",),                         # state.json never ahead of metrics.jsonl
-    "TensorBoard": ("EpochRow",),                          # the lr EpochRow puts in logs
+    "EpochSummaries": ("EpochRow",),                       # the lr EpochRow puts in logs (TensorBoard)
     "CommitEachEpoch": ("Stopping", "MetricsLog", "Checkpoint"),   # the epoch, written, then committed
     "Progress": ("EpochRow", "Stopping", "Checkpoint", "CommitEachEpoch"),   # how the epoch ended
 }
@@ -154,7 +155,7 @@ class EpochRow(tf.keras.callbacks.Callback):
         r.epoch_seconds = now - self.epoch_start if self.epoch_start is not None else None
         loss, val_loss = float(logs.get("loss", math.nan)), float(logs.get("val_loss", math.nan))
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
-        logs["lr"] = lr                       # for TensorBoard, which runs after this callback
+        logs["lr"] = lr                       # for TensorBoard (watch.py), which runs after this callback
         r.losses = (loss, val_loss)
         steps_seconds = (self.last_step_end - self.epoch_start
                          if self.epoch_start is not None and self.last_step_end is not None else None)

@@ -28,13 +28,17 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
         feeds.fit(model, cbs, steps, record, validation=commit is None)
     except BaseException:
         # an interrupt or an error, which Keras tells no callback: the bar off the screen, no
-        # section left held, TensorBoard's files closed (the process may end without teardown)
+        # section left held
         for cb in cbs:
             if isinstance(cb, (progress.EpochBar, TakeSignals)):
                 cb.close()
-            elif isinstance(cb, (tf.keras.callbacks.TensorBoard, watch.SliceImages)):
-                cb.on_train_end()
         raise
+    finally:
+        # TensorBoard's event file closed however the fit ended (the process may end without
+        # teardown); open until then, across adaptive's one Keras fit per epoch
+        for cb in cbs:
+            if isinstance(cb, watch.EpochSummaries):
+                cb.close()
     shown.finish()
     return checkpoint.state if checkpoint else None
 

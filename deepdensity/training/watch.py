@@ -2,10 +2,30 @@
 
     tensorboard --logdir runs/
 
-`--out DIR` gets `DIR/tb/`: Keras's TensorBoard callback logs loss, val_loss and the lr
-per epoch (train/, validation/), and `images/` holds, every `tensorboard_images_every`
-epochs, the central slices of four fixed validation cubes next to the densities the model
-renders for them, so the fine details can be seen arriving (the paper's Fig. 1).
+`--out DIR` gets `DIR/tb/`: one TensorBoard run per training run, its step the epoch number
+the epoch line prints (1, 2, ...), so a resumed run goes on at the epoch it resumes from:
+
+    loss/train, loss/validation   the epoch's loss and val_loss (metrics.jsonl's)
+    lr                            the lr the optimizer held (metrics.jsonl's)
+    policy/...                    a policy's batch facts when it has them (adaptive's
+                                  global_batch and grad_noise, local's allreduces, ...)
+    slices/validation cube | rendered density
+                                  every `tensorboard_images_every` epochs (and the first), the
+                                  central slices of four fixed validation cubes next to the
+                                  densities the model renders for them, so the fine details can
+                                  be seen arriving (the paper's Fig. 1)
+
+One writer for all of it, rather than Keras's TensorBoard callback (a run `train` and a run
+`validation`, and the images a third): `--logdir runs/` then lists each training run once
+(TensorBoard selects no run at all by default past 40 of them), and a run's directory has one
+event file being written, the one TensorBoard polls for new events (it reads only the newest
+file of a directory as it grows, unless started with --reload_multifile). Train and
+validation losses are two cards side by side rather than two lines of one card.
+
+The Time Series page pins nothing at first: it sorts cards by tag name (digits as numbers,
+`/` before any other character) and groups them by the tag's part before the first `/`, in
+the order of their first card. The groups here sort loss, lr, policy, slices: the losses are
+the first cards a person sees, the images last.
 """
 from __future__ import annotations
 
@@ -14,17 +34,20 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from deepdensity.training.callbacks import ROW_EXTRAS
+
 IMAGE_CUBES = 4       # validation cubes shown, the first of the split (fixed across epochs)
 UPSCALE = 8           # pixels per voxel in the image, so a 16^3 slice is 128 px wide
+
+# {the epoch's logs key (put there by Keras, EpochRow or a policy's callback): its tag}
+SCALARS = {"loss": "loss/train", "val_loss": "loss/validation", "lr": "lr",
+           **{k: f"policy/{k}" for k in ROW_EXTRAS}}
+IMAGE_TAG = "slices/validation cube | rendered density"
 
 
 def tensorboard_callbacks(out: Path, val_x: np.ndarray, images_every: int) -> list:
     """The callbacks for rank 0; they must run after the one that puts `lr` in the logs."""
-    log_dir = Path(out) / "tb"
-    callbacks = [tf.keras.callbacks.TensorBoard(log_dir=str(log_dir), write_graph=False, profile_batch=0)]
-    if images_every > 0:
-        callbacks.append(SliceImages(log_dir / "images", val_x[:IMAGE_CUBES], images_every))
-    return callbacks
+    return [EpochSummaries(Path(out) / "tb", val_x[:IMAGE_CUBES], images_every)]
 
 
 def slice_grid(cubes: np.ndarray, rendered: np.ndarray) -> np.ndarray:
@@ -45,10 +68,13 @@ def slice_grid(cubes: np.ndarray, rendered: np.ndarray) -> np.ndarray:
     return np.kron(grid, np.ones((UPSCALE, UPSCALE)))[..., None].astype(np.float32)
 
 
-class SliceImages(tf.keras.callbacks.Callback):
-    """Every `every` epochs (and the first), the slice grid above as a TensorBoard image."""
+class EpochSummaries(tf.keras.callbacks.Callback):
+    """At the end of every epoch, its scalars (SCALARS, those in the logs) and, every `every`
+    epochs and the first, the slice grid above, all at step epoch + 1 through one writer.
 
-    TAG = "central slices: cube | rendered density"
+    The writer stays open across the fit calls of one process (adaptive fits once per epoch)
+    and is closed by `close()`, which fit.py calls when its fit ends, however it ends: one
+    event file per process, not one per epoch."""
 
     def __init__(self, log_dir: Path, cubes: np.ndarray, every: int):
         super().__init__()
@@ -56,17 +82,19 @@ class SliceImages(tf.keras.callbacks.Callback):
         self.writer = None
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch % self.every:
-            return
+        logs, step = logs or {}, epoch + 1                # the epoch number the epoch line prints
         if self.writer is None:
             self.writer = tf.summary.create_file_writer(str(self.log_dir))
-        rendered = self.model(self.cubes, training=False).numpy()
         with self.writer.as_default():
-            tf.summary.image(self.TAG, slice_grid(self.cubes, rendered)[None], step=epoch + 1)
+            for key, tag in SCALARS.items():
+                if key in logs:
+                    tf.summary.scalar(tag, float(logs[key]), step=step)
+            if self.every > 0 and epoch % self.every == 0:
+                rendered = self.model(self.cubes, training=False).numpy()
+                tf.summary.image(IMAGE_TAG, slice_grid(self.cubes, rendered)[None], step=step)
         self.writer.flush()
 
-    def on_train_end(self, logs=None):
-        # adaptive calls fit once per epoch: the next call opens a new writer on the same folder
+    def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None

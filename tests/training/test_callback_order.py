@@ -10,7 +10,7 @@ def named(*names):
     return [type(n, (), {})() for n in names]
 
 
-RUN = ("MetricAverageCallback", "PolicyLR", "EpochRow", "Stopping", "MetricsLog", "Checkpoint", "TensorBoard",
+RUN = ("MetricAverageCallback", "PolicyLR", "EpochRow", "Stopping", "MetricsLog", "Checkpoint", "EpochSummaries",
        "Progress")
 
 
@@ -33,6 +33,7 @@ def swapped(first, second):
     ("Checkpoint", "MetricsLog"),             # state.json ahead of metrics.jsonl: a row lost on resume
     ("MetricAverageCallback", "Validate"),    # val_loss averaged before it exists
     ("Progress", "Stopping"),                 # the line printed before the run knows it ended
+    ("EpochSummaries", "EpochRow"),           # TensorBoard's lr written before EpochRow puts it in logs
 ])
 def test_a_callback_before_one_it_reads_from_is_refused(first, second):
     order = swapped(first, second)
@@ -44,3 +45,11 @@ def test_a_callback_before_one_it_reads_from_is_refused(first, second):
 def test_a_record_reader_without_the_epoch_row_is_refused():
     with pytest.raises(ValueError, match="Stopping reads the epoch's row"):
         callbacks.check_order(named("MetricAverageCallback", "Stopping"))
+
+
+def test_the_tensorboard_callback_is_the_one_the_table_names(tmp_path):
+    import numpy as np
+
+    from deepdensity.training import watch
+    [cb] = watch.tensorboard_callbacks(tmp_path, np.zeros((4, 2, 2, 2)), images_every=1)
+    assert type(cb).__name__ in callbacks.MUST_FOLLOW

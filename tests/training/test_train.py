@@ -260,31 +260,6 @@ def test_a_damaged_run_folder_is_refused_with_what_to_do(tmp_path, smoke_run, sm
 
 
 @pytest.mark.slow
-def test_tensorboard_logs_scalars_and_slice_images_on_rank_0(tmp_path, smoke_data):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    out = tmp_path / "run"
-    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(out), "--set", "warmup_epochs=2",
-          "--set", "tensorboard_images_every=2", data=smoke_data)
-
-    def tensors(sub):
-        ea = EventAccumulator(str(out / "tb" / sub), size_guidance={"tensors": 0})
-        ea.Reload()
-        return {tag: [(e.step, e.tensor_proto) for e in ea.Tensors(tag)] for tag in ea.Tags()["tensors"]}
-
-    import tensorflow as tf
-    rows = metrics(out)
-    train_tb, val_tb = tensors("train"), tensors("validation")
-    lrs = [float(tf.make_ndarray(t)) for _, t in train_tb["epoch_lr"]]
-    assert lrs == [pytest.approx(r["lr"], rel=1e-6) for r in rows], "the lr the optimizer held, per epoch"
-    vals = [float(tf.make_ndarray(t)) for _, t in val_tb["epoch_loss"]]
-    assert vals == [pytest.approx(r["val_loss"], rel=1e-5) for r in rows]
-    images = tensors("images")["central slices: cube | rendered density"]
-    assert [step for step, _ in images] == [1, 3], "the first epoch, then every 2"
-    w, h = (int(v) for v in tf.make_ndarray(images[0][1])[:2])
-    assert (w, h) == ((16 + 1 + 16) * 8, 4 * (16 + 1) * 8)
-
-
-@pytest.mark.slow
 def test_quiet_still_prints_how_the_run_ended(smoke_data):
     proc = train("--mode", "strong", "--quiet", "--set", "max_epochs=1", data=smoke_data)
     assert proc.stdout.splitlines() == ["stopped at the epoch cap (1) after 1 epoch"], proc.stdout
