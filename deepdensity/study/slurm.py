@@ -338,7 +338,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
 def _example_script(jobs: "SlurmRunner", study) -> list:
     """The plan's lines showing one job's script, for the first sequential run."""
     example = f"seq-s{study.sequential_seeds()[0]}"
-    cmd = jobs._command(example, policies.STRONG, 1, {}, resume=False)
+    cmd = jobs.train_command(example, policies.STRONG, 1, {}, resume=False)
     script = jobs.batch_script(example, 1)
     return ([f"  Slurm job script: submitit's, {jobs.jobs}/JOBID_submission.sh; for {example}:"]
             + [f"      {line}" for line in script.rstrip("\n").splitlines() if line]
