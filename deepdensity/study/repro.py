@@ -139,7 +139,7 @@ def _print_plan(name: str, study: Study, args, runs: Path, out: Path, slurm_chec
     for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
         print(line)
     if slurm_check is not None:
-        from deepdensity.study import slurm
+        from deepdensity.study import slurm_plan as slurm
         options, unavailable = slurm_check
         for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
             print(line)
