@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study.slurm import SlurmOptions, SlurmRunner, time_hours
+from deepdensity.study.slurm_options import SlurmOptions, time_hours
+from deepdensity.study.slurm_runner import SlurmRunner
 
 
 def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Optional[str], no_train: bool,
