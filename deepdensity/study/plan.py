@@ -38,7 +38,7 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                earlier: Optional[dict] = None, executor: str = "local") -> list:
     """The plan of one invocation, one line per stage, and what it should take. `executor`:
-    where the runs train, "local" or "slurm" (Slurm's own lines: study/slurm.py plan_lines)."""
+    where the runs train, "local" or "slurm" (Slurm's own lines: study/slurm_plan.py plan_lines)."""
     cells = study.trained_cells(bool(real_runner))
     seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
     lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]

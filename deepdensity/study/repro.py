@@ -121,7 +121,7 @@ def _slurm_clients(study: Study, args) -> Optional[tuple]:
     the study writes, builds or times anything (a dry run shows it instead)."""
     if args.executor != "slurm":
         return None
-    from deepdensity.study import slurm
+    from deepdensity.study import slurm_options as slurm
     options = slurm.SlurmOptions.parse(study.slurm, args.slurm)
     unavailable = None if args.no_train else slurm.clients_unavailable(
         options, max(1, options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
@@ -139,7 +139,7 @@ def _print_plan(name: str, study: Study, args, runs: Path, out: Path, slurm_chec
     for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
         print(line)
     if slurm_check is not None:
-        from deepdensity.study import slurm
+        from deepdensity.study import slurm_plan as slurm
         options, unavailable = slurm_check
         for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
             print(line)
@@ -563,7 +563,8 @@ def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = _parallel_runs(study)
     if args.executor == "slurm":
-        from deepdensity.study.slurm import SlurmOptions, SlurmRunner
+        from deepdensity.study.slurm_options import SlurmOptions
+        from deepdensity.study.slurm_runner import SlurmRunner
         options = SlurmOptions.parse(study.slurm, args.slurm)
         runner = SlurmRunner(root, train_yaml, args.runner or None, options, runs_cfg.intra_op_threads, name)
         print(f"executor: Slurm, up to {options.max_jobs} jobs at once"

@@ -118,7 +118,7 @@ class StudyRunner:
         t = time.perf_counter()
         # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
         # stopped before its first one (train.py says so; without --resume it would refuse)
-        proc = self._train(self._command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())), name, n)
+        proc = self._train(self.train_command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())), name, n)
         with self._lock:
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - t
         if proc[0] != 0:
@@ -225,7 +225,7 @@ class StudyRunner:
                 self._fingerprints[path] = data_fingerprint(path)
             return self._fingerprints[path]
 
-    def _command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
+    def train_command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
         cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
                "--out", str(self.root / name), "--quiet"]
         if resume:
