@@ -40,20 +40,22 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import policies
 from deepdensity.study import clocks, curves, speedup
 from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, run_more_seeds
+from deepdensity.study.edge import edge_of_stability
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.study.preset import Study, StudyError, load_study
 from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import NotHeld, StudyRunner
+from deepdensity.study.sequential import (calibrated_target, real_strong_runs, sequential_path, strong_from_sequential,
+                                          val_losses)
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
                                        parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
 from deepdensity.study.tables import Cell
 from deepdensity.study.timing import held_timing, measure_timing, model_epoch
-from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
@@ -281,146 +283,6 @@ def _tensorboard_view(runs: Path, out: Path) -> None:
     from deepdensity.study.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
-
-
-# The stall rule's patience when the preset leaves it off; also the divergence criterion's.
-DEFAULT_PATIENCE = 3
-
-
-def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, seeds,
-              collapse_loss: Optional[float], say=print) -> tuple:
-    """The sequential model's edge of stability: the largest lr on the grid
-    base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
-    collapse level) for every seed (curves.edge_probe). Returns (edge lr, one row per probe).
-    With room for two runs, the probe the search would ask next if this one converges runs
-    beside it; an outcome the search did not need cannot move the edge (curves.edge_index
-    depends on the lowest k that diverges and on every seed just below it)."""
-    outcomes, rows = {}, []
-
-    def probe_run(probe: tuple) -> bool:
-        k, i = probe
-        lr, name = base_lr * curves.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
-        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
-                                       "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
-        vals = val_losses(runner.root / name)
-        diverges = rules.diverges(vals, patience, collapse_loss)
-        rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": diverges,
-                     "epochs": len(vals), "val_losses": [v if math.isfinite(v) else None for v in vals]})
-        say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: {'diverges' if diverges else 'converges'}")
-        return diverges
-
-    while (probe := curves.edge_probe(outcomes, len(seeds))) is not None:
-        batch = [probe] + _speculative_probe(outcomes, probe, len(seeds), runner.parallel)
-        for p, diverged in zip(batch, runner.run_all([functools.partial(probe_run, p) for p in batch],
-                                                     label="edge search")):
-            outcomes[p] = diverged
-    k = curves.edge_index(outcomes, len(seeds))
-    return base_lr * curves.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
-
-
-def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int) -> list:
-    """[the probe after `probe` if `probe` converges], when a second run fits beside it."""
-    if parallel < 2:
-        return []
-    try:
-        guess = curves.edge_probe({**outcomes, probe: False}, n_seeds)
-    except rules.PlanError:
-        return []
-    return [guess] if guess is not None and guess != probe and guess not in outcomes else []
-
-
-def edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:
-    """(eta, the search's record): find_edge over the study's seeds, written to lr_sweep.json."""
-    E, patience = study.calibration_epochs, cfg.stall_patience or DEFAULT_PATIENCE
-    eta, probes = find_edge(runner, cfg.base_lr, E, patience, study.edge_seeds, collapse_loss)
-    sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
-             "seeds": study.edge_seeds, "collapse_loss": collapse_loss, "probes": probes}
-    write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
-    print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
-          f"{eta * curves.EDGE_STEP:.6g} diverges")
-    return eta, sweep
-
-
-def val_losses(run_dir: Path) -> list:
-    """Validation losses per epoch, a non-finite one as inf (JSON keeps it as null)."""
-    return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
-
-
-def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "",
-                    need_weights: bool = False) -> list:
-    """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
-    the reference path every strong-scaling N follows. A shorter finished run is extended.
-    `prefix`: of the run's name, for the same run under other conditions (the ISA check).
-    `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
-    name = f"{prefix}seq-s{seed}"
-    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
-                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0},
-               need_weights=need_weights)
-    return val_losses(runner.root / name)
-
-
-def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
-    """Strong scaling run for real at each N of the preset's real_strong: horovodrun -np N on
-    this host, the first seed, one run at a time after the others, to the target. Its passes to
-    target stand beside the sequential run's, which the derivation says they equal."""
-    study = s.study
-    if not study.real_strong:
-        return []
-    launcher = shlex.quote(horovodrun_path()) + " -np {n}"
-    runner = s.runner.sibling(launcher, parallel=1)
-    seed, definition = study.sequential_seeds()[0], study.train.get("epoch_definition", "per_worker")
-    sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
-    rows = []
-    for n in study.real_strong:
-        name = f"real-strong-n{n}-s{seed}"
-        r = runner.run(name, policies.SEQUENTIAL, n, {**proto.common(), "seed": seed})
-        rows.append({"n": n, "seed": seed, "run": name, "status": r["status"], "epochs": r["epochs"],
-                     "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
-                                                                curves.passes_per_epoch(n, definition)),
-                     "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
-                     "final_val_loss": r.get("final_val_loss")})
-        print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
-              f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
-    return rows
-
-
-def calibrated_target(s: StudyRun, study: Study, eta: float, first_seed_losses: list) -> tuple:
-    """(target, cap, what set it): the median of the calibration seeds' sequential runs after E
-    epochs (preset calibration_seeds), else the first seed's own run (the paper's one run), or
-    the preset's absolute target_loss."""
-    E = study.calibration_epochs
-    if study.target_loss is not None:
-        return study.target_loss, 4 * E, {"source": "preset"}
-    if not study.calibration_seeds:
-        target, cap = curves.calibrate_target(first_seed_losses, E)
-        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
-        return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
-    runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
-                            label="calibration runs")
-    target, cap = curves.calibrate_target_median(runs, E)
-    ends = [vals[E - 1] for vals in runs]
-    print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
-          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
-    return target, cap, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
-
-
-def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
-                           prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
-    """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (curves.derive_strong, with the stall rule, its `near` = (fraction,
-    patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
-    extended until every N is decided."""
-    passes = first_passes
-    while True:
-        vals = sequential_path(runner, seed, lr, passes, prefix)
-        decided = {n: curves.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
-        undecided = [n for n, d in decided.items() if d is None]
-        if not undecided:
-            return decided, vals
-        if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
-            return {n: d or ("diverged", -(-len(vals) // n)) for n, d in decided.items()}, vals
-        passes += max(undecided)
 
 
 def epoch_durations(run_dir: Path) -> list:
