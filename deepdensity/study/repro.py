@@ -32,31 +32,31 @@ import math
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load
 from deepdensity.scaling import policies
-from deepdensity.study import clocks, curves, speedup
-from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, run_more_seeds
+from deepdensity.study import curves
+from deepdensity.study.cell_times import study_cells, timed
+from deepdensity.study.checks import isa_recheck, stall_check
+from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.edge import edge_of_stability
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
+from deepdensity.study.record import beyond_record, study_record
 from deepdensity.study.report import render_reports
 from deepdensity.study.runner import NotHeld, StudyRunner
-from deepdensity.study.sequential import (calibrated_target, real_strong_runs, sequential_path, strong_from_sequential,
-                                          val_losses)
+from deepdensity.study.sequential import calibrated_target, real_strong_runs, sequential_path, val_losses
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
                                        parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
 from deepdensity.study.tables import Cell
 from deepdensity.study.timing import held_timing, measure_timing, model_epoch
-from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
+from deepdensity.study.units import study_units
+from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
 from deepdensity.utils.files import check_own_folder, write_atomic
@@ -283,179 +283,6 @@ def _tensorboard_view(runs: Path, out: Path) -> None:
     from deepdensity.study.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
-
-
-def epoch_durations(run_dir: Path) -> list:
-    """Seconds of each epoch of a run after its first, from its own clock."""
-    secs = [r["seconds"] for r in read_metrics(run_dir)]
-    return [b - a for a, b in zip(secs, secs[1:])]
-
-
-def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
-                modelled, target: float) -> list:
-    """One Cell per mode, N and seed run so far, with its time to target: epochs to target x
-    the calibrated model's epoch (timing.py), or a real run's own clock with a runner."""
-    cells = []
-    for mode in study.modes:
-        for n in study.mode_workers.get(mode, study.workers):
-            key = mode if n > 1 else policies.SEQUENTIAL   # derived strong N > 1 are kept under strong too
-            for (m, nn, seed), (r, run_name) in sorted(book.results.items()):
-                if (m, nn) != (key, n):
-                    continue
-                epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
-                if real_runner and n > 1:      # a real run on n workers: its own clock
-                    epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
-                    source, t = "measured", r["time_to_target_s"]
-                elif policies.get(mode).varies_by_epoch and n > 1:   # batch or allreduces vary: epoch by epoch
-                    epoch_s, t = modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
-                    source = "modelled"
-                else:                          # N = 1 of every mode is the sequential run
-                    epoch_s, source = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled"
-                    t = epochs_to_target * epoch_s if epochs_to_target else None
-                derived = n > 1 and policies.get(mode).follows_sequential_path and not real_runner
-                cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
-                                  source, t, run_name, r.get("final_val_loss"),
-                                  _passes(root / run_name, r, n, study, target, derived)))
-    return cells
-
-
-def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:
-    """Passes to target of a cell that reached it, from its run's rows (curves.passes_to_target);
-    strong scaling read off the sequential run takes that run's passes, which are the same at
-    every N (its global batches are the sequential run's, and its epoch N of them)."""
-    if result["status"] != "reached_target":
-        return None
-    if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
-        return result["passes_to_target"]
-    per_epoch = 1 if derived else curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
-    return curves.passes_to_target(read_metrics(run_dir), target, per_epoch)
-
-
-def modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
-                       epochs_to_target: Optional[int]) -> tuple:
-    """(median seconds per epoch, time to target or None) of an adaptive or local run on n
-    devices, from each epoch's own steps, batch and allreduces (speedup.epoch_seconds)."""
-    size = policies.get(mode).allreduce_size
-    # the calibrated model, as for every other cell (its base batch sets rho only, unused here)
-    c = clocks.host_clock(timing, 32)
-    per_epoch = [speedup.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
-                                     c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s, c.eval_per_sample_s,
-                                     size, c.allreduce_latency_s, c.epoch_overhead_s)
-                 for r in read_metrics(run_dir)]
-    t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
-    return statistics.median(per_epoch or [math.nan]), t
-
-
-def timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: dict, target: float,
-          per_epoch: int) -> dict:
-    """A run's outcome with its modelled time to target (epoch by epoch, from its rows) and its
-    passes to target (`per_epoch` passes an epoch; the beyond study's verdicts compare passes first)."""
-    reached = result["status"] == "reached_target"
-    epoch_s, t = modelled_from_rows(run_dir, mode, n, n_val, timing, result["epochs"] if reached else None)
-    return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
-            else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,
-            "final_val_loss": result.get("final_val_loss"),
-            "passes_to_target": curves.passes_to_target(read_metrics(run_dir), target, per_epoch) if reached else None}
-
-
-def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, double_eta: bool,
-                runner: Optional[StudyRunner] = None, prefix: str = "") -> dict:
-    """{unit: job(seed) -> run names}: what one more seed of each unit (design.py) runs.
-    Strong scaling follows the sequential path (the tests show it under horovodrun), so
-    unless its runs are real it is read off each seed's sequential run. `runner` and `prefix`:
-    another runner and run names, for the same units under other conditions (the ISA check)."""
-    study, common, runner = s.study, proto.common(), runner or s.runner
-
-    def sequential(seed: int) -> list:
-        workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
-                                               (proto.cfg.stall_near, proto.cfg.stall_near_patience))
-        for n, (status, epochs) in derived.items():
-            last = curves.sample_epoch_losses(vals, n)[epochs - 1]
-            book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
-                                                  "final_val_loss": last if math.isfinite(last) else None},
-                                                 f"{prefix}seq-s{seed}")
-        return [f"{prefix}seq-s{seed}"]
-
-    def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
-        result = runner.run(prefix + name, train_mode or mode, n, {**common, "seed": seed, **settings})
-        book.results[(mode, n, seed)] = (result, prefix + name)
-        return [prefix + name]
-
-    units = {(policies.STRONG,): sequential}
-    if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
-        units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
-                                             {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
-    for mode, n in study.trained_cells(real_strong):
-        units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
-                                             mode, n)
-    return units
-
-
-def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
-    """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, continued from
-    their last checkpoint (or trained again where none is held) to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
-    of the others, spread over their cells. Where one reaches the target, its outcome replaces the
-    stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
-    Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
-    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                     if r["status"] == "stalled" and not name.startswith("seq-s"))
-    others = [x for x in stopped if x[0] < 16]
-    # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every
-    # N and mode the rule stopped runs in is checked before any gets a second
-    by_cell = {}
-    for x in others:
-        by_cell.setdefault((x[0], x[1]), []).append(x)
-    spread = [x for i in range(max(map(len, by_cell.values()), default=0)) for x in
-              (runs[i] for runs in by_cell.values() if i < len(runs))]
-    # smallest N first: a continuation's cost grows with N (an epoch is N passes), so a study
-    # stopped part-way has settled the most cells; the choice of runs does not depend on the order
-    chosen = sorted([x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check])
-
-    def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
-        lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
-        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == "2eta" else mode, n,
-                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0},
-                         continue_from=name)     # from its last checkpoint: the same path, not its epochs again
-        return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
-                "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],
-                "final_val_loss": r.get("final_val_loss")}
-
-    if chosen:
-        print(f"stall check: {len(chosen)} run(s) the stall rule stopped, continued to the cap with the rule off")
-    rows = s.runner.run_all([functools.partial(to_cap, *x) for x in chosen], label="stall check")
-    for row in rows:
-        if row["status"] == "reached_target":
-            result = read_json(s.root / row["run"] / "result.json", "run's result")
-            book.results[(row["mode"], row["n"], row["seed"])] = (result, row["run"])
-    return rows
-
-
-def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled) -> Optional[dict]:
-    """The preset's isa_check: the first seed of every trained unit run again with oneDNN and the
-    rendering kernel capped at another instruction set, and the study's cells with those runs in
-    place of the originals (the report judges every claim again on them); None when not asked."""
-    from deepdensity.study.preset import isa_to_check
-    from deepdensity.utils.machine import onednn_isa
-    isa = isa_to_check(s.study.isa_check, onednn_isa())
-    if isa is None:
-        return None
-    seed = s.study.seeds[0]
-    runner = s.runner.sibling(None, s.runner.parallel)
-    runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
-    again = Book()
-    again.results = dict(book.results)
-    units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
-                        prefix=f"isa-{isa.lower()}-")
-    seq_seed = s.study.sequential_seeds()[0]
-    print(f"stability: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again with "
-          f"ONEDNN_MAX_CPU_ISA={isa}")
-    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=f"runs under {isa}")
-    cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [asdict(c) for c in cells],
-            "seq_2eta": seq_2eta_of(again)}
 
 
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
