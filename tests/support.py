@@ -1,5 +1,5 @@
-"""What several test modules share: the repository's root, the smoke config, and a
-subprocess runner with this interpreter's environment."""
+"""What several test modules share: the repository's root, the smoke config, a
+subprocess runner with this interpreter's environment, and a stand-in for the study's runner."""
 import os
 import shutil
 import subprocess
@@ -56,3 +56,32 @@ def fed_through(make_filter, text: str) -> tuple:
         line_filter.feed(line)
     line_filter.flush()
     return "".join(said), line_filter.exit_code
+
+
+class FakeRunner:
+    """Stands in for StudyRunner: writes a run's metrics from a loss curve of (lr, seed, epoch)."""
+
+    parallel = 1
+
+    def __init__(self, root, curve):
+        self.root, self.curve, self.calls = root, curve, []
+
+    def run_all(self, jobs, label=""):
+        return [job() for job in jobs]
+
+    def run(self, name, mode, n, settings, need_weights=False):
+        import json
+
+        from deepdensity.scaling import rules     # here: importing the package sets TensorFlow's log level
+        self.calls.append((name, settings["max_epochs"]))
+        out = self.root / name
+        out.mkdir(parents=True, exist_ok=True)
+        lr, patience = float(settings["base_lr"]), int(settings.get("stall_patience", 0))
+        vals = []
+        for e in range(int(settings["max_epochs"])):
+            vals.append(self.curve(lr, settings["seed"], e))
+            if rules.stop_reason(e, vals[-1], vals[-1], float(settings["target_loss"]), 10 ** 6, vals, patience):
+                break
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
+                                                   for i, v in enumerate(vals)))
+        return {"status": "max_epochs", "epochs": len(vals)}

@@ -28,41 +28,34 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import shlex
-import shutil
-import statistics
-import subprocess
 import sys
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
-from deepdensity.scaling import policies, rules
-from deepdensity.study import curves, speedup
 from deepdensity.config import load
-from deepdensity.study import clocks
-from deepdensity.study.ledger import LEDGER_FILE, Ledger, read_entries
-from deepdensity.study.design import SEQUENTIAL_UNITS, Book, run_first_seeds, run_more_seeds
-from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.record import beyond_record, seq_2eta_of, study_record
-from deepdensity.study.report import render_reports
-from deepdensity.study.runner import NotHeld, StudyRunner, fmt_s
-from deepdensity.study.tables import Cell
-from deepdensity.study.timing import held_timing, measure_timing, model_epoch
+from deepdensity.scaling import policies
+from deepdensity.study.beyond import beyond_reports, default_study_eta
+from deepdensity.study.cell_times import study_cells
+from deepdensity.study.checks import isa_recheck, stall_check
+from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
+from deepdensity.study.edge import edge_of_stability
+from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
-from deepdensity.training.horovodrun import horovodrun_path
-from deepdensity.training.runs import locked, read_json, read_metrics, runs_root
+from deepdensity.study.preset import Study, StudyError, load_study
+from deepdensity.study.record import study_record
+from deepdensity.study.report import render_reports
+from deepdensity.study.runner import NotHeld
+from deepdensity.study.sequential import calibrated_target, real_strong_runs, sequential_path
+from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
+                                       parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
+from deepdensity.study.timing import held_timing, measure_timing, model_epoch
+from deepdensity.study.units import study_units
+from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
 from deepdensity.utils.files import check_own_folder, write_atomic
-
-# The stall rule's patience when the preset leaves it off; also the divergence criterion's.
-DEFAULT_PATIENCE = 3
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -99,69 +92,65 @@ def main(argv=None) -> int:
     out = reports_folder(name, args.out, runs)
     check_own_folder(runs, "--runs", RUNS_MARKS)
     check_own_folder(out, "--out", REPORTS_MARKS)
-    args.compare_with = args.compare_with or str(_default_study_reports())
-    _check_runner(args.runner)
-    slurm_check = _slurm_clients(study, args)
-    _print_plan(name, study, args, runs, out, slurm_check)
-    if args.dry_run:
+    options = _options(args)
+    _check_runner(options.runner)
+    slurm_check = _slurm_clients(study, options)
+    _print_plan(name, study, options, runs, out, slurm_check)
+    if options.dry_run:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.
     with locked(runs, holder_is="another study", instead="pass another --runs folder"):
         try:
-            return run_study(name, study, args, runs, out)
+            return run_study(name, study, options, runs, out)
         except KeyboardInterrupt as e:
             raise Interrupted(getattr(e, "code", EXIT_SIGINT),
                               f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
                               f"{_invocation(argv)}") from None
 
 
-def _slurm_clients(study: Study, args) -> Optional[tuple]:
+def _options(args) -> StudyOptions:
+    """The options the library reads, from the parsed flags: --compare-with defaults to the
+    default study's reports (_default_study_reports)."""
+    return StudyOptions(runner=args.runner, lr_sweep=args.lr_sweep, no_train=args.no_train,
+                        compare_with=args.compare_with or str(_default_study_reports()), ledgers=tuple(args.ledger),
+                        out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm))
+
+
+def _slurm_clients(study: Study, options: StudyOptions) -> Optional[tuple]:
     """(options, why this host cannot submit or None) under --executor slurm, else None. Slurm's
     clients are checked first: a host that cannot submit the jobs is told so in one line before
     the study writes, builds or times anything (a dry run shows it instead)."""
-    if args.executor != "slurm":
+    if options.executor != "slurm":
         return None
     from deepdensity.study import slurm_options as slurm
-    options = slurm.SlurmOptions.parse(study.slurm, args.slurm)
-    unavailable = None if args.no_train else slurm.clients_unavailable(
-        options, max(1, options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
-    if unavailable and not args.dry_run:
+    slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
+    unavailable = None if options.no_train else slurm.clients_unavailable(
+        slurm_options, max(1, slurm_options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
+    if unavailable and not options.dry_run:
         raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
-    return options, unavailable
+    return slurm_options, unavailable
 
 
-def _print_plan(name: str, study: Study, args, runs: Path, out: Path, slurm_check: Optional[tuple]) -> None:
+def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out: Path,
+                slurm_check: Optional[tuple]) -> None:
     """The plan: the stages, the runs the ledger does not hold and their cost, the Slurm jobs."""
     earlier = _earlier_record(name, out)
-    for line in plan_lines(name, study, args.runner, str(runs), str(out), earlier, executor=args.executor):
+    for line in plan_lines(name, study, options.runner, str(runs), str(out), earlier, executor=options.executor):
         print(line)
-    entries = [e for path in [runs / LEDGER_FILE, *_ledgers_to_read(name, args, runs)] for e in read_entries(path)]
-    for line in missing_lines(study, entries, earlier, _parallel_runs(study)):
+    entries = [e for path in [runs / LEDGER_FILE, *ledgers_to_read(name, options, runs)] for e in read_entries(path)]
+    for line in missing_lines(study, entries, earlier, parallel_runs(study)):
         print(line)
     if slurm_check is not None:
         from deepdensity.study import slurm_plan as slurm
-        options, unavailable = slurm_check
-        for line in slurm.plan_lines(name, study, options, runs, args.runner, args.no_train, unavailable, earlier):
+        slurm_options, unavailable = slurm_check
+        for line in slurm.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
+                                     earlier):
             print(line)
 
 
-# The committed reports: updated only when asked (--out reports), a preset other than
-# default in its own subfolder so that it never overwrites the default study's files.
-COMMITTED_REPORTS = Path("reports")
 # what a study writes first into its folders: a folder holding one of them is a study's
 RUNS_MARKS = ("train.yaml", "data.h5", LEDGER_FILE, "timing.json", "reports.partial", "reports")
 REPORTS_MARKS = ("REPORT.md", "study.json", LEDGER_FILE)
-
-
-def reports_folder(name: str, asked: Optional[str], runs: Path) -> Path:
-    """Where a study's reports go: RUNS/reports unless asked; reports/PRESET for `--out reports`
-    with a preset other than default."""
-    if asked is None:
-        return runs / "reports"
-    out = Path(asked)
-    if name != "default" and out.resolve() == COMMITTED_REPORTS.resolve():
-        return out / name
-    return out
 
 
 def _default_study_reports() -> Path:
@@ -209,193 +198,23 @@ def _check_runner(runner: Optional[str]) -> None:
                          f"e.g. 'horovodrun -np {{n}}'")
 
 
-def _val_losses(run_dir: Path) -> list:
-    """Validation losses per epoch, a non-finite one as inf (JSON keeps it as null)."""
-    return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
-
-
-def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, seeds,
-              collapse_loss: Optional[float], say=print) -> tuple:
-    """The sequential model's edge of stability: the largest lr on the grid
-    base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
-    collapse level) for every seed (curves.edge_probe). Returns (edge lr, one row per probe).
-    With room for two runs, the probe the search would ask next if this one converges runs
-    beside it; an outcome the search did not need cannot move the edge (curves.edge_index
-    depends on the lowest k that diverges and on every seed just below it)."""
-    outcomes, rows = {}, []
-
-    def probe_run(probe: tuple) -> bool:
-        k, i = probe
-        lr, name = base_lr * curves.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
-        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
-                                       "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
-        vals = _val_losses(runner.root / name)
-        diverges = rules.diverges(vals, patience, collapse_loss)
-        rows.append({"k": k, "seed": seeds[i], "lr": lr, "run": name, "diverges": diverges,
-                     "epochs": len(vals), "val_losses": [v if math.isfinite(v) else None for v in vals]})
-        say(f"edge search: lr {lr:.6g} (k = {k:+d}), seed {seeds[i]}: {'diverges' if diverges else 'converges'}")
-        return diverges
-
-    while (probe := curves.edge_probe(outcomes, len(seeds))) is not None:
-        batch = [probe] + _speculative_probe(outcomes, probe, len(seeds), runner.parallel)
-        for p, diverged in zip(batch, runner.run_all([functools.partial(probe_run, p) for p in batch],
-                                                     label="edge search")):
-            outcomes[p] = diverged
-    k = curves.edge_index(outcomes, len(seeds))
-    return base_lr * curves.EDGE_STEP ** k, sorted(rows, key=lambda r: (r["k"], r["seed"]))
-
-
-def _speculative_probe(outcomes: dict, probe: tuple, n_seeds: int, parallel: int) -> list:
-    """[the probe after `probe` if `probe` converges], when a second run fits beside it."""
-    if parallel < 2:
-        return []
-    try:
-        guess = curves.edge_probe({**outcomes, probe: False}, n_seeds)
-    except rules.PlanError:
-        return []
-    return [guess] if guess is not None and guess != probe and guess not in outcomes else []
-
-
-def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "",
-                    need_weights: bool = False) -> list:
-    """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
-    the reference path every strong-scaling N follows. A shorter finished run is extended.
-    `prefix`: of the run's name, for the same run under other conditions (the ISA check).
-    `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
-    name = f"{prefix}seq-s{seed}"
-    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
-                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0},
-               need_weights=need_weights)
-    return _val_losses(runner.root / name)
-
-
-def real_strong_runs(s, proto: "_Protocol") -> list:
-    """Strong scaling run for real at each N of the preset's real_strong: horovodrun -np N on
-    this host, the first seed, one run at a time after the others, to the target. Its passes to
-    target stand beside the sequential run's, which the derivation says they equal."""
-    study = s.study
-    if not study.real_strong:
-        return []
-    launcher = shlex.quote(horovodrun_path()) + " -np {n}"
-    runner = s.runner.sibling(launcher, parallel=1)
-    seed, definition = study.sequential_seeds()[0], study.train.get("epoch_definition", "per_worker")
-    sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
-    rows = []
-    for n in study.real_strong:
-        name = f"real-strong-n{n}-s{seed}"
-        r = runner.run(name, policies.SEQUENTIAL, n, {**proto.common(), "seed": seed})
-        rows.append({"n": n, "seed": seed, "run": name, "status": r["status"], "epochs": r["epochs"],
-                     "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
-                                                                curves.passes_per_epoch(n, definition)),
-                     "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
-                     "final_val_loss": r.get("final_val_loss")})
-        print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
-              f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
-    return rows
-
-
-def _target(s, study: Study, eta: float, first_seed_losses: list) -> tuple:
-    """(target, cap, what set it): the median of the calibration seeds' sequential runs after E
-    epochs (preset calibration_seeds), else the first seed's own run (the paper's one run), or
-    the preset's absolute target_loss."""
-    E = study.calibration_epochs
-    if study.target_loss is not None:
-        return study.target_loss, 4 * E, {"source": "preset"}
-    if not study.calibration_seeds:
-        target, cap = curves.calibrate_target(first_seed_losses, E)
-        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
-        return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
-    runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
-                            label="calibration runs")
-    target, cap = curves.calibrate_target_median(runs, E)
-    ends = [vals[E - 1] for vals in runs]
-    print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
-          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
-    return target, cap, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
-
-
-def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
-                           prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
-    """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (curves.derive_strong, with the stall rule, its `near` = (fraction,
-    patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
-    extended until every N is decided."""
-    passes = first_passes
-    while True:
-        vals = sequential_path(runner, seed, lr, passes, prefix)
-        decided = {n: curves.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
-        undecided = [n for n, d in decided.items() if d is None]
-        if not undecided:
-            return decided, vals
-        if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
-            return {n: d or ("diverged", -(-len(vals) // n)) for n, d in decided.items()}, vals
-        passes += max(undecided)
-
-
-@dataclass
-class _StudyRun:
-    """One invocation of a study: its preset, where it writes, and the facts of its data."""
-    name: str
-    study: Study
-    root: Path                       # the runs folder
-    out: Path                        # the reports folder
-    train_yaml: Path                 # the settings every run of the study starts from
-    runner: StudyRunner
-    n_train: int
-    n_val: int
-    collapse_loss: float
-    t_start: float
-
-    def invocation(self) -> str:
-        return self.runner.summary(time.perf_counter() - self.t_start)
-
-    def elapsed(self) -> str:
-        return fmt_s(time.perf_counter() - self.t_start)
-
-    def deadline(self) -> float:
-        """When the sequential design stops starting runs (perf_counter seconds)."""
-        budget = self.study.budget_minutes
-        return self.t_start + (budget * 60 if budget is not None else 0.0)
-
-
-@dataclass
-class _Protocol:
-    """What every cell of one study shares: eta, the target, the cap, the settings."""
-    eta: float
-    target: float
-    cap: int
-    seq_passes: int                  # the sequential runs' length: E + max(N) passes
-    cfg: object                      # the runs' Config, eta included
-    collapse_loss: float = 0.0       # the data's collapse level, where collapse_patience stops a run
-    calibration: Optional[dict] = None   # what set the target (_target)
-
-    def common(self) -> dict:
-        collapse = {"collapse_loss": repr(self.collapse_loss)} if self.cfg.collapse_patience else {}
-        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap, **collapse}
-
-    def collapse(self) -> tuple:
-        """(level, patience) of the collapse rule, as the runs apply it (0, 0: off)."""
-        return (self.collapse_loss, self.cfg.collapse_patience) if self.cfg.collapse_patience else (0.0, 0)
-
-
-def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
+def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: Path) -> int:
     """The study of a preset, from the edge of stability to the reports: rendered into a
     staging folder in the runs folder and published into `out` only when complete, so that
     an interrupted study leaves `out` as it was."""
-    s = _start_study(name, study, args, runs)
+    s = start_study(name, study, options, runs)
     cfg = load(str(s.train_yaml))
     # 0. The clock first, alone on the host: the runs that follow share it side by side.
-    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val) if not args.no_train else held_timing(s.root)
+    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val) if not options.no_train else held_timing(s.root)
     # 1. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
-    if study.base_lr == "edge" or args.lr_sweep:
-        eta, sweep = _edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
-        if args.lr_sweep:
+    if study.base_lr == "edge" or options.lr_sweep:
+        eta, sweep = edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
+        if options.lr_sweep:
             publish(s.out, out)
             print(f"lr_sweep.json written to {out}")
             return 0
     elif study.base_lr == "default_study":
-        eta, sweep = _default_study_eta(Path(args.compare_with)), None
+        eta, sweep = default_study_eta(Path(options.compare_with)), None
     else:
         eta, sweep = float(study.base_lr), None
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
@@ -403,40 +222,40 @@ def run_study(name: str, study: Study, args, runs: Path, out: Path) -> int:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
     seq_passes = study.calibration_epochs + max(study.workers)
     seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes,
-                                              need_weights=i == 0 and not args.no_train)
+                                              need_weights=i == 0 and not options.no_train)
                             for i, sd in enumerate(study.sequential_seeds())],
                            label="sequential runs")
-    target, cap, calibration = _target(s, study, eta, seq[0])
-    proto = _Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
+    target, cap, calibration = calibrated_target(s, study, eta, seq[0])
+    proto = Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
     # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
     book = Book()
-    units = _units(s, proto, real_strong=bool(args.runner), book=book,
-                   double_eta=study.doubles_eta())
+    units = study_units(s, proto, real_strong=bool(options.runner), book=book,
+                        double_eta=study.doubles_eta())
     run_first_seeds(s.runner, book, units, study.seeds, study.sequential_seeds())
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
 
-    stopped = _more_seeds(s, book, units, args.no_train)
+    stopped = _more_seeds(s, book, units, options.no_train)
     checked = _unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
-    cells = _study_cells(study, book, s.root, args.runner, timing, s.n_val, modelled, proto.target)
+    cells = study_cells(study, book, s.root, options.runner, timing, s.n_val, modelled, proto.target)
     if set(study.modes) & set(policies.beyond()):
-        _beyond_reports(s, proto, book, cells, timing, modelled, stopped, args.compare_with)
+        beyond_reports(s, proto, book, cells, timing, modelled, stopped, options.compare_with)
     else:
-        real = [] if args.runner else _unless_not_held(lambda: real_strong_runs(s, proto), [])
-        isa = None if args.runner else _unless_not_held(lambda: isa_recheck(s, proto, book, timing, modelled), None)
-        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, args.runner), "real_strong": real,
+        real = [] if options.runner else _unless_not_held(lambda: real_strong_runs(s, proto), [])
+        isa = None if options.runner else _unless_not_held(lambda: isa_recheck(s, proto, book, timing, modelled), None)
+        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, options.runner), "real_strong": real,
                   "isa_check": isa, "stall_check": checked, "pass_seconds": s.runner.ledger.pass_seconds()}
         write_atomic(s.out / "study.json", json.dumps(record, indent=1))
         claims = render_reports(s.out, record, s.runner.ledger.entries)
         for c in claims:
             print(f"  {c['verdict']:>13}: {c['claim']}")
-    _write_ledger_and_publish(s, out)
+    write_ledger_and_publish(s, out)
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
     return 0
 
 
-def _more_seeds(s: "_StudyRun", book: Book, units: dict, no_train: bool) -> str:
+def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:
     """More seeds within the preset's budget, if it has one; returns why the seeds stopped."""
     if no_train:
         return "--no-train: the runs the ledger held, no more"
@@ -455,449 +274,11 @@ def _unless_not_held(stage, instead):
         return instead
 
 
-def stall_check(s: "_StudyRun", proto: "_Protocol", book: Book) -> list:
-    """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, continued from
-    their last checkpoint (or trained again where none is held) to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
-    of the others, spread over their cells. Where one reaches the target, its outcome replaces the
-    stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
-    Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
-    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                     if r["status"] == "stalled" and not name.startswith("seq-s"))
-    others = [x for x in stopped if x[0] < 16]
-    # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every
-    # N and mode the rule stopped runs in is checked before any gets a second
-    by_cell = {}
-    for x in others:
-        by_cell.setdefault((x[0], x[1]), []).append(x)
-    spread = [x for i in range(max(map(len, by_cell.values()), default=0)) for x in
-              (runs[i] for runs in by_cell.values() if i < len(runs))]
-    # smallest N first: a continuation's cost grows with N (an epoch is N passes), so a study
-    # stopped part-way has settled the most cells; the choice of runs does not depend on the order
-    chosen = sorted([x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check])
-
-    def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
-        lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
-        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == "2eta" else mode, n,
-                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0},
-                         continue_from=name)     # from its last checkpoint: the same path, not its epochs again
-        return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
-                "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],
-                "final_val_loss": r.get("final_val_loss")}
-
-    if chosen:
-        print(f"stall check: {len(chosen)} run(s) the stall rule stopped, continued to the cap with the rule off")
-    rows = s.runner.run_all([functools.partial(to_cap, *x) for x in chosen], label="stall check")
-    for row in rows:
-        if row["status"] == "reached_target":
-            result = read_json(s.root / row["run"] / "result.json", "run's result")
-            book.results[(row["mode"], row["n"], row["seed"])] = (result, row["run"])
-    return rows
-
-
-def isa_recheck(s: "_StudyRun", proto: "_Protocol", book: Book, timing: dict, modelled) -> Optional[dict]:
-    """The preset's isa_check: the first seed of every trained unit run again with oneDNN and the
-    rendering kernel capped at another instruction set, and the study's cells with those runs in
-    place of the originals (the report judges every claim again on them); None when not asked."""
-    from deepdensity.study.preset import isa_to_check
-    from deepdensity.utils.machine import onednn_isa
-    isa = isa_to_check(s.study.isa_check, onednn_isa())
-    if isa is None:
-        return None
-    seed = s.study.seeds[0]
-    runner = s.runner.sibling(None, s.runner.parallel)
-    runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
-    again = Book()
-    again.results = dict(book.results)
-    units = _units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
-                   prefix=f"isa-{isa.lower()}-")
-    seq_seed = s.study.sequential_seeds()[0]
-    print(f"stability: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again with "
-          f"ONEDNN_MAX_CPU_ISA={isa}")
-    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=f"runs under {isa}")
-    cells = _study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [asdict(c) for c in cells],
-            "seq_2eta": seq_2eta_of(again)}
-
-
 def _tensorboard_view(runs: Path, out: Path) -> None:
     """The study in TensorBoard, one run per seed and a summary run (tensorboard_view.py)."""
     from deepdensity.study.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
-
-
-def _write_ledger_and_publish(s: "_StudyRun", out: Path) -> None:
-    """The ledger of every finished run this study knows, beside its reports; then publish."""
-    count = s.runner.ledger.write_merged(s.out / LEDGER_FILE)
-    print(f"ledger: {count} finished run(s) -> {LEDGER_FILE} beside the reports")
-    publish(s.out, out)
-
-
-def publish(stage: Path, out: Path) -> None:
-    """Move every file of a complete rendering from `stage` into `out`, replacing files of
-    the same name and leaving others (bench.json, a preset's subfolder) alone; `stage` goes."""
-    out.mkdir(parents=True, exist_ok=True)
-    for f in sorted(stage.iterdir()):
-        if f.is_file():
-            shutil.move(str(f), str(out / f.name))    # a rename on one file system
-    shutil.rmtree(stage, ignore_errors=True)
-
-
-def _start_study(name: str, study: Study, args, root: Path) -> _StudyRun:
-    """The runs folder with the study's data and settings, the staging folder for the
-    reports, the runner."""
-    root.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    data_path = _study_data(root, name, study.data)
-    train_yaml = root / "train.yaml"
-    # deterministic kernels and a fixed thread count: a rerun of the study on this machine
-    # gives the same epochs to target (the thread count changes the rounding too)
-    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(data_path),
-                                          "deterministic": True}))
-    out = root / "reports.partial"     # published into the reports folder when complete (publish)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    runs_cfg = load(str(train_yaml))
-    n_train, n_val, collapse_loss = _data_facts(runs_cfg)
-    print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
-    parallel = _parallel_runs(study)
-    if args.executor == "slurm":
-        from deepdensity.study.slurm_options import SlurmOptions
-        from deepdensity.study.slurm_runner import SlurmRunner
-        options = SlurmOptions.parse(study.slurm, args.slurm)
-        runner = SlurmRunner(root, train_yaml, args.runner or None, options, runs_cfg.intra_op_threads, name)
-        print(f"executor: Slurm, up to {options.max_jobs} jobs at once"
-              + (f" in partition {options.partition}" if options.partition else "") + f", {options.time} each")
-    else:
-        runner = StudyRunner(root, train_yaml, args.runner or None, parallel=1 if args.runner else parallel)
-    runner.ledger = Ledger(root / LEDGER_FILE, _ledgers_to_read(name, args, root))
-    runner.may_train = not args.no_train
-    if runner.ledger.entries:
-        print(f"ledger: {len(runner.ledger.entries)} finished run(s) on record, reused where their settings match")
-    s = _StudyRun(name, study, root, out, train_yaml, runner, n_train, n_val, collapse_loss, t_start)
-    if study.budget_minutes is not None:
-        runner.budget_end = s.deadline()
-    return s
-
-
-def _parallel_runs(study: Study) -> int:
-    """Runs side by side: the preset's, or the cores over each run's threads (one by default)."""
-    threads = int(study.train.get("intra_op_threads", 1)) or 1
-    return study.parallel_runs if study.parallel_runs != "auto" else max(1, (os.cpu_count() or 1) // threads)
-
-
-def _ledgers_to_read(name: str, args, root: Path) -> list:
-    """The ledgers a study reuses runs from besides its runs folder's own: the committed one of
-    its preset, the output folder's, and those given with --ledger."""
-    committed = reports_folder(name, str(COMMITTED_REPORTS), root) / LEDGER_FILE
-    asked = reports_folder(name, args.out, root) / LEDGER_FILE
-    extra = [Path(p) for p in args.ledger]
-    for p in extra:
-        if not p.is_file():
-            raise StudyError(f"--ledger {p}: no such file")
-    return list(dict.fromkeys([committed, asked, *extra]))
-
-
-def _units(s: _StudyRun, proto: _Protocol, real_strong: bool, book: Book, double_eta: bool,
-           runner: Optional[StudyRunner] = None, prefix: str = "") -> dict:
-    """{unit: job(seed) -> run names}: what one more seed of each unit (design.py) runs.
-    Strong scaling follows the sequential path (the tests show it under horovodrun), so
-    unless its runs are real it is read off each seed's sequential run. `runner` and `prefix`:
-    another runner and run names, for the same units under other conditions (the ISA check)."""
-    study, common, runner = s.study, proto.common(), runner or s.runner
-
-    def sequential(seed: int) -> list:
-        workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
-                                               (proto.cfg.stall_near, proto.cfg.stall_near_patience))
-        for n, (status, epochs) in derived.items():
-            last = curves.sample_epoch_losses(vals, n)[epochs - 1]
-            book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
-                                                  "final_val_loss": last if math.isfinite(last) else None},
-                                                 f"{prefix}seq-s{seed}")
-        return [f"{prefix}seq-s{seed}"]
-
-    def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
-        result = runner.run(prefix + name, train_mode or mode, n, {**common, "seed": seed, **settings})
-        book.results[(mode, n, seed)] = (result, prefix + name)
-        return [prefix + name]
-
-    units = {(policies.STRONG,): sequential}
-    if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
-        units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
-                                             {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
-    for mode, n in study.trained_cells(real_strong):
-        units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
-                                             mode, n)
-    return units
-
-
-def _beyond_reports(s: _StudyRun, proto: _Protocol, book: Book, cells: list, timing: dict, modelled, stopped: str,
-                    compare_with: str) -> None:
-    """The default study's cells beside ours, the filter and the batch sweep, the record and the reports."""
-    from deepdensity.study.report_beyond import write_beyond_reports
-    eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
-    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
-                                   s.study.workers)
-    filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
-    if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record
-        for fig in filtering["figures"]:
-            if Path(fig).exists():
-                shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
-    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing, patience=cfg.stall_patience)
-    record = beyond_record(s, proto, book, cells, earlier, timing, filtering, sweep_rows, stopped)
-    write_atomic(s.out / "study.json", json.dumps(record, indent=1))
-    write_beyond_reports(s.out, record)
-
-
-def _edge_of_stability(runner: "StudyRunner", study: Study, cfg, collapse_loss: float, out: Path) -> tuple:
-    """(eta, the search's record): find_edge over the study's seeds, written to lr_sweep.json."""
-    E, patience = study.calibration_epochs, cfg.stall_patience or DEFAULT_PATIENCE
-    eta, probes = find_edge(runner, cfg.base_lr, E, patience, study.edge_seeds, collapse_loss)
-    sweep = {"epochs": E, "patience": patience, "grid_base_lr": cfg.base_lr, "edge_lr": eta,
-             "seeds": study.edge_seeds, "collapse_loss": collapse_loss, "probes": probes}
-    write_atomic(out / "lr_sweep.json", json.dumps(sweep, indent=2))
-    print(f"edge of stability: lr {eta:.6g} ({eta / cfg.base_lr:.3g} x {cfg.base_lr:g}); "
-          f"{eta * curves.EDGE_STEP:.6g} diverges")
-    return eta, sweep
-
-
-def epoch_durations(run_dir: Path) -> list:
-    """Seconds of each epoch of a run after its first, from its own clock."""
-    secs = [r["seconds"] for r in read_metrics(run_dir)]
-    return [b - a for a, b in zip(secs, secs[1:])]
-
-
-def _study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
-                 modelled, target: float) -> list:
-    """One Cell per mode, N and seed run so far, with its time to target: epochs to target x
-    the calibrated model's epoch (timing.py), or a real run's own clock with a runner."""
-    cells = []
-    for mode in study.modes:
-        for n in study.mode_workers.get(mode, study.workers):
-            key = mode if n > 1 else policies.SEQUENTIAL   # derived strong N > 1 are kept under strong too
-            for (m, nn, seed), (r, run_name) in sorted(book.results.items()):
-                if (m, nn) != (key, n):
-                    continue
-                epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
-                if real_runner and n > 1:      # a real run on n workers: its own clock
-                    epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
-                    source, t = "measured", r["time_to_target_s"]
-                elif policies.get(mode).varies_by_epoch and n > 1:   # batch or allreduces vary: epoch by epoch
-                    epoch_s, t = _modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
-                    source = "modelled"
-                else:                          # N = 1 of every mode is the sequential run
-                    epoch_s, source = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled"
-                    t = epochs_to_target * epoch_s if epochs_to_target else None
-                derived = n > 1 and policies.get(mode).follows_sequential_path and not real_runner
-                cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
-                                  source, t, run_name, r.get("final_val_loss"),
-                                  _passes(root / run_name, r, n, study, target, derived)))
-    return cells
-
-
-def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:
-    """Passes to target of a cell that reached it, from its run's rows (curves.passes_to_target);
-    strong scaling read off the sequential run takes that run's passes, which are the same at
-    every N (its global batches are the sequential run's, and its epoch N of them)."""
-    if result["status"] != "reached_target":
-        return None
-    if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
-        return result["passes_to_target"]
-    per_epoch = 1 if derived else curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker"))
-    return curves.passes_to_target(read_metrics(run_dir), target, per_epoch)
-
-
-def _modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
-                        epochs_to_target: Optional[int]) -> tuple:
-    """(median seconds per epoch, time to target or None) of an adaptive or local run on n
-    devices, from each epoch's own steps, batch and allreduces (speedup.epoch_seconds)."""
-    size = policies.get(mode).allreduce_size
-    # the calibrated model, as for every other cell (its base batch sets rho only, unused here)
-    c = clocks.host_clock(timing, 32)
-    per_epoch = [speedup.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
-                                     c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s, c.eval_per_sample_s,
-                                     size, c.allreduce_latency_s, c.epoch_overhead_s)
-                 for r in read_metrics(run_dir)]
-    t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
-    return statistics.median(per_epoch or [math.nan]), t
-
-
-def _timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: dict, target: float,
-           per_epoch: int) -> dict:
-    """A run's outcome with its modelled time to target (epoch by epoch, from its rows) and its
-    passes to target (`per_epoch` passes an epoch; the beyond study's verdicts compare passes first)."""
-    reached = result["status"] == "reached_target"
-    epoch_s, t = _modelled_from_rows(run_dir, mode, n, n_val, timing, result["epochs"] if reached else None)
-    return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
-            else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,
-            "final_val_loss": result.get("final_val_loss"),
-            "passes_to_target": curves.passes_to_target(read_metrics(run_dir), target, per_epoch) if reached else None}
-
-
-def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
-                      n_val: int, timing: dict, modelled, say=print) -> Optional[dict]:
-    """Gahlot et al.'s experiment: each of `filter_modes` at the N where it is slowest or
-    fails (tables.filter_n, on the default study's cells) trained on the full data, on the
-    data filtered by the first seed's sequential run (python -m deepdensity.filter) and on
-    the random control; same validation set, target and seeds. The full-data runs are the
-    default study's when it has them (their times modelled again here), else run here."""
-    from deepdensity.study.tables import filter_n
-    if not study.filter_modes:
-        return None
-    root, seeds = runner.root, study.seeds
-    data, filtered = root / "data.h5", root / "data.filtered.h5"
-    random_ctl = filtered.with_suffix(".random.h5")
-    if not (filtered.exists() and random_ctl.exists()):
-        say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
-        proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(root / f"seq-s{seeds[0]}"),
-                               "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0]), "--force"],
-                              capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-        if proc.returncode != 0:
-            raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-        say(proc.stdout.strip())
-    rows, jobs = [], []            # jobs: (row facts, run name, mode, n, settings), run side by side
-    for mode in study.filter_modes:
-        source = earlier_cells if any(c.mode == mode for c in earlier_cells) else own_cells
-        n = filter_n(source, mode)
-        if n is None:
-            raise StudyError(f"filter_modes: {mode} ran at no N > 1, neither here nor in --compare-with's cells")
-        for seed in seeds:
-            full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
-            if full:
-                rows.append(_earlier_full_row(full[0], modelled))
-            else:
-                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
-                             {**common, "seed": seed}))
-            for variant, path in (("network", filtered), ("random", random_ctl)):
-                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": variant}, f"{mode}-n{n}-{variant}-s{seed}",
-                             mode, n, {**common, "seed": seed, "data_path": str(path)}))
-    results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
-                             label="filter runs")
-    for (facts, nm, mode, n, _), r in zip(jobs, results):
-        rows.append({**facts, **_timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                      curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker")))})
-    rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
-    import h5py
-    with h5py.File(filtered, "r") as f:
-        facts = {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
-                 if k.startswith("filter_")}
-    return {"rows": rows, "filter": facts, "figures": [filtered.with_suffix(".embedding.png"),
-                                                       filtered.with_suffix(".dropped.png")]}
-
-
-def _earlier_full_row(c: Cell, modelled) -> dict:
-    """A filter row for full data taken from the default study's cell (its time on this clock)."""
-    epoch_s = modelled(c.mode, c.n)
-    return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
-            "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
-            "time_to_target_s": c.epochs_to_target * epoch_s if c.epochs_to_target else None,
-            "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
-
-
-def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
-                timing: dict, patience: int) -> list:
-    """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
-    scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
-    the target, at every sequential seed (a batch is compared with another only on 3 seeds a
-    side or more). b = B at eta is the seed's sequential run itself."""
-    points = []
-    for seed in study.sequential_seeds():
-        for b in study.batch_sweep:
-            for rule, lr in (("eta", eta), (policies.LINEAR, eta * b / cfg.batch_size)):
-                points.append((b, rule, lr, seed,
-                               f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
-
-    def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
-        if b == cfg.batch_size:                        # both rules give eta: the sequential run
-            vals = _val_losses(runner.root / nm)
-            status, epochs = (curves.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
-                                                  cfg.stall_near_patience) or ("max_epochs", len(vals)))
-            return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
-                                            "seed": seed, "batch_size": b})
-
-    results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
-                             label="batch sweep")
-    return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed,
-             **_timed(runner.root / nm, policies.SEQUENTIAL, 1, n_val, timing, r, target, 1)}
-            for (b, rule, lr, seed, nm), r in zip(points, results)]
-
-
-def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:
-    """(cells, note): the default study's weak, linear and warmup cells (its study.json), their
-    times modelled again with this study's timing so that every row uses the same clock; none,
-    and why, when that study ran another eta or target."""
-    study_path = reports / "study.json"
-    shown = _relative_to_cwd(study_path)
-    if not study_path.is_file():
-        return [], f"no {shown}: run `make repro` (the default preset) for the paper's four modes"
-    record = read_json(study_path, "default study's record")
-    their_eta, their_target = record.get("eta"), record.get("target")
-    if "cells" not in record or not math.isclose(their_eta, eta, rel_tol=1e-9) \
-            or not math.isclose(their_target, target, rel_tol=1e-5):
-        env = record.get("environment", {})
-        return [], (f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
-                    f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out"
-                    + (f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
-                       f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
-                       f"differently, so run both studies on one machine)" if env else ""))
-    cells = []
-    for c in record["cells"]:
-        if c["mode"] not in policies.large_batch() or c["n"] not in workers:
-            continue
-        epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
-        t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
-        cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
-                          "modelled", t, c["run"], c.get("final_val_loss"), c.get("passes_to_target")))
-    return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
-                   f"their times modelled again with this study's timing")
-
-
-def _default_study_eta(reports: Path) -> float:
-    """The eta the default study found (its study.json), for a study that compares with it."""
-    path = reports / "study.json"
-    if not path.is_file():
-        raise StudyError(f"base_lr: default_study needs the default study's {_relative_to_cwd(path)}: run `make repro` "
-                         f"first, or pass --compare-with FOLDER")
-    eta = read_json(path, "default study's record").get("eta")
-    if not isinstance(eta, (int, float)) or not 0 < eta < math.inf:
-        raise StudyError(f"{_relative_to_cwd(path)} holds no eta; run `make repro` again")
-    print(f"eta: {eta:.6g}, the default study's ({_relative_to_cwd(path)})")
-    return float(eta)
-
-
-def _relative_to_cwd(path: Path) -> Path:
-    """`path` relative to the working directory when inside it (`make repro` runs in the
-    checkout), so a report reads the same on any clone."""
-    try:
-        return path.resolve().relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
-def _study_data(root: Path, name: str, d: dict) -> Path:
-    """The study's synthetic data set, written once per runs folder."""
-    from deepdensity.data.synth import write_synthetic
-    data_path = root / "data.h5"
-    if not data_path.exists():
-        print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")
-        write_synthetic(data_path, d["n"], d["val"], d["seed"], progress=sys.stderr.isatty(),
-                        created_by=f"deepdensity.repro --preset {name}")
-    return data_path
-
-
-def _data_facts(cfg) -> tuple:
-    """(n_train, n_val, collapse loss): the split sizes the runs train on, and the
-    validation loss of rendering the training set's mean cube for every input."""
-    from deepdensity.data.cubes import input_independent_loss, load_cubes, to_density
-    cubes = load_cubes(cfg.data_path)
-    train, val = cubes.train[: cfg.max_train_cubes or None], cubes.val
-    if cfg.intensity_scaling == "density":
-        train, val = to_density(train)[0], to_density(val)[0]
-    return len(train), len(val), input_independent_loss(train, val)
 
 
 if __name__ == "__main__":

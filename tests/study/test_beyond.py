@@ -337,7 +337,7 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
     from collections import Counter
 
     from deepdensity.config import Config
-    from deepdensity.study import repro
+    from deepdensity.study.beyond import batch_sweep
     from deepdensity.study.preset import load_study
     _, study = load_study("beyond")
     seeds, calls = study.sequential_seeds(), []
@@ -364,7 +364,7 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
         write(f"seq-s{seed}", 32)
     timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
               "allreduce_per_doubling_s": 0.005}
-    rows = repro.batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing, patience=3)
+    rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing, patience=3)
     assert sorted((r["batch"], r["lr_rule"], r["seed"]) for r in rows) == \
         sorted((b, rule, s) for b in study.batch_sweep for rule in ("eta", "linear") for s in seeds)
     assert min(Counter((r["batch"], r["lr_rule"]) for r in rows).values()) >= 3

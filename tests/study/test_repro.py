@@ -4,8 +4,6 @@ import math
 
 import pytest
 
-from deepdensity.study import repro
-from deepdensity.scaling import rules
 from deepdensity.study import tables
 from deepdensity.study.preset import StudyError, load_study
 from deepdensity.study.tables import Cell, efficiency_table
@@ -216,76 +214,6 @@ def test_failures_list_every_cell_that_missed_the_target():
     assert tables.failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
 
 
-class FakeRunner:
-    """Stands in for StudyRunner: writes a run's metrics from a loss curve of (lr, seed, epoch)."""
-
-    parallel = 1
-
-    def __init__(self, root, curve):
-        self.root, self.curve, self.calls = root, curve, []
-
-    def run_all(self, jobs, label=""):
-        return [job() for job in jobs]
-
-    def run(self, name, mode, n, settings, need_weights=False):
-        import json
-        self.calls.append((name, settings["max_epochs"]))
-        out = self.root / name
-        out.mkdir(parents=True, exist_ok=True)
-        lr, patience = float(settings["base_lr"]), int(settings.get("stall_patience", 0))
-        vals = []
-        for e in range(int(settings["max_epochs"])):
-            vals.append(self.curve(lr, settings["seed"], e))
-            if rules.stop_reason(e, vals[-1], vals[-1], float(settings["target_loss"]), 10 ** 6, vals, patience):
-                break
-        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
-                                                   for i, v in enumerate(vals)))
-        return {"status": "max_epochs", "epochs": len(vals)}
-
-
-def test_the_edge_search_through_the_study_finds_the_last_converging_lr(tmp_path):
-    edge = 0.00105 * 2 ** 1.5           # grid index 3 converges, 4 diverges
-    def curve(lr, seed, e):               # converges below the edge; Fig. 3 above it
-        return 0.1 / (1 + e) if lr <= edge * 1.0001 else [0.05, 0.03, 0.2][min(e, 2)]
-    runner = FakeRunner(tmp_path, curve)
-    eta, probes = repro.find_edge(runner, 0.00105, 12, 3, [0], None, say=lambda *a: None)
-    assert eta == pytest.approx(edge)
-    assert [p["k"] for p in probes] == [0, 1, 2, 3, 4] and [p["diverges"] for p in probes] == [False] * 4 + [True]
-    assert probes[-1]["epochs"] == 5, "the diverging probe stalled 3 epochs after its best"
-
-
-def test_the_edge_holds_for_every_seed_and_a_collapsed_run_does_not_converge(tmp_path):
-    collapse = 0.005
-    def curve(lr, seed, e):
-        k = round(math.log(lr / 0.00105, 2 ** 0.5))
-        if seed == 7 and k in (3, 4):     # falls steadily, but onto the collapse level
-            return 0.0065 - 0.0015 * (1 - 0.5 ** e)
-        return 0.01 / (1 + e) if k < 5 else [0.05, 0.03, 0.2][min(e, 2)]
-    runner = FakeRunner(tmp_path, curve)
-    eta, probes = repro.find_edge(runner, 0.00105, 12, 3, [0, 7], collapse, say=lambda *a: None)
-    assert eta == pytest.approx(0.00105 * 2 ** 1.0), "k = 3, 4 collapse on seed 7: the edge is k = 2"
-    assert [(p["k"], p["seed"], p["diverges"]) for p in probes] == [
-        (0, 0, False), (1, 0, False), (2, 0, False), (2, 7, False), (3, 0, False), (3, 7, True),
-        (4, 0, False), (4, 7, True), (5, 0, True)]
-    assert (tmp_path / "edge-k+3-s7").is_dir()
-    # without the collapse level, the collapsed run would pass for converging
-    eta, _ = repro.find_edge(FakeRunner(tmp_path / "b", curve), 0.00105, 12, 3, [0, 7], None, say=lambda *a: None)
-    assert eta == pytest.approx(0.00105 * 2 ** 2.0)
-
-
-def test_strong_cells_extend_the_sequential_run_until_every_n_is_decided(tmp_path):
-    passes = [0.5, 0.4, 0.3, 0.29, 0.31, 0.28, 0.27, 0.26, 0.25, 0.24, 0.23, 0.22]
-    runner = FakeRunner(tmp_path, lambda lr, seed, e: passes[e] if e < len(passes) else 0.2)
-    got, vals = repro.strong_from_sequential(runner, 0, 0.001, 4, [1, 2, 4], target=0.29, cap=100, patience=0)
-    assert vals == passes[:4]
-    # N = 1 at pass 4; N = 2 validates at passes 2, 4: reached at its epoch 2;
-    # N = 4 validates at passes 4, 8: its first epoch end (0.29) is on target
-    assert got == {1: ("reached_target", 4), 2: ("reached_target", 2), 4: ("reached_target", 1)}
-    got, _ = repro.strong_from_sequential(runner, 0, 0.001, 4, [1, 8], target=0.255, cap=100, patience=0)
-    assert got == {1: ("reached_target", 9), 8: ("reached_target", 2)}
-    assert [c[1] for c in runner.calls][-3:] == [4, 12, 20], "extended by the largest undecided N"
-
-
 def test_protocol_table_names_each_difference():
     from deepdensity.config import Config
     _, study = load_study("default")
@@ -307,25 +235,6 @@ def test_protocol_table_names_each_difference():
     assert rows["N"][3] == "" and rows["hardware"][3] == "" and rows["target"][3] == ""
 
 
-def test_the_speculative_edge_search_finds_the_same_edge(tmp_path):
-    """With room for two runs the search runs the probe it would ask next beside the current
-    one; the extra outcomes cannot move the edge."""
-    collapse = 0.005
-
-    def curve(lr, seed, e):
-        k = round(math.log(lr / 0.00105, 2 ** 0.5))
-        if seed == 7 and k in (3, 4):
-            return 0.0065 - 0.0015 * (1 - 0.5 ** e)
-        return 0.01 / (1 + e) if k < 5 else [0.05, 0.03, 0.2][min(e, 2)]
-    one, two = FakeRunner(tmp_path / "one", curve), FakeRunner(tmp_path / "two", curve)
-    two.parallel = 2
-    eta1, probes1 = repro.find_edge(one, 0.00105, 12, 3, [0, 7], collapse, say=lambda *a: None)
-    eta2, probes2 = repro.find_edge(two, 0.00105, 12, 3, [0, 7], collapse, say=lambda *a: None)
-    assert eta2 == eta1 == pytest.approx(0.00105 * 2 ** 1.0)
-    seen = {(p["k"], p["seed"]) for p in probes2}
-    assert {(p["k"], p["seed"]) for p in probes1} <= seen and len(seen) <= len(probes1) + 2
-
-
 def test_calibration_seeds_must_be_none_of_the_studys(tmp_path):
     preset = tmp_path / "p.yaml"
     preset.write_text("seeds: [0, 1, 2]\ncalibration_seeds: [2, 100]\n")
@@ -334,47 +243,3 @@ def test_calibration_seeds_must_be_none_of_the_studys(tmp_path):
     preset.write_text("seeds: [0, 1, 2]\ncalibration_seeds: [100, 101, 102]\n")
     assert load_study(str(preset))[1].calibration_seeds == [100, 101, 102]
     assert load_study("default")[1].calibration_seeds == [100, 101, 102]
-
-
-def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as_reached(tmp_path):
-    """Every stalled run at N >= 16, of the others the preset's count; strong scaling (read off the
-    sequential runs) is not continued; a continued run that reaches the target replaces the stopped one."""
-    import json
-    from types import SimpleNamespace
-    from deepdensity.study.design import Book
-
-    class Runner:
-        def __init__(self):
-            self.asked = []
-
-        def run(self, name, mode, n, settings, continue_from=None):
-            self.asked.append((name, mode, n, settings["stall_patience"], settings["base_lr"], continue_from))
-            status = "reached_target" if name.startswith("warmup-n32") else "max_epochs"
-            (tmp_path / name).mkdir()
-            (tmp_path / name / "result.json").write_text(json.dumps({"status": status, "epochs": 40}))
-            return {"status": status, "epochs": 40, "final_val_loss": 1.0}
-
-        def run_all(self, jobs, label=""):
-            return [job() for job in jobs]
-
-    book = Book()
-    stalled = {"status": "stalled", "epochs": 9}
-    book.results = {("warmup", 32, 0): (stalled, "warmup-n32-s0"), ("linear", 16, 1): (stalled, "linear-n16-s1"),
-                    ("weak", 4, 0): (stalled, "weak-n4-s0"), ("weak", 2, 0): (stalled, "weak-n2-s0"),
-                    ("2eta", 1, 3): (stalled, "seq-2eta-s3"), ("strong", 8, 3): (stalled, "seq-s3"),
-                    ("weak", 8, 0): ({"status": "reached_target", "epochs": 9}, "weak-n8-s0")}
-    s = SimpleNamespace(study=SimpleNamespace(stall_check=3), runner=Runner(), root=tmp_path)
-    proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": repr(0.002), "target_loss": "1.0", "max_epochs": 64})
-    rows = repro.stall_check(s, proto, book)
-    asked = {a[0]: a for a in s.runner.asked}
-    assert [a[2] for a in s.runner.asked] == sorted(a[2] for a in s.runner.asked), \
-        "the cheapest continuations (smallest N) first"
-    assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "weak-n4-s0-to-cap",
-                          "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
-        "every one at N >= 16, then 3 of the others spread over their cells; never strong"
-    assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
-    assert all(a[5] + "-to-cap" == name for name, a in asked.items()), "each from the run the rule stopped"
-    assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == repr(0.004)
-    assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]
-    assert book.results[("warmup", 32, 0)][1] == "warmup-n32-s0-to-cap"
-    assert book.results[("linear", 16, 1)][1] == "linear-n16-s1", "a continued run that missed leaves the stopped one"

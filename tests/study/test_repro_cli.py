@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from deepdensity.study import repro
+from deepdensity.study import repro, session
 from deepdensity.study.plan import plan_lines, run_counts
 from deepdensity.study.preset import load_study
 from deepdensity.study.runner import StudyRunner
@@ -62,11 +62,11 @@ def test_a_dry_run_prints_the_plan_and_trains_nothing(tiny, tmp_path, capsys):
 def test_reports_go_to_the_study_folder_unless_asked(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "runs" / "study-x"
-    assert repro.reports_folder("default", None, runs) == runs / "reports"
-    assert repro.reports_folder("default", "reports", runs) == repro.COMMITTED_REPORTS
+    assert session.reports_folder("default", None, runs) == runs / "reports"
+    assert session.reports_folder("default", "reports", runs) == session.COMMITTED_REPORTS
     # a preset other than default never overwrites the default study's committed reports
-    assert repro.reports_folder("beyond", "reports", runs) == repro.COMMITTED_REPORTS / "beyond"
-    assert repro.reports_folder("beyond", "elsewhere", runs).name == "elsewhere"
+    assert session.reports_folder("beyond", "reports", runs) == session.COMMITTED_REPORTS / "beyond"
+    assert session.reports_folder("beyond", "elsewhere", runs).name == "elsewhere"
 
 
 def test_publish_moves_a_complete_rendering_and_keeps_other_files(tmp_path):
@@ -77,7 +77,7 @@ def test_publish_moves_a_complete_rendering_and_keeps_other_files(tmp_path):
     (stage / "study.json").write_text("{}")
     (out / "REPORT.md").write_text("old")
     (out / "bench.json").write_text("kept")
-    repro.publish(stage, out)
+    session.publish(stage, out)
     assert (out / "REPORT.md").read_text() == "new" and (out / "study.json").exists()
     assert (out / "bench.json").read_text() == "kept"
     assert not stage.exists()
