@@ -16,6 +16,8 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks, ledger, rates
+from deepdensity.study.contrasts import contrasts, warmup_holds_to
+from deepdensity.study.evidence import FAILED, MISSED, Evidence, seconds
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
 from deepdensity.study.preset import Study, StudyError
@@ -36,7 +38,7 @@ TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.m
 
 def cells_of(record: dict) -> list:
     """The record's cells, each timed by passes: its time to target is passes to target x this
-    host's seconds per pass (claims.seconds, the one function the claims use too), its epoch the
+    host's seconds per pass (evidence.seconds, the one function the claims use too), its epoch the
     same clock's; a real run's own clock where the study measured it."""
     cells = [Cell(**c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:
@@ -45,7 +47,7 @@ def cells_of(record: dict) -> list:
     base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
 
     def timed(c: Cell) -> Cell:
-        t = claim_rules.seconds(c, host, base)
+        t = seconds(c, host, base)
         epoch = host.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition)
         return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None, epoch_seconds=epoch)
     return [timed(c) for c in cells]
@@ -68,9 +70,9 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     _figures(out, record, study, cells)
     fields = _report_fields(record, study, cfg, cells, claims, tables)
     fields["rules_when"] = _rules_when(record, cells, entries or [])
-    evidence = _evidence(record, cells, claim_rules.MISSED)
-    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], claim_rules.contrasts(evidence))
-    fields["warmup_line"] = ("Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + ".\n\n"
+    evidence = _evidence(record, cells, MISSED)
+    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
+    fields["warmup_line"] = ("Warmup, as our runs have it: " + warmup_holds_to(evidence) + ".\n\n"
                              + _stall_check(record) + "\n\n" + _where_runs_ran(record, cells, entries or []))
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
@@ -376,16 +378,16 @@ def _claims(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
     """The claims judged on `cells` and `seq_2eta` by the rules of docs/decision-rules.md
     (claims.py), each with its verdict again under the sensitivity definition of failure."""
     primary, sensitivity = (claim_rules.evaluate(_evidence(record, cells, definition), seq_2eta or None)
-                            for definition in (claim_rules.MISSED, claim_rules.FAILED))
+                            for definition in (MISSED, FAILED))
     for c, s in zip(primary, sensitivity):
         c["verdict_sensitivity"] = s["verdict"]
         c["ours"] += _real_strong_note(record) if c["claim"] == "Strong scaling always converges" else ""
     return primary
 
 
-def _evidence(record: dict, cells: list, definition: str) -> claim_rules.Evidence:
+def _evidence(record: dict, cells: list, definition: str) -> Evidence:
     study, cfg = study_of(record), config_of(record)
-    return claim_rules.Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
+    return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
                                 TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition), len(study.seeds))
 
 
