@@ -17,7 +17,7 @@ from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_tabl
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
-# How an axis names a clock of clocks.py (the verdicts' is the paper's: report.py, clock_set).
+# How an axis names a clock of clocks.py (the verdicts' is the paper's: judging.py, clock_set).
 CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
@@ -29,7 +29,7 @@ def _save(fig, path: Path, plt) -> None:
 
 def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
     """The clock the times are on, as an axis label says it: `clock`'s when given, else the
-    cells' own (report.cells_of: this host's seconds per pass, or a real run's own clock); with
+    cells' own (judging.cells_of: this host's seconds per pass, or a real run's own clock); with
     how a time is made of it, per `unit` ("pass" or "epoch")."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"
@@ -98,7 +98,7 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=No
     (jittered) so that equal times stay visible; the median over the seeds a bar across them and a
     line from N to N, where every seed reached the target; above, in a panel of its own, a cross
     for every seed that missed it (a row per mode), so that no miss is drawn at a time.
-    Times are the cells' (passes x this host's s/pass, report.cells_of) unless `clock` and
+    Times are the cells' (passes x this host's s/pass, judging.cells_of) unless `clock` and
     `base` (clocks.Clock, tables.TimeBase) are given: then evidence.seconds under that clock, the
     one function the verdicts use. The axis names whichever it is."""
     if clock is not None:
