@@ -229,8 +229,6 @@ def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
     return claims
 
 
-
-
 RULES = [
     ("outcome", "a run missed when it did not reach the target within the cap (the paper's NaN), whatever "
                 "stopped it: collapsed, non-finite, stalled or capped; the sensitivity column counts as failed "
