@@ -12,7 +12,7 @@ COMMANDS = {
                                                  "(deepdensity launch -np 2 python train.py ...)"),
     "data": ("deepdensity.data.cli", "make synthetic cubes, or cut cubes from DICOM / LUNA16 scans"),
     "repro": ("deepdensity.study.repro", "run the paper's scaling study and write its reports"),
-    "report": ("deepdensity.study.report", "render a study's reports again from its study.json, without training"),
+    "report": ("deepdensity.study.rerender", "render a study's reports again from its study.json, without training"),
     "bench": ("deepdensity.perf.bench", "time a training step and its parts on this host, against the roof"),
     "encode": ("deepdensity.tools.encode", "the mixture a trained run infers for every cube"),
     "generate": ("deepdensity.tools.generate", "new nodule cubes from a trained run's latent space"),

@@ -13,7 +13,7 @@ ENTRY_POINTS = [("deepdensity.training.cli", []), ("deepdensity.data.cli", []), 
                 ("deepdensity.data.cli", ["prepare"]), ("deepdensity.data.cli", ["synth-scans"]),
                 ("deepdensity.study.repro", []), ("deepdensity.perf.bench", []), ("deepdensity.tools.encode", []),
                 ("deepdensity.tools.generate", []), ("deepdensity.tools.filter", []),
-                ("deepdensity.tools.plot", []), ("deepdensity.study.report", []), ("deepdensity.perf.rank_probes", []),
+                ("deepdensity.tools.plot", []), ("deepdensity.study.rerender", []), ("deepdensity.perf.rank_probes", []),
                 ("deepdensity.training.horovodrun", [])]
 
 

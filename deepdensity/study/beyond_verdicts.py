@@ -1,8 +1,8 @@
 """The beyond study's decision rules (docs/beyond.md, fixed 2026-11-26 12:30 UTC, before its
 next run): does a remedy beat strong scaling, does filtering help the large-batch modes, which
 batch does the sequential model prefer. Each comparison is the default study's rank test
-(claims.rank_test: one-sided Mann-Whitney both ways, the Hodges-Lehmann ratio, P(shorter)), on
-passes to target first and then on seconds under each clock (claims.seconds, the one time to
+(rank_tests.rank_test: one-sided Mann-Whitney both ways, the Hodges-Lehmann ratio, P(shorter)), on
+passes to target first and then on seconds under each clock (evidence.seconds, the one time to
 target), corrected by Holm over the comparisons of one question, with the break-even in rho.
 Pure: cells and clocks in, verdict rows out; no files.
 """
@@ -16,11 +16,11 @@ from typing import Callable, Optional
 
 from deepdensity.scaling import policies, rules
 from deepdensity.study import curves, speedup
-from deepdensity.study import claims, clocks, stats
+from deepdensity.study import clocks, evidence, rank_tests, stats
 from deepdensity.study.tables import PAPER_TABLE1, Cell
 
 RULES_FIXED_UTC = "2026-11-26 12:30 UTC"     # docs/beyond.md committed (493e1f4), before the study's next run
-ALPHA = claims.ALPHA
+ALPHA = rank_tests.ALPHA
 MIN_SEEDS = 3
 SHORTER, LONGER, NO_DIFFERENCE = "shorter", "longer", "no measurable difference"
 TOO_FEW, NEITHER = "too few seeds", "neither reached"
@@ -36,7 +36,7 @@ RULES_SUMMARY = (
 
 @dataclass(frozen=True)
 class PassClock:
-    """The clock under which claims.seconds gives passes to target: every pass costs one unit."""
+    """The clock under which evidence.seconds gives passes to target: every pass costs one unit."""
     name: str = "passes"
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
@@ -102,8 +102,8 @@ def clock_set(timing: dict, base_batch: int, epochs: tuple = ()) -> dict:
 
 
 def values(cells: list, clock, base, scale: float = 1.0) -> list:
-    """claims.seconds of each cell (in seed order) under `clock`: passes under PASSES; inf where missed."""
-    return [claims.seconds(c, clock, base, scale) for c in sorted(cells, key=lambda c: c.seed)]
+    """evidence.seconds of each cell (in seed order) under `clock`: passes under PASSES; inf where missed."""
+    return [evidence.seconds(c, clock, base, scale) for c in sorted(cells, key=lambda c: c.seed)]
 
 
 def smallest_p(n_a: int, n_b: int) -> float:
@@ -117,7 +117,7 @@ def smallest_p(n_a: int, n_b: int) -> float:
 def _test(a: list, b: list) -> dict:
     out = {"n_a": len(a), "n_b": len(b), "ratio": None, "prob_shorter": None, "p_shorter": None, "p_longer": None}
     if a and b:
-        out.update(claims.rank_test(list(a), list(b)))
+        out.update(rank_tests.rank_test(list(a), list(b)))
     return out
 
 
@@ -154,12 +154,12 @@ def family(pairs: dict, more: bool = True) -> dict:
 
 def _more(row: dict, a: list, b: list, m: int) -> Optional[int]:
     """The fewest further seeds a side, all going the way the ratio leans, that could call a
-    comparison not yet called (claims.seeds_to_reject at ALPHA / m); None when none is needed or
+    comparison not yet called (rank_tests.seeds_to_reject at ALPHA / m); None when none is needed or
     not within 50."""
     if row["verdict"] not in (NO_DIFFERENCE, TOO_FEW) or not a or not b:
         return None
     lean_shorter = row["ratio"] is None or row["ratio"] <= 1.0
-    return claims.seeds_to_reject(a, b, ALPHA / m) if lean_shorter else claims.seeds_to_reject(b, a, ALPHA / m)
+    return rank_tests.seeds_to_reject(a, b, ALPHA / m) if lean_shorter else rank_tests.seeds_to_reject(b, a, ALPHA / m)
 
 
 def judge(pairs_of: Callable, by_name: dict, break_even: bool = True) -> dict:

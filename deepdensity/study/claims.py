@@ -1,114 +1,27 @@
 """The paper's six claims judged by the rules fixed on 2026-11-26 before the full grid's runs
 (docs/decision-rules.md). Pure: the study's cells in, one row per claim out.
 
-  outcome   A run *missed* when it did not reach the target within the cap, the paper's "NaN"
-            (MISSED, the primary definition); the sensitivity definition counts as failed only
-            a run that collapsed or became non-finite (FAILED, rates.outcome).
-  cell      missed / runs with its exact 95 % interval (stats.missed_rate): *converges* when the
-            upper bound is below 0.5, *fails* when the lower bound is above 0.5, else
-            *inconclusive*; and the further seeds that could still change that (stats.seeds_to_call).
-  time      passes to target x the clock's seconds per pass (one function: `seconds`); two
-            cells compared by a one-sided Mann-Whitney U test, a miss slower than every run that
-            reached, the comparisons of a claim corrected by Holm at ALPHA, with the
-            Hodges-Lehmann ratio of their times.
+  outcome, cell and a run's time: evidence.py (MISSED and FAILED, Call, cell_rate, `seconds`).
+  time      two cells compared by a one-sided Mann-Whitney U test, a miss slower than every run
+            that reached, the comparisons of a claim corrected by Holm at ALPHA, with the
+            Hodges-Lehmann ratio of their times (rank_tests.py).
   claim     *reproduced*, *contradicted* or *inconclusive* (Verdict), by the table in
-            docs/decision-rules.md.
+            docs/decision-rules.md; the pooled contrasts beside them are contrasts.py's.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
-from deepdensity.scaling import policies
-from deepdensity.study import curves
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
-from deepdensity.study import clocks, rates, stats
+from deepdensity.study import clocks, stats
+from deepdensity.study.contrasts import pooled
+from deepdensity.study.evidence import Call, CellRate, Evidence, Verdict, cell_rate
+from deepdensity.study.rank_tests import ALPHA, holm_verdict, more_for_ranks, rank_test, ratio_text
 
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
 # When docs/decision-rules.md was committed (4ba81fe), before the full grid's runs began.
 RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
-ALPHA = 0.05
-MISSED, FAILED = "missed within the cap", "collapsed or non-finite"
-
-
-class Call:
-    """What the runs of one cell (or one pooled side) say: the cell vocabulary."""
-    CONVERGES, FAILS, INCONCLUSIVE, NOT_RUN = "converges", "fails", "inconclusive", "not run"
-
-
-class Verdict:
-    """What the cells say of one claim: the claim vocabulary, apart from the cells'."""
-    REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
-
-
-@dataclass(frozen=True)
-class CellRate:
-    runs: int
-    missed: int
-    low: float
-    high: float
-    call: str
-    to_fail: Optional[int]
-    to_converge: Optional[int]
-
-    def __str__(self) -> str:
-        if not self.runs:
-            return "not run"
-        return (f"{self.missed} of {self.runs} missed ({self.missed / self.runs:.0%}, 95% CI "
-                f"{self.low:.2f}-{self.high:.2f}): {self.call}")
-
-
-def cell_rate(missed: int, runs: int) -> CellRate:
-    if not runs:
-        return CellRate(0, 0, 0.0, 1.0, Call.NOT_RUN, None, None)
-    low, high = stats.missed_rate(missed, runs)
-    call = Call.CONVERGES if high < 0.5 else Call.FAILS if low > 0.5 else Call.INCONCLUSIVE
-    more = stats.seeds_to_call(missed, runs)
-    return CellRate(runs, missed, low, high, call, more["to_fail"], more["to_converge"])
-
-
-@dataclass
-class Evidence:
-    """The study's cells and what turns passes into seconds, with the failure definition."""
-    cells: list
-    workers: list
-    definition: str = MISSED
-    collapse_loss: Optional[float] = None
-    clocks: dict = field(default_factory=dict)
-    base: object = None                  # tables.TimeBase: n_train, n_val, epoch definition
-    design: int = 0                      # the seeds the design gives every cell (0: not checked)
-
-    def short(self, mode: str, ns) -> list:
-        """The N of `ns` where `mode` has fewer runs than the design's seeds (a study in progress)."""
-        return [n for n in ns if 0 < len([c for c in self.cells if c.mode == mode and c.n == n]) < self.design]
-
-    def ran(self, mode: str, least: int = 1) -> list:
-        return sorted({c.n for c in self.cells if c.mode == mode and c.n >= least})
-
-    def missed(self, c) -> bool:
-        if self.definition == MISSED:
-            return c.status != "reached_target"
-        return rates.outcome(c.status, c.final_val_loss, self.collapse_loss) == rates.FAILED
-
-    def rate(self, mode: str, ns) -> CellRate:
-        runs = [c for c in self.cells if c.mode == mode and c.n in ns]
-        return cell_rate(sum(self.missed(c) for c in runs), len(runs))
-
-    def seconds(self, mode: str, n: int, clock, scale: float = 1.0) -> list:
-        """Time to target per seed of (mode, N) under `clock` (times `scale`), inf where it missed."""
-        return [seconds(c, clock, self.base, scale) for c in sorted(self.cells, key=lambda c: c.seed)
-                if c.mode == mode and c.n == n]
-
-
-def seconds(c, clock, base, scale: float = 1.0) -> float:
-    """The one time to target of a cell's run: passes to target x the clock's seconds per pass
-    at its (mode, N), times `scale`; inf when it missed the target."""
-    if c.status != "reached_target":
-        return math.inf
-    per_epoch = curves.passes_per_epoch(c.n, base.definition)
-    passes = c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch
-    return passes * clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition) / per_epoch * scale
 
 
 def _claim(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, by_clock: Optional[dict] = None,
@@ -208,8 +121,8 @@ def warmup_to_four(v: Evidence) -> dict:
     settled = any(r.call == Call.FAILS and not v.short(WARMUP, [n]) for n, r in rb.items()) or \
         any(r.call == Call.CONVERGES and not v.short(WARMUP, [n]) for n, r in ra.items())
     verdict, ours = _all_named(v, WARMUP, [n for n in v.workers if n > 1], verdict, ours, settled)
-    m_below, r_below = _pooled(v, WARMUP, below)
-    m_above, r_above = _pooled(v, WARMUP, above)
+    m_below, r_below = pooled(v, WARMUP, below)
+    m_above, r_above = pooled(v, WARMUP, above)
     if r_below and r_above:
         f = stats.fisher_greater(m_above, r_above, m_below, r_below)
         ours += (f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
@@ -219,31 +132,6 @@ def warmup_to_four(v: Evidence) -> dict:
     more = "yes: " + "; ".join(parts) if parts else "-"
     return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
                   "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more)
-
-
-def rank_test(a: list, b: list) -> dict:
-    """A's times against B's: one-sided p both ways, the ratio A / B and P(A shorter)."""
-    less, more = stats.mann_whitney_less(a, b), stats.mann_whitney_less(b, a)
-    return {"p_shorter": less["p"], "p_longer": more["p"], "prob_shorter": less["prob_less"],
-            "ratio": stats.hodges_lehmann_ratio(a, b)}
-
-
-def holm_verdict(tests: list) -> str:
-    """reproduced when every `p_shorter` rejects after Holm; contradicted when a `p_longer` does."""
-    if not tests:
-        return Verdict.INCONCLUSIVE
-    if any(h["reject"] for h in stats.holm([t["p_longer"] for t in tests], ALPHA)):
-        return Verdict.CONTRADICTED
-    if all(h["reject"] for h in stats.holm([t["p_shorter"] for t in tests], ALPHA)):
-        return Verdict.REPRODUCED
-    return Verdict.INCONCLUSIVE
-
-
-def _ratio(r: Optional[float]) -> str:
-    """A Hodges-Lehmann ratio as read: 0 or inf when the median pair holds a miss."""
-    if r is None:
-        return "-"
-    return "inf (a miss)" if math.isinf(r) else "0 (a miss)" if r == 0 else f"{r:.2f}"
 
 
 def _time_claim(v: Evidence, judge) -> tuple:
@@ -267,7 +155,7 @@ def strong_fastest(v: Evidence) -> dict:
             for mode in [m for m in others if n in v.ran(m)]:
                 t = rank_test(v.seconds(STRONG, n, clock), v.seconds(mode, n, clock))
                 tests.append(t)
-                parts.append(f"N = {n} vs {mode}: ratio {_ratio(t['ratio'])}, P(strong shorter) "
+                parts.append(f"N = {n} vs {mode}: ratio {ratio_text(t['ratio'])}, P(strong shorter) "
                              f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}")
         verdict = holm_verdict(tests)
         if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
@@ -282,30 +170,7 @@ def strong_fastest(v: Evidence) -> dict:
     return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
                   "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
                   "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
-                  evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), _more_for_ranks(pairs), by_clock, flips)
-
-
-def seeds_to_reject(a: list, b: list, alpha: float, limit: int = 50) -> Optional[int]:
-    """The fewest further seeds a side, strong's all shorter and the other's all missing (the most
-    favourable case), after which the one-sided test of a shorter than b rejects at `alpha`."""
-    for k in range(0, limit + 1):
-        if stats.mann_whitney_less(list(a) + [0.0] * k, list(b) + [math.inf] * k)["p"] < alpha:
-            return k
-    return None
-
-
-def _more_for_ranks(pairs: dict) -> str:
-    """For each comparison that does not yet reject at Holm's strictest level (ALPHA / m), the
-    fewest further seeds a side that could make it; '-' when every one already does."""
-    m = len(pairs)
-    parts = []
-    for (n, mode), (a, b) in pairs.items():
-        k = seeds_to_reject(a, b, ALPHA / m) if m else None
-        if k:
-            parts.append(f"N = {n} vs {mode}: {k} more a side")
-        elif k is None:
-            parts.append(f"N = {n} vs {mode}: not within 50 more a side")
-    return ("yes, in the most favourable case: " + "; ".join(parts)) if parts else "-"
+                  evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), more_for_ranks(pairs), by_clock, flips)
 
 
 def weak_efficiency(v: Evidence) -> dict:
@@ -327,7 +192,7 @@ def weak_efficiency(v: Evidence) -> dict:
         both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
         return _complete(v, {WEAK: [lo, hi]}, both, f"{ours}; N x time to target, N = {lo} against N = {hi}: "
-                                                       f"ratio {_ratio(t['ratio'])}, p = {t['p_shorter']:.2g}")
+                                                       f"ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}")
 
     by_clock, flips, evidence = _time_claim(v, judge)
     return _claim("Weak scaling converges everywhere but its efficiency falls",
@@ -362,88 +227,6 @@ def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
     if seq_2eta:
         claims.append(double_eta_diverges(v, seq_2eta))
     return claims
-
-
-def peak_lr_over_eta(mode: str, n: int) -> float:
-    return policies.plan(mode, n, base_lr=1.0).peak_lr
-
-
-def global_batch_over_base(mode: str, n: int) -> float:
-    return policies.plan(mode, n, base_batch=32).global_batch / 32
-
-
-def _pooled(v: Evidence, mode: str, ns) -> tuple:
-    cells = [c for c in v.cells if c.mode == mode and c.n in ns]
-    return sum(v.missed(c) for c in cells), len(cells)
-
-
-def _fisher_row(v: Evidence, a: str, b: str) -> list:
-    ma, ra = _pooled(v, a, v.ran(a, 2))
-    mb, rb = _pooled(v, b, v.ran(b, 2))
-    if not (ra and rb):
-        return [f"{a} against {b}, N > 1 pooled", "not run", "-", "-"]
-    f = stats.fisher_greater(ma, ra, mb, rb)
-    return [f"{a} misses more often than {b}, N > 1 pooled (Fisher, one-sided)", f"{ma}/{ra} against {mb}/{rb}",
-            f"odds ratio {_ratio(f['odds_ratio'])}", f"{f['p']:.2g}"]
-
-
-def _trend_row(what: str, groups: dict) -> list:
-    """Cochran-Armitage over {score: (missed, runs)}, scores log2 of the factor."""
-    scores = sorted(groups)
-    if len(scores) < 2:
-        return [what, "fewer than two levels run", "-", "-"]
-    t = stats.cochran_armitage([groups[s][0] for s in scores], [groups[s][1] for s in scores],
-                               [math.log2(s) for s in scores])
-    counts = ", ".join(f"{s:g}: {groups[s][0]}/{groups[s][1]}" for s in scores)
-    estimate = "no run missed, or every run did" if t["degenerate"] else \
-        f"{t['slope'] * 100:+.1f} points a doubling, z = {t['z']:.2f}"
-    return [what, counts, estimate, "-" if t["degenerate"] else f"{t['p_increasing']:.2g}"]
-
-
-def _by_factor(v: Evidence, factor, modes) -> dict:
-    """{factor level: (missed, runs)}, each run once: the sequential runs as strong N = 1 (strong
-    at N > 1 and every mode's N = 1 are read off those same runs)."""
-    groups = {}
-    for c in v.cells:
-        once = c.n == 1 if policies.get(c.mode).follows_sequential_path else c.n > 1
-        if c.mode in modes and once:
-            level = factor(c.mode, c.n)
-            m, r = groups.get(level, (0, 0))
-            groups[level] = (m + v.missed(c), r + 1)
-    return groups
-
-
-def contrasts(v: Evidence) -> list:
-    """[[what, counts, estimate, one-sided p]]: the pooled contrasts the data can speak to,
-    beside the paper's claims (docs/decision-rules.md)."""
-    rows = [_fisher_row(v, LINEAR, WEAK), _fisher_row(v, LINEAR, WARMUP), _fisher_row(v, WARMUP, WEAK)]
-    # (warmup N >= 8 against N = 2, 4 is in the warmup claim's row)
-    for mode in (LINEAR, WARMUP, WEAK):
-        if v.ran(mode):
-            rows.append(_trend_row(f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",
-                                   {n: _pooled(v, mode, [n]) for n in v.ran(mode)}))
-    modes = [m for m in policies.paper() if v.ran(m)]
-    rows.append(_trend_row("every mode: missed rate rises with log2 of the peak lr over eta (Cochran-Armitage)",
-                           _by_factor(v, peak_lr_over_eta, modes)))
-    rows.append(_trend_row("weak only (lr eta at every batch): missed rate rises with log2 of the global batch "
-                           "over 32 (Cochran-Armitage)", _by_factor(v, global_batch_over_base, [STRONG, WEAK])))
-    return rows
-
-
-def warmup_holds_to(v: Evidence) -> str:
-    """The reformulation the data support: the largest N up to which every warmup cell converges,
-    and the smallest N whose cell fails."""
-    ns = v.ran(WARMUP)
-    calls = {n: "below the design's seeds" if v.short(WARMUP, [n]) else v.rate(WARMUP, [n]).call for n in ns}
-    holds = 0
-    for n in ns:
-        if calls[n] != Call.CONVERGES:
-            break
-        holds = n
-    fails = next((n for n in ns if calls[n] == Call.FAILS), None)
-    held = f"every warmup cell converges up to N = {holds}" if holds else "no warmup cell converges"
-    failed = f"the first that fails is N = {fails}" if fails else "none fails"
-    return f"{held}; {failed} ({', '.join(f'N = {n}: {c}' for n, c in calls.items())})"
 
 
 RULES = [

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from deepdensity.study.curves import sample_epoch_losses
 from deepdensity.scaling import policies
-from deepdensity.study import claims as claim_rules
+from deepdensity.study import evidence
 from deepdensity.study.render import cells_at
 from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
-# How an axis names a clock of clocks.py (the verdicts' is the paper's: report.py, clock_set).
+# How an axis names a clock of clocks.py (the verdicts' is the paper's: judging.py, clock_set).
 CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
@@ -29,7 +29,7 @@ def _save(fig, path: Path, plt) -> None:
 
 def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
     """The clock the times are on, as an axis label says it: `clock`'s when given, else the
-    cells' own (report.cells_of: this host's seconds per pass, or a real run's own clock); with
+    cells' own (judging.cells_of: this host's seconds per pass, or a real run's own clock); with
     how a time is made of it, per `unit` ("pass" or "epoch")."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"
@@ -98,11 +98,11 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=No
     (jittered) so that equal times stay visible; the median over the seeds a bar across them and a
     line from N to N, where every seed reached the target; above, in a panel of its own, a cross
     for every seed that missed it (a row per mode), so that no miss is drawn at a time.
-    Times are the cells' (passes x this host's s/pass, report.cells_of) unless `clock` and
-    `base` (clocks.Clock, tables.TimeBase) are given: then claims.seconds under that clock, the
+    Times are the cells' (passes x this host's s/pass, judging.cells_of) unless `clock` and
+    `base` (clocks.Clock, tables.TimeBase) are given: then evidence.seconds under that clock, the
     one function the verdicts use. The axis names whichever it is."""
     if clock is not None:
-        cells = [dataclasses.replace(c, time_to_target_s=_finite(claim_rules.seconds(c, clock, base)))
+        cells = [dataclasses.replace(c, time_to_target_s=_finite(evidence.seconds(c, clock, base)))
                  for c in cells]
     fig, (top, ax) = plt.subplots(2, 1, figsize=(7.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1.3, 4]})
     any_missed = False
@@ -167,7 +167,7 @@ def _missed_panel(top, modes, any_missed: bool) -> None:
 
 
 def _finite(t: float):
-    """A time, or None where it is inf (claims.seconds of a run that missed the target)."""
+    """A time, or None where it is inf (evidence.seconds of a run that missed the target)."""
     return t if math.isfinite(t) else None
 
 

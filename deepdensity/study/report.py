@@ -3,59 +3,30 @@ I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to
 `render_reports(out, record)` is all `make repro` and `deepdensity report --from` call."""
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import json
-import math
 import statistics
-import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study import clocks, ledger, rates
+from deepdensity.study import clocks
+from deepdensity.study.contrasts import contrasts, warmup_holds_to
+from deepdensity.study.evidence import MISSED
 from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                        sweep_figure, time_to_target_figure, warmup_figure)
-from deepdensity.study.preset import Study, StudyError
-from deepdensity.study.record import FORMAT, config_of, study_of
+from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
+from deepdensity.study.preset import Study
+from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (cells_at, epochs_listing, passes_listing, fill, fmt, md_table, pyplot, target_source, time_range,
                                       write_csv)
-from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, SEQUENTIAL_PROOF, Cell, TimeBase, efficiency_table,
-                                      real_strong_summary,
-                                      failure_groups, failure_margins, failures, protocol_rows)
-from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
-from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command
-from deepdensity.utils.files import check_own_folder
+from deepdensity.study.report_checks import isa_stability, real_strong, rules_when, stall_check, where_runs_ran
+from deepdensity.study.report_clock import clock_fields, host_latency
+from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, TimeBase, efficiency_table, failure_groups,
+                                      failure_margins, failures, protocol_rows)
 
-# The files render_reports writes; `deepdensity report` compares exactly these.
+# The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")
-
-
-def cells_of(record: dict) -> list:
-    """The record's cells, each timed by passes: its time to target is passes to target x this
-    host's seconds per pass (claims.seconds, the one function the claims use too), its epoch the
-    same clock's; a real run's own clock where the study measured it."""
-    cells = [Cell(**c) for c in record["cells"]]
-    if record_runner(cells) or "timing" not in record:
-        return cells
-    host, cfg = clock_set(record)["host"], config_of(record)
-    base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
-
-    def timed(c: Cell) -> Cell:
-        t = claim_rules.seconds(c, host, base)
-        epoch = host.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition)
-        return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None, epoch_seconds=epoch)
-    return [timed(c) for c in cells]
-
-
-def clock_set(record: dict) -> dict:
-    """The clocks time claims are judged under (clocks.py): this host's model, the paper's
-    cluster fitted to Table I, and one device per worker with free communication."""
-    host = clocks.host_clock(record["timing"], config_of(record).batch_size)
-    return {"paper": clocks.paper_clock(host, PAPER_TABLE1), "host": host, "device": clocks.device_clock(host)}
 
 
 def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> list:
@@ -63,15 +34,15 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     run came from); returns the claims."""
     out.mkdir(parents=True, exist_ok=True)
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
-    claims = _claims(record, cells, record["seq_2eta"])
+    claims = claims_of(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
     _figures(out, record, study, cells)
     fields = _report_fields(record, study, cfg, cells, claims, tables)
-    fields["rules_when"] = _rules_when(record, cells, entries or [])
-    evidence = _evidence(record, cells, claim_rules.MISSED)
-    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], claim_rules.contrasts(evidence))
-    fields["warmup_line"] = ("Warmup, as our runs have it: " + claim_rules.warmup_holds_to(evidence) + ".\n\n"
-                             + _stall_check(record) + "\n\n" + _where_runs_ran(record, cells, entries or []))
+    fields["rules_when"] = rules_when(record, cells, entries or [])
+    evidence = evidence_of(record, cells, MISSED)
+    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
+    fields["warmup_line"] = ("Warmup, as our runs have it: " + warmup_holds_to(evidence) + ".\n\n"
+                             + stall_check(record) + "\n\n" + where_runs_ran(record, cells, entries or []))
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
@@ -103,11 +74,6 @@ def _tables(out: Path, study: Study, cells: list) -> tuple:
                                    "T1 / (N TN) on time to target; NaN where a seed missed the target. "
                                    + _times_are(clock) + "\n\n" + table2)
     return table1, table2
-
-
-def record_runner(cells: list) -> bool:
-    """Were the cells' times measured (real runs with a launcher) rather than modelled?"""
-    return any(c.time_source == "measured" for c in cells)
 
 
 def _times_are(clock: str) -> str:
@@ -144,7 +110,7 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
     """The $fields of templates/report.md; `tables` are Tables I and II in markdown."""
     return {**_header_fields(record, claims), **_rules_fields(record, study),
-            **_settings_fields(record, study, cfg), **_clock_fields(record, cfg),
+            **_settings_fields(record, study, cfg), **clock_fields(record, cfg),
             **_result_fields(record, study, cells, tables)}
 
 
@@ -168,118 +134,12 @@ def _header_fields(record: dict, claims: list) -> dict:
                              "listed with their cost in the Decision rules' 'Sequential design' line.\n\n"
                              if _interim(p) else "") + claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
-            "isa_stability": _isa_stability(record, claims)}
-
-
-def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
-    """{run name: the ledger entry of that run}: the entries of this study's eta that were finished
-    by the time the record was made, of those with the cell's outcome the last (the record's own
-    run where an earlier study had trained the same one)."""
-    mine = [e for e in entries if e["config"].get("base_lr") in (record["eta"], 2 * record["eta"])
-            and e["finished"] <= record["provenance"]["generated"]]
-    found = {}
-    for c in cells:
-        named = [e for e in mine if e["run"] == c.run and e["seed"] == c.seed]
-        same = [e for e in named if (e["result"]["status"], e["result"]["epochs"]) == (c.status, c.epochs)]
-        if same or named:
-            found[c.run] = max(same or named, key=lambda e: e["finished"])
-    return found
+            "isa_stability": isa_stability(record, claims)}
 
 
 def _interim(provenance: dict) -> bool:
     """Was the record rendered from the ledger alone (repro --no-train), a study in progress?"""
     return str(provenance.get("more_seeds_stopped_at", "")).startswith("--no-train")
-
-
-def _rules_when(record: dict, cells: list, entries: list) -> str:
-    """When the rules were fixed against when this report's runs were trained (the ledger's
-    entries of its cells); without a ledger, against when the record was made."""
-    fixed, made = claim_rules.RULES_FIXED_UTC, record["provenance"]["generated"]
-    found = _entries_of_cells(record, cells, entries)
-    if not found:
-        when = "after this record was made" if made < fixed else "before this record was made"
-        return (f"which were fixed on {fixed} (docs/decision-rules.md), {when} ({made}; no ledger beside it tells "
-                f"when each run was trained)")
-    before = sum(e["finished"] < fixed for e in found.values())
-    unknown = len({c.run for c in cells}) - len(found)
-    return (f"which were fixed on {fixed} (docs/decision-rules.md): of the {len(found) + unknown} runs behind these "
-            f"cells, {len(found) - before} were trained after that and {before} before it (runs of earlier studies "
-            f"reused from the ledger, which the rules' authors had seen)"
-            + (f"; {unknown} are not in the ledger beside this record" if unknown else ""))
-
-
-def _stall_check(record: dict) -> str:
-    """What the runs the stall rule stopped did when trained again to the cap with the rule off."""
-    rows = record.get("stall_check")
-    if rows is None:
-        return "The stall rule was not checked with runs in this record (docs/decision-rules.md asks for it)."
-    if not rows:
-        return ("The stall rule, checked: it stopped no run that is trained on its own (strong scaling, read off "
-                "the sequential runs, is not continued).")
-    reached = [r for r in rows if r["status"] == "reached_target"]
-    listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
-                        f"to the cap {r['status']} after {r['epochs']}" for r in rows)
-    verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
-               "rule is wrong for this study" if reached else
-               "so none of the runs checked would have reached the target")
-    return (f"The stall rule, checked: of {len(rows)} run(s) it stopped, trained again to the cap with the rule off, "
-            f"{len(reached)} reached the target, {verdict} ({listing}).")
-
-
-def _where_runs_ran(record: dict, cells: list, entries: list) -> str:
-    """Which machines, instruction sets and revisions trained the runs behind the cells (the ledger)."""
-    found = _entries_of_cells(record, cells, entries)
-    if not found:
-        return "Where each run was trained: no ledger beside this record names it."
-    counts = {}
-    for e in found.values():
-        key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
-        counts[key] = counts.get(key, 0) + 1
-    rows = [[cpu, isa, rev, source, n] for (cpu, isa, rev, source), n in sorted(counts.items())]
-    missing = len({c.run for c in cells}) - len(found)
-    return "Where the runs behind these cells were trained (the ledger beside this report):\n\n" + \
-        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows) + \
-        (f"\n{missing} run(s) are not in the ledger beside this record.\n" if missing else "")
-
-
-def _isa_stability(record: dict, claims: list) -> str:
-    """Whether each verdict holds under another instruction set (the preset's isa_check), or a
-    plain statement that it was not checked."""
-    env, check = record["environment"], record.get("isa_check")
-    if not check:
-        return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
-                f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
-                f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
-                f"(docs/protocol.md, 'Determinism'), so a verdict resting on a run near the target or near a decision "
-                f"boundary may change on another CPU.")
-    isa, seed = check["isa"], check["seed"]
-    again = _claims(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
-    rows = [[c["claim"], c["verdict"], a["verdict"], c["verdict_host"], a["verdict_host"],
-             "the same" if (c["verdict"], c["verdict_host"]) == (a["verdict"], a["verdict_host"]) else "**changed**"]
-            for c, a in zip(claims, again)]
-    table = md_table(["claim", "verdict (paper's clock)", f"with seed {seed} under {isa}", "this host's clock",
-                      f"with seed {seed} under {isa}", "verdicts"], rows)
-    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
-            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
-            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
-            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n{table}")
-
-
-def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:
-    """How the re-run cells compare with the originals: outcomes and passes to target."""
-    def rerun(c: dict) -> bool:       # the seed the check re-ran in this cell
-        sequential = c["n"] == 1 or c["mode"] not in policies.names() or policies.get(c["mode"]).follows_sequential_path
-        return c["seed"] == (check.get("sequential_seed", check["seed"]) if sequential else check["seed"])
-
-    before = {(c["mode"], c["n"]): c for c in cells if rerun(c)}
-    pairs = [(before[(c["mode"], c["n"])], c) for c in check["cells"] if rerun(c) and (c["mode"], c["n"]) in before]
-    outcome = lambda c: rates.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
-    same = sum(outcome(a) == outcome(b) for a, b in pairs)
-    moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
-             if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]
-    return (f"{same} of {len(pairs)} cells had the same outcome (reached, slow or failed)"
-            + (f"; passes to target moved by {max(moved):.3g} at the most (median {statistics.median(moved):.3g})"
-               if moved else "") + ".")
 
 
 def _protocol(record: dict) -> list:
@@ -348,7 +208,7 @@ def _rules_fields(record: dict, study: Study) -> dict:
     clock = clock_set(record)
     clocks_line = (f"clocks: every time claim is judged under the paper's clock (its cluster fitted to Table I: "
                    f"serial share s = {clocks.fit_table1(PAPER_TABLE1)[0]:.3g}, communication rho = "
-                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}{_host_latency(clock['host'])}) "
+                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}{host_latency(clock['host'])}) "
                    f"and one device per "
                    f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
                    f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
@@ -358,62 +218,6 @@ def _rules_fields(record: dict, study: Study) -> dict:
             "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
             "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study, by_unit),
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
-
-
-def _margin(record: dict, seed: int, real: float, sequential: float) -> str:
-    """How near the target the sequential run was where the two part (its per-pass losses are
-    the record's curve of seq-sSEED); '' where the record does not have them."""
-    losses = (record.get("curves") or {}).get(f"seq-s{seed}", {}).get("val_loss") or []
-    at = int(min(real, sequential))
-    if real != int(real) or sequential != int(sequential) or not 0 < at <= len(losses) or losses[at - 1] is None:
-        return ""
-    gap = losses[at - 1] / record["target"] - 1
-    return (f"; at pass {at} the sequential run was {gap:+.2%} from the target" if real < sequential else
-            f"; the sequential run crossed it at pass {at} by {-gap:.2%}")
-
-
-def _claims(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
-    """The claims judged on `cells` and `seq_2eta` by the rules of docs/decision-rules.md
-    (claims.py), each with its verdict again under the sensitivity definition of failure."""
-    primary, sensitivity = (claim_rules.evaluate(_evidence(record, cells, definition), seq_2eta or None)
-                            for definition in (claim_rules.MISSED, claim_rules.FAILED))
-    for c, s in zip(primary, sensitivity):
-        c["verdict_sensitivity"] = s["verdict"]
-        c["ours"] += _real_strong_note(record) if c["claim"] == "Strong scaling always converges" else ""
-    return primary
-
-
-def _evidence(record: dict, cells: list, definition: str) -> claim_rules.Evidence:
-    study, cfg = study_of(record), config_of(record)
-    return claim_rules.Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
-                                TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition), len(study.seeds))
-
-
-def _real_strong_note(record: dict) -> str:
-    return "; " + SEQUENTIAL_PROOF + "; " + real_strong_summary(record.get("real_strong"))
-
-
-def _real_strong(record: dict) -> str:
-    """The section on strong scaling run for real beside its derivation."""
-    rows = record.get("real_strong") or []
-    if not rows:
-        return f"Not run: the preset lists no `real_strong` N. {SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}."
-
-    def same(r) -> str:
-        a, b = r["passes_to_target"], r["sequential_passes"]
-        if a is None or b is None:
-            return "-"
-        return "the same" if a == b else (f"{a - b:+g} passes: the workers' part gradients are summed in another "
-                                          f"order (allreduce), rounding the training amplifies"
-                                          + _margin(record, r["seed"], a, b))
-    table = md_table(["N", "status", "epochs", "passes to target", "the sequential run's", "difference",
-                      "time to target (s, its own clock)"],
-                     [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
-                       fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-")]
-                      for r in rows])
-    return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
-            f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "
-            f"after the others:\n\n{table}")
 
 
 def _unit_label(unit: str) -> str:
@@ -433,7 +237,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
         else "the workers share one pass per epoch",
         "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
-        "real_strong": _real_strong(record),
+        "real_strong": real_strong(record),
         "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
         "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
                        f"epochs in a row stops as `collapsed`" if cfg.collapse_patience else "")
@@ -451,100 +255,6 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
                        f"{env['numpy']}; {env['cpu']}, {env['cores']} cores, oneDNN ISA {env['onednn_isa']}, "
                        f"{env['gpus'] or 0} GPU(s); {env['platform']}.",
     }
-
-
-def _clock_fields(record: dict, cfg) -> dict:
-    t, n_train, n_val = record["timing"], record["n_train"], record["n_val"]
-    emulated = ("one process following N workers (`train.py --emulate-workers N`: same global batch, lr "
-                "schedule and data order as N Horovod workers; checked against real `horovodrun -np 2` by the "
-                "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
-                "`horovodrun -np 2` follows")
-    k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
-    latency = ("" if "allreduce_latency_s" not in t else
-               ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
-               "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
-    model = (f"every cell is epochs to target x seconds per epoch of one model, the paper's T_S + T_P / n + "
-             f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
-             f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
-             + (f"an allreduce of {describe_allreduce(t)}" if latency else
-                f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
-             f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
-             + " T(1) and T(N) come from the same model. Each worker is taken to be "
-             f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
-             f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
-             f"first, median)" + _shared_model(t) + "." + _rounds(t))
-    rows = ""
-    for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
-        n = int(n)
-        shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
-        device = model_epoch(t, policies.STRONG, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
-        rows += f"| {n} | {real:.2f} | {shared:.2f} | {shared / real - 1:+.1%} | {device:.2f} |\n"
-    return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
-            "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
-            "n_weights": f"{t['n_weights']:,}",
-            "allreduce_times": _allreduce_times(t)}
-
-
-def _scaled(t: dict, k: float) -> str:
-    """How the model's compute parts were scaled to the real one-process epoch: the whole epoch
-    (clock version 3 and before), or its steps, with the rest of it a per-epoch cost (4 on)."""
-    if not scales_steps_only(t):
-        return (f". The compute parts are the probe's times x {k:.3f}, so that the model's one-process epoch is "
-                f"the real one measured in the same invocation:")
-    return (f"; and {t['epoch_overhead_s']:.3f} s an epoch of the callbacks' epoch-end work (a checkpoint, the "
-            f"logs), at every N. The compute parts are the probe's times x {k:.3f}, so that the model's steps of "
-            f"a one-process epoch take the real one's steps' time (measured in the same invocation), and the "
-            f"per-epoch work is the rest of that real epoch less its evaluation:")
-
-
-def _rounds(t: dict) -> str:
-    """How the clock's figures were taken in rounds, and how far the real epochs moved between
-    them (clock version 4 on; '' before)."""
-    rounds = t.get("rounds")
-    if not rounds:
-        return ""
-    spread = ", ".join(f"N={n}: {min(r['real'][n] for r in rounds):.2f}-{max(r['real'][n] for r in rounds):.2f}"
-                       for n in sorted(rounds[0]["real"], key=int))
-    steps = t.get("real_steps_seconds")
-    outside = "" if not steps else (
-        " Of each real epoch (median), its steps took (s): " + ", ".join(
-            f"N={n}: {steps[n]:.2f} of {t['real_epoch_seconds'][n]:.2f}" for n in sorted(steps, key=int))
-        + "; the rest is its validation and the callbacks' epoch-end work.")
-    return (f" The probes and the real epochs were taken in turn, {len(rounds)} rounds, and every figure is the "
-            f"median over the rounds; the real epochs over the rounds (s): {spread}." + outside)
-
-
-def _host_latency(host: clocks.Clock) -> str:
-    """', plus a latency of L ms an allreduce' for a host clock that has one (version 4 on)."""
-    return f", plus a latency of {host.allreduce_latency_s * 1e3:.2f} ms an allreduce" if host.allreduce_latency_s else ""
-
-
-def _allreduce_times(t: dict) -> str:
-    """The allreduce parts of the clock: as a step pays it and Gloo's alone (a study timed
-    before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
-    times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
-    if "gloo_seconds" not in t:
-        return f"Gloo's allreduce alone: {times(t['allreduce_seconds'])}"
-    return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together; the clock's {'a + c log2 n' if 'allreduce_latency_s' in t else 'c'}): "
-            f"{times(t['allreduce_seconds'])}; Gloo's allreduce alone: "
-            f"{times(t['gloo_seconds'])}")
-
-
-def _shared_model(t: dict) -> str:
-    """How the clock's model for N workers sharing this host was built (timing.shared_host_epoch)."""
-    if "shared_step_seconds" not in t:
-        return ("; for workers sharing this host the model adds up the N workers' compute, measured in the "
-                "probe's own process, as if the host's throughput were simply shared")
-    steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
-                                                                key=lambda kv: int(kv[0])))
-    unscaled = ("" if not scales_steps_only(t) else
-                ", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
-                "into the ranks' configuration),")
-    return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "
-            "for workers sharing this host a step is a rank's step measured while all N ranks step at once on "
-            f"their share of the cores (ms, at strong scaling's per-worker batch: {steps}){unscaled} plus the "
-            "allreduce")
 
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:
@@ -581,74 +291,3 @@ def _lr_edge(sweep) -> str:
     return (f"eta is the edge of stability on this data: the largest lr on the grid {sweep['grid_base_lr']:g} x "
             f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs for every seed{collapse} "
             f"(tried: {tried}; Fig. 6).")
-
-
-
-def rerender(folder: Path, out: Path) -> list:
-    """Render the reports of `folder`/study.json into `out`; returns the claims."""
-    record_path = folder / "study.json"
-    if not record_path.is_file():
-        raise StudyError(f"{record_path} does not exist: --from takes a reports folder written by `make repro`")
-    redo = "restore it from git or a copy, or run the study again with `make repro`"
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise StudyError(f"{record_path} is damaged (not UTF-8 text: {e.reason} at byte {e.start}); {redo}") from None
-    except ValueError as e:         # json.JSONDecodeError: cut short, or not JSON at all
-        raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
-    if not isinstance(record, dict):
-        raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
-    if record.get("format") != FORMAT:
-        raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
-                         f"run the study again with `make repro`")
-    if record.get("kind") == "beyond":
-        from deepdensity.study.report_beyond import write_beyond_reports
-        write_beyond_reports(out, record)
-        return []
-    return render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
-
-
-def text_outputs(folder: Path) -> tuple:
-    """The text reports a folder's record renders (the default study's, or the beyond study's)."""
-    record = json.loads((folder / "study.json").read_text())
-    if record.get("kind") == "beyond":
-        from deepdensity.study.report_beyond import TEXT_OUTPUTS as BEYOND
-        return BEYOND
-    return TEXT_OUTPUTS
-
-
-def differences(committed: Path, rendered: Path) -> list:
-    """Unified diffs of the text reports that differ between two folders."""
-    out = []
-    for name in text_outputs(committed):
-        a, b = committed / name, rendered / name
-        old = a.read_text().splitlines(keepends=True) if a.exists() else []
-        new = b.read_text().splitlines(keepends=True) if b.exists() else []
-        if old != new:
-            out.append("".join(difflib.unified_diff(old, new, f"{a} (committed)", f"{b} (rendered now)")))
-    return out
-
-
-@command(os_hint="pass another --out folder")
-def main(argv=None) -> int:
-    ap = parser("Render a study's reports again from its record (study.json), without training.",
-                "python -m deepdensity report")
-    ap.add_argument("--from", dest="folder", required=True, help="a reports folder holding study.json, e.g. reports/")
-    ap.add_argument("--out", help="where to write (default: the --from folder itself)")
-    ap.add_argument("--check", action="store_true",
-                    help="render into a temporary folder and compare with --from's reports; exit 1 if they differ")
-    args = ap.parse_args(argv)
-    folder = Path(args.folder)
-    if args.check:
-        with tempfile.TemporaryDirectory() as tmp:
-            rerender(folder, Path(tmp) / folder.name)
-            diffs = differences(folder, Path(tmp) / folder.name)
-        for d in diffs:
-            sys.stdout.write(d)
-        print(f"{len(diffs)} report(s) differ from what the code renders" if diffs else
-              f"the reports in {folder} are what the code renders from its study.json")
-        return 1 if diffs else 0
-    out = check_own_folder(args.out, "--out", ("REPORT.md", "study.json")) if args.out else folder
-    rerender(folder, out)
-    print(f"reports rendered from {folder / 'study.json'} into {out}")
-    return 0

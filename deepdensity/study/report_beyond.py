@@ -99,7 +99,7 @@ def _finite(x):
 
 
 def timed(cells: list, clock, base) -> list:
-    """The cells with their time to target under `clock` (claims.seconds; None where missed)."""
+    """The cells with their time to target under `clock` (evidence.seconds; None where missed)."""
     return [dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None)
             for c, t in zip(sorted(cells, key=lambda c: c.seed), bv.values(cells, clock, base))]
 

@@ -227,15 +227,15 @@ def test_the_filter_and_the_sweep_are_the_rules_recomputed(rendered):
 
 
 def test_a_hand_edited_verdict_fails_the_check(tmp_path):
-    from deepdensity.study import report
+    from deepdensity.study import rerender
     load()
     copy = tmp_path / "beyond"
     shutil.copytree(BEYOND, copy)
     text = (copy / "REPORT.md").read_text()
-    assert report.main(["--from", str(copy), "--check"]) == 0
+    assert rerender.main(["--from", str(copy), "--check"]) == 0
     (copy / "REPORT.md").write_text(text.replace("| local vs strong, N = 8 | 3 / 3 | too few seeds",
                                                  "| local vs strong, N = 8 | 3 / 3 | shorter", 1))
-    assert report.main(["--from", str(copy), "--check"]) == 1
+    assert rerender.main(["--from", str(copy), "--check"]) == 1
 
 
 # ------------------------------------------------------------------------------------

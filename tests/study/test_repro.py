@@ -100,7 +100,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     import json
     import sys
 
-    from deepdensity.study import report
+    from deepdensity.study import rerender
     from tests.support import run
     preset = tmp_path / "tiny.yaml"
     preset.write_text("data: {n: 96, val: 32, seed: 0}\n"
@@ -151,7 +151,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert "median of what the sequential runs of calibration seeds 7" in text
     table1 = (reports / "table1.csv").read_text().splitlines()
     assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
-    assert report.main(["--from", str(reports), "--check"]) == 0
+    assert rerender.main(["--from", str(reports), "--check"]) == 0
     second = run(args)
     assert "[run " not in second.stdout, "every run finished earlier is reused"
     assert "trained 0 run(s)" in (reports / "REPORT.md").read_text()
@@ -193,7 +193,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     assert b_record["kind"] == "beyond" and b_record["target"] == pytest.approx(
         json.loads((reports / "study.json").read_text())["target"], rel=1e-9), "the same calibrated target"
     assert set(b_record["run_rows"]) == {c["run"] for c in b_cells if c["n"] > 1 and c["mode"] != "strong"}
-    assert report.main(["--from", str(out), "--check"]) == 0, "the beyond reports render from their record alone"
+    assert rerender.main(["--from", str(out), "--check"]) == 0, "the beyond reports render from their record alone"
 
 
 def test_failure_groups_by_global_batch_and_lr():

@@ -163,9 +163,9 @@ def test_a_study_writes_only_into_its_own_or_an_empty_folder(tiny, tmp_path, cap
 
 
 def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, capsys):
-    from deepdensity.study import report
+    from deepdensity.study import rerender
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "notes.txt").write_text("mine")
-    assert report.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(theirs)]) == 2
+    assert rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(theirs)]) == 2
     assert "error: --out" in capsys.readouterr().err and sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]

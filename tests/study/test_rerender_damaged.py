@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study import report
+from deepdensity.study import rerender
 
 FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 
@@ -27,7 +27,7 @@ def damaged(tmp_path, content: bytes) -> Path:
 def test_a_damaged_record_is_one_line_naming_the_file_and_exit_2(tmp_path, capsys, name, cut, what):
     folder = damaged(tmp_path, cut((FIXTURE / "study.json").read_bytes()))
     out = tmp_path / "rendered"
-    assert report.main(["--from", str(folder), "--out", str(out)]) == 2
+    assert rerender.main(["--from", str(folder), "--out", str(out)]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {folder / 'study.json'} {what}"), lines
     assert not out.exists() or not any(out.iterdir()), "nothing rendered"
@@ -36,4 +36,4 @@ def test_a_damaged_record_is_one_line_naming_the_file_and_exit_2(tmp_path, capsy
 def test_the_undamaged_record_still_renders(tmp_path):
     copy = tmp_path / "reports"
     shutil.copytree(FIXTURE, copy)
-    assert report.main(["--from", str(copy), "--check"]) == 0
+    assert rerender.main(["--from", str(copy), "--check"]) == 0

@@ -1,0 +1,65 @@
+"""The default study's record judged, as its reports read it: the cells timed by passes on this
+host's clock (`cells_of`), the three clocks time claims are judged under (`clock_set`), the
+rules' evidence of the record (`evidence_of`), and the paper's claims by the rules of claims.py
+under both definitions of failure (`claims_of`)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from deepdensity.study import claims as claim_rules
+from deepdensity.study import clocks
+from deepdensity.study.evidence import FAILED, MISSED, Evidence, seconds
+from deepdensity.study.record import config_of, study_of
+from deepdensity.study.tables import PAPER_TABLE1, SEQUENTIAL_PROOF, Cell, TimeBase, real_strong_summary
+
+
+def cells_of(record: dict) -> list:
+    """The record's cells, each timed by passes: its time to target is passes to target x this
+    host's seconds per pass (evidence.seconds, the one function the claims use too), its epoch the
+    same clock's; a real run's own clock where the study measured it."""
+    cells = [Cell(**c) for c in record["cells"]]
+    if record_runner(cells) or "timing" not in record:
+        return cells
+    host, cfg = clock_set(record)["host"], config_of(record)
+    base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
+
+    def timed(c: Cell) -> Cell:
+        t = seconds(c, host, base)
+        epoch = host.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition)
+        return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None, epoch_seconds=epoch)
+    return [timed(c) for c in cells]
+
+
+def clock_set(record: dict) -> dict:
+    """The clocks time claims are judged under (clocks.py): this host's model, the paper's
+    cluster fitted to Table I, and one device per worker with free communication."""
+    host = clocks.host_clock(record["timing"], config_of(record).batch_size)
+    return {"paper": clocks.paper_clock(host, PAPER_TABLE1), "host": host, "device": clocks.device_clock(host)}
+
+
+def record_runner(cells: list) -> bool:
+    """Were the cells' times measured (real runs with a launcher) rather than modelled?"""
+    return any(c.time_source == "measured" for c in cells)
+
+
+def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
+    """The claims judged on `cells` and `seq_2eta` by the rules of docs/decision-rules.md
+    (claims.py), each with its verdict again under the sensitivity definition of failure."""
+    primary, sensitivity = (claim_rules.evaluate(evidence_of(record, cells, definition), seq_2eta or None)
+                            for definition in (MISSED, FAILED))
+    for c, s in zip(primary, sensitivity):
+        c["verdict_sensitivity"] = s["verdict"]
+        c["ours"] += _real_strong_note(record) if c["claim"] == "Strong scaling always converges" else ""
+    return primary
+
+
+def evidence_of(record: dict, cells: list, definition: str) -> Evidence:
+    study, cfg = study_of(record), config_of(record)
+    return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
+                    TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition), len(study.seeds))
+
+
+def _real_strong_note(record: dict) -> str:
+    return "; " + SEQUENTIAL_PROOF + "; " + real_strong_summary(record.get("real_strong"))

@@ -1,0 +1,156 @@
+"""The checks REPORT.md states beside its claims: when the rules were fixed against when the runs
+were trained (`rules_when`), what the runs the stall rule stopped did when trained on to the cap
+(`stall_check`), where the runs were trained (`where_runs_ran`), whether the verdicts hold under
+another instruction set (`isa_stability`), and strong scaling run for real beside its derivation
+from the sequential run (`real_strong`); each from the record and the ledger's entries."""
+from __future__ import annotations
+
+import statistics
+
+from deepdensity.scaling import policies
+from deepdensity.study import claims as claim_rules
+from deepdensity.study import rates
+from deepdensity.study.judging import cells_of, claims_of
+from deepdensity.study.render import fmt, md_table
+from deepdensity.study.tables import SEQUENTIAL_PROOF
+
+
+def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
+    """{run name: the ledger entry of that run}: the entries of this study's eta that were finished
+    by the time the record was made, of those with the cell's outcome the last (the record's own
+    run where an earlier study had trained the same one)."""
+    mine = [e for e in entries if e["config"].get("base_lr") in (record["eta"], 2 * record["eta"])
+            and e["finished"] <= record["provenance"]["generated"]]
+    found = {}
+    for c in cells:
+        named = [e for e in mine if e["run"] == c.run and e["seed"] == c.seed]
+        same = [e for e in named if (e["result"]["status"], e["result"]["epochs"]) == (c.status, c.epochs)]
+        if same or named:
+            found[c.run] = max(same or named, key=lambda e: e["finished"])
+    return found
+
+
+def rules_when(record: dict, cells: list, entries: list) -> str:
+    """When the rules were fixed against when this report's runs were trained (the ledger's
+    entries of its cells); without a ledger, against when the record was made."""
+    fixed, made = claim_rules.RULES_FIXED_UTC, record["provenance"]["generated"]
+    found = _entries_of_cells(record, cells, entries)
+    if not found:
+        when = "after this record was made" if made < fixed else "before this record was made"
+        return (f"which were fixed on {fixed} (docs/decision-rules.md), {when} ({made}; no ledger beside it tells "
+                f"when each run was trained)")
+    before = sum(e["finished"] < fixed for e in found.values())
+    unknown = len({c.run for c in cells}) - len(found)
+    return (f"which were fixed on {fixed} (docs/decision-rules.md): of the {len(found) + unknown} runs behind these "
+            f"cells, {len(found) - before} were trained after that and {before} before it (runs of earlier studies "
+            f"reused from the ledger, which the rules' authors had seen)"
+            + (f"; {unknown} are not in the ledger beside this record" if unknown else ""))
+
+
+def stall_check(record: dict) -> str:
+    """What the runs the stall rule stopped did when trained again to the cap with the rule off."""
+    rows = record.get("stall_check")
+    if rows is None:
+        return "The stall rule was not checked with runs in this record (docs/decision-rules.md asks for it)."
+    if not rows:
+        return ("The stall rule, checked: it stopped no run that is trained on its own (strong scaling, read off "
+                "the sequential runs, is not continued).")
+    reached = [r for r in rows if r["status"] == "reached_target"]
+    listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
+                        f"to the cap {r['status']} after {r['epochs']}" for r in rows)
+    verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
+               "rule is wrong for this study" if reached else
+               "so none of the runs checked would have reached the target")
+    return (f"The stall rule, checked: of {len(rows)} run(s) it stopped, trained again to the cap with the rule off, "
+            f"{len(reached)} reached the target, {verdict} ({listing}).")
+
+
+def where_runs_ran(record: dict, cells: list, entries: list) -> str:
+    """Which machines, instruction sets and revisions trained the runs behind the cells (the ledger)."""
+    found = _entries_of_cells(record, cells, entries)
+    if not found:
+        return "Where each run was trained: no ledger beside this record names it."
+    counts = {}
+    for e in found.values():
+        key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
+        counts[key] = counts.get(key, 0) + 1
+    rows = [[cpu, isa, rev, source, n] for (cpu, isa, rev, source), n in sorted(counts.items())]
+    missing = len({c.run for c in cells}) - len(found)
+    return "Where the runs behind these cells were trained (the ledger beside this report):\n\n" + \
+        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows) + \
+        (f"\n{missing} run(s) are not in the ledger beside this record.\n" if missing else "")
+
+
+def isa_stability(record: dict, claims: list) -> str:
+    """Whether each verdict holds under another instruction set (the preset's isa_check), or a
+    plain statement that it was not checked."""
+    env, check = record["environment"], record.get("isa_check")
+    if not check:
+        return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
+                f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
+                f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
+                f"(docs/protocol.md, 'Determinism'), so a verdict resting on a run near the target or near a decision "
+                f"boundary may change on another CPU.")
+    isa, seed = check["isa"], check["seed"]
+    again = claims_of(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
+    rows = [[c["claim"], c["verdict"], a["verdict"], c["verdict_host"], a["verdict_host"],
+             "the same" if (c["verdict"], c["verdict_host"]) == (a["verdict"], a["verdict_host"]) else "**changed**"]
+            for c, a in zip(claims, again)]
+    table = md_table(["claim", "verdict (paper's clock)", f"with seed {seed} under {isa}", "this host's clock",
+                      f"with seed {seed} under {isa}", "verdicts"], rows)
+    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
+            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
+            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
+            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n{table}")
+
+
+def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:
+    """How the re-run cells compare with the originals: outcomes and passes to target."""
+    def rerun(c: dict) -> bool:       # the seed the check re-ran in this cell
+        sequential = c["n"] == 1 or c["mode"] not in policies.names() or policies.get(c["mode"]).follows_sequential_path
+        return c["seed"] == (check.get("sequential_seed", check["seed"]) if sequential else check["seed"])
+
+    before = {(c["mode"], c["n"]): c for c in cells if rerun(c)}
+    pairs = [(before[(c["mode"], c["n"])], c) for c in check["cells"] if rerun(c) and (c["mode"], c["n"]) in before]
+    outcome = lambda c: rates.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
+    same = sum(outcome(a) == outcome(b) for a, b in pairs)
+    moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
+             if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]
+    return (f"{same} of {len(pairs)} cells had the same outcome (reached, slow or failed)"
+            + (f"; passes to target moved by {max(moved):.3g} at the most (median {statistics.median(moved):.3g})"
+               if moved else "") + ".")
+
+
+def _margin(record: dict, seed: int, real: float, sequential: float) -> str:
+    """How near the target the sequential run was where the two part (its per-pass losses are
+    the record's curve of seq-sSEED); '' where the record does not have them."""
+    losses = (record.get("curves") or {}).get(f"seq-s{seed}", {}).get("val_loss") or []
+    at = int(min(real, sequential))
+    if real != int(real) or sequential != int(sequential) or not 0 < at <= len(losses) or losses[at - 1] is None:
+        return ""
+    gap = losses[at - 1] / record["target"] - 1
+    return (f"; at pass {at} the sequential run was {gap:+.2%} from the target" if real < sequential else
+            f"; the sequential run crossed it at pass {at} by {-gap:.2%}")
+
+
+def real_strong(record: dict) -> str:
+    """The section on strong scaling run for real beside its derivation."""
+    rows = record.get("real_strong") or []
+    if not rows:
+        return f"Not run: the preset lists no `real_strong` N. {SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}."
+
+    def same(r) -> str:
+        a, b = r["passes_to_target"], r["sequential_passes"]
+        if a is None or b is None:
+            return "-"
+        return "the same" if a == b else (f"{a - b:+g} passes: the workers' part gradients are summed in another "
+                                          f"order (allreduce), rounding the training amplifies"
+                                          + _margin(record, r["seed"], a, b))
+    table = md_table(["N", "status", "epochs", "passes to target", "the sequential run's", "difference",
+                      "time to target (s, its own clock)"],
+                     [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
+                       fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-")]
+                      for r in rows])
+    return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
+            f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "
+            f"after the others:\n\n{table}")

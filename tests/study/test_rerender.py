@@ -1,0 +1,51 @@
+"""Reports are generated, never edited: rendering a study's record (study.json) again must
+give its committed reports exactly, so that a hand edit, or a report older than the code that
+renders it, fails here."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from deepdensity.study import rerender
+from deepdensity.study.record import FORMAT
+from tests.support import ROOT
+
+# A tiny study's record and reports (python -m deepdensity.repro on a 96-cube preset, then
+# `python -m deepdensity report --from tests/study/data/tiny-reports` after a rendering change).
+FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
+
+
+def test_a_record_renders_to_its_committed_reports(tmp_path):
+    rerender.rerender(FIXTURE, tmp_path / "r")
+    assert rerender.differences(FIXTURE, tmp_path / "r") == []
+    for name in ("fig1.png", "fig2.png", "fig_efficiency.png", "fig_collapse.png", "fig4.png", "fig5.png"):
+        assert (tmp_path / "r" / name).stat().st_size > 0, name
+
+
+def test_a_one_word_hand_edit_fails_the_check(tmp_path, capsys):
+    copy = tmp_path / "reports"
+    shutil.copytree(FIXTURE, copy)
+    text = (copy / "REPORT.md").read_text()
+    assert rerender.main(["--from", str(copy), "--check"]) == 0
+    assert "**inconclusive**" in text
+    (copy / "REPORT.md").write_text(text.replace("**inconclusive**", "**reproduced**", 1))
+    assert rerender.main(["--from", str(copy), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "-| Strong scaling always converges" in out and "1 report(s) differ" in out
+
+
+def test_a_folder_without_a_record_is_refused(tmp_path, capsys):
+    assert rerender.main(["--from", str(tmp_path)]) == 2
+    assert "study.json does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("folder", ["reports", "reports/beyond"])
+def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
+    committed = ROOT / folder
+    if not (committed / "study.json").is_file():
+        pytest.skip(f"no study committed at {folder}/ (make repro writes one)")
+    assert json.loads((committed / "study.json").read_text()).get("format") == FORMAT, \
+        f"{folder}/study.json predates the record format: run the study again"
+    rerender.rerender(committed, tmp_path / "r")
+    assert rerender.differences(committed, tmp_path / "r") == []
