@@ -3,7 +3,6 @@ Horovod's LearningRateWarmupCallback formula, written out independently here; an
 registry a new policy joins."""
 import math
 
-import numpy as np
 import pytest
 
 from deepdensity.scaling import policies, rules

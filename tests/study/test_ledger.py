@@ -106,7 +106,7 @@ def test_a_damaged_ledger_line_is_one_error_line_naming_it(tmp_path, line, probl
     path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")) + "\n" + line + "\n")
     with pytest.raises(UserError) as e:
         ledger.read_entries(path)
-    assert f"ledger.jsonl:2: " in str(e.value) and problem in str(e.value) and "delete the line" in str(e.value)
+    assert "ledger.jsonl:2: " in str(e.value) and problem in str(e.value) and "delete the line" in str(e.value)
     bad = {**_entry([4.0, 0.9], "reached_target"), "result": {"epochs": 2}}
     path.write_text(json.dumps(bad) + "\n")
     with pytest.raises(UserError, match="ledger.jsonl:1: an entry whose result has no status"):
