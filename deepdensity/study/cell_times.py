@@ -5,6 +5,7 @@ local), or from a real run's own clock.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import clocks, curves, speedup
 from deepdensity.study.design import Book
+from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.preset import Study
 from deepdensity.study.tables import Cell
 from deepdensity.training.runs import read_metrics
@@ -26,8 +28,9 @@ def epoch_durations(run_dir: Path) -> list:
 
 def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
                 modelled, target: float) -> list:
-    """One Cell per mode, N and seed run so far, with its time to target: epochs to target x
-    the calibrated model's epoch (timing.py), or a real run's own clock with a runner."""
+    """One Cell per mode, N and seed run so far, with its time to target: passes to target x
+    the calibrated model's seconds of a pass (timing.py), epoch by epoch where a run's batch or
+    allreduces vary, or a real run's own clock with a runner."""
     cells = []
     for mode in study.modes:
         for n in study.mode_workers.get(mode, study.workers):
@@ -43,13 +46,20 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
                     epoch_s, t = modelled_from_rows(root / run_name, mode, n, n_val, timing, epochs_to_target)
                     source = "modelled"
                 else:                          # N = 1 of every mode is the sequential run
-                    epoch_s, source = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled"
-                    t = epochs_to_target * epoch_s if epochs_to_target else None
+                    epoch_s, source, t = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled", None
                 derived = n > 1 and policies.get(mode).follows_sequential_path and not real_runner
-                cells.append(Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s,
-                                  source, t, run_name, r.get("final_val_loss"),
-                                  _passes(root / run_name, r, n, study, target, derived)))
+                cell = Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s, source, t, run_name,
+                            r.get("final_val_loss"), _passes(root / run_name, r, n, study, target, derived))
+                cells.append(_timed_by_passes(cell, study) if source == "modelled" and t is None else cell)
     return cells
+
+
+def _timed_by_passes(c: Cell, study: Study) -> Cell:
+    """A cell on the calibrated model: its time to target is its passes to target x the model's
+    seconds of a pass (evidence.seconds_to_target, the one function the reports and claims time by)."""
+    per_epoch = curves.passes_per_epoch(c.n, study.train.get("epoch_definition", "per_worker"))
+    t = seconds_to_target(c, c.epoch_seconds, per_epoch)
+    return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None)
 
 
 def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:

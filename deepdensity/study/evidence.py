@@ -92,10 +92,17 @@ class Evidence:
 
 
 def seconds(c, clock, base, scale: float = 1.0) -> float:
-    """The one time to target of a cell's run: passes to target x the clock's seconds per pass
-    at its (mode, N), times `scale`; inf when it missed the target."""
+    """A cell's time to target under `clock`, times `scale`; inf when it missed the target
+    (seconds_to_target with the clock's epoch at the cell's mode and N)."""
+    return seconds_to_target(c, clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition),
+                             curves.passes_per_epoch(c.n, base.definition), scale)
+
+
+def seconds_to_target(c, epoch_s: float, per_epoch: int, scale: float = 1.0) -> float:
+    """The one time to target of a cell's run: passes to target x the seconds of a pass (an
+    epoch of `epoch_s` seconds is `per_epoch` passes), times `scale`; inf when it missed the
+    target. Epochs to target stand in for passes only where a run recorded no passes."""
     if c.status != "reached_target":
         return math.inf
-    per_epoch = curves.passes_per_epoch(c.n, base.definition)
     passes = c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch
-    return passes * clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition) / per_epoch * scale
+    return passes * epoch_s / per_epoch * scale

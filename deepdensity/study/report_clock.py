@@ -20,16 +20,17 @@ def clock_fields(record: dict, cfg) -> dict:
     latency = ("" if "allreduce_latency_s" not in t else
                ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
                "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
-    model = (f"every cell is epochs to target x seconds per epoch of one model, the paper's T_S + T_P / n + "
+    model = ("every cell is passes to target (validated at every pass) x the seconds of a pass (an epoch at N "
+             "is N passes) of one model, the paper's T_S + T_P / n + "
              f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
              f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
              + (f"an allreduce of {describe_allreduce(t)}" if latency else
                 f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
              f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
              + " T(1) and T(N) come from the same model. Each worker is taken to be "
-             f"a device like this host, as each K80 was one device in the paper. The table sets the model beside "
-             f"real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
-             f"first, median)" + _shared_model(t) + "." + _rounds(t))
+             "a device like this host, as each K80 was one device in the paper. The table sets the model beside "
+             "real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
+             "first, median)" + _shared_model(t) + "." + _rounds(t))
     rows = ""
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)

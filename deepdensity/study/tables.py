@@ -78,7 +78,7 @@ SEQUENTIAL_PROOF = ("N > 1 is derived from the sequential runs (strong scaling's
 
 
 def real_strong_summary(rows: Optional[list]) -> str:
-    """What the real strong-scaling runs (repro.real_strong_runs) showed, beside the derivation."""
+    """What the real strong-scaling runs (sequential.real_strong_runs) showed, beside the derivation."""
     if not rows:
         return "not run for real in this study"
     said = []
@@ -181,8 +181,8 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          "one 2-core CPU: N workers emulated in one process",
          same if runner else "no 32 devices here; the convergence is exact (tests), the time is modelled"),
         ("timing", "wall-clock time to target", "measured (real runs)" if runner else
-         "epochs to target x seconds per epoch of the paper's speedup model, calibrated on a real one-process "
-         "epoch and shown beside real horovodrun -np 2 and -np 4 epochs",
+         "passes to target (validated every pass) x seconds of a pass of the paper's speedup model, "
+         "calibrated on a real one-process epoch and shown beside real horovodrun -np 2 and -np 4 epochs",
          same if runner else "no 32 devices here; see 'The clock'"),
     ]
     return [list(r) for r in rows]
