@@ -135,7 +135,9 @@ def test_nothing_outside_dist_touches_horovod():
 
 
 @pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
-                                  "deepdensity.study.tables", "deepdensity.study.curves",
+                                  "deepdensity.study.cells", "deepdensity.study.paper", "deepdensity.study.protocol_text",
+                                  "deepdensity.study.evidence", "deepdensity.study.rank_tests", "deepdensity.study.contrasts",
+                                  "deepdensity.study.curves",
                                   "deepdensity.study.speedup", "deepdensity.config", "deepdensity.training.runs"])
 def test_pure_modules_import_no_framework(pure):
     """The rules and the tables are tested exhaustively without starting TensorFlow, and the

@@ -23,7 +23,7 @@ from deepdensity.study.record import beyond_record
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.sequential import val_losses
 from deepdensity.study.session import Protocol, StudyRun
-from deepdensity.study.tables import Cell
+from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_json
 from deepdensity.utils.files import write_atomic
 
@@ -31,11 +31,11 @@ from deepdensity.utils.files import write_atomic
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
                       n_val: int, timing: dict, modelled, say=print) -> Optional[dict]:
     """Gahlot et al.'s experiment: each of `filter_modes` at the N where it is slowest or
-    fails (tables.filter_n, on the default study's cells) trained on the full data, on the
+    fails (cells.filter_n, on the default study's cells) trained on the full data, on the
     data filtered by the first seed's sequential run (python -m deepdensity.filter) and on
     the random control; same validation set, target and seeds. The full-data runs are the
     default study's when it has them (their times modelled again here), else run here."""
-    from deepdensity.study.tables import filter_n
+    from deepdensity.study.cells import filter_n
     if not study.filter_modes:
         return None
     root, seeds = runner.root, study.seeds

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.study import curves, speedup
 from deepdensity.study import clocks, evidence, rank_tests, stats
-from deepdensity.study.tables import PAPER_TABLE1, Cell
+from deepdensity.study.cells import Cell
+from deepdensity.study.paper import PAPER_TABLE1
 
 RULES_FIXED_UTC = "2026-11-26 12:30 UTC"     # docs/beyond.md committed (493e1f4), before the study's next run
 ALPHA = rank_tests.ALPHA

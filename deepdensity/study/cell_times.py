@@ -16,7 +16,7 @@ from deepdensity.study import clocks, curves, speedup
 from deepdensity.study.design import Book
 from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.preset import Study
-from deepdensity.study.tables import Cell
+from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_metrics
 
 

@@ -66,7 +66,7 @@ class Evidence:
     definition: str = MISSED
     collapse_loss: Optional[float] = None
     clocks: dict = field(default_factory=dict)
-    base: object = None                  # tables.TimeBase: n_train, n_val, epoch definition
+    base: object = None                  # cells.TimeBase: n_train, n_val, epoch definition
     design: int = 0                      # the seeds the design gives every cell (0: not checked)
 
     def short(self, mode: str, ns) -> list:

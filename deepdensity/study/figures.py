@@ -13,7 +13,8 @@ from deepdensity.study.curves import sample_epoch_losses
 from deepdensity.scaling import policies
 from deepdensity.study import evidence
 from deepdensity.study.render import cells_at
-from deepdensity.study.tables import PAPER_TABLE1, PAPER_TABLE2, efficiency_table
+from deepdensity.study.cells import efficiency_table
+from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
@@ -99,7 +100,7 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=No
     line from N to N, where every seed reached the target; above, in a panel of its own, a cross
     for every seed that missed it (a row per mode), so that no miss is drawn at a time.
     Times are the cells' (passes x this host's s/pass, judging.cells_of) unless `clock` and
-    `base` (clocks.Clock, tables.TimeBase) are given: then evidence.seconds under that clock, the
+    `base` (clocks.Clock, cells.TimeBase) are given: then evidence.seconds under that clock, the
     one function the verdicts use. The axis names whichever it is."""
     if clock is not None:
         cells = [dataclasses.replace(c, time_to_target_s=_finite(evidence.seconds(c, clock, base)))

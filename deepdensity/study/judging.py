@@ -12,7 +12,9 @@ from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks
 from deepdensity.study.evidence import FAILED, MISSED, Evidence, seconds
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.tables import PAPER_TABLE1, SEQUENTIAL_PROOF, Cell, TimeBase, real_strong_summary
+from deepdensity.study.cells import Cell, TimeBase
+from deepdensity.study.paper import PAPER_TABLE1
+from deepdensity.study.protocol_text import SEQUENTIAL_PROOF, real_strong_summary
 
 
 def cells_of(record: dict) -> list:

@@ -66,7 +66,7 @@ class Study:
     mode_workers: dict = field(default_factory=dict)
     # Beyond the paper, part 2 (Gahlot et al. 2020): modes of the paper to train again on data
     # filtered by the sequential run's features and on the random control, each at the N
-    # tables.filter_n picks from the default study's cells (where it is slowest or fails).
+    # cells.filter_n picks from the default study's cells (where it is slowest or fails).
     filter_modes: list = field(default_factory=list)
     # Global batches of a sweep of the sequential model (one worker), at eta and at the linear
     # rule's eta * b / B: epochs and time to target against batch size.

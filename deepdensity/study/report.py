@@ -22,8 +22,9 @@ from deepdensity.study.render import (cells_at, epochs_listing, passes_listing, 
                                       write_csv)
 from deepdensity.study.report_checks import isa_stability, real_strong, rules_when, stall_check, where_runs_ran
 from deepdensity.study.report_clock import clock_fields, host_latency
-from deepdensity.study.tables import (PAPER_TABLE1, PAPER_TABLE2, TimeBase, efficiency_table, failure_groups,
-                                      failure_margins, failures, protocol_rows)
+from deepdensity.study.cells import TimeBase, efficiency_table, failure_groups, failure_margins, failures
+from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
+from deepdensity.study.protocol_text import protocol_rows
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")

@@ -21,7 +21,8 @@ from deepdensity.study import clocks
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source, time_range, write_csv
-from deepdensity.study.tables import PAPER_TABLE1, Cell, TimeBase, efficiency_table, failures
+from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures
+from deepdensity.study.paper import PAPER_TABLE1
 from deepdensity.study.timing import describe_allreduce
 
 ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)

@@ -12,7 +12,7 @@ from deepdensity.study import claims as claim_rules
 from deepdensity.study import rates
 from deepdensity.study.judging import cells_of, claims_of
 from deepdensity.study.render import fmt, md_table
-from deepdensity.study.tables import SEQUENTIAL_PROOF
+from deepdensity.study.protocol_text import SEQUENTIAL_PROOF
 
 
 def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:

@@ -315,14 +315,14 @@ def test_local_pays_three_gradient_allreduces_every_h_steps():
 
 
 def _cell(mode, n, seed, t):
-    from deepdensity.study.tables import Cell
+    from deepdensity.study.cells import Cell
     reached = t is not None
     return Cell(mode, n, seed, "reached_target" if reached else "stalled", 5, 5 if reached else None, 1.0,
                 "modelled", t, f"{mode}-{n}-{seed}")
 
 
 def test_filter_n_is_the_first_failing_n_else_the_slowest():
-    from deepdensity.study.tables import filter_n
+    from deepdensity.study.cells import filter_n
     cells = [_cell("weak", 1, 0, 100.0), _cell("weak", 2, 0, 60.0), _cell("weak", 4, 0, 70.0), _cell("weak", 8, 0, 50.0)]
     assert filter_n(cells, "weak") == 4                      # slowest median, no failure
     cells += [_cell("weak", 8, 1, None), _cell("weak", 2, 1, 61.0)]

@@ -246,7 +246,7 @@ TIMING = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "
 
 
 def _cells(mode, n, passes_):
-    from deepdensity.study.tables import Cell
+    from deepdensity.study.cells import Cell
     return [Cell(mode, n, s, "reached_target" if math.isfinite(p) else "stalled", 9, 9 if math.isfinite(p) else None,
                  1.0, "modelled", None, f"{mode}-n{n}-s{s}", None, p if math.isfinite(p) else None)
             for s, p in enumerate(passes_)]
@@ -254,7 +254,7 @@ def _cells(mode, n, passes_):
 
 def _judge(cells, syncs=29):
     from deepdensity.study import beyond_verdicts as bv
-    from deepdensity.study.tables import TimeBase
+    from deepdensity.study.cells import TimeBase
     rows = {c.run: [{"global_batch": 32, "allreduces": syncs}] for c in cells if c.mode == "local"}
     clocks = bv.clock_set(TIMING, 32, bv.row_epochs(cells, rows))
     return bv.remedy(cells, "local", [1, 2, 4, 8], clocks, TimeBase(1844, 256, "per_worker"))
@@ -307,7 +307,7 @@ def test_locals_pass_is_priced_from_what_its_runs_did():
     """Under this host's clock, local's epoch is the one the study modelled epoch by epoch from the
     same rows (cell_times.modelled_from_rows): its allreduces every H steps, each of 3 gradients."""
     from deepdensity.study import beyond_verdicts as bv
-    from deepdensity.study.tables import Cell
+    from deepdensity.study.cells import Cell
     record = load()
     cells = [Cell(**c) for c in record["cells"]]
     host = bv.clock_set(record["timing"], 32, bv.row_epochs(cells, record["run_rows"]))["host"]

@@ -7,7 +7,7 @@ from scipy import stats as sp
 
 from deepdensity.study import claims
 from deepdensity.study.evidence import FAILED, MISSED, Evidence
-from deepdensity.study.tables import Cell, TimeBase
+from deepdensity.study.cells import Cell, TimeBase
 
 W = [1, 2, 4, 8, 16, 32]
 COLLAPSE = 0.5          # the collapse level of these hand-made studies: a failed run ends above it

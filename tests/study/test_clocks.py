@@ -7,7 +7,7 @@ import pytest
 
 from deepdensity.scaling import policies
 from deepdensity.study import clocks
-from deepdensity.study.tables import PAPER_TABLE1
+from deepdensity.study.paper import PAPER_TABLE1
 
 
 @pytest.mark.parametrize("s, rho", [(0.0, 0.01), (0.2, 0.0), (0.1, 0.05), (0.35, 0.2)])

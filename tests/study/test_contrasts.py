@@ -6,7 +6,7 @@ import pytest
 
 from deepdensity.study.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.evidence import MISSED, Evidence
-from deepdensity.study.tables import TimeBase
+from deepdensity.study.cells import TimeBase
 from tests.study.test_claims import CLOCKS, COLLAPSE, W, papers_outcome
 
 

@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from deepdensity.study import tables
+from deepdensity.study.cells import Cell, efficiency_table, failure_groups, failure_margins, failures
+from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.preset import StudyError, load_study
-from deepdensity.study.tables import Cell, efficiency_table
+from deepdensity.study.protocol_text import protocol_rows
 
 W = [1, 2, 4, 8, 16, 32]
 
@@ -51,9 +52,9 @@ def test_efficiency_table_uses_median_over_seeds_and_nan_for_failures():
 
 
 def test_paper_tables_are_the_papers():
-    assert list(tables.PAPER_TABLE1.values()) == [100.00, 105.17, 86.81, 90.09, 58.08, 46.25]
-    assert list(tables.PAPER_TABLE2["weak"].values()) == [100.00, 96.96, 63.86, 42.32, 19.65, 9.45]
-    assert [v for v in tables.PAPER_TABLE2["warmup"].values() if not math.isnan(v)] == [100.00, 84.95, 75.49]
+    assert list(PAPER_TABLE1.values()) == [100.00, 105.17, 86.81, 90.09, 58.08, 46.25]
+    assert list(PAPER_TABLE2["weak"].values()) == [100.00, 96.96, 63.86, 42.32, 19.65, 9.45]
+    assert [v for v in PAPER_TABLE2["warmup"].values() if not math.isnan(v)] == [100.00, 84.95, 75.49]
 
 
 def test_presets_load_and_bad_presets_are_clear(tmp_path):
@@ -198,20 +199,20 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
 
 def test_failure_groups_by_global_batch_and_lr():
     cells = [c for c in papers_outcome() if c.n <= 4]
-    groups = tables.failure_groups(cells, [{"status": "stalled"}, {"status": "reached_target"}], 32)
+    groups = failure_groups(cells, [{"status": "stalled"}, {"status": "reached_target"}], 32)
     by_key = {(b, lr, sched): (modes, runs, missed) for b, lr, sched, modes, runs, missed in groups}
     assert by_key[(32, 1.0, "constant")] == (["strong"], 6, 0), "N = 1 is the sequential run, counted once a seed"
     assert by_key[(32, 2.0, "constant")] == (["2 x eta"], 2, 1)
     assert by_key[(64, 2.0, "constant")] == (["linear"], 6, 6) and by_key[(64, 2.0, "warmup")] == (["warmup"], 6, 0)
     assert by_key[(128, 1.0, "constant")] == (["weak"], 6, 0)
     assert all(b <= 128 for b, *_ in groups), "strong scaling at N > 1 is not counted again"
-    assert tables.failure_margins(groups, 0)[:2] == [(32, 8, 1), (64, 18, 6)]
+    assert failure_margins(groups, 0)[:2] == [(32, 8, 1), (64, 18, 6)]
 
 
 def test_failures_list_every_cell_that_missed_the_target():
     cells = [cell("strong", 1, 10.0), Cell("linear", 2, 0, "stalled", 4, None, 1.0, "modelled", None, "l", 0.2),
              Cell("linear", 2, 1, "diverged", 1, None, 1.0, "modelled", None, "l", None)]
-    assert tables.failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
+    assert failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
 
 
 def test_protocol_table_names_each_difference():
@@ -219,18 +220,18 @@ def test_protocol_table_names_each_difference():
     _, study = load_study("default")
     cfg = Config(stall_patience=3, base_lr=0.0084)
     sweep = {"grid_base_lr": 0.00105, "epochs": 16}
-    rows = {r[0]: r for r in tables.protocol_rows(study, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    rows = {r[0]: r for r in protocol_rows(study, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
     assert all(len(r) == 4 for r in rows.values())
     assert rows["split"][3] == "" and rows["K (Gaussians)"][3] == "", "no difference, no excuse"
     assert "16 calibration epochs" in rows["target"][3]
     assert "weak: 1, 2, 4, 8, 16, 32" in rows["N"][2] and "strong: 1, 2, 4, 8, 16, 32" in rows["N"][2]
     assert rows["N"][3] == "", "the default preset runs every cell of the paper's grid"
     cut = dataclasses.replace(study, mode_workers={"weak": [1, 2, 4, 8]})
-    rows = {r[0]: r for r in tables.protocol_rows(cut, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    rows = {r[0]: r for r in protocol_rows(cut, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
     assert "weak: 1, 2, 4, 8" in rows["N"][2] and "time budget" in rows["N"][3]
     assert "0.0084" in rows["eta and how chosen"][2] and "literal-eta" in rows["eta and how chosen"][3]
     _, paper = load_study("paper")
-    rows = {r[0]: r for r in tables.protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,
+    rows = {r[0]: r for r in protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,
                                                   0.00105, None, "horovodrun -np {n}")}
     assert rows["N"][3] == "" and rows["hardware"][3] == "" and rows["target"][3] == ""
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from deepdensity.study.tables import real_strong_summary
+from deepdensity.study.protocol_text import real_strong_summary
 from deepdensity.study.timing import shared_host_epoch
 
 PARTS = {"compute_scale": 0.9, "step_fixed_s": 0.010, "per_sample_s": 0.0008, "eval_per_sample_s": 0.0004,

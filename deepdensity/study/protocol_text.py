@@ -1,74 +1,11 @@
-"""The study's tables, as pure functions of finished cells (the paper's claims: claims.py; the
-beyond study's answers: beyond_verdicts.py).
-
-No TensorFlow, no files: `repro` fills the cells, `report` renders what this module
-computes, and the tests check it on hand-made tables.
-"""
+"""What REPORT.md says about how the study was run, beside the paper: the protocol table's rows
+(paper against ours, every difference with its reason), why strong scaling at N > 1 is read off
+the sequential runs, and what the real strong-scaling runs showed."""
 from __future__ import annotations
 
-import math
-import statistics
-from dataclasses import dataclass
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study import speedup
-
-# The paper's Tables I and II (efficiency %, NaN where the target was not reached).
-PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
-PAPER_TABLE2 = {
-    policies.WEAK: {1: 100.00, 2: 96.96, 4: 63.86, 8: 42.32, 16: 19.65, 32: 9.45},
-    policies.WARMUP: {1: 100.00, 2: 84.95, 4: 75.49, 8: math.nan, 16: math.nan, 32: math.nan},
-    policies.LINEAR: {1: 100.0, 2: math.nan, 4: math.nan, 8: math.nan, 16: math.nan, 32: math.nan},
-}
-
-
-# ------------------------------------------------------------------------------------
-# Cells and tables: pure, tested on hand-made tables
-# ------------------------------------------------------------------------------------
-@dataclass
-class Cell:
-    mode: str
-    n: int
-    seed: int
-    status: str                       # reached_target | max_epochs | diverged | stalled
-    epochs: Optional[int]             # epochs run
-    epochs_to_target: Optional[int]
-    epoch_seconds: float              # one epoch at this (mode, N)
-    time_source: str                  # measured | modelled
-    time_to_target_s: Optional[float]
-    run: str                          # folder of the run that gave the convergence
-    final_val_loss: Optional[float] = None   # the last validation loss (what a failure ended at)
-    passes_to_target: Optional[float] = None  # passes over the training set (None: not reached, or not recorded)
-
-    @property
-    def reached(self) -> bool:
-        return self.status == "reached_target"
-
-
-def median_time(cells: list, mode: str, n: int) -> Optional[float]:
-    """Median time to target over seeds; None unless every seed reached the target."""
-    times = [c.time_to_target_s for c in cells if c.mode == mode and c.n == n]
-    if not times or any(t is None for t in times):
-        return None
-    return statistics.median(times)
-
-
-def efficiency_table(cells: list, modes, workers) -> dict:
-    """{mode: {n: efficiency %}}, T1 / (n Tn) on median times to target; NaN if not reached."""
-    out = {}
-    for mode in modes:
-        t1 = median_time(cells, policies.STRONG, 1) or median_time(cells, mode, 1)
-        out[mode] = {n: speedup.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
-    return out
-
-
-@dataclass(frozen=True)
-class TimeBase:
-    """What turns epochs to target into seconds under a clock: the data and the epoch."""
-    n_train: int
-    n_val: int
-    definition: str = "per_worker"
 
 
 SEQUENTIAL_PROOF = ("N > 1 is derived from the sequential runs (strong scaling's global batches are the "
@@ -90,41 +27,6 @@ def real_strong_summary(rows: Optional[list]) -> str:
             said.append(f"horovodrun -np {r['n']} reached it after {got:g} passes"
                         + (f" (the sequential run: {seq:g})" if seq is not None else " (the sequential run: not reached)"))
     return f"run for real on seed {rows[0]['seed']}: " + "; ".join(said)
-
-
-def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
-    """[(global batch, peak lr / eta, schedule, modes, runs, runs that missed the target)]
-    over every distinct run of the study: strong scaling once per seed (its N > 1 are the
-    sequential run), the other modes at N > 1, and the sequential runs at 2 x eta."""
-    groups = {}
-    for c in cells:
-        policy = policies.get(c.mode)
-        if (c.n > 1) == policy.follows_sequential_path:   # N = 1 of every mode and strong's N > 1: the sequential run
-            continue
-        p = policy.plan(c.n, base_batch, base_lr=1.0)
-        key = (p.global_batch, p.peak_lr, policy.schedule)
-        groups.setdefault(key, []).append((c.mode, c.reached))
-    for r in seq_2eta:
-        groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == "reached_target"))
-    return [(b, lr, sched, sorted({m for m, _ in runs}), len(runs), sum(not ok for _, ok in runs))
-            for (b, lr, sched), runs in sorted(groups.items())]
-
-
-def failure_margins(groups: list, index: int) -> list:
-    """[(value, runs, missed)] of failure_groups summed over everything but column `index`
-    (0: global batch, 1: lr multiple)."""
-    out = {}
-    for g in groups:
-        runs, missed = out.get(g[index], (0, 0))
-        out[g[index]] = (runs + g[4], missed + g[5])
-    return [(v, r, m) for v, (r, m) in sorted(out.items())]
-
-
-def failures(cells: list) -> list:
-    """Every run that did not reach the target, as the paper's NaN cells: (mode, N, seed,
-    status, epochs run, last validation loss)."""
-    return [(c.mode, c.n, c.seed, c.status, c.epochs, c.final_val_loss)
-            for c in sorted(cells, key=lambda c: (c.mode, c.n, c.seed)) if not c.reached]
 
 
 def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int, eta: float,
@@ -186,19 +88,3 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          same if runner else "no 32 devices here; see 'The clock'"),
     ]
     return [list(r) for r in rows]
-
-
-# ------------------------------------------------------------------------------------
-# Beyond the paper: where the data filter is tried (its verdicts: beyond_verdicts.py)
-# ------------------------------------------------------------------------------------
-def filter_n(cells: list, mode: str) -> Optional[int]:
-    """The N > 1 at which to test data filtering for `mode` (Gahlot et al.'s remedy for large
-    batches): the smallest N where a seed failed to reach the target; if none failed, the N
-    with the longest median time to target; None if the mode was not run at N > 1."""
-    ns = sorted({c.n for c in cells if c.mode == mode and c.n > 1})
-    failed = [n for n in ns if any(not c.reached for c in cells if c.mode == mode and c.n == n)]
-    if failed:
-        return failed[0]
-    if not ns:
-        return None
-    return max(ns, key=lambda n: (median_time(cells, mode, n) or 0.0, n))
