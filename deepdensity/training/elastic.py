@@ -35,10 +35,7 @@ def fit_elastic(cfg: Config, run: Launch, model, record: callbacks.RunRecord, da
             keep_rows_up_to(now.out, state.epoch)
         record.restore(state.record, now.p, steps)
         commit.workers, commit.steps_since_commit = now.processes, 0
-        slices = rules.grad_slices(now.p.per_process_batch, cfg.max_pass_batch)
-        if slices != model.grad_slices:
-            model.grad_slices = slices
-            model.make_train_function(force=True)          # traced again with the new slices
+        model.set_grad_slices(rules.grad_slices(now.p.per_process_batch, cfg.max_pass_batch))
         saved = read_json(run.out / "state.json", "run state") if (now.writes and
                                                                    (run.out / "state.json").exists()) else None
         ended["run"] = now

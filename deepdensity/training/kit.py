@@ -30,10 +30,10 @@ class PolicyKit:
         return self._by_hand(LocalStep, model, p)
 
     def _by_hand(self, step_class, model, p):
-        trainable = step_class(model.inputs, model.outputs, name=model.name)
-        trainable.parts, trainable.workers = p.workers // p.processes, p.workers   # parts: workers this process holds
-        trainable.average = self.backend.average       # Horovod: the allreduce these steps call by hand
-        return trainable
+        # parts: the workers this process holds; Horovod: `average` is the allreduce these
+        # steps call by hand
+        return step_class(model.inputs, model.outputs, name=model.name, parts=p.workers // p.processes,
+                          workers=p.workers, average=self.backend.average)
 
     def adaptive_batch(self):
         """De et al.'s big-batch test at the end of every epoch, growing the feed's batch."""
