@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from deepdensity.config import Config
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks
+from deepdensity.training import adaptive, callbacks
 
 
 class PolicyKit:
@@ -37,7 +37,7 @@ class PolicyKit:
 
     def adaptive_batch(self):
         """De et al.'s big-batch test at the end of every epoch, growing the feed's batch."""
-        return callbacks.AdaptiveBatch(self.feeds.adaptive, self.cfg, self.say)
+        return adaptive.AdaptiveBatch(self.feeds.adaptive, self.cfg, self.say)
 
     def local_sync(self, steps: int):
         """Average the workers' weights every local_steps steps."""
