@@ -43,9 +43,7 @@ def build_model(cfg: Config, grid_size: int = 16, ndim: int = 3, density_layer=D
 def for_training(model: tf.keras.Model, grad_slices: int = 1) -> "SlicedStep":
     """The same layers and weights, with a training step that averages `grad_slices` slices.
     (Saved models stay plain functional models, which load anywhere without this class.)"""
-    trainable = SlicedStep(model.inputs, model.outputs, name=model.name)
-    trainable.grad_slices = int(grad_slices)
-    return trainable
+    return SlicedStep(model.inputs, model.outputs, name=model.name, grad_slices=grad_slices)
 
 
 class SlicedStep(tf.keras.Model):
@@ -60,7 +58,16 @@ class SlicedStep(tf.keras.Model):
     Not Horovod's `backward_passes_per_step`, which accumulates over successive batches.
     """
 
-    grad_slices = 1
+    def __init__(self, inputs, outputs, name=None, *, grad_slices: int = 1):
+        super().__init__(inputs, outputs, name=name)
+        self.grad_slices = int(grad_slices)
+
+    def set_grad_slices(self, grad_slices: int) -> None:
+        """Another number of slices (elastic training: a per-process batch of another N); the
+        step is traced again when it changes, since the number is a constant of the trace."""
+        if int(grad_slices) != self.grad_slices:
+            self.grad_slices = int(grad_slices)
+            self.make_train_function(force=True)
 
     def train_step(self, data):
         if self.grad_slices == 1:

@@ -1,9 +1,10 @@
 """Training steps of the two modes beyond the paper (Goldstein 2018, section 4).
 
 Both average across workers by hand instead of through Horovod's DistributedOptimizer,
-through an `average(list of tensors) -> list` function that the trainer passes in
+through an `average(list of tensors) -> list` function given to the constructor
 (dist.Horovod.average: one grouped allreduce; identity in one process). A process holds
-`parts` of the N workers: one under horovodrun, all N when it emulates them.
+`parts` of the `workers` N: one under horovodrun, all N when it emulates them. The
+constructor takes both (training/kit.py passes the plan's), so a step is whole when made.
 
   NoiseStep (adaptive)  the gradient of every worker's part, their mean for the update,
                         and beside it the mean of their squared norms, from which the
@@ -18,6 +19,8 @@ communications, on weights that drift apart until they are averaged.
 """
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import tensorflow as tf
 
 from deepdensity.model.autoencoder import SlicedStep
@@ -27,17 +30,26 @@ def _identity(tensors):
     return list(tensors)
 
 
-class NoiseStep(SlicedStep):
+class ByHandStep(SlicedStep):
+    """A functional model whose step averages across workers by hand: this process holds
+    `parts` of the `workers` N (default: all of them, as when it emulates them), and
+    `average` is the mean over the processes (identity in one process)."""
+
+    def __init__(self, inputs, outputs, name=None, *, parts: int = 1, workers: Optional[int] = None,
+                 average: Callable[[list], list] = _identity):
+        super().__init__(inputs, outputs, name=name)
+        self.parts = int(parts)
+        self.workers = self.parts if workers is None else int(workers)
+        self.average = average
+
+
+class NoiseStep(ByHandStep):
     """One synchronous step that also measures how noisy its gradient is.
 
     Input (B, G, ..., G, 1), B = parts * b. Logs per epoch `grad_part_sq`, the mean over
     workers of ||g_i||^2 (g_i: worker i's mean gradient), and `grad_sq`, ||g||^2 of their
     mean g, the gradient the update uses.
     """
-
-    parts = 1            # workers whose parts this process holds
-    workers = 2          # N, all processes together
-    average = staticmethod(_identity)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,7 +87,7 @@ class NoiseStep(SlicedStep):
         return self.get_metrics_result()
 
 
-class LocalStep(SlicedStep):
+class LocalStep(ByHandStep):
     """Local SGD: each of this process's `parts` workers takes its own Adam step on its own
     part of the batch (B = parts * b), from its own weights and moments.
 
@@ -86,8 +98,6 @@ class LocalStep(SlicedStep):
     same forward/backward work as one process with the whole batch, plus the swaps.
     """
 
-    parts = 1
-    average = staticmethod(_identity)
     stores = None
 
     def state_variables(self) -> list:

@@ -149,8 +149,9 @@ class Policy:
         """The model with this policy's training step."""
         return kit.synchronous_step(model, p)
 
-    def callbacks(self, kit, p: ScalingPlan, steps: int) -> list:
-        """Keras callbacks of this policy's own, after the lr's and before the run record's."""
+    def callbacks(self, kit, p: ScalingPlan, steps: int, feeds) -> list:
+        """Keras callbacks of this policy's own, after the lr's and before the run record's.
+        `feeds`: this call of fit's data (training/feeds.py), for a callback that changes it."""
         return []
 
     def start(self, model) -> None:
@@ -357,8 +358,8 @@ class Adaptive(_BeyondPaper):
     def training_model(self, kit, model, p: ScalingPlan):
         return kit.noise_step(model, p)
 
-    def callbacks(self, kit, p: ScalingPlan, steps: int) -> list:
-        return [kit.adaptive_batch()]
+    def callbacks(self, kit, p: ScalingPlan, steps: int, feeds) -> list:
+        return [kit.adaptive_batch(feeds)]
 
 
 @register
@@ -380,7 +381,7 @@ class Local(_BeyondPaper):
     def training_model(self, kit, model, p: ScalingPlan):
         return kit.local_step(model, p)
 
-    def callbacks(self, kit, p: ScalingPlan, steps: int) -> list:
+    def callbacks(self, kit, p: ScalingPlan, steps: int, feeds) -> list:
         return [kit.local_sync(steps)]
 
     def start(self, model) -> None:

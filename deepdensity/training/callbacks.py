@@ -1,7 +1,7 @@
 """The training run's Keras callbacks, one concern each (as Horovod's own are split).
 
 Order in a run (fit.run_callbacks): Horovod's broadcast and metric averaging, `PolicyLR`,
-a policy's own (`AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
+a policy's own (adaptive.py's `AdaptiveBatch`, `LocalSync`), then the run's record: `EpochRow` (the
 epoch's row), `Stopping` (the paper's stopping rules), and on rank 0 alone `MetricsLog`,
 `Checkpoint` and `EpochSummaries` (TensorBoard, watch.py); `Progress` last (progress.py).
 They share one `RunRecord`, and run after Horovod's MetricAverageCallback, so the losses they
@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
 from deepdensity.scaling import rules
@@ -337,50 +336,6 @@ class PolicyLR(tf.keras.callbacks.Callback):
 
     def _set(self, batch):
         tf.keras.backend.set_value(self.model.optimizer.lr, self.p.lr_at(self.epoch, batch, self.steps))
-
-
-class AdaptiveFeed:
-    """Adaptive's next epoch: its number and per-worker batch (set by `AdaptiveBatch`)."""
-
-    def __init__(self, n_train, p, cfg, rank, processes, epoch, per_worker_batch):
-        self.n_train, self.p, self.cfg, self.rank, self.processes = n_train, p, cfg, rank, processes
-        self.epoch, self.per_worker_batch = epoch, per_worker_batch
-
-    def global_batch(self) -> int:
-        return self.per_worker_batch * self.p.workers
-
-    def steps(self) -> int:
-        return rules.steps_per_epoch(self.n_train, self.p, self.cfg.epoch_definition, self.global_batch())
-
-    def index(self) -> np.ndarray:
-        """This process's share of every global batch of the epoch: (steps, per_process_batch)."""
-        order = rules.epoch_order(self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition,
-                                  self.global_batch())
-        return rules.shard_of_batch(order, self.rank, self.processes)
-
-
-class AdaptiveBatch(tf.keras.callbacks.Callback):
-    """De et al.'s big-batch test at the end of each epoch (rules.adaptive_batch) on the
-    epoch's mean gradient statistics, which every worker holds alike after the allreduce;
-    grows the per-worker batch for the next epoch, up to the base batch B (weak's)."""
-
-    def __init__(self, feed: AdaptiveFeed, cfg, say):
-        super().__init__()
-        self.feed, self.cfg, self.say = feed, cfg, say
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = {} if logs is None else logs
-        feed, n = self.feed, self.feed.p.workers
-        noise = rules.gradient_noise(float(logs["grad_part_sq"]), float(logs["grad_sq"]), n)
-        b = feed.per_worker_batch
-        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta,
-                                     self.cfg.batch_size)
-        logs.update(global_batch=b * n, steps=feed.steps(), allreduces=feed.steps(), grad_noise=noise,
-                    next_global_batch=grown * n)
-        if grown != b:
-            self.say(f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
-                     f"global batch {b * n} -> {grown * n}")
-        feed.per_worker_batch, feed.epoch = grown, epoch + 1
 
 
 class LocalSync(tf.keras.callbacks.Callback):

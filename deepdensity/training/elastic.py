@@ -4,18 +4,19 @@ last whole epoch and go on at the new N. Through Horovod's public elastic API: t
 hvd.elastic.KerasState, the loop hvd.elastic.run, the commit a callback after each epoch."""
 from __future__ import annotations
 
-from deepdensity.config import Config
+from dataclasses import replace
+
 from deepdensity.scaling import rules
 from deepdensity.training import callbacks
-from deepdensity.training.fit import fit
+from deepdensity.training.fit import Training, fit
 from deepdensity.training.launch import Launch, as_launch
 from deepdensity.training.run_folder import append_workers_change, keep_rows_up_to, last_workers
 from deepdensity.training.runs import read_json
 
 
-def fit_elastic(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tuple, initial_epoch: int,
-                ckpt, verbose: bool) -> tuple:
+def fit_elastic(t: Training, initial_epoch: int) -> tuple:
     """Returns (this process's part in the run at the end, the last checkpoint's state)."""
+    cfg, run, model, record = t.cfg, t.run, t.model, t.record
     record.elastic = True
     commit = callbacks.CommitEachEpoch(None, record, run.processes)
     # a resumed run starts from the N it last trained with, so a new N is recorded as a change
@@ -27,22 +28,19 @@ def fit_elastic(cfg: Config, run: Launch, model, record: callbacks.RunRecord, da
     ended = {}
 
     def from_last_commit(state):
-        now = as_launch(cfg, run.p.mode, run.backend, run.threads, run.backend.size(), run.out, verbose, True)
-        steps = rules.steps_per_epoch(len(data[0]), now.p, cfg.epoch_definition)
+        now = as_launch(cfg, run.p.mode, run.backend, run.threads, run.backend.size(), run.out, t.verbose, True)
+        steps = rules.steps_per_epoch(len(t.data[0]), now.p, cfg.epoch_definition)
         if state.workers != now.processes:
             workers_changed(now, state.epoch, commit.steps_since_commit, state.workers)
         if now.writes:          # whole epochs only: none counted twice after a failure
             keep_rows_up_to(now.out, state.epoch)
         record.restore(state.record, now.p, steps)
         commit.workers, commit.steps_since_commit = now.processes, 0
-        slices = rules.grad_slices(now.p.per_process_batch, cfg.max_pass_batch)
-        if slices != model.grad_slices:
-            model.grad_slices = slices
-            model.make_train_function(force=True)          # traced again with the new slices
+        model.set_grad_slices(rules.grad_slices(now.p.per_process_batch, cfg.max_pass_batch))
         saved = read_json(run.out / "state.json", "run state") if (now.writes and
                                                                    (run.out / "state.json").exists()) else None
         ended["run"] = now
-        ended["saved"] = fit(cfg, now, model, record, data, state.epoch, steps, ckpt, saved, verbose, commit)
+        ended["saved"] = fit(replace(t, run=now, steps=steps, commit=commit), state.epoch, saved)
 
     run.backend.elastic_run(from_last_commit)(commit.state)
     return ended["run"], ended["saved"]

@@ -2,17 +2,13 @@
 The order of the training cubes depends on (seed, pass) only, never on the rank."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
-
 import numpy as np
 import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks
+from deepdensity.training import adaptive, callbacks
 from deepdensity.training.launch import Launch
-from deepdensity.training.runs import read_metrics
 
 
 class Feeds:
@@ -34,13 +30,8 @@ class Feeds:
                 raise ConfigError(f"max_pass_batch {cfg.max_pass_batch} would cut unequal parts of the global "
                                   f"batch over {run.processes} workers; set max_pass_batch=0")
             self.weight = rules.slice_weight(run.p.global_batch, run.rank, run.processes)
-        self.adaptive = None
-        if run.p.policy.grows_batch:
-            # The batch of each epoch is decided at the end of the one before, so every epoch
-            # gets its own index stream (and its own call of fit, which fixes steps per epoch).
-            self.adaptive = callbacks.AdaptiveFeed(
-                self.n_train, run.p, cfg, run.rank, run.processes, initial_epoch,
-                adaptive_start(run.out if run.is_chief else None, run.p, initial_epoch, run.ranks))
+        # a batch that grows during the run: each epoch's data is made at its start (adaptive.py)
+        self.adaptive = adaptive.feed_of(cfg, run, self.n_train, initial_epoch) if run.p.policy.grows_batch else None
 
     def batches_of(self, index: np.ndarray) -> tf.data.Dataset:
         if self.weight is None:
@@ -70,18 +61,4 @@ class Feeds:
             model.fit(self.whole_run(), validation_data=val, epochs=cfg.max_epochs,
                       initial_epoch=self.initial_epoch, steps_per_epoch=steps, callbacks=cbs, verbose=0)
             return
-        feed = self.adaptive
-        while feed.epoch < cfg.max_epochs and record.status is None:
-            model.fit(self.batches_of(feed.index()), validation_data=val, epochs=feed.epoch + 1,
-                      initial_epoch=feed.epoch, steps_per_epoch=feed.steps(), callbacks=cbs, verbose=0)
-
-
-def adaptive_start(out: Optional[Path], p, initial_epoch: int, ranks) -> int:
-    """Adaptive's per-worker batch for the first epoch to run: the plan's at the start, on
-    resume the batch the last finished epoch chose (rank 0 reads it; every rank takes rank 0's)."""
-    per_worker = p.per_worker_batch
-    if out is not None and initial_epoch > 0:
-        rows = [m for m in read_metrics(out) if m["epoch"] == initial_epoch]
-        if rows and isinstance(rows[-1].get("next_global_batch"), int):
-            per_worker = rows[-1]["next_global_batch"] // p.workers
-    return int(ranks.from_chief(per_worker))
+        adaptive.fit_by_epoch(model, self.adaptive, self.batches_of, val, cbs, record)

@@ -1,8 +1,12 @@
 """One call of the fit loop with the run's callbacks, from a first epoch to the end of the
-run (or, in elastic training, to the next change of workers)."""
+run (or, in elastic training, to the next change of workers).
+
+`Training` is what every call needs, made once by the trainer and passed whole; what belongs
+to one call alone comes beside it: the epoch it starts from and the checkpoint state it resumes."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Optional
 
 import tensorflow as tf
@@ -15,17 +19,32 @@ from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch
 
 
-def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tuple, initial_epoch: int,
-        steps: int, ckpt, state: Optional[dict], verbose: bool, commit=None) -> Optional[dict]:
+@dataclass(frozen=True)
+class Training:
+    """One run's training. Elastic training fits again after every change of workers with the
+    new N's launch and steps, and its commit callback (dataclasses.replace)."""
+    cfg: Config
+    run: Launch                      # this process's part at the N that trains now
+    model: tf.keras.Model            # the policy's training model, compiled (trainer._compiled_model)
+    record: callbacks.RunRecord      # what the callbacks share, one for the whole run
+    data: tuple                      # (training cubes, validation cubes)
+    ckpt: tf.train.Checkpoint
+    steps: int                       # steps per epoch at this N
+    kit: PolicyKit                   # what the policy's hooks build, one for the whole run
+    verbose: bool
+    commit: Optional[tf.keras.callbacks.Callback] = None   # elastic: callbacks.CommitEachEpoch
+
+
+def fit(t: Training, initial_epoch: int, state: Optional[dict]) -> Optional[dict]:
     """Train from `initial_epoch` to the end; returns the last checkpoint's state (rank 0).
-    `commit`: elastic training's commit callback, after every callback that writes the folder;
-    its runs validate in a callback (callbacks.Validate)."""
-    train_x, val_x = data
-    feeds = Feeds(cfg, run, train_x, val_x, initial_epoch, model.grad_slices)
-    cbs, shown, checkpoint = run_callbacks(cfg, run, record, feeds, steps, ckpt, state, val_x, verbose,
-                                              commit)
+    `state`: the checkpoint state this fit resumes (state.json), None for a new run. Elastic
+    training's `commit` callback comes after every callback that writes the folder, and its
+    runs validate in a callback (callbacks.Validate)."""
+    train_x, val_x = t.data
+    feeds = Feeds(t.cfg, t.run, train_x, val_x, initial_epoch, t.model.grad_slices)
+    cbs, shown, checkpoint = run_callbacks(t, feeds, state)
     try:
-        feeds.fit(model, cbs, steps, record, validation=commit is None)
+        feeds.fit(t.model, cbs, t.steps, t.record, validation=t.commit is None)
     except BaseException:
         # an interrupt or an error, which Keras tells no callback: the bar off the screen, no
         # section left held
@@ -43,37 +62,37 @@ def fit(cfg: Config, run: Launch, model, record: callbacks.RunRecord, data: tupl
     return checkpoint.state if checkpoint else None
 
 
-def run_callbacks(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: Feeds, steps: int, ckpt,
-                  state: Optional[dict], val_x, verbose: bool, commit=None) -> tuple:
+def run_callbacks(t: Training, feeds: Feeds, state: Optional[dict]) -> tuple:
     """(the callbacks in their order, the Progress callback, the Checkpoint callback or None)."""
-    p, out = run.p, run.out
-    kit = PolicyKit(cfg, run.backend, run.say, feeds)
-    validate = [callbacks.Validate(feeds.val)] if commit is not None else []
+    run, p, record = t.run, t.run.p, t.record
+    validate = [callbacks.Validate(feeds.val)] if t.commit is not None else []
     # Horovod: only rank 0 holds a resumed run's history, so every worker stops when it says so
     # (Stopping takes rank 0's reason).
     cbs = [TakeSignals()] + validate
     cbs += run.backend.callbacks(broadcast_after_first_step=p.policy.broadcast_after_first_step)
-    cbs += [callbacks.PolicyLR(p, steps)] + _pass_validation(cfg, run, record, feeds) + p.policy.callbacks(kit, p, steps)
+    cbs += [callbacks.PolicyLR(p, t.steps)] + _pass_validation(t, feeds)
+    cbs += p.policy.callbacks(t.kit, p, t.steps, feeds)
     cbs += [callbacks.EpochRow(record), callbacks.Stopping(record, run.ranks.from_chief)]
     checkpoint = None
     if run.writes:
         # Horovod: rank 0 alone writes the run folder and the TensorBoard logs (after EpochRow
         # puts the lr in the logs)
-        checkpoint = callbacks.Checkpoint(record, out, ckpt, state)
-        cbs += [callbacks.MetricsLog(record, out), checkpoint]
-        cbs += watch.tensorboard_callbacks(out, val_x, cfg.tensorboard_images_every)
-    shown = progress.Progress(record, run.say, run.tell, lines=verbose and run.is_chief)
-    bar = [progress.EpochBar(f"{p.mode} N={p.workers}")] if verbose and run.is_chief and sys.stderr.isatty() else []
-    cbs += ([commit] if commit is not None else []) + bar + [shown]
+        checkpoint = callbacks.Checkpoint(record, run.out, t.ckpt, state)
+        cbs += [callbacks.MetricsLog(record, run.out), checkpoint]
+        cbs += watch.tensorboard_callbacks(run.out, t.data[1], t.cfg.tensorboard_images_every)
+    shown = progress.Progress(record, run.say, run.tell, lines=t.verbose and run.is_chief)
+    bar = [progress.EpochBar(f"{p.mode} N={p.workers}")] if t.verbose and run.is_chief and sys.stderr.isatty() else []
+    cbs += ([t.commit] if t.commit is not None else []) + bar + [shown]
     return callbacks.check_order(cbs), shown, checkpoint
 
 
-def _pass_validation(cfg: Config, run: Launch, record: callbacks.RunRecord, feeds: Feeds) -> list:
+def _pass_validation(t: Training, feeds: Feeds) -> list:
     """Validation at every pass inside an epoch (validate_every_pass); not for a policy whose
     batch grows during the run, where a pass does not fall at a fixed step."""
-    if not cfg.validate_every_pass or run.p.policy.grows_batch:
+    run = t.run
+    if not t.cfg.validate_every_pass or run.p.policy.grows_batch:
         return []
-    return [callbacks.PassValidation(record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch),
+    return [callbacks.PassValidation(t.record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch),
                                      run.backend.average)]
 
 

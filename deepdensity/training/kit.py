@@ -1,17 +1,22 @@
 """What a policy's training hooks build from (scaling/policies.py decides, this builds): the
-TensorFlow parts live here so that the policies themselves import no framework."""
+TensorFlow parts live here so that the policies themselves import no framework.
+
+One kit per run, made by the trainer before the model: it holds what stays the same while the
+run trains, the settings and the backend whose allreduce the hand-averaging steps call. What
+belongs to one call of fit (in elastic training, one per N) is an argument of the hook that
+needs it: the fit's feeds, to `callbacks`, whose adaptive callback grows the feed's batch."""
 from __future__ import annotations
 
 from deepdensity.config import Config
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks
+from deepdensity.training import adaptive, callbacks
 
 
 class PolicyKit:
     """The parts a policy may ask for, for one run."""
 
-    def __init__(self, cfg: Config, backend, say, feeds=None):
-        self.cfg, self.backend, self.say, self.feeds = cfg, backend, say, feeds
+    def __init__(self, cfg: Config, backend):
+        self.cfg, self.backend = cfg, backend
 
     def synchronous_step(self, model, p):
         """The paper's step: one update of the averaged gradient, in slices of at most
@@ -30,14 +35,15 @@ class PolicyKit:
         return self._by_hand(LocalStep, model, p)
 
     def _by_hand(self, step_class, model, p):
-        trainable = step_class(model.inputs, model.outputs, name=model.name)
-        trainable.parts, trainable.workers = p.workers // p.processes, p.workers   # parts: workers this process holds
-        trainable.average = self.backend.average       # Horovod: the allreduce these steps call by hand
-        return trainable
+        # parts: the workers this process holds; Horovod: `average` is the allreduce these
+        # steps call by hand
+        return step_class(model.inputs, model.outputs, name=model.name, parts=p.workers // p.processes,
+                          workers=p.workers, average=self.backend.average)
 
-    def adaptive_batch(self):
-        """De et al.'s big-batch test at the end of every epoch, growing the feed's batch."""
-        return callbacks.AdaptiveBatch(self.feeds.adaptive, self.cfg, self.say)
+    def adaptive_batch(self, feeds):
+        """De et al.'s big-batch test at the end of every epoch, growing the batch of this fit's
+        feed (feeds.Feeds; it prints on the fit's launch's rank 0)."""
+        return adaptive.AdaptiveBatch(feeds.adaptive, self.cfg, feeds.run.say)
 
     def local_sync(self, steps: int):
         """Average the workers' weights every local_steps steps."""

@@ -23,7 +23,7 @@ from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.scaling import policies, rules
 from deepdensity.training import callbacks, controllers, dist, interrupts, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
-from deepdensity.training.fit import fit
+from deepdensity.training.fit import Training, fit
 from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch, launch
 from deepdensity.training.run_folder import RunError
@@ -139,7 +139,8 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     except rules.PlanError as e:
         raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
     interrupts.take_pending()
-    model, optimizer = _compiled_model(cfg, run, cubes, steps)
+    kit = PolicyKit(cfg, run.backend)          # what the policy's hooks build, for the whole run
+    model, optimizer = _compiled_model(cfg, run, kit, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
     run.ranks.chief_check(lambda: _check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
@@ -164,12 +165,13 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         run_folder.last_epoch_again(record, read_metrics(run.out) if run.writes else [])
         run.tell(record.final_line())
         return run_folder.save_run(model, record, run, state)
-    data = (train_x, val_x)
+    t = Training(cfg=cfg, run=run, model=model, record=record, data=(train_x, val_x), ckpt=ckpt, steps=steps,
+                 kit=kit, verbose=verbose)
     interrupts.take_pending()
     if run.elastic:
-        run, saved = fit_elastic(cfg, run, model, record, data, initial_epoch, ckpt, verbose)
+        run, saved = fit_elastic(t, initial_epoch)
     else:
-        saved = fit(cfg, run, model, record, data, initial_epoch, steps, ckpt, state, verbose)
+        saved = fit(t, initial_epoch, state)
     return run_folder.save_run(model, record, run, saved)
 
 
@@ -222,8 +224,9 @@ def _versions() -> dict:
             "gpus": len(tf.config.list_physical_devices("GPU")), "horovod": dist.horovod_version()}
 
 
-def _compiled_model(cfg: Config, run: Launch, cubes, steps: int) -> tuple:
-    """(model with its policy's training step, optimizer), compiled, optimizer slots made."""
+def _compiled_model(cfg: Config, run: Launch, kit: PolicyKit, cubes, steps: int) -> tuple:
+    """(model with the training step its policy asks of `kit`, optimizer), compiled, optimizer
+    slots made."""
     from deepdensity.model.autoencoder import build_model, make_adam
 
     if cfg.deterministic:
@@ -232,8 +235,7 @@ def _compiled_model(cfg: Config, run: Launch, cubes, steps: int) -> tuple:
     # the sequential model's first step (the broadcast only guarantees it).
     tf.keras.utils.set_random_seed(cfg.seed)
     policy = run.p.policy
-    model = policy.training_model(PolicyKit(cfg, run.backend, run.say), build_model(cfg, cubes.grid_size, cubes.ndim),
-                                  run.p)
+    model = policy.training_model(kit, build_model(cfg, cubes.grid_size, cubes.ndim), run.p)
     optimizer = make_adam(cfg, run.p.lr_at(0, 0, steps))
     if policy.averages_in_optimizer:
         # Horovod: wrap the optimizer so gradients are averaged over workers (the policies

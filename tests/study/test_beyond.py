@@ -108,12 +108,12 @@ def test_an_adaptive_epoch_keeps_the_sample_stream_and_drops_only_the_remainder(
 # ------------------------------------------------------------------------------------
 # training steps, on a tiny model
 # ------------------------------------------------------------------------------------
-def _tiny(cls):
+def _tiny(cls, **kwargs):
     import tensorflow as tf
     tf.keras.utils.set_random_seed(0)
     x = tf.keras.Input((4,))
     y = tf.keras.layers.Dense(2)(tf.keras.layers.Dense(3, activation="tanh")(x))
-    return cls(x, y)
+    return cls(x, y, **kwargs)
 
 
 def _data(n=48):
@@ -122,17 +122,15 @@ def _data(n=48):
 
 
 def _compiled(cls, optimizer, parts):
+    """`cls` holding `parts` workers (NoiseStep, LocalStep) or `parts` slices (SlicedStep), as
+    the trainer makes them: by their constructor's arguments."""
+    from deepdensity.model.steps import ByHandStep
     from deepdensity.training import dist
-    model = _tiny(cls)
+    model = _tiny(cls, **({"parts": parts} if issubclass(cls, ByHandStep) else {"grad_slices": parts}))
     model.compile(optimizer=optimizer, loss="mse")
     dist.create_slots(model, model.optimizer)
     if hasattr(model, "start_workers"):
-        model.parts = parts
         model.start_workers()
-    elif hasattr(model, "part_sq_tracker"):
-        model.parts, model.workers = parts, parts
-    else:
-        model.grad_slices = parts
     return model
 
 
