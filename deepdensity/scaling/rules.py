@@ -14,12 +14,23 @@ Vocabulary:
 """
 from __future__ import annotations
 
+import enum
 import math
 from typing import Optional, Sequence
 
 import numpy as np
 
 from deepdensity.utils.errors import UserError
+
+
+class RunStatus(enum.StrEnum):
+    """How a run ended: what stop_reason answers, and the "status" of result.json, state.json
+    and the study's ledger (the values are those strings, so every record reads the same)."""
+    REACHED = "reached_target"
+    DIVERGED = "diverged"           # a non-finite loss
+    COLLAPSED = "collapsed"         # at the collapse level for collapse_patience epochs (collapsed)
+    STALLED = "stalled"             # no new best for stall_patience epochs (stalled)
+    CAPPED = "max_epochs"           # the epoch cap
 
 
 class PlanError(UserError):
@@ -272,7 +283,7 @@ def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional
 
 def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, max_epochs: int,
                 val_history: Sequence[float] = (), stall_patience: int = 0, collapse_loss: float = 0.0,
-                collapse_patience: int = 0, stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[str]:
+                collapse_patience: int = 0, stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[RunStatus]:
     """Paper section VI: stop at the first non-finite loss, at the target, or at the cap;
     and at a plain failure: `collapsed` (see above) when `collapse_patience` > 0, `stalled`
     when `stall_patience` > 0 (with `stall_near`'s allowance near the target, see stalled).
@@ -281,13 +292,13 @@ def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, ma
     validation losses of every epoch so far, this one included. Returns None to go on.
     """
     if not (math.isfinite(loss) and math.isfinite(val_loss)):
-        return "diverged"
+        return RunStatus.DIVERGED
     if val_loss <= target_loss:
-        return "reached_target"
+        return RunStatus.REACHED
     if collapsed(val_history, collapse_loss, collapse_patience):
-        return "collapsed"
+        return RunStatus.COLLAPSED
     if stalled(val_history, stall_patience, target_loss, stall_near, stall_near_patience):
-        return "stalled"
+        return RunStatus.STALLED
     if epoch + 1 >= max_epochs:
-        return "max_epochs"
+        return RunStatus.CAPPED
     return None

@@ -26,6 +26,7 @@ from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_json
 from deepdensity.utils.files import write_atomic
+from deepdensity.scaling.rules import RunStatus
 
 
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
@@ -105,7 +106,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = val_losses(runner.root / nm)
             status, epochs = (curves.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
-                                                  cfg.stall_near_patience) or ("max_epochs", len(vals)))
+                                                  cfg.stall_near_patience) or (RunStatus.CAPPED, len(vals)))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b})

@@ -18,6 +18,7 @@ from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.preset import Study
 from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_metrics
+from deepdensity.scaling.rules import RunStatus
 
 
 def epoch_durations(run_dir: Path) -> list:
@@ -38,7 +39,7 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
             for (m, nn, seed), (r, run_name) in sorted(book.results.items()):
                 if (m, nn) != (key, n):
                     continue
-                epochs_to_target = r["epochs"] if r["status"] == "reached_target" else None
+                epochs_to_target = r["epochs"] if r["status"] == RunStatus.REACHED else None
                 if real_runner and n > 1:      # a real run on n workers: its own clock
                     epoch_s = statistics.median(epoch_durations(root / run_name) or [math.nan])
                     source, t = "measured", r["time_to_target_s"]
@@ -66,7 +67,7 @@ def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, de
     """Passes to target of a cell that reached it, from its run's rows (curves.passes_to_target);
     strong scaling read off the sequential run takes that run's passes, which are the same at
     every N (its global batches are the sequential run's, and its epoch N of them)."""
-    if result["status"] != "reached_target":
+    if result["status"] != RunStatus.REACHED:
         return None
     if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
         return result["passes_to_target"]
@@ -93,7 +94,7 @@ def timed(run_dir: Path, mode: str, n: int, n_val: int, timing: dict, result: di
           per_epoch: int) -> dict:
     """A run's outcome with its modelled time to target (epoch by epoch, from its rows) and its
     passes to target (`per_epoch` passes an epoch; the beyond study's verdicts compare passes first)."""
-    reached = result["status"] == "reached_target"
+    reached = result["status"] == RunStatus.REACHED
     epoch_s, t = modelled_from_rows(run_dir, mode, n, n_val, timing, result["epochs"] if reached else None)
     return {"status": result["status"], "epochs": result["epochs"], "epochs_to_target": result["epochs"] if reached
             else None, "epoch_seconds": epoch_s, "time_to_target_s": t, "run": run_dir.name,

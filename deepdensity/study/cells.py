@@ -10,6 +10,7 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import speedup
+from deepdensity.scaling.rules import RunStatus
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Cell:
 
     @property
     def reached(self) -> bool:
-        return self.status == "reached_target"
+        return self.status == RunStatus.REACHED
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
         key = (p.global_batch, p.peak_lr, policy.schedule)
         groups.setdefault(key, []).append((c.mode, c.reached))
     for r in seq_2eta:
-        groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == "reached_target"))
+        groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == RunStatus.REACHED))
     return [(b, lr, sched, sorted({m for m, _ in runs}), len(runs), sum(not ok for _, ok in runs))
             for (b, lr, sched), runs in sorted(groups.items())]
 

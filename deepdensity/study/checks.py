@@ -15,6 +15,7 @@ from deepdensity.study.record import seq_2eta_of
 from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.study.units import study_units
 from deepdensity.training.runs import read_json
+from deepdensity.scaling.rules import RunStatus
 
 
 def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
@@ -24,7 +25,7 @@ def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
     stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
     Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
     stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                     if r["status"] == "stalled" and not name.startswith("seq-s"))
+                     if r["status"] == RunStatus.STALLED and not name.startswith("seq-s"))
     others = [x for x in stopped if x[0] < 16]
     # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every
     # N and mode the rule stopped runs in is checked before any gets a second
@@ -50,7 +51,7 @@ def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
         print(f"stall check: {len(chosen)} run(s) the stall rule stopped, continued to the cap with the rule off")
     rows = s.runner.run_all([functools.partial(to_cap, *x) for x in chosen], label="stall check")
     for row in rows:
-        if row["status"] == "reached_target":
+        if row["status"] == RunStatus.REACHED:
             result = read_json(s.root / row["run"] / "result.json", "run's result")
             book.results[(row["mode"], row["n"], row["seed"])] = (result, row["run"])
     return rows

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from deepdensity.scaling import policies
 from deepdensity.study import decide
 from deepdensity.study.runner import NotHeld, StudyRunner
+from deepdensity.scaling.rules import RunStatus
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
@@ -36,7 +37,7 @@ class Book:
 
     def reached(self, mode: str, n: int) -> list:
         """Reached the target? Per seed of (mode, N), in seed order."""
-        return [r["status"] == "reached_target" for (m, nn, s), (r, _) in sorted(self.results.items())
+        return [r["status"] == RunStatus.REACHED for (m, nn, s), (r, _) in sorted(self.results.items())
                 if (m, nn) == (mode, n)]
 
     def cells_of(self, unit: tuple) -> list:

@@ -3,7 +3,7 @@ what counts as a miss, what a cell's runs say, and a run's one time to target.
 
   outcome   A run *missed* when it did not reach the target within the cap, the paper's "NaN"
             (MISSED, the primary definition); the sensitivity definition counts as failed only
-            a run that collapsed or became non-finite (FAILED, rates.outcome).
+            a run that collapsed or became non-finite (FAILED, outcomes.outcome).
   cell      missed / runs with its exact 95 % interval (stats.missed_rate): *converges* when the
             upper bound is below 0.5, *fails* when the lower bound is above 0.5, else
             *inconclusive* (Call, cell_rate); and the further seeds that could still change that
@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.study import curves, rates, stats
+from deepdensity.study import curves, outcomes, stats
+from deepdensity.scaling.rules import RunStatus
 
 MISSED, FAILED = "missed within the cap", "collapsed or non-finite"
 
@@ -78,8 +79,8 @@ class Evidence:
 
     def missed(self, c) -> bool:
         if self.definition == MISSED:
-            return c.status != "reached_target"
-        return rates.outcome(c.status, c.final_val_loss, self.collapse_loss) == rates.FAILED
+            return c.status != RunStatus.REACHED
+        return outcomes.outcome(c.status, c.final_val_loss, self.collapse_loss) == outcomes.FAILED
 
     def rate(self, mode: str, ns) -> CellRate:
         runs = [c for c in self.cells if c.mode == mode and c.n in ns]
@@ -102,7 +103,7 @@ def seconds_to_target(c, epoch_s: float, per_epoch: int, scale: float = 1.0) -> 
     """The one time to target of a cell's run: passes to target x the seconds of a pass (an
     epoch of `epoch_s` seconds is `per_epoch` passes), times `scale`; inf when it missed the
     target. Epochs to target stand in for passes only where a run recorded no passes."""
-    if c.status != "reached_target":
+    if c.status != RunStatus.REACHED:
         return math.inf
     passes = c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch
     return passes * epoch_s / per_epoch * scale

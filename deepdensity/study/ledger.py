@@ -29,6 +29,7 @@ from deepdensity.scaling import rules
 from deepdensity.study import curves
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import write_atomic
+from deepdensity.scaling.rules import RunStatus
 
 FORMAT = 1
 TRAINING_VERSION = 1
@@ -98,8 +99,8 @@ def replay(entry: dict, stopping: dict) -> Optional[tuple]:
     vals = [math.inf if v is None else v for v in entry["val_losses"]]
     last = len(vals) - 1
     for e, v in enumerate(vals):
-        if e == last and entry["result"]["status"] == "diverged":
-            return "diverged", e + 1
+        if e == last and entry["result"]["status"] == RunStatus.DIVERGED:
+            return RunStatus.DIVERGED, e + 1
         reason = rules.stop_reason(e, 1.0, v, stopping["target_loss"], stopping["max_epochs"], vals[:e + 1],
                                    stopping["stall_patience"], stopping["collapse_loss"],
                                    stopping["collapse_patience"], stopping["stall_near"],
@@ -126,14 +127,14 @@ def answer(entry: dict, stopping: dict) -> Optional[dict]:
     result = {**entry["result"], "status": status, "epochs": epochs, "final_val_loss": val,
               "final_loss": rows[-1].get("loss") if rows else entry["result"].get("final_loss"),
               "target_loss": stopping["target_loss"], "seconds": seconds if rows else entry["result"].get("seconds"),
-              "time_to_target_s": seconds if status == "reached_target" and rows else
-              (entry["result"].get("time_to_target_s") if status == "reached_target" else None)}
+              "time_to_target_s": seconds if status == RunStatus.REACHED and rows else
+              (entry["result"].get("time_to_target_s") if status == RunStatus.REACHED else None)}
     if rows is not None:
         per_epoch = curves.passes_per_epoch(entry["n"], entry["config"].get("epoch_definition", "per_worker"))
         passes = curves.passes_to_target(rows, stopping["target_loss"], per_epoch)
     else:
         passes = entry["result"].get("passes_to_target")
-    result["passes_to_target"] = passes if status == "reached_target" else None
+    result["passes_to_target"] = passes if status == RunStatus.REACHED else None
     return {"result": result, "rows": rows, "val_losses": entry["val_losses"][:epochs]}
 
 

@@ -9,10 +9,11 @@ import statistics
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study import rates
+from deepdensity.study import outcomes
 from deepdensity.study.judging import cells_of, claims_of
 from deepdensity.study.render import fmt, md_table
 from deepdensity.study.protocol_text import SEQUENTIAL_PROOF
+from deepdensity.scaling.rules import RunStatus
 
 
 def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
@@ -55,7 +56,7 @@ def stall_check(record: dict) -> str:
     if not rows:
         return ("The stall rule, checked: it stopped no run that is trained on its own (strong scaling, read off "
                 "the sequential runs, is not continued).")
-    reached = [r for r in rows if r["status"] == "reached_target"]
+    reached = [r for r in rows if r["status"] == RunStatus.REACHED]
     listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
                         f"to the cap {r['status']} after {r['epochs']}" for r in rows)
     verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
@@ -112,7 +113,7 @@ def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:
 
     before = {(c["mode"], c["n"]): c for c in cells if rerun(c)}
     pairs = [(before[(c["mode"], c["n"])], c) for c in check["cells"] if rerun(c) and (c["mode"], c["n"]) in before]
-    outcome = lambda c: rates.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
+    outcome = lambda c: outcomes.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
     same = sum(outcome(a) == outcome(b) for a, b in pairs)
     moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
              if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]

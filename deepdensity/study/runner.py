@@ -28,6 +28,7 @@ from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
 from deepdensity.utils.files import write_atomic
+from deepdensity.scaling.rules import RunStatus
 
 class NotHeld(StudyError):
     """A run the study asked for that neither the ledger nor the runs folder holds, in a study
@@ -100,7 +101,7 @@ class StudyRunner:
             if request is not None:
                 self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
-            if r["status"] != "max_epochs" or r["epochs"] >= int(settings.get("max_epochs", 0)):
+            if r["status"] != RunStatus.CAPPED or r["epochs"] >= int(settings.get("max_epochs", 0)):
                 with self._lock:
                     self.reused.add(name)
                     self.wall.setdefault(name, (r.get("seconds") or 0.0) + STARTUP_S)
@@ -183,7 +184,7 @@ class StudyRunner:
         vals = [r["val_loss"] for r in rows]
         per_epoch = curves.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
         result = {**result, "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
-                  if result["status"] == "reached_target" else None}
+                  if result["status"] == RunStatus.REACHED else None}
         entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
                                 request["data"], config, result, rows, vals, machine,
                                 _revision() if source == "trained" else "unknown", source)

@@ -17,6 +17,7 @@ from deepdensity.study.runner import StudyRunner
 from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.training.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_metrics
+from deepdensity.scaling.rules import RunStatus
 
 
 def val_losses(run_dir: Path) -> list:
@@ -97,5 +98,5 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
         if not undecided:
             return decided, vals
         if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
-            return {n: d or ("diverged", -(-len(vals) // n)) for n, d in decided.items()}, vals
+            return {n: d or (RunStatus.DIVERGED, -(-len(vals) // n)) for n, d in decided.items()}, vals
         passes += max(undecided)

@@ -25,6 +25,7 @@ import tensorflow as tf
 from deepdensity.scaling import rules
 from deepdensity.scaling.policies import ScalingPlan
 from deepdensity.utils.files import write_atomic
+from deepdensity.scaling.rules import RunStatus
 
 # Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
 ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")
@@ -101,14 +102,14 @@ class RunRecord:
 
     def final_line(self) -> str:
         """The run's last line, whatever ended it."""
-        if self.status == "reached_target":
+        if self.status == RunStatus.REACHED:
             what = f"reached target {self.cfg.target_loss:g} in {self.time_to_target_s:.1f} s"
-        elif self.status == "diverged":
+        elif self.status == RunStatus.DIVERGED:
             what = "stopped: non-finite loss"
-        elif self.status == "collapsed":
+        elif self.status == RunStatus.COLLAPSED:
             what = (f"stopped: val_loss at the collapse level {self.cfg.collapse_loss:g} for "
                     f"{self.cfg.collapse_patience} epochs (collapsed)")
-        elif self.status == "stalled":
+        elif self.status == RunStatus.STALLED:
             near = self.cfg.stall_near and min(self.val_history, default=math.inf) <= self.cfg.target_loss * (1 + self.cfg.stall_near)
             what = (f"stopped: no new best val_loss in "
                     f"{self.cfg.stall_near_patience if near else self.cfg.stall_patience} epochs (stalled)")
@@ -119,7 +120,7 @@ class RunRecord:
 
     def result(self) -> dict:
         """result.json's content."""
-        return {"status": self.status or "max_epochs", "mode": self.p.mode, "workers": self.p.workers,
+        return {"status": self.status or RunStatus.CAPPED, "mode": self.p.mode, "workers": self.p.workers,
                 "epochs": self.row.get("epoch"), "time_to_target_s": self.time_to_target_s,
                 "final_val_loss": self.row.get("val_loss"), "final_loss": self.row.get("loss"),
                 "seconds": self.row.get("seconds"), "target_loss": self.cfg.target_loss}
@@ -265,7 +266,7 @@ class Stopping(tf.keras.callbacks.Callback):
         reason = self.agree(rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
                                               r.val_history, cfg.stall_patience, cfg.collapse_loss,
                                               cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience))
-        if reason == "reached_target":
+        if reason == RunStatus.REACHED:
             r.time_to_target_s = r.row["seconds"]
         if reason:
             r.status = reason

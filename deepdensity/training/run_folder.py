@@ -23,8 +23,9 @@ from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, hold
                                        read_metrics, resume_changes)
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import atomic_path, write_atomic
+from deepdensity.scaling.rules import RunStatus
 
-FINAL = ("reached_target", "diverged", "stalled", "collapsed")
+FINAL = (RunStatus.REACHED, RunStatus.DIVERGED, RunStatus.STALLED, RunStatus.COLLAPSED)
 
 
 class RunError(UserError):
@@ -77,7 +78,7 @@ def finished(state: Optional[dict], cfg: Config, run: Launch) -> bool:
     """Is the run in the folder final? A run stopped at the epoch cap is extended by a larger
     max_epochs; the others are final. Rank 0 read the folder; every rank learns its answer."""
     done = bool(state and (state.get("status") in FINAL or
-                           (state.get("status") == "max_epochs" and state["epoch"] + 1 >= cfg.max_epochs)))
+                           (state.get("status") == RunStatus.CAPPED and state["epoch"] + 1 >= cfg.max_epochs)))
     return run.ranks.any(done)
 
 
@@ -133,7 +134,7 @@ def last_epoch_again(record, rows: list) -> None:
     record.status = rules.stop_reason(last["epoch"] - 1, loss, val_loss, cfg.target_loss, cfg.max_epochs,
                                       record.val_history, cfg.stall_patience, cfg.collapse_loss,
                                       cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience)
-    if record.status == "reached_target":
+    if record.status == RunStatus.REACHED:
         record.time_to_target_s = last["seconds"]
 
 
