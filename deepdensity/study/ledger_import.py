@@ -20,6 +20,7 @@ from pathlib import Path
 
 from deepdensity.scaling import policies
 from deepdensity.study import ledger
+from deepdensity.study.record import upgraded
 from deepdensity.study.runner import StudyRunner
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import UserError, command
@@ -52,7 +53,7 @@ def record_runs(record: dict) -> list:
             runs.append((c["run"], c["mode"], c["n"], {**common, "seed": c["seed"]},
                          {"status": c["status"], "epochs": c["epochs"], "final_val_loss": c.get("final_val_loss"),
                           "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
-    sweep = record.get("sweep") or {}
+    sweep = record.get("lr_search") or {}
     for p in sweep.get("probes") or []:
         runs.append((p["run"], policies.STRONG, 1, {"base_lr": repr(p["lr"]), "max_epochs": sweep["epochs"],
                                                     "target_loss": 0.0, "seed": p["seed"],
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--source", required=True, help="where the record came from, kept in each entry")
     ap.add_argument("--out", required=True, help="the ledger file to append to")
     args = ap.parse_args(argv)
-    record = json.loads(Path(args.record).read_text())
+    record = upgraded(json.loads(Path(args.record).read_text()))
     entries = import_record(record, Path(args.runs), args.source)
     book = ledger.Ledger(Path(args.out))
     known = {(e["key"], json.dumps(e["stopping"], sort_keys=True), e["source"]) for e in book.entries}

@@ -20,7 +20,8 @@ from deepdensity.study.preset import Study
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils import machine
 
-FORMAT = 1
+# 2: the lr search is "lr_search" and the beyond study's batch sweep "batch_sweep", both "sweep" in 1
+FORMAT = 2
 FIG1_CUBES = 4
 
 
@@ -112,7 +113,7 @@ def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict
     return {**_common(s, proto, book, timing, stopped, runner, "paper"),
             "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(book),
-            "sweep": sweep, "curves": _curves(s.root, run_names),
+            "lr_search": sweep, "curves": _curves(s.root, run_names),
             "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")}
 
 
@@ -130,7 +131,17 @@ def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, fil
             "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
                          for run in beyond_runs},
             "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": filtering["filter"]},
-            "sweep": sweep}
+            "batch_sweep": sweep}
+
+
+def upgraded(record: dict) -> dict:
+    """A record of format 1 read as format 2: its "sweep" is the lr search in a study of the
+    paper's protocol and the batch sweep in a beyond study. Others as they are."""
+    if record.get("format") != 1 or "sweep" not in record:
+        return record
+    renamed = {k: v for k, v in record.items() if k != "sweep"}
+    renamed["batch_sweep" if record.get("kind") == "beyond" else "lr_search"] = record["sweep"]
+    return {**renamed, "format": 2}
 
 
 def study_of(record: dict) -> Study:

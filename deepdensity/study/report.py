@@ -104,8 +104,8 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
                                  plt=plt)
     if record.get("fig1"):             # None: no weights of the first sequential run were at hand
         figure1(out / "fig1.png", record["fig1"], plt)
-    if record["sweep"]:
-        sweep_figure(out / "fig6.png", record["sweep"], plt)
+    if record["lr_search"]:
+        sweep_figure(out / "fig6.png", record["lr_search"], plt)
 
 
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
@@ -145,7 +145,7 @@ def _interim(provenance: dict) -> bool:
 
 def _protocol(record: dict) -> list:
     return protocol_rows(study_of(record), config_of(record), record["n_train"], record["n_val"], record["target"],
-                         record["cap"], record["eta"], record["sweep"], record["runner"])
+                         record["cap"], record["eta"], record["lr_search"], record["runner"])
 
 
 def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
@@ -247,7 +247,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
         "model_line": f"K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, "
                       f"stride {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam, beta {cfg.beta_1}/{cfg.beta_2}, "
                       f"eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs.",
-        "eta": f"{record['eta']:.6g}", "lr_edge": _lr_edge(record["sweep"]),
+        "eta": f"{record['eta']:.6g}", "lr_edge": _lr_edge(record["lr_search"]),
         "threads_line": f"deterministic kernels, {cfg.intra_op_threads or 'automatic'} intra-op thread(s) per run, "
                         f"{record['provenance']['parallel_runs']} run(s) side by side. Repeatable bit for bit on this "
                         f"machine at this thread count; another instruction set or thread count rounds differently, "
@@ -276,7 +276,7 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
             "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins,
-            "fig6": "![fig6](fig6.png)" if record["sweep"] else "",
+            "fig6": "![fig6](fig6.png)" if record["lr_search"] else "",
             "fig1": "![fig1](fig1.png)" if record.get("fig1") else "(Fig. 1: not drawn, no weights of the first "
                                                                  "sequential run were at hand)"}
 

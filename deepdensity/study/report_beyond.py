@@ -75,7 +75,7 @@ def write_beyond_reports(out: Path, record: dict) -> None:
                "remedies": {m: answers_of(j) for m, j in judged.items()}, "filter": {}, "sweep": {}}
     if record["filtering"]:
         text += _filtering_md(out, b, plt, answers["filter"])
-    if record["sweep"]:
+    if record["batch_sweep"]:
         text += _sweep_md(out, b, plt, answers["sweep"])
     (out / "REPORT.md").write_text(text)
     (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
@@ -351,7 +351,7 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
 
 
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
-    sweep, paper, host, batch = b.record["sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
+    sweep, paper, host, batch = b.record["batch_sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
     by_rule = {rule: bv.sweep_cells(sweep, rule) for rule in dict.fromkeys(r["lr_rule"] for r in sweep)}
     figs.sweep_figure(out / "fig9.png", by_rule, batch, paper, b.base, plt)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from deepdensity.study import ledger
 from deepdensity.study.preset import StudyError
-from deepdensity.study.record import FORMAT
+from deepdensity.study.record import FORMAT, upgraded
 from deepdensity.study.report import TEXT_OUTPUTS, render_reports
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
@@ -32,6 +32,7 @@ def rerender(folder: Path, out: Path) -> list:
         raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
     if not isinstance(record, dict):
         raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
+    record = upgraded(record)
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
@@ -44,7 +45,7 @@ def rerender(folder: Path, out: Path) -> list:
 
 def text_outputs(folder: Path) -> tuple:
     """The text reports a folder's record renders (the default study's, or the beyond study's)."""
-    record = json.loads((folder / "study.json").read_text())
+    record = upgraded(json.loads((folder / "study.json").read_text()))
     if record.get("kind") == "beyond":
         from deepdensity.study.report_beyond import TEXT_OUTPUTS as BEYOND
         return BEYOND

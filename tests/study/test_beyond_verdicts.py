@@ -210,7 +210,7 @@ def test_the_filter_and_the_sweep_are_the_rules_recomputed(rendered):
             got = {k: v[clock]["verdict"] for k, v in answers["filter"][f"{mode} N = {n}"].items()}
             assert got == want, (mode, clock)
     for rule in ("eta", "linear"):
-        rows = [r for r in record["sweep"] if r["lr_rule"] == rule]
+        rows = [r for r in record["batch_sweep"] if r["lr_rule"] == rule]
         for clock in ("passes", "paper", "host"):
             def side(b):
                 return [passes({**r, "n": 1}) * (1.0 if clock == "passes" else pass_seconds(
