@@ -107,11 +107,17 @@ def resume_point(ckpt, run: Launch, state: Optional[dict]) -> tuple:
 
 def start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
     """A new run writes config.json and an empty metrics.jsonl; a resumed one drops the
-    metrics lines of epochs its checkpoint does not cover. Returns the kept val_losses."""
+    metrics lines of epochs its checkpoint does not cover, and config.json takes the resumable
+    settings it goes on under (a raised max_epochs, the stall rule turned off), so that it says
+    what the run continues with. Returns the kept val_losses."""
     if initial_epoch == 0:
         write_atomic(out / "config.json", json.dumps(run_config, indent=2))
         (out / "metrics.jsonl").write_text("")
         return []
+    saved = read_json(out / "config.json", "run's configuration")
+    now = {**saved, **{k: v for k, v in run_config.items() if k in RESUMABLE}}
+    if now != saved:
+        write_atomic(out / "config.json", json.dumps(now, indent=2))
     kept = keep_rows_up_to(out, initial_epoch)
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
 
