@@ -39,6 +39,7 @@ from deepdensity.scaling import policies
 from deepdensity.study.beyond import beyond_reports, default_study_eta
 from deepdensity.study.cell_times import study_cells
 from deepdensity.study.checks import isa_recheck, stall_check
+from deepdensity.study.clock_job import study_clock
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.edge import edge_of_stability
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
@@ -50,7 +51,7 @@ from deepdensity.study.runner import NotHeld
 from deepdensity.study.sequential import calibrated_target, real_strong_runs, sequential_path
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
                                        parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
-from deepdensity.study.timing import held_timing, measure_timing, model_epoch
+from deepdensity.study.timing import held_timing, model_epoch
 from deepdensity.study.units import study_units
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
@@ -204,8 +205,9 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     an interrupted study leaves `out` as it was."""
     s = start_study(name, study, options, runs)
     cfg = load(str(s.train_yaml))
-    # 0. The clock first, alone on the host: the runs that follow share it side by side.
-    timing = measure_timing(s.root, s.train_yaml, cfg, s.n_train, s.n_val) if not options.no_train else held_timing(s.root)
+    # 0. The clock first, alone on the host (under Slurm: alone in one job on a compute node):
+    #    the runs that follow share it side by side.
+    timing = study_clock(s, cfg) if not options.no_train else held_timing(s.root)
     # 1. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
     if study.base_lr == "edge" or options.lr_sweep:
         eta, sweep = edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)

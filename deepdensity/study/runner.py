@@ -44,6 +44,7 @@ def fmt_s(s: float) -> str:
 
 class StudyRunner:
     """Runs (or reuses, when finished) the study's training runs, up to `parallel` at once."""
+    runs_as_jobs = False      # True: each run is a batch job (slurm_runner.py), and so is the clock
 
     def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], parallel: int = 1, say=print):
         self.root, self.train_yaml, self.runner = root, train_yaml, runner

@@ -17,15 +17,12 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     """What `repro --executor slurm` will submit, for the plan (and --dry-run): where each stage
     runs, the jobs (how many, how large, their script), what they may cost, and whether this
     host can submit them. Submits nothing and writes nothing."""
-    from deepdensity.study.plan import CLOCK_MINUTES, run_counts
+    from deepdensity.study.plan import run_counts
     threads = int(study.train.get("intra_op_threads", 1))
     jobs = SlurmRunner(runs, runs / "train.yaml", runner or None, options, threads, name)
     here = ["the data set"]
-    if not runner:
-        here.append("the clock (timing.json: held from an earlier invocation with --no-train)" if no_train else
-                    f"the clock (one-process epochs and horovodrun -np 2 and 4, about {CLOCK_MINUTES[0]}-"
-                    f"{CLOCK_MINUTES[1]} min; on a cluster run the driver where that may run, or copy the "
-                    f"timing.json of a study run there into {runs})")
+    if not runner and no_train:
+        here.append("the clock (timing.json: held from an earlier invocation with --no-train)")
     if study.filter_modes:
         here.append("the data filter's features of the first sequential run")
     lines = ["  Slurm: on this host, not as jobs: " + ", ".join(here) + "; and the driver itself, which "
@@ -51,6 +48,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
                     if launched else "")
                  + f"; a job near its time limit checkpoints and is requeued under its id, and a job the scheduler "
                  f"ends is submitted again from its checkpoint, each up to {options.retries} time(s)")
+    clock, clock_cpus = _clock_job(name, jobs, options, runs)      # with or without --runner (run_study)
     hours = time_hours(options.time)
     if runner:
         reserved, how = most * hours * jobs.cpus(max(study.workers)), f"at {jobs.cpus(max(study.workers))} CPUs a job"
@@ -58,7 +56,8 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
         reserved = ((most - len(launched)) * per_run + sum(c for _, c in launched)) * hours
         how = f"{per_run} CPU(s) each" + ("; the real strong-scaling jobs " + " and ".join(str(c) for _, c in launched)
                                           if launched else "")
-    cost = (f"  Slurm cost: at most {reserved:.0f} CPU-hours reserved ({most} jobs at their {options.time} limit, "
+    reserved, how = reserved + clock_cpus * hours, how + (f"; the clock's job {clock_cpus}" if clock_cpus else "")
+    cost = (f"  Slurm cost: at most {reserved:.0f} CPU-hours reserved ({most + bool(clock_cpus)} jobs at their {options.time} limit, "
             f"{how}); a job ends with its run, most far sooner" if hours != float("inf") else
             "  Slurm cost: no bound (time UNLIMITED)")
     try:
@@ -67,11 +66,27 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
                  f"{minutes / 60 * per_run:.1f} CPU-hours at {per_run} CPU(s) a run")
     except (KeyError, TypeError):
         pass
-    lines.append(cost)
+    lines += clock + [cost]
     return lines + _example_script(jobs, study) + [
         "  Slurm here: " + (f"no, {unavailable}; the study would refuse to start on this host" if unavailable
                             else "sbatch and squeue answer, and Slurm accepts a job with these options "
                                  "(sbatch --test-only, nothing submitted)")]
+
+
+def _clock_job(name: str, jobs: "SlurmRunner", options: SlurmOptions, runs: Path) -> tuple:
+    """([the plan's line for the clock's job], its CPUs): the first of the study's jobs, none
+    (0 CPUs) when the runs folder holds this clock's timing.json."""
+    from deepdensity.study.clock_job import CLOCK_JOB, CLOCK_PROCESSES, clock_cpus
+    from deepdensity.study.plan import CLOCK_MINUTES
+    from deepdensity.study.timing import current_timing
+    if current_timing(runs) is not None:
+        return [f"  Slurm clock job: none, {runs / 'timing.json'} holds this clock (the study submits nothing for it)"], 0
+    cpus = clock_cpus(options, jobs.threads)
+    return [f"  Slurm clock job: the clock (timing.json: one-process epochs and horovodrun -np 2 and "
+            f"{CLOCK_PROCESSES}, about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min) as one batch job "
+            f"dd-{name}-{CLOCK_JOB} on one node, {cpus} CPUs, {options.time} at most, submitted first "
+            f"and waited for before any run's job; it writes timing.json into {runs}, and a driver started again "
+            f"attaches to it, never submits it twice"], cpus
 
 
 def _example_script(jobs: "SlurmRunner", study) -> list:

@@ -63,13 +63,21 @@ class SlurmRunner(StudyRunner):
         other.ledger, other.may_train = self.ledger, self.may_train
         return other
 
+    runs_as_jobs = True
+
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
+        return self.job(cmd, name, self.cpus(workers))
+
+    def job(self, cmd: list, name: str, cpus: int) -> tuple:
+        """(exit status, log) of `cmd` run as the Slurm job `name` of `cpus` CPUs on one node:
+        a job the last driver submitted under this name is attached to, never submitted again;
+        one the scheduler ended is submitted again (`cmd --resume`), up to `retries` times."""
         record = _read_record(self.jobs / f"{name}.json")
         attempt, job_id = self._live_job(record, name)
         while True:
             if not job_id:
                 attempt += 1
-                job_id = self._submit(cmd, name, workers, attempt)
+                job_id = self._submit(cmd, name, cpus, attempt)
             else:
                 self.say(f"  {name}: attached to Slurm job {job_id} ({QueueJob(self.jobs, job_id).state.lower()})")
             (code, why), state = self._wait(job_id)
@@ -85,6 +93,13 @@ class SlurmRunner(StudyRunner):
                      f"({attempt} of {self.options.retries + 1})")
             cmd = cmd if "--resume" in cmd else [*cmd, "--resume"]
             job_id = ""
+
+    def forget(self, name: str) -> None:
+        """The job `name` ended and was read (a failure, said): the next driver submits it again
+        instead of reading the same end (its earlier jobs stay on record)."""
+        record = _read_record(self.jobs / f"{name}.json")
+        if record.get("job_id"):
+            write_atomic(self.jobs / f"{name}.json", json.dumps({**record, "job_id": ""}))
 
     def _live_job(self, record: dict, name: str) -> tuple:
         """(submissions so far, the id of this run's job still listed by the controller, or
@@ -109,7 +124,7 @@ class SlurmRunner(StudyRunner):
         write_atomic(self.jobs / f"{name}.json", json.dumps({"job_id": job_id, "attempts": attempt,
                                                              "jobs": [*jobs, job_id], "command": cmd}))
 
-    def _submit(self, cmd: list, name: str, workers: int, attempt: int) -> str:
+    def _submit(self, cmd: list, name: str, cpus: int, attempt: int) -> str:
         self.jobs.mkdir(parents=True, exist_ok=True)
         path = self.jobs / f"{name}.json"
         jobs = _read_record(path).get("jobs", [])
@@ -117,7 +132,7 @@ class SlurmRunner(StudyRunner):
         def before(token: str, index: int) -> None:           # written before sbatch
             write_atomic(path, json.dumps({"attempts": attempt - 1, "jobs": jobs, "command": cmd,
                                            "submitting": {"token": token, "index": index, "attempt": attempt}}))
-        params = job_parameters(self.options, self.cpus(workers), time_hours(self.options.time))
+        params = job_parameters(self.options, cpus, time_hours(self.options.time))
         job_id = self.submitter.submit(name, TrainJob(cmd, self._job_env()), params, before)
         self._write_record(name, job_id, attempt, jobs, cmd)
         self.say(f"  {name}: submitted as Slurm job {job_id}" + (f" (attempt {attempt})" if attempt > 1 else ""))
@@ -126,10 +141,10 @@ class SlurmRunner(StudyRunner):
     def _job_env(self) -> dict:
         return {"TF_CPP_MIN_LOG_LEVEL": "2", **{k: str(v) for k, v in self.env_extra.items()}}
 
-    def batch_script(self, name: str, workers: int) -> str:
+    def batch_script(self, name: str, workers: int, cpus: Optional[int] = None) -> str:
         """The batch script submitit submits for this run's job (alone; in an array, with
-        --array and the array's name)."""
-        params = job_parameters(self.options, self.cpus(workers), time_hours(self.options.time))
+        --array and the array's name); `cpus`: a job's other than a run's of `workers`."""
+        params = job_parameters(self.options, cpus or self.cpus(workers), time_hours(self.options.time))
         params["job_name"] = f"dd-{self.study_name}-{name}"
         params["additional_parameters"] = {**params["additional_parameters"], "comment": COMMENT + "TOKEN"}
         return sbatch_text(self.jobs, params)

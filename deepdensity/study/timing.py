@@ -245,10 +245,17 @@ def kept_rounds(path: Path, settings: dict, say=print) -> list:
     return rounds
 
 
+def current_timing(root: Path):
+    """The runs folder's timing.json when it is of this version of the clock, else None (none,
+    unreadable, or of another version: measure_timing measures it again)."""
+    timing = _read_timing(root / "timing.json")
+    return timing if isinstance(timing, dict) and timing.get("clock_version") == CLOCK_VERSION else None
+
+
 def held_timing(root: Path) -> dict:
     """The runs folder's clock as measured before, for a study that trains nothing (--no-train)."""
-    timing = _read_timing(root / "timing.json")
-    if timing is None or timing.get("clock_version") != CLOCK_VERSION:
+    timing = current_timing(root)
+    if timing is None:
         raise StudyError(f"--no-train needs this runs folder's clock ({root / 'timing.json'}, version {CLOCK_VERSION}); "
                          f"run the study once without --no-train to measure it")
     return timing

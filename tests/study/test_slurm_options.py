@@ -234,9 +234,14 @@ def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_p
     assert jobs.startswith("  Slurm jobs: 7 runs, one batch job each")      # 2 seeds x (seq, weak N = 2, 2 x eta) + 1
     assert "partition short, account proj42" in jobs and "each 02:00:00 at most, 1 CPU(s)" in jobs
     assert "horovodrun -np 2 inside one job each, on one node (2 CPUs)" in jobs
-    assert "  Slurm cost: at most 16 CPU-hours reserved (7 jobs at their 02:00:00 limit" in out
+    # 7 runs' jobs of 1 CPU (one of them 2: horovodrun -np 2) and the clock's job of 4, 2 h each
+    assert "  Slurm cost: at most 24 CPU-hours reserved (8 jobs at their 02:00:00 limit" in out
+    assert "the real strong-scaling jobs 2; the clock's job 4)" in out
     assert "strong scaling for real: horovodrun -np 2 as one Slurm job each" in out
-    assert "Slurm: on this host, not as jobs: the data set, the clock" in out
+    assert "1. the clock: training steps and allreduces timed alone in one Slurm job on a compute node" in out
+    assert "  Slurm: on this host, not as jobs: the data set; and the driver itself" in out, "the clock is a job"
+    assert "  Slurm clock job: the clock (timing.json: one-process epochs and horovodrun -np 2 and 4, about 8-12 " \
+           "min) as one batch job dd-tiny-clock on one node, 4 CPUs, 02:00:00 at most, submitted first" in out
     for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=120",
                  "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/%j_0_log.out",
                  "#SBATCH --job-name=dd-tiny-seq-s0", "#SBATCH --signal=USR2@90"):
