@@ -12,6 +12,10 @@ set -uo pipefail
 tf=${1:-cpu}
 venv=${2:-.venv}
 [ "$tf" = gpu ] || exit 0
+# a GPU build the user set up by hand is theirs
+[ -n "${HOROVOD_GPU_OPERATIONS:-}${HOROVOD_GPU_ALLREDUCE:-}" ] && exit 0
+# absolute: pip builds Horovod in a folder of its own, where a relative path leads nowhere
+venv=$(cd "$venv" 2>/dev/null && pwd || echo "$venv")
 again="then: rm $venv/.installed && make install TF=gpu"
 without() {
     echo "note: Horovod is built without NCCL ($1); its allreduce copies GPU tensors through host memory. For NCCL $2" >&2

@@ -80,3 +80,19 @@ def test_a_system_nccl_without_its_development_link_is_left_alone(tmp_path):
     proc = gpu_ops("gpu", tmp_path / ".venv", HOROVOD_CUDA_HOME=str(cuda))
     assert proc.stdout == "" and "libnccl-dev" in proc.stderr
     assert not (cuda / "lib" / "libnccl.so").exists()
+
+
+def test_paths_are_absolute_when_the_venv_is_given_relative(tmp_path):
+    """make install passes VENV=.venv; pip builds Horovod elsewhere, so the paths must not be relative."""
+    cuda, nccl = toolkit(tmp_path / "cuda"), nccl_wheel(tmp_path / ".venv")
+    proc = subprocess.run(["bash", str(SCRIPT), "gpu", ".venv"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=30, env={"PATH": "/usr/bin:/bin", "CUDA_SEARCH": "", "NCCL_SEARCH": "",
+                                           "HOROVOD_CUDA_HOME": str(cuda)})
+    assert f"HOROVOD_NCCL_INCLUDE={nccl / 'include'}" in proc.stdout.split(), proc.stdout + proc.stderr
+
+
+def test_a_gpu_build_set_by_hand_is_left_alone(tmp_path):
+    cuda = toolkit(tmp_path / "cuda")
+    nccl_wheel(tmp_path / ".venv")
+    proc = gpu_ops("gpu", tmp_path / ".venv", HOROVOD_CUDA_HOME=str(cuda), HOROVOD_GPU_OPERATIONS="NCCL")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

@@ -4,6 +4,7 @@ sweep of the sequential model's batch size, and the record and reports that hold
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -18,6 +19,7 @@ from deepdensity.scaling import policies
 from deepdensity.study import curves
 from deepdensity.study.cell_times import timed
 from deepdensity.study.design import Book
+from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.preset import Study, StudyError
 from deepdensity.study.record import beyond_record
 from deepdensity.study.runner import StudyRunner
@@ -154,14 +156,15 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
                     + (f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
                        f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
                        f"differently, so run both studies on one machine)" if env else ""))
-    cells = []
+    cells, definition = [], record["settings"].get("epoch_definition", "per_worker")
     for c in record["cells"]:
         if c["mode"] not in policies.large_batch() or c["n"] not in workers:
             continue
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
-        t = c["epochs_to_target"] * epoch_s if c["epochs_to_target"] else None
-        cells.append(Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
-                          "modelled", t, c["run"], c.get("final_val_loss"), c.get("passes_to_target")))
+        cell = Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
+                    "modelled", None, c["run"], c.get("final_val_loss"), c.get("passes_to_target"))
+        t = seconds_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))     # passes, as every cell
+        cells.append(dataclasses.replace(cell, time_to_target_s=t if math.isfinite(t) else None))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
 

@@ -136,11 +136,13 @@ def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, fil
 
 def upgraded(record: dict) -> dict:
     """A record of format 1 read as format 2: its "sweep" is the lr search in a study of the
-    paper's protocol and the batch sweep in a beyond study. Others as they are."""
-    if record.get("format") != 1 or "sweep" not in record:
+    paper's protocol and the batch sweep in a beyond study. Others as they are. The cells' stored
+    times of a format-1 record are by whole epochs; the reports time every cell again by passes
+    (judging.cells_of), so they are never read."""
+    if record.get("format") != 1:
         return record
     renamed = {k: v for k, v in record.items() if k != "sweep"}
-    renamed["batch_sweep" if record.get("kind") == "beyond" else "lr_search"] = record["sweep"]
+    renamed["batch_sweep" if record.get("kind") == "beyond" else "lr_search"] = record.get("sweep")
     return {**renamed, "format": 2}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from deepdensity.scaling import policies
 from deepdensity.study import clocks
+from deepdensity.study.protocol_text import time_phrase
 from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
 
 
@@ -20,8 +21,7 @@ def clock_fields(record: dict, cfg) -> dict:
     latency = ("" if "allreduce_latency_s" not in t else
                ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
                "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
-    model = ("every cell is passes to target (validated at every pass) x the seconds of a pass (an epoch at N "
-             "is N passes) of one model, the paper's T_S + T_P / n + "
+    model = (f"every cell is {time_phrase(cfg)} of one model, the paper's T_S + T_P / n + "
              f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
              f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
              + (f"an allreduce of {describe_allreduce(t)}" if latency else

@@ -164,7 +164,9 @@ class StudyRunner:
         from deepdensity.training import controllers
         from deepdensity.training.horovodrun import horovodrun_path
         options = shlex.split(self.runner.format(n=2))
-        return f"horovodrun ({controllers.resolved(options, dict(os.environ), horovodrun_path())})"
+        # DEEPDENSITY_CONTROLLER is read by `deepdensity launch` alone; plain horovodrun ignores it
+        env = dict(os.environ) if "launch" in options and "deepdensity" in self.runner else {}
+        return f"horovodrun ({controllers.resolved(options, env, horovodrun_path())})"
 
     def _record(self, out: Path, name: str, mode: str, n: int, request: dict, source: str) -> None:
         """The finished run in `out` as a ledger entry, once for this machine (a run another

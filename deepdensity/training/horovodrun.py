@@ -60,6 +60,10 @@ RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): (.*)")
 TRACEBACK_START = ("Traceback (most recent call last):", "Exception in thread ")
 # elastic's last words when its discovery thread failed: the cause is elsewhere
 JOB_SHUT_DOWN = "Job has been shutdown"
+# horovodrun's argparse refusing its own options (then its usage, which says less)
+OPTIONS_REFUSED = re.compile(r"^horovodrun: error: (.*)")
+# mpirun's closing notice (controllers.MpirunNotice): a rank ran, so nothing was refused at the start
+MPIRUN_NOTICE = ("Primary job", "mpirun detected", "mpirun noticed")
 
 
 def is_command_start(word: str) -> bool:
@@ -160,6 +164,14 @@ class StartRefusal:
             emit()
         self.held = []
 
+    def refused(self) -> bool:
+        """Did horovodrun refuse the job before any rank ran? Its refusals end in its Python
+        traceback or argparse's error line; a job whose ranks ran ends otherwise (under Gloo in
+        its exit notes, under MPI in mpirun's notice), even when no rank said a word."""
+        texts = [text for text, _ in self.held]
+        ran = any(mark in text for text in texts for mark in MPIRUN_NOTICE)
+        return not ran and any(t.startswith(TRACEBACK_START[0]) or OPTIONS_REFUSED.match(t) for t in texts)
+
     def cause(self, options: list) -> str:
         return refusal_cause([text for text, _ in self.held], options)
 
@@ -178,6 +190,9 @@ def refusal_cause(lines: list, options: list) -> str:
     """One line from what horovodrun printed when it refused a job before starting any rank:
     the host it could not reach, or the discovery script that failed, named, with the cause
     horovodrun gave above its traceback; else the traceback's own last words."""
+    refused = next((m[1].strip() for m in map(OPTIONS_REFUSED.match, lines) if m), None)
+    if refused:
+        return f"horovodrun refused its options: {refused} (horovodrun --help lists them)"
     above = []                      # horovodrun's lines above its first traceback
     for line in lines:
         if line.startswith(TRACEBACK_START):
@@ -251,7 +266,8 @@ def main(argv=None) -> int:
         launcher.feed(line)
     launcher.flush()
     code, _ = proc.wait(), relay.join()
-    if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended:
+    if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended \
+            and refusal.refused():
         raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
     refusal.flush()
     mpirun.flush()

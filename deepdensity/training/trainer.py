@@ -152,11 +152,11 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     run.p.policy.start(model)
 
     _describe(run, cfg, cubes, len(train_x), len(val_x), steps, model.grad_slices)
-    val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
-        cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
-    if initial_epoch > cfg.max_epochs:
+    if initial_epoch > cfg.max_epochs:         # before the folder takes the resume's settings
         raise RunError(f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
+    val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
+        cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
     if initial_epoch and run.writes:
         run.say(resumed_line(run.out, initial_epoch, state, len(val_history)))
     record = callbacks.RunRecord(run.p, cfg, steps, elapsed_before, val_history)

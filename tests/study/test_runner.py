@@ -82,7 +82,15 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
     ("horovodrun --mpi -np {n} -H node1:2,node2:2", "horovodrun (mpi)"),
     ("horovodrun --mpi -np {n} --host-discovery-script ./hosts.sh", "horovodrun (gloo)"),   # elastic: Gloo only
 ])
-def test_a_real_run_is_keyed_by_the_controller_it_runs_under(tmp_path, runner, want):
+def test_a_real_run_is_keyed_by_the_controller_it_runs_under(tmp_path, runner, want, monkeypatch):
     """MPI's and Gloo's allreduces sum in their own orders, so a run under one is not the other's:
-    the ledger keeps them apart, and says which ran each."""
+    the ledger keeps them apart, and says which ran each. DEEPDENSITY_CONTROLLER=mpi is ignored by
+    plain horovodrun, so it changes none of these."""
+    monkeypatch.setenv("DEEPDENSITY_CONTROLLER", "mpi")
     assert StudyRunner(tmp_path, tmp_path / "train.yaml", runner)._launcher() == want
+
+
+def test_under_deepdensity_launch_the_controller_setting_counts(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPDENSITY_CONTROLLER", "mpi")
+    runner = "python -m deepdensity launch -np {n}"
+    assert StudyRunner(tmp_path, tmp_path / "train.yaml", runner)._launcher() == "horovodrun (mpi)"

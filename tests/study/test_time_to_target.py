@@ -13,6 +13,7 @@ import pytest
 
 from deepdensity.scaling import policies, rules
 from deepdensity.study import judging
+from deepdensity.study.evidence import MISSED
 from deepdensity.study.figures import time_to_target_figure
 from deepdensity.study.record import study_of
 from tests.support import ROOT
@@ -55,7 +56,7 @@ def test_the_report_times_every_cell_by_its_passes_on_the_model(record):
 
 
 def test_the_claims_time_every_cell_as_the_tables_do(record):
-    evidence = judging.evidence_of(record, judging.cells_of(record), "missed")
+    evidence = judging.evidence_of(record, judging.cells_of(record), MISSED)
     host = evidence.clocks["host"]
     for mode in record["study"]["modes"]:
         for n in study_of(record).workers:
@@ -103,7 +104,7 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     """Fig. 2 is drawn on the paper's clock, the one the verdicts are given under: every dot it
     draws is a seed's time under that clock as the claims take it, and no missed seed is a dot."""
     cells = judging.cells_of(record)
-    evidence = judging.evidence_of(record, cells, "missed")
+    evidence = judging.evidence_of(record, cells, MISSED)
     plt = mock.MagicMock()
     top, ax = mock.MagicMock(), mock.MagicMock()
     ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
