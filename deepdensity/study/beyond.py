@@ -1,12 +1,12 @@
 """The beyond study's experiments past the paper (docs/beyond.md): the default study's cells beside
 its own (their times modelled again on this study's clock), Gahlot et al.'s data filter, the
-sweep of the sequential model's batch size, and the record and reports that hold them.
+sweep of the sequential model's batch size: what the beyond study runs past the paper's cells
+(its record and reports: kinds.BEYOND).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import shutil
@@ -18,16 +18,13 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import curves
 from deepdensity.study.cell_times import timed
-from deepdensity.study.design import Book
 from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.preset import Study, StudyError
-from deepdensity.study.record import beyond_record
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.sequential import val_losses
 from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_json
-from deepdensity.utils.files import write_atomic
 from deepdensity.scaling.rules import RunStatus
 
 
@@ -120,10 +117,9 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
             for (b, rule, lr, seed, nm), r in zip(points, results)]
 
 
-def beyond_reports(s: StudyRun, proto: Protocol, book: Book, cells: list, timing: dict, modelled, stopped: str,
-                   compare_with: str) -> None:
-    """The default study's cells beside ours, the filter and the batch sweep, the record and the reports."""
-    from deepdensity.study.report_beyond import write_beyond_reports
+def beyond_parts(s: StudyRun, proto: Protocol, cells: list, timing: dict, modelled, compare_with: str) -> tuple:
+    """(earlier, filtering, batch sweep): the default study's cells beside ours, the filter and
+    the batch sweep, what a beyond study's record holds besides its own cells (kinds.BEYOND)."""
     eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
     earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
                                    s.study.workers)
@@ -133,9 +129,7 @@ def beyond_reports(s: StudyRun, proto: Protocol, book: Book, cells: list, timing
             if Path(fig).exists():
                 shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
     sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing, patience=cfg.stall_patience)
-    record = beyond_record(s, proto, book, cells, earlier, timing, filtering, sweep_rows, stopped)
-    write_atomic(s.out / "study.json", json.dumps(record, indent=1))
-    write_beyond_reports(s.out, record)
+    return earlier, filtering, sweep_rows
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:

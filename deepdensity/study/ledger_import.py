@@ -20,7 +20,7 @@ from pathlib import Path
 
 from deepdensity.scaling import policies
 from deepdensity.study import ledger
-from deepdensity.study.record import upgraded
+from deepdensity.study.kinds import upgraded
 from deepdensity.study.runner import StudyRunner
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import UserError, command

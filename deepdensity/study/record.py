@@ -106,11 +106,11 @@ def seq_2eta_of(book) -> list:
             for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"]
 
 
-def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
+def study_record(kind: str, s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
                  runner: str) -> dict:
-    """The record of a finished study of the paper's protocol (repro.run_study's state)."""
+    """The record of a finished study of the paper's protocol (repro.run_study's state; kinds.PAPER)."""
     run_names = {name for names in book.runs.values() for name in names}
-    return {**_common(s, proto, book, timing, stopped, runner, "paper"),
+    return {**_common(s, proto, book, timing, stopped, runner, kind),
             "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(book),
             "lr_search": sweep, "curves": _curves(s.root, run_names),
@@ -120,30 +120,18 @@ def study_record(s, proto, book, cells: list, timing: dict, sweep: Optional[dict
 ROW_KEYS = ("epoch", "global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "val_loss")
 
 
-def beyond_record(s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],
+def beyond_record(kind: str, s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],
                   sweep: Optional[list], stopped: str) -> dict:
     """The record of a study of the modes beyond the paper, the filter and the batch sweep:
-    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read."""
+    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read (kinds.BEYOND)."""
     beyond_runs = sorted({c.run for c in cells if not policies.get(c.mode).in_paper and c.n > 1})
-    return {**_common(s, proto, book, timing, stopped, "", "beyond"),
+    return {**_common(s, proto, book, timing, stopped, "", kind),
             "cells": [dataclasses.asdict(c) for c in cells],
             "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]], "note": earlier[1]},
             "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
                          for run in beyond_runs},
             "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": filtering["filter"]},
             "batch_sweep": sweep}
-
-
-def upgraded(record: dict) -> dict:
-    """A record of format 1 read as format 2: its "sweep" is the lr search in a study of the
-    paper's protocol and the batch sweep in a beyond study. Others as they are. The cells' stored
-    times of a format-1 record are by whole epochs; the reports time every cell again by passes
-    (judging.cells_of), so they are never read."""
-    if record.get("format") != 1:
-        return record
-    renamed = {k: v for k, v in record.items() if k != "sweep"}
-    renamed["batch_sweep" if record.get("kind") == "beyond" else "lr_search"] = record.get("sweep")
-    return {**renamed, "format": 2}
 
 
 def study_of(record: dict) -> Study:

@@ -35,20 +35,18 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load
-from deepdensity.scaling import policies
-from deepdensity.study.beyond import beyond_reports, default_study_eta
+from deepdensity.study.beyond import default_study_eta
 from deepdensity.study.cell_times import study_cells
-from deepdensity.study.checks import isa_recheck, stall_check
+from deepdensity.study.checks import stall_check
 from deepdensity.study.clock_job import study_clock
 from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.edge import edge_of_stability
+from deepdensity.study.kinds import StudyEnd, of_study
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.study.preset import Study, StudyError, load_study
-from deepdensity.study.record import study_record
-from deepdensity.study.report import render_reports
-from deepdensity.study.runner import NotHeld
-from deepdensity.study.sequential import calibrated_target, real_strong_runs, sequential_path
+from deepdensity.study.runner import unless_not_held
+from deepdensity.study.sequential import calibrated_target, sequential_path
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
                                        parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
 from deepdensity.study.timing import held_timing, model_epoch
@@ -56,7 +54,7 @@ from deepdensity.study.units import study_units
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
-from deepdensity.utils.files import check_own_folder, write_atomic
+from deepdensity.utils.files import check_own_folder
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -238,19 +236,10 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
                                  definition=cfg.epoch_definition)
 
     stopped = _more_seeds(s, book, units, options.no_train)
-    checked = _unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
+    checked = unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
     cells = study_cells(study, book, s.root, options.runner, timing, s.n_val, modelled, proto.target)
-    if set(study.modes) & set(policies.beyond()):
-        beyond_reports(s, proto, book, cells, timing, modelled, stopped, options.compare_with)
-    else:
-        real = [] if options.runner else _unless_not_held(lambda: real_strong_runs(s, proto), [])
-        isa = None if options.runner else _unless_not_held(lambda: isa_recheck(s, proto, book, timing, modelled), None)
-        record = {**study_record(s, proto, book, cells, timing, sweep, stopped, options.runner), "real_strong": real,
-                  "isa_check": isa, "stall_check": checked, "pass_seconds": s.runner.ledger.pass_seconds()}
-        write_atomic(s.out / "study.json", json.dumps(record, indent=1))
-        claims = render_reports(s.out, record, s.runner.ledger.entries)
-        for c in claims:
-            print(f"  {c['verdict']:>13}: {c['claim']}")
+    # 4. The record and the reports, as the study's kind makes them (kinds.py).
+    of_study(study).finish(StudyEnd(s, proto, book, cells, timing, modelled, stopped, sweep, checked, options))
     write_ledger_and_publish(s, out)
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
@@ -265,15 +254,6 @@ def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:
         if s.study.budget_minutes else "no time budget in the preset"
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
     return stopped
-
-
-def _unless_not_held(stage, instead):
-    """A stage's result, or `instead` (said) when one of its runs is not held and the study trains nothing."""
-    try:
-        return stage()
-    except NotHeld as e:
-        print(f"skipped: {e}")
-        return instead
 
 
 def _tensorboard_view(runs: Path, out: Path) -> None:

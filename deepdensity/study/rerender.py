@@ -1,6 +1,7 @@
 """`deepdensity report --from DIR` (python -m deepdensity report): a study's reports rendered
-again from its record (study.json) alone, the default study's (report.py) or the beyond study's
-(report_beyond.py); with --check, into a temporary folder and compared with the folder's own."""
+again from its record (study.json) alone, by the record's kind (kinds.py: the default study's,
+report.py, or the beyond study's, report_beyond.py); with --check, into a temporary folder and
+compared with the folder's own."""
 from __future__ import annotations
 
 import difflib
@@ -9,10 +10,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deepdensity.study import ledger
+from deepdensity.study import kinds
 from deepdensity.study.preset import StudyError
-from deepdensity.study.record import FORMAT, upgraded
-from deepdensity.study.report import TEXT_OUTPUTS, render_reports
+from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_own_folder
@@ -32,24 +32,16 @@ def rerender(folder: Path, out: Path) -> list:
         raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
     if not isinstance(record, dict):
         raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
-    record = upgraded(record)
+    record = kinds.upgraded(record)
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
-    if record.get("kind") == "beyond":
-        from deepdensity.study.report_beyond import write_beyond_reports
-        write_beyond_reports(out, record)
-        return []
-    return render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
+    return kinds.of_record(record).render(out, record, folder)
 
 
 def text_outputs(folder: Path) -> tuple:
-    """The text reports a folder's record renders (the default study's, or the beyond study's)."""
-    record = upgraded(json.loads((folder / "study.json").read_text()))
-    if record.get("kind") == "beyond":
-        from deepdensity.study.report_beyond import TEXT_OUTPUTS as BEYOND
-        return BEYOND
-    return TEXT_OUTPUTS
+    """The text reports a folder's record renders (its kind's: the default study's, or the beyond study's)."""
+    return kinds.of_record(kinds.upgraded(json.loads((folder / "study.json").read_text()))).text_outputs()
 
 
 def differences(committed: Path, rendered: Path) -> list:

@@ -35,6 +35,15 @@ class NotHeld(StudyError):
     that trains nothing (repro --no-train)."""
 
 
+def unless_not_held(stage, instead):
+    """A stage's result, or `instead` (said) when one of its runs is not held and the study trains nothing."""
+    try:
+        return stage()
+    except NotHeld as e:
+        print(f"skipped: {e}")
+        return instead
+
+
 STARTUP_S = 10.0      # a run's process start-up and tracing, added to its own clock for estimates
 
 
