@@ -148,9 +148,10 @@ def real_strong(record: dict) -> str:
                                           f"order (allreduce), rounding the training amplifies"
                                           + _margin(record, r["seed"], a, b))
     table = md_table(["N", "status", "epochs", "passes to target", "the sequential run's", "difference",
-                      "time to target (s, its own clock)"],
+                      "time to target (s, its own clock)", "controller (transport)"],
                      [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
-                       fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-")]
+                       fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-"),
+                       f"{r['controller']} ({r['transport']})" if r.get("controller") else "not recorded"]
                       for r in rows])
     return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
             f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "

@@ -16,7 +16,7 @@ from deepdensity.study.preset import Study
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.training.horovodrun import horovodrun_path
-from deepdensity.training.runs import read_metrics
+from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.scaling.rules import RunStatus
 
 
@@ -57,10 +57,17 @@ def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
                      "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
                                                                 curves.passes_per_epoch(n, definition)),
                      "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
-                     "final_val_loss": r.get("final_val_loss")})
+                     "final_val_loss": r.get("final_val_loss"), **_launched(s.root / name)})
         print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
               f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
     return rows
+
+
+def _launched(run_dir) -> dict:
+    """The controller and transport a real run's ranks ran under, as its config.json names them
+    (none for a run the ledger gave back: its folder holds no launch)."""
+    launch = read_json(run_dir / "config.json", "run's configuration").get("launch") or {}
+    return {"controller": launch.get("controller"), "transport": launch.get("transport")}
 
 
 def calibrated_target(s: StudyRun, study: Study, eta: float, first_seed_losses: list) -> tuple:

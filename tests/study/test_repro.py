@@ -141,6 +141,8 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     # the same path up to the order in which two workers' part gradients are summed: measured
     # losses agree to 5e-4 (tests/training/test_horovod.py), which can move a crossing by a pass
     assert abs(real[0]["passes_to_target"] - real[0]["sequential_passes"]) <= 1, real
+    # the controller its ranks ran under, as the run recorded it, is named in the report
+    assert real[0]["controller"] in ("gloo", "mpi") and f"| {real[0]['controller']} (" in text, real
     # seed 0 of every trained unit again under the instruction set below this machine's
     check = record["isa_check"]
     assert check["seed"] == 0 and check["isa"] in ("AVX2", "SSE41")
