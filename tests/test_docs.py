@@ -1,8 +1,10 @@
 """Docs that cannot drift from the code: the README's help listing is the command table's,
 the resumable settings in docs/training.md are the code's, and docs/layout.md names
-every module of the package (and no module that is gone). A change to one without the other
+every module of the package (and no module that is gone), and the Slurm plan docs/cluster.md
+shows is what the committed study record gives. A change to one without the other
 fails here, with the text to paste."""
 import re
+from pathlib import Path
 
 from deepdensity import cli
 from deepdensity.training.runs import RESUMABLE
@@ -81,3 +83,26 @@ def test_the_section_parser_tells_a_module_named_in_the_wrong_folder():
     sections = layout_sections(block)
     assert sections["data"].count("cli.py") == 1 and "more.py" in sections["data"]
     assert "cli.py" not in sections.get("", "") and "config.py" in sections[""]
+
+
+def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(tmp_path, monkeypatch):
+    """docs/cluster.md shows `repro --executor slurm ... --dry-run` for the default preset: the
+    job count comes from the preset, the CPU-hours the last study's runs took from the committed
+    reports/study.json. Both change when the study grows, so the doc's lines are compared with
+    what the plan prints now for that record (a fresh runs folder: no timing.json, so the clock
+    is a job). The job script's lines are the machine's paths and not compared."""
+    import json
+
+    from deepdensity.study import slurm_plan
+    from deepdensity.study.preset import load_study
+    from deepdensity.study.slurm_options import SlurmOptions
+
+    name, study = load_study("default")
+    options = SlurmOptions.parse(study.slurm, ["partition=short", "account=proj42", "time=02:00:00"])
+    record = json.loads((ROOT / "reports" / "study.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    printed = slurm_plan.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record)
+    documented = (ROOT / "docs" / "cluster.md").read_text()
+    for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):
+        line = next(line for line in printed if line.startswith(head))
+        assert line + "\n" in documented, f"docs/cluster.md's {head.strip()!r} line should read:\n{line}"
