@@ -1,5 +1,5 @@
 """Which seeds the study runs: the preset's first seeds in every cell, then the sequential
-design of decide.py (more seeds for unsettled cells, within the time budget, up to max_seeds).
+design of seeding.py (more seeds for cells below max_seeds, within the time budget, up to max_seeds).
 
 A *unit* is what one seed costs: ("strong",) is the sequential run, from which strong
 scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential run at
@@ -12,7 +12,7 @@ import time
 from typing import Callable, Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study import decide
+from deepdensity.study import seeding
 from deepdensity.study.runner import NotHeld, StudyRunner
 from deepdensity.scaling.rules import RunStatus
 
@@ -80,7 +80,7 @@ def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
 
     def reason(unit: tuple) -> Optional[str]:
         for cell in book.cells_of(unit):
-            why = decide.unsettled(book.reached(*cell), max_seeds)
+            why = seeding.unsettled(book.reached(*cell), max_seeds)
             if why:
                 return f"N = {cell[1]}: {why}" if unit == SEQUENTIAL_UNIT else why
         return None
@@ -91,7 +91,7 @@ def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
 
     def next_jobs(running: set, done: set) -> list:
         busy = {u for u, _ in running}
-        order = decide.next_in_line((u, len(book.seeds[u]), cost(u)) for u in units
+        order = seeding.next_in_line((u, len(book.seeds[u]), cost(u)) for u in units
                                     if u not in busy and reason(u))
         jobs = []
         for u, _, c in order:

@@ -49,9 +49,9 @@ class Study:
     # seeds converge at it, so the sequential runs (strong scaling at every N, N = 1 of every
     # mode, 2 x eta) take other seeds: sequential_seeds().
     edge_seeds: list = field(default_factory=lambda: [0, 1, 2])
-    # The sequential design (decide.py): after `seeds` in every cell, one more seed at a time
-    # for cells whose verdict another seed could change, up to max_seeds per cell, while the
-    # invocation is within budget_minutes (null: no more seeds).
+    # The sequential design (seeding.py): after `seeds` in every cell, one more seed at a time
+    # to every cell below max_seeds, whatever its outcomes, while the invocation is within
+    # budget_minutes (null: no more seeds).
     max_seeds: int = 0
     budget_minutes: Optional[float] = None
     # Runs side by side: "auto" is the cores over each run's intra_op_threads.

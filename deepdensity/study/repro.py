@@ -20,7 +20,7 @@ How a cell (mode, N) is obtained without N devices:
                gradients at N = 2, 4 as a training step pays it) and calibrated on a real one-process epoch; checked
                against real horovodrun -np 2 and -np 4 epochs (timing.py).
   seeds        the preset's first seeds in every cell, then more where a verdict is not
-               settled, within the preset's time budget (decide.py, design.py).
+               settled, within the preset's time budget (seeding.py, design.py).
 With --runner every cell is a real multi-worker run and its measured time to target is used.
 Finished runs are kept under runs/study-PRESET and skipped when the study is run again.
 """
