@@ -224,6 +224,11 @@ def beyond() -> tuple:
     return tuple(n for n, p in _REGISTRY.items() if not p.in_paper)
 
 
+def goes_beyond_the_paper(modes) -> bool:
+    """Whether a study of these modes runs one the paper did not (a beyond study)."""
+    return bool(set(modes) & set(beyond()))
+
+
 def large_batch() -> tuple:
     """The paper's policies whose global batch grows with N (Gahlot et al.'s data filter)."""
     return tuple(n for n, p in _REGISTRY.items() if p.in_paper and not p.splits_batch)

@@ -114,7 +114,7 @@ PAPER, BEYOND = _Paper(), _Beyond()
 
 def of_study(study) -> StudyKind:
     """A preset's kind: BEYOND when it runs a mode past the paper's (adaptive, local), else PAPER."""
-    return BEYOND if set(study.modes) & set(policies.beyond()) else PAPER
+    return BEYOND if policies.goes_beyond_the_paper(study.modes) else PAPER
 
 
 def of_record(record: dict) -> StudyKind:

@@ -117,7 +117,7 @@ class Study:
              f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}"),
             (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(policies.names()),
              f"modes must be a non-empty list of {', '.join(policies.names())}, got {self.modes!r}"),
-            (lambda: not set(self.modes) & set(policies.beyond()) or policies.SEQUENTIAL in self.modes,
+            (lambda: not policies.goes_beyond_the_paper(self.modes) or policies.SEQUENTIAL in self.modes,
              "a study of adaptive or local compares them with strong scaling: add strong to modes"),
             (lambda: self.base_lr in ("edge", "default_study")
              or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
@@ -161,7 +161,7 @@ class Study:
     def doubles_eta(self) -> bool:
         """Whether the study runs the paper's "further increasing the lr diverges" at 2 x eta
         (the paper's four modes; a beyond study compares with the default study instead)."""
-        return not set(self.modes) & set(policies.beyond())
+        return not policies.goes_beyond_the_paper(self.modes)
 
     def _complete_data(self) -> bool:
         """Fill the data keys the preset leaves out from the defaults; are they in range?"""

@@ -108,6 +108,13 @@ def test_the_registry_holds_the_papers_four_first_and_two_beyond():
         policies.get("sideways")
 
 
+def test_a_study_goes_beyond_the_paper_when_any_of_its_modes_does():
+    import itertools
+    for k in range(1, 7):
+        for modes in itertools.combinations(("strong", "weak", "linear", "warmup", "adaptive", "local"), k):
+            assert policies.goes_beyond_the_paper(modes) == ("adaptive" in modes or "local" in modes), modes
+
+
 def test_what_each_policy_says_of_itself():
     """The facts the trainer and the study ask of a policy instead of comparing its name."""
     get = policies.get
