@@ -19,7 +19,8 @@ from deepdensity.scaling import policies
 from deepdensity.study import curves
 from deepdensity.study.cell_times import timed
 from deepdensity.study.evidence import seconds_to_target
-from deepdensity.study.preset import Study, StudyError
+from deepdensity.study.errors import StudyError
+from deepdensity.study.preset import Study
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.sequential import val_losses
 from deepdensity.study.session import Protocol, StudyRun

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.study.timing import PROBE_NS, REAL_NS, current_timing, measure_timing
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command

@@ -10,14 +10,10 @@ from typing import Optional
 from deepdensity.config import Config, ConfigError, apply, read_mapping
 from deepdensity.scaling import policies
 from deepdensity.utils import schema
-from deepdensity.utils.errors import UserError
+from deepdensity.study.errors import StudyError
 
 PRESETS = Path(__file__).resolve().parent / "presets"
 DATA_KEYS = ("n", "val", "seed")
-
-
-class StudyError(UserError):
-    """A preset that cannot be run: one line naming the file and the key."""
 
 
 # What isa_check accepts: "auto", or a cap oneDNN's ONEDNN_MAX_CPU_ISA takes (its documented names).

@@ -44,7 +44,8 @@ from deepdensity.study.edge import edge_of_stability
 from deepdensity.study.kinds import StudyEnd, of_study
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
-from deepdensity.study.preset import Study, StudyError, load_study
+from deepdensity.study.errors import StudyError
+from deepdensity.study.preset import Study, load_study
 from deepdensity.study.runner import unless_not_held
 from deepdensity.study.sequential import calibrated_target, sequential_path
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,

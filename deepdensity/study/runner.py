@@ -25,7 +25,7 @@ import yaml
 
 from deepdensity.study import curves
 from deepdensity.study import ledger
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
 from deepdensity.utils.files import write_atomic
 from deepdensity.scaling.rules import RunStatus

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.utils.errors import shell_word
 
 

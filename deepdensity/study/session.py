@@ -18,7 +18,8 @@ import yaml
 
 from deepdensity.config import load
 from deepdensity.study.ledger import LEDGER_FILE, Ledger
-from deepdensity.study.preset import Study, StudyError
+from deepdensity.study.errors import StudyError
+from deepdensity.study.preset import Study
 from deepdensity.study.runner import StudyRunner, fmt_s
 
 # The committed reports: updated only when asked (--out reports), a preset other than

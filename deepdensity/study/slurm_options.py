@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 
 
 @dataclass

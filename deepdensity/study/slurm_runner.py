@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.slurm_jobs import (COMMENT, LEFT, LIVE, QueueJob, Submitter, TrainJob, find, job_parameters,
                                           log_of, log_path, result_of, sbatch_text)

@@ -25,7 +25,7 @@ from deepdensity.perf import probes
 from deepdensity.scaling import policies, rules
 from deepdensity.study import speedup
 from deepdensity.study import clocks
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.utils import machine
 from deepdensity.utils.files import write_atomic
 

@@ -6,7 +6,8 @@ import pytest
 
 from deepdensity.study.cells import Cell, efficiency_table, failure_groups, failure_margins, failures
 from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
-from deepdensity.study.preset import StudyError, load_study
+from deepdensity.study.errors import StudyError
+from deepdensity.study.preset import load_study
 from deepdensity.study.protocol_text import protocol_rows
 
 W = [1, 2, 4, 8, 16, 32]

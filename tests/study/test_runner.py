@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.study.runner import StudyRunner
 from deepdensity.training.runs import data_fingerprint
 from tests.support import ROOT

@@ -11,7 +11,7 @@ import pytest
 from submitit.core.utils import JobPaths, cloudpickle_dump
 
 from deepdensity.study import clock_job
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.slurm_jobs import QueueJob, QueueWatcher
 from deepdensity.study.slurm_options import SlurmOptions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study.preset import StudyError
+from deepdensity.study.errors import StudyError
 from deepdensity.study.slurm_options import SlurmOptions
 from deepdensity.study.slurm_jobs import (COMMENT, LEFT, QueueJob, QueueWatcher, Submitter, TrainJob, find,
                                           job_parameters)
