@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     check_own_folder(out, "--out", REPORTS_MARKS)
     options = _options(args)
     _check_runner(options.runner)
-    slurm_check = _slurm_clients(study, options)
+    slurm_check = _slurm_clients(study, options, runs)
     _print_plan(name, study, options, runs, out, slurm_check)
     if options.dry_run:
         return 0
@@ -116,7 +116,7 @@ def _options(args) -> StudyOptions:
                         out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm))
 
 
-def _slurm_clients(study: Study, options: StudyOptions) -> Optional[tuple]:
+def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[tuple]:
     """(options, why this host cannot submit or None) under --executor slurm, else None. Slurm's
     clients are checked first: a host that cannot submit the jobs is told so in one line before
     the study writes, builds or times anything (a dry run shows it instead)."""
@@ -125,10 +125,23 @@ def _slurm_clients(study: Study, options: StudyOptions) -> Optional[tuple]:
     from deepdensity.study import slurm_options as slurm
     slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
     unavailable = None if options.no_train else slurm.clients_unavailable(
-        slurm_options, max(1, slurm_options.cpus_per_task or int(study.train.get("intra_op_threads", 1))))
+        slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
     if unavailable and not options.dry_run:
         raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
     return slurm_options, unavailable
+
+
+def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: Path) -> int:
+    """The CPUs of the largest job the study submits, which Slurm is asked to accept before
+    anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
+    a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
+    threads or cpus_per_task."""
+    from deepdensity.study.clock_job import CLOCK_PROCESSES
+    from deepdensity.study.timing import current_timing
+    per_rank = max(1, slurm_options.cpus_per_task or int(study.train.get("intra_op_threads", 1)))
+    clock = [] if current_timing(runs) is not None else [CLOCK_PROCESSES]
+    ranks = [1, *clock, *([max(study.workers)] if runner else study.real_strong)]
+    return per_rank * max(ranks)
 
 
 def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out: Path,

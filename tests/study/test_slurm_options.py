@@ -1,5 +1,6 @@
 """What a Slurm job of the study asks for, from the preset and --slurm, and the batch script it
 runs; the executor against a running cluster is tests/cluster/test_slurm.py."""
+import json
 import subprocess
 import sys
 import threading
@@ -218,6 +219,34 @@ def test_repro_refuses_options_slurm_refuses_before_anything(tmp_path, monkeypat
     assert err.startswith("error: --executor slurm: Slurm refuses a job with the study's options (--partition=nope")
     assert err.rstrip().endswith("Invalid partition name specified; nothing was written")
     assert "--test-only" in calls.read_text() and not (tmp_path / "runs").exists()
+
+
+def test_repro_asks_slurm_for_its_largest_job_the_clocks_before_anything(tmp_path, monkeypatch, capsys):
+    """A partition that takes 1-CPU jobs but no 4-CPU one would run every training job and wait
+    forever for the clock's (horovodrun -np 4): the check before anything asks for the largest."""
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    calls = fake_slurm(tmp_path, 0)
+    (tmp_path / "bin" / "sbatch").write_text(
+        f"#!/bin/sh\necho sbatch \"$@\" >> {calls}\ncase \"$*\" in *--cpus-per-task=1\\ *) exit 0;; esac\n"
+        "echo 'sbatch: error: CPU count per node can not be satisfied' >&2\nexit 1\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
+                       "slurm"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--cpus-per-task=4" in err and err.rstrip().endswith("can not be satisfied; nothing was written")
+    assert not (tmp_path / "runs").exists()
+    # with the clock's timing.json held, the largest job is a run's (1 CPU), and the check passes
+    runs = tmp_path / "held"
+    runs.mkdir()
+    from deepdensity.study.timing import CLOCK_VERSION
+    (runs / "timing.json").write_text(json.dumps({"clock_version": CLOCK_VERSION}))
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--dry-run"]) == 0
+    assert "  Slurm here: sbatch and squeue answer" in capsys.readouterr().out
+    assert calls.read_text().splitlines()[-1].startswith("sbatch --test-only ") and "--cpus-per-task=1 " in \
+        calls.read_text().splitlines()[-1]
 
 
 def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_path, monkeypatch, capsys):
