@@ -43,10 +43,10 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
     seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
     lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
     step = iter(range(1, 20))
-    if not real_runner:
-        alone = "in one Slurm job on a compute node" if executor == "slurm" else "on this host"
-        lines.append(f"  {next(step)}. the clock: training steps and allreduces timed alone {alone} "
-                     f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
+    # the clock is measured under --runner too: the report models every cell's time with it
+    alone = "in one Slurm job on a compute node" if executor == "slurm" else "on this host"
+    lines.append(f"  {next(step)}. the clock: training steps and allreduces timed alone {alone} "
+                 f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
     if study.base_lr == "edge":
         lines.append(f"  {next(step)}. the lr search: sequential runs of {study.calibration_epochs} epochs on a "
                      f"sqrt(2) grid, seeds {_ns(study.edge_seeds)}, until the edge of stability is found "

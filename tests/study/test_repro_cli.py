@@ -35,8 +35,12 @@ def test_the_plan_counts_the_runs_the_design_can_start(tiny):
     assert any("runs: 8 to 12" in line for line in lines)
     assert any("weak N = 2, 4" in line for line in lines)
     assert any("strong scaling at N = 1, 2, 4 read off them" in line for line in lines)
-    # with a real runner strong scaling is trained at every N > 1, and the clock is not modelled
+    # with a real runner strong scaling is trained at every N > 1 instead of read off the
+    # sequential runs; the clock is measured all the same (run_study), so the plan lists it
     assert run_counts(study, real_runner=True) == (12, 18)
+    runner_lines = plan_lines("tiny", study, "horovodrun", "R", "O")
+    assert runner_lines[1].startswith("  1. the clock: training steps and allreduces timed alone on this host")
+    assert not any("read off them" in line for line in runner_lines)
 
 
 def test_the_plan_gives_the_last_studys_own_minutes_beside_its_wall_time(tiny):
