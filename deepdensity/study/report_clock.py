@@ -1,5 +1,5 @@
 """REPORT.md's section on the clock: how the model of an epoch was built from the parts measured
-on this host (a step, the allreduce as a step pays it and Gloo's alone, evaluation, the
+on this host (a step, the allreduce as a step pays it and alone, under the clock's controller, evaluation, the
 per-epoch work, the rounds they were taken in) and its table beside real strong-scaling epochs
 (`clock_fields`); and the host clock's latency as the rules' clocks line states it
 (`host_latency`)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 from deepdensity.scaling import policies
 from deepdensity.study import clocks
 from deepdensity.study.protocol_text import time_phrase
-from deepdensity.study.timing import describe_allreduce, model_epoch, scales_steps_only, shared_host_epoch
+from deepdensity.study.timing import (CONTROLLER_NAMES, allreduce_alone_of, clock_controller, describe_allreduce,
+                                      model_epoch, scales_steps_only, shared_host_epoch)
 
 
 def clock_fields(record: dict, cfg) -> dict:
@@ -29,7 +30,8 @@ def clock_fields(record: dict, cfg) -> dict:
              f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
              + " T(1) and T(N) come from the same model. Each worker is taken to be "
              "a device like this host, as each K80 was one device in the paper. The table sets the model beside "
-             "real strong-scaling epochs (`horovodrun -np N`, workers sharing this host's cores, epochs after the "
+             f"real strong-scaling epochs (`horovodrun -np N` under {CONTROLLER_NAMES[clock_controller(t)]}, "
+             "workers sharing this host's cores, epochs after the "
              "first, median)" + _shared_model(t) + "." + _rounds(t))
     rows = ""
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
@@ -78,15 +80,16 @@ def host_latency(host: clocks.Clock) -> str:
 
 
 def _allreduce_times(t: dict) -> str:
-    """The allreduce parts of the clock: as a step pays it and Gloo's alone (a study timed
-    before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
+    """The allreduce parts of the clock: as a step pays it and the controller's alone (a study
+    timed before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
     times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
-    if "gloo_seconds" not in t:
-        return f"Gloo's allreduce alone: {times(t['allreduce_seconds'])}"
+    controller = CONTROLLER_NAMES[clock_controller(t)]
+    alone = allreduce_alone_of(t)
+    if alone is None:
+        return f"{controller}'s allreduce alone: {times(t['allreduce_seconds'])}"
     return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together; the clock's {'a + c log2 n' if 'allreduce_latency_s' in t else 'c'}): "
-            f"{times(t['allreduce_seconds'])}; Gloo's allreduce alone: "
-            f"{times(t['gloo_seconds'])}")
+            f"together under {controller}; the clock's {'a + c log2 n' if 'allreduce_latency_s' in t else 'c'}): "
+            f"{times(t['allreduce_seconds'])}; {controller}'s allreduce alone: {times(alone)}")
 
 
 def _shared_model(t: dict) -> str:

@@ -51,6 +51,19 @@ ROUNDS = 3
 ROUNDS_FILE = "timing-rounds.json"
 ROUND_KEYS = {"steps", "eval", "shared", "allreduce", "real", "real_steps"}   # measure_round's
 STEP_BATCHES = [1, 2, 4, 8, 16, 32]
+CONTROLLER_NAMES = {"gloo": "Gloo", "mpi": "MPI"}
+
+
+def clock_controller(timing: dict) -> str:
+    """The controller a clock's horovodrun ran under. A clock that names none was measured before
+    the key was written, when `make install` built Horovod with Gloo alone, under Gloo."""
+    return timing.get("controller", "gloo")
+
+
+def allreduce_alone_of(timing: dict) -> dict:
+    """The allreduce alone ({n: s}) under the clock's controller; clocks written before the
+    controller was recorded call it `gloo_seconds`."""
+    return timing.get("allreduce_alone_seconds", timing.get("gloo_seconds"))
 
 
 def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
@@ -100,12 +113,21 @@ def combine_rounds(rounds: list, batch_size: int) -> dict:
             "real_steps_seconds": {n: median("real_steps", n) for n in rounds[0]["real_steps"]}, "rounds": rounds}
 
 
-def gloo_alone(n_weights: int, cycle_ms: float, say=print) -> dict:
-    """Gloo's allreduce of `n_weights` floats alone at every N of PROBE_NS ({n: s}): reported
-    beside the in-step allreduce, not part of the model."""
+def probes_controller() -> str:
+    """The controller every horovodrun of the clock runs under (its probes and real epochs, and
+    the study's real strong-scaling runs, all plain `horovodrun -np N`): MPI where Horovod was
+    built with it, else Gloo."""
+    from deepdensity.training import controllers
+    from deepdensity.training.horovodrun import horovodrun_path
+    return controllers.resolved([], {}, horovodrun_path())
+
+
+def allreduce_alone(n_weights: int, cycle_ms: float, controller: str, say=print) -> dict:
+    """The allreduce of `n_weights` floats alone at every N of PROBE_NS ({n: s}), under
+    `controller`: reported beside the in-step allreduce, not part of the model."""
     found = {}
     for n in PROBE_NS:
-        say(f"timing: Gloo allreduce of {n_weights:,} gradients on {n} processes, alone")
+        say(f"timing: {CONTROLLER_NAMES[controller]} allreduce of {n_weights:,} gradients on {n} processes, alone")
         try:
             found[str(n)] = probes.allreduce_seconds(n, n_weights, cycle_ms)
         except RuntimeError as e:
@@ -203,7 +225,9 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
         write_atomic(root / ROUNDS_FILE, json.dumps({"settings": settings, "rounds": rounds}, indent=2))
     timing = combine_rounds(rounds, cfg.batch_size)
     n_weights = build_model(cfg, 16, 3).count_params()
-    timing.update(gloo_seconds=gloo_alone(n_weights, cfg.horovod_cycle_ms, say), n_weights=n_weights)
+    controller = probes_controller()
+    timing.update(allreduce_alone_seconds=allreduce_alone(n_weights, cfg.horovod_cycle_ms, controller, say),
+                  controller=controller, n_weights=n_weights)
     timing["compute_scale"], timing["epoch_overhead_s"] = step_scale_and_overhead(
         timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, timing["real_epoch_seconds"]["1"],
         timing["real_steps_seconds"]["1"])

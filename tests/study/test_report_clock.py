@@ -15,6 +15,11 @@ def test_the_clock_names_the_allreduce_a_step_pays_and_gloos_alone():
     assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00")
     # a study timed before the in-step allreduce was measured: its figures were Gloo's alone
     assert _allreduce_times({"allreduce_seconds": {"1": 0.0, "2": 0.005}}) == "Gloo's allreduce alone: N=2: 5.00"
+    # a clock that names its controller: MPI's, where it was taken under MPI
+    under_mpi = {"allreduce_seconds": measured["allreduce_seconds"], "allreduce_alone_seconds": {"2": 0.002},
+                 "controller": "mpi"}
+    said = _allreduce_times(under_mpi)
+    assert "ranks stepping together under MPI" in said and said.endswith("MPI's allreduce alone: N=2: 2.00")
 
 
 # The clock of the study committed at 2ab441d (version 3), fixed here so that the hand-worked

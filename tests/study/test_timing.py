@@ -112,7 +112,7 @@ CFG = type("Cfg", (), {"base_lr": 1e-3, "batch_size": 32, "epoch_definition": "p
 @pytest.fixture
 def timed(tmp_path, monkeypatch):
     """measure_timing with everything but its own bookkeeping faked: the host (an AMD EPYC with
-    AVX2), the model's size, Gloo's allreduce and the fitted scale; a study's settings file in
+    AVX2), the model's size, the allreduce alone (under MPI) and the fitted scale; a study's settings file in
     tmp_path. The rounds are for each test to fake."""
     from deepdensity.model import autoencoder
     from deepdensity.study import timing
@@ -120,7 +120,8 @@ def timed(tmp_path, monkeypatch):
     monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
     monkeypatch.setattr(machine, "cpu_model", lambda: "AMD EPYC 7B13")
     monkeypatch.setattr(machine, "onednn_isa", lambda: "AVX2")
-    monkeypatch.setattr(timing, "gloo_alone", lambda *a, **k: {"2": 0.005, "4": 0.009})
+    monkeypatch.setattr(timing, "allreduce_alone", lambda *a, **k: {"2": 0.005, "4": 0.009})
+    monkeypatch.setattr(timing, "probes_controller", lambda: "mpi")
     monkeypatch.setattr(timing, "step_scale_and_overhead", lambda *a: (1.25, 0.1))
     (tmp_path / "train.yaml").write_text("batch_size: 32\n")
     return timing
@@ -136,7 +137,8 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
     assert measured == ["round"] * 3 and got["clock_version"] == 4
     assert got["compute_scale"] == 1.25 and got["epoch_overhead_s"] == 0.1
-    assert got["n_weights"] == 7 and got["gloo_seconds"]["4"] == 0.009
+    assert got["n_weights"] == 7 and got["allreduce_alone_seconds"]["4"] == 0.009
+    assert got["controller"] == "mpi", "the clock names the controller its horovodrun ran under"
     assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
     assert any("measured again" in line for line in said)
     # the file it wrote is this version's: read back, not measured a second time
