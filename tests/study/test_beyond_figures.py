@@ -1,0 +1,24 @@
+"""What the beyond study's figures draw and say, apart from drawing it (issue 46): a seed whose
+passes are only epochs x N is told from an exact one."""
+from deepdensity.scaling import policies
+from deepdensity.study import beyond_figures as figs
+from deepdensity.study import beyond_verdicts as bv
+from deepdensity.study.cells import Cell, TimeBase
+
+BASE = TimeBase(n_train=1000, n_val=100, definition="per_worker")
+
+
+def cell(mode: str, n: int, seed: int, epochs: int = 10, passes=None, status: str = "reached_target") -> Cell:
+    return Cell(mode=mode, n=n, seed=seed, status=status, epochs=epochs, epochs_to_target=epochs, epoch_seconds=1.0,
+                time_source="modelled", time_to_target_s=1.0, run=f"{mode}-n{n}-s{seed}", passes_to_target=passes)
+
+
+def test_passes_taken_as_epochs_x_n_are_a_bound_down_to_one_pass_after_the_epoch_before():
+    bound, exact = cell(policies.WARMUP, 4, 0), cell(policies.WARMUP, 4, 1, passes=38.0)
+    assert figs.bounded(bound, BASE) and not figs.bounded(exact, BASE)
+    assert bv.values([bound], bv.PASSES, BASE) == [40.0]
+    assert figs.least([bound, exact], bv.PASSES, BASE) == [37.0, 38.0]
+    # one pass an epoch (N = 1, or a global epoch) is counted exactly; a miss has no passes to bound
+    assert not figs.bounded(cell(policies.WEAK, 1, 0), BASE)
+    assert not figs.bounded(bound, TimeBase(1000, 100, "global"))
+    assert not figs.bounded(cell(policies.WEAK, 4, 0, status="collapsed"), BASE)
