@@ -21,6 +21,9 @@ from deepdensity.study.render import cells_at
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
 RULE_STYLE = {"eta": ("tab:blue", "o"), policies.LINEAR: ("tab:red", "v")}
 RULE_LABEL = {"eta": "lr eta", policies.LINEAR: "lr eta x b / B (the linear rule)"}
+SEQUENTIAL_STYLE = ("0.3", "D")
+SEQUENTIAL_ROW = "sequential"
+SEQUENTIAL_LABEL = f"{SEQUENTIAL_ROW} (every mode)"
 # a dark edge on every dot and a light bar under them: seeds at one value stay countable on their median
 DOT = {"s": 20, "alpha": 0.9, "linewidths": 0.5}
 BAR = {"lw": 2.0, "alpha": 0.45, "solid_capstyle": "butt"}
@@ -121,6 +124,16 @@ def missed_strip(strip, labels: list, any_missed: bool, title: str) -> None:
     strip.grid(alpha=0.3, axis="x")
 
 
+def sequential_cells(cells: list, modes: list) -> list:
+    """The runs drawn once at N = 1 for every mode (each mode's N = 1 is the sequential run): the
+    sequential cell's, whose seeds the report's strong scaling and verdicts use; else, where it
+    has none, the first mode's at N = 1 that has runs."""
+    for mode in (policies.SEQUENTIAL, *modes):
+        if cells_at(cells, mode, 1):
+            return sorted(cells_at(cells, mode, 1), key=lambda c: c.seed)
+    return []
+
+
 def _cell(ax, strip, cs: list, xs: list, which, base, style: tuple, row: int) -> tuple:
     """One cell's seeds at `xs` (`seeds`, a bar a little past the outer seeds on a log axis):
     (median or None, a seed missed, a seed's passes are a bound)."""
@@ -130,15 +143,22 @@ def _cell(ax, strip, cs: list, xs: list, which, base, style: tuple, row: int) ->
 
 
 def _against_n(ax, strip, cells: list, modes: list, workers, which, base) -> tuple:
-    """Every mode's seeds against N under `which`, medians joined from N to N. Returns (the
-    strip's rows, a seed missed, a seed's passes are a bound)."""
-    missed = bounds = False
+    """Every mode's seeds against N under `which`, medians joined from N to N, and N = 1 once
+    (`sequential_cells`, the strip's first row), every mode's line starting from its median.
+    Returns (the strip's rows, a seed missed, a seed's passes are a bound)."""
+    seq = sequential_cells(cells, modes)
+    rows, missed, bounds, seq_med = ([SEQUENTIAL_ROW] if seq else []) + list(modes), False, False, None
+    if seq:
+        seq_med, missed, bounds = _cell(ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which,
+                                        base, SEQUENTIAL_STYLE, 0)
+        ax.plot([], [], color=SEQUENTIAL_STYLE[0], marker=SEQUENTIAL_STYLE[1], ms=5, lw=0, label=SEQUENTIAL_LABEL)
     for i, mode in enumerate(modes):
-        style, medians = policies.get(mode).style, []
-        for n in [n for n in workers if cells_at(cells, mode, n)]:
+        style = policies.get(mode).style
+        medians = [(1, seq_med)] if seq and cells_at(cells, mode, 1) else []
+        for n in [n for n in workers if n > 1 and cells_at(cells, mode, n)]:
             cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
             med, m, b = _cell(ax, strip, cs, [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))], which,
-                              base, style, i)
+                              base, style, rows.index(mode))
             missed, bounds = missed or m, bounds or b
             medians.append((spot(n, i, len(modes)), med))
         stretches = line_stretches(medians)
@@ -146,7 +166,7 @@ def _against_n(ax, strip, cells: list, modes: list, workers, which, base) -> tup
             ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
         ax.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2,
                 label=mode if stretches else f"{mode} (no cell reached on every seed)")
-    return list(modes), missed, bounds
+    return rows, missed, bounds
 
 
 def against_n_figure(path: Path, cells: list, modes: list, workers, which, base, plt, ylabel: str, title: str) -> None:
@@ -259,6 +279,24 @@ def bounds_caption(cells: list, base) -> str:
     return (" Open markers: seeds whose runs validated once an epoch, so that their passes are epochs x N, an upper "
             "bound up to N - 1 passes too many (and their times are priced from it); the line under each reaches down "
             "to (epochs - 1) x N + 1 passes, the fewest the run can have taken. A median over such seeds is a bound too.")
+
+
+def against_n_caption(cells: list, modes: list, base) -> str:
+    """fig2's and fig_passes' sentences on N = 1, drawn once (`sequential_cells`), and on bounds."""
+    seq = sequential_cells(cells, modes)
+    if not seq:
+        return bounds_caption(cells, base)
+    listed = ", ".join(str(c.seed) for c in seq)
+    others = {}
+    for m in modes:
+        got = tuple(sorted(c.seed for c in cells_at(cells, m, 1)))
+        if got and got != tuple(c.seed for c in seq):
+            others.setdefault(got, []).append(m)
+    text = (f" N = 1 is drawn once, as '{SEQUENTIAL_LABEL}': the sequential runs of the {seq[0].mode} cell at N = 1 "
+            f"(seeds {listed}), whose median every mode's line starts from")
+    text += "".join(f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
+                    for k, ms in others.items())
+    return text + "." + bounds_caption(cells, base)
 
 
 class _Nowhere:

@@ -219,7 +219,7 @@ def _figures_md(b: Beyond) -> str:
     text = ("![fig2](fig2.png) ![fig_passes](fig_passes.png)\n\n"
             "Fig. 2: time to target against N under the paper's clock (passes x s/pass), every seed a dot, the median "
             "a bar and a line where every seed reached; seeds that missed in the panel above. fig_passes: the same in "
-            "passes to target, the algorithm without a clock." + figs.bounds_caption(b.every, b.base))
+            "passes to target, the algorithm without a clock." + figs.against_n_caption(b.every, b.modes, b.base))
     if any(policies.get(m).grows_batch for m in b.modes):
         text += "\n\n![fig7](fig7.png)\n\nFig. 7: adaptive's global batch per epoch (top) and validation loss (bottom)."
     return text + "".join(f"\n\n{m}: not exercised, so not drawn." for m in b.skipped)

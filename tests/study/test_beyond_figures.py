@@ -1,5 +1,5 @@
 """What the beyond study's figures draw and say, apart from drawing it (issue 46): a seed whose
-passes are only epochs x N is told from an exact one."""
+passes are only epochs x N is told from an exact one, and N = 1 is the sequential cell's seeds once."""
 from deepdensity.scaling import policies
 from deepdensity.study import beyond_figures as figs
 from deepdensity.study import beyond_verdicts as bv
@@ -22,3 +22,15 @@ def test_passes_taken_as_epochs_x_n_are_a_bound_down_to_one_pass_after_the_epoch
     assert not figs.bounded(cell(policies.WEAK, 1, 0), BASE)
     assert not figs.bounded(bound, TimeBase(1000, 100, "global"))
     assert not figs.bounded(cell(policies.WEAK, 4, 0, status="collapsed"), BASE)
+
+
+def test_n_1_is_drawn_once_with_the_sequential_cells_seeds_and_the_caption_says_which():
+    cells = ([cell(policies.SEQUENTIAL, 1, s, passes=20.0) for s in (0, 1, 2)]
+             + [cell(policies.WEAK, 1, s) for s in (0, 1, 2, 3)] + [cell(policies.WEAK, 2, s) for s in (0, 1, 2)])
+    modes = [policies.SEQUENTIAL, policies.WEAK]
+    assert [c.seed for c in figs.sequential_cells(cells, modes)] == [0, 1, 2]
+    assert all(c.mode == policies.SEQUENTIAL for c in figs.sequential_cells(cells, modes))
+    said = figs.against_n_caption(cells, modes, BASE)
+    assert figs.SEQUENTIAL_LABEL in said and "(seeds 0, 1, 2)" in said and "0, 1, 2, 3" in said
+    assert "Open markers" in said                   # weak at N = 2 kept no passes
+    assert "Open markers" not in figs.against_n_caption(cells[:3], [policies.SEQUENTIAL], BASE)
