@@ -20,7 +20,6 @@ from deepdensity.study.render import cells_at
 
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
 RULE_STYLE = {"eta": ("tab:blue", "o"), policies.LINEAR: ("tab:red", "v")}
-RULE_LABEL = {"eta": "lr eta", policies.LINEAR: "lr eta x b / B (the linear rule)"}
 SEQUENTIAL_STYLE = ("0.3", "D")
 SEQUENTIAL_ROW = "sequential"
 SEQUENTIAL_LABEL = f"{SEQUENTIAL_ROW} (every mode)"
@@ -35,6 +34,12 @@ def dark(color) -> tuple:
     """A darker shade of `color`, a dot's edge: it parts dots on their bar and keeps the dot's hue."""
     from matplotlib.colors import to_rgb
     return tuple(0.6 * v for v in to_rgb(color))
+
+
+def rule_label(rule: str, base_batch: int) -> str:
+    """The legend's name of an lr rule of the sweep, B the study's global batch."""
+    linear = f"lr eta x b / B (the linear rule;\nb the global batch, B = {base_batch}, the\nstudy's base global batch)"
+    return {"eta": "lr eta", policies.LINEAR: linear}.get(rule, rule)
 
 
 def bounded(c, base) -> bool:
@@ -251,12 +256,13 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
                 medians.append((spot(b, i, len(by_rule)), med))
             for k, stretch in enumerate(line_stretches(medians)):
                 ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
-        top.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2, label=RULE_LABEL.get(rule, rule))
-    legend_keys(top, False)
+        top.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2, label=rule_label(rule, base_batch))
+    many = several_seeds(by_rule)
+    legend_keys(top, False, bar=many)
     missed_strip(strip, list(by_rule), any_missed, "")
     fig.suptitle("The sequential model: global batch against passes and time to target; every seed (dots), "
-                 "median\n(bar and line, where every seed reached); above: seeds that missed the target "
-                 "(x; missed / seeds)", fontsize=9)
+                 + ("median\n(bar and line, where every seed reached)" if many else "\none per batch and lr rule, a line "
+                    "where it reached") + "; above: seeds that missed the target (x; missed / seeds)", fontsize=9)
     for ax in (top, bottom):
         ax.axvline(base_batch, color="gray", ls=":", lw=1)
         ax.set(xscale="log", yscale="log")
@@ -267,9 +273,14 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     bottom.set_ylabel(time_axis(clock, wrap=True), fontsize=9)
     bottom.set_xlabel(f"global batch (dotted: the study's batch {base_batch}, the reference)")
     plain_ticks(bottom.xaxis, batches)
-    bottom.set_xlim(min(batches) / 2 ** 0.5, max(batches) * 2 ** 0.5)
+    bottom.set_xlim(min(batches) / 2 ** 0.5, max(batches) * 2 ** 0.8)       # room for the last "missed / seeds"
     top.legend(**LEGEND_OUTSIDE)
     _save(fig, path, plt)
+
+
+def several_seeds(by_rule: dict) -> bool:
+    """Whether some cell of the sweep has more than one seed, so that a median bar is drawn."""
+    return any(len(cs) > 1 for per in by_rule.values() for cs in per.values())
 
 
 def bounds_caption(cells: list, base) -> str:
@@ -297,6 +308,12 @@ def against_n_caption(cells: list, modes: list, base) -> str:
     text += "".join(f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
                     for k, ms in others.items())
     return text + "." + bounds_caption(cells, base)
+
+
+def sweep_caption(by_rule: dict) -> str:
+    """How fig9's caption names its medians: a bar only where some cell has more than one seed."""
+    return ("the median a bar and a line where every seed reached" if several_seeds(by_rule) else
+            "one seed a batch and rule, so no median bar, joined by a line where it reached")
 
 
 class _Nowhere:

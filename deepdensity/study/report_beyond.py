@@ -377,4 +377,4 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
                       "s, the paper's clock, median", "s, this host's clock, median"], rows)
     return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                answer=" ".join(said), table=table, comparisons="\n".join(tables))
+                answer=" ".join(said), table=table, comparisons="\n".join(tables), median=figs.sweep_caption(by_rule))

@@ -1,5 +1,6 @@
 """What the beyond study's figures draw and say, apart from drawing it (issue 46): a seed whose
-passes are only epochs x N is told from an exact one, and N = 1 is the sequential cell's seeds once."""
+passes are only epochs x N is told from an exact one, N = 1 is the sequential cell's seeds once,
+and the sweep's legend and caption name what it draws."""
 from deepdensity.scaling import policies
 from deepdensity.study import beyond_figures as figs
 from deepdensity.study import beyond_verdicts as bv
@@ -34,3 +35,11 @@ def test_n_1_is_drawn_once_with_the_sequential_cells_seeds_and_the_caption_says_
     assert figs.SEQUENTIAL_LABEL in said and "(seeds 0, 1, 2)" in said and "0, 1, 2, 3" in said
     assert "Open markers" in said                   # weak at N = 2 kept no passes
     assert "Open markers" not in figs.against_n_caption(cells[:3], [policies.SEQUENTIAL], BASE)
+
+
+def test_the_sweep_names_its_base_batch_and_draws_a_median_bar_only_over_seeds():
+    assert "B = 32" in figs.rule_label(policies.LINEAR, 32) and "B = 64" in figs.rule_label(policies.LINEAR, 64)
+    one = {"eta": {16: [cell(policies.SEQUENTIAL, 1, 0)], 32: [cell(policies.SEQUENTIAL, 1, 0)]}}
+    two = {"eta": {16: [cell(policies.SEQUENTIAL, 1, 0), cell(policies.SEQUENTIAL, 1, 1)]}}
+    assert not figs.several_seeds(one) and "no median bar" in figs.sweep_caption(one)
+    assert figs.several_seeds(two) and "bar" in figs.sweep_caption(two) and "no median" not in figs.sweep_caption(two)
