@@ -14,7 +14,6 @@ from pathlib import Path
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
-from deepdensity.study import curves
 from deepdensity.study import beyond_figures as figs
 from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import clocks
@@ -130,8 +129,7 @@ def _time_tables(out: Path, b: Beyond) -> str:
 def _passes_note(cells: list, base, whose: str) -> str:
     """What to say where cells that reached the target carry no passes (a record made before they
     were kept): their passes are epochs x the passes of an epoch, an upper bound."""
-    short = [c for c in cells if c.reached and c.passes_to_target is None
-             and curves.passes_per_epoch(c.n, base.definition) > 1]
+    short = [c for c in cells if figs.bounded(c, base)]
     if not short:
         return ""
     return (f"\nPasses to target of {whose} are not in the record: they are taken as epochs x N, up to "
@@ -221,7 +219,7 @@ def _figures_md(b: Beyond) -> str:
     text = ("![fig2](fig2.png) ![fig_passes](fig_passes.png)\n\n"
             "Fig. 2: time to target against N under the paper's clock (passes x s/pass), every seed a dot, the median "
             "a bar and a line where every seed reached; seeds that missed in the panel above. fig_passes: the same in "
-            "passes to target, the algorithm without a clock.")
+            "passes to target, the algorithm without a clock." + figs.against_n_caption(b.every, b.modes, b.base))
     if any(policies.get(m).grows_batch for m in b.modes):
         text += "\n\n![fig7](fig7.png)\n\nFig. 7: adaptive's global batch per epoch (top) and validation loss (bottom)."
     return text + "".join(f"\n\n{m}: not exercised, so not drawn." for m in b.skipped)
@@ -342,12 +340,14 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
             "full data and the random control under the paper's clock.")
     table = md_table(["mode", "N", "data", "training cubes", "passes to target (per seed)", "passes, median",
                       "time to target (s, the paper's clock), median"], rows)
-    table += _passes_note([c for _, _, g in groups for cs, _ in g.values() for c in cs], b.base, "the filter's runs")
+    ran = [c for _, _, g in groups for cs, _ in g.values() for c in cs]
+    table += _passes_note(ran, b.base, "the filter's runs")
     return fill("filtering.md", answer=" ".join([head] + said), pca=facts.get("pca_components"),
                 perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
                 eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
                 n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
-                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables))
+                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables),
+                bounds=figs.bounds_caption(ran, b.base))
 
 
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
@@ -377,4 +377,4 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
                       "s, the paper's clock, median", "s, this host's clock, median"], rows)
     return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                answer=" ".join(said), table=table, comparisons="\n".join(tables))
+                answer=" ".join(said), table=table, comparisons="\n".join(tables), median=figs.sweep_caption(by_rule))
