@@ -33,7 +33,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                       n_val: int, timing: dict, modelled, say=print) -> Optional[dict]:
     """Gahlot et al.'s experiment: each of `filter_modes` at the N where it is slowest or
     fails (cells.filter_n, on the default study's cells) trained on the full data, on the
-    data filtered by the first seed's sequential run (python -m deepdensity.filter) and on
+    data filtered by the first sequential run (python -m deepdensity.filter) and on
     the random control; same validation set, target and seeds. The full-data runs are the
     default study's when it has them (their times modelled again here), else run here."""
     from deepdensity.study.cells import filter_n
@@ -42,9 +42,11 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     root, seeds = runner.root, study.seeds
     data, filtered = root / "data.h5", root / "data.filtered.h5"
     random_ctl = filtered.with_suffix(".random.h5")
+    # the first sequential run the study trained (its seeds may be apart from the cells')
+    features = root / f"seq-s{study.sequential_seeds()[0]}"
     if not (filtered.exists() and random_ctl.exists()):
-        say(f"filter: features of {root / f'seq-s{seeds[0]}'} -> {filtered}")
-        proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(root / f"seq-s{seeds[0]}"),
+        say(f"filter: features of {features} -> {filtered}")
+        proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(features),
                                "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0]), "--force"],
                               capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:

@@ -368,3 +368,26 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
     assert min(Counter((r["batch"], r["lr_rule"]) for r in rows).values()) >= 3
     assert len(calls) == 2 * (len(study.batch_sweep) - 1) * len(seeds), "b = B is the sequential run, not run again"
     assert {r["passes_to_target"] for r in rows} == {3.0}
+
+
+def test_the_data_filter_takes_its_features_from_the_first_sequential_run(tmp_path, monkeypatch):
+    """The beyond preset's sequential runs take seeds apart from the edge search's (3..10, where
+    its cells take 0..7): the filter must read a run the study trained, seq-s3, not seq-s0."""
+    import subprocess
+
+    from deepdensity.study import beyond
+    from deepdensity.study.errors import StudyError
+    from deepdensity.study.preset import load_study
+    _, study = load_study("beyond")
+    assert study.sequential_seeds()[0] != study.seeds[0], "the case this test is about"
+    asked = []
+
+    def filter_tool(cmd, **kwargs):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "stop here")
+    monkeypatch.setattr(subprocess, "run", filter_tool)
+    runner = type("Runner", (), {"root": tmp_path})()
+    with pytest.raises(StudyError, match="the data filter failed"):
+        beyond.filter_experiment(runner, study, {}, [], [], 256, {}, None, say=lambda *a: None)
+    run = asked[0][asked[0].index("--run") + 1]
+    assert run == str(tmp_path / f"seq-s{study.sequential_seeds()[0]}")
