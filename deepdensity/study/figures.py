@@ -9,7 +9,6 @@ import math
 import statistics
 from pathlib import Path
 
-from deepdensity.study.curves import sample_epoch_losses
 from deepdensity.scaling import policies
 from deepdensity.study import evidence
 from deepdensity.study.render import cells_at
@@ -22,20 +21,29 @@ LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize"
 CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
-def _save(fig, path: Path, plt) -> None:
+def save_figure(fig, path: Path, plt) -> None:
+    """Laid out, written at the reports' resolution, and closed."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
-    """The clock the times are on, as an axis label says it: `clock`'s when given, else the
-    cells' own (judging.cells_of: this host's seconds per pass, or a real run's own clock); with
-    how a time is made of it, per `unit` ("pass" or "epoch")."""
+def clock_name(cells: list, clock=None) -> str:
+    """The clock the times are on: `clock`'s when given, else the cells' own (judging.cells_of:
+    this host's seconds per pass, or a real run's own clock)."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"
-    name = CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
-    return {"pass": f"{name}, passes x s/pass", "epoch": f"{name}, epochs x s/epoch at N"}[unit]
+    return CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
+
+
+def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
+    """The clock the times are on (clock_name), as an axis label says it: with how a time is
+    made of it, per `unit` ("pass", "pass_at_n": a pass's seconds at the run's N, or "epoch")."""
+    name = clock_name(cells, clock)
+    if clock is None and any(c.time_source == "measured" for c in cells):
+        return name
+    return {"pass": f"{name}, passes x s/pass", "pass_at_n": f"{name}, passes x s/pass at N",
+            "epoch": f"{name}, epochs x s/epoch at N"}[unit]
 
 
 def plain_ticks(axis, ticks) -> None:
@@ -178,7 +186,7 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=No
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.12, which="minor")
     ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def _missed_panel(top, modes, any_missed: bool) -> None:
@@ -239,42 +247,7 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
     ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
     ax.grid(alpha=0.3, which="both")
     ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
-
-
-def warmup_figure(path: Path, curves: dict, target: float, plt) -> None:
-    """Fig. 3: warmup at N = 8: validation loss (left) and lr (right) per epoch, every seed. The
-    seeds share one lr schedule, so their lr lines coincide: each is drawn narrower than the one
-    before it, in its own colour, as nested bands, so that every legend entry is a line one can see
-    (and where a seed's schedule differs, it shows as a band of its own)."""
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.9))
-    cmap = plt.get_cmap("tab10")
-    runs = sorted(curves.items())
-    for i, (run, c) in enumerate(runs):
-        ep = range(1, len(c["val_loss"]) + 1)
-        vals = [math.nan if v is None else v for v in c["val_loss"]]
-        ax.plot(ep, vals, color=cmap(i % 10), marker=".", label=run)
-    # runs taken from an earlier record carry no lr rows: the panel shows the runs that do
-    runs = [(run, c) for run, c in runs if any(v is not None for v in c["lr"])]
-    for i, (run, c) in enumerate(runs):
-        ax2.plot(range(1, len(c["lr"]) + 1), c["lr"], color=cmap(i % 10), lw=1.5 + 3.0 * (len(runs) - 1 - i),
-                 solid_capstyle="butt", zorder=2 + i, label=run)   # the first seed widest, underneath
-    if not runs:
-        ax2.text(0.5, 0.5, "no lr recorded: these runs came\nfrom an earlier record's curves",
-                 transform=ax2.transAxes, ha="center", va="center", fontsize=9, color="gray")
-    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
-    log_y_labels(ax)
-    longest = max((c["lr"] for _, c in runs), key=len, default=[])
-    same = bool(runs) and all(c["lr"] == longest[:len(c["lr"])] for _, c in runs)    # say so only where it is so
-    ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)",
-            title="Warmup, N = 8: lr" + (" (the seeds' schedules coincide)" if same else ""))
-    ax.title.set_fontsize(10)
-    ax2.title.set_fontsize(10)
-    if runs:
-        ax2.legend(**LEGEND_OUTSIDE)
-    ax.legend(fontsize=8, loc="best")
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def collapse_figure(path: Path, groups: list, plt) -> None:
@@ -302,33 +275,7 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     ax.grid(alpha=0.3, which="both")
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="share of runs that missed the target", pad=0.02)
     ax.legend(loc="upper left", fontsize=7)
-    _save(fig, path, plt)
-
-
-def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves: dict, target: float, derived: bool,
-                             plt) -> None:
-    """Figs. 4 and 5: validation loss of strong or weak scaling against (modelled) time, one
-    colour and marker per N, every seed (markers on every epoch, so one-epoch runs show too).
-    Derived strong scaling reads every N off the same sequential runs: its panels say so."""
-    fig, ax = plt.subplots(figsize=(7.4, 4.4))
-    cmap = plt.get_cmap("tab10")
-    markers = "osD^vP*X"
-    for i, n in enumerate(workers):
-        for j, c in enumerate(sorted(cells_at(cells, mode, n), key=lambda c: c.seed)):
-            vals = curves[c.run]["val_loss"]
-            if derived:                    # read off the sequential run at its epoch ends
-                vals = sample_epoch_losses([math.inf if v is None else v for v in vals], n)[:c.epochs]
-            ax.plot([(e + 1) * c.epoch_seconds for e in range(len(vals))],
-                    [math.nan if v is None or math.isinf(v) else v for v in vals], marker=markers[i % len(markers)],
-                    ms=3, lw=1, color=cmap(i % 10), alpha=0.8, label=f"N = {n}" if j == 0 else None)
-    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-    note = " (N > 1 read off the sequential runs)" if derived else ""
-    ax.set(xlabel=f"time (s, {clock_label(cells, unit='epoch')})", ylabel="validation MSLE", yscale="log",
-           title=f"{mode} scaling: validation loss, every seed{note}")
-    log_y_labels(ax)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def figure1(path: Path, slices: dict, plt) -> None:
@@ -345,7 +292,7 @@ def figure1(path: Path, slices: dict, plt) -> None:
     axes[0, 0].set_ylabel("input")
     axes[1, 0].set_ylabel("DeepDensity")
     fig.suptitle("Central slices: input cubes and rendered mixtures (first seed's sequential model)")
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def sweep_figure(path: Path, sweep: dict, plt) -> None:
@@ -371,4 +318,4 @@ def sweep_figure(path: Path, sweep: dict, plt) -> None:
     log_y_labels(ax)
     ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)

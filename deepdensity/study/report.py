@@ -13,8 +13,8 @@ from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks
 from deepdensity.study.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.evidence import MISSED
-from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
-                                       sweep_figure, time_to_target_figure, warmup_figure)
+from deepdensity.study.figures import collapse_figure, efficiency_figure, figure1, sweep_figure, time_to_target_figure
+from deepdensity.study.loss_figures import loss_against_time_figure, warmup_figure
 from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
@@ -92,16 +92,17 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
         if "timing" in record and not record_runner(cells) else {}
     time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
     efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt)
-    warmup8 = sorted({c.run for c in cells_at(cells, policies.WARMUP, 8)})
+    warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
     if warmup8:
-        warmup_figure(out / "fig3.png", {r: record["curves"][r] for r in warmup8}, record["target"], plt)
+        warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,
+                      missed={c.run: c.status for c in warmup8 if not c.reached})
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     collapse_figure(out / "fig_collapse.png", groups, plt)
     for mode in [m for m in study.modes if policies.get(m).paper_figure]:
         policy = policies.get(mode)
         loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
                                  record["target"], derived=policy.follows_sequential_path and not record["runner"],
-                                 plt=plt)
+                                 definition=config_of(record).epoch_definition, plt=plt)
     if record.get("fig1"):             # None: no weights of the first sequential run were at hand
         figure1(out / "fig1.png", record["fig1"], plt)
     if record["lr_search"]:

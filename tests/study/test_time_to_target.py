@@ -1,5 +1,5 @@
 """One time to target for every cell of the committed study, wherever it is read: Table I and II
-(reports/table1.csv, table2.csv), Fig. 2 and the claims. Each is checked against the paper's
+(reports/table1.csv, table2.csv), Figs. 2, 4 and 5 and the claims. Each is checked against the paper's
 speedup model written out here from the record's clock parameters (section IV: a step's fixed
 cost, its cost per sample, the allreduce, the evaluation), times the cell's passes to target
 over the passes of an epoch. The tables print one or two decimals: they are compared at half
@@ -15,6 +15,7 @@ from deepdensity.scaling import policies, rules
 from deepdensity.study import judging
 from deepdensity.study.evidence import MISSED
 from deepdensity.study.figures import time_to_target_figure
+from deepdensity.study.loss_figures import loss_curves
 from deepdensity.study.record import study_of
 from tests.support import ROOT
 
@@ -116,3 +117,44 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     want = sorted(t for mode in study.modes for n in study.workers
                   for t in evidence.seconds(mode, n, evidence.clocks["paper"]) if math.isfinite(t))
     assert drawn == pytest.approx(want, rel=1e-9) and len(drawn) > 100
+
+
+def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(record):
+    """Fig. 4 draws every strong-scaling run pass by pass off its sequential run: pass p at p x a
+    pass's seconds at its N, every pass up to its passes to target, so that its last point, and
+    its mark on the target line, are its time to target as Table I has it. Fig. 5 (weak scaling,
+    losses stored per epoch) marks each run that reached at that time too, and none that missed."""
+    cells, study = judging.cells_of(record), study_of(record)
+    by_key = {(c["mode"], c["n"], c["seed"]): c for c in record["cells"]}
+    strong = loss_curves(cells, policies.STRONG, study.workers, record["curves"], True,
+                         record["settings"]["epoch_definition"], record["target"])
+    ends = 0
+    for n, runs in strong:
+        per_epoch = n if record["settings"]["epoch_definition"] == "per_worker" else 1
+        for r in runs:
+            cell = by_key[(r.cell.mode, n, r.cell.seed)]
+            want = expected_seconds(record, cell)
+            pass_s = model_epoch(record, policies.STRONG, n) / per_epoch
+            losses = record["curves"][cell["run"]]["val_loss"]
+            assert len(r.points) == math.ceil(cell["passes_to_target"]), (n, cell["seed"])
+            assert [x for x, _ in r.points] == pytest.approx([p * pass_s for p in range(1, len(r.points) + 1)],
+                                                             rel=1e-9)
+            assert [y for _, y in r.points] == pytest.approx(losses[:len(r.points)], rel=1e-12)
+            assert r.points[-1][0] == pytest.approx(want, rel=1e-9) and r.end[0] == pytest.approx(want, rel=1e-9)
+            assert r.points[-1][1] <= record["target"] < min(y for _, y in r.points[:-1])
+            ends += 1
+    assert ends == len([c for c in record["cells"] if c["mode"] == policies.STRONG]) > 40
+    medians = _medians(record, policies.STRONG)
+    for row in _read_csv(REPORTS / "table1.csv"):            # Table I's medians, from the curves' ends
+        n = int(row["N"])
+        drawn = statistics.median(r.end[0] for m, runs in strong if m == n for r in runs)
+        assert drawn == pytest.approx(medians[n], rel=1e-9)
+        assert float(row["time to target (s, modelled), median (range)"].split()[0]) == pytest.approx(drawn, abs=0.05)
+    weak = loss_curves(cells, policies.WEAK, study.workers, record["curves"], False,
+                       record["settings"]["epoch_definition"], record["target"])
+    for n, runs in weak:
+        for r in runs:
+            want = expected_seconds(record, by_key[(policies.WEAK, n, r.cell.seed)])
+            assert (r.end is None) == (want is None), (n, r.cell.seed)
+            assert r.end is None or r.end == (pytest.approx(want, rel=1e-9), record["target"])
+            assert len(r.points) == r.cell.epochs
