@@ -103,7 +103,8 @@ def test_tables_one_and_two_print_those_times_and_their_efficiencies(record):
 
 def test_fig2_plots_the_times_the_claims_judge(record):
     """Fig. 2 is drawn on the paper's clock, the one the verdicts are given under: every dot it
-    draws is a seed's time under that clock as the claims take it, and no missed seed is a dot."""
+    draws is a seed's time under that clock as the claims take it, and no missed seed is a dot.
+    N = 1 is the same sequential runs in every mode: drawn once."""
     cells = judging.cells_of(record)
     evidence = judging.evidence_of(record, cells, MISSED)
     plt = mock.MagicMock()
@@ -114,7 +115,9 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     time_to_target_figure(REPORTS / "unused.png", cells, study.modes, study.workers, plt,
                           clock=evidence.clocks["paper"], base=evidence.base)
     drawn = sorted(y for call in ax.scatter.call_args_list for y in call.args[1])
-    want = sorted(t for mode in study.modes for n in study.workers
+    assert len({tuple(sorted(c["run"] for c in record["cells"] if c["mode"] == m and c["n"] == 1))
+                for m in study.modes}) == 1, "every mode's N = 1 is the sequential runs"
+    want = sorted(t for mode in study.modes for n in study.workers if n > 1 or mode == study.modes[0]
                   for t in evidence.seconds(mode, n, evidence.clocks["paper"]) if math.isfinite(t))
     assert drawn == pytest.approx(want, rel=1e-9) and len(drawn) > 100
 
