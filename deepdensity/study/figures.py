@@ -240,12 +240,37 @@ def _finite(t: float):
     return t if math.isfinite(t) else None
 
 
-def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
-    """Efficiency T1 / (N TN) against N, ours (median over seeds) next to the paper's Tables I-II.
-    A cell without an efficiency is no point: its line breaks there, and a strip above says why
-    (ours: a seed missed the target, or not run; the paper's: NaN), so that a mode that reached
-    no N > 1 (linear) still shows and nothing is drawn at a value it does not have."""
-    fig, (strip, ax) = plt.subplots(2, 1, figsize=(7.6, 5.4), sharex=True, gridspec_kw={"height_ratios": [1.2, 4]})
+def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
+    """Efficiency T1 / (N TN) against N, ours (median over seeds) beside the paper's Tables I-II
+    (its own cluster's), one clock of ours a panel: the cells' own (Tables I-II's: this host's,
+    or real runs' own clocks) and, where `clock` and `base` are given, that clock's (the paper's,
+    the verdicts'; evidence.seconds through timed_under). A cell without an efficiency is no
+    point: its line breaks there, and a strip above says why (ours: a seed missed the target, or
+    not run; the paper's: NaN), so that a mode that reached no N > 1 (linear) still shows and
+    nothing is drawn at a value it does not have."""
+    panels = [(f"ours on {clock_name(cells)} (Tables I-II)", cells)]
+    if clock is not None:
+        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", timed_under(cells, clock, base)))
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.6), sharex="col", sharey="row",
+                             squeeze=False, gridspec_kw={"height_ratios": [1.2, 4]})
+    for col, (title, cs) in enumerate(panels):
+        _efficiency_panel(axes[0][col], axes[1][col], cs, modes, workers)
+        axes[0][col].set_title(title + "\nbeside the paper's Tables I-II (its own cluster)", fontsize=9)
+        axes[1][col].set(xscale="log", xlabel="workers N", ylim=(0, None))
+        plain_ticks(axes[1][col].xaxis, workers)
+        axes[1][col].set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+        axes[1][col].grid(alpha=0.3, which="both")
+    axes[1][0].set_ylabel("efficiency %, T1 / (N TN)")
+    axes[1][-1].legend(**LEGEND_OUTSIDE)
+    fig.suptitle("Efficiency: ours (filled, solid), the paper's Tables I-II (open, dashed); "
+                 "above: cells with no efficiency", fontsize=10)
+    save_figure(fig, path, plt)
+
+
+def _efficiency_panel(strip, ax, cells: list, modes, workers) -> None:
+    """One clock's efficiencies (ours, from `cells`' times) and the paper's, with the strip of
+    cells that have none. The paper's markers are open and larger than ours, so that at N = 1,
+    where every mode is 100 %, each shows as a ring around ours."""
     ours = efficiency_table(cells, modes, workers)
     rows = ["paper: NaN", "ours: not run", "ours: a seed missed"]
     for i, mode in enumerate(modes):
@@ -254,16 +279,19 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
         value = {n: ours[mode][n] if ran[n] and not math.isnan(ours[mode][n]) else None for n in workers}
         x = {n: n * 2 ** (0.1 * (i - (len(modes) - 1) / 2)) for n in workers}   # side by side where modes coincide
         for k, stretch in enumerate(line_stretches([(x[n], value[n]) for n in workers])):
-            ax.plot(*zip(*stretch), color=color, marker=marker, label=f"{mode} (ours)" if k == 0 else None)
+            ax.plot(*zip(*stretch), color=color, marker=marker, ms=6, zorder=3,
+                    label=f"{mode} (ours)" if k == 0 else None)
         missed = [x[n] for n in workers if ran[n] and value[n] is None]
         not_run = [x[n] for n in workers if not ran[n]]
         strip.scatter(missed, [2] * len(missed), color=color, marker=marker, s=30, zorder=3)
         strip.scatter(not_run, [1] * len(not_run), color=color, marker=marker, s=30, alpha=0.5, zorder=3)
         paper = {policies.SEQUENTIAL: PAPER_TABLE1, **PAPER_TABLE2}.get(mode, {})
         ppts = [(x[n], None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
+        only = [px for px, v in ppts if v is not None] == [x[workers[0]]] and len(ppts) > 1
         for k, stretch in enumerate(line_stretches(ppts)):
-            ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none",
-                    label=f"{mode} (paper)" if k == 0 else None)
+            ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none", ms=10, mew=1.3, zorder=4,
+                    label=(f"{mode} (paper" + (f": N = {workers[0]} only, NaN beyond)" if only else ")"))
+                    if k == 0 else None)
         paper_nan = [px for px, v in ppts if v is None]
         strip.scatter(paper_nan, [0] * len(paper_nan), facecolors="none", edgecolors=color, marker=marker, s=30,
                       zorder=3)
@@ -271,15 +299,6 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
     strip.set_ylim(-0.6, len(rows) - 0.4)
     strip.grid(alpha=0.3, axis="x")
     strip.set_xscale("log")
-    strip.set_title("Efficiency: ours (filled, solid), the paper's (open, dashed); above: cells with no efficiency",
-                    fontsize=9)
-    ax.set(xscale="log", xlabel="workers N", ylim=(0, None),
-           ylabel=f"efficiency %, T1 / (N TN)\n(ours: {clock_label(cells)})")
-    plain_ticks(ax.xaxis, workers)
-    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(**LEGEND_OUTSIDE)
-    save_figure(fig, path, plt)
 
 
 def collapse_figure(path: Path, groups: list, plt) -> None:

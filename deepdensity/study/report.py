@@ -86,12 +86,13 @@ def _times_are(clock: str) -> str:
 
 def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
     plt = pyplot()
-    # fig2 on the clock the verdicts are given under (the paper's), named on its axis
+    # fig2 on the clock the verdicts are given under (the paper's), named on its axis; the
+    # efficiencies on the tables' clock and on that one, a panel each
     paper = {"clock": clock_set(record)["paper"], "base": TimeBase(record["n_train"], record["n_val"],
                                                                    config_of(record).epoch_definition)} \
         if "timing" in record and not record_runner(cells) else {}
     time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
-    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt)
+    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
     warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
     if warmup8:
         warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,

@@ -14,7 +14,7 @@ import pytest
 from deepdensity.scaling import policies, rules
 from deepdensity.study import judging
 from deepdensity.study.evidence import MISSED
-from deepdensity.study.figures import time_to_target_figure
+from deepdensity.study.figures import efficiency_figure, time_to_target_figure
 from deepdensity.study.loss_figures import loss_curves
 from deepdensity.study.record import study_of
 from tests.support import ROOT
@@ -161,3 +161,28 @@ def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(rec
             assert (r.end is None) == (want is None), (n, r.cell.seed)
             assert r.end is None or r.end == (pytest.approx(want, rel=1e-9), record["target"])
             assert len(r.points) == r.cell.epochs
+
+
+def test_the_efficiency_figure_draws_one_clock_a_panel(record):
+    """fig_efficiency's left panel is Table I's efficiencies (this host's clock), its right one
+    the same on the paper's clock, from the times the claims judge under it; each panel names
+    its clock."""
+    cells = judging.cells_of(record)
+    evidence = judging.evidence_of(record, cells, MISSED)
+    paper = evidence.clocks["paper"]
+    plt = mock.MagicMock()
+    axes = [[mock.MagicMock(), mock.MagicMock()], [mock.MagicMock(), mock.MagicMock()]]
+    plt.subplots.return_value = (mock.MagicMock(), axes)
+    study = study_of(record)
+    efficiency_figure(REPORTS / "unused.png", cells, study.modes, study.workers, plt, clock=paper,
+                      base=evidence.base)
+
+    def strong(ax) -> list:
+        return [y for call in ax.plot.call_args_list if call.kwargs.get("label") == f"{policies.STRONG} (ours)"
+                for y in call.args[1]]
+    table1 = [float(row["efficiency % (ours)"]) for row in _read_csv(REPORTS / "table1.csv")]
+    assert strong(axes[1][0]) == pytest.approx(table1, abs=0.005 + 1e-9)
+    times = {n: statistics.median(evidence.seconds(policies.STRONG, n, paper)) for n in study.workers}
+    assert strong(axes[1][1]) == pytest.approx([100 * times[1] / (n * times[n]) for n in study.workers], rel=1e-9)
+    titles = [axes[0][i].set_title.call_args.args[0] for i in (0, 1)]
+    assert "this host's clock" in titles[0] and "the paper's clock" in titles[1]
