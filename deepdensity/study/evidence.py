@@ -8,7 +8,8 @@ what counts as a miss, what a cell's runs say, and a run's one time to target.
             upper bound is below 0.5, *fails* when the lower bound is above 0.5, else
             *inconclusive* (Call, cell_rate); and the further seeds that could still change that
             (stats.seeds_to_call).
-  time      passes to target x the clock's seconds per pass (one function: `seconds`).
+  time      passes to target x the clock's seconds per pass (one function: `seconds`, through
+            `seconds_of_passes`).
   claim     *reproduced*, *contradicted* or *inconclusive* (Verdict).
 """
 from __future__ import annotations
@@ -106,4 +107,11 @@ def seconds_to_target(c, epoch_s: float, per_epoch: int, scale: float = 1.0) -> 
     if c.status != RunStatus.REACHED:
         return math.inf
     passes = c.passes_to_target if c.passes_to_target is not None else c.epochs_to_target * per_epoch
+    return seconds_of_passes(passes, epoch_s, per_epoch, scale)
+
+
+def seconds_of_passes(passes: float, epoch_s: float, per_epoch: int, scale: float = 1.0) -> float:
+    """`passes` passes over the training set in seconds, an epoch of `epoch_s` seconds being
+    `per_epoch` passes, times `scale`: a time to target, or a figure's time at any pass of a run
+    (Fig. 4 draws every pass of strong scaling by it, so its runs end where the tables put them)."""
     return passes * epoch_s / per_epoch * scale

@@ -9,7 +9,6 @@ import math
 import statistics
 from pathlib import Path
 
-from deepdensity.study.curves import sample_epoch_losses
 from deepdensity.scaling import policies
 from deepdensity.study import evidence
 from deepdensity.study.render import cells_at
@@ -22,20 +21,29 @@ LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize"
 CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
-def _save(fig, path: Path, plt) -> None:
+def save_figure(fig, path: Path, plt) -> None:
+    """Laid out, written at the reports' resolution, and closed."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
-    """The clock the times are on, as an axis label says it: `clock`'s when given, else the
-    cells' own (judging.cells_of: this host's seconds per pass, or a real run's own clock); with
-    how a time is made of it, per `unit` ("pass" or "epoch")."""
+def clock_name(cells: list, clock=None) -> str:
+    """The clock the times are on: `clock`'s when given, else the cells' own (judging.cells_of:
+    this host's seconds per pass, or a real run's own clock)."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"
-    name = CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
-    return {"pass": f"{name}, passes x s/pass", "epoch": f"{name}, epochs x s/epoch at N"}[unit]
+    return CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
+
+
+def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
+    """The clock the times are on (clock_name), as an axis label says it: with how a time is
+    made of it, per `unit` ("pass", "pass_at_n": a pass's seconds at the run's N, or "epoch")."""
+    name = clock_name(cells, clock)
+    if clock is None and any(c.time_source == "measured" for c in cells):
+        return name
+    return {"pass": f"{name}, passes x s/pass", "pass_at_n": f"{name}, passes x s/pass at N",
+            "epoch": f"{name}, epochs x s/epoch at N"}[unit]
 
 
 def plain_ticks(axis, ticks) -> None:
@@ -57,19 +65,47 @@ def plain_y(ax) -> None:
 
 def log_y_labels(ax) -> None:
     """A log y axis labelled in plain numbers ("10, 15, 20, 30", "0.002, 0.003") at every decade
-    and in between, as densely as its span leaves room for; never "2.8 x 10^1". Call it once the
-    data are drawn: the span sets the density."""
+    and in between, as densely as its span leaves room for; never "2.8 x 10^1". Its limits are
+    widened to the nearest labelled values, so that every datum lies between two labels. Call it
+    once the data are drawn: the span sets the density."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     lo, hi = ax.get_ylim()
-    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
-    # a span under about a decade (the study's times, its losses) would otherwise get one or two labels
-    subs = ((1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades <= 0.6
-            else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 3.0, 5.0) if decades <= 2.2
-            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,))
+    subs = _log_subs(lo, hi)            # the data's span sets the density, the widened one keeps it
+    if lo > 0 and hi > lo:
+        ax.set_ylim(_labelled_below(lo, subs), _labelled_above(hi, subs))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(float(s) for s in range(1, 10))))
     ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _log_subs(lo: float, hi: float) -> tuple:
+    """Where within a decade a log axis from `lo` to `hi` is labelled: a span under about a
+    decade (the study's times, its losses) would otherwise get one or two labels."""
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    return ((1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades <= 0.6
+            else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 3.0, 5.0) if decades <= 2.2
+            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,))
+
+
+def _labelled(v: float, subs: tuple) -> list:
+    """The labelled values of the decades around `v`, ascending."""
+    d = math.floor(math.log10(v))
+    return [s * 10.0 ** k for k in (d - 1, d, d + 1) for s in subs]
+
+
+def _labelled_below(lo: float, subs: tuple) -> float:
+    """The largest labelled value at or below `lo` (`lo` itself where it is not positive)."""
+    if not lo > 0:
+        return lo
+    return max(t for t in _labelled(lo, subs) if t <= lo * (1 + 1e-9))
+
+
+def _labelled_above(hi: float, subs: tuple) -> float:
+    """The smallest labelled value at or above `hi`."""
+    if not hi > 0:
+        return hi
+    return min(t for t in _labelled(hi, subs) if t >= hi * (1 - 1e-9))
 
 
 def line_stretches(segments: list) -> list:
@@ -94,55 +130,58 @@ def spot(n: float, i: int, modes: int, j: int = 0, seeds: int = 1) -> float:
     return n * 2 ** (mode + seed)
 
 
+# Fig. 2's label and style (colour, marker) of N = 1 where every mode's cells there are the same
+# sequential runs (shared_first): drawn once, not once a mode in four colours
+SHARED_FIRST = ("sequential (every mode)", ("0.25", "o"))
+
+
+def shared_first(cells: list, modes, workers) -> bool:
+    """Are the N = 1 cells of every mode the same runs with the same times (the sequential
+    runs), so that Fig. 2 draws them once?"""
+    if 1 not in workers or len(modes) < 2:
+        return False
+    runs = [sorted((c.seed, c.run, c.status, c.time_to_target_s or -1.0) for c in cells_at(cells, m, 1))
+            for m in modes]
+    return bool(runs[0]) and all(r == runs[0] for r in runs)
+
+
 def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
     """Fig. 2: time to target against N: every seed that reached the target a dot, side by side
     (jittered) so that equal times stay visible; the median over the seeds a bar across them and a
     line from N to N, where every seed reached the target; above, in a panel of its own, a cross
-    for every seed that missed it (a row per mode), so that no miss is drawn at a time.
+    for every seed that missed it (a row per mode), so that no miss is drawn at a time. Where
+    N = 1 is the same sequential runs in every mode (shared_first), it is drawn once, and every
+    mode's line starts from it.
     Times are the cells' (passes x this host's s/pass, judging.cells_of) unless `clock` and
     `base` (clocks.Clock, cells.TimeBase) are given: then evidence.seconds under that clock, the
     one function the verdicts use. The axis names whichever it is."""
     if clock is not None:
-        cells = [dataclasses.replace(c, time_to_target_s=_finite(evidence.seconds(c, clock, base)))
-                 for c in cells]
+        cells = timed_under(cells, clock, base)
     fig, (top, ax) = plt.subplots(2, 1, figsize=(7.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1.3, 4]})
-    any_missed = False
+    shared = shared_first(cells, modes, workers)
+    rows, first = list(modes), None
+    if shared:
+        cs = sorted(cells_at(cells, modes[0], 1), key=lambda c: c.seed)
+        rows += [SHARED_FIRST[0]] if any(c.time_to_target_s is None for c in cs) else []
+        first = _seeds(ax, top, cs, [spot(1, 0, 1, j, len(cs)) for j in range(len(cs))], SHARED_FIRST[1], len(modes))
     for i, mode in enumerate(modes):
         color, marker = policies.get(mode).style
-        medians = []
-        for n in workers:
+        medians = [(1, first)] if shared else []
+        for n in [n for n in workers if not (shared and n == 1)]:
             cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
-            if not cs:
-                medians.append((n, None))
-                continue
             xs = [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))]
-            hit = [(x, c.time_to_target_s) for x, c in zip(xs, cs) if c.time_to_target_s is not None]
-            miss = [x for x, c in zip(xs, cs) if c.time_to_target_s is None]
-            if hit:
-                ax.scatter(*zip(*hit), color=color, marker=marker, s=16, alpha=0.7, edgecolors="white",
-                           linewidths=0.4, zorder=4)             # over the median bar: seeds at the median show
-            if miss:
-                any_missed = True
-                top.scatter(miss, [i] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
-                top.annotate(f"{len(miss)}/{len(cs)}", (xs[-1], i), textcoords="offset points", xytext=(5, -3),
-                             fontsize=8, color=color)
-            if len(hit) == len(cs):                   # a median only where every seed reached the target
-                med = statistics.median(t for _, t in hit)
-                half = 2 ** 0.04                      # the bar reaches a little past the outer seeds
-                ax.plot([xs[0] / half, xs[-1] * half], [med, med], color=color, lw=2.5, solid_capstyle="butt",
-                        zorder=3)
-                medians.append((spot(n, i, len(modes)), med))
-            else:
-                medians.append((spot(n, i, len(modes)), None))
+            medians.append((spot(n, i, len(modes)), _seeds(ax, top, cs, xs, (color, marker), i) if cs else None))
         stretches = line_stretches(medians)
         for stretch in stretches:
             ax.plot(*zip(*stretch), color=color, lw=1.2, zorder=2)
         # the legend's entry carries the mode's marker too: its dots have no line of their own
         ax.plot([], [], color=color, marker=marker, ms=5, lw=1.2,
                 label=mode if stretches else f"{mode} (no cell reached on every seed)")
+    if shared:
+        ax.plot([], [], color=SHARED_FIRST[1][0], marker=SHARED_FIRST[1][1], ms=5, lw=2.5, label=SHARED_FIRST[0])
     ax.scatter([], [], color="gray", s=16, label="a seed (dot)")
     ax.plot([], [], color="gray", lw=2.5, label="median over seeds (bar)")
-    _missed_panel(top, modes, any_missed)
+    _missed_panel(top, rows, any(c.time_to_target_s is None for c in cells if c.mode in modes))
     ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=f"time to target (s, {clock_label(cells, clock)})")
     plain_ticks(ax.xaxis, workers)
     ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
@@ -150,13 +189,36 @@ def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=No
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.12, which="minor")
     ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
-def _missed_panel(top, modes, any_missed: bool) -> None:
-    """Fig. 2's upper panel: a row per mode for the seeds that missed the target."""
-    top.set_yticks(range(len(modes)), list(modes), fontsize=8)
-    top.set_ylim(-0.7, len(modes) - 0.3)
+def _seeds(ax, top, cs: list, xs: list, style: tuple, row: int):
+    """One group's seeds at positions `xs`: those that reached as dots, those that missed as
+    crosses in `top` at `row` with "missed / seeds"; where every seed reached, the median as a
+    bar across them. Returns that median, else None."""
+    color, marker = style
+    hit = [(x, c.time_to_target_s) for x, c in zip(xs, cs) if c.time_to_target_s is not None]
+    miss = [x for x, c in zip(xs, cs) if c.time_to_target_s is None]
+    if hit:
+        ax.scatter(*zip(*hit), color=color, marker=marker, s=16, alpha=0.7, edgecolors="white",
+                   linewidths=0.4, zorder=4)             # over the median bar: seeds at the median show
+    if miss:
+        top.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
+        top.annotate(f"{len(miss)}/{len(cs)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
+                     fontsize=8, color=color)
+    if miss or not hit:                                  # a median only where every seed reached the target
+        return None
+    med = statistics.median(t for _, t in hit)
+    half = 2 ** 0.04                                      # the bar reaches a little past the outer seeds
+    ax.plot([xs[0] / half, xs[-1] * half], [med, med], color=color, lw=2.5, solid_capstyle="butt", zorder=3)
+    return med
+
+
+def _missed_panel(top, rows, any_missed: bool) -> None:
+    """Fig. 2's upper panel: a row per mode (and one for the shared N = 1, where a seed of it
+    missed) for the seeds that missed the target."""
+    top.set_yticks(range(len(rows)), list(rows), fontsize=8)
+    top.set_ylim(-0.7, len(rows) - 0.3)
     top.set_ylabel("missed", fontsize=9)
     if not any_missed:
         top.text(0.5, 0.5, "no run missed the target", transform=top.transAxes, ha="center", va="center",
@@ -167,17 +229,48 @@ def _missed_panel(top, modes, any_missed: bool) -> None:
     top.set_xscale("log")
 
 
+def timed_under(cells: list, clock, base) -> list:
+    """The cells with their time to target under `clock` (evidence.seconds, the one function
+    the verdicts use), None where it is inf (a run that missed the target)."""
+    return [dataclasses.replace(c, time_to_target_s=_finite(evidence.seconds(c, clock, base))) for c in cells]
+
+
 def _finite(t: float):
     """A time, or None where it is inf (evidence.seconds of a run that missed the target)."""
     return t if math.isfinite(t) else None
 
 
-def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
-    """Efficiency T1 / (N TN) against N, ours (median over seeds) next to the paper's Tables I-II.
-    A cell without an efficiency is no point: its line breaks there, and a strip above says why
-    (ours: a seed missed the target, or not run; the paper's: NaN), so that a mode that reached
-    no N > 1 (linear) still shows and nothing is drawn at a value it does not have."""
-    fig, (strip, ax) = plt.subplots(2, 1, figsize=(7.6, 5.4), sharex=True, gridspec_kw={"height_ratios": [1.2, 4]})
+def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
+    """Efficiency T1 / (N TN) against N, ours (median over seeds) beside the paper's Tables I-II
+    (its own cluster's), one clock of ours a panel: the cells' own (Tables I-II's: this host's,
+    or real runs' own clocks) and, where `clock` and `base` are given, that clock's (the paper's,
+    the verdicts'; evidence.seconds through timed_under). A cell without an efficiency is no
+    point: its line breaks there, and a strip above says why (ours: a seed missed the target, or
+    not run; the paper's: NaN), so that a mode that reached no N > 1 (linear) still shows and
+    nothing is drawn at a value it does not have."""
+    panels = [(f"ours on {clock_name(cells)} (Tables I-II)", cells)]
+    if clock is not None:
+        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", timed_under(cells, clock, base)))
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.6), sharex="col", sharey="row",
+                             squeeze=False, gridspec_kw={"height_ratios": [1.2, 4]})
+    for col, (title, cs) in enumerate(panels):
+        _efficiency_panel(axes[0][col], axes[1][col], cs, modes, workers)
+        axes[0][col].set_title(title + "\nbeside the paper's Tables I-II (its own cluster)", fontsize=9)
+        axes[1][col].set(xscale="log", xlabel="workers N", ylim=(0, None))
+        plain_ticks(axes[1][col].xaxis, workers)
+        axes[1][col].set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+        axes[1][col].grid(alpha=0.3, which="both")
+    axes[1][0].set_ylabel("efficiency %, T1 / (N TN)")
+    axes[1][-1].legend(**LEGEND_OUTSIDE)
+    fig.suptitle("Efficiency: ours (filled, solid), the paper's Tables I-II (open, dashed); "
+                 "above: cells with no efficiency", fontsize=10)
+    save_figure(fig, path, plt)
+
+
+def _efficiency_panel(strip, ax, cells: list, modes, workers) -> None:
+    """One clock's efficiencies (ours, from `cells`' times) and the paper's, with the strip of
+    cells that have none. The paper's markers are open and larger than ours, so that at N = 1,
+    where every mode is 100 %, each shows as a ring around ours."""
     ours = efficiency_table(cells, modes, workers)
     rows = ["paper: NaN", "ours: not run", "ours: a seed missed"]
     for i, mode in enumerate(modes):
@@ -186,16 +279,19 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
         value = {n: ours[mode][n] if ran[n] and not math.isnan(ours[mode][n]) else None for n in workers}
         x = {n: n * 2 ** (0.1 * (i - (len(modes) - 1) / 2)) for n in workers}   # side by side where modes coincide
         for k, stretch in enumerate(line_stretches([(x[n], value[n]) for n in workers])):
-            ax.plot(*zip(*stretch), color=color, marker=marker, label=f"{mode} (ours)" if k == 0 else None)
+            ax.plot(*zip(*stretch), color=color, marker=marker, ms=6, zorder=3,
+                    label=f"{mode} (ours)" if k == 0 else None)
         missed = [x[n] for n in workers if ran[n] and value[n] is None]
         not_run = [x[n] for n in workers if not ran[n]]
         strip.scatter(missed, [2] * len(missed), color=color, marker=marker, s=30, zorder=3)
         strip.scatter(not_run, [1] * len(not_run), color=color, marker=marker, s=30, alpha=0.5, zorder=3)
         paper = {policies.SEQUENTIAL: PAPER_TABLE1, **PAPER_TABLE2}.get(mode, {})
         ppts = [(x[n], None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
+        only = [px for px, v in ppts if v is not None] == [x[workers[0]]] and len(ppts) > 1
         for k, stretch in enumerate(line_stretches(ppts)):
-            ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none",
-                    label=f"{mode} (paper)" if k == 0 else None)
+            ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none", ms=10, mew=1.3, zorder=4,
+                    label=(f"{mode} (paper" + (f": N = {workers[0]} only, NaN beyond)" if only else ")"))
+                    if k == 0 else None)
         paper_nan = [px for px, v in ppts if v is None]
         strip.scatter(paper_nan, [0] * len(paper_nan), facecolors="none", edgecolors=color, marker=marker, s=30,
                       zorder=3)
@@ -203,50 +299,6 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt) -> None:
     strip.set_ylim(-0.6, len(rows) - 0.4)
     strip.grid(alpha=0.3, axis="x")
     strip.set_xscale("log")
-    strip.set_title("Efficiency: ours (filled, solid), the paper's (open, dashed); above: cells with no efficiency",
-                    fontsize=9)
-    ax.set(xscale="log", xlabel="workers N", ylim=(0, None),
-           ylabel=f"efficiency %, T1 / (N TN)\n(ours: {clock_label(cells)})")
-    plain_ticks(ax.xaxis, workers)
-    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
-
-
-def warmup_figure(path: Path, curves: dict, target: float, plt) -> None:
-    """Fig. 3: warmup at N = 8: validation loss (left) and lr (right) per epoch, every seed. The
-    seeds share one lr schedule, so their lr lines coincide: each is drawn narrower than the one
-    before it, in its own colour, as nested bands, so that every legend entry is a line one can see
-    (and where a seed's schedule differs, it shows as a band of its own)."""
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.9))
-    cmap = plt.get_cmap("tab10")
-    runs = sorted(curves.items())
-    for i, (run, c) in enumerate(runs):
-        ep = range(1, len(c["val_loss"]) + 1)
-        vals = [math.nan if v is None else v for v in c["val_loss"]]
-        ax.plot(ep, vals, color=cmap(i % 10), marker=".", label=run)
-    # runs taken from an earlier record carry no lr rows: the panel shows the runs that do
-    runs = [(run, c) for run, c in runs if any(v is not None for v in c["lr"])]
-    for i, (run, c) in enumerate(runs):
-        ax2.plot(range(1, len(c["lr"]) + 1), c["lr"], color=cmap(i % 10), lw=1.5 + 3.0 * (len(runs) - 1 - i),
-                 solid_capstyle="butt", zorder=2 + i, label=run)   # the first seed widest, underneath
-    if not runs:
-        ax2.text(0.5, 0.5, "no lr recorded: these runs came\nfrom an earlier record's curves",
-                 transform=ax2.transAxes, ha="center", va="center", fontsize=9, color="gray")
-    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
-    log_y_labels(ax)
-    longest = max((c["lr"] for _, c in runs), key=len, default=[])
-    same = bool(runs) and all(c["lr"] == longest[:len(c["lr"])] for _, c in runs)    # say so only where it is so
-    ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)",
-            title="Warmup, N = 8: lr" + (" (the seeds' schedules coincide)" if same else ""))
-    ax.title.set_fontsize(10)
-    ax2.title.set_fontsize(10)
-    if runs:
-        ax2.legend(**LEGEND_OUTSIDE)
-    ax.legend(fontsize=8, loc="best")
-    _save(fig, path, plt)
 
 
 def collapse_figure(path: Path, groups: list, plt) -> None:
@@ -274,33 +326,7 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     ax.grid(alpha=0.3, which="both")
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="share of runs that missed the target", pad=0.02)
     ax.legend(loc="upper left", fontsize=7)
-    _save(fig, path, plt)
-
-
-def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves: dict, target: float, derived: bool,
-                             plt) -> None:
-    """Figs. 4 and 5: validation loss of strong or weak scaling against (modelled) time, one
-    colour and marker per N, every seed (markers on every epoch, so one-epoch runs show too).
-    Derived strong scaling reads every N off the same sequential runs: its panels say so."""
-    fig, ax = plt.subplots(figsize=(7.4, 4.4))
-    cmap = plt.get_cmap("tab10")
-    markers = "osD^vP*X"
-    for i, n in enumerate(workers):
-        for j, c in enumerate(sorted(cells_at(cells, mode, n), key=lambda c: c.seed)):
-            vals = curves[c.run]["val_loss"]
-            if derived:                    # read off the sequential run at its epoch ends
-                vals = sample_epoch_losses([math.inf if v is None else v for v in vals], n)[:c.epochs]
-            ax.plot([(e + 1) * c.epoch_seconds for e in range(len(vals))],
-                    [math.nan if v is None or math.isinf(v) else v for v in vals], marker=markers[i % len(markers)],
-                    ms=3, lw=1, color=cmap(i % 10), alpha=0.8, label=f"N = {n}" if j == 0 else None)
-    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-    note = " (N > 1 read off the sequential runs)" if derived else ""
-    ax.set(xlabel=f"time (s, {clock_label(cells, unit='epoch')})", ylabel="validation MSLE", yscale="log",
-           title=f"{mode} scaling: validation loss, every seed{note}")
-    log_y_labels(ax)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def figure1(path: Path, slices: dict, plt) -> None:
@@ -317,7 +343,7 @@ def figure1(path: Path, slices: dict, plt) -> None:
     axes[0, 0].set_ylabel("input")
     axes[1, 0].set_ylabel("DeepDensity")
     fig.suptitle("Central slices: input cubes and rendered mixtures (first seed's sequential model)")
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def sweep_figure(path: Path, sweep: dict, plt) -> None:
@@ -343,4 +369,4 @@ def sweep_figure(path: Path, sweep: dict, plt) -> None:
     log_y_labels(ax)
     ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -13,8 +14,8 @@ from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks
 from deepdensity.study.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.evidence import MISSED
-from deepdensity.study.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
-                                       sweep_figure, time_to_target_figure, warmup_figure)
+from deepdensity.study.figures import collapse_figure, efficiency_figure, figure1, sweep_figure, time_to_target_figure
+from deepdensity.study.loss_figures import loss_against_time_figure, warmup_figure
 from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
@@ -37,8 +38,8 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
     claims = claims_of(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
-    _figures(out, record, study, cells)
-    fields = _report_fields(record, study, cfg, cells, claims, tables)
+    drawn = _figures(out, record, study, cells)
+    fields = {**_report_fields(record, study, cfg, cells, claims, tables), **_figure_fields(drawn)}
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
@@ -84,28 +85,46 @@ def _times_are(clock: str) -> str:
             "(REPORT.md, 'The clock'), each worker its own device; not wall time.")
 
 
-def _figures(out: Path, record: dict, study: Study, cells: list) -> None:
-    plt = pyplot()
-    # fig2 on the clock the verdicts are given under (the paper's), named on its axis
+def figure_names() -> tuple:
+    """Every figure the default study's reports may hold: the renderer owns these files, and
+    removes one it did not draw this time (an earlier render's, now stale)."""
+    paper = tuple(sorted({policies.get(m).paper_figure for m in policies.names()} - {""}))
+    return ("fig1.png", "fig2.png", "fig3.png", "fig_efficiency.png", "fig_collapse.png", "fig6.png") + paper
+
+
+def _figures(out: Path, record: dict, study: Study, cells: list) -> set:
+    """Draws the figures the record has data for; removes those of figure_names it did not
+    draw. Returns the names drawn."""
+    plt, drawn = pyplot(), {"fig2.png", "fig_efficiency.png", "fig_collapse.png"}
+    # fig2 on the clock the verdicts are given under (the paper's), named on its axis; the
+    # efficiencies on the tables' clock and on that one, a panel each
     paper = {"clock": clock_set(record)["paper"], "base": TimeBase(record["n_train"], record["n_val"],
                                                                    config_of(record).epoch_definition)} \
         if "timing" in record and not record_runner(cells) else {}
     time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
-    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt)
-    warmup8 = sorted({c.run for c in cells_at(cells, policies.WARMUP, 8)})
+    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
+    warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
     if warmup8:
-        warmup_figure(out / "fig3.png", {r: record["curves"][r] for r in warmup8}, record["target"], plt)
+        warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,
+                      missed={c.run: c.status for c in warmup8 if not c.reached})
+        drawn.add("fig3.png")
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     collapse_figure(out / "fig_collapse.png", groups, plt)
     for mode in [m for m in study.modes if policies.get(m).paper_figure]:
         policy = policies.get(mode)
         loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
                                  record["target"], derived=policy.follows_sequential_path and not record["runner"],
-                                 plt=plt)
+                                 definition=config_of(record).epoch_definition, plt=plt)
+        drawn.add(policy.paper_figure)
     if record.get("fig1"):             # None: no weights of the first sequential run were at hand
         figure1(out / "fig1.png", record["fig1"], plt)
+        drawn.add("fig1.png")
     if record["lr_search"]:
         sweep_figure(out / "fig6.png", record["lr_search"], plt)
+        drawn.add("fig6.png")
+    for name in set(figure_names()) - drawn:
+        (out / name).unlink(missing_ok=True)
+    return drawn
 
 
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
@@ -275,10 +294,34 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
             "target_6": fmt(record["target"], 6), "collapse_6": fmt(record["collapse_loss"], 6),
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
-            "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins,
-            "fig6": "![fig6](fig6.png)" if record["lr_search"] else "",
-            "fig1": "![fig1](fig1.png)" if record.get("fig1") else "(Fig. 1: not drawn, no weights of the first "
-                                                                 "sequential run were at hand)"}
+            "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins}
+
+
+# The captions of the figures a record may lack (templates/report.md holds the others): only a
+# figure drawn is described.
+CAPTIONS = {
+    "fig3.png": "Fig. 3: warmup at N = 8, validation loss (left) and lr at each epoch's end (right) per epoch, "
+                "every seed, each seed one colour in both panels; a run that missed the target ends in a cross and "
+                "says '(missed: its status)' in the legend; the lr panel shows the seeds that recorded an lr (runs "
+                "taken from an earlier record have none) and says how many of the seeds they are.",
+    "fig1.png": "Fig. 1: central slices of validation cubes (top) and the densities the first seed's sequential "
+                "model renders for them (bottom).",
+    "fig6.png": "Fig. 6: the search for the edge of stability, validation loss per epoch for each lr and seed tried.",
+}
+
+
+def _figure_fields(drawn: set) -> dict:
+    """The template's fields for the figures a record may lack: the image where drawn (Fig. 1
+    else a note of why not), and its caption only where drawn, on lines of its own within the
+    captions' paragraph (Fig. 3's before the next caption, the others after the last)."""
+    caption = {name: textwrap.fill(text, 110) if name in drawn else "" for name, text in CAPTIONS.items()}
+    return {"fig3": "![fig3](fig3.png) " if "fig3.png" in drawn else "",
+            "fig6": "![fig6](fig6.png)" if "fig6.png" in drawn else "",
+            "fig1": "![fig1](fig1.png)" if "fig1.png" in drawn else "(Fig. 1: not drawn, no weights of the first "
+                                                                    "sequential run were at hand)",
+            "fig3_caption": caption["fig3.png"] + "\n" if caption["fig3.png"] else "",
+            **{f"{name[:-4]}_caption": "\n" + caption[name] if caption[name] else ""
+               for name in ("fig1.png", "fig6.png")}}
 
 
 def _lr_edge(sweep) -> str:

@@ -61,3 +61,20 @@ def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
         f"{folder}/study.json predates the record format: run the study again"
     rerender.rerender(committed, tmp_path / "r")
     assert rerender.differences(committed, tmp_path / "r") == []
+
+
+def test_a_figure_not_drawn_is_neither_described_nor_left_stale(tmp_path):
+    """A record without Fig. 1's slices renders no fig1.png: an earlier render's is removed (the
+    renderer owns its figures' names, nothing else in the folder), and the captions do not
+    describe it."""
+    copy = tmp_path / "reports"
+    shutil.copytree(FIXTURE, copy)
+    record = json.loads((copy / "study.json").read_text())
+    (copy / "study.json").write_text(json.dumps({**record, "fig1": None}, indent=1))
+    (copy / "fig1.png").write_bytes(b"an earlier render's")
+    (copy / "notes.png").write_bytes(b"not the renderer's")
+    rerender.rerender(copy, copy)
+    text = (copy / "REPORT.md").read_text()
+    assert not (copy / "fig1.png").exists() and (copy / "notes.png").exists()
+    assert "Fig. 1: not drawn" in text and "Fig. 1: central slices" not in text and "![fig1]" not in text
+    assert "Fig. 1: central slices" in (FIXTURE / "REPORT.md").read_text()
