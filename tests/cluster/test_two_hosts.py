@@ -1,8 +1,11 @@
 """`horovodrun -H` across two hosts for real: two network namespaces with an ssh server each
-(tests/cluster/hosts.py), one rank per host, Gloo over TCP on the veth pair between them.
+(tests/cluster/hosts.py), one rank per host, over TCP on the veth pair between them: under Gloo,
+and under MPI where Horovod was built with it (mpirun starts the remote rank over ssh; the
+`np2` fixture skips a controller check-build does not list).
 
 Strong scaling and warmup across the two hosts must follow the same path as two ranks on one
 host and as `--emulate-workers 2`; nothing of the two hosts may be left afterwards."""
+import json
 import re
 import sys
 
@@ -10,7 +13,7 @@ import pytest
 
 from tests.cluster.hosts import NIC, TwoHosts, leftovers, unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
-from tests.training.test_horovod import assert_same_path, launch, losses
+from tests.training.test_horovod import assert_same_path, launch, losses, np2  # noqa: F401 (np2: a fixture)
 
 _reason = unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"two hosts: {_reason}")]
@@ -21,15 +24,15 @@ RANK_PROBE = ("import subprocess, horovod.tensorflow as hvd, tensorflow as tf; h
               "print('RANK', hvd.rank(), nic.stdout.split()[3], total)") % NIC
 
 
-def on_two_hosts(hosts, command: list, check=True):
-    """`horovodrun -np 2 -H a:1,b:1 --network-interface dd0 COMMAND` from host A."""
+def on_two_hosts(hosts, command: list, controller: str = "--gloo", check=True):
+    """`horovodrun CONTROLLER -np 2 -H a:1,b:1 --network-interface dd0 COMMAND` from host A."""
     return hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
-                      "--gloo", *command], check=check)
+                      controller, *command], check=check)
 
 
-def test_each_rank_runs_on_its_own_host_and_they_allreduce():
+def test_each_rank_runs_on_its_own_host_and_they_allreduce(np2):
     with TwoHosts() as hosts:
-        out = on_two_hosts(hosts, [sys.executable, "-c", RANK_PROBE]).stdout
+        out = on_two_hosts(hosts, [sys.executable, "-c", RANK_PROBE], np2[1]).stdout
     ranks = dict(re.findall(r"RANK (\d) (\S+) ", out))
     assert ranks == {"0": f"{hosts.address['a']}/24", "1": f"{hosts.address['b']}/24"}, out
     assert out.count(" 3.0") == 2, "1 + 2 summed across the hosts on both ranks"
@@ -37,14 +40,16 @@ def test_each_rank_runs_on_its_own_host_and_they_allreduce():
 
 
 @pytest.mark.parametrize("mode", ["strong", "warmup"])
-def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode):
+def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2):
     out = tmp_path / "two-hosts"
     with TwoHosts() as hosts:
         on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
-                             "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"])
+                             "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"], np2[1])
     assert leftovers() == [], "namespaces, veth or sshd left behind"
+    ran_under = json.loads((out / "config.json").read_text())["launch"]
+    assert ran_under["controller"] == np2[1].lstrip("-") and "TCP" in ran_under["transport"], ran_under
     two_hosts = losses(out)
-    one_host = launch([horovodrun(), "-np", "2"], mode, tmp_path / "one-host", smoke_data)
+    one_host = launch(np2, mode, tmp_path / "one-host", smoke_data)
     emulated = launch([], mode, tmp_path / "emulated", smoke_data, "--emulate-workers", "2")
     assert_same_path(one_host, two_hosts)
     assert_same_path(emulated, two_hosts)
