@@ -1,6 +1,6 @@
 """A real Slurm cluster on one machine: slurmctld and one slurmd per host of TwoHosts (two
 network namespaces with their own addresses and ssh servers), one munged for the machine's
-credentials. Nodes `ddnode-a` and `ddnode-b`, one CPU each, partition `dd`.
+credentials. Nodes `ddnode-a` and `ddnode-b`, one CPU each (`cpus`: more), partition `dd`.
 
     with SlurmCluster() as cluster:
         cluster.run(["sbatch", "--wrap", "hostname"])      # in host A, the login node
@@ -39,8 +39,13 @@ def slurm_unavailable_reason():
 class SlurmCluster(TwoHosts):
     """TwoHosts with a controller on host A and a compute node on each host."""
 
-    def __init__(self):
+    def __init__(self, cpus: int = 1):
+        """cpus: the CPUs each node declares. Both nodes share this machine's cores, so more
+        than it has oversubscribes them: Slurm then allots CPUs the hardware does not have
+        (SlurmdParameters=config_overrides), which a job needing several CPUs on one node
+        (the study's clock, horovodrun -np 4) asks for."""
         super().__init__(aliases={NODES[h]: h for h in self.names})
+        self.cpus = cpus
         self.daemons = []
 
     def __enter__(self) -> "SlurmCluster":
@@ -109,8 +114,11 @@ class SlurmCluster(TwoHosts):
             # jobs stay in scontrol's view for 10 minutes after they end, so a driver that was
             # away reads their end state
             "MinJobAge=600\nKillWait=30\nInactiveLimit=0\nSlurmctldTimeout=30\nSlurmdTimeout=30\n"
-            f"NodeName={NODES['a']} NodeAddr={a} CPUs=1 State=UNKNOWN\n"
-            f"NodeName={NODES['b']} NodeAddr={b} CPUs=1 State=UNKNOWN\n"
+            # a node declaring more CPUs than the machine has registers only with config_overrides;
+            # without, slurmctld sets it INVAL ("Low socket*core*thread count, Low CPUs")
+            + ("SlurmdParameters=config_overrides\n" if self.cpus > 1 else "")
+            + f"NodeName={NODES['a']} NodeAddr={a} CPUs={self.cpus} State=UNKNOWN\n"
+            f"NodeName={NODES['b']} NodeAddr={b} CPUs={self.cpus} State=UNKNOWN\n"
             f"PartitionName={PARTITION} Nodes={NODES['a']},{NODES['b']} Default=YES MaxTime=INFINITE State=UP\n")
 
     def _start(self, command: list, host, log: str) -> None:

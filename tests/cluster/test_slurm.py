@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from deepdensity.study.slurm_jobs import COMMENT, log_of
-from deepdensity.study.timing import CLOCK_VERSION
+from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE, round_settings
 from tests.cluster.hosts import NIC, leftovers
-from tests.cluster.slurm import SlurmCluster, slurm_unavailable_reason
+from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
 from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
 
@@ -32,11 +32,13 @@ TIMING = {**json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "st
 SAME = ("mode", "n", "seed", "status", "epochs", "epochs_to_target", "passes_to_target", "final_val_loss")
 
 
-def study_command(tmp_path: Path, runs: Path, *extra: str) -> list:
+def study_command(tmp_path: Path, runs: Path, *extra: str, clock: bool = False) -> list:
+    """The tiny study's command; its runs folder holds TIMING unless `clock` (the study measures it)."""
     preset = tmp_path / "tiny.yaml"
     preset.write_text(TINY)
     runs.mkdir(parents=True, exist_ok=True)
-    (runs / "timing.json").write_text(json.dumps(TIMING))
+    if not clock:
+        (runs / "timing.json").write_text(json.dumps(TIMING))
     return [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs), *extra]
 
 
@@ -95,6 +97,98 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
     assert all(len(ids) == 1 for ids in submitted.values()), submitted
     assert sorted(i for ids in submitted.values() for i in ids) == known, "what the controller ran, once a run"
     assert any("_" in i for i in known), f"runs ready together went as a job array: {known}"
+
+
+def kept_round(timing: dict, n_val: int) -> dict:
+    """A round of the clock as measure_round keeps it, from the figures of TIMING (the tiny
+    preset's clock). That clock predates the shared-step probes and the real epochs' step time,
+    so those come from its own figures: a rank's step at strong scaling's per-worker batch (the
+    tiny preset's batch 32 over N), and the real epoch less its evaluation."""
+    steps = timing["step_seconds"]
+    real = timing["real_epoch_seconds"]
+    return {"steps": steps, "eval": timing["eval_per_sample_s"],
+            "shared": {n: steps[str(32 // int(n))] for n in ("2", "4")},
+            "allreduce": {n: timing["allreduce_seconds"][n] for n in ("2", "4")}, "real": real,
+            "real_steps": {n: s - timing["eval_per_sample_s"] * n_val for n, s in real.items()}}
+
+
+def seed_interrupted_clock(tmp_path: Path, runs: Path) -> list:
+    """The runs folder of a clock interrupted after all but its last round: timing-rounds.json
+    with ROUNDS - 1 rounds, under the settings the job computes on the node (round_settings:
+    the digest of the train.yaml the driver writes, as session.start_study writes it, and this
+    machine's CPU, which the nodes share). The job measures one round for real, not three."""
+    import yaml
+    from deepdensity.study.preset import load_study
+    _, study = load_study(str(tmp_path / "tiny.yaml"))
+    train_yaml = runs / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(runs / "data.h5"),
+                                          "deterministic": True}))
+    rounds = [kept_round(TIMING, study.data["val"])] * (ROUNDS - 1)
+    (runs / ROUNDS_FILE).write_text(json.dumps({"settings": round_settings(train_yaml), "rounds": rounds}))
+    return rounds
+
+
+def stop_the_study(cluster, driver) -> None:
+    """The driver killed (its jobs go on without it) and then every job it submitted cancelled,
+    until the controller lists none queued or running."""
+    driver.kill()
+    driver.wait()
+    for pid in cluster.pids("a", "deepdensity.repro"):      # `ip netns exec` leaves its child running
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: cluster.run(["scancel", "--partition", "dd"]) and not jobs(cluster, "PENDING,RUNNING,COMPLETING"),
+             "the study's jobs to end after scancel", timeout=120)
+
+
+def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_reads_its_timing(tmp_path):
+    """`repro --executor slurm` with no timing.json: the clock (one-process epochs, horovodrun -np 2 and 4)
+    runs as one job of 4 CPUs on a compute node, which writes timing.json, and the driver reads
+    it and goes on to submit the runs. The nodes declare 4 CPUs each on this 2-core machine
+    (oversubscribed). The clock resumes from two kept rounds, as a requeued clock job would, so
+    that it measures one round for real; the study is stopped once its first runs are submitted
+    (the rest of a tiny study through Slurm is the first test's)."""
+    runs = tmp_path / "slurm"
+    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1",
+                            "--slurm", "time=00:30:00", clock=True)
+    kept = seed_interrupted_clock(tmp_path, runs)
+    train_yaml = (runs / "train.yaml").read_bytes()
+    log = tmp_path / "driver.log"
+    said = lambda: log.read_text()  # noqa: E731
+    with SlurmCluster(cpus=4) as cluster:
+        driver = cluster.start(command, log, env=env(cluster))
+        try:
+            wait_for(lambda: "timing: the clock's job wrote" in said() or driver.poll() is not None,
+                     "the clock's job to end", timeout=1500)
+            wait_for(lambda: said().split("timing: the clock's job wrote", 1)[-1].count("submitted as Slurm job")
+                     or driver.poll() is not None, "a run submitted after the clock", timeout=600)
+            assert driver.poll() is None, said()[-3000:]
+        finally:
+            stop_the_study(cluster, driver)
+        record = json.loads((runs / ".slurm" / "clock.json").read_text())
+        clock = cluster.job(record["job_id"])
+        job_log = log_of(runs / ".slurm", record["job_id"])
+    assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
+    assert (runs / "train.yaml").read_bytes() == train_yaml, "the driver wrote the train.yaml of the kept rounds"
+    assert record["jobs"] == [record["job_id"]], "submitted once"
+    assert (clock["JobName"], clock["NumCPUs"], clock["NumNodes"], clock["JobState"], clock["ExitCode"]) == \
+        ("dd-tiny-clock", "4", "1", "COMPLETED", "0:0"), clock
+    assert clock["NodeList"] in NODES.values(), clock["NodeList"]
+    assert f"rounds 1-{ROUNDS - 1} of {ROUNDS} kept" in job_log and f"round {ROUNDS} of {ROUNDS}" in job_log, \
+        job_log[-3000:]
+    timing = json.loads((runs / "timing.json").read_text())
+    assert timing["clock_version"] == CLOCK_VERSION and len(timing["rounds"]) == ROUNDS
+    assert timing["rounds"][:-1] == kept
+    measured = timing["rounds"][-1]
+    timed = [measured["eval"], *(v for k in ("steps", "shared", "real", "real_steps") for v in measured[k].values())]
+    # the allreduce is a difference of two probes, kept at 0 where noise makes it negative
+    assert all(t > 0 for t in timed) and all(a >= 0 for a in measured["allreduce"].values()), measured
+    assert set(measured["real"]) == {"1", "2", "4"} and measured != kept[0], "horovodrun -np 2 and 4 in the job"
+    assert not (runs / ROUNDS_FILE).exists(), "its rounds are timing.json's now"
+    out = said()
+    clock_at = out.index("timing: the clock as one Slurm job on one node (4 CPUs, 00:30:00 at most")
+    submitted_at = out.index(f"clock: submitted as Slurm job {record['job_id']}", clock_at)
+    read_at = out.index(f"timing: the clock's job wrote {runs / 'timing.json'}", submitted_at)
+    runs_after = [line for line in out[read_at:].splitlines() if "submitted as Slurm job" in line]
+    assert runs_after and not any("clock:" in line for line in runs_after), out[-3000:]
 
 
 def run_of(runs: Path, job_id: str) -> str:
