@@ -61,7 +61,8 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
         for seed in seeds:
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
-                rows.append(_earlier_full_row(full[0], modelled))
+                rows.append(_earlier_full_row(full[0], modelled, curves.passes_per_epoch(
+                    n, study.train.get("epoch_definition", "per_worker"))))
             else:
                 jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
                              {**common, "seed": seed}))
@@ -82,12 +83,14 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                                                        filtered.with_suffix(".dropped.png")]}
 
 
-def _earlier_full_row(c: Cell, modelled) -> dict:
-    """A filter row for full data taken from the default study's cell (its time on this clock)."""
+def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
+    """A filter row for full data taken from the default study's cell (its time on this clock,
+    by evidence.seconds_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
     epoch_s = modelled(c.mode, c.n)
+    t = seconds_to_target(c, epoch_s, per_epoch)
     return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
             "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
-            "time_to_target_s": c.epochs_to_target * epoch_s if c.epochs_to_target else None,
+            "time_to_target_s": t if math.isfinite(t) else None,
             "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
 
 

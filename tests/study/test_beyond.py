@@ -391,3 +391,16 @@ def test_the_data_filter_takes_its_features_from_the_first_sequential_run(tmp_pa
         beyond.filter_experiment(runner, study, {}, [], [], 256, {}, None, say=lambda *a: None)
     run = asked[0][asked[0].index("--run") + 1]
     assert run == str(tmp_path / f"seq-s{study.sequential_seeds()[0]}")
+
+
+def test_a_default_study_cell_in_the_filter_is_timed_by_its_passes():
+    """The full-data rows the filter takes from the default study: passes to target x the seconds
+    of a pass on this study's clock, as every cell (an epoch of 2 s at N = 4 is 4 passes of 0.5 s:
+    37 passes take 18.5 s, where 10 whole epochs would say 20)."""
+    import dataclasses
+
+    from deepdensity.study.beyond import _earlier_full_row
+    reached = dataclasses.replace(_cell("weak", 4, 0, 99.0), epochs=10, epochs_to_target=10, passes_to_target=37)
+    row = _earlier_full_row(reached, lambda mode, n: 2.0, 4)
+    assert row["time_to_target_s"] == pytest.approx(37 * 0.5) and row["passes_to_target"] == 37
+    assert _earlier_full_row(_cell("weak", 4, 1, None), lambda mode, n: 2.0, 4)["time_to_target_s"] is None
