@@ -137,4 +137,15 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
         by_cell.setdefault(f"{mode} N = {n}", []).append(seed)
     cost = (f"about {total:.0f} passes, {total * per_pass / 3600 / max(1, parallel):.1f} h here at "
             f"{per_pass:.2f} s a pass and {parallel} at a time" if per_pass else f"about {total:.0f} passes")
-    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{c} seeds {_ns(s)}" for c, s in by_cell.items())]
+    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{c} seeds {_ns(s)}" for c, s in by_cell.items())
+            + f"; not counted here: {_uncounted(study)}"]
+
+
+def _uncounted(study: Study) -> str:
+    """The runs besides the trained cells that the missing line does not look up in the ledger."""
+    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else "")]
+    if study.filter_modes:
+        others.append("the data filter's runs")
+    if study.batch_sweep:
+        others.append("the batch sweep")
+    return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"
