@@ -64,7 +64,8 @@ def launched(n: int, probe: str, args: list, key: str, env: Optional[dict] = Non
 
 
 def allreduce_seconds(n: int, n_weights: int, cycle_ms: float = 0.0) -> float:
-    """Median seconds of a Gloo allreduce of `n_weights` floats on n local processes with
+    """Median seconds of an allreduce of `n_weights` floats on n local processes (under
+    horovodrun's default controller: MPI where Horovod was built with it, else Gloo) with
     Horovod's cycle at `cycle_ms` as in training (an allreduce waits for the next cycle)."""
     return launched(n, "allreduce", [n_weights, "--cycle-ms", cycle_ms], "ALLREDUCE_SECONDS")
 

@@ -123,7 +123,8 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     missing = [(mode, n, seed) for mode, n in study.trained_cells() for seed in study.seeds
                if (mode, n, seed) not in held]
     if not missing:
-        return ["  missing runs: none, the ledger holds every trained cell's seeds"]
+        return [f"  missing runs: none, the ledger holds every trained cell's seeds; not counted here: "
+                f"{_uncounted(study)}"]
     per_pass = sorted(pass_s)[len(pass_s) // 2] if pass_s else None
 
     def passes(mode: str, n: int) -> float:
@@ -142,10 +143,11 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
 
 
 def _uncounted(study: Study) -> str:
-    """The runs besides the trained cells that the missing line does not look up in the ledger."""
-    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else "")]
-    if study.filter_modes:
-        others.append("the data filter's runs")
-    if study.batch_sweep:
-        others.append("the batch sweep")
+    """The runs besides the trained cells' preset seeds that the missing line does not look up."""
+    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
+              "the target's calibration runs"] + ["the lr search"] * (study.base_lr == "edge")
+    others += ["seeds past the preset's"] * (study.max_seeds > len(study.seeds))
+    others += ["strong scaling for real"] * bool(study.real_strong) + ["the data filter's runs"] * bool(study.filter_modes)
+    others += ["the batch sweep"] * bool(study.batch_sweep)
+    others += ["the stall and instruction-set checks' runs"]
     return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"

@@ -300,7 +300,7 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
 # The captions of the figures a record may lack (templates/report.md holds the others): only a
 # figure drawn is described.
 CAPTIONS = {
-    "fig3.png": "Fig. 3: warmup at N = 8, validation loss (left) and lr at each epoch's end (right) per epoch, "
+    "fig3.png": f"Fig. 3: {policies.WARMUP} at N = 8, validation loss (left) and lr at each epoch's end (right) per epoch, "
                 "every seed, each seed one colour in both panels; a run that missed the target ends in a cross and "
                 "says '(missed: its status)' in the legend; the lr panel shows the seeds that recorded an lr (runs "
                 "taken from an earlier record have none) and says how many of the seeds they are.",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from deepdensity.scaling import policies
 from deepdensity.study import clocks
 from deepdensity.study.protocol_text import time_phrase
-from deepdensity.study.timing import (CONTROLLER_NAMES, allreduce_alone_of, clock_controller, describe_allreduce,
+from deepdensity.study.timing import (allreduce_alone_of, clock_controller, describe_allreduce,
                                       model_epoch, scales_steps_only, shared_host_epoch)
 
 
@@ -30,7 +30,7 @@ def clock_fields(record: dict, cfg) -> dict:
              f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
              + " T(1) and T(N) come from the same model. Each worker is taken to be "
              "a device like this host, as each K80 was one device in the paper. The table sets the model beside "
-             f"real strong-scaling epochs (`horovodrun -np N` under {CONTROLLER_NAMES[clock_controller(t)]}, "
+             f"real strong-scaling epochs (`horovodrun -np N` under {clock_controller(t)}, "
              "workers sharing this host's cores, epochs after the "
              "first, median)" + _shared_model(t) + "." + _rounds(t))
     rows = ""
@@ -83,7 +83,7 @@ def _allreduce_times(t: dict) -> str:
     """The allreduce parts of the clock: as a step pays it and the controller's alone (a study
     timed before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
     times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
-    controller = CONTROLLER_NAMES[clock_controller(t)]
+    controller = clock_controller(t)
     alone = allreduce_alone_of(t)
     if alone is None:
         return f"{controller}'s allreduce alone: {times(t['allreduce_seconds'])}"

@@ -19,8 +19,9 @@ How a cell (mode, N) is obtained without N devices:
                (per-step and per-sample compute, evaluation, the allreduce of this model's
                gradients at N = 2, 4 as a training step pays it) and calibrated on a real one-process epoch; checked
                against real horovodrun -np 2 and -np 4 epochs (timing.py).
-  seeds        the preset's first seeds in every cell, then more where a verdict is not
-               settled, within the preset's time budget (seeding.py, design.py).
+  seeds        the preset's first seeds in every cell, then one more at a time to every
+               cell below max_seeds, whatever its outcomes, within the preset's time budget
+               (seeding.py, design.py).
 With --runner every cell is a real multi-worker run and its measured time to target is used.
 Finished runs are kept under runs/study-PRESET and skipped when the study is run again.
 """
@@ -136,12 +137,12 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
-    from deepdensity.study.clock_job import CLOCK_PROCESSES
+    from deepdensity.study.clock_job import clock_cpus
     from deepdensity.study.timing import current_timing
-    per_rank = max(1, slurm_options.cpus_per_task or int(study.train.get("intra_op_threads", 1)))
-    clock = [] if current_timing(runs) is not None else [CLOCK_PROCESSES]
-    ranks = [1, *clock, *([max(study.workers)] if runner else study.real_strong)]
-    return per_rank * max(ranks)
+    threads = int(study.train.get("intra_op_threads", 1))
+    per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
+    clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
+    return max([per_rank * n for n in (1, *([max(study.workers)] if runner else study.real_strong))] + clock)
 
 
 def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out: Path,
@@ -241,7 +242,7 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
                            label="sequential runs")
     target, cap, calibration = calibrated_target(s, study, eta, seq[0])
     proto = Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
-    # 3. Every cell at the first seeds, then more seeds where a verdict is unsettled.
+    # 3. Every cell at the first seeds, then more seeds to cells below max_seeds (seeding.py).
     book = Book()
     units = study_units(s, proto, real_strong=bool(options.runner), book=book,
                         double_eta=study.doubles_eta())

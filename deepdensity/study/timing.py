@@ -55,9 +55,11 @@ CONTROLLER_NAMES = {"gloo": "Gloo", "mpi": "MPI"}
 
 
 def clock_controller(timing: dict) -> str:
-    """The controller a clock's horovodrun ran under. A clock that names none was measured before
-    the key was written, when `make install` built Horovod with Gloo alone, under Gloo."""
-    return timing.get("controller", "gloo")
+    """The controller a clock's horovodrun ran under, as the reports name it ("Gloo", "MPI"). A
+    clock that names none was measured before the key was written, when `make install` built
+    Horovod with Gloo alone: under Gloo."""
+    name = timing.get("controller", "gloo")
+    return CONTROLLER_NAMES.get(name, str(name))
 
 
 def allreduce_alone_of(timing: dict) -> dict:
@@ -127,7 +129,7 @@ def allreduce_alone(n_weights: int, cycle_ms: float, controller: str, say=print)
     `controller`: reported beside the in-step allreduce, not part of the model."""
     found = {}
     for n in PROBE_NS:
-        say(f"timing: {CONTROLLER_NAMES[controller]} allreduce of {n_weights:,} gradients on {n} processes, alone")
+        say(f"timing: {CONTROLLER_NAMES.get(controller, controller)} allreduce of {n_weights:,} gradients on {n} processes, alone")
         try:
             found[str(n)] = probes.allreduce_seconds(n, n_weights, cycle_ms)
         except RuntimeError as e:
@@ -239,13 +241,15 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
 
 def round_settings(train_yaml: Path) -> dict:
     """What a round's figures depend on beyond the code: the clock's version, the batches and
-    the N it probes, the real runs' epochs, the study's settings file (its digest), and the
-    host: its CPU, its cores and the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA
-    included). A round kept under other settings is measured again."""
+    the N it probes, the real runs' epochs, the study's settings file (its digest), the host:
+    its CPU, its cores and the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA included),
+    and the controller its horovodrun runs under. A round kept under other settings is measured
+    again: a clock resumed after Horovod was rebuilt with MPI does not mix Gloo's rounds in."""
     return {"clock_version": CLOCK_VERSION, "step_batches": list(STEP_BATCHES), "probe_ns": list(PROBE_NS),
             "real_ns": list(REAL_NS), "real_epochs": REAL_EPOCHS,
             "train_settings_sha256": hashlib.sha256(Path(train_yaml).read_bytes()).hexdigest(),
-            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa()}
+            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
+            "controller": probes_controller()}
 
 
 def kept_rounds(path: Path, settings: dict, say=print) -> list:

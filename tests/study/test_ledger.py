@@ -234,8 +234,9 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
         and "weak N = 4 seeds 0, 1" in lines[0]
     assert "h here at 5.00 s a pass" in lines[0], "seconds a pass from the entry's own clock: 20 s over 2 epochs x 2"
     # what the line does not look up, it says
-    assert lines[0].endswith("; not counted here: the sequential runs (and at 2 x eta) (each reused where the "
-                             "ledger or the runs folder holds it)")
+    assert lines[0].endswith("; not counted here: the sequential runs (and at 2 x eta), the target's calibration "
+                             "runs, the stall and instruction-set checks' runs (each reused where the ledger or the "
+                             "runs folder holds it)")
 
 
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):

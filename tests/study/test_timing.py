@@ -192,6 +192,7 @@ def test_an_interrupted_clock_keeps_its_finished_rounds_and_resumes_at_the_first
     ("isa", "onednn_isa"),                   # ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 host, or another host
     ("batches", "step_batches"),             # the probe's batch list changed in the code
     ("settings", "train_settings_sha256"),   # the study's settings file changed
+    ("controller", "controller"),            # Horovod rebuilt with MPI between the two invocations
 ])
 def test_rounds_kept_under_other_settings_are_measured_again(tmp_path, monkeypatch, timed, change, named):
     from deepdensity.utils import machine
@@ -202,6 +203,8 @@ def test_rounds_kept_under_other_settings_are_measured_again(tmp_path, monkeypat
         monkeypatch.setattr(machine, "onednn_isa", lambda: "AVX-512")
     elif change == "batches":
         monkeypatch.setattr(timed, "STEP_BATCHES", [1, 32])
+    elif change == "controller":
+        monkeypatch.setattr(timed, "probes_controller", lambda: "gloo")
     else:
         (tmp_path / "train.yaml").write_text("batch_size: 64\n")
     measured, said = scripted_rounds(monkeypatch, timed, [R3, R3, R3]), []
