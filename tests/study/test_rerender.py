@@ -78,3 +78,14 @@ def test_a_figure_not_drawn_is_neither_described_nor_left_stale(tmp_path):
     assert not (copy / "fig1.png").exists() and (copy / "notes.png").exists()
     assert "Fig. 1: not drawn" in text and "Fig. 1: central slices" not in text and "![fig1]" not in text
     assert "Fig. 1: central slices" in (FIXTURE / "REPORT.md").read_text()
+
+
+def test_fig4_and_fig5_are_linked_and_described_only_where_drawn():
+    """A study without weak scaling draws no Fig. 5: the report neither links it nor describes it,
+    and Fig. 4's caption still follows the collapse figure's."""
+    from deepdensity.study.report import _figure_fields
+    fields = _figure_fields({"fig2.png", "fig4.png"})
+    assert fields["fig4"] == "![fig4](fig4.png)" and fields["fig5"] == ""
+    assert fields["later_captions"].startswith("Fig. 4: ") and "Fig. 5" not in fields["later_captions"]
+    both = _figure_fields({"fig4.png", "fig5.png", "fig6.png"})["later_captions"].splitlines()
+    assert [line[:6] for line in both if line.startswith("Fig. ")] == ["Fig. 4", "Fig. 5", "Fig. 6"]
