@@ -253,6 +253,8 @@ class StudyRunner:
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""
         other = StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
         other.ledger, other.may_train = self.ledger, self.may_train
+        # one count of the invocation's runs: the checks' and real runs' siblings train too
+        other.trained, other.reused = self.trained, self.reused
         return other
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:

@@ -61,6 +61,7 @@ class SlurmRunner(StudyRunner):
         other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
                             self.submitter)
         other.ledger, other.may_train = self.ledger, self.may_train
+        other.trained, other.reused = self.trained, self.reused      # one count of the invocation's runs
         return other
 
     runs_as_jobs = True

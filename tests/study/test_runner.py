@@ -94,3 +94,22 @@ def test_under_deepdensity_launch_the_controller_setting_counts(tmp_path, monkey
     monkeypatch.setenv("DEEPDENSITY_CONTROLLER", "mpi")
     runner = "python -m deepdensity launch -np {n}"
     assert StudyRunner(tmp_path, tmp_path / "train.yaml", runner)._launcher() == "horovodrun (mpi)"
+
+
+def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
+    """The instruction-set and stall checks and the real strong-scaling runs go through sibling
+    runners; the record's "trained N run(s)" must count them (a study that trained only its
+    AVX2 check said "trained 0 run(s)")."""
+    from deepdensity.study.slurm_options import SlurmOptions
+    from deepdensity.study.slurm_runner import SlurmRunner
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"the study's cubes")
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
+    _finished_run(tmp_path / "runs", data)
+    for study in (StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None),
+                  SlurmRunner(tmp_path / "runs", train_yaml, None, SlurmOptions(), 1, "tiny")):
+        check = study.sibling(None, 1)
+        check.trained.add("isa-avx2-seq-s0")
+        check.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4})
+        assert study.trained == {"isa-avx2-seq-s0"} and study.reused == {"seq-s0"}
