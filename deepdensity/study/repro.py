@@ -53,6 +53,7 @@ from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions
                                        parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
 from deepdensity.study.timing import held_timing, model_epoch
 from deepdensity.study.units import study_units
+from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
@@ -88,6 +89,9 @@ def main(argv=None) -> int:
                          "gpus_per_task, max_jobs, retries, poll_seconds, sbatch), repeatable")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
+    if _is_the_program():
+        # the driver's own TensorFlow (Fig. 1's inference) logs through an absl no setting reaches
+        console.filter_native_logs()
     name, study = load_study(args.preset)
     runs = Path(args.runs or runs_root() / f"study-{name}")
     out = reports_folder(name, args.out, runs)
@@ -107,6 +111,12 @@ def main(argv=None) -> int:
             raise Interrupted(getattr(e, "code", EXIT_SIGINT),
                               f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
                               f"{_invocation(argv)}") from None
+
+
+def _is_the_program() -> bool:
+    """Is this process the study's command (`deepdensity repro`, `python -m deepdensity.repro`),
+    whose stderr is its own, rather than a caller of main() such as a test?"""
+    return console.is_the_program() or Path(sys.argv[0] if sys.argv else "").name == "repro.py"
 
 
 def _options(args) -> StudyOptions:

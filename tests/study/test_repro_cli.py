@@ -173,3 +173,19 @@ def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, cap
     (theirs / "notes.txt").write_text("mine")
     assert rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(theirs)]) == 2
     assert "error: --out" in capsys.readouterr().err and sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("argv0, filtered", [("/venv/bin/deepdensity", True), ("/src/deepdensity/repro.py", True),
+                                              ("/venv/bin/pytest", False)])
+def test_the_study_command_keeps_tensorflows_native_log_off_its_output(tiny, tmp_path, monkeypatch, argv0,
+                                                                       filtered):
+    """The driver's own TensorFlow (Fig. 1's inference) wrote absl's "WARNING: All log messages
+    before absl::InitializeLog()" and XLA's "Compiled cluster" lines among the study's; the
+    command passes its native stderr through the training processes' filter. A caller of main()
+    (a test) keeps its stderr."""
+    from deepdensity.training import console
+    calls = []
+    monkeypatch.setattr(console, "filter_native_logs", lambda: calls.append(argv0))
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert repro.main(["--preset", str(tiny), "--runs", str(tmp_path / "runs"), "--dry-run"]) == 0
+    assert calls == ([argv0] if filtered else [])
