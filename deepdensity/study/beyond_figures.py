@@ -15,7 +15,8 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import curves
-from deepdensity.study.figures import CLOCK_NAMES, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks, spot
+from deepdensity.study.figures import (CLOCK_NAMES, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks,
+                                       save_figure, spot)
 from deepdensity.study.render import cells_at
 
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
@@ -67,12 +68,6 @@ def time_axis(clock, wrap: bool = False) -> str:
 
 def passes_axis(n_train: Optional[int] = None) -> str:
     return "passes to target" + (f" (passes over the {n_train} training cubes)" if n_train else "")
-
-
-def _save(fig, path: Path, plt) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple, low=None) -> Optional[float]:
@@ -189,7 +184,7 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.12, which="minor")
     ax.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def figures_against_n(out: Path, cells: list, modes: list, workers, clock, base, plt) -> None:
@@ -233,7 +228,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots"
                  + ("; open: passes only bounded" if bounds else "") + "), median (bar);\n"
                  "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -> None:
@@ -275,7 +270,7 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     plain_ticks(bottom.xaxis, batches)
     bottom.set_xlim(min(batches) / 2 ** 0.5, max(batches) * 2 ** 0.8)       # room for the last "missed / seeds"
     top.legend(**LEGEND_OUTSIDE)
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
 
 
 def several_seeds(by_rule: dict) -> bool:
@@ -346,4 +341,4 @@ def adaptive_figure(path: Path, cells: list, run_rows: dict, target: float, plt)
         log_y_labels(ax)
     if runs:
         top.legend(**{**LEGEND_OUTSIDE, "fontsize": 7})
-    _save(fig, path, plt)
+    save_figure(fig, path, plt)
