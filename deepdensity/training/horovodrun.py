@@ -51,6 +51,9 @@ PROCESS_EXIT = re.compile(rb"^Process (\d+) exit with status code (-?\d+)\.\r?\n
 # what a rank wrote, as the launcher tags it: Gloo's [rank], mpirun --tag-output's [job,rank]
 RANK_LINE = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>:(.*)", re.S)
 PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of Process (\d+)\.\r?\n?$")
+# horovodrun prints those notes from one thread per process, and print() writes the newline
+# apart: two at once come out as one line, then an empty one ("Process 0 exit … 143.Process 1 exit …")
+JOINED_NOTES = re.compile(rb"(?<=\.)(?=Process \d+ exit with status code|Terminating remaining workers)")
 # exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
 EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
 # horovodrun's own refusals before it starts a rank (Horovod 0.28, runner/launch.py, driver/,
@@ -167,10 +170,12 @@ class StartRefusal:
     def refused(self) -> bool:
         """Did horovodrun refuse the job before any rank ran? Its refusals end in its Python
         traceback or argparse's error line; a job whose ranks ran ends otherwise (under Gloo in
-        its exit notes, under MPI in mpirun's notice), even when no rank said a word."""
+        its exit notes, under MPI in mpirun's notice), even when no rank said a word. A thread's
+        traceback counts too: elastic's discovery thread and the main thread write at once, and
+        'Exception in thread ' may be all that starts a line."""
         texts = [text for text, _ in self.held]
         ran = any(mark in text for text in texts for mark in MPIRUN_NOTICE)
-        return not ran and any(t.startswith(TRACEBACK_START[0]) or OPTIONS_REFUSED.match(t) for t in texts)
+        return not ran and any(t.startswith(TRACEBACK_START) or OPTIONS_REFUSED.match(t) for t in texts)
 
     def cause(self, options: list) -> str:
         return refusal_cause([text for text, _ in self.held], options)
@@ -327,8 +332,19 @@ class ProcessExits:
 
     def __init__(self, write):
         self.write, self.explained, self.ranks_seen, self.ended = write, set(), False, False
+        self.newlines_owed = 0          # the empty lines that follow notes printed as one line
 
     def feed(self, line: bytes) -> None:
+        if self.newlines_owed and line.strip() == b"":
+            self.newlines_owed -= 1
+            return
+        notes = JOINED_NOTES.split(line)
+        self.newlines_owed += len(notes) - 1
+        for note in notes[:-1]:
+            self._feed_one(note + b"\n")
+        self._feed_one(notes[-1])
+
+    def _feed_one(self, line: bytes) -> None:
         self.ranks_seen = self.ranks_seen or RANK_LINE.match(line.decode(errors="replace")) is not None
         ended = PROCESS_EXIT.match(line)
         self.ended = self.ended or ended is not None

@@ -28,8 +28,9 @@ EPOCH_LINE = re.compile(r"^\[0\]<stdout>:epoch +\d+  loss ")
 NOISE = re.compile(r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
                    r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 # horovodrun's own last words after a rank exited non-zero (runner/gloo_run.py), which plain
-# horovodrun prints and `deepdensity launch` drops (docs/training.md says why)
-HOROVODRUN_END = re.compile(r"^(Process \d+ exit with status code 143\.|Traceback \(most recent call last\):|  .*|"
+# horovodrun prints and `deepdensity launch` drops (docs/training.md says why); its threads may
+# print two exit notes on one line
+HOROVODRUN_END = re.compile(r"^((?:Process \d+ exit with status code 143\.)+|Traceback \(most recent call last\):|  .*|"
                             r"RuntimeError: Horovod detected that one or more processes exited with non-zero status.*|"
                             r"Process name: \d+|Exit code: 143|)$")
 

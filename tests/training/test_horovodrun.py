@@ -118,6 +118,19 @@ def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
                     b"Terminating remaining workers after failure of Process 2.\n"]
 
 
+def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
+    """Two of its per-process threads printing at once (seen in CI): one line, then the empty
+    line print() wrote apart. Each note is judged on its own; the empty line goes with them."""
+    said = []
+    exits = horovodrun.ProcessExits(said.append)
+    for line in (b"[0]<stderr>:interrupted: at epoch 12\n",
+                 b"Process 0 exit with status code 143.Process 1 exit with status code 143.\n", b"\n",
+                 b"Process 0 exit with status code 143.Process 2 exit with status code 139.\n", b"\n", b"\n"):
+        exits.feed(line)
+    assert said == [b"[0]<stderr>:interrupted: at epoch 12\n", b"Process 2 exit with status code 139.\n", b"\n"]
+    assert exits.explained == {b"0", b"1"}
+
+
 def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
     """A Ctrl-C while horovodrun's interpreter starts: its fatal error and traceback (its own,
     untagged lines) go; a rank's line stays and says the run was interrupted."""
@@ -177,6 +190,18 @@ Traceback (most recent call last):
 TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'
 RuntimeError: Job has been shutdown, see above error messages for details.
 """
+# the discovery thread and the main thread writing at once (seen in CI): no line starts with
+# "Traceback", the thread's name lands further down
+DISCOVERY_INTERLEAVED = """\
+no hosts in this allocation
+Exception in thread Traceback (most recent call last):
+  File "/venv/bin/horovodrun", line 6, in <module>
+    sys.exit(run_commandline())
+Thread-1 (_discover_hosts):
+  File "/venv/lib/python3.11/site-packages/horovod/runner/elastic/driver.py", line 175, in wait_for_available_slots
+    raise RuntimeError('Job has been shutdown, see above error messages for details.')
+RuntimeError: Job has been shutdown, see above error messages for details.
+"""
 NO_INTERFACE = """\
 Traceback (most recent call last):
   File "/venv/lib/python3.11/site-packages/horovod/runner/driver/driver_service.py", line 211, in get_local_interfaces
@@ -195,6 +220,9 @@ ValueError: No interface is found for address 127.0.0.1.
     (DISCOVERY_GARBLED, ["--host-discovery-script=./hosts.sh", "-np", "2"],
      "horovodrun's host discovery script ./hosts.sh failed: unsupported operand type(s) for +: 'int' and "
      "'NoneType' (run it alone: it must print one host:slots line per host and exit 0)"),
+    (DISCOVERY_INTERLEAVED, ["-np", "2", "--host-discovery-script", "/tmp/hosts.sh"],
+     "horovodrun's host discovery script /tmp/hosts.sh failed: no hosts in this allocation "
+     "(run it alone: it must print one host:slots line per host and exit 0)"),
     (NO_INTERFACE, ["-np", "2", "--network-interface", "eth9"],
      "horovodrun did not start the job: No interface is found for address 127.0.0.1. (--network-interface "
      "eth9: an interface every host has; `ip -brief address` lists them)"),
@@ -274,7 +302,8 @@ def _held(text: str) -> horovodrun.StartRefusal:
 
 
 @pytest.mark.parametrize("printed, refused", [
-    (SSH_REFUSED, True), (DISCOVERY_FAILED, True), (NO_INTERFACE, True), (OPTIONS_TYPO, True),
+    (SSH_REFUSED, True), (DISCOVERY_FAILED, True), (DISCOVERY_INTERLEAVED, True), (NO_INTERFACE, True),
+    (OPTIONS_TYPO, True),
     (MPI_SILENT_RANK, False),             # a rank ran: its exit code stands, not a refusal
     ("Filtering local host names.\n", False),
 ])
