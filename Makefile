@@ -12,9 +12,9 @@ TF     ?= cpu
 # Horovod's MPI controller (the paper ran OpenMPI): auto installs Debian's OpenMPI where it is
 # missing and this is root, and builds Horovod with it; where neither, Gloo alone, said in one line
 # (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo (docs/performance.md).
-# Off by default: on the 2-core host measured so far -np 2 ran slower under MPI than under Gloo
-# (0.57 against 0.78 of one process, loaded host), and the Ctrl-C and bench tests that read
-# horovodrun's rank tags are validated under Gloo only.
+# Off by default: on the 2-core host, -np 2 under MPI reached 0.89 of one process idle (Gloo
+# 0.85, inside the rounds' spread) and 0.57 loaded (Gloo 0.78): docs/performance.md. The Ctrl-C
+# chain test, which reads plain horovodrun's rank tags, is validated under Gloo only.
 MPI    ?= off
 KERNEL_BUILD ?= yes
 BIN    := $(VENV)/bin
