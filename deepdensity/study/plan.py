@@ -3,8 +3,12 @@
 preset for its wall time; it trains nothing and imports no TensorFlow."""
 from __future__ import annotations
 
+import re
+import statistics
 from typing import Optional
 
+from deepdensity.config import Config
+from deepdensity.scaling import policies
 from deepdensity.study.preset import Study
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
@@ -31,8 +35,24 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
     first = len(study.seeds)
     most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
     fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
-             + len(study.filter_modes) * first * 3 + 2 * len(study.batch_sweep))
+             + len(study.filter_modes) * first * 3 + len(_sweep_runs(study)))
     return units * first + fixed, units * most_seeds + fixed
+
+
+def _sweep_runs(study: Study) -> list:
+    """(run name, batch, lr rule) of the batch sweep's runs (beyond.batch_sweep): every
+    sequential seed at every batch but the base one, whose run is the sequential run itself."""
+    base = int(study.train.get("batch_size", Config().batch_size))
+    return [(f"batch-b{b}-{rule}-s{seed}", b, rule) for seed in study.sequential_seeds() for b in study.batch_sweep
+            if b != base for rule in ("eta", policies.LINEAR)]
+
+
+def _filter_runs(study: Study) -> list:
+    """(name pattern, mode, variant) of the data filter's runs on filtered and random data
+    (beyond.filter_experiment); their N is picked from the default study's cells, so the
+    pattern leaves it open. The full-data runs are the default study's."""
+    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant)
+            for mode in study.filter_modes for seed in study.seeds for variant in ("network", "random")]
 
 
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
@@ -98,48 +118,126 @@ def _duration(earlier: Optional[dict]) -> str:
 
 
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
-    """The trained cells' runs the ledger does not hold yet, and what they should take here: the
-    ledger's entries of the earlier record's eta and target, replayed under the preset's stopping
-    rules (ledger.answer). Passes a run needs come from the cell's runs on record, else from the
-    mode's largest N on record; seconds a pass from the runs on record (their own clocks)."""
-    from deepdensity.study import curves
-    from deepdensity.study import ledger
+    """The runs the ledger does not hold yet, and what they should take here: the trained cells'
+    seeds, the data filter's and the batch sweep's runs, looked up by run name among the
+    ledger's entries of the earlier record's eta and target, replayed under the preset's
+    stopping rules (ledger.answer). Passes a missing run needs come from runs of its kind on
+    record (a cell: the cell's, else the mode's largest N below; the filter: its mode and data;
+    the sweep: its batch and lr rule), else the cap; seconds a pass from the runs on record
+    (their own clocks), of its batch for the sweep."""
     if not earlier or "eta" not in earlier:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
+    held, pass_s = _held_runs(study, entries, earlier)
+    cap = earlier["cap"]
+    missing = _missing_cells(study, held, cap) + _missing_filter(study, held, cap) + _missing_sweep(study, held, cap)
+    if not missing:
+        return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
+                f"{_uncounted(study)}"]
+    every = sorted(pass_s.values())
+    seconds = [passes * _median([pass_s[r] for r in like if r in pass_s] or every) for _, passes, like, _ in missing
+               if passes is not None] if every else []
+    total = sum(passes for _, passes, _, _ in missing if passes is not None)
+    unknown = sum(passes is None for _, passes, _, _ in missing)
+    at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
+    cost = f"about {total:.0f} passes"
+    if seconds:
+        by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
+        cost += (f", {sum(seconds) / 3600 / max(1, parallel):.1f} h here at {_median(every):.2f} s a pass{by_batch} "
+                 f"and {parallel} at a time")
+    if at_cap:
+        cost += f"; {at_cap} of them taken at the cap ({cap} epochs), no run of their kind being on record"
+    if unknown:
+        cost += f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
+    by_group = {}
+    for (group, seed), _, _, _ in missing:
+        by_group.setdefault(group, []).append(seed)
+    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{g} seeds {_ns(s)}" for g, s in by_group.items())
+            + f"; not counted here: {_uncounted(study)}"]
+
+
+def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
+    """({run name: (entry, its answer's result)} of the entries at the earlier record's eta that
+    answer under the preset's stopping rules, {run name: seconds a pass})."""
+    from deepdensity.study import curves
+    from deepdensity.study import ledger
     stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
                 "collapse_loss": earlier["collapse_loss"] if study.train.get("collapse_patience") else 0.0,
                 **{k: study.train.get(k, 0) for k in ("stall_patience", "stall_near", "stall_near_patience",
                                                           "collapse_patience")}}
-    held, epochs, pass_s = set(), {}, []
+    held, pass_s = {}, {}
     for e in entries:
         if e["config"].get("base_lr") != earlier["eta"] or e["isa_cap"]:
             continue
         got = ledger.answer(e, stopping)
         if got is not None:
-            held.add((e["mode"], e["n"], e["seed"]))
-            epochs.setdefault((e["mode"], e["n"]), []).append(got["result"]["epochs"])
+            held[e["run"]] = (e, got["result"])
         if e.get("rows") and e["rows"][-1].get("seconds"):
-            pass_s.append(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(e["n"], "per_worker")))
-    missing = [(mode, n, seed) for mode, n in study.trained_cells() for seed in study.seeds
-               if (mode, n, seed) not in held]
-    if not missing:
-        return [f"  missing runs: none, the ledger holds every trained cell's seeds; not counted here: "
-                f"{_uncounted(study)}"]
-    per_pass = sorted(pass_s)[len(pass_s) // 2] if pass_s else None
+            pass_s[e["run"]] = e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(e["n"], "per_worker"))
+    return held, pass_s
 
-    def passes(mode: str, n: int) -> float:
-        known = epochs.get((mode, n)) or next((epochs[(mode, m)] for m in sorted({m for md, m in epochs if md == mode},
-                                                                                   reverse=True) if m < n), None)
-        e = sorted(known)[len(known) // 2] if known else stopping["max_epochs"]
-        return e * n
-    total = sum(passes(mode, n) for mode, n, _ in missing)
-    by_cell = {}
-    for mode, n, seed in missing:
-        by_cell.setdefault(f"{mode} N = {n}", []).append(seed)
-    cost = (f"about {total:.0f} passes, {total * per_pass / 3600 / max(1, parallel):.1f} h here at "
-            f"{per_pass:.2f} s a pass and {parallel} at a time" if per_pass else f"about {total:.0f} passes")
-    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{c} seeds {_ns(s)}" for c, s in by_cell.items())
-            + f"; not counted here: {_uncounted(study)}"]
+
+def _median(values: list) -> float:
+    return statistics.median_low(values)
+
+
+def _missing_cells(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
+    ledger does not hold."""
+    epochs = {}
+    for e, result in held.values():
+        if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
+            epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
+
+    def like(mode: str, n: int) -> list:
+        if (mode, n) in epochs:
+            return epochs[(mode, n)]
+        below = sorted((m for md, m in epochs if md == mode and m < n), reverse=True)
+        return epochs[(mode, below[0])] if below else []
+    out = []
+    for mode, n in study.trained_cells():
+        for seed in study.seeds:
+            if f"{mode}-n{n}-s{seed}" not in held:
+                known = like(mode, n)
+                e = _median([x for x, _ in known]) if known else cap
+                out.append(((f"{mode} N = {n}", seed), e * n, [r for _, r in known], not known))
+    return out
+
+
+def _missing_filter(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes or None, runs alike, taken at the cap) of the data filter's runs not held; their N,
+    picked from the default study, read off the filter's runs on record (None without any)."""
+    runs = _filter_runs(study)
+    found = {(mode, variant): [] for _, mode, variant in runs}
+    for pattern, mode, variant in runs:
+        for name, (e, result) in held.items():
+            if pattern.fullmatch(name):
+                found[(mode, variant)].append((result["epochs"], e["n"], name))
+    out = []
+    for pattern, mode, variant in runs:
+        if any(pattern.fullmatch(name) for name in held):
+            continue
+        known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
+        n = known[0][1] if known else None
+        passes = (_median([x for x, _, _ in known]) if known else cap) * n if n else None
+        seed = int(pattern.pattern.rsplit("-s", 1)[1])
+        out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
+                    [r for _, _, r in known], n is not None and not known))
+    return out
+
+
+def _missing_sweep(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of the batch sweep's runs not held
+    (one pass an epoch)."""
+    runs = _sweep_runs(study)
+    out = []
+    for name, b, rule in runs:
+        if name in held:
+            continue
+        known = [(held[r][1]["epochs"], r) for r, bb, rr in runs if (bb, rr) == (b, rule) and r in held]
+        same_batch = [r for r, bb, _ in runs if bb == b and r in held]
+        out.append(((f"batch sweep b = {b} at {rule}", int(name.rsplit("-s", 1)[1])),
+                    _median([x for x, _ in known]) if known else cap, [r for _, r in known] or same_batch, not known))
+    return out
 
 
 def _uncounted(study: Study) -> str:
@@ -147,7 +245,7 @@ def _uncounted(study: Study) -> str:
     others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
               "the target's calibration runs"] + ["the lr search"] * (study.base_lr == "edge")
     others += ["seeds past the preset's"] * (study.max_seeds > len(study.seeds))
-    others += ["strong scaling for real"] * bool(study.real_strong) + ["the data filter's runs"] * bool(study.filter_modes)
-    others += ["the batch sweep"] * bool(study.batch_sweep)
+    others += ["strong scaling for real"] * bool(study.real_strong)
+    others += ["the filter's full-data runs (the default study's)"] * bool(study.filter_modes)
     others += ["the stall and instruction-set checks' runs"]
     return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"

@@ -225,8 +225,8 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
     stop = {**STOP, "stall_patience": 3}
     held = _entry([4.0, 0.9], "reached_target", stopping=stop, n=2)
-    held["config"]["base_lr"], held["seed"] = 0.002, 1
-    other_eta = dict(held, config={**held["config"], "base_lr": 0.003}, seed=0)
+    held["config"]["base_lr"], held["seed"], held["run"] = 0.002, 1, "weak-n2-s1"
+    other_eta = dict(held, config={**held["config"], "base_lr": 0.003}, seed=0, run="weak-n2-s0")
     lines = plan.missing_lines(study, [held, other_eta], earlier, parallel=2)
     # weak N = 2 seed 1 is held; seed 0 only at another eta; N = 4 not at all. Passes: N = 2's two
     # epochs x 2 for seed 0; N = 4 from N = 2's epochs, x 4 passes an epoch, for both seeds.
@@ -237,6 +237,37 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     assert lines[0].endswith("; not counted here: the sequential runs (and at 2 x eta), the target's calibration "
                              "runs, the stall and instruction-set checks' runs (each reused where the ledger or the "
                              "runs folder holds it)")
+
+
+def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs_the_ledger_does_not_hold():
+    """The beyond study's runs past its cells, looked up by name: the filter's on filtered and
+    random data (their N read off the ones on record), the sweep's at each batch and lr rule
+    for every sequential seed (the base batch's run is the sequential run). A filter run is
+    not taken for a cell's run of the same mode, N and seed."""
+    from deepdensity.study import plan
+    from deepdensity.study.preset import Study
+    study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002, calibration_seeds=[100],
+                  train={"stall_patience": 3}, filter_modes=["weak"], batch_sweep=[16, 32])
+    earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
+
+    def named(run, n, seed, vals):
+        e = _entry(vals, "reached_target", stopping={**STOP, "stall_patience": 3}, n=n)
+        e["config"]["base_lr"], e["seed"], e["run"] = 0.002, seed, run
+        return e
+    entries = [named("weak-n2-network-s0", 2, 0, [4.0, 3.0, 0.9]), named("batch-b16-eta-s0", 1, 0, [4.0, 0.9])]
+    line = plan.missing_lines(study, entries, earlier, parallel=1)[0]
+    # cells: weak N = 2 seeds 0 and 1 (the filter's run is no cell's), at the cap: 2 x 64 x 2 passes;
+    # filter: network seed 1, random seeds 0 and 1, each like network seed 0: 3 epochs x 2 passes;
+    # sweep (sequential seeds 0, 1 here): b = 16 at eta seed 1 (2 epochs), at linear seeds 0, 1 (the cap)
+    assert line.startswith("  missing runs: 8 (about 404 passes"), line   # 256 + 18 + 2 + 128
+    assert "weak N = 2 seeds 0, 1" in line and "filter weak N = 2 on network data seeds 1" in line
+    assert "filter weak N = 2 on random data seeds 0, 1" in line
+    assert "batch sweep b = 16 at eta seeds 1;" in line and "batch sweep b = 16 at linear seeds 0, 1" in line
+    assert "b = 32" not in line, "the base batch's run is the sequential run"
+    assert "4 of them taken at the cap (64 epochs)" in line, line
+    # without any filter run on record its N is not known, and said
+    line = plan.missing_lines(study, entries[1:], earlier, parallel=1)[0]
+    assert "4 not estimated" in line and "filter weak on network data seeds 0, 1" in line, line
 
 
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
