@@ -14,6 +14,7 @@ from pathlib import Path
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
+from deepdensity.study import against_n
 from deepdensity.study import beyond_figures as figs
 from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import clocks
@@ -129,7 +130,7 @@ def _time_tables(out: Path, b: Beyond) -> str:
 def _passes_note(cells: list, base, whose: str) -> str:
     """What to say where cells that reached the target carry no passes (a record made before they
     were kept): their passes are epochs x the passes of an epoch, an upper bound."""
-    short = [c for c in cells if figs.bounded(c, base)]
+    short = [c for c in cells if against_n.bounded(c, base)]
     if not short:
         return ""
     return (f"\nPasses to target of {whose} are not in the record: they are taken as epochs x N, up to "
@@ -219,7 +220,7 @@ def _figures_md(b: Beyond) -> str:
     text = ("![fig2](fig2.png) ![fig_passes](fig_passes.png)\n\n"
             "Fig. 2: time to target against N under the paper's clock (passes x s/pass), every seed a dot, the median "
             "a bar and a line where every seed reached; seeds that missed in the panel above. fig_passes: the same in "
-            "passes to target, the algorithm without a clock." + figs.against_n_caption(b.every, b.modes, b.base))
+            "passes to target, the algorithm without a clock." + against_n.against_n_caption(b.every, b.modes, b.base))
     if any(policies.get(m).grows_batch for m in b.modes):
         text += "\n\n![fig7](fig7.png)\n\nFig. 7: adaptive's global batch per epoch (top) and validation loss (bottom)."
     return text + "".join(f"\n\n{m}: not exercised, so not drawn." for m in b.skipped)
@@ -347,7 +348,7 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
                 eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
                 n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
                 target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables),
-                bounds=figs.bounds_caption(ran, b.base))
+                bounds=against_n.bounds_caption(ran, b.base))
 
 
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
