@@ -1,11 +1,11 @@
-"""A value to target against workers N, every mode and seed: the beyond study's fig2 and
-fig_passes (beyond_figures.py), in a module of its own so that the default study's Fig. 2
-(figures.py) can be drawn by it without an import cycle. Every seed a dot, side by side
-(figures.spot) so that equal values stay visible; the median over a cell's seeds a bar across
-them and a line from N to N, only where every seed reached the target; a seed that missed a
-cross in a strip of its own above, never at a value; N = 1 once, as the sequential runs, every
-mode's line starting from their median. Values are evidence.seconds under a clock (passes under
-beyond_verdicts.PASSES). A seed whose passes are only a bound (`bounded`) is drawn open, with a
+"""A value to target against workers N, every mode and seed, drawn once for both studies: the
+default study's Fig. 2 (`time_to_target_figure`, report.py) and the beyond study's fig2 and
+fig_passes (beyond_figures.py). Every seed a dot, side by side (figures.spot) so that equal values
+stay visible; the median over a cell's seeds a bar across them and a line from N to N, only where
+every seed reached the target; a seed that missed a cross in a strip of its own above, never at a
+value; N = 1 once, as the sequential runs, every mode's line starting from their median. Values
+are evidence.seconds under a clock (passes under beyond_verdicts.PASSES), or the cells' own times
+where no clock is given. A seed whose passes are only a bound (`bounded`) is drawn open, with a
 line down to the fewest it can have taken. The pieces (`seeds`, `missed_strip`, `legend_keys`)
 draw the beyond study's other figures too."""
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import curves, evidence
-from deepdensity.study.figures import LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks, save_figure, spot
+from deepdensity.study.figures import LEGEND_OUTSIDE, clock_label, line_stretches, log_y_labels, plain_ticks, \
+    save_figure, spot
 from deepdensity.study.render import cells_at
 
 SEQUENTIAL_STYLE = ("0.3", "D")
@@ -47,14 +48,21 @@ def bounded(c, base) -> bool:
 
 def values(cells: list, which, base) -> list:
     """Each cell's value (in seed order), inf where it missed: evidence.seconds under `which` (a
-    clock; passes under beyond_verdicts.PASSES)."""
-    return [evidence.seconds(c, which, base) for c in sorted(cells, key=lambda c: c.seed)]
+    clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
+    (judging.cells_of: this host's clock, or a real run's own)."""
+    cs = sorted(cells, key=lambda c: c.seed)
+    if which is None:
+        return [math.inf if c.time_to_target_s is None else c.time_to_target_s for c in cs]
+    return [evidence.seconds(c, which, base) for c in cs]
 
 
 def least(cells: list, which, base) -> list:
     """Each cell's (in seed order) least value under `which`: where its passes are a bound, at
     (epochs - 1) x the passes of an epoch + 1 passes, the fewest its run can have taken; else its
-    value."""
+    value. A cell's own time (`which` None) is not priced by passes: its least is itself."""
+    if which is None:
+        return values(cells, None, base)
+
     def fewest(c):
         per = curves.passes_per_epoch(c.n, base.definition)
         return dataclasses.replace(c, passes_to_target=float((c.epochs_to_target - 1) * per + 1))
@@ -179,9 +187,18 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
     save_figure(fig, path, plt)
 
 
+def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, clock=None, base=None) -> None:
+    """The default study's Fig. 2 (`against_n_figure`): time to target under `clock` and `base`
+    (clocks.Clock, cells.TimeBase: evidence.seconds, the one function the verdicts use) where
+    given, else the cells' own times (judging.cells_of); the axis names whichever it is."""
+    against_n_figure(path, cells, modes, workers, clock, base, plt, f"time to target (s, {clock_label(cells, clock)})",
+                     "Time to target")
+
+
 def bounds_caption(cells: list, base) -> str:
-    """A caption's sentence on the seeds drawn open (`bounded`), where there are any."""
-    if not any(bounded(c, base) for c in cells):
+    """A caption's sentence on the seeds drawn open (`bounded`), where there are any; none where
+    `base` is None (the cells' own times, `values`: not priced by passes, so drawn as they are)."""
+    if base is None or not any(bounded(c, base) for c in cells):
         return ""
     return (" Open markers: seeds whose runs validated once an epoch, so that their passes are epochs x N, an upper "
             "bound up to N - 1 passes too many (and their times are priced from it); the line under each reaches down "

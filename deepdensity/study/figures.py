@@ -1,12 +1,12 @@
-"""The default study's figures, drawn from its record alone. Every figure shows every seed (or
-says which it shows) as a dot and a median as a line, draws a run that missed the target in a
-panel of its own (never at a data height), names the clock on every time axis, and keeps its
-legend outside the axes so that no line crosses it."""
+"""The default study's figures, drawn from its record alone, and the axes, clocks and legends
+every figure of the study shares. Every figure shows every seed (or says which it shows) as a dot
+and a median as a line, draws a run that missed the target in a panel of its own (never at a data
+height), names the clock on every time axis, and keeps its legend outside the axes so that no
+line crosses it. Fig. 2, time to target against N, is against_n.py's, the beyond study's drawing."""
 from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from pathlib import Path
 
 from deepdensity.scaling import policies
@@ -128,105 +128,6 @@ def spot(n: float, i: int, modes: int, j: int = 0, seeds: int = 1) -> float:
     mode = 0.18 * (i - (modes - 1) / 2)
     seed = 0.16 * (j / (seeds - 1) - 0.5) if seeds > 1 else 0.0
     return n * 2 ** (mode + seed)
-
-
-# Fig. 2's label and style (colour, marker) of N = 1 where every mode's cells there are the same
-# sequential runs (shared_first): drawn once, not once a mode in four colours
-SHARED_FIRST = ("sequential (every mode)", ("0.25", "o"))
-
-
-def shared_first(cells: list, modes, workers) -> bool:
-    """Are the N = 1 cells of every mode the same runs with the same times (the sequential
-    runs), so that Fig. 2 draws them once?"""
-    if 1 not in workers or len(modes) < 2:
-        return False
-    runs = [sorted((c.seed, c.run, c.status, c.time_to_target_s or -1.0) for c in cells_at(cells, m, 1))
-            for m in modes]
-    return bool(runs[0]) and all(r == runs[0] for r in runs)
-
-
-def time_to_target_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
-    """Fig. 2: time to target against N: every seed that reached the target a dot, side by side
-    (jittered) so that equal times stay visible; the median over the seeds a bar across them and a
-    line from N to N, where every seed reached the target; above, in a panel of its own, a cross
-    for every seed that missed it (a row per mode), so that no miss is drawn at a time. Where
-    N = 1 is the same sequential runs in every mode (shared_first), it is drawn once, and every
-    mode's line starts from it.
-    Times are the cells' (passes x this host's s/pass, judging.cells_of) unless `clock` and
-    `base` (clocks.Clock, cells.TimeBase) are given: then evidence.seconds under that clock, the
-    one function the verdicts use. The axis names whichever it is."""
-    if clock is not None:
-        cells = timed_under(cells, clock, base)
-    fig, (top, ax) = plt.subplots(2, 1, figsize=(7.6, 5.6), sharex=True, gridspec_kw={"height_ratios": [1.3, 4]})
-    shared = shared_first(cells, modes, workers)
-    rows, first = list(modes), None
-    if shared:
-        cs = sorted(cells_at(cells, modes[0], 1), key=lambda c: c.seed)
-        rows += [SHARED_FIRST[0]] if any(c.time_to_target_s is None for c in cs) else []
-        first = _seeds(ax, top, cs, [spot(1, 0, 1, j, len(cs)) for j in range(len(cs))], SHARED_FIRST[1], len(modes))
-    for i, mode in enumerate(modes):
-        color, marker = policies.get(mode).style
-        medians = [(1, first)] if shared else []
-        for n in [n for n in workers if not (shared and n == 1)]:
-            cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
-            xs = [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))]
-            medians.append((spot(n, i, len(modes)), _seeds(ax, top, cs, xs, (color, marker), i) if cs else None))
-        stretches = line_stretches(medians)
-        for stretch in stretches:
-            ax.plot(*zip(*stretch), color=color, lw=1.2, zorder=2)
-        # the legend's entry carries the mode's marker too: its dots have no line of their own
-        ax.plot([], [], color=color, marker=marker, ms=5, lw=1.2,
-                label=mode if stretches else f"{mode} (no cell reached on every seed)")
-    if shared:
-        ax.plot([], [], color=SHARED_FIRST[1][0], marker=SHARED_FIRST[1][1], ms=5, lw=2.5, label=SHARED_FIRST[0])
-    ax.scatter([], [], color="gray", s=16, label="a seed (dot)")
-    ax.plot([], [], color="gray", lw=2.5, label="median over seeds (bar)")
-    _missed_panel(top, rows, any(c.time_to_target_s is None for c in cells if c.mode in modes))
-    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=f"time to target (s, {clock_label(cells, clock)})")
-    plain_ticks(ax.xaxis, workers)
-    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
-    log_y_labels(ax)
-    ax.grid(alpha=0.3, which="major")
-    ax.grid(alpha=0.12, which="minor")
-    ax.legend(**LEGEND_OUTSIDE)
-    save_figure(fig, path, plt)
-
-
-def _seeds(ax, top, cs: list, xs: list, style: tuple, row: int):
-    """One group's seeds at positions `xs`: those that reached as dots, those that missed as
-    crosses in `top` at `row` with "missed / seeds"; where every seed reached, the median as a
-    bar across them. Returns that median, else None."""
-    color, marker = style
-    hit = [(x, c.time_to_target_s) for x, c in zip(xs, cs) if c.time_to_target_s is not None]
-    miss = [x for x, c in zip(xs, cs) if c.time_to_target_s is None]
-    if hit:
-        ax.scatter(*zip(*hit), color=color, marker=marker, s=16, alpha=0.7, edgecolors="white",
-                   linewidths=0.4, zorder=4)             # over the median bar: seeds at the median show
-    if miss:
-        top.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
-        top.annotate(f"{len(miss)}/{len(cs)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
-                     fontsize=8, color=color)
-    if miss or not hit:                                  # a median only where every seed reached the target
-        return None
-    med = statistics.median(t for _, t in hit)
-    half = 2 ** 0.04                                      # the bar reaches a little past the outer seeds
-    ax.plot([xs[0] / half, xs[-1] * half], [med, med], color=color, lw=2.5, solid_capstyle="butt", zorder=3)
-    return med
-
-
-def _missed_panel(top, rows, any_missed: bool) -> None:
-    """Fig. 2's upper panel: a row per mode (and one for the shared N = 1, where a seed of it
-    missed) for the seeds that missed the target."""
-    top.set_yticks(range(len(rows)), list(rows), fontsize=8)
-    top.set_ylim(-0.7, len(rows) - 0.3)
-    top.set_ylabel("missed", fontsize=9)
-    if not any_missed:
-        top.text(0.5, 0.5, "no run missed the target", transform=top.transAxes, ha="center", va="center",
-                 fontsize=9, color="gray")
-    top.set_title("Time to target: every seed (dots), median (bar and line; only where every seed reached)\n"
-                  "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
-    top.grid(alpha=0.3, axis="x")
-    top.set_xscale("log")
 
 
 def timed_under(cells: list, clock, base) -> list:

@@ -12,9 +12,10 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks
+from deepdensity.study.against_n import against_n_caption, time_to_target_figure
 from deepdensity.study.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.evidence import MISSED
-from deepdensity.study.figures import collapse_figure, efficiency_figure, figure1, sweep_figure, time_to_target_figure
+from deepdensity.study.figures import collapse_figure, efficiency_figure, figure1, sweep_figure
 from deepdensity.study.loss_figures import loss_against_time_figure, warmup_figure
 from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.preset import Study
@@ -40,6 +41,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     tables = _tables(out, study, cells)
     drawn = _figures(out, record, study, cells)
     fields = {**_report_fields(record, study, cfg, cells, claims, tables), **_figure_fields(drawn)}
+    fields["fig2_caption"] = _fig2_caption(cells, study, _verdicts_clock(record, cells))
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
@@ -98,9 +100,7 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> set:
     plt, drawn = pyplot(), {"fig2.png", "fig_efficiency.png", "fig_collapse.png"}
     # fig2 on the clock the verdicts are given under (the paper's), named on its axis; the
     # efficiencies on the tables' clock and on that one, a panel each
-    paper = {"clock": clock_set(record)["paper"], "base": TimeBase(record["n_train"], record["n_val"],
-                                                                   config_of(record).epoch_definition)} \
-        if "timing" in record and not record_runner(cells) else {}
+    paper = _verdicts_clock(record, cells)
     time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
     efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
     warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
@@ -125,6 +125,28 @@ def _figures(out: Path, record: dict, study: Study, cells: list) -> set:
     for name in set(figure_names()) - drawn:
         (out / name).unlink(missing_ok=True)
     return drawn
+
+
+def _verdicts_clock(record: dict, cells: list) -> dict:
+    """The clock and time base (`clock`, `base`) Fig. 2 and fig_efficiency's second panel draw
+    under: the paper's, the verdicts', where times are modelled; none where they are real runs'
+    own or the record has no clock."""
+    if "timing" not in record or record_runner(cells):
+        return {}
+    return {"clock": clock_set(record)["paper"],
+            "base": TimeBase(record["n_train"], record["n_val"], config_of(record).epoch_definition)}
+
+
+FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
+                "the verdicts' clock; passes x its seconds a pass), every seed a dot and the median over seeds a bar "
+                "and line where every seed reached the target; the seeds that missed it are crosses in the panel "
+                "above, never drawn at a time.")
+
+
+def _fig2_caption(cells: list, study: Study, timed: dict) -> str:
+    """Fig. 2's caption: what it draws, which runs its N = 1 is, and, where its times are priced
+    by passes (`timed`, _verdicts_clock), the seeds it draws open as bounds (against_n_caption)."""
+    return textwrap.fill(FIG2_CAPTION + against_n_caption(cells, study.modes, timed.get("base")), 110)
 
 
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:

@@ -12,14 +12,16 @@ from unittest import mock
 import pytest
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study import judging
+from deepdensity.study import against_n, judging, report
 from deepdensity.study.evidence import MISSED
-from deepdensity.study.figures import efficiency_figure, time_to_target_figure
+from deepdensity.study.against_n import time_to_target_figure
+from deepdensity.study.figures import efficiency_figure
 from deepdensity.study.loss_figures import loss_curves
 from deepdensity.study.record import study_of
 from tests.support import ROOT
 
 REPORTS = ROOT / "reports"
+FIXTURE = ROOT / "tests" / "study" / "data" / "tiny-reports"
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +103,50 @@ def test_tables_one_and_two_print_those_times_and_their_efficiencies(record):
             assert float(printed) == pytest.approx(100 * t1 / (n * medians[n]), abs=0.005 + 1e-9), (mode, n)
 
 
+def _fig2_axes(record, **clock):
+    """The data axes of Fig. 2 drawn from `record` on a stand-in pyplot (under `clock` and `base`
+    where given, else the cells' own times)."""
+    plt, ax = mock.MagicMock(), mock.MagicMock()
+    ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
+    plt.subplots.return_value = (mock.MagicMock(), (mock.MagicMock(), ax))
+    study = study_of(record)
+    time_to_target_figure(REPORTS / "unused.png", judging.cells_of(record), study.modes, study.workers, plt, **clock)
+    return ax
+
+
 def test_fig2_plots_the_times_the_claims_judge(record):
     """Fig. 2 is drawn on the paper's clock, the one the verdicts are given under: every dot it
     draws is a seed's time under that clock as the claims take it, and no missed seed is a dot.
     N = 1 is the same sequential runs in every mode: drawn once."""
-    cells = judging.cells_of(record)
-    evidence = judging.evidence_of(record, cells, MISSED)
-    plt = mock.MagicMock()
-    top, ax = mock.MagicMock(), mock.MagicMock()
-    ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
-    plt.subplots.return_value = (mock.MagicMock(), (top, ax))
+    evidence = judging.evidence_of(record, judging.cells_of(record), MISSED)
     study = study_of(record)
-    time_to_target_figure(REPORTS / "unused.png", cells, study.modes, study.workers, plt,
-                          clock=evidence.clocks["paper"], base=evidence.base)
+    ax = _fig2_axes(record, clock=evidence.clocks["paper"], base=evidence.base)
     drawn = sorted(y for call in ax.scatter.call_args_list for y in call.args[1])
     assert len({tuple(sorted(c["run"] for c in record["cells"] if c["mode"] == m and c["n"] == 1))
                 for m in study.modes}) == 1, "every mode's N = 1 is the sequential runs"
     want = sorted(t for mode in study.modes for n in study.workers if n > 1 or mode == study.modes[0]
                   for t in evidence.seconds(mode, n, evidence.clocks["paper"]) if math.isfinite(t))
     assert drawn == pytest.approx(want, rel=1e-9) and len(drawn) > 100
+
+
+def test_fig2_draws_seeds_whose_passes_are_a_bound_open_and_its_caption_says_so():
+    """Fig. 2 is the beyond study's drawing (against_n.py): a seed that kept no passes and
+    validated once an epoch (the tiny fixture's runs at N > 1) is an open marker with a line down
+    to the fewest passes it can have taken, under the verdicts' clock, and the caption says what
+    open markers are; the cells' own times (no clock) are not priced by passes: no marker open."""
+    record = json.loads((FIXTURE / "study.json").read_text())
+    cells, study = judging.cells_of(record), study_of(record)
+    timed = report._verdicts_clock(record, cells)
+    bound = [c for c in cells if against_n.bounded(c, timed["base"])]
+    ax = _fig2_axes(record, **timed)
+    opened = [x for call in ax.scatter.call_args_list if call.kwargs.get("facecolors") == "white" for x in call.args[0]]
+    lines = [(lo, hi) for call in ax.vlines.call_args_list for lo, hi in zip(call.args[1], call.args[2])]
+    assert len(opened) == len(lines) == len(bound) > 0 and all(lo < hi for lo, hi in lines)
+    assert against_n.BOUND_LABEL in [call.kwargs.get("label") for call in ax.scatter.call_args_list]
+    assert "Open markers" in report._fig2_caption(cells, study, timed)
+    own = _fig2_axes(record)
+    assert not own.vlines.called and all(call.kwargs.get("facecolors") != "white" for call in own.scatter.call_args_list)
+    assert "Open markers" not in report._fig2_caption(cells, study, {})
 
 
 def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(record):
