@@ -123,11 +123,40 @@ def under_mpirun(env, streams: Optional[tuple] = None) -> bool:
     return True
 
 
+# what a launcher gives every process it starts: horovodrun's Gloo (static and elastic), mpirun,
+# and a PMI that srun or another launcher offers for MPI's own start-up
+LAUNCHED_BY = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+               "PMI_SIZE", "PMIX_RANK")
+LONE_PROCESS_ENV = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+
+
+def launched(env) -> bool:
+    """Did a launcher (horovodrun, mpirun, srun with a PMI) start this process?"""
+    return any(name in env for name in LAUNCHED_BY)
+
+
+def lone_process_env(env) -> dict:
+    """What Horovod's init needs in a process no launcher started (`python train.py`, a study's
+    emulated run, a probe), which is a world of one: Gloo, so that a Horovod built with MPI does
+    not start MPI in it. Inside a Slurm job step OpenMPI takes such a process for one that srun
+    launched directly, and without Slurm's PMI in its build aborts in MPI_Init ("The application
+    appears to have been direct launched using srun"): every one-process run of a study under
+    `--executor slurm` failed so. {} when a launcher started the process, when srun started more
+    than one task of it, or when the user chose a controller (HOROVOD_CONTROLLER)."""
+    if launched(env) or "HOROVOD_CONTROLLER" in env:
+        return {}
+    if env.get("SLURM_STEP_NUM_TASKS", "1") != "1":
+        return {}
+    return dict(LONE_PROCESS_ENV)
+
+
 def of_this_run(env: dict) -> dict:
     """What the run record names for the ranks of this process's run, from the environment its
     launcher gave it: {"controller": "mpi" | "gloo" | None (one process, no launcher),
     "transport": how the ranks' allreduces travel, "cpu_operations": whose allreduce runs}."""
-    if env.get("HOROVOD_CONTROLLER") == "gloo":       # set by horovodrun's Gloo driver, elastic included
+    # HOROVOD_CONTROLLER=gloo is set by horovodrun's Gloo driver, elastic included, and by
+    # lone_process_env in a process no launcher started (a world of one)
+    if env.get("HOROVOD_CONTROLLER") == "gloo" and launched(env):
         return {"controller": "gloo", "transport": "TCP (Gloo)",
                 "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "gloo")}
     size = next((env[k] for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if k in env), None)

@@ -11,6 +11,7 @@ import os
 
 import tensorflow as tf
 
+from deepdensity.training import controllers
 from deepdensity.training.hosts import check_hosts
 from deepdensity.utils.machine import drop_start_up_noise
 
@@ -210,6 +211,8 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     # Horovod: the background thread reads its cycle time once, in init. Every cycle it syncs
     # its cache bits with all ranks, busy work that on a CPU host competes with training.
     os.environ.update(cycle_time_env(cycle_ms))
+    # Horovod: a process no launcher started is a world of one, on Gloo even where MPI is built
+    os.environ.update(controllers.lone_process_env(os.environ))
     backend = Horovod() if hvd is not None else Single()
     if backend.rank() > 0:
         drop_start_up_noise()          # Horovod: rank 0 alone prints TensorFlow's start-up lines

@@ -135,6 +135,8 @@ def test_elastic_asked_nothing_says_nothing(built_with):
      {"controller": "mpi", "transport": "shared memory within a host, TCP between hosts", "cpu_operations": "mpi"}),
     ({}, {"controller": None, "transport": None, "cpu_operations": None}),
     ({"OMPI_COMM_WORLD_SIZE": "1"}, {"controller": None, "transport": None, "cpu_operations": None}),
+    # a process no launcher started, on Gloo by lone_process_env: still one process, no controller
+    (dict(controllers.LONE_PROCESS_ENV), {"controller": None, "transport": None, "cpu_operations": None}),
 ])
 def test_the_record_names_the_controller_the_launcher_started_the_ranks_under(env, expected):
     assert of_this_run(env) == expected
@@ -197,3 +199,20 @@ def test_a_rank_under_mpirun_yields_its_core_unless_the_user_said_otherwise():
     own = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_MCA_mpi_yield_when_idle": "0"}
     controllers.under_mpirun(own, (None,))
     assert own["OMPI_MCA_mpi_yield_when_idle"] == "0"
+
+
+@pytest.mark.parametrize("env, wanted", [
+    ({}, True),                                                         # python train.py
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}, True),         # the same in a Slurm job step
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}, False),        # srun started four tasks of it
+    ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_CONTROLLER": "gloo"}, False),   # horovodrun, elastic
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, False),                # horovodrun's Gloo
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, False),                             # mpirun
+    ({"PMI_RANK": "0"}, False), ({"PMI_SIZE": "2"}, False), ({"PMIX_RANK": "0"}, False),   # srun's PMI
+    ({"HOROVOD_CONTROLLER": "mpi"}, False),                             # the user's own choice
+])
+def test_a_process_no_launcher_started_runs_on_gloo_and_no_other_is_touched(env, wanted):
+    """Horovod built with MPI starts MPI even in a lone process, and inside a Slurm job step
+    OpenMPI without Slurm's PMI aborts there (the Slurm tests under the MPI build)."""
+    assert controllers.lone_process_env(env) == ({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+                                                 if wanted else {})
