@@ -101,6 +101,14 @@ class QueueExecutor(SlurmExecutor):
         return [j if isinstance(j, QueueJob) else QueueJob(self.folder, j.job_id) for j in jobs]
 
 
+# A job's command runs as the one task of an srun step. mpirun, which horovodrun starts where
+# Horovod is built with MPI (the clock's probes and real epochs, real strong-scaling runs), reads
+# that step's allocation of one task and refuses -np 2 ("All nodes which are allocated for this
+# job are already filled"); without Slurm's allocator it places the ranks on horovodrun's own -H
+# (localhost:N, one node, as every such run here is). A user's own OMPI_MCA_ras wins.
+MPIRUN_IN_A_JOB_STEP = {"OMPI_MCA_ras": "^slurm"}
+
+
 class TrainJob(submitit.helpers.Checkpointable):
     """A run's job: its training command as a subprocess, whose exit status is the job's result
     (128 + N for a signal N, as a shell says it). `env`: more environment for the run."""
@@ -118,7 +126,7 @@ class TrainJob(submitit.helpers.Checkpointable):
     def __call__(self) -> int:
         # Slurm signals every process of the job step: SIGUSR2 is for submitit (below), and would
         # kill the run (its default action); an ignored signal stays ignored across exec
-        self._proc = subprocess.Popen(self.cmd, env={**os.environ, **self.env},
+        self._proc = subprocess.Popen(self.cmd, env={**MPIRUN_IN_A_JOB_STEP, **os.environ, **self.env},
                                       preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
         code = self._proc.wait()
         return 128 - code if code < 0 else code

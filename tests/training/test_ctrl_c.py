@@ -18,13 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from deepdensity.training import controllers
 from tests.support import ROOT, SMOKE, horovodrun
 from tests.training.terminal import Terminal, rank_pids
 
 EPOCHS = 48            # more than the chain's interrupts can use up (each moves it at most two epochs)
 WIDE = 1000            # columns: no line of the ranks wraps, so each screen line is one line written
-RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:out|err)>:(.*)$")
-EPOCH_LINE = re.compile(r"^\[0\]<stdout>:epoch +\d+  loss ")
+# a rank's tag: Gloo's [rank], mpirun's [job,rank] (horovodrun runs under MPI where it is built)
+RANK0 = r"\[(?:1,)?0\]"
+RANK_LINE = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
+EPOCH_LINE = re.compile(rf"^{RANK0}<stdout>:epoch +\d+  loss ")
+INTERRUPTED = re.compile(rf"^{RANK0}<stderr>:interrupted: ")
 NOISE = re.compile(r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
                    r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 # horovodrun's own last words after a rank exited non-zero (runner/gloo_run.py), which plain
@@ -39,10 +43,10 @@ HOROVODRUN_END = re.compile(r"^((?:Process \d+ exit with status code 143\.)+|Tra
 # (a rank's first ~0.03 s, Python's own start before train.py's first line, is out of reach:
 # docs/training.md)
 RANKS_IMPORTING = [("ranks", 1.0), ("ranks", 2.0)]
-BEFORE_STEPS = [("line", r"\[0\]<stdout>:threads per process", 0.0),      # model built, weights broadcast
-                ("line", r"\[0\]<stdout>:threads per process", 1.5)]      # the first step, compiling
-RESTORING = [("line", r"\[0\]<stdout>:resumed from epoch", 0.0), ("line", r"\[0\]<stdout>:resumed from epoch", 1.0)]
-EPOCHS_ON = [("line", r"\[0\]<stdout>:epoch +\d+ ", d) for d in (0.0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)]
+BEFORE_STEPS = [("line", rf"{RANK0}<stdout>:threads per process", 0.0),      # model built, weights broadcast
+                ("line", rf"{RANK0}<stdout>:threads per process", 1.5)]      # the first step, compiling
+RESTORING = [("line", rf"{RANK0}<stdout>:resumed from epoch", 0.0), ("line", rf"{RANK0}<stdout>:resumed from epoch", 1.0)]
+EPOCHS_ON = [("line", rf"{RANK0}<stdout>:epoch +\d+ ", d) for d in (0.0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)]
 CHECKPOINTS = [("file", "ckpt/*.index", 0.0)] * 3      # a new checkpoint on disk, state.json not yet moved on
 PLAIN = RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:] + CHECKPOINTS \
     + [("ranks", 1.5), RESTORING[1], EPOCHS_ON[2], CHECKPOINTS[0], EPOCHS_ON[4], ("ranks", 3.0)]
@@ -107,7 +111,8 @@ def check_the_ending(term: Terminal, out: Path, launch: bool) -> list:
     said = "\n".join(lines[-40:])
     noise = [line for line in lines if RANK_LINE.match(line) and NOISE.search(RANK_LINE.match(line)[2])]
     assert noise == [], said
-    assert not [line for line in lines if line.startswith("[1]<")], f"rank 1 printed:\n{said}"
+    assert not [line for line in lines if RANK_LINE.match(line) and RANK_LINE.match(line)[1] == "1"], \
+        f"rank 1 printed:\n{said}"
     if launch:      # horovodrun's own TensorFlow banners too (launch passes TF_CPP_MIN_LOG_LEVEL on)
         assert not [line for line in lines if not RANK_LINE.match(line) and NOISE.search(line)], said
     caret = next(i for i, line in enumerate(lines) if "^C" in line)
@@ -122,7 +127,7 @@ def check_the_ending(term: Terminal, out: Path, launch: bool) -> list:
     # epoch that ended meanwhile still prints its line; then rank 0's one line, its last
     *epochs, last = ranks
     assert all(EPOCH_LINE.match(line) for line in epochs), said
-    assert last.startswith("[0]<stderr>:interrupted: "), said
+    assert INTERRUPTED.match(last), said
     if launch:
         assert lines[caret] == "^C" and after == ["", *ranks] and term.code == 130, said
     else:
@@ -152,6 +157,9 @@ def check_the_folder(out: Path, line: str) -> None:
 @pytest.mark.parametrize("launch, moments", [(False, PLAIN), (True, LAUNCH)], ids=["horovodrun", "launch"])
 def test_ctrl_c_at_any_moment_ends_cleanly_and_the_printed_command_continues_the_run(
         tmp_path, smoke_data, uninterrupted, launch, moments):
+    if not launch and "mpi" in controllers.built(horovodrun()):
+        pytest.skip("plain horovodrun runs under MPI in this build, and its chain (mpirun's own notices and exit "
+                    "codes after a Ctrl-C) is not validated yet; `deepdensity launch`'s chain runs under MPI here")
     out = tmp_path / "run"
     start = ["python", "-m", "deepdensity", "launch"] if launch else ["horovodrun"]
     command = [*start, "-np", "2", *train_words(smoke_data, out)]
