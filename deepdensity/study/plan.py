@@ -122,14 +122,15 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     seeds, the data filter's and the batch sweep's runs, looked up by run name among the
     ledger's entries of the earlier record's eta and target, replayed under the preset's
     stopping rules (ledger.answer). Passes a missing run needs come from runs of its kind on
-    record (a cell: the cell's, else the mode's largest N below; the filter: its mode and data;
-    the sweep: its batch and lr rule), else the cap; seconds a pass from the runs on record
-    (their own clocks), of its batch for the sweep."""
+    record (a cell: the cell's, else the mode's largest N below; the sweep: its batch and lr
+    rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
+    is not known either); seconds a pass from the runs on record (their own clocks), of its
+    batch for the sweep."""
     if not earlier or "eta" not in earlier:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
     held, pass_s = _held_runs(study, entries, earlier)
     cap = earlier["cap"]
-    missing = _missing_cells(study, held, cap) + _missing_filter(study, held, cap) + _missing_sweep(study, held, cap)
+    missing = _missing_cells(study, held, cap) + _missing_filter(study, held) + _missing_sweep(study, held, cap)
     if not missing:
         return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
                 f"{_uncounted(study)}"]
@@ -203,9 +204,10 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
     return out
 
 
-def _missing_filter(study: Study, held: dict, cap: int) -> list:
-    """((group, seed), passes or None, runs alike, taken at the cap) of the data filter's runs not held; their N,
-    picked from the default study, read off the filter's runs on record (None without any)."""
+def _missing_filter(study: Study, held: dict) -> list:
+    """((group, seed), passes or None, runs alike, False) of the data filter's runs not held.
+    Their N, picked from the default study, and their passes are read off the filter's runs on
+    record of the same mode (its data first); without any, neither is known (None)."""
     runs = _filter_runs(study)
     found = {(mode, variant): [] for _, mode, variant in runs}
     for pattern, mode, variant in runs:
@@ -218,10 +220,10 @@ def _missing_filter(study: Study, held: dict, cap: int) -> list:
             continue
         known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
         n = known[0][1] if known else None
-        passes = (_median([x for x, _, _ in known]) if known else cap) * n if n else None
+        passes = _median([x for x, _, _ in known]) * n if known else None
         seed = int(pattern.pattern.rsplit("-s", 1)[1])
         out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
-                    [r for _, _, r in known], n is not None and not known))
+                    [r for _, _, r in known], False))
     return out
 
 

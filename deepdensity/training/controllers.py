@@ -125,14 +125,20 @@ def under_mpirun(env, streams: Optional[tuple] = None) -> bool:
 
 # what a launcher gives every process it starts: horovodrun's Gloo (static and elastic), mpirun,
 # and a PMI that srun or another launcher offers for MPI's own start-up
-LAUNCHED_BY = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-               "PMI_SIZE", "PMIX_RANK")
+LAUNCHED_BY = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE")
+# a PMI's variables: srun sets them in every task where slurm.conf has MpiDefault=pmix or pmi2,
+# so inside a Slurm step of one task they say nothing of a launch
+PMI_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK")
 LONE_PROCESS_ENV = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
 
 
 def launched(env) -> bool:
-    """Did a launcher (horovodrun, mpirun, srun with a PMI) start this process?"""
-    return any(name in env for name in LAUNCHED_BY)
+    """Did a launcher (horovodrun, mpirun, or a PMI's launcher, srun with several tasks among
+    them) start this process as one of several?"""
+    if any(name in env for name in LAUNCHED_BY):
+        return True
+    one_task_step = env.get("SLURM_STEP_NUM_TASKS") == "1"
+    return any(name in env for name in PMI_VARS) and not one_task_step and env.get("PMI_SIZE", "2") != "1"
 
 
 def lone_process_env(env) -> dict:
@@ -147,7 +153,7 @@ def lone_process_env(env) -> dict:
         return {}
     if env.get("SLURM_STEP_NUM_TASKS", "1") != "1":
         return {}
-    return dict(LONE_PROCESS_ENV)
+    return {k: v for k, v in LONE_PROCESS_ENV.items() if k not in env}     # a user's CPU operations win
 
 
 def of_this_run(env: dict) -> dict:

@@ -338,6 +338,9 @@ class ProcessExits:
         if self.newlines_owed and line.strip() == b"":
             self.newlines_owed -= 1
             return
+        if RANK_LINE.match(line.decode(errors="replace")):     # a rank's own words are never split
+            self._feed_one(line)
+            return
         notes = JOINED_NOTES.split(line)
         self.newlines_owed += len(notes) - 1
         for note in notes[:-1]:

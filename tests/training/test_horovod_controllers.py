@@ -208,7 +208,9 @@ def test_a_rank_under_mpirun_yields_its_core_unless_the_user_said_otherwise():
     ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_CONTROLLER": "gloo"}, False),   # horovodrun, elastic
     ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, False),                # horovodrun's Gloo
     ({"OMPI_COMM_WORLD_SIZE": "2"}, False),                             # mpirun
-    ({"PMI_RANK": "0"}, False), ({"PMI_SIZE": "2"}, False), ({"PMIX_RANK": "0"}, False),   # srun's PMI
+    ({"PMI_RANK": "0"}, False), ({"PMI_SIZE": "2"}, False), ({"PMIX_RANK": "0"}, False),   # a PMI's launcher
+    # srun under MpiDefault=pmix or pmi2 sets its PMI's variables in a step of one task too
+    ({"PMIX_RANK": "0", "SLURM_STEP_NUM_TASKS": "1"}, True), ({"PMI_RANK": "0", "PMI_SIZE": "1"}, True),
     ({"HOROVOD_CONTROLLER": "mpi"}, False),                             # the user's own choice
 ])
 def test_a_process_no_launcher_started_runs_on_gloo_and_no_other_is_touched(env, wanted):
@@ -216,3 +218,7 @@ def test_a_process_no_launcher_started_runs_on_gloo_and_no_other_is_touched(env,
     OpenMPI without Slurm's PMI aborts there (the Slurm tests under the MPI build)."""
     assert controllers.lone_process_env(env) == ({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
                                                  if wanted else {})
+
+
+def test_a_users_cpu_operations_stay_in_a_lone_process():
+    assert controllers.lone_process_env({"HOROVOD_CPU_OPERATIONS": "mpi"}) == {"HOROVOD_CONTROLLER": "gloo"}

@@ -129,6 +129,10 @@ def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
         exits.feed(line)
     assert said == [b"[0]<stderr>:interrupted: at epoch 12\n", b"Process 2 exit with status code 139.\n", b"\n"]
     assert exits.explained == {b"0", b"1"}
+    # a rank's own line that happens to hold such words stays whole, and owes no empty line
+    exits.feed(b"[0]<stdout>:see the log.Process 1 exit with status code 143.\n")
+    exits.feed(b"\n")
+    assert said[-2:] == [b"[0]<stdout>:see the log.Process 1 exit with status code 143.\n", b"\n"]
 
 
 def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
