@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study import curves, evidence
+from deepdensity.study import beyond_verdicts, curves
 from deepdensity.study.figures import LEGEND_OUTSIDE, clock_label, line_stretches, log_y_labels, plain_ticks, \
     save_figure, spot
 from deepdensity.study.render import cells_at
@@ -50,10 +50,10 @@ def values(cells: list, which, base) -> list:
     """Each cell's value (in seed order), inf where it missed: evidence.seconds under `which` (a
     clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
     (judging.cells_of: this host's clock, or a real run's own)."""
-    cs = sorted(cells, key=lambda c: c.seed)
     if which is None:
-        return [math.inf if c.time_to_target_s is None else c.time_to_target_s for c in cs]
-    return [evidence.seconds(c, which, base) for c in cs]
+        return [math.inf if c.time_to_target_s is None else c.time_to_target_s
+                for c in sorted(cells, key=lambda c: c.seed)]
+    return beyond_verdicts.values(cells, which, base)
 
 
 def least(cells: list, which, base) -> list:

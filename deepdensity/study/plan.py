@@ -40,18 +40,18 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
 
 
 def _sweep_runs(study: Study) -> list:
-    """(run name, batch, lr rule) of the batch sweep's runs (beyond.batch_sweep): every
+    """(run name, batch, lr rule, seed) of the batch sweep's runs (beyond.batch_sweep): every
     sequential seed at every batch but the base one, whose run is the sequential run itself."""
     base = int(study.train.get("batch_size", Config().batch_size))
-    return [(f"batch-b{b}-{rule}-s{seed}", b, rule) for seed in study.sequential_seeds() for b in study.batch_sweep
+    return [(f"batch-b{b}-{rule}-s{seed}", b, rule, seed) for seed in study.sequential_seeds() for b in study.batch_sweep
             if b != base for rule in ("eta", policies.LINEAR)]
 
 
 def _filter_runs(study: Study) -> list:
-    """(name pattern, mode, variant) of the data filter's runs on filtered and random data
+    """(name pattern, mode, variant, seed) of the data filter's runs on filtered and random data
     (beyond.filter_experiment); their N is picked from the default study's cells, so the
     pattern leaves it open. The full-data runs are the default study's."""
-    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant)
+    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant, seed)
             for mode in study.filter_modes for seed in study.seeds for variant in ("network", "random")]
 
 
@@ -209,19 +209,18 @@ def _missing_filter(study: Study, held: dict) -> list:
     Their N, picked from the default study, and their passes are read off the filter's runs on
     record of the same mode (its data first); without any, neither is known (None)."""
     runs = _filter_runs(study)
-    found = {(mode, variant): [] for _, mode, variant in runs}
-    for pattern, mode, variant in runs:
+    found = {(mode, variant): [] for _, mode, variant, _ in runs}
+    for pattern, mode, variant, _ in runs:
         for name, (e, result) in held.items():
             if pattern.fullmatch(name):
                 found[(mode, variant)].append((result["epochs"], e["n"], name))
     out = []
-    for pattern, mode, variant in runs:
+    for pattern, mode, variant, seed in runs:
         if any(pattern.fullmatch(name) for name in held):
             continue
         known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
         n = known[0][1] if known else None
         passes = _median([x for x, _, _ in known]) * n if known else None
-        seed = int(pattern.pattern.rsplit("-s", 1)[1])
         out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
                     [r for _, _, r in known], False))
     return out
@@ -232,12 +231,12 @@ def _missing_sweep(study: Study, held: dict, cap: int) -> list:
     (one pass an epoch)."""
     runs = _sweep_runs(study)
     out = []
-    for name, b, rule in runs:
+    for name, b, rule, seed in runs:
         if name in held:
             continue
-        known = [(held[r][1]["epochs"], r) for r, bb, rr in runs if (bb, rr) == (b, rule) and r in held]
-        same_batch = [r for r, bb, _ in runs if bb == b and r in held]
-        out.append(((f"batch sweep b = {b} at {rule}", int(name.rsplit("-s", 1)[1])),
+        known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
+        same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
+        out.append(((f"batch sweep b = {b} at {rule}", seed),
                     _median([x for x, _ in known]) if known else cap, [r for _, r in known] or same_batch, not known))
     return out
 
