@@ -20,7 +20,7 @@ from deepdensity.study import curves
 from deepdensity.study.cell_times import timed
 from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.errors import StudyError
-from deepdensity.study.preset import Study
+from deepdensity.study.preset import SWEEP_STOPPING, Study
 from deepdensity.study.runner import StudyRunner
 from deepdensity.study.sequential import val_losses
 from deepdensity.study.session import Protocol, StudyRun
@@ -95,11 +95,12 @@ def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
 
 
 def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
-                timing: dict, patience: int) -> list:
+                timing: dict) -> list:
     """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
     scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
     the target, at every sequential seed (a batch is compared with another only on 3 seeds a
-    side or more). b = B at eta is the seed's sequential run itself."""
+    side or more). b = B at eta is the seed's sequential run itself. Every run ends only at the
+    target, a non-finite loss or the cap (preset.SWEEP_STOPPING)."""
     points = []
     for seed in study.sequential_seeds():
         for b in study.batch_sweep:
@@ -110,11 +111,11 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = val_losses(runner.root / nm)
-            status, epochs = (curves.derive_strong(vals, 1, target, cap, patience, 0.0, 0, cfg.stall_near,
-                                                  cfg.stall_near_patience) or (RunStatus.CAPPED, len(vals)))
+            status, epochs = (curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
+                                                  SWEEP_STOPPING["collapse_loss"]) or (RunStatus.CAPPED, len(vals)))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
-                                            "seed": seed, "batch_size": b})
+                                            "seed": seed, "batch_size": b, **SWEEP_STOPPING})
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
                              label="batch sweep")
@@ -134,7 +135,7 @@ def beyond_parts(s: StudyRun, proto: Protocol, cells: list, timing: dict, modell
         for fig in filtering["figures"]:
             if Path(fig).exists():
                 shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
-    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing, patience=cfg.stall_patience)
+    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing)
     return earlier, filtering, sweep_rows
 
 

@@ -3,13 +3,14 @@
 preset for its wall time; it trains nothing and imports no TensorFlow."""
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies
-from deepdensity.study.preset import Study
+from deepdensity.study.preset import SWEEP_STOPPING, Study
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
 # took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings).
@@ -165,16 +166,25 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
                 "collapse_loss": earlier["collapse_loss"] if study.train.get("collapse_patience") else 0.0,
                 **{k: study.train.get(k, 0) for k in ("stall_patience", "stall_near", "stall_near_patience",
                                                           "collapse_patience")}}
+    base = int(study.train.get("batch_size", Config().batch_size))
+    sweep = {name: (b, rule) for name, b, rule, _ in _sweep_runs(study)}
     held, pass_s = {}, {}
     for e in entries:
-        if e["config"].get("base_lr") != earlier["eta"] or e["isa_cap"]:
+        b, rule = sweep.get(e["run"], (base, "eta"))
+        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1)
+        if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
             continue
-        got = ledger.answer(e, stopping)
+        got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
         if got is not None:
             held[e["run"]] = (e, got["result"])
         if e.get("rows") and e["rows"][-1].get("seconds"):
             pass_s[e["run"]] = e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(e["n"], "per_worker"))
     return held, pass_s
+
+
+def _same_lr(recorded, lr: float) -> bool:
+    """Is a ledger entry's base_lr this lr? (An lr search's entry may hold a name, not a number.)"""
+    return isinstance(recorded, (int, float)) and math.isclose(recorded, lr, rel_tol=1e-12)
 
 
 def _median(values: list) -> float:

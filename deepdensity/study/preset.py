@@ -27,6 +27,12 @@ def isa_to_check(setting: Optional[str], machine_isa: str) -> Optional[str]:
         return setting
     return "AVX2" if "AVX-512" in machine_isa or "AMX" in machine_isa else "SSE41"
 
+# The batch sweep's runs end only at the target, a non-finite loss or the cap (the paper's
+# "missed"): the stall rule counts passes, and a pass at batch b is floor(1844 / b) steps, so
+# at b = 1024 it would stop a run after 3 steps without a new best (docs/beyond.md, amendment
+# of 2026-11-27). collapse_loss 0 turns the collapse rule off.
+SWEEP_STOPPING = {"stall_patience": 0, "collapse_loss": 0.0}
+
 
 @dataclass
 class Study:

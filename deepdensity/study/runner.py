@@ -8,10 +8,8 @@ On an interrupt every live run is sent SIGTERM, checkpoints, and is waited for.
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +23,9 @@ import yaml
 
 from deepdensity.study import curves
 from deepdensity.study import ledger
+from deepdensity.study import run_folders
 from deepdensity.study.errors import StudyError
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
-from deepdensity.utils.files import write_atomic
 from deepdensity.scaling.rules import RunStatus
 
 class NotHeld(StudyError):
@@ -103,11 +101,13 @@ class StudyRunner:
             if held is not None:
                 return held
         if (out / ledger.MARKER).exists():      # written from the ledger, no checkpoint: train afresh
-            _wipe(out)
+            run_folders.wipe(out)
         if continue_from and not out.exists():
-            _continuation(self.root / continue_from, out)
+            run_folders.continuation(self.root / continue_from, out)
         if result_path.exists():
             self._refuse_stale(out, settings)             # before the ledger: a stale run never takes a new key
+            self._reopen_if_stopped_early(out, settings)
+        if result_path.exists():
             if request is not None:
                 self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
@@ -146,8 +146,8 @@ class StudyRunner:
         if found is None:
             return None
         entry, got = found
-        if not _holds(out, entry, got["result"]):
-            _wipe(out)
+        if not run_folders.holds(out, entry, got["result"]):
+            run_folders.wipe(out)
             ledger.materialize(out, entry, got, request["config"])
         with self._lock:
             self.reused.add(name)
@@ -211,6 +211,34 @@ class StudyRunner:
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
         cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
         return {**self.machine, **({"isa_cap": cap} if cap else {})}
+
+    def _reopen_if_stopped_early(self, out: Path, settings: dict) -> None:
+        """A finished run that a stopping rule no longer asked for ended (a stall rule turned
+        off: docs/beyond.md, amendment of 2026-11-27) is reopened at its last checkpoint, so
+        that it trains on to where the rules now in force end it: the same path, not its
+        epochs again. A run that ends where it did under both is left as it is; one that the
+        rules now in force would have ended sooner is refused, as the ledger cannot cut a folder."""
+        from deepdensity.config import Config, load
+        wanted = ledger.stopping_of(load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict())
+        saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults
+        if all(saved[k] == wanted[k] for k in ledger.STOPPING):
+            return
+        r = read_json(out / "result.json", "finished run's result")
+        if r["status"] == RunStatus.CAPPED:       # extended (or not) by max_epochs, as before
+            return
+        vals = [row["val_loss"] for row in read_metrics(out)]
+        now = ledger.replay({"val_losses": vals, "result": r}, wanted)
+        if now == (r["status"], r["epochs"]):
+            return
+        if now is not None:
+            raise StudyError(f"{out} holds a run that ended {r['status']} at epoch {r['epochs']}; the stopping rules "
+                             f"asked for now end it {now[0]} at epoch {now[1]}: delete it, or pass another --runs folder")
+        if not self.may_train:
+            raise NotHeld(f"{out.name} ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for, and "
+                          f"--no-train trains nothing")
+        self.say(f"{out.name}: ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for; "
+                 f"continued from its last checkpoint")
+        run_folders.reopen(out)
 
     def _refuse_stale(self, out: Path, settings: dict) -> None:
         """A finished run is reused only if it ran with the settings the study asks for now, on
@@ -324,36 +352,6 @@ class StudyRunner:
                 for f in running:
                     f.cancel()
                 raise
-
-
-def _holds(out: Path, entry: dict, result: dict) -> bool:
-    """Does the folder already hold this outcome, written from this entry?"""
-    if not (out / "result.json").is_file() or not (out / ledger.MARKER).is_file():
-        return False
-    if read_json(out / ledger.MARKER, "ledger marker").get("key") != entry["key"]:
-        return False
-    r = read_json(out / "result.json", "run's result")
-    return r == result                           # the same answer, the same stopping rules
-
-
-def _continuation(stopped: Path, out: Path) -> None:
-    """`out` as the stopped run's folder at its last checkpoint, without its final status, so
-    that train.py resumes it under the stopping rules asked for now (the stall settings decide
-    where a run stops, never its path: training/runs.py RESUMABLE). A stopped run with no
-    checkpoint (written from the ledger) leaves `out` absent: the run trains from epoch 0."""
-    if not (stopped / "state.json").is_file():
-        return
-    partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(stopped, partial, ignore=shutil.ignore_patterns("result.json", "weights.h5", ledger.MARKER))
-    state = read_json(partial / "state.json", "stopped run's state")
-    state.pop("status", None)
-    write_atomic(partial / "state.json", json.dumps(state))
-    partial.rename(out)
-
-
-def _wipe(out: Path) -> None:
-    shutil.rmtree(out, ignore_errors=True)
 
 
 def _revision() -> str:

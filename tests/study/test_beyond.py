@@ -355,6 +355,8 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
 
         def run(self, name, mode, n, settings):
             calls.append((name, int(settings["seed"]), int(settings["batch_size"])))
+            # the paper's "missed" (docs/beyond.md, amendment of 2026-11-27): no stall or collapse rule
+            assert int(settings["stall_patience"]) == 0 and float(settings["collapse_loss"]) == 0.0
             write(name, int(settings["batch_size"]))
             return {"status": "reached_target", "epochs": 3, "final_val_loss": 0.4}
 
@@ -362,7 +364,7 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
         write(f"seq-s{seed}", 32)
     timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
               "allreduce_per_doubling_s": 0.005}
-    rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing, patience=3)
+    rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing)
     assert sorted((r["batch"], r["lr_rule"], r["seed"]) for r in rows) == \
         sorted((b, rule, s) for b in study.batch_sweep for rule in ("eta", "linear") for s in seeds)
     assert min(Counter((r["batch"], r["lr_rule"]) for r in rows).values()) >= 3

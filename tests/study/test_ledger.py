@@ -270,6 +270,29 @@ def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs_the_ledger_does_n
     assert "4 not estimated" in line and "filter weak on network data seeds 0, 1" in line, line
 
 
+def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_stall_rule():
+    """The linear rule's sweep runs train at eta * b / B, not eta: they are held at that lr (the
+    plan once counted every one of them missing). The sweep runs to the target or the cap
+    (docs/beyond.md, amendment of 2026-11-27): a sweep run the stall rule ended is missing,
+    while a cell's run the same rule ended is held."""
+    from deepdensity.study import plan
+    from deepdensity.study.preset import Study
+    study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0], base_lr=0.002, calibration_seeds=[100],
+                  train={"stall_patience": 3}, batch_sweep=[16, 32])
+    earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
+
+    def named(run, n, seed, lr, vals, status):
+        e = _entry(vals, status, stopping={**STOP, "stall_patience": 3}, n=n)
+        e["config"]["base_lr"], e["seed"], e["run"] = lr, seed, run
+        return e
+    stalls = [4.0, 2.0, 2.5, 2.5, 2.5]        # no new best for 3 epochs after 2.0, above the target 1.0
+    entries = [named("weak-n2-s0", 2, 0, 0.002, stalls, "stalled"),
+               named("batch-b16-eta-s0", 1, 0, 0.002, stalls, "stalled"),
+               named("batch-b16-linear-s0", 1, 0, 0.002 * 16 / 32, [4.0, 0.9], "reached_target")]
+    line = plan.missing_lines(study, entries, earlier, parallel=1)[0]
+    assert line.startswith("  missing runs: 1 ") and "batch sweep b = 16 at eta seeds 0;" in line, line
+
+
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
     from deepdensity.study.design import Book, run_first_seeds
     from deepdensity.study.runner import NotHeld

@@ -74,6 +74,56 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
     assert [r["seconds"] for r in read_metrics(root / "s0-to-cap")[:head]] == \
         [r["seconds"] for r in read_metrics(root / "s0")], "the stopped run's epochs, not trained again"
     assert json.loads((root / "s0" / "result.json").read_text())["status"] == "stalled", "the stopped run is kept"
+    # asked for again under its own name with the rule off (the batch sweep, docs/beyond.md): it
+    # trains on in its own folder, from its checkpoint, along the same path
+    head_seconds = [r["seconds"] for r in read_metrics(root / "s0")]
+    again = runner.run("s0", "strong", 1, {"max_epochs": 6, "stall_patience": 0})
+    assert again["status"] == "max_epochs" and again["epochs"] == 6 and path("s0") == path("fresh")
+    assert [r["seconds"] for r in read_metrics(root / "s0")[:head]] == head_seconds
+
+
+def _with_curve(run, status, val_losses):
+    (run / "result.json").write_text(json.dumps({"status": status, "epochs": len(val_losses), "seconds": 1.0}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "val_loss": v}) + "\n"
+                                               for e, v in enumerate(val_losses)))
+    (run / "state.json").write_text(json.dumps({"epoch": len(val_losses) - 1, "status": status, "elapsed_s": 1.0,
+                                                "checkpoint": "ckpt-x"}))
+
+
+def test_a_finished_run_the_rules_now_in_force_would_cut_sooner_is_refused(tmp_path):
+    """Reached at epoch 5 with no stall rule, but a patience of 2 would have stopped it at epoch
+    4 (0.6 and 0.7 are no better than 0.5): the folder's result is not what the study asks for,
+    and the runner cannot cut a folder, so it says so instead of reusing it."""
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"the study's cubes")
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "target_loss": 0.2}))
+    run = _finished_run(tmp_path / "runs", data, stall_patience=0, target_loss=0.2, max_epochs=6)
+    _with_curve(run, "reached_target", [0.9, 0.5, 0.6, 0.7, 0.1])
+    runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
+    asked = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 6}
+    assert runner.run("seq-s0", "strong", 1, {**asked, "stall_patience": 0})["epochs"] == 5, "the same rules: reused"
+    with pytest.raises(StudyError, match="end it stalled at epoch 4"):
+        runner.run("seq-s0", "strong", 1, {**asked, "stall_patience": 2})
+
+
+def test_a_run_stopped_by_a_rule_no_longer_asked_for_is_left_whole_when_nothing_may_train(tmp_path):
+    """Stalled at epoch 5 under a patience of 3; asked for with the rule off (the batch sweep,
+    docs/beyond.md) the run must train on, which --no-train forbids: NotHeld, and the folder
+    keeps its result."""
+    from deepdensity.study.runner import NotHeld
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"the study's cubes")
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "target_loss": 0.2}))
+    run = _finished_run(tmp_path / "runs", data, target_loss=0.2, max_epochs=6)
+    _with_curve(run, "stalled", [0.9, 0.5, 0.6, 0.7, 0.8])
+    runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
+    runner.may_train = False
+    with pytest.raises(NotHeld, match="no longer asked for"):
+        runner.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 6, "stall_patience": 0})
+    assert json.loads((run / "result.json").read_text())["status"] == "stalled"
+    assert json.loads((run / "state.json").read_text())["status"] == "stalled"
 
 
 @pytest.mark.parametrize("runner, want", [

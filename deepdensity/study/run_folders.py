@@ -1,0 +1,51 @@
+"""A study run's folder, besides training it: whether it holds a ledger entry's answer, a
+stopped run made resumable (in place, or copied as another run's start), and removal."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from deepdensity.study import ledger
+from deepdensity.training.runs import read_json
+from deepdensity.utils.files import write_atomic
+
+
+def holds(out: Path, entry: dict, result: dict) -> bool:
+    """Does the folder already hold this outcome, written from this entry?"""
+    if not (out / "result.json").is_file() or not (out / ledger.MARKER).is_file():
+        return False
+    if read_json(out / ledger.MARKER, "ledger marker").get("key") != entry["key"]:
+        return False
+    r = read_json(out / "result.json", "run's result")
+    return r == result                           # the same answer, the same stopping rules
+
+
+def continuation(stopped: Path, out: Path) -> None:
+    """`out` as the stopped run's folder at its last checkpoint, without its final status, so
+    that train.py resumes it under the stopping rules asked for now (the stall settings decide
+    where a run stops, never its path: training/runs.py RESUMABLE). A stopped run with no
+    checkpoint (written from the ledger) leaves `out` absent: the run trains from epoch 0."""
+    if not (stopped / "state.json").is_file():
+        return
+    partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(stopped, partial, ignore=shutil.ignore_patterns("result.json", "weights.h5", ledger.MARKER))
+    state = read_json(partial / "state.json", "stopped run's state")
+    state.pop("status", None)
+    write_atomic(partial / "state.json", json.dumps(state))
+    partial.rename(out)
+
+
+def reopen(out: Path) -> None:
+    """The finished run in `out` made resumable from its last checkpoint: its state loses its
+    final status first, then result.json goes (a crash between the two reopens it again)."""
+    state = read_json(out / "state.json", "stopped run's state")
+    state.pop("status", None)
+    write_atomic(out / "state.json", json.dumps(state))
+    (out / "result.json").unlink()
+    (out / "weights.h5").unlink(missing_ok=True)
+
+
+def wipe(out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
