@@ -65,6 +65,8 @@ TRACEBACK_START = ("Traceback (most recent call last):", "Exception in thread ")
 JOB_SHUT_DOWN = "Job has been shutdown"
 # horovodrun's argparse refusing its own options (then its usage, which says less)
 OPTIONS_REFUSED = re.compile(r"^horovodrun: error: (.*)")
+# rank 0's interrupt note, its last line (utils/errors.py: "interrupted: at epoch 10, checkpointed in ...")
+RANK0_INTERRUPTED = re.compile(r"^\[(?:\d+,)?0\]<stderr>:interrupted\b")
 # mpirun's closing notice (controllers.MpirunNotice): a rank ran, so nothing was refused at the start
 MPIRUN_NOTICE = ("Primary job", "mpirun detected", "mpirun noticed")
 
@@ -259,7 +261,8 @@ def main(argv=None) -> int:
     env = {**controller_env, **os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env)
-    mpirun = controllers.MpirunNotice(sys.stderr.write)       # Horovod: mpirun's notice, under MPI
+    last_words = LastWords(sys.stderr.write)
+    mpirun = controllers.MpirunNotice(last_words.write)       # Horovod: mpirun's notice, under MPI
     refusal = StartRefusal()
     launcher = LauncherTraceback(lambda line: refusal.feed(line, functools.partial(mpirun.feed, line)))
     exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
@@ -275,6 +278,7 @@ def main(argv=None) -> int:
             and refusal.refused():
         raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
     refusal.flush()
+    last_words.flush()
     mpirun.flush()
     early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
     if early:
@@ -322,6 +326,27 @@ def exit_code(code: int, rank_code, signals: list, early: bool) -> int:
     if signals and (early or code in (EXIT_SIGINT, EXIT_SIGTERM)):
         return interrupts.CODES.get(signals[0], code)
     return code
+
+
+class LastWords:
+    """Passes the ranks' stderr on, less rank 0's interrupt note, which it holds until
+    horovodrun has ended (flush). The note is the rank's last line, but mpirun forwards a
+    rank's stdout and stderr on channels of their own and does not keep their order: under MPI
+    "interrupted: at epoch 10, ..." came out before the rank's lines of epochs 7 to 10."""
+
+    def __init__(self, write):
+        self.write_on, self.held = write, []
+
+    def write(self, line: str) -> None:
+        if RANK0_INTERRUPTED.match(line):
+            self.held.append(line)
+        else:
+            self.write_on(line)
+
+    def flush(self) -> None:
+        for line in self.held:
+            self.write_on(line)
+        self.held = []
 
 
 class ProcessExits:

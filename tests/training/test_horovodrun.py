@@ -325,3 +325,21 @@ def test_only_horovodruns_own_refusals_are_taken_for_one(printed, refused):
 def test_a_mistyped_option_is_argparses_message_not_its_usage():
     assert horovodrun.refusal_cause(OPTIONS_TYPO.splitlines(keepends=True), ["--bogus", "-np", "2"]) == \
         "horovodrun refused its options: unrecognized arguments: --bogus (horovodrun --help lists them)"
+
+
+def test_rank_0s_interrupt_note_is_held_until_horovodrun_has_ended():
+    """mpirun does not keep a rank's stdout and stderr in order: the note came out before the
+    rank's last epoch lines (seen under MPI). Held to the end, it is the last line again, under
+    either tag; rank 1's lines and rank 0's other stderr lines pass at once."""
+    said = []
+    words = horovodrun.LastWords(said.append)
+    for line in ("[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[1,1]<stderr>:a warning\n",
+                 "[1,0]<stderr>:error: no such file\n", "[0]<stderr>:interrupted\n"):
+        words.write(line)
+    assert said == ["[1,1]<stderr>:a warning\n", "[1,0]<stderr>:error: no such file\n"]
+    said.append("[1,0]<stdout>:epoch   10  loss 0.1\n")        # late, from the other channel
+    words.flush()
+    assert said[-3:] == ["[1,0]<stdout>:epoch   10  loss 0.1\n",
+                         "[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[0]<stderr>:interrupted\n"]
+    words.flush()
+    assert len(said) == 5, "flushed once"
