@@ -8,7 +8,7 @@ measured:
                        ranks stepping at once, without or with Horovod's allreduce in the step
                        (and on one process, the evaluation's seconds per cube)
   paired_allreduce     a rank's step without allreduce and the allreduce a step pays, from
-                       probes without and with it taken in turn
+                       blocks of steps without and with it taken in turn in one launch
   allreduce_seconds    Gloo's allreduce of a model's gradients alone
   idle_cpu_share       what an idle rank's Horovod background thread costs
   real_epoch_seconds   real strong-scaling epochs of `deepdensity train`
@@ -18,6 +18,7 @@ there). This module imports neither TensorFlow nor Horovod, so that the study ca
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -32,6 +33,7 @@ from deepdensity.training.runs import read_metrics
 # the folder that holds the deepdensity package (a checkout or site-packages), for child processes
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 RANK_PROBES = "deepdensity.perf.rank_probes"
+PAIRED_KEY = "PAIRED_STEP_SECONDS "
 
 
 def run_child(args, env=None, timeout=None) -> subprocess.CompletedProcess:
@@ -98,20 +100,28 @@ def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduc
     return seconds, evaluation
 
 
-def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int) -> tuple:
+def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int, steps: int = 20) -> tuple:
     """(a rank's step without allreduce, the allreduce as a step pays it), seconds, on the
-    settings' own cubes: the medians over `pairs` probes without and with Horovod's allreduce
-    run alternately, the allreduce taken pair by pair. It is what the training pays: Horovod's
-    negotiation, its cycle, the wait for the slowest rank and Gloo's transfer (Gloo's alone,
-    `allreduce_seconds`, was 40-60 % of it on a 2-core AMD EPYC). It is a difference of two
-    steps of ranks sharing the cores; one pair of 40-step probes of -np 4 on a 2-core AMD EPYC
-    gave 8.2-13.2 ms over four tries, and one probe disturbed by other work twice that."""
-    without, paid = [], []
-    for _ in range(pairs):
-        without.append(probe_step_seconds(train_yaml, n, [batch], on_data=True)[0][batch])
-        paid.append(max(0.0, probe_step_seconds(train_yaml, n, [batch], allreduce=True, on_data=True)[0][batch]
-                        - without[-1]))
-    return statistics.median(without), statistics.median(paid)
+    settings' own cubes, from one launch of n ranks that times blocks of `steps` steps without
+    and with Horovod's allreduce in turn, `pairs` of each (rank_probes.paired_step_seconds):
+    paired_medians of the blocks. It is what the training pays: Horovod's negotiation, its cycle,
+    the wait for the slowest rank and the transfer. Taken as the difference of two launches'
+    40-step probes instead, the allreduce of -np 2 under MPI on a 2-core AMD EPYC came out at
+    5.9, 9.1 and 11.5 ms in three rounds, against about 4.8 ms a real epoch's steps imply."""
+    proc = run_child([horovodrun_path(), "-np", str(n)] + rank_probe(
+        "paired-step", "--config", train_yaml, "--batch", batch, "--steps", steps, "--pairs", pairs), timeout=900)
+    found = [line[line.index(PAIRED_KEY) + len(PAIRED_KEY):] for line in proc.stdout.splitlines() if PAIRED_KEY in line]
+    if proc.returncode or not found:
+        raise RuntimeError(f"the paired step probe on {n} processes failed:\n{proc.stderr[-2000:]}")
+    blocks = json.loads(found[0])
+    return paired_medians(blocks["without"], blocks["with"])
+
+
+def paired_medians(without: list, paid: list) -> tuple:
+    """(median step without the allreduce, median of the pairs' differences, none below 0)."""
+    if not without or len(without) != len(paid):
+        raise ValueError("as many blocks with the allreduce as without, at least one")
+    return statistics.median(without), statistics.median(max(0.0, w - o) for o, w in zip(without, paid))
 
 
 def real_epoch_seconds(out: Path, train_yaml: Path, eta: float, n: int, epochs: int) -> tuple:

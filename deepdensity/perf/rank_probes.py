@@ -5,6 +5,8 @@
         STEP_SECONDS BATCH S, one line per batch, and EVAL_SECONDS_PER_SAMPLE S on one process
     python -m deepdensity.perf.rank_probes throughput --config C --batch B --steps S    SAMPLES_PER_S
     python -m deepdensity.perf.rank_probes rank-waits --config C --batch B --steps S    RANK_WAITS [JSON]
+    python -m deepdensity.perf.rank_probes paired-step --config C --batch B --steps S --pairs P
+        PAIRED_STEP_SECONDS {"without": [S, ...], "with": [S, ...]}, on the settings' training cubes
     python -m deepdensity.perf.rank_probes allreduce FLOATS [--cycle-ms MS]            ALLREDUCE_SECONDS
     python -m deepdensity.perf.rank_probes idle SECONDS                                 IDLE_CPU_SHARE
 
@@ -64,6 +66,34 @@ def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False
             step()
         seconds[b] = backend.allreduce_max((time.perf_counter() - t) / steps)
     return seconds
+
+
+def paired_step_seconds(cfg, backend, batch: int, steps: int, pairs: int, cubes: Optional[np.ndarray] = None) -> tuple:
+    """([seconds of a step without allreduce], [with Horovod's allreduce in the step]), a
+    block of `steps` steps each, `pairs` of them taken in turn (ABBA: a drift of the host
+    moves both alike), each the slowest rank's mean. Both steps are built in this one launch, so
+    their difference is the allreduce's, not that of two launches' placements on the cores."""
+    local = training_step(trainable(cfg, batch), batch, seed=backend.rank(), cubes=cubes)
+    averaged = training_step(trainable(cfg, batch, backend=backend), batch, seed=backend.rank(), cubes=cubes)
+    for step in (local, averaged):
+        for _ in range(3):
+            step()
+
+    def block(step) -> float:
+        backend.allreduce_max(0.0)  # every rank starts the clock together
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return backend.allreduce_max((time.perf_counter() - t) / steps)
+    without, paid = [], []
+    for k in range(pairs):
+        if k % 2 == 0:
+            without.append(block(local))
+            paid.append(block(averaged))
+        else:
+            paid.append(block(averaged))
+            without.append(block(local))
+    return without, paid
 
 
 def eval_seconds_per_sample(cfg, repeats: int = 7, cubes: Optional[np.ndarray] = None) -> float:
@@ -167,6 +197,15 @@ def step_lines(args) -> tuple:
     return backend, lines + ([f"EVAL_SECONDS_PER_SAMPLE {found['eval']:.8f}"] if "eval" in found else [])
 
 
+def paired_step_lines(args) -> tuple:
+    """`paired-step`: (this process's backend, the lines rank 0 prints)."""
+    cfg = load(args.config, ["intra_op_threads=0"])     # each rank's share of the cores, as in training
+    backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
+    _, train_x, _ = training_data(cfg, say=lambda line: None)
+    without, paid = paired_step_seconds(cfg, backend, args.batch, args.steps, args.pairs, train_x[..., None])
+    return backend, [f"PAIRED_STEP_SECONDS {json.dumps({'without': without, 'with': paid})}"]
+
+
 def throughput_lines(args) -> tuple:
     """`throughput`: (this process's backend, the lines rank 0 prints)."""
     cfg = load(args.config, [])
@@ -196,7 +235,8 @@ def idle_lines(args) -> tuple:
 def _parser() -> argparse.ArgumentParser:
     ap = parser(__doc__, "python -m deepdensity.perf.rank_probes")
     probes = ap.add_subparsers(dest="probe", required=True)
-    for name, lines in (("step", step_lines), ("throughput", throughput_lines), ("rank-waits", rank_waits_lines)):
+    for name, lines in (("step", step_lines), ("throughput", throughput_lines), ("rank-waits", rank_waits_lines),
+                        ("paired-step", paired_step_lines)):
         p = probes.add_parser(name, formatter_class=HelpFormatter)
         p.set_defaults(lines=lines)
         p.add_argument("--config", default="configs/paper.yaml", help="the settings")
@@ -207,6 +247,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--on-data", action="store_true", help="on the settings' training cubes, not random ones")
         else:
             p.add_argument("--batch", type=int, default=32, help="per-process batch")
+        if name == "paired-step":
+            p.add_argument("--pairs", type=int, default=8, help="pairs of blocks without and with the allreduce")
     p = probes.add_parser("allreduce", formatter_class=HelpFormatter)
     p.set_defaults(lines=allreduce_lines)
     p.add_argument("floats", type=int, help="time an allreduce of this many float32 values")

@@ -39,8 +39,11 @@ PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and 
 # latency + per_doubling * log2 n fitted to N = 2 and 4 (speedup.fit_latency_and_per_doubling);
 # the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
 # of its epoch a per-epoch cost (step_scale_and_overhead). A record of version 3 or before has
-# no `allreduce_latency_s` and is rendered as it was, with none.
-CLOCK_VERSION = 4
+# no `allreduce_latency_s` and is rendered as it was, with none. In version 5 the allreduce at
+# N comes from one launch timing PAIRED_BLOCKS blocks of steps without and with it in turn
+# (rank_probes.paired_step_seconds), not from the difference of two launches' probes.
+CLOCK_VERSION = 5
+PAIRED_BLOCKS = 8         # pairs of 20-step blocks in each round's allreduce probe at each N
 # The probes and the real epochs are taken in ROUNDS rounds, each holding one of every probe
 # (the pair without and with the allreduce at every N of PROBE_NS) and the real epochs, and every
 # figure is the median over the rounds: a drift of the host's speed within an invocation then
@@ -85,7 +88,7 @@ def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
             say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
                 f"Horovod's allreduce")
-            shared[str(n)], allreduce[str(n)] = probes.paired_allreduce(str(train_yaml), n, b, 1)
+            shared[str(n)], allreduce[str(n)] = probes.paired_allreduce(str(train_yaml), n, b, PAIRED_BLOCKS)
         for n in REAL_NS:
             say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
             real[str(n)], real_steps[str(n)] = probes.real_epoch_seconds(root / f"timing-np{n}", train_yaml,

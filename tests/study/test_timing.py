@@ -135,7 +135,7 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     (tmp_path / "timing.json").write_text('{"compute_scale": 0.67}')
     said = []
     got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
-    assert measured == ["round"] * 3 and got["clock_version"] == 4
+    assert measured == ["round"] * 3 and got["clock_version"] == 5
     assert got["compute_scale"] == 1.25 and got["epoch_overhead_s"] == 0.1
     assert got["n_weights"] == 7 and got["allreduce_alone_seconds"]["4"] == 0.009
     assert got["controller"] == "mpi", "the clock names the controller its horovodrun ran under"
@@ -223,17 +223,25 @@ def test_a_damaged_rounds_file_is_measured_again(tmp_path, monkeypatch, timed):
 
 
 def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
-    # scripted probes (seconds): without, with, alternately; one pair disturbed (the second)
-    from deepdensity.perf import probes
-    script = iter([0.024, 0.034, 0.030, 0.055, 0.023, 0.035])
-    calls = []
+    """One launch of n ranks times blocks without and with the allreduce in turn; rank 0 prints
+    them. Scripted blocks (seconds), one pair disturbed (the second): the medians are read off
+    by hand, and a block with the allreduce faster than its pair counts as 0, not below."""
+    import subprocess
 
-    def probe(cfg, n, batches, steps=40, allreduce=False, on_data=False):
-        assert on_data                                       # the clock steps on the study's cubes
-        calls.append(allreduce)
-        return {batches[0]: next(script)}, None
-    monkeypatch.setattr(probes, "probe_step_seconds", probe)
-    without, paid = probes.paired_allreduce("train.yaml", 4, 8, 3)
-    assert calls == [False, True] * 3
-    assert without == pytest.approx(0.024)                   # median of 24, 30, 23 ms
-    assert paid == pytest.approx(0.012)                      # median of 10, 25, 12 ms
+    from deepdensity.perf import probes
+    printed = '{"without": [0.024, 0.030, 0.023, 0.025], "with": [0.034, 0.055, 0.035, 0.021]}'
+    launched = []
+
+    def run_child(args, env=None, timeout=None):
+        launched.append(args)
+        return subprocess.CompletedProcess(args, 0, f"[0]<stdout>:PAIRED_STEP_SECONDS {printed}\n", "")
+    monkeypatch.setattr(probes, "run_child", run_child)
+    without, paid = probes.paired_allreduce("train.yaml", 4, 8, 4)
+    assert len(launched) == 1 and launched[0][1:3] == ["-np", "4"] and "paired-step" in launched[0]
+    assert launched[0][launched[0].index("--pairs") + 1] == "4" and launched[0][launched[0].index("--batch") + 1] == "8"
+    assert without == pytest.approx(0.0245)                  # median of 24, 30, 23, 25 ms
+    assert paid == pytest.approx(0.0110)                     # median of 10, 25, 12, 0 (-4) ms
+    with pytest.raises(ValueError):
+        probes.paired_medians([0.02], [])
+
+
