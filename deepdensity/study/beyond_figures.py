@@ -48,7 +48,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     """fig8: per (mode, N) of the filter, each data set's seeds in passes (left) and in seconds
     under `clock` (right). `groups` = [(mode, N, {data: (cells, TimeBase)})]."""
     fig, axes = plt.subplots(2, 2, figsize=(9.8, 5.4), sharex=True, gridspec_kw={"height_ratios": [1, 4]})
-    rows, bounds, exact = list(DATA_STYLE), False, False
+    rows, bounds = list(DATA_STYLE), False
     for col, (which, label, title) in enumerate(((bv.PASSES, passes_axis(), "passes to target"),
                                                  (clock, time_axis(clock, wrap=True), "time to target"))):
         strip, ax = axes[0][col], axes[1][col]
@@ -61,7 +61,6 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
                 vals = bv.values(cs, which, base)
                 any_missed |= any(not math.isfinite(v) for v in vals)
                 bounds |= any(bounded(c, base) for c in cs)
-                exact |= any(c.reached and not bounded(c, base) for c in cs)
                 x0 = gi + (di - 1) * 0.28
                 xs = [x0 + 0.2 * (j / max(1, len(vals) - 1) - 0.5) for j in range(len(vals))]
                 seeds(ax, strip, xs, vals, DATA_STYLE[data], di, (xs[0] - 0.03, xs[-1] + 0.03), least(cs, which, base))
@@ -71,11 +70,12 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
         ax.set_ylabel(label, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     for data, (color, marker) in DATA_STYLE.items():
-        axes[1][1].scatter([], [], color=color, marker=marker, edgecolors=dark(color), label=f"{data} data", **DOT)
-    legend_keys(axes[1][1], bounds, dot=exact)
+        axes[1][1].scatter([], [], color=color, marker=marker, edgecolors=dark(color),
+                           label=f"{data} data (a seed)", **DOT)
+    legend_keys(axes[1][1], bounds, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
     axes[1][1].legend(**LEGEND_OUTSIDE)
     fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots"
-                 + ("; open: passes only bounded" if bounds else "") + "), median (bar);\n"
+                 + ("; open: passes only bounded" if bounds else "") + "), median (bar, where every seed reached);\n"
                  "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
     save_figure(fig, path, plt)
 
