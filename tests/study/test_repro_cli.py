@@ -43,6 +43,18 @@ def test_the_plan_counts_the_runs_the_design_can_start(tiny):
     assert not any("read off them" in line for line in runner_lines)
 
 
+def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs(tiny):
+    """Beyond the cells: each filter mode at each first seed on network, random and full data
+    (3 runs at most: the full data's is the default study's where it holds one), and the sweep's every batch but the study's own (the sequential run) under both lr
+    rules at each sequential seed. Counted by hand for 1 filter mode, 2 seeds, batches 16, 32, 64
+    (B = 32): 1 x 2 x 3 = 6 and 2 x 2 x 2 = 8 runs more than the cells alone."""
+    import dataclasses
+    _, study = load_study(str(tiny))
+    beyond = dataclasses.replace(study, filter_modes=["weak"], batch_sweep=[16, 32, 64])
+    assert len(study.seeds) == 2 and int(study.train.get("batch_size", 32)) == 32
+    assert run_counts(beyond) == (8 + 14, 12 + 14)
+
+
 def test_the_plan_gives_the_last_studys_own_minutes_beside_its_wall_time(tiny):
     # a study that reused every run took minutes; what training its runs takes is their own clocks
     _, study = load_study(str(tiny))
