@@ -22,7 +22,7 @@ from deepdensity.study.evidence import seconds_to_target
 from deepdensity.study.errors import StudyError
 from deepdensity.study.preset import SWEEP_STOPPING, Study
 from deepdensity.study.runner import StudyRunner
-from deepdensity.study.sequential import val_losses
+from deepdensity.study.sequential import sequential_path, val_losses
 from deepdensity.study.session import Protocol, StudyRun
 from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_json
@@ -111,8 +111,13 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             vals = val_losses(runner.root / nm)
-            status, epochs = (curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
-                                                  SWEEP_STOPPING["collapse_loss"]) or (RunStatus.CAPPED, len(vals)))
+            judged = curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
+                                          SWEEP_STOPPING["collapse_loss"])
+            if judged is None:      # ended where the cells' rules decided every N: grown to the cap
+                vals = sequential_path(runner, seed, eta, cap)
+                judged = curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
+                                              SWEEP_STOPPING["collapse_loss"])
+            status, epochs = judged or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b, **SWEEP_STOPPING})

@@ -48,7 +48,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     """fig8: per (mode, N) of the filter, each data set's seeds in passes (left) and in seconds
     under `clock` (right). `groups` = [(mode, N, {data: (cells, TimeBase)})]."""
     fig, axes = plt.subplots(2, 2, figsize=(9.8, 5.4), sharex=True, gridspec_kw={"height_ratios": [1, 4]})
-    rows, bounds = list(DATA_STYLE), False
+    rows, bounds, bars = list(DATA_STYLE), False, False
     for col, (which, label, title) in enumerate(((bv.PASSES, passes_axis(), "passes to target"),
                                                  (clock, time_axis(clock, wrap=True), "time to target"))):
         strip, ax = axes[0][col], axes[1][col]
@@ -63,7 +63,9 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
                 bounds |= any(bounded(c, base) for c in cs)
                 x0 = gi + (di - 1) * 0.28
                 xs = [x0 + 0.2 * (j / max(1, len(vals) - 1) - 0.5) for j in range(len(vals))]
-                seeds(ax, strip, xs, vals, DATA_STYLE[data], di, (xs[0] - 0.03, xs[-1] + 0.03), least(cs, which, base))
+                med = seeds(ax, strip, xs, vals, DATA_STYLE[data], di, (xs[0] - 0.03, xs[-1] + 0.03),
+                            least(cs, which, base))
+                bars |= med is not None and len(vals) > 1
         missed_strip(strip, rows, any_missed, title)
         ax.set_xticks(range(len(groups)), [f"{m}\nN = {n}" for m, n, _ in groups])
         ax.set_xlim(-0.6, len(groups) - 0.4)
@@ -72,7 +74,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     for data, (color, marker) in DATA_STYLE.items():
         axes[1][1].scatter([], [], color=color, marker=marker, edgecolors=dark(color),
                            label=f"{data} data (a seed)", **DOT)
-    legend_keys(axes[1][1], bounds, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
+    legend_keys(axes[1][1], bounds, bar=bars, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
     axes[1][1].legend(**LEGEND_OUTSIDE)
     fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots"
                  + ("; open: passes only bounded" if bounds else "") + "), median (bar, where every seed reached);\n"

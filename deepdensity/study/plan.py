@@ -121,8 +121,9 @@ def _duration(earlier: Optional[dict]) -> str:
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
     """The runs the ledger does not hold yet, and what they should take here: the trained cells'
     seeds, the data filter's and the batch sweep's runs, looked up by run name among the
-    ledger's entries of the earlier record's eta and target, replayed under the preset's
-    stopping rules (ledger.answer). Passes a missing run needs come from runs of its kind on
+    ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
+    target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
+    ledger.answer). Passes a missing run needs come from runs of its kind on
     record (a cell: the cell's, else the mode's largest N below; the sweep: its batch and lr
     rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
     is not known either); seconds a pass from the runs on record (their own clocks), of its
@@ -158,8 +159,9 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
-    """({run name: (entry, its answer's result)} of the entries at the earlier record's eta that
-    answer under the preset's stopping rules, {run name: seconds a pass})."""
+    """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
+    sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
+    sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
     from deepdensity.study import curves
     from deepdensity.study import ledger
     stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],

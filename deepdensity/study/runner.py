@@ -85,7 +85,8 @@ class StudyRunner:
             continue_from: Optional[str] = None) -> dict:
         """Run `name` with `settings`; a run the ledger holds is reused (its folder written from
         the ledger, ledger.py), a finished run in the folder is reused, and one that stopped at
-        its epoch cap is resumed when asked for more epochs (the sequential runs grow this way).
+        its epoch cap is resumed when asked for more epochs (the sequential runs grow this way),
+        as is one a stall rule ended that the study no longer asks for (_reopen_if_stopped_early).
         `need_weights`: the run's weights are read afterwards, so a ledger entry (which has none)
         does not do. `continue_from`: a run of the same path that a stopping rule ended here;
         when neither the ledger nor the folder holds `name`, it starts from that run's last
@@ -217,7 +218,8 @@ class StudyRunner:
         off: docs/beyond.md, amendment of 2026-11-27) is reopened at its last checkpoint, so
         that it trains on to where the rules now in force end it: the same path, not its
         epochs again. A run that ends where it did under both is left as it is; one that the
-        rules now in force would have ended sooner is refused, as the ledger cannot cut a folder."""
+        rules now in force would have ended sooner is refused, as the runner cannot cut a folder.
+        A run stopped at its cap is left to the cap's own rule (extended when asked for more)."""
         from deepdensity.config import Config, load
         wanted = ledger.stopping_of(load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict())
         saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults

@@ -278,8 +278,8 @@ def main(argv=None) -> int:
             and refusal.refused():
         raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
     refusal.flush()
-    last_words.flush()
     mpirun.flush()
+    last_words.flush()          # after anything mpirun's notice held: the note is the last line
     early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
     if early:
         # Horovod: horovodrun was stopped before any rank said a word, so none said where the run stands

@@ -77,3 +77,34 @@ def test_the_idle_probe_sets_horovods_cycle_for_its_ranks(launches):
     assert launches[0]["env"] == {"HOROVOD_CYCLE_TIME": "5"}
     got = probe_args(launches[0]["args"])
     assert (got.probe, got.seconds) == ("idle", 3.0)
+
+
+def test_the_paired_probe_launches_the_paired_entry_point_and_fails_with_its_stderr(launches):
+    launches.reply = '[1]<stdout>:noise\n[0]<stdout>:PAIRED_STEP_SECONDS {"without": [0.02, 0.03], "with": [0.03, 0.05]}\n'
+    assert probes.paired_allreduce("s.yaml", 2, 16, 2, steps=7) == (pytest.approx(0.025), pytest.approx(0.015))
+    got = probe_args(launches[0]["args"])
+    assert (got.probe, got.config, got.batch, got.steps, got.pairs) == ("paired-step", "s.yaml", 16, 7, 2)
+    launches.reply, launches.code = "", 1
+    with pytest.raises(RuntimeError, match="it broke"):
+        probes.paired_allreduce("s.yaml", 2, 16, 2)
+
+
+def test_the_paired_blocks_alternate_and_every_rank_syncs_alike(monkeypatch):
+    """Blocks without (L) and with (A) the allreduce in the order L A, A L, L A, ... (a drift of
+    the host then moves both alike), each block `steps` steps between two synchronisations,
+    after 3 warm-up steps of each; the blocks' seconds come back in their kinds' lists."""
+    log = []
+
+    class Backend:
+        def rank(self):
+            return 0
+
+        def allreduce_max(self, x):
+            log.append("sync")
+            return x
+    monkeypatch.setattr(rank_probes, "trainable", lambda cfg, b, backend=None: "A" if backend else "L")
+    monkeypatch.setattr(rank_probes, "training_step", lambda model, b, seed=0, cubes=None: lambda: log.append(model))
+    without, paid = rank_probes.paired_step_seconds(None, Backend(), 16, steps=2, pairs=3)
+    assert len(without) == len(paid) == 3
+    blocks = "".join(x if x != "sync" else "|" for x in log)
+    assert blocks == "LLLAAA" + "|LL||AA||AA||LL||LL||AA|"

@@ -372,6 +372,50 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
     assert {r["passes_to_target"] for r in rows} == {3.0}
 
 
+def test_the_sweeps_own_batch_grows_a_sequential_run_that_ended_short_of_the_target(tmp_path):
+    """b = B is the sequential run, which the cells' stall rule let end once every N was decided.
+    The sweep judges it without that rule (docs/beyond.md, amendment of 2026-11-27): a run that
+    ended above the target is grown to the cap (target 0, no rule) and judged then. Target 0.5,
+    cap 6: one seed reaches at pass 6, one never does and is capped at 6, never at 4."""
+    from deepdensity.config import Config
+    from deepdensity.study.beyond import batch_sweep
+    from deepdensity.study.preset import load_study
+    _, study = load_study("beyond")
+    study.batch_sweep = [32]
+    first, second, *others = study.sequential_seeds()
+    grown = {first: (1.0, 0.8, 0.6, 0.6, 0.55, 0.45), second: (1.0, 0.8, 0.6, 0.6, 0.6, 0.6)}
+    asked = []
+
+    def write(name, vals):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"epoch": e + 1, "val_loss": v, "steps": 57, "global_batch": 32, "allreduces": 0}) + "\n"
+            for e, v in enumerate(vals)))
+
+    class Runner:
+        root = tmp_path
+
+        def run_all(self, jobs, label=""):
+            return [job() for job in jobs]
+
+        def run(self, name, mode, n, settings, need_weights=False):
+            seed = int(settings["seed"])
+            asked.append((name, int(settings["max_epochs"]), float(settings["target_loss"])))
+            write(name, grown[seed])
+
+    for seed in (first, second):
+        write(f"seq-s{seed}", grown[seed][:4])              # ended at pass 4, above the target
+    for seed in others:
+        write(f"seq-s{seed}", (1.0, 0.4))                   # reached at pass 2
+    timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
+              "allreduce_per_doubling_s": 0.005}
+    rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 6, 256, timing)
+    assert sorted(asked) == sorted([(f"seq-s{first}", 6, 0.0), (f"seq-s{second}", 6, 0.0)]), "grown to the cap"
+    got = {r["seed"]: (r["status"], r["epochs"]) for r in rows if r["lr_rule"] == "eta"}
+    assert got[first] == ("reached_target", 6) and got[second] == ("max_epochs", 6)
+    assert all(got[s] == ("reached_target", 2) for s in others)
+
+
 def test_the_data_filter_takes_its_features_from_the_first_sequential_run(tmp_path, monkeypatch):
     """The beyond preset's sequential runs take seeds apart from the edge search's (3..10, where
     its cells take 0..7): the filter must read a run the study trained, seq-s3, not seq-s0."""

@@ -236,6 +236,7 @@ def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
         launched.append(args)
         return subprocess.CompletedProcess(args, 0, f"[0]<stdout>:PAIRED_STEP_SECONDS {printed}\n", "")
     monkeypatch.setattr(probes, "run_child", run_child)
+    monkeypatch.setattr(probes, "horovodrun_path", lambda: "horovodrun")     # the fast tier needs no Horovod
     without, paid = probes.paired_allreduce("train.yaml", 4, 8, 4)
     assert len(launched) == 1 and launched[0][1:3] == ["-np", "4"] and "paired-step" in launched[0]
     assert launched[0][launched[0].index("--pairs") + 1] == "4" and launched[0][launched[0].index("--batch") + 1] == "8"
