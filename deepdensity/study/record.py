@@ -16,7 +16,7 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study.preset import Study
+from deepdensity.study.preset import SWEEP_STOPPING, Study
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils import machine
 
@@ -73,12 +73,13 @@ def environment(seq_run: Path) -> dict:
             "platform": platform.platform()}
 
 
-def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str) -> dict:
+def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, other_runs=frozenset()) -> dict:
     """What every study's record holds: the preset, settings, eta and target, the clock, the
-    seeds and why, the machine and how the record was made."""
+    seeds and why, the machine and how the record was made. `other_runs`: the names of runs
+    besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
     from deepdensity.study.render import git_revision
     seq_run = s.root / f"seq-s{s.study.sequential_seeds()[0]}"
-    run_names = {name for names in book.runs.values() for name in names}
+    run_names = {name for names in book.runs.values() for name in names} | set(other_runs)
     wall = time.perf_counter() - s.t_start
     return {
         "format": FORMAT, "kind": kind, "decision_rules": claim_rules.RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
@@ -125,13 +126,16 @@ def beyond_record(kind: str, s, proto, book, cells: list, earlier: tuple, timing
     """The record of a study of the modes beyond the paper, the filter and the batch sweep:
     with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read (kinds.BEYOND)."""
     beyond_runs = sorted({c.run for c in cells if not policies.get(c.mode).in_paper and c.n > 1})
-    return {**_common(s, proto, book, timing, stopped, "", kind),
+    # the filter's and the sweep's own runs (not the default study's, whose rows name it)
+    others = {row["run"] for row in (sweep or []) + (filtering["rows"] if filtering else [])
+              if (s.root / row["run"]).is_dir()}
+    return {**_common(s, proto, book, timing, stopped, "", kind, others),
             "cells": [dataclasses.asdict(c) for c in cells],
             "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]], "note": earlier[1]},
             "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
                          for run in beyond_runs},
             "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": filtering["filter"]},
-            "batch_sweep": sweep}
+            "batch_sweep": sweep, "sweep_stopping": dict(SWEEP_STOPPING) if sweep else None}
 
 
 def study_of(record: dict) -> Study:

@@ -351,6 +351,17 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
                 bounds=against_n.bounds_caption(ran, b.base))
 
 
+def _sweep_stopping(record: dict) -> str:
+    """The rules the sweep's runs ended under, as the record names them (none before it did)."""
+    rules_ = record.get("sweep_stopping")
+    if rules_ is None:          # a record made before the amendment of 2026-11-27 (docs/beyond.md)
+        return "stall rule as the study's (the collapse rule is off in the sweep)"
+    if not rules_.get("stall_patience") and not rules_.get("collapse_loss"):
+        return ("no stall or collapse rule: a run ends only at the target, a non-finite loss or the cap "
+                "(docs/beyond.md, amendment of 2026-11-27)")
+    return "stopping rules " + ", ".join(f"{k} {v}" for k, v in sorted(rules_.items()))
+
+
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     sweep, paper, host, batch = b.record["batch_sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
@@ -378,4 +389,4 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
                       "s, the paper's clock, median", "s, this host's clock, median"], rows)
     return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                answer=" ".join(said), table=table, comparisons="\n".join(tables), median=figs.sweep_caption(by_rule))
+                stopping=_sweep_stopping(b.record), answer=" ".join(said), table=table, comparisons="\n".join(tables), median=figs.sweep_caption(by_rule))

@@ -450,3 +450,13 @@ def test_a_default_study_cell_in_the_filter_is_timed_by_its_passes():
     row = _earlier_full_row(reached, lambda mode, n: 2.0, 4)
     assert row["time_to_target_s"] == pytest.approx(37 * 0.5) and row["passes_to_target"] == 37
     assert _earlier_full_row(_cell("weak", 4, 1, None), lambda mode, n: 2.0, 4)["time_to_target_s"] is None
+
+
+def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
+    """The record says which stopping rules the sweep ran under (docs/beyond.md, amendment of
+    2026-11-27); a record made before it names none, and its runs had the study's stall rule."""
+    from deepdensity.study.report_beyond import _sweep_stopping
+    assert "no stall or collapse rule" in _sweep_stopping({"sweep_stopping": {"stall_patience": 0, "collapse_loss": 0.0}})
+    assert _sweep_stopping({}) == "stall rule as the study's (the collapse rule is off in the sweep)"
+    assert _sweep_stopping({"sweep_stopping": {"stall_patience": 3, "collapse_loss": 0.0}}) == \
+        "stopping rules collapse_loss 0.0, stall_patience 3"
