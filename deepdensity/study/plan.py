@@ -13,7 +13,8 @@ from deepdensity.scaling import policies
 from deepdensity.study.preset import SWEEP_STOPPING, Study
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
-# took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings).
+# took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings), version
+# 5's about 10.5 min (clock_job under MPI, the same settings, one round disturbed).
 CLOCK_MINUTES = (8, 12)
 
 

@@ -58,6 +58,18 @@ def passes_listing(cells, mode, n) -> str:
                      for c in cells_at(cells, mode, n))
 
 
+def cost_line(p: dict, besides: str) -> str:
+    """What the study cost, from its record's provenance `p`: this invocation, and every run
+    behind the report on its own clock, which is what the study costs to train here from
+    nothing (`besides`: the runs past the cells counted too, where they ran)."""
+    wall = p["runs_minutes"] / max(1, p["parallel_runs"])
+    return (f"This invocation took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
+            f"finished earlier, {p['parallel_runs']} at a time. The runs behind this report took "
+            f"{p['runs_minutes']} min on their own clocks: training them all here from "
+            f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
+            f"{p['parallel_runs']} at a time, {besides} included where they ran.")
+
+
 def runs_minutes(runs_root: Path) -> float:
     """Sum of the study's runs' own training clocks."""
     return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60

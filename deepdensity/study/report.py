@@ -20,8 +20,8 @@ from deepdensity.study.loss_figures import loss_against_time_figure, warmup_figu
 from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.render import (cells_at, epochs_listing, passes_listing, fill, fmt, md_table, pyplot, target_source, time_range,
-                                      write_csv)
+from deepdensity.study.render import (cells_at, cost_line, epochs_listing, passes_listing, fill, fmt, md_table, pyplot,
+                                      target_source, time_range, write_csv)
 from deepdensity.study.report_checks import isa_stability, real_strong, rules_when, stall_check, where_runs_ran
 from deepdensity.study.report_clock import clock_fields, host_latency
 from deepdensity.study.cells import TimeBase, efficiency_table, failure_groups, failure_margins, failures
@@ -169,7 +169,7 @@ def _header_fields(record: dict, claims: list) -> dict:
             "revision": p["revision"],
             "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                        + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
-            "provenance": _cost_line(p),
+            "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; "
                              "a claim that a cell below the design's seeds could still change has no verdict yet, the "
                              "pooled contrasts below are of the runs held so far, and the runs still missing are "
@@ -218,17 +218,6 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
                         for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
             f"{listing}. A claim that they could still change says so in its row")
-
-
-def _cost_line(p: dict) -> str:
-    """What the study cost: this invocation, and every run behind the report on its own clock,
-    which is what the grid costs to train here from nothing."""
-    wall = p["runs_minutes"] / max(1, p["parallel_runs"])
-    return (f"This invocation took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
-            f"finished earlier, {p['parallel_runs']} at a time. The runs behind this report took "
-            f"{p['runs_minutes']} min on their own clocks: training them all here from "
-            f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
-            f"{p['parallel_runs']} at a time, the stall and instruction-set checks included where they ran.")
 
 
 def _seconds_a_pass(record: dict) -> Optional[float]:

@@ -20,7 +20,8 @@ from deepdensity.study import beyond_verdicts as bv
 from deepdensity.study import clocks
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.render import cells_at, epochs_listing, fill, fmt, md_table, pyplot, target_source, time_range, write_csv
+from deepdensity.study.render import cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot, target_source, \
+    time_range, write_csv
 from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures
 from deepdensity.study.paper import PAPER_TABLE1
 from deepdensity.study.timing import describe_allreduce
@@ -149,9 +150,7 @@ def _fields(b: Beyond, judged: dict) -> dict:
         "name": r["preset"], "when": p["generated"], "revision": p["revision"],
         "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                    + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
-        "provenance": f"The study took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
-                      f"finished earlier, {p['parallel_runs']} at a time; its runs' own clocks add up to "
-                      f"{p['runs_minutes']} min.",
+        "provenance": cost_line(p, "the filter's and the batch sweep's runs"),
         "rules": _rules_line(b), "answer": _answer(b, judged),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "local_steps": cfg.local_steps,
         "eta": f"{r['eta']:.6g}", "eta_source": _eta_source(b.study.base_lr), "target": f"{r['target']:.6g}",
