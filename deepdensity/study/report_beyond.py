@@ -358,7 +358,8 @@ def _sweep_stopping(record: dict) -> str:
     if not rules_.get("stall_patience") and not rules_.get("collapse_loss"):
         return ("no stall or collapse rule: a run ends only at the target, a non-finite loss or the cap "
                 "(docs/beyond.md, amendment of 2026-11-27)")
-    return "stopping rules " + ", ".join(f"{k} {v}" for k, v in sorted(rules_.items()))
+    return (f"the stall rule with a patience of {rules_.get('stall_patience', 0)} passes"
+            + (f" and the collapse rule at val_loss {rules_['collapse_loss']:g}" if rules_.get("collapse_loss") else ""))
 
 
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:

@@ -459,4 +459,4 @@ def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
     assert "no stall or collapse rule" in _sweep_stopping({"sweep_stopping": {"stall_patience": 0, "collapse_loss": 0.0}})
     assert _sweep_stopping({}) == "stall rule as the study's (the collapse rule is off in the sweep)"
     assert _sweep_stopping({"sweep_stopping": {"stall_patience": 3, "collapse_loss": 0.0}}) == \
-        "stopping rules collapse_loss 0.0, stall_patience 3"
+        "the stall rule with a patience of 3 passes"

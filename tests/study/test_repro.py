@@ -204,7 +204,7 @@ def test_a_tiny_study_runs_end_to_end_and_skips_finished_runs(tmp_path):
     seconds = sum(json.loads((tmp_path / "runs" / r / "result.json").read_text())["seconds"] for r in own)
     cells = sum(json.loads((tmp_path / "runs" / r / "result.json").read_text())["seconds"] for r in
                 {c["run"] for c in b_cells})
-    assert b_record["provenance"]["runs_minutes"] >= round(seconds / 60, 1) > round(cells / 60, 1)
+    assert b_record["provenance"]["runs_minutes"] >= round(seconds / 60, 1) and seconds > cells
     assert rerender.main(["--from", str(out), "--check"]) == 0, "the beyond reports render from their record alone"
 
 
