@@ -7,6 +7,7 @@ one and the same code runs as a single worker. If Horovod is not installed at al
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import tensorflow as tf
@@ -205,6 +206,21 @@ def cycle_ms_in_effect(cycle_ms: float = 0.0) -> float:
     return float(value) if value else HOROVOD_DEFAULT_CYCLE_MS
 
 
+@contextlib.contextmanager
+def set_for_init(env: dict):
+    """`env` in this process's environment while Horovod initialises (its background thread
+    reads it before init returns), then taken out again: a process this one starts afterwards
+    (a study's or a test's `horovodrun -np 2`) must not inherit a world of one. Under mpirun,
+    inheriting HOROVOD_CONTROLLER=gloo made every rank of `-np 2` a lone process."""
+    added = {k: v for k, v in env.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     """Initialise the process group and pin this process to its device and thread share.
     `cycle_ms`: Horovod's cycle time (config.horovod_cycle_ms; 0 = Horovod's default)."""
@@ -212,8 +228,8 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     # its cache bits with all ranks, busy work that on a CPU host competes with training.
     os.environ.update(cycle_time_env(cycle_ms))
     # Horovod: a process no launcher started is a world of one, on Gloo even where MPI is built
-    os.environ.update(controllers.lone_process_env(os.environ))
-    backend = Horovod() if hvd is not None else Single()
+    with set_for_init(controllers.lone_process_env(os.environ)):
+        backend = Horovod() if hvd is not None else Single()
     if backend.rank() > 0:
         drop_start_up_noise()          # Horovod: rank 0 alone prints TensorFlow's start-up lines
     # Horovod: pin one GPU per local process (no-op on CPU-only hosts).

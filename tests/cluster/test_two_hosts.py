@@ -18,10 +18,12 @@ from tests.training.test_horovod import assert_same_path, launch, losses, np2  #
 _reason = unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"two hosts: {_reason}")]
 
-RANK_PROBE = ("import subprocess, horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+# the line in one write: mpirun tags each chunk it reads, and with PYTHONUNBUFFERED set print()
+# writes each of its arguments apart ("RANK 0[1,0]<stdout>: [1,1]<stdout>:RANK...")
+RANK_PROBE = ("import subprocess, sys, horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
               "nic = subprocess.run(['ip', '-4', '-o', 'addr', 'show', '%s'], capture_output=True, text=True); "
               "total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum).numpy(); "
-              "print('RANK', hvd.rank(), nic.stdout.split()[3], total)") % NIC
+              "sys.stdout.write(f'RANK {hvd.rank()} {nic.stdout.split()[3]} {total}\\n')") % NIC
 
 
 def on_two_hosts(hosts, command: list, controller: str = "--gloo", check=True):

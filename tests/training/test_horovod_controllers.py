@@ -222,3 +222,29 @@ def test_a_process_no_launcher_started_runs_on_gloo_and_no_other_is_touched(env,
 
 def test_a_users_cpu_operations_stay_in_a_lone_process():
     assert controllers.lone_process_env({"HOROVOD_CPU_OPERATIONS": "mpi"}) == {"HOROVOD_CONTROLLER": "gloo"}
+
+
+def test_the_lone_process_setting_holds_for_init_alone(monkeypatch):
+    """Set while Horovod initialises, then gone, so that a process started afterwards (a test's
+    or a study's `horovodrun -np 2` under MPI) does not inherit a world of one; a value the
+    user set stays. Under the MPI build, tests that ran dist.setup in pytest's own process
+    left HOROVOD_CONTROLLER=gloo behind, and every later `horovodrun -np 2` ran two lone ranks."""
+    import os
+
+    from deepdensity.training import dist
+    monkeypatch.delenv("HOROVOD_CONTROLLER", raising=False)
+    monkeypatch.setenv("HOROVOD_CPU_OPERATIONS", "mpi")
+    with dist.set_for_init({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}):
+        assert os.environ["HOROVOD_CONTROLLER"] == "gloo" and os.environ["HOROVOD_CPU_OPERATIONS"] == "mpi"
+    assert "HOROVOD_CONTROLLER" not in os.environ and os.environ["HOROVOD_CPU_OPERATIONS"] == "mpi"
+
+
+def test_setup_in_a_process_no_launcher_started_leaves_its_environment_as_it_was(monkeypatch):
+    import os
+
+    from deepdensity.training import dist
+    for name in ("HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS") + controllers.LAUNCHED_BY + controllers.PMI_VARS:
+        monkeypatch.delenv(name, raising=False)
+    backend = dist.setup(1)[0]
+    assert backend.size() == 1
+    assert "HOROVOD_CONTROLLER" not in os.environ and "HOROVOD_CPU_OPERATIONS" not in os.environ
