@@ -71,8 +71,9 @@ def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False
 def paired_step_seconds(cfg, backend, batch: int, steps: int, pairs: int, cubes: Optional[np.ndarray] = None) -> tuple:
     """([seconds of a step without allreduce], [with Horovod's allreduce in the step]), a
     block of `steps` steps each, `pairs` of them taken in turn (L A, A L, L A, ...: with an even
-    `pairs` a steady drift of the host moves both alike), each the slowest rank's mean. Both steps are built in this one launch, so
-    their difference is the allreduce's, not that of two launches' placements on the cores."""
+    `pairs` a steady drift of the host moves both alike), each the slowest rank's mean. Both
+    steps are built in this one launch, so their difference is the allreduce's, not that of two
+    launches' placements on the cores."""
     local = training_step(trainable(cfg, batch), batch, seed=backend.rank(), cubes=cubes)
     averaged = training_step(trainable(cfg, batch, backend=backend), batch, seed=backend.rank(), cubes=cubes)
     for step in (local, averaged):

@@ -110,14 +110,13 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
 
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
+            def judge(losses):
+                return curves.derive_strong(losses, 1, target, cap, SWEEP_STOPPING["stall_patience"],
+                                            SWEEP_STOPPING["collapse_loss"])
             vals = val_losses(runner.root / nm)
-            judged = curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
-                                          SWEEP_STOPPING["collapse_loss"])
-            if judged is None:      # ended where the cells' rules decided every N: grown to the cap
+            if judge(vals) is None:      # ended where the cells' rules decided every N: grown to the cap
                 vals = sequential_path(runner, seed, eta, cap)
-                judged = curves.derive_strong(vals, 1, target, cap, SWEEP_STOPPING["stall_patience"],
-                                              SWEEP_STOPPING["collapse_loss"])
-            status, epochs = judged or (RunStatus.CAPPED, len(vals))
+            status, epochs = judge(vals) or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
         return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
                                             "seed": seed, "batch_size": b, **SWEEP_STOPPING})

@@ -31,20 +31,23 @@ def continuation(stopped: Path, out: Path) -> None:
     partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(stopped, partial, ignore=shutil.ignore_patterns("result.json", "weights.h5", ledger.MARKER))
-    state = read_json(partial / "state.json", "stopped run's state")
-    state.pop("status", None)
-    write_atomic(partial / "state.json", json.dumps(state))
+    _drop_final_status(partial)
     partial.rename(out)
 
 
 def reopen(out: Path) -> None:
     """The finished run in `out` made resumable from its last checkpoint: its state loses its
     final status first, then result.json goes (a crash between the two reopens it again)."""
-    state = read_json(out / "state.json", "stopped run's state")
-    state.pop("status", None)
-    write_atomic(out / "state.json", json.dumps(state))
+    _drop_final_status(out)
     (out / "result.json").unlink()
     (out / "weights.h5").unlink(missing_ok=True)
+
+
+def _drop_final_status(folder: Path) -> None:
+    """The run's state.json without its final status: train.py resumes it from its checkpoint."""
+    state = read_json(folder / "state.json", "stopped run's state")
+    state.pop("status", None)
+    write_atomic(folder / "state.json", json.dumps(state))
 
 
 def wipe(out: Path) -> None:
