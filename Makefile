@@ -3,19 +3,17 @@
 #   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1), and Horovod's GPU
 #                           allreduce on NCCL where the CUDA toolkit (nvcc) and NCCL are there
 #                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
-#   make install MPI=auto   Horovod with MPI beside Gloo (below)
+#   make install MPI=off    Horovod with Gloo alone (below)
 #   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render.so) as it is, e.g. for a
 #                           second venv (VENV=...) beside one whose runs use the kernel now
 PYTHON ?= python3.11
 VENV   ?= .venv
 TF     ?= cpu
-# Horovod's MPI controller (the paper ran OpenMPI): auto installs Debian's OpenMPI where it is
-# missing and this is root, and builds Horovod with it; where neither, Gloo alone, said in one line
-# (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo (docs/performance.md).
-# Off by default: on the 2-core host, -np 2 under MPI reached 0.89 of one process idle (Gloo
-# 0.85, inside the rounds' spread) and 0.57 loaded (Gloo 0.78): docs/performance.md. The Ctrl-C
-# chain test, which reads plain horovodrun's rank tags, is validated under Gloo only.
-MPI    ?= off
+# Horovod's MPI controller beside Gloo, as the paper ran OpenMPI: auto installs Debian's OpenMPI
+# where it is missing and this is root, and builds Horovod with it; where neither, Gloo alone,
+# said in one line (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo,
+# which does better on a host whose cores are shared with other work (docs/performance.md).
+MPI    ?= auto
 KERNEL_BUILD ?= yes
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python

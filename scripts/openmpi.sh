@@ -5,19 +5,20 @@
 # is root with apt-get; else HOROVOD_WITHOUT_MPI=1, and one line on stderr saying that Horovod
 # gets Gloo alone and what to install for MPI. Never fails: a machine without MPI still installs.
 #
-#   scripts/openmpi.sh [auto|off] [VENV]     (make install MPI=off: Gloo alone, nothing installed)
+#   scripts/openmpi.sh [auto|off] [VENV]     (auto: make install's default; make install MPI=off:
+#                                             Gloo alone, nothing installed)
 set -uo pipefail
 want=${1:-auto}
 venv=${2:-.venv}
 have_mpi() { command -v mpicxx >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; }
 gloo_alone() {
-    echo "note: Horovod is built with Gloo alone ($1); for MPI beside it $2" >&2
+    echo "note: Horovod is built with Gloo alone ($1); for MPI beside it, $2" >&2
     echo HOROVOD_WITHOUT_MPI=1
     exit 0
 }
-again="then: rm $venv/.installed && make install MPI=auto"
+again="then: rm $venv/.installed && make install"
 if [ "$want" = off ]; then
-    gloo_alone "MPI=off, the default" "rm $venv/.installed && make install MPI=auto"
+    gloo_alone "MPI=off" "run: rm $venv/.installed && make install"
 fi
 if ! have_mpi; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,8 +1,10 @@
-"""scripts/gpu_ops.sh, which `make install TF=gpu` asks for Horovod's GPU build variables. No GPU
-or CUDA is needed: the toolkit and NCCL are stand-in folders laid out as CUDA's and the
+"""The scripts `make install` asks for Horovod's build variables. scripts/gpu_ops.sh (for TF=gpu),
+first: no GPU or CUDA is needed: the toolkit and NCCL are stand-in folders laid out as CUDA's and the
 nvidia-nccl-cu12 wheel's are, and the default search places are switched off."""
 import os
 import subprocess
+
+import pytest
 
 from tests.support import ROOT
 
@@ -96,3 +98,84 @@ def test_a_gpu_build_set_by_hand_is_left_alone(tmp_path):
     nccl_wheel(tmp_path / ".venv")
     proc = gpu_ops("gpu", tmp_path / ".venv", HOROVOD_CUDA_HOME=str(cuda), HOROVOD_GPU_OPERATIONS="NCCL")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+# scripts/openmpi.sh, which `make install` asks whether Horovod gets MPI beside Gloo. The machine's
+# own MPI, apt-get and user are out of its sight: PATH holds only a folder the test lays out, with
+# a stand-in `id` for the user, `apt-get` that logs its calls (and installs stand-ins, or fails),
+# and mpicxx and mpirun stand-ins where the test says they are there.
+OPENMPI = ROOT / "scripts" / "openmpi.sh"
+MPIRUN_VERSION = "mpirun (Open MPI) 4.1.4"
+
+
+def stand_in(folder, name, body):
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def machine(tmp_path, uid=0, mpi=False, apt=None):
+    """A PATH folder: `id -u` says uid; mpicxx and mpirun if mpi; apt-get if apt is 'installs'
+    (puts mpicxx and mpirun in place), 'fails' (exit 100) or 'installs nothing'."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "head").symlink_to("/usr/bin/head")
+    stand_in(bin_, "id", f"echo {uid}")
+    mpi_tools = (f'printf "#!/bin/sh\\necho \'{MPIRUN_VERSION}\'\\n" > {bin_}/mpirun; '
+                 f'printf "#!/bin/sh\\n" > {bin_}/mpicxx; /bin/chmod 755 {bin_}/mpirun {bin_}/mpicxx')
+    if mpi:
+        subprocess.run(["sh", "-c", mpi_tools], check=True)
+    if apt is not None:
+        body = {"installs": f'case "$*" in *install*) {mpi_tools};; esac', "fails": "exit 100",
+                "installs nothing": "true"}[apt]
+        stand_in(bin_, "apt-get", f'echo "$@" >> {tmp_path}/apt.log\n{body}')
+    return bin_
+
+
+def openmpi(want, bin_) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/bash", str(OPENMPI), want, ".venv"], env={"PATH": str(bin_)},
+                          capture_output=True, text=True, timeout=30)
+
+
+def apt_calls(tmp_path) -> list:
+    log = tmp_path / "apt.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_mpi_on_path_gives_the_mpi_build_and_installs_nothing(tmp_path):
+    proc = openmpi("auto", machine(tmp_path, mpi=True, apt="installs"))
+    assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITH_MPI=1\n")
+    assert proc.stderr == f"Horovod's controllers: MPI ({MPIRUN_VERSION}) beside Gloo\n"
+    assert apt_calls(tmp_path) == []
+
+
+def test_as_root_without_mpi_debians_openmpi_is_installed_and_built_with(tmp_path):
+    proc = openmpi("auto", machine(tmp_path, uid=0, apt="installs"))
+    assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITH_MPI=1\n")
+    assert apt_calls(tmp_path) == ["update -qq", "install -y -qq openmpi-bin libopenmpi-dev"]
+    assert proc.stderr.splitlines()[-1] == f"Horovod's controllers: MPI ({MPIRUN_VERSION}) beside Gloo"
+
+
+@pytest.mark.parametrize("uid, apt, cause", [
+    (1000, "installs", "no mpicxx and mpirun on PATH"),              # not root: nothing installed
+    (0, None, "no mpicxx and mpirun on PATH"),                        # root without apt-get
+    (0, "fails", "apt-get install openmpi-bin libopenmpi-dev failed"),
+    (0, "installs nothing", "mpicxx or mpirun still missing after apt-get"),
+])
+def test_without_mpi_horovod_builds_with_gloo_alone_and_says_why_in_one_line(tmp_path, uid, apt, cause):
+    proc = openmpi("auto", machine(tmp_path, uid=uid, apt=apt))
+    assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITHOUT_MPI=1\n"), "the install goes on, with Gloo"
+    said = proc.stderr.splitlines()[-1]
+    assert said.startswith(f"note: Horovod is built with Gloo alone ({cause}); for MPI beside it, "), said
+    assert said.endswith("rm .venv/.installed && make install"), said
+    if uid:
+        assert apt_calls(tmp_path) == [], "a user who is not root is not made to run apt-get"
+        assert "apt-get install openmpi-bin libopenmpi-dev" in said, "it says what to install"
+
+
+def test_mpi_off_builds_gloo_alone_even_where_mpi_is_there(tmp_path):
+    proc = openmpi("off", machine(tmp_path, mpi=True, apt="installs"))
+    assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITHOUT_MPI=1\n")
+    assert proc.stderr == "note: Horovod is built with Gloo alone (MPI=off); for MPI beside it, run: rm .venv/.installed " \
+                          "&& make install\n"
+    assert apt_calls(tmp_path) == []
