@@ -1,14 +1,18 @@
 """A study run's folder, besides training it: whether it holds a ledger entry's answer, a
-stopped run made resumable (in place, or copied as another run's start), and removal."""
+stopped run made resumable (in place, or copied as another run's start), a run launched under
+another controller set aside, and removal."""
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
+from typing import Optional
 
 from deepdensity.study import ledger
 from deepdensity.training.runs import read_json
 from deepdensity.utils.files import write_atomic
+
+SET_ASIDE = "set-aside"
 
 
 def holds(out: Path, entry: dict, result: dict) -> bool:
@@ -48,6 +52,30 @@ def _drop_final_status(folder: Path) -> None:
     state = read_json(folder / "state.json", "stopped run's state")
     state.pop("status", None)
     write_atomic(folder / "state.json", json.dumps(state))
+
+
+def other_controller(out: Path, controller: str) -> Optional[str]:
+    """The controller the folder's run ran under, where it is not `controller` (its config.json's
+    `launch`); None where the same, or where either side is one process or the folder does not
+    say (runs from before the record, all under Gloo, are left as they are)."""
+    config = out / "config.json"
+    if not config.is_file():
+        return None
+    had = (read_json(config, "run's configuration").get("launch") or {}).get("controller")
+    return had if had and controller and had != controller else None
+
+
+def set_aside(out: Path, tag: str) -> Path:
+    """The folder moved to SET_ASIDE/NAME.TAG beside it, kept but no longer the run `out` names
+    (nor among the runs folder's runs, which are its direct subfolders)."""
+    aside = out.parent / SET_ASIDE / f"{out.name}.{tag}"
+    k = 1
+    while aside.exists():
+        k += 1
+        aside = aside.with_name(f"{out.name}.{tag}-{k}")
+    aside.parent.mkdir(exist_ok=True)
+    out.rename(aside)
+    return aside
 
 
 def wipe(out: Path) -> None:

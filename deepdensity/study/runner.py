@@ -94,6 +94,7 @@ class StudyRunner:
         out = self.root / name
         result_path = out / "result.json"
         request = self._request(mode, n, settings) if self.ledger is not None else None
+        self._set_aside_if_other_controller(out)
         trained_here = (out / "state.json").exists()      # its checkpoint: trained here
         # a run trained in this folder is used as before (reused, extended or resumed); the
         # ledger fills folders without one, unless the run's weights are needed
@@ -169,14 +170,19 @@ class StudyRunner:
     def _launcher(self) -> str:
         """How a run is launched, as far as it changes its path: one process, or several real
         processes under a controller (MPI's and Gloo's allreduces each round sums in their own order)."""
+        controller = self._controller()
+        return f"horovodrun ({controller})" if controller else "one process"
+
+    def _controller(self) -> Optional[str]:
+        """The controller the runner's processes run under ('mpi', 'gloo'); None for one process."""
         if not self.runner:
-            return "one process"
+            return None
         from deepdensity.training import controllers
         from deepdensity.training.horovodrun import horovodrun_path
         options = shlex.split(self.runner.format(n=2))
         # DEEPDENSITY_CONTROLLER is read by `deepdensity launch` alone; plain horovodrun ignores it
         env = dict(os.environ) if "launch" in options and "deepdensity" in self.runner else {}
-        return f"horovodrun ({controllers.resolved(options, env, horovodrun_path())})"
+        return controllers.resolved(options, env, horovodrun_path())
 
     def _record(self, out: Path, name: str, mode: str, n: int, request: dict, source: str) -> None:
         """The finished run in `out` as a ledger entry, once for this machine (a run another
@@ -212,6 +218,16 @@ class StudyRunner:
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
         cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
         return {**self.machine, **({"isa_cap": cap} if cap else {})}
+
+    def _set_aside_if_other_controller(self, out: Path) -> None:
+        """A run of this name trained here under another controller is not this run (the
+        allreduce's order of summing changes its path; the ledger keeps it under its own): it is
+        set aside, not reused and not deleted, and this one trains or comes from the ledger."""
+        now = self._controller()
+        had = run_folders.other_controller(out, now) if now else None
+        if had:
+            aside = run_folders.set_aside(out, had)
+            self.say(f"{out.name}: trained here under {had}, asked for under {now}; the {had} run is kept in {aside}")
 
     def _reopen_if_stopped_early(self, out: Path, settings: dict) -> None:
         """A finished run that a stopping rule no longer asked for ended (a stall rule turned

@@ -163,3 +163,32 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
         check.trained.add("isa-avx2-seq-s0")
         check.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4})
         assert study.trained == {"isa-avx2-seq-s0"} and study.reused == {"seq-s0"}
+
+
+@pytest.mark.parametrize("launch, asked, kept", [
+    ({"controller": "gloo"}, "horovodrun --mpi -np {n}", False),     # trained under Gloo, asked under MPI
+    ({"controller": "mpi"}, "horovodrun --gloo -np {n}", False),
+    ({"controller": "gloo"}, "horovodrun --gloo -np {n}", True),     # the same controller: reused
+    (None, "horovodrun --mpi -np {n}", True),                         # from before the record: as it was
+])
+def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reused(tmp_path, launch, asked, kept):
+    """The study's real strong-scaling runs have one folder name under either controller. A
+    folder trained under Gloo answered the study's request under MPI (and went into the ledger
+    as MPI's); it is now moved aside, whole, and the run is looked up or trained afresh."""
+    from deepdensity.study.runner import NotHeld
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"the study's cubes")
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
+    run = _finished_run(tmp_path / "runs", data, **({"launch": launch} if launch else {}))
+    runner = StudyRunner(tmp_path / "runs", train_yaml, asked, say=lambda *a: None)
+    runner.may_train = False
+    asked_settings = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4}
+    if kept:
+        assert runner.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and runner.reused == {"seq-s0"}
+        return
+    with pytest.raises(NotHeld, match="not in the ledger"):
+        runner.run("seq-s0", "strong", 2, asked_settings)
+    aside = tmp_path / "runs" / "set-aside" / f"seq-s0.{launch['controller']}"
+    assert not run.exists() and json.loads((aside / "result.json").read_text())["epochs"] == 3
+    assert json.loads((aside / "config.json").read_text())["launch"] == launch
