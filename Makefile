@@ -1,9 +1,9 @@
 # One-command set-up and tests. `make install` needs only Python 3.11, a C++ compiler and cmake.
-#   make install            CPU TensorFlow (default); Horovod with Gloo
+#   make install            CPU TensorFlow (default); Horovod with MPI beside Gloo (below)
 #   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1), and Horovod's GPU
 #                           allreduce on NCCL where the CUDA toolkit (nvcc) and NCCL are there
 #                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
-#   make install MPI=off    Horovod with Gloo alone (below)
+#   make install MPI=off    Horovod with Gloo alone
 #   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render.so) as it is, e.g. for a
 #                           second venv (VENV=...) beside one whose runs use the kernel now
 PYTHON ?= python3.11
@@ -14,6 +14,7 @@ TF     ?= cpu
 # said in one line (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo,
 # which does better on a host whose cores are shared with other work (docs/performance.md).
 MPI    ?= auto
+$(if $(filter auto off,$(MPI)),,$(error MPI=$(MPI): auto or off))
 KERNEL_BUILD ?= yes
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python

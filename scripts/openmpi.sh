@@ -17,14 +17,17 @@ gloo_alone() {
     exit 0
 }
 again="then: rm $venv/.installed && make install"
+case "$want" in auto|off) ;; *) echo "error: MPI=$want: auto or off" >&2; exit 2;; esac
 if [ "$want" = off ]; then
     gloo_alone "MPI=off" "run: rm $venv/.installed && make install"
 fi
 if ! have_mpi; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing Debian's OpenMPI for Horovod's MPI controller: openmpi-bin libopenmpi-dev" >&2
-        { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev; } >&2 \
+        # stale package lists may still hold OpenMPI: a failed update is said, and install tried
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 \
+            || echo "warning: apt-get update failed; installing from the package lists there are" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >&2 \
             || gloo_alone "apt-get install openmpi-bin libopenmpi-dev failed" "fix that, $again"
     else
         gloo_alone "no mpicxx and mpirun on PATH" \

@@ -99,6 +99,8 @@ def test_train_help_names_the_spelling_used(capsys):
     ({}, ""), ({"HOROVOD_SIZE": "1"}, ""), ({"HOROVOD_SIZE": "2"}, "horovodrun -np 2 "),
     ({"OMPI_COMM_WORLD_SIZE": "4"}, "horovodrun -np 4 "), ({"PMI_SIZE": "8"}, "horovodrun -np 8 "),
     ({"HOROVOD_SIZE": "4", "HOROVOD_CROSS_SIZE": "2"}, "horovodrun -np 4 -H HOST1:SLOTS,HOST2:SLOTS "),
+    # ranks horovodrun started under Gloo go on under Gloo: on a build with MPI, MPI is its default
+    ({"HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo"}, "horovodrun --gloo -np 2 "),
 ])
 def test_the_resume_command_names_the_launch_it_came_from(env, want, monkeypatch, tmp_path):
     """A run saved by two ranks resumes under horovodrun -np 2: pasted without it, the resume
@@ -106,7 +108,7 @@ def test_the_resume_command_names_the_launch_it_came_from(env, want, monkeypatch
     from deepdensity.training.cli import where_to_continue
     from deepdensity.utils.errors import launcher_prefix
     assert launcher_prefix(env) == want
-    for key in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_CROSS_SIZE"):
+    for key in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_CROSS_SIZE", "HOROVOD_CONTROLLER"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -116,7 +116,8 @@ def stand_in(folder, name, body):
 
 def machine(tmp_path, uid=0, mpi=False, apt=None):
     """A PATH folder: `id -u` says uid; mpicxx and mpirun if mpi; apt-get if apt is 'installs'
-    (puts mpicxx and mpirun in place), 'fails' (exit 100) or 'installs nothing'."""
+    (puts mpicxx and mpirun in place), 'fails' (its install exits 100), 'no lists' (its update
+    exits 100, its install works) or 'installs nothing'."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     (bin_ / "head").symlink_to("/usr/bin/head")
@@ -126,7 +127,9 @@ def machine(tmp_path, uid=0, mpi=False, apt=None):
     if mpi:
         subprocess.run(["sh", "-c", mpi_tools], check=True)
     if apt is not None:
-        body = {"installs": f'case "$*" in *install*) {mpi_tools};; esac', "fails": "exit 100",
+        body = {"installs": f'case "$*" in *install*) {mpi_tools};; esac',
+                "fails": 'case "$*" in *install*) exit 100;; esac',
+                "no lists": f'case "$*" in update*) exit 100;; *install*) {mpi_tools};; esac',
                 "installs nothing": "true"}[apt]
         stand_in(bin_, "apt-get", f'echo "$@" >> {tmp_path}/apt.log\n{body}')
     return bin_
@@ -149,11 +152,27 @@ def test_mpi_on_path_gives_the_mpi_build_and_installs_nothing(tmp_path):
     assert apt_calls(tmp_path) == []
 
 
+INSTALL = ["update -qq", "install -y -qq openmpi-bin libopenmpi-dev"]
+
+
 def test_as_root_without_mpi_debians_openmpi_is_installed_and_built_with(tmp_path):
     proc = openmpi("auto", machine(tmp_path, uid=0, apt="installs"))
     assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITH_MPI=1\n")
-    assert apt_calls(tmp_path) == ["update -qq", "install -y -qq openmpi-bin libopenmpi-dev"]
+    assert apt_calls(tmp_path) == INSTALL
     assert proc.stderr.splitlines()[-1] == f"Horovod's controllers: MPI ({MPIRUN_VERSION}) beside Gloo"
+
+
+def test_a_failed_package_list_update_is_said_and_the_install_still_tried(tmp_path):
+    proc = openmpi("auto", machine(tmp_path, uid=0, apt="no lists"))
+    assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITH_MPI=1\n")
+    assert apt_calls(tmp_path) == INSTALL
+    assert "warning: apt-get update failed" in proc.stderr
+
+
+def test_an_mpi_setting_other_than_auto_or_off_is_refused(tmp_path):
+    proc = openmpi("no", machine(tmp_path, uid=0, apt="installs"))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", "error: MPI=no: auto or off\n")
+    assert apt_calls(tmp_path) == [], "nothing installed for a value it does not know"
 
 
 @pytest.mark.parametrize("uid, apt, cause", [
@@ -171,6 +190,8 @@ def test_without_mpi_horovod_builds_with_gloo_alone_and_says_why_in_one_line(tmp
     if uid:
         assert apt_calls(tmp_path) == [], "a user who is not root is not made to run apt-get"
         assert "apt-get install openmpi-bin libopenmpi-dev" in said, "it says what to install"
+    else:
+        assert apt_calls(tmp_path) == ([] if apt is None else INSTALL)
 
 
 def test_mpi_off_builds_gloo_alone_even_where_mpi_is_there(tmp_path):

@@ -9,7 +9,7 @@ measured:
                        (and on one process, the evaluation's seconds per cube)
   paired_allreduce     a rank's step without allreduce and the allreduce a step pays, from
                        blocks of steps without and with it taken in turn in one launch
-  allreduce_seconds    Gloo's allreduce of a model's gradients alone
+  allreduce_seconds    the controller's allreduce of a model's gradients alone (MPI's or Gloo's)
   idle_cpu_share       what an idle rank's Horovod background thread costs
   real_epoch_seconds   real strong-scaling epochs of `deepdensity train`
 

@@ -55,14 +55,17 @@ def _drop_final_status(folder: Path) -> None:
 
 
 def other_controller(out: Path, controller: str) -> Optional[str]:
-    """The controller the folder's run ran under, where it is not `controller` (its config.json's
-    `launch`); None where the same, or where either side is one process or the folder does not
-    say (runs from before the record, all under Gloo, are left as they are)."""
+    """The controller the folder's run of several processes ran under, where it is not
+    `controller` (its config.json's `launch`), or 'unrecorded' for one from before runs recorded
+    it (the build had MPI at times then); None where the same, or for one process (no allreduce)."""
     config = out / "config.json"
-    if not config.is_file():
+    if not config.is_file() or (out / ledger.MARKER).exists():      # written from the ledger, by its key
         return None
-    had = (read_json(config, "run's configuration").get("launch") or {}).get("controller")
-    return had if had and controller and had != controller else None
+    saved = read_json(config, "run's configuration")
+    if int(saved.get("world_size", 1) or 1) <= 1:
+        return None
+    had = (saved.get("launch") or {}).get("controller") or "unrecorded"
+    return had if had != controller else None
 
 
 def set_aside(out: Path, tag: str) -> Path:
@@ -76,6 +79,16 @@ def set_aside(out: Path, tag: str) -> Path:
     aside.parent.mkdir(exist_ok=True)
     out.rename(aside)
     return aside
+
+
+def take_back(out: Path, tag: str) -> bool:
+    """The run set aside as NAME.TAG back in `out`, where `out` is free: a study under the
+    controller it ran under again reuses it instead of training it again."""
+    aside = out.parent / SET_ASIDE / f"{out.name}.{tag}"
+    if out.exists() or not aside.is_dir():
+        return False
+    aside.rename(out)
+    return True
 
 
 def wipe(out: Path) -> None:

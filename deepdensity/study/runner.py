@@ -222,12 +222,17 @@ class StudyRunner:
     def _set_aside_if_other_controller(self, out: Path) -> None:
         """A run of this name trained here under another controller is not this run (the
         allreduce's order of summing changes its path; the ledger keeps it under its own): it is
-        set aside, not reused and not deleted, and this one trains or comes from the ledger."""
+        set aside, not reused and not deleted, and this one trains or comes from the ledger. One
+        set aside earlier under the controller asked for now comes back."""
         now = self._controller()
-        had = run_folders.other_controller(out, now) if now else None
+        if not now:
+            return
+        had = run_folders.other_controller(out, now)
         if had:
             aside = run_folders.set_aside(out, had)
             self.say(f"{out.name}: trained here under {had}, asked for under {now}; the {had} run is kept in {aside}")
+        if run_folders.take_back(out, now):
+            self.say(f"{out.name}: the run trained here under {now} earlier, set aside since, is back in its folder")
 
     def _reopen_if_stopped_early(self, out: Path, settings: dict) -> None:
         """A finished run that a stopping rule no longer asked for ended (a stall rule turned

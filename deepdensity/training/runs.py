@@ -141,7 +141,8 @@ def continue_command(run_dir, saved: dict) -> str:
         if key in saved and _listed(saved[key]) != _listed(defaults.get(key)):
             words += ["--set", f"{key}={_set_value(key, saved[key])}"]
     processes = int(saved.get("world_size", 1) or 1)
-    prefix = f"horovodrun -np {processes} " if processes > 1 else ""
+    gloo = "--gloo " if (saved.get("launch") or {}).get("controller") == "gloo" else ""
+    prefix = f"horovodrun {gloo}-np {processes} " if processes > 1 else ""
     return prefix + "python -m deepdensity train " + " ".join(shell_word(w) for w in words)
 
 

@@ -145,8 +145,9 @@ def launcher_size(environ=None) -> int:
 def launcher_prefix(environ=None) -> str:
     """How this process was launched, as a command prefix a user can paste: what `deepdensity
     launch` said it ran (LAUNCH_PREFIX_ENV); else 'horovodrun -np N ' when a launcher started
-    N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with -H for the hosts it
-    cannot know when they were several; '' for one process."""
+    N > 1 processes (horovodrun: HOROVOD_SIZE; mpirun: OMPI_*; PMI), with --gloo where horovodrun
+    ran them under Gloo (on a build with MPI, its default, the line would otherwise go on under
+    MPI) and -H for the hosts it cannot know when they were several; '' for one process."""
     env = os.environ if environ is None else environ
     if env.get(LAUNCH_PREFIX_ENV):
         return env[LAUNCH_PREFIX_ENV]
@@ -154,4 +155,6 @@ def launcher_prefix(environ=None) -> str:
     if size <= 1:
         return ""
     hosts = int(env["HOROVOD_CROSS_SIZE"]) if env.get("HOROVOD_CROSS_SIZE", "").isdigit() else 1
-    return f"horovodrun -np {size}" + (" -H HOST1:SLOTS,HOST2:SLOTS" if hosts > 1 else "") + " "
+    # Horovod: horovodrun sets HOROVOD_CONTROLLER=gloo for the ranks it starts under Gloo
+    gloo = " --gloo" if env.get("HOROVOD_CONTROLLER") == "gloo" else ""
+    return f"horovodrun{gloo} -np {size}" + (" -H HOST1:SLOTS,HOST2:SLOTS" if hosts > 1 else "") + " "

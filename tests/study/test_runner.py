@@ -165,30 +165,35 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
         assert study.trained == {"isa-avx2-seq-s0"} and study.reused == {"seq-s0"}
 
 
-@pytest.mark.parametrize("launch, asked, kept", [
-    ({"controller": "gloo"}, "horovodrun --mpi -np {n}", False),     # trained under Gloo, asked under MPI
-    ({"controller": "mpi"}, "horovodrun --gloo -np {n}", False),
-    ({"controller": "gloo"}, "horovodrun --gloo -np {n}", True),     # the same controller: reused
-    (None, "horovodrun --mpi -np {n}", True),                         # from before the record: as it was
+@pytest.mark.parametrize("saved, asked, aside_as", [
+    ({"launch": {"controller": "gloo"}}, "horovodrun --mpi -np {n}", "gloo"),    # trained under Gloo, asked under MPI
+    ({"launch": {"controller": "mpi"}}, "horovodrun --gloo -np {n}", "mpi"),
+    ({}, "horovodrun --mpi -np {n}", "unrecorded"),      # from before runs recorded their controller
+    ({"launch": {"controller": "gloo"}}, "horovodrun --gloo -np {n}", None),      # the same controller: reused
+    ({"launch": {"controller": "gloo"}, "world_size": 1}, "horovodrun --mpi -np {n}", None),   # one process
 ])
-def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reused(tmp_path, launch, asked, kept):
+def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reused(tmp_path, saved, asked, aside_as):
     """The study's real strong-scaling runs have one folder name under either controller. A
     folder trained under Gloo answered the study's request under MPI (and went into the ledger
-    as MPI's); it is now moved aside, whole, and the run is looked up or trained afresh."""
+    as MPI's); it is now moved aside, whole, and the run is looked up or trained afresh. One
+    process has no allreduce: its folder is the same run under either."""
     from deepdensity.study.runner import NotHeld
     data = tmp_path / "data.h5"
     data.write_bytes(b"the study's cubes")
     train_yaml = tmp_path / "train.yaml"
     train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
-    run = _finished_run(tmp_path / "runs", data, **({"launch": launch} if launch else {}))
+    run = _finished_run(tmp_path / "runs", data, **{"world_size": 2, **saved})
     runner = StudyRunner(tmp_path / "runs", train_yaml, asked, say=lambda *a: None)
     runner.may_train = False
     asked_settings = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4}
-    if kept:
+    if aside_as is None:
         assert runner.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and runner.reused == {"seq-s0"}
         return
     with pytest.raises(NotHeld, match="not in the ledger"):
         runner.run("seq-s0", "strong", 2, asked_settings)
-    aside = tmp_path / "runs" / "set-aside" / f"seq-s0.{launch['controller']}"
+    aside = tmp_path / "runs" / "set-aside" / f"seq-s0.{aside_as}"
     assert not run.exists() and json.loads((aside / "result.json").read_text())["epochs"] == 3
-    assert json.loads((aside / "config.json").read_text())["launch"] == launch
+    assert json.loads((aside / "config.json").read_text()).get("launch") == saved.get("launch")
+    if aside_as != "unrecorded":     # asked for under its own controller again, it comes back
+        back = StudyRunner(tmp_path / "runs", train_yaml, f"horovodrun --{aside_as} -np {{n}}", say=lambda *a: None)
+        assert back.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and not aside.exists()

@@ -139,6 +139,14 @@ def test_a_run_of_several_processes_continues_under_horovodrun():
     assert command.startswith("horovodrun -np 2 python -m deepdensity train --mode warmup --out runs/x --resume")
 
 
+def test_a_run_horovodrun_ran_under_gloo_continues_under_gloo():
+    """On a build with MPI, plain horovodrun runs under MPI: a Gloo run's line says --gloo."""
+    saved = {**saved_run(Config(), world_size=2, workers=2), "launch": {"controller": "gloo"}}
+    assert continue_command("runs/x", saved).startswith("horovodrun --gloo -np 2 python -m deepdensity train ")
+    saved = {**saved, "launch": {"controller": "mpi"}}
+    assert continue_command("runs/x", saved).startswith("horovodrun -np 2 python -m deepdensity train ")
+
+
 # ------------------------------------------------------------------------------------------
 # The suggestions, run (slow: they train)
 # ------------------------------------------------------------------------------------------
