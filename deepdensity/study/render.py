@@ -3,7 +3,6 @@ matplotlib, the host's description and the report templates (deepdensity/study/t
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 import string
@@ -68,11 +67,6 @@ def cost_line(p: dict, besides: str) -> str:
             f"{p['runs_minutes']} min on their own clocks: training them all here from "
             f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
             f"{p['parallel_runs']} at a time, {besides} included where they ran.")
-
-
-def runs_minutes(runs_root: Path) -> float:
-    """Sum of the study's runs' own training clocks."""
-    return sum(json.loads(r.read_text()).get("seconds") or 0.0 for r in runs_root.glob("*/result.json")) / 60
 
 
 def pyplot():
