@@ -14,7 +14,6 @@ TF     ?= cpu
 # said in one line (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo,
 # which does better on a host whose cores are shared with other work (docs/performance.md).
 MPI    ?= auto
-$(if $(filter auto off,$(MPI)),,$(error MPI=$(MPI): auto or off))
 KERNEL_BUILD ?= yes
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
@@ -31,11 +30,15 @@ install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(KERNEL))
 
 # setuptools below 81: TensorBoard 2.15 imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
+# Horovod is uninstalled first: a venv built before (rm .venv/.installed, to rebuild it with MPI
+# or without) holds a horovod 0.28.1 that pip would keep as it is.
 $(VENV)/.installed: setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make install PYTHON=/path/to/python3.11'"; exit 2; }
+	@case "$(MPI)" in auto|off) ;; *) echo "error: MPI=$(MPI) ($(origin MPI)): make install MPI=auto or MPI=off" >&2; exit 2;; esac
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13"
 	$(PY) -m pip install --quiet -e ".[$(TF),test]"
+	$(PY) -m pip uninstall --quiet --yes horovod 2>/dev/null || true
 	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $$(scripts/gpu_ops.sh "$(TF)" "$(VENV)") $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
 	$(BIN)/horovodrun --check-build
 	touch $@

@@ -3,7 +3,8 @@
 # (HOROVOD_WITH_MPI=1) where an MPI's compiler wrapper and launcher are there (mpicxx, mpirun),
 # after installing Debian's OpenMPI (openmpi-bin, libopenmpi-dev) where they are missing and this
 # is root with apt-get; else HOROVOD_WITHOUT_MPI=1, and one line on stderr saying that Horovod
-# gets Gloo alone and what to install for MPI. Never fails: a machine without MPI still installs.
+# gets Gloo alone and what to install for MPI. A machine without MPI still installs; only an
+# argument other than auto or off is an error (exit 2).
 #
 #   scripts/openmpi.sh [auto|off] [VENV]     (auto: make install's default; make install MPI=off:
 #                                             Gloo alone, nothing installed)

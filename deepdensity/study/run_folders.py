@@ -82,10 +82,15 @@ def set_aside(out: Path, tag: str) -> Path:
 
 
 def take_back(out: Path, tag: str) -> bool:
-    """The run set aside as NAME.TAG back in `out`, where `out` is free: a study under the
-    controller it ran under again reuses it instead of training it again."""
+    """The run set aside as NAME.TAG back in `out`, where `out` is free (or holds only what the
+    ledger wrote, no checkpoint): a study under the controller it ran under again reuses it
+    instead of training it again."""
     aside = out.parent / SET_ASIDE / f"{out.name}.{tag}"
-    if out.exists() or not aside.is_dir():
+    if not aside.is_dir():
+        return False
+    if (out / ledger.MARKER).exists() and not (out / "state.json").exists():
+        wipe(out)
+    if out.exists():
         return False
     aside.rename(out)
     return True

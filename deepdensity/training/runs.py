@@ -128,7 +128,8 @@ def continue_command(run_dir, saved: dict) -> str:
     --set, so that the resume keeps the run's optimisation path whatever config file it started
     from. The data path is the one the run was given (relative to where it was started); an
     --elastic run continues under the elastic horovodrun it was started with, which config.json
-    does not record (its -np is the size it started at)."""
+    does not record (its -np is the size it started at). A run horovodrun ran under Gloo goes
+    on with --gloo: on a build with MPI, horovodrun's default is MPI."""
     from deepdensity.config import FIELDS, Config
     from deepdensity.utils.errors import shell_word
     defaults = Config().to_dict()

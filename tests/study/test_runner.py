@@ -197,3 +197,22 @@ def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reuse
     if aside_as != "unrecorded":     # asked for under its own controller again, it comes back
         back = StudyRunner(tmp_path / "runs", train_yaml, f"horovodrun --{aside_as} -np {{n}}", say=lambda *a: None)
         assert back.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and not aside.exists()
+
+
+def test_a_set_aside_run_comes_back_over_a_folder_the_ledger_wrote_but_not_over_a_trained_one(tmp_path):
+    """A folder written from the ledger holds no checkpoint, and the ledger rewrites it at will;
+    a folder with a checkpoint was trained here, and is never replaced."""
+    from deepdensity.study import ledger, run_folders
+    out = tmp_path / "real-strong-n2-s3"
+    aside = tmp_path / "set-aside" / "real-strong-n2-s3.mpi"
+    aside.mkdir(parents=True)
+    (aside / "state.json").write_text('{"epoch": 6}')
+    out.mkdir()
+    (out / ledger.MARKER).write_text("{}")
+    assert run_folders.take_back(out, "mpi") and (out / "state.json").read_text() == '{"epoch": 6}'
+    assert not aside.exists()
+    run_folders.set_aside(out, "mpi")
+    out.mkdir()
+    (out / "state.json").write_text('{"epoch": 2}')
+    assert not run_folders.take_back(out, "mpi") and aside.exists()
+    assert (out / "state.json").read_text() == '{"epoch": 2}'

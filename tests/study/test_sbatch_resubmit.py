@@ -149,3 +149,29 @@ def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkou
     assert proc.stdout.split("relaunch: ", 1)[1].strip() == \
         f"sbatch --nodes=2 --ntasks=4 {checkout}/scripts/slurm/train.sbatch"
     assert "warning: the resubmit command keeps only the nodes and tasks" in proc.stderr
+
+
+@pytest.mark.parametrize("horovod_args, want", [
+    (None, ["-np", "4", "-H", "node1:2,node2:2", "--gloo"]),              # Gloo unless asked otherwise
+    ("--network-interface ib0", ["-np", "4", "-H", "node1:2,node2:2", "--gloo", "--network-interface", "ib0"]),
+    ("--mpi", ["-np", "4", "-H", "node1:2,node2:2", "--mpi"]),             # asked for: no --gloo beside it
+    ("--gloo --network-interface ib0", ["-np", "4", "-H", "node1:2,node2:2", "--gloo", "--network-interface", "ib0"]),
+])
+def test_train_sbatch_runs_the_ranks_under_gloo_unless_horovod_args_names_a_controller(checkout, tmp_path,
+                                                                                       horovod_args, want):
+    """The Gloo path is the one tests/cluster/test_slurm.py runs on two hosts; mpirun from the
+    batch script is not tested, so the script asks for it only when HOROVOD_ARGS does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\ncase \"$2\" in hostnames) echo node1; echo node2;; esac\n")
+    (bin_dir / "horovodrun").write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"arg: $a\"; done\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": "/bin/false",
+           "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_NODELIST": "node[1-2]",
+           "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2",
+           **({"HOROVOD_ARGS": horovod_args} if horovod_args else {})}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "slurm" / "train.sbatch"), "--out", "r"], cwd=checkout,
+                          env=env, capture_output=True, text=True, timeout=60)
+    args = [line[5:] for line in proc.stdout.splitlines() if line.startswith("arg: ")]
+    assert args[:len(want)] == want and args[len(want):] == ["/bin/false", "train.py", "--out", "r"], proc.stdout
