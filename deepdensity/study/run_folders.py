@@ -71,7 +71,7 @@ def other_controller(out: Path, controller: str) -> Optional[str]:
 def set_aside(out: Path, tag: str) -> Path:
     """The folder moved to SET_ASIDE/NAME.TAG beside it, kept but no longer the run `out` names
     (nor among the runs folder's runs, which are its direct subfolders)."""
-    aside = out.parent / SET_ASIDE / f"{out.name}.{tag}"
+    aside = _aside(out, tag)
     k = 1
     while aside.exists():
         k += 1
@@ -85,7 +85,7 @@ def take_back(out: Path, tag: str) -> bool:
     """The run set aside as NAME.TAG back in `out`, where `out` is free (or holds only what the
     ledger wrote, no checkpoint): a study under the controller it ran under again reuses it
     instead of training it again."""
-    aside = out.parent / SET_ASIDE / f"{out.name}.{tag}"
+    aside = _aside(out, tag)
     if not aside.is_dir():
         return False
     if (out / ledger.MARKER).exists() and not (out / "state.json").exists():
@@ -94,6 +94,10 @@ def take_back(out: Path, tag: str) -> bool:
         return False
     aside.rename(out)
     return True
+
+
+def _aside(out: Path, tag: str) -> Path:
+    return out.parent / SET_ASIDE / f"{out.name}.{tag}"
 
 
 def wipe(out: Path) -> None:

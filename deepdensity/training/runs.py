@@ -131,7 +131,7 @@ def continue_command(run_dir, saved: dict) -> str:
     does not record (its -np is the size it started at). A run horovodrun ran under Gloo goes
     on with --gloo: on a build with MPI, horovodrun's default is MPI."""
     from deepdensity.config import FIELDS, Config
-    from deepdensity.utils.errors import shell_word
+    from deepdensity.utils.errors import horovodrun_prefix, shell_word
     defaults = Config().to_dict()
     words = ["--mode", str(saved["mode"]), "--out", os.fspath(run_dir), "--resume"]
     if saved.get("elastic"):
@@ -142,8 +142,8 @@ def continue_command(run_dir, saved: dict) -> str:
         if key in saved and _listed(saved[key]) != _listed(defaults.get(key)):
             words += ["--set", f"{key}={_set_value(key, saved[key])}"]
     processes = int(saved.get("world_size", 1) or 1)
-    gloo = "--gloo " if (saved.get("launch") or {}).get("controller") == "gloo" else ""
-    prefix = f"horovodrun {gloo}-np {processes} " if processes > 1 else ""
+    gloo = (saved.get("launch") or {}).get("controller") == "gloo"
+    prefix = horovodrun_prefix(processes, gloo) if processes > 1 else ""
     return prefix + "python -m deepdensity train " + " ".join(shell_word(w) for w in words)
 
 

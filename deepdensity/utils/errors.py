@@ -156,5 +156,11 @@ def launcher_prefix(environ=None) -> str:
         return ""
     hosts = int(env["HOROVOD_CROSS_SIZE"]) if env.get("HOROVOD_CROSS_SIZE", "").isdigit() else 1
     # Horovod: horovodrun sets HOROVOD_CONTROLLER=gloo for the ranks it starts under Gloo
-    gloo = " --gloo" if env.get("HOROVOD_CONTROLLER") == "gloo" else ""
-    return f"horovodrun{gloo} -np {size}" + (" -H HOST1:SLOTS,HOST2:SLOTS" if hosts > 1 else "") + " "
+    return horovodrun_prefix(size, gloo=env.get("HOROVOD_CONTROLLER") == "gloo", several_hosts=hosts > 1)
+
+
+def horovodrun_prefix(processes: int, gloo: bool, several_hosts: bool = False) -> str:
+    """'horovodrun -np N ' for a pasted command, with --gloo for a run under Gloo (on a build
+    with MPI, horovodrun's default is MPI) and -H placeholders for hosts it cannot name."""
+    return (f"horovodrun{' --gloo' if gloo else ''} -np {processes}"
+            + (" -H HOST1:SLOTS,HOST2:SLOTS" if several_hosts else "") + " ")
