@@ -15,6 +15,8 @@ from deepdensity.model.layers import DeepDensity, covariance, grid_points
 from tests.model.test_layers import assert_density_close, extreme_heads, numpy_mixture, random_heads
 from tests.support import ROOT
 
+# Builds or fits TensorFlow models in this process: the middle tier (make test-medium).
+pytestmark = pytest.mark.medium
 needs_kernel = pytest.mark.skipif(not kernels.available(), reason="the rendering kernel is not built")
 
 

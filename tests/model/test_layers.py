@@ -13,6 +13,9 @@ from deepdensity.model.layers import (DeepDensity, correlation_pairs, covariance
                                 monomials)
 from deepdensity.model.autoencoder import build_model
 
+# Builds or fits TensorFlow models in this process: the middle tier (make test-medium).
+pytestmark = pytest.mark.medium
+
 
 def numpy_mixture(points, alpha, mu, cov):
     out = np.zeros((alpha.shape[0], len(points)))

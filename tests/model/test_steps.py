@@ -8,6 +8,9 @@ import tensorflow as tf
 from deepdensity.model.autoencoder import SlicedStep, for_training
 from deepdensity.model.steps import LocalStep, NoiseStep
 
+# Builds or fits TensorFlow models in this process: the middle tier (make test-medium).
+pytestmark = pytest.mark.medium
+
 
 def tiny(cls=tf.keras.Model, **kwargs):
     tf.keras.utils.set_random_seed(0)

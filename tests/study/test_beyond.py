@@ -155,6 +155,7 @@ def _adam():
     return tf.keras.optimizers.legacy.Adam(0.01)
 
 
+@pytest.mark.medium
 def test_noise_step_reports_the_part_gradients_statistics():
     """One step of NoiseStep with 4 parts against GradientTape on each part separately."""
     import tensorflow as tf
@@ -177,6 +178,7 @@ def test_noise_step_reports_the_part_gradients_statistics():
     np.testing.assert_allclose(after, before - 0.1 * mean, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.medium
 def test_local_with_h1_and_sgd_is_synchronous_data_parallelism():
     """The identity local SGD rests on: with plain SGD, averaging the weights after every
     step is averaging the gradients before it."""
@@ -189,6 +191,7 @@ def test_local_with_h1_and_sgd_is_synchronous_data_parallelism():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.medium
 def test_local_with_h1_and_adam_is_synchronous_only_when_the_workers_agree():
     """With Adam it is not: the second moment averages g_i^2, not (mean g)^2. When both
     workers hold the same samples the gradients agree and so do the two paths."""
@@ -205,6 +208,7 @@ def test_local_with_h1_and_adam_is_synchronous_only_when_the_workers_agree():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.medium
 def test_local_workers_between_averagings_are_independent_models():
     """Two emulated workers that never average follow two separate one-model runs on their
     halves: the swapping in and out of weights and moments loses nothing. Averaging at the

@@ -226,6 +226,7 @@ def test_the_filter_and_the_sweep_are_the_rules_recomputed(rendered):
                     pytest.approx(r["time_to_target_s"], rel=1e-9)
 
 
+@pytest.mark.medium
 def test_a_hand_edited_verdict_fails_the_check(tmp_path):
     from deepdensity.study import rerender
     load()

@@ -23,6 +23,7 @@ def test_auto_checks_one_instruction_set_below_the_machines(setting, machine, ca
     assert isa_to_check(setting, machine) == cap
 
 
+@pytest.mark.medium
 def test_every_claim_is_judged_again_with_the_re_run_seed(tmp_path):
     record = copy.deepcopy(RECORD)
     again = copy.deepcopy(record["cells"])
@@ -46,6 +47,7 @@ def test_every_claim_is_judged_again_with_the_re_run_seed(tmp_path):
     assert all(row.endswith("the same |") for row in rows), rows
 
 
+@pytest.mark.medium
 def test_a_verdict_the_re_run_seed_changes_is_marked_changed(tmp_path):
     """Linear N = 2 with six seeds, five failed: 5 of 6 failed is inconclusive (exact lower bound
     0.36); the re-run of seed 0 failing makes it 6 of 6 (lower bound 0.54 > 0.5): 'fails', and the

@@ -188,6 +188,7 @@ def _runner(root, data, *others):
     return runner
 
 
+@pytest.mark.medium
 def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     data = _tiny_data(tmp_path)
     first = _runner(tmp_path / "first", data)
@@ -293,6 +294,7 @@ def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_
     assert line.startswith("  missing runs: 1 ") and "batch sweep b = 16 at eta seeds 0;" in line, line
 
 
+@pytest.mark.medium
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
     from deepdensity.study.design import Book, run_first_seeds
     from deepdensity.study.runner import NotHeld

@@ -3,6 +3,8 @@ and a clock of version 4 (its latency, rounds, steps and per-epoch work) stated 
 clock is, its rows worked by hand."""
 import json
 
+import pytest
+
 from deepdensity.study import report
 from tests.support import ROOT
 
@@ -35,6 +37,7 @@ TIMING_2AB441D = {
     "compute_scale": 1.0123340802771652, "clock_version": 3}
 
 
+@pytest.mark.medium
 def test_a_clock_of_version_4_states_its_latency_in_the_report(tmp_path):
     # the committed record with the clock of 2ab441d (version 3) made a version-4 clock: its
     # latency and the reason for it are stated wherever the clock is, and the model's rows price it

@@ -23,6 +23,7 @@ def test_a_record_renders_to_its_committed_reports(tmp_path):
         assert (tmp_path / "r" / name).stat().st_size > 0, name
 
 
+@pytest.mark.medium
 def test_a_one_word_hand_edit_fails_the_check(tmp_path, capsys):
     copy = tmp_path / "reports"
     shutil.copytree(FIXTURE, copy)
@@ -52,6 +53,7 @@ def test_a_folder_without_a_record_is_refused(tmp_path, capsys):
     assert "study.json does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.medium
 @pytest.mark.parametrize("folder", ["reports", "reports/beyond"])
 def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
     committed = ROOT / folder
