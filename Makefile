@@ -24,7 +24,7 @@ KERNEL := deepdensity/model/kernels/lib/render.so
 PRESET ?= default
 RUNNER ?=
 
-.PHONY: install test test-all test-cluster bench repro lr-sweep clean
+.PHONY: install test test-medium test-all cluster-packages test-cluster coverage bench repro lr-sweep clean
 
 install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(KERNEL))
 
@@ -48,21 +48,47 @@ $(VENV)/.installed: setup.py
 $(KERNEL): $(KERNEL_SRC) $(VENV)/.installed
 	$(PY) -m deepdensity.model.kernels.build
 
-# The fast tier: no training subprocess, no horovodrun (pytest.ini's `slow` marker).
+# The tiers (pytest.ini's markers; docs/performance.md#tests has their counts and times):
+#   make test        the fast tier: no training subprocess, no horovodrun, nothing that takes
+#                    seconds in-process (-m "not slow and not medium"); its budget is 90 s on the
+#                    project's 2-core machines
+#   make test-medium the middle tier (`medium`): tests that build or fit a TensorFlow model, or
+#                    render the committed study's reports, in pytest's own process
+#   make test-all    every test, real `horovodrun -np 2` runs, the tiny study and, where their
+#                    packages are installed (make cluster-packages), the two-host and Slurm tests;
+#                    the 30 slowest are listed at the end, so that the next regression shows
+#   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
+#                    assertions executed, coverage of deepdensity/, seconds by file)
+FAST := -m "not slow and not medium"
 test: install
-	$(BIN)/pytest -q -m "not slow" tests
+	@start=$$(date +%s); $(BIN)/pytest -q $(FAST) tests; code=$$?; \
+	echo "make test: the fast tier in $$(( $$(date +%s) - start )) s (budget 90 s); the middle tier is make test-medium, everything make test-all"; \
+	exit $$code
 
-# Everything, real `horovodrun -np 2` runs and a tiny study included.
+test-medium: install
+	$(BIN)/pytest -q -m "medium and not slow" tests
+
 test-all: install
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q -rs --durations=30 tests
 
-# Two hosts for real (tests/cluster): network namespaces with an ssh server each, and a Slurm
-# controller with a node on each; needs root. Installs Debian's openssh-server, slurm-wlm and
-# munge first where missing. Also part of test-all, skipped there with its reason where they,
-# root or namespaces are missing.
-test-cluster: install
+# Debian's openssh-server, slurm-wlm and munge for tests/cluster, where missing (needs root and
+# the package registry); .ci/run installs them before its one `make test-all`.
+cluster-packages:
 	tests/cluster/install_packages.sh || echo "warning: openssh-server, slurm-wlm or munge could not be installed; the tests that need them will say so and skip"
+
+# Two hosts for real (tests/cluster) alone: network namespaces with an ssh server each, and a
+# Slurm controller with a node on each; needs root. Also part of test-all, skipped there with
+# its reason where the packages, root or namespaces are missing.
+test-cluster: install cluster-packages
 	$(BIN)/pytest -q -rs tests/cluster
+
+COVERAGE_DIR ?= build/coverage
+coverage: install
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	-COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(BIN)/pytest -q -rs --junitxml=$(COVERAGE_DIR)/junit.xml \
+	    --cov --cov-config=$(abspath .coveragerc) --cov-report= tests
+	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(BIN)/coverage combine --quiet --rcfile=.coveragerc
+	$(PY) scripts/test_census.py --junit $(COVERAGE_DIR)/junit.xml --coverage $(COVERAGE_DIR)/.coverage
 
 bench: install
 	$(PY) -m deepdensity.bench $(if $(OUT),--out '$(OUT)')

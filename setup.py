@@ -34,6 +34,6 @@ setup(
         # TF 2.16+ ships Keras 3, which Horovod 0.28.1 does not support (horovod/horovod#4290).
         "cpu": ["tensorflow-cpu==2.15.1"],
         "gpu": ["tensorflow[and-cuda]==2.15.1"],
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "pytest-cov>=7"],     # pytest-cov: make coverage
     },
 )
