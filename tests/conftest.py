@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from tests import support
-from tests.support import ROOT, SMOKE, run
+from tests.support import ROOT, SMOKE, launch, run
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # as deepdensity/__init__.py does, for the tests that import TensorFlow before the package
@@ -41,3 +41,20 @@ def smoke_run(tmp_path_factory, smoke_data):
     run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
          f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--quiet"])
     return out
+
+
+@pytest.fixture(scope="session")
+def one_process(tmp_path_factory, smoke_data):
+    """One-process reference runs on smoke_data, each trained once per session for every test
+    that compares a distributed run with it (under each controller, on two hosts, through Slurm):
+    `one_process(mode, *train.py flags)` -> (its losses, its run folder). A test must not write
+    into the folder."""
+    done = {}
+
+    def reference(mode, *extra):
+        key = (mode, *extra)
+        if key not in done:
+            out = tmp_path_factory.mktemp("one-process") / "run"
+            done[key] = (launch([], mode, out, smoke_data, *extra), out)
+        return done[key]
+    return reference

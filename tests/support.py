@@ -42,6 +42,32 @@ def run(args, cwd=ROOT, timeout=600, check=True):
     return proc
 
 
+def losses(out):
+    """(loss, val_loss, lr) of each epoch of a run folder."""
+    import json
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["loss"], r["val_loss"], r["lr"]) for r in rows]
+
+
+def launch(prefix, mode, out, data, *extra):
+    """Train the smoke config on `data` into `out`, under the launcher words `prefix` (none: one
+    process); returns its losses."""
+    run(prefix + [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
+                  "--set", f"data_path={data}", "--out", str(out), "--quiet", *extra])
+    return losses(out)
+
+
+def tiny_clock() -> dict:
+    """The clock of a tiny study measured once (tests/study/data/tiny-reports), stamped with this
+    clock version: a tiny study whose runs folder holds it as timing.json measures no clock of
+    its own (the clock is not what such a test is about)."""
+    import json
+
+    from deepdensity.study.timing import CLOCK_VERSION
+    record = json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())
+    return {**record["timing"], "clock_version": CLOCK_VERSION}
+
+
 def horovodrun():
     exe = Path(sys.executable).with_name("horovodrun")
     return str(exe) if exe.exists() else shutil.which("horovodrun")

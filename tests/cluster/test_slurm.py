@@ -15,7 +15,7 @@ from deepdensity.study.slurm_jobs import COMMENT, log_of
 from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE, round_settings
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
-from tests.support import ROOT, SMOKE, horovodrun
+from tests.support import ROOT, SMOKE, horovodrun, tiny_clock
 from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
 
 _reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
@@ -25,10 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f
 # 6 runs of a few passes each
 TINY = ("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
         "calibration_epochs: 4\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n")
-# The clock of a tiny study measured once (tests/study/data/tiny-reports): both executors read the
-# same one, so that they differ in where the runs train and nothing else.
-TIMING = {**json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())["timing"],
-          "clock_version": CLOCK_VERSION}
+# The clock of a tiny study measured once: both executors read the same one, so that they
+# differ in where the runs train and nothing else.
+TIMING = tiny_clock()
 SAME = ("mode", "n", "seed", "status", "epochs", "epochs_to_target", "passes_to_target", "final_val_loss")
 
 
@@ -249,7 +248,7 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
     assert sorted(i for ids in submitted.values() for i in ids) == known, "what the controller ran, once a run"
 
 
-def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_path, smoke_data):
+def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_path, smoke_data, one_process):
     out = tmp_path / "two-nodes"
     script = ROOT / "scripts" / "slurm" / "train.sbatch"
     with SlurmCluster() as cluster:
@@ -260,7 +259,7 @@ def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_pa
     log = (tmp_path / "job.log").read_text()
     assert "2 workers on ddhostnode-a:1,ddhostnode-b:1" in log, log[-2000:]
     assert cluster.job_processes() == [] and leftovers() == []
-    sequential = launch([], "strong", tmp_path / "sequential", smoke_data, "--emulate-workers", "2")
+    sequential, _ = one_process("strong", "--emulate-workers", "2")
     assert_same_path(sequential, losses(out))
 
 

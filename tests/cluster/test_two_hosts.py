@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
+from deepdensity.training import controllers
 from tests.cluster.hosts import NIC, TwoHosts, leftovers, unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
-from tests.training.test_horovod import assert_same_path, launch, losses, np2  # noqa: F401 (np2: a fixture)
+from tests.training.test_horovod import ONE_CONTROLLER, assert_same_path, launch, losses, np2  # noqa: F401 (np2: a fixture)
 
 _reason = unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"two hosts: {_reason}")]
@@ -41,8 +42,11 @@ def test_each_rank_runs_on_its_own_host_and_they_allreduce(np2):
     assert leftovers() == []
 
 
-@pytest.mark.parametrize("mode", ["strong", "warmup"])
-def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2):
+# strong scaling across the hosts under each controller; warmup (its lr schedule is no
+# controller's concern, its allreduce is strong's) under one
+@pytest.mark.parametrize("mode, np2", [("strong", c) for c in controllers.CONTROLLERS]
+                         + [("warmup", c) for c in ONE_CONTROLLER], indirect=["np2"])
+def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2, one_process):
     out = tmp_path / "two-hosts"
     with TwoHosts() as hosts:
         on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
@@ -52,7 +56,7 @@ def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2):
     assert ran_under["controller"] == np2[1].lstrip("-") and "TCP" in ran_under["transport"], ran_under
     two_hosts = losses(out)
     one_host = launch(np2, mode, tmp_path / "one-host", smoke_data)
-    emulated = launch([], mode, tmp_path / "emulated", smoke_data, "--emulate-workers", "2")
+    emulated, _ = one_process(mode, "--emulate-workers", "2")
     assert_same_path(one_host, two_hosts)
     assert_same_path(emulated, two_hosts)
 

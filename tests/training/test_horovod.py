@@ -10,17 +10,23 @@ import sys
 import pytest
 
 from deepdensity.training import controllers
-from tests.support import ROOT, SMOKE, horovodrun, run
+from tests.support import ROOT, SMOKE, horovodrun, launch, losses, run  # noqa: F401 (launch, losses: other modules import them from here)
 
 # Every test here launches horovodrun or trains in a subprocess.
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
 
 
+# Where the controller is not the test's subject (the epoch definition, the warmup schedule),
+# one controller: Gloo, which every build of the project has. The equivalence of two real
+# workers with one process, under strong and weak scaling, runs under each controller.
+ONE_CONTROLLER = ["gloo"]
+
+
 @pytest.fixture(params=controllers.CONTROLLERS)
 def np2(request, monkeypatch):
-    """`horovodrun --mpi -np 2`, then `--gloo`: each controller horovodrun --check-build lists,
-    the other skipped with its reason. Run as root (CI), without OpenMPI's root variables, which
+    """`horovodrun --mpi -np 2`, then `--gloo` (or the controllers a test names, indirect): each
+    controller horovodrun --check-build lists, the other skipped with its reason. Run as root (CI), without OpenMPI's root variables, which
     Horovod's mpirun does without; MPI's ranks yield their core while waiting, as `deepdensity
     launch` has them."""
     name = request.param
@@ -52,15 +58,6 @@ LOSS_REL = 5e-4
 WEIGHT_REL = 2e-2
 
 
-def losses(out):
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    return [(r["loss"], r["val_loss"], r["lr"]) for r in rows]
-
-
-def launch(prefix, mode, out, data, *extra):
-    run(prefix + [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
-                  "--set", f"data_path={data}", "--out", str(out), "--quiet", *extra])
-    return losses(out)
 
 
 def assert_same_path(a, b):
@@ -88,13 +85,14 @@ def weights(out):
     return dict(arrays)
 
 
-@pytest.mark.parametrize("definition", ["per_worker", "global"])
-def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2):
+@pytest.mark.parametrize("definition, np2", [("per_worker", c) for c in controllers.CONTROLLERS]
+                         + [("global", c) for c in ONE_CONTROLLER], indirect=["np2"])
+def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2, one_process):
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
     per_worker = definition == "per_worker"
     d = ["--set", f"epoch_definition={definition}"]
-    one = launch([], "strong", tmp_path / "one", smoke_data, *d, "--set", f"max_epochs={4 if per_worker else 3}")
+    one, one_out = one_process("strong", *d, "--set", f"max_epochs={4 if per_worker else 3}")
     two = launch(np2, "strong", tmp_path / "two", smoke_data, *d,
                  "--set", f"max_epochs={2 if per_worker else 3}")
     if per_worker:
@@ -103,27 +101,27 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
             assert v2 == pytest.approx(v1, rel=LOSS_REL) and r2 == pytest.approx(r1, rel=1e-7)
     else:
         assert_same_path(one, two)
-    assert_same_weights(weights(tmp_path / "one"), weights(tmp_path / "two"))
+    assert_same_weights(weights(one_out), weights(tmp_path / "two"))
     cfg = json.loads((tmp_path / "two" / "config.json").read_text())
     assert (cfg["world_size"], cfg["global_batch"], cfg["per_worker_batch"]) == (2, 32, 16)
     assert cfg["steps_per_epoch"] == (8 if per_worker else 4), "128 cubes: 4 steps a pass"
     assert not (tmp_path / "two" / "rank1").exists()
     controller = "mpi" if controllers.FLAGS["mpi"] in np2 else "gloo"
     assert cfg["launch"]["controller"] == controller, "the run names the controller it ran under"
-    assert json.loads((tmp_path / "one" / "config.json").read_text())["launch"]["controller"] is None
+    assert json.loads((one_out / "config.json").read_text())["launch"]["controller"] is None
 
 
-@pytest.mark.parametrize("mode", ["weak", "warmup"])
-def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode, np2):
+@pytest.mark.parametrize("mode, np2", [("weak", c) for c in controllers.CONTROLLERS]
+                         + [("warmup", c) for c in ONE_CONTROLLER], indirect=["np2"])
+def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode, np2, one_process):
     extra = ["--set", "warmup_epochs=2"]
-    emulated = launch([], mode, tmp_path / "emu", smoke_data, "--emulate-workers", "2", *extra)
+    emulated, _ = one_process(mode, "--emulate-workers", "2", *extra)
     real = launch(np2, mode, tmp_path / "real", smoke_data, *extra)
     assert_same_path(emulated, real)
     if mode == "weak":
         # the emulated global batch of 64 cut into two slices of 32, gradients averaged:
         # what the two real workers do with their allreduce
-        sliced = launch([], mode, tmp_path / "sliced", smoke_data, "--emulate-workers", "2",
-                        "--set", "max_pass_batch=32", *extra)
+        sliced, _ = one_process(mode, "--emulate-workers", "2", "--set", "max_pass_batch=32", *extra)
         assert_same_path(sliced, real)
         # the gradients in one fused allreduce (allreduce_groups=1, the default) or one each:
         # the same sums, so the same losses to the bit
@@ -137,6 +135,7 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode,
     assert [e.parent for e in events] == [tmp_path / "real" / "tb"], events
 
 
+@pytest.mark.parametrize("np2", ONE_CONTROLLER, indirect=True)
 def test_our_warmup_matches_horovods_own_callback(tmp_path, np2):
     """Horovod's LearningRateWarmupCallback on 2 workers is the reference for the warmup policy's lr_at."""
     script = tmp_path / "warm.py"

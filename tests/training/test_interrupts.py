@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, SMOKE, run
+from tests.support import ROOT, SMOKE, run, tiny_clock
 
 TF_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} |WARNING: All log messages)")
 
@@ -155,6 +155,10 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
                       "latent_dim: 8}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
                       "seeds: [0]\nbase_lr: 0.00105\n")
     runs = tmp_path / "study-runs"
+    # the study trains its own runs, to be interrupted in one; it measures no clock (the clock's
+    # own interruption is the Slurm clock job's test): its runs folder holds a measured one
+    runs.mkdir()
+    (runs / "timing.json").write_text(json.dumps(tiny_clock()))
     cmd = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
            "--reports", str(tmp_path / "reports")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
