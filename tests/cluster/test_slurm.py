@@ -79,6 +79,9 @@ def jobs(cluster, state: str) -> list:
 
 
 def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
+    # the local study trains here, not taken from tests/study's tiny_study: the comparison needs
+    # this preset run both ways (the shared one's clock, ISA check and beyond runs would triple
+    # what the Slurm side trains)
     local = tmp_path / "local"
     subprocess.run(study_command(tmp_path, local), cwd=ROOT, env=env(), check=True, capture_output=True,
                    timeout=900)
