@@ -11,10 +11,9 @@ import sys
 
 import pytest
 
-from deepdensity.training import controllers
 from tests.cluster.hosts import NIC, TwoHosts, leftovers, unavailable_reason
 from tests.support import ROOT, SMOKE, horovodrun
-from tests.training.test_horovod import ONE_CONTROLLER, assert_same_path, launch, losses, np2  # noqa: F401 (np2: a fixture)
+from tests.training.test_horovod import assert_same_path, controller_cases, launch, losses, np2  # noqa: F401 (np2: a fixture)
 
 _reason = unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"two hosts: {_reason}")]
@@ -44,8 +43,7 @@ def test_each_rank_runs_on_its_own_host_and_they_allreduce(np2):
 
 # strong scaling across the hosts under each controller; warmup (its lr schedule is no
 # controller's concern, its allreduce is strong's) under one
-@pytest.mark.parametrize("mode, np2", [("strong", c) for c in controllers.CONTROLLERS]
-                         + [("warmup", c) for c in ONE_CONTROLLER], indirect=["np2"])
+@pytest.mark.parametrize("mode, np2", controller_cases(["strong"], ["warmup"]), indirect=["np2"])
 def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2, one_process):
     out = tmp_path / "two-hosts"
     with TwoHosts() as hosts:

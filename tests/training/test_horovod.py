@@ -23,11 +23,18 @@ pytestmark = [pytest.mark.slow,
 ONE_CONTROLLER = ["gloo"]
 
 
+def controller_cases(every: list, one: list) -> list:
+    """(value, controller) cases for an indirect `np2`: each of `every` under each controller,
+    each of `one` under ONE_CONTROLLER."""
+    return ([(v, c) for v in every for c in controllers.CONTROLLERS]
+            + [(v, c) for v in one for c in ONE_CONTROLLER])
+
+
 @pytest.fixture(params=controllers.CONTROLLERS)
 def np2(request, monkeypatch):
     """`horovodrun --mpi -np 2`, then `--gloo` (or the controllers a test names, indirect): each
-    controller horovodrun --check-build lists, the other skipped with its reason. Run as root (CI), without OpenMPI's root variables, which
-    Horovod's mpirun does without; MPI's ranks yield their core while waiting, as `deepdensity
+    controller horovodrun --check-build lists, the other skipped with its reason. Run as root
+    (CI), without OpenMPI's root variables, which Horovod's mpirun does without; MPI's ranks yield their core while waiting, as `deepdensity
     launch` has them."""
     name = request.param
     if name not in controllers.built(horovodrun()):
@@ -58,8 +65,6 @@ LOSS_REL = 5e-4
 WEIGHT_REL = 2e-2
 
 
-
-
 def assert_same_path(a, b):
     assert len(a) == len(b) == 3
     for (la, va, ra), (lb, vb, rb) in zip(a, b):
@@ -85,8 +90,7 @@ def weights(out):
     return dict(arrays)
 
 
-@pytest.mark.parametrize("definition, np2", [("per_worker", c) for c in controllers.CONTROLLERS]
-                         + [("global", c) for c in ONE_CONTROLLER], indirect=["np2"])
+@pytest.mark.parametrize("definition, np2", controller_cases(["per_worker"], ["global"]), indirect=["np2"])
 def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2, one_process):
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
@@ -111,8 +115,7 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     assert json.loads((one_out / "config.json").read_text())["launch"]["controller"] is None
 
 
-@pytest.mark.parametrize("mode, np2", [("weak", c) for c in controllers.CONTROLLERS]
-                         + [("warmup", c) for c in ONE_CONTROLLER], indirect=["np2"])
+@pytest.mark.parametrize("mode, np2", controller_cases(["weak"], ["warmup"]), indirect=["np2"])
 def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode, np2, one_process):
     extra = ["--set", "warmup_epochs=2"]
     emulated, _ = one_process(mode, "--emulate-workers", "2", *extra)
