@@ -57,6 +57,67 @@ def test_check_build_is_read_for_the_controllers_alone(mpi, expected):
     assert controllers_in_check_build("horovodrun: command not found") == frozenset()
 
 
+def executable(path, text: str):
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("first, python", [
+    ("#!{bin}/python3.11\n", "python3.11"),
+    ("#!/usr/bin/env python3\n", "python3"),
+    ("#!/bin/sh\n", None),                      # a wrapper: check-build is read instead
+    ("\x7fELF\x02", None),
+    ("#!{bin}/python-missing\n", None)])         # names an interpreter that is not there
+def test_horovodruns_interpreter_is_read_off_its_first_line(tmp_path, monkeypatch, first, python):
+    for name in ("python3.11", "python3"):
+        executable(tmp_path / name, "#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    script = executable(tmp_path / "horovodrun", first.format(bin=tmp_path) + "print('horovodrun')\n")
+    assert controllers._interpreter(script) == (str(tmp_path / python) if python else None)
+    assert controllers._interpreter(str(tmp_path / "absent")) is None
+
+
+@pytest.fixture
+def fresh_built():
+    controllers.built.cache_clear()
+    yield controllers.built
+    controllers.built.cache_clear()
+
+
+@pytest.mark.parametrize("probe_says, expected", [
+    ("controllers: mpi gloo", {"mpi", "gloo"}), ("controllers:  gloo", {"gloo"}), ("", set())])
+def test_built_asks_horovod_in_horovodruns_own_interpreter(tmp_path, fresh_built, probe_says, expected):
+    """The interpreter is a stand-in that prints what Horovod's extension would; one that
+    prints nothing (Horovod not importable there) gives no controller."""
+    python = executable(tmp_path / "python3", f"#!/bin/sh\necho '{probe_says}'\n")
+    script = executable(tmp_path / "horovodrun", f"#!{python}\n")
+    assert fresh_built(script) == expected
+
+
+@pytest.mark.parametrize("mpi, expected", [("X", {"mpi", "gloo"}), (" ", {"gloo"})])
+def test_a_horovodrun_that_is_no_python_script_is_asked_for_its_check_build(tmp_path, fresh_built, mpi, expected):
+    check_build = tmp_path / "check-build.txt"
+    check_build.write_text(CHECK_BUILD.format(mpi=mpi))
+    script = executable(tmp_path / "horovodrun", f'#!/bin/sh\n[ "$1" = --check-build ] && cat {check_build}\n')
+    assert fresh_built(script) == expected
+    assert fresh_built(str(tmp_path / "absent")) == frozenset()
+
+
+@pytest.mark.slow
+def test_built_says_what_the_installed_horovodruns_check_build_lists(fresh_built):
+    """The reference is Horovod's own answer, `horovodrun --check-build`, read by the parser
+    the tests above check against its text."""
+    import subprocess
+
+    from tests.support import horovodrun
+    if not horovodrun():
+        pytest.skip("horovodrun not installed")
+    listed = controllers_in_check_build(subprocess.run([horovodrun(), "--check-build"], capture_output=True,
+                                                       text=True, timeout=300).stdout)
+    assert listed and fresh_built(horovodrun()) == listed
+
+
 @pytest.mark.parametrize("options, env, expected", [
     (["-np", "2"], {}, None),                                           # horovodrun's default
     (["--gloo", "-np", "2"], {}, "gloo"),

@@ -23,3 +23,26 @@ def test_a_nul_byte_on_stderr_does_not_swallow_what_follows():
             "os.write(2, b'before\\n\\x00raw\\nCompiled cluster using XLA!\\nafter\\n'); os._exit(0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
     assert proc.stderr == b"before\n\x00raw\nafter\n"
+
+
+def test_onednn_isa_is_asked_once_per_process_and_again_when_its_cap_changes(monkeypatch):
+    """A study's record, runner and ISA check all ask; each probe starts TensorFlow (2 s).
+    Capped by ONEDNN_MAX_CPU_ISA, the answer differs, so the cap is asked about anew."""
+    import subprocess
+
+    from deepdensity.utils import machine
+    probes = []
+
+    def fake_run(command, env, **kwargs):
+        probes.append(env.get("ONEDNN_MAX_CPU_ISA"))
+        isa = "Intel AVX2" if env.get("ONEDNN_MAX_CPU_ISA") == "AVX2" else "Intel AVX-512"
+        return subprocess.CompletedProcess(command, 0, f"onednn_verbose,info,cpu,isa:{isa}\n", "")
+    machine._onednn_isa.cache_clear()
+    monkeypatch.setattr(machine.subprocess, "run", fake_run)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert [machine.onednn_isa() for _ in range(3)] == ["Intel AVX-512"] * 3 and probes == [None]
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert machine.onednn_isa() == "Intel AVX2" and probes == [None, "AVX2"]
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert machine.onednn_isa() == "Intel AVX-512" and probes == [None, "AVX2"]
+    machine._onednn_isa.cache_clear()
