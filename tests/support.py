@@ -68,6 +68,41 @@ def tiny_clock() -> dict:
     return {**record["timing"], "clock_version": CLOCK_VERSION}
 
 
+def kept_round(timing: dict, n_val: int) -> dict:
+    """A round of the clock as timing.measure_round keeps it, from the figures of a tiny clock
+    (tiny_clock). That clock predates the shared-step probes and the real epochs' step time, so
+    those come from its own figures: a rank's step at strong scaling's per-worker batch (the
+    tiny presets' batch 32 over N), and the real epoch less its evaluation."""
+    steps = timing["step_seconds"]
+    real = timing["real_epoch_seconds"]
+    return {"steps": steps, "eval": timing["eval_per_sample_s"],
+            "shared": {n: steps[str(32 // int(n))] for n in ("2", "4")},
+            "allreduce": {n: timing["allreduce_seconds"][n] for n in ("2", "4")}, "real": real,
+            "real_steps": {n: s - timing["eval_per_sample_s"] * n_val for n, s in real.items()}}
+
+
+def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
+    """Leave in `runs` what a study's clock interrupted after `count` rounds leaves:
+    timing-rounds.json with `count` rounds of tiny_clock(), under the settings the study computes
+    (timing.round_settings: the digest of the train.yaml it writes, as session.start_study writes
+    it, and this machine's CPU). The study then measures only the rounds left, for real; the
+    kept rounds are returned. Used where a test needs a study's clock measured, not three times."""
+    import json
+
+    import yaml
+
+    from deepdensity.study.preset import load_study
+    from deepdensity.study.timing import ROUNDS_FILE, round_settings
+    _, study = load_study(str(preset))
+    runs.mkdir(parents=True, exist_ok=True)
+    train_yaml = runs / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(runs / "data.h5"),
+                                          "deterministic": True}))
+    rounds = [kept_round(tiny_clock(), study.data["val"])] * count
+    (runs / ROUNDS_FILE).write_text(json.dumps({"settings": round_settings(train_yaml), "rounds": rounds}))
+    return rounds
+
+
 def horovodrun():
     exe = Path(sys.executable).with_name("horovodrun")
     return str(exe) if exe.exists() else shutil.which("horovodrun")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from deepdensity.study.slurm_jobs import COMMENT, log_of
-from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE, round_settings
+from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
-from tests.support import ROOT, SMOKE, horovodrun, tiny_clock
+from tests.support import ROOT, SMOKE, horovodrun, seed_kept_rounds, tiny_clock
 from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
 
 _reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
@@ -101,35 +101,6 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
     assert any("_" in i for i in known), f"runs ready together went as a job array: {known}"
 
 
-def kept_round(timing: dict, n_val: int) -> dict:
-    """A round of the clock as measure_round keeps it, from the figures of TIMING (the tiny
-    preset's clock). That clock predates the shared-step probes and the real epochs' step time,
-    so those come from its own figures: a rank's step at strong scaling's per-worker batch (the
-    tiny preset's batch 32 over N), and the real epoch less its evaluation."""
-    steps = timing["step_seconds"]
-    real = timing["real_epoch_seconds"]
-    return {"steps": steps, "eval": timing["eval_per_sample_s"],
-            "shared": {n: steps[str(32 // int(n))] for n in ("2", "4")},
-            "allreduce": {n: timing["allreduce_seconds"][n] for n in ("2", "4")}, "real": real,
-            "real_steps": {n: s - timing["eval_per_sample_s"] * n_val for n, s in real.items()}}
-
-
-def seed_interrupted_clock(tmp_path: Path, runs: Path) -> list:
-    """The runs folder of a clock interrupted after all but its last round: timing-rounds.json
-    with ROUNDS - 1 rounds, under the settings the job computes on the node (round_settings:
-    the digest of the train.yaml the driver writes, as session.start_study writes it, and this
-    machine's CPU, which the nodes share). The job measures one round for real, not three."""
-    import yaml
-    from deepdensity.study.preset import load_study
-    _, study = load_study(str(tmp_path / "tiny.yaml"))
-    train_yaml = runs / "train.yaml"
-    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(runs / "data.h5"),
-                                          "deterministic": True}))
-    rounds = [kept_round(TIMING, study.data["val"])] * (ROUNDS - 1)
-    (runs / ROUNDS_FILE).write_text(json.dumps({"settings": round_settings(train_yaml), "rounds": rounds}))
-    return rounds
-
-
 def stop_the_study(cluster, driver) -> None:
     """The driver killed (its jobs go on without it) and then every job it submitted cancelled,
     until the controller lists none queued or running."""
@@ -151,7 +122,7 @@ def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_read
     runs = tmp_path / "slurm"
     command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1",
                             "--slurm", "time=00:30:00", clock=True)
-    kept = seed_interrupted_clock(tmp_path, runs)
+    kept = seed_kept_rounds(tmp_path / "tiny.yaml", runs, ROUNDS - 1)
     train_yaml = (runs / "train.yaml").read_bytes()
     log = tmp_path / "driver.log"
     said = lambda: log.read_text()  # noqa: E731
