@@ -178,6 +178,18 @@ def running_past_a_checkpoint(cluster, runs: Path, but: str = "") -> str:
     return ""
 
 
+def signal_a_running_job(cluster, runs: Path, name: str) -> str:
+    """Send signal `name` to a job whose run is past its first checkpoint; returns its id. The
+    tiny runs take seconds: a job can end between being seen running and the scancel, which then
+    fails (CI saw it once), so the next such job is taken."""
+    for _ in range(6):
+        job_id = wait_for(lambda: running_past_a_checkpoint(cluster, runs), "a running job past its checkpoint")
+        if cluster.run(["scancel", f"--signal={name}", job_id], check=False).returncode == 0:
+            return job_id
+        wait_for(lambda: job_id not in (j for j, _ in jobs(cluster, "RUNNING")), f"job {job_id} to end", timeout=60)
+    raise AssertionError(f"six running jobs ended before scancel --signal={name} reached them")
+
+
 def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelled_one_is_resubmitted(tmp_path):
     """The driver dies (SIGKILL) while jobs run and wait; started again, it reattaches and
     submits nothing twice. Then a running job gets SIGUSR2 (what Slurm sends 90 s before the
@@ -196,8 +208,7 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
         assert jobs(cluster, "RUNNING") + jobs(cluster, "PENDING"), "jobs go on without the driver"
         again = cluster.start(command, tmp_path / "again.log", env=env(cluster))
         wait_for(lambda: "attached to Slurm job" in (tmp_path / "again.log").read_text(), "the driver reattaching")
-        requeued = wait_for(lambda: running_past_a_checkpoint(cluster, runs), "a running job past its checkpoint")
-        cluster.run(["scancel", "--signal=USR2", requeued])
+        requeued = signal_a_running_job(cluster, runs, "USR2")
         cancelled = wait_for(lambda: next((j for j, _ in jobs(cluster, "RUNNING") if j != requeued), ""),
                              "another running job")
         cluster.run(["scancel", cancelled])
