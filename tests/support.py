@@ -146,3 +146,34 @@ class FakeRunner:
         (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
                                                    for i, v in enumerate(vals)))
         return {"status": "max_epochs", "epochs": len(vals)}
+
+
+# Folders of a user's that a command's --out or --runs may be pointed at by mistake: the
+# class tests/utils/test_files.py and tests/test_foreign_folders.py try every member of.
+def user_folder(root, name: str, entries: dict):
+    """A folder of the user's: {relative path: bytes, or None for a subfolder}."""
+    folder = root / name
+    folder.mkdir()
+    for rel, data in entries.items():
+        path = folder / rel
+        if data is None:
+            path.mkdir(parents=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    return folder
+
+
+def snapshot(folder) -> dict:
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+
+
+USERS_FOLDERS = {
+    "notes": {"notes.txt": b"mine"},
+    "their_run_files": {"config.json": b'{"lr": 0.1}', "weights.h5": b"\x89HDF\r\n"},
+    "their_config_and_metrics": {"config.json": b'{"mode": "mine"}', "metrics.jsonl": b'{"epoch": 1}\n'},
+    "a_subfolder": {"scans": None},
+    "a_hidden_file": {".git": None},
+    "a_mark_not_ours": {".deepdensity": b"my own dotfile"},
+    "a_run_folder_of_theirs_named_like_ours": {"config.json": b"[1, 2]", "state.json": b"{}"},
+}

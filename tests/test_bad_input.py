@@ -16,6 +16,7 @@ from deepdensity.study import repro
 # train.py's main, in this process (train.py itself only starts the console first: its signal
 # handling is a process's, tested in tests/training/test_ctrl_c.py)
 from deepdensity.training import cli as train_cli
+from deepdensity.utils.files import mark_folder
 
 CSV_HEADER = "seriesuid,coordX,coordY,coordZ,diameter_mm\n"
 
@@ -94,14 +95,14 @@ def files(tmp_path_factory, smoke_data):
     (d / "bad_xml" / "069.xml").write_text("<LidcReadMessage><readingSession>")
     (d / "a_file").write_text("")
     held = d / "held"                       # a run folder, as a run leaves it after one epoch
-    held.mkdir()
+    mark_folder(held, "run")
     (held / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
     (held / "config.json").write_text(json.dumps({"mode": "strong"}))
     half = d / "half_state"
     shutil.copytree(held, half)
     (half / "state.json").write_text('{"epoch": 0, "elapsed')
     no_config = d / "no_config"
-    no_config.mkdir()
+    mark_folder(no_config, "run")
     (no_config / "state.json").write_text('{"epoch": 0, "elapsed_s": 1.0, "checkpoint": "ckpt/epoch-0001"}')
     lacking = d / "lacking_state"
     shutil.copytree(held, lacking)
@@ -122,6 +123,11 @@ def files(tmp_path_factory, smoke_data):
         "p_int_key": "1: 2\n",
         "p_dup_workers": "workers: [1, 2, 2]\n",
         "p_tiny": "data: {n: 100, val: 20}\nseeds: [0]\nworkers: [1]\nmodes: [strong]\nbase_lr: 0.001\n",
+        # cells no run can train: caught as the preset loads, before the clock's minutes
+        "p_strong_64": "workers: [1, 2, 64]\nmodes: [strong, weak]\n",
+        "p_weak_data": "data: {n: 100, val: 20}\ntrain: {epoch_definition: global}\nworkers: [1, 2, 4]\nmodes: [strong, weak]\n",
+        "p_odd_batch": "train: {batch_size: 30}\nworkers: [1, 4]\nmodes: [strong]\n",
+        "p_mode_workers": "workers: [1, 2, 3]\nmodes: [strong, weak]\nmode_workers: {strong: [1, 3]}\n",
     }.items():
         (d / f"{name}.yaml").write_text(text)
     (d / "p_latin1.yaml").write_bytes("# étude\nseeds: [0]\n".encode("latin-1"))
@@ -211,6 +217,8 @@ CASES = [
     ("train", ["--out", "{d}/a_file/run"], "cannot write to output folder"),
     ("train", ["--set", "data_path={d}/nan.h5", "--out", "{d}/new/deeper/run"], "NaN or inf"),   # parents go too
     ("train", ["--out", "{d}/held"], "already holds a run"),
+    ("train", ["--out", "{d}/bad_xml"], "holds files this project did not write (069.xml); nothing was written"),
+    ("train", ["--out", "{d}/bad_xml", "--resume"], "holds files this project did not write (069.xml)"),
     ("train", ["--out", "{d}/half_state", "--resume"], "state.json is damaged"),
     ("train", ["--out", "{d}/lacking_state", "--resume"], "state.json is damaged (no epoch"),
     ("train", ["--out", "{d}/no_config", "--resume"], "config.json is missing"),
@@ -271,6 +279,10 @@ CASES = [
     ("repro", ["--preset", "{d}/p_target.yaml"], "target_loss must be null"),
     ("repro", ["--preset", "{d}/p_base_lr.yaml"], "base_lr must be 'edge', 'default_study' or a positive number"),
     ("repro", ["--preset", "{d}/p_int_key.yaml"], "key 1 is not a setting name"),
+    ("repro", ["--preset", "{d}/p_strong_64.yaml"], "no run can train the cell strong at N = 64: strong splits"),
+    ("repro", ["--preset", "{d}/p_weak_data.yaml"], "no run can train the cell weak at N = 4: the training set has 80 cubes"),
+    ("repro", ["--preset", "{d}/p_odd_batch.yaml"], "no run can train the cell strong at N = 4"),
+    ("repro", ["--preset", "{d}/p_mode_workers.yaml"], "no run can train the cell strong at N = 3"),
     ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np {{x}}"], "is not a template with {n}"),
     ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "horovodrun -np 4"], "does not use {n}"),
     ("repro", ["--preset", "{d}/p_tiny.yaml", "--runner", "sh -c 'unclosed {{n}}"], "is not a template"),

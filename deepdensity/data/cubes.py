@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from deepdensity.utils.errors import UserError, one_line, shell_word, shown
-from deepdensity.utils.files import hdf5_atomic
+from deepdensity.utils.files import hdf5_atomic, special_kind
 
 FORMAT = "deepdensity-cubes"
 FORMAT_VERSION = 1
@@ -120,9 +120,12 @@ def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", 
     the splits that must hold cubes (training needs both; encoding one split only that one).
     The file's structure is checked before a value is read (_check_structure)."""
     path, name = Path(path), shown(path)       # name: the path as given, a newline seen as one
-    make = f"make one with: python -m deepdensity.data synth --out {shell_word(path)}"
+    made = path if path.suffix == ".h5" else path.with_suffix(".h5")    # synth writes .h5 files only
+    make = f"make one with: python -m deepdensity.data synth --out {shell_word(made)}" + (
+        "" if made == path else f" and set data_path={shell_word(made)}")
     if not path.exists():
         raise DataError(f"data file {name} does not exist; {make} (or set data_path)")
+    check_regular_data(path)
     if not path.is_file() or not h5py.is_hdf5(path):
         raise DataError(f"data file {name} is not an HDF5 file; {make}")
     try:
@@ -336,10 +339,19 @@ def _holds(path: Path, dataset: str) -> bool:
 # --------------------------------------------------------------------------------------
 # Fingerprint: which data a run trained on
 # --------------------------------------------------------------------------------------
+def check_regular_data(path) -> None:
+    """A data path that is a folder, a FIFO, a socket or a device is refused in one line before
+    anything opens it (HDF5 would wait on a FIFO for a writer that never comes)."""
+    kind = special_kind(path)
+    if kind:
+        raise DataError(f"data file {shown(path)} is {kind}, not a file; set data_path to an HDF5 file of cubes")
+
+
 def data_files(path) -> list:
     """The files the cubes of data file `path` are read from: `path`, then those its splits
     reach through external links, virtual datasets and external raw storage. Just `path` when
     its structure is broken (load_cubes then says how)."""
+    check_regular_data(path)
     try:
         with h5py.File(path, "r") as f:
             return _check_structure(f, shown(path), "")

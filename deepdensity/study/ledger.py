@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 from deepdensity.scaling import rules
 from deepdensity.study import curves
 from deepdensity.utils.errors import UserError
-from deepdensity.utils.files import write_atomic
+from deepdensity.utils.files import mark_folder, write_atomic
 from deepdensity.scaling.rules import RunStatus
 
 FORMAT = 1
@@ -282,8 +282,8 @@ def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str
 def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:
     """A run folder that reads as the finished run `got` (an answer of `entry`): config.json,
     metrics.jsonl, result.json, and MARKER naming where it ran. No weights: it cannot be resumed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    # the marker first: a crash part-way leaves a folder that says it came from the ledger
+    mark_folder(folder, "run")
+    # the ledger's marker next: a crash part-way leaves a folder that says it came from the ledger
     write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
                                                                      "finished")}, indent=2))
     write_atomic(folder / "config.json", json.dumps({**config, "mode": entry["mode"], "workers": entry["n"],

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import Config, ConfigError, apply, read_mapping
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 from deepdensity.utils import schema
 from deepdensity.study.errors import StudyError
 
@@ -147,6 +147,22 @@ class Study:
         return [(mode, n) for mode in self.modes for n in self.mode_workers.get(mode, self.workers)
                 if n > 1 and (real_runner or not policies.get(mode).follows_sequential_path)]
 
+    def impossible_cells(self, runs: Config) -> list:
+        """The cells no run could train, each in words: its policy's plan at its N, and a step at
+        least in an epoch of the study's training cubes (`runs`: the runs' settings). Checked as
+        the preset loads, before a clock or a run starts."""
+        n_train = self.data["n"] - self.data["val"]
+        n_used = min(n_train, runs.max_train_cubes or n_train)
+        said = []
+        for mode in self.modes:
+            for n in (n for n in self.mode_workers.get(mode, self.workers) if n > 1):   # N = 1: the sequential run
+                try:
+                    plan = policies.plan(mode, n, runs.batch_size, runs.base_lr, runs.warmup_epochs)
+                    rules.steps_per_epoch(n_used, plan, runs.epoch_definition)
+                except rules.PlanError as e:
+                    said.append(f"{mode} at N = {n}: {e}")
+        return said
+
     def sequential_seeds(self) -> list:
         """The seeds of the sequential runs: as many as `seeds`, the smallest integers that are
         neither the edge search's seeds (when it set eta, here or in the default study whose eta
@@ -181,13 +197,18 @@ def _integer_list(key: str, value, lo: int, nonempty: bool = True) -> list:
 def load_study(preset: str) -> tuple:
     """(name, Study) of a preset's name (deepdensity/study/presets/NAME.yaml) or a .yaml path."""
     path = Path(preset) if preset.endswith(".yaml") else PRESETS / f"{preset}.yaml"
-    if not path.is_file():
+    if not path.exists():      # a folder or a FIFO at the path is read_mapping's to name
         names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
         raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
     raw = read_mapping(path, "study preset", StudyError, allow_empty=False)
     study = schema.build(Study, raw, error=StudyError, what="study key", source=str(path), prefix=f"{path}: ")
     try:   # the runs' settings, by the run settings' own schema
-        apply(Config(), study.train, f"{path}: train")
+        runs = apply(Config(), study.train, f"{path}: train")
     except ConfigError as e:
         raise StudyError(str(e) if str(e).startswith(str(path)) else f"{path}: train: {e}") from None
+    impossible = study.impossible_cells(runs)
+    if impossible:
+        more = f" (and {len(impossible) - 1} more cell(s))" if len(impossible) > 1 else ""
+        raise StudyError(f"{path}: no run can train the cell {impossible[0]}{more}; take that N out of workers "
+                         f"(or mode_workers)")
     return path.stem, study

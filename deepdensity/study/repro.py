@@ -47,6 +47,7 @@ from deepdensity.study.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.plan import missing_lines, plan_lines
 from deepdensity.study.errors import StudyError
 from deepdensity.study.preset import Study, load_study
+from deepdensity.study.rerender import holds_a_study_record
 from deepdensity.study.runner import unless_not_held
 from deepdensity.study.sequential import calibrated_target, sequential_path
 from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
@@ -57,7 +58,7 @@ from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
-from deepdensity.utils.files import check_own_folder
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -95,8 +96,8 @@ def main(argv=None) -> int:
     name, study = load_study(args.preset)
     runs = Path(args.runs or runs_root() / f"study-{name}")
     out = reports_folder(name, args.out, runs)
-    check_own_folder(runs, "--runs", RUNS_MARKS)
-    check_own_folder(out, "--out", REPORTS_MARKS)
+    check_own_folder(runs, "--runs", "runs", runs_before_marks)
+    check_own_folder(out, "--out", "reports", holds_a_study_record)
     options = _options(args)
     _check_runner(options.runner)
     slurm_check = _slurm_clients(study, options, runs)
@@ -105,6 +106,7 @@ def main(argv=None) -> int:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.
     with locked(runs, holder_is="another study", instead="pass another --runs folder"):
+        mark_folder(runs, "runs")
         try:
             return run_study(name, study, options, runs, out)
         except KeyboardInterrupt as e:
@@ -172,9 +174,17 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
             print(line)
 
 
-# what a study writes first into its folders: a folder holding one of them is a study's
-RUNS_MARKS = ("train.yaml", "data.h5", LEDGER_FILE, "timing.json", "reports.partial", "reports")
-REPORTS_MARKS = ("REPORT.md", "study.json", LEDGER_FILE)
+def runs_before_marks(runs: Path) -> bool:
+    """Is `runs` a study's runs folder made before folders were marked? Its train.yaml, which
+    every study writes as it starts, holds the study's fixed run settings; or its clock's
+    timing.json, its clock version."""
+    import yaml
+    try:
+        settings = yaml.safe_load((runs / "train.yaml").read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        settings = None
+    return (isinstance(settings, dict) and {"intra_op_threads", "deterministic", "data_path"} <= set(settings)) \
+        or json_with(runs / "timing.json", ("clock_version",))
 
 
 def _default_study_reports() -> Path:

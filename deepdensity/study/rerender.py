@@ -15,7 +15,7 @@ from deepdensity.study.errors import StudyError
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import check_own_folder
+from deepdensity.utils.files import check_own_folder, json_with
 
 
 def rerender(folder: Path, out: Path) -> list:
@@ -42,6 +42,12 @@ def rerender(folder: Path, out: Path) -> list:
 def text_outputs(folder: Path) -> tuple:
     """The text reports a folder's record renders (its kind's: the default study's, or the beyond study's)."""
     return kinds.of_record(kinds.upgraded(json.loads((folder / "study.json").read_text()))).text_outputs()
+
+
+def holds_a_study_record(reports: Path) -> bool:
+    """Is `reports` a study's reports folder (its study.json, a record with its cells)? Reports
+    folders carry no mark: the committed reports/ would gain an untracked file."""
+    return json_with(reports / "study.json", ("cells",))
 
 
 def differences(committed: Path, rendered: Path) -> list:
@@ -75,7 +81,7 @@ def main(argv=None) -> int:
         print(f"{len(diffs)} report(s) differ from what the code renders" if diffs else
               f"the reports in {folder} are what the code renders from its study.json")
         return 1 if diffs else 0
-    out = check_own_folder(args.out, "--out", ("REPORT.md", "study.json")) if args.out else folder
+    out = check_own_folder(args.out, "--out", "reports", holds_a_study_record) if args.out else folder
     rerender(folder, out)
     print(f"reports rendered from {folder / 'study.json'} into {out}")
     return 0

@@ -136,13 +136,18 @@ def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> No
         g.create_dataset("filter/dropped_index", data=np.asarray(dropped, np.int64))
 
 
+def figure_paths(out: Path) -> list:
+    """The filter's figures beside OUT: the embedding, the dropped cubes."""
+    return [out.with_suffix(".embedding.png"), out.with_suffix(".dropped.png")]
+
+
 def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray,
              dropped: np.ndarray) -> list:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = [out.with_suffix(".embedding.png"), out.with_suffix(".dropped.png")]
+    paths = figure_paths(out)
     fig, ax = plt.subplots(figsize=(6, 5.4))
     clusters = sorted(set(labels) - {-1})
     cmap = plt.get_cmap("tab20")
@@ -203,7 +208,8 @@ def run_filter(args) -> str:
         raise DataError(f"--out {out} must end in .h5 (the random control is written as OUT.random.h5)")
     if out.resolve() == data.resolve() or out.with_suffix(".random.h5").resolve() == data.resolve():
         raise DataError(f"--out {out} would overwrite the data it filters; choose another name")
-    for path in (out, out.with_suffix(".random.h5")):
+    # the figures too: a user's OUT.embedding.png is theirs until --force says otherwise
+    for path in (out, out.with_suffix(".random.h5"), *figure_paths(out)):
         check_output(path, [data], getattr(args, "force", False))
     cubes = load_cubes(data)
     n = len(cubes.train)

@@ -19,10 +19,10 @@ import tensorflow as tf
 from deepdensity.config import Config
 from deepdensity.scaling import rules
 from deepdensity.training.launch import Launch
-from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, holds_nothing_to_resume, read_json,
-                                       read_metrics, resume_changes)
+from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, holds_nothing_to_resume, made_before_marks,
+                                       read_json, read_metrics, resume_changes)
 from deepdensity.utils.errors import UserError
-from deepdensity.utils.files import atomic_path, write_atomic
+from deepdensity.utils.files import atomic_path, check_own_folder, mark_folder, write_atomic
 from deepdensity.scaling.rules import RunStatus
 
 FINAL = (RunStatus.REACHED, RunStatus.DIVERGED, RunStatus.STALLED, RunStatus.COLLAPSED)
@@ -33,9 +33,12 @@ class RunError(UserError):
 
 
 def check_out_dir(out: Path, resume: bool) -> Optional[dict]:
-    """Make sure `out` is writable and says what it holds; returns the state to resume."""
+    """Make sure `out` is the project's to write into (new, empty, or a run's folder: a folder
+    of the user's is refused before anything is written, --resume or not) and writable, and
+    mark it as a run's; returns the state to resume."""
+    check_own_folder(out, "--out", "run", made_before_marks)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        mark_folder(out, "run")
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.utils.errors import UserError
+from deepdensity.utils.files import json_with
 
 
 class DamagedRun(UserError):
@@ -106,6 +107,23 @@ def other_data(saved: dict, fingerprint: str) -> bool:
     """Did the saved run train on other data than `fingerprint`? (Runs made before fingerprints
     were recorded have none, and are not judged.)"""
     return saved.get("data_fingerprint") not in (None, fingerprint)
+
+
+# What a run writes into its folder (files of its own, or of the ledger's copy of a run), and
+# what its config.json has always held beside the settings: its mode and N
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "state.json", "result.json", "weights.h5", "workers.jsonl",
+               "ckpt", "tb", "from_ledger.json")
+RUN_CONFIG_KEYS = ("mode", "workers", "base_lr", "n_components")
+
+
+def made_before_marks(out) -> bool:
+    """Is `out` a run folder this project wrote before folders were marked (utils/files.py
+    FOLDER_MARK)? Only names a run writes (their temporaries too: NAME.*.tmp), and a config.json
+    that names the run's mode and N beside its settings, as no config.json of the user's does."""
+    out = Path(out)
+    written = lambda name: name in RUN_ENTRIES or any(  # noqa: E731
+        name.startswith(entry + ".") and name.endswith((".tmp", ".h5")) for entry in RUN_ENTRIES)
+    return all(written(p.name) for p in out.iterdir()) and json_with(out / "config.json", RUN_CONFIG_KEYS)
 
 
 def holds_nothing_to_resume(out) -> bool:

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
-from deepdensity.data.cubes import DataError, load_cubes, to_density
+from deepdensity.data.cubes import DataError, check_regular_data, load_cubes, to_density
 from deepdensity.scaling import policies, rules
 from deepdensity.training import callbacks, controllers, dist, interrupts, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
@@ -29,6 +29,7 @@ from deepdensity.training.launch import Launch, launch
 from deepdensity.training.run_folder import RunError
 from deepdensity.training.runs import START_AFRESH, DamagedRun, read_json, read_metrics
 from deepdensity.utils.errors import launcher_size, shown
+from deepdensity.utils.files import remove_if_unused
 from deepdensity.utils.machine import memory_bytes, size_text
 
 __all__ = ["train", "RunError"]
@@ -54,8 +55,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         except (ConfigError, DataError, RunError, DamagedRun):
             if run.is_chief:
                 for folder in made:          # the run folder first, then the parents made for it
-                    if folder.is_dir() and not any(folder.iterdir()):
-                        folder.rmdir()
+                    remove_if_unused(folder)
             raise
 
 
@@ -104,6 +104,7 @@ def _data_shape(path: str) -> Optional[tuple]:
         recipe = synth.DEFAULT_DATA.get(path)
         return (recipe[0] - recipe[1], 16 ** 3) if recipe else None    # write_synthetic's default cube
     import h5py
+    check_regular_data(path)
     try:
         with h5py.File(path, "r") as f:
             shape = f["train/cubes"].shape

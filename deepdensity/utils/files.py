@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, Optional
 
 
 @contextlib.contextmanager
@@ -94,19 +95,90 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
     return out
 
 
-def check_own_folder(folder, flag: str, marks: tuple) -> Path:
-    """`folder` as a Path, once it is one this project may write into: absent, empty, or
-    holding one of `marks` (a file or folder it writes there first). Anywhere else its files
-    would land among someone else's (`--runs ~`), so it is refused in one line."""
+def special_kind(path) -> Optional[str]:
+    """What `path` is when it is there but no regular file ('a folder', 'a named pipe (FIFO)',
+    'a socket', 'a character device', 'a block device'); None for a regular file (through its
+    links) or nothing there. Asked of stat, never by opening: opening a FIFO waits for a writer,
+    and reading a device may never end."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), None)
+
+
+# The file a command writes first into a folder it makes its own, naming the folder's kind.
+# A folder that holds it is the project's; one that holds anything else is the user's.
+FOLDER_MARK = ".deepdensity"
+FOLDER_KINDS = {"run": "a training run's folder", "runs": "a study's runs folder", "reports": "a study's reports",
+                "scans": "a folder of synthetic scans"}
+
+
+def folder_mark(folder) -> Optional[str]:
+    """The kind of project folder `folder`'s mark names; None where there is no mark ('' where
+    the mark is not one this project wrote)."""
+    import json
+    path = Path(folder) / FOLDER_MARK
+    if not path.is_file():
+        return None
+    try:
+        kind = json.loads(path.read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return kind if kind in FOLDER_KINDS else ""
+
+
+def check_own_folder(folder, flag: str, kind: str, earlier: Optional[Callable] = None) -> Path:
+    """`folder` as a Path, once this project may write into it as a folder of `kind`: absent,
+    empty, marked as one (FOLDER_MARK), or made before folders were marked, which
+    `earlier(folder)` recognises by what the project wrote there. Anywhere else its files would
+    land among someone else's and replace theirs (a config.json, a weights.h5 of the user's),
+    so it is refused in one line, before anything is written. Nothing is written here."""
     from deepdensity.utils.errors import UserError, shown
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{flag} {shown(folder)} is a file, not a folder; pass a new or empty folder")
-    if not folder.exists() or any((folder / m).exists() for m in marks):
+    names = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    marked = folder_mark(folder) if names else None
+    if not names or marked == kind or (marked is None and earlier is not None and earlier(folder)):
         return folder
-    others = sorted(p.name for p in folder.iterdir())
-    if not others:
-        return folder
+    if marked:
+        raise UserError(f"{flag} {shown(folder)} is {FOLDER_KINDS[marked]}, not {FOLDER_KINDS[kind]}; "
+                        f"pass a new or empty folder")
+    others = [n for n in names if n != FOLDER_MARK] or names
     listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-    raise UserError(f"{flag} {shown(folder)} holds files this command did not write ({listed}); "
-                    f"pass a new or empty folder")
+    raise UserError(f"{flag} {shown(folder)} holds files this project did not write ({listed}); nothing was "
+                    f"written there: pass a new or empty folder")
+
+
+def mark_folder(folder, kind: str) -> None:
+    """Make `folder` (parents too) the project's folder of `kind`: its mark, written before
+    anything else goes there (check_own_folder first)."""
+    import json
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder_mark(folder) != kind:
+        write_atomic(folder / FOLDER_MARK, json.dumps({"kind": kind, "written_by": "deepdensity"}) + "\n")
+
+
+def remove_if_unused(folder) -> None:
+    """Remove `folder` when it holds nothing but its mark: made for a command that was refused
+    before it wrote anything."""
+    folder = Path(folder)
+    if folder.is_dir() and all(p.name == FOLDER_MARK for p in folder.iterdir()):
+        (folder / FOLDER_MARK).unlink(missing_ok=True)
+        folder.rmdir()
+
+
+def json_with(path, keys: tuple) -> bool:
+    """Is `path` a JSON object holding every one of `keys`? (How a folder made before the marks
+    is told from a user's: by what the project wrote in it.)"""
+    import json
+    try:
+        held = json.loads(Path(path).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(held, dict) and all(k in held for k in keys)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from deepdensity.utils.files import special_kind
+
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -12,6 +14,9 @@ def read_text(path, what: str, error: type = ValueError, advice: str = "save it 
     """The content of the text file at `path`; `error(message)` if it is missing, binary or
     not UTF-8. `what` names the file for the message ("config file", "annotations file")."""
     path = Path(path)
+    kind = special_kind(path)
+    if kind:
+        raise error(f"{what} {path} is {kind}, not a file")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

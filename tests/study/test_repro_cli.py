@@ -12,6 +12,7 @@ from deepdensity.study.plan import plan_lines, run_counts
 from deepdensity.study.preset import load_study
 from deepdensity.study.runner import StudyRunner
 from deepdensity.training.runs import locked
+from deepdensity.utils.files import mark_folder
 from tests.support import ROOT
 
 TINY = ("data: {n: 96, val: 32, seed: 0}\ncalibration_epochs: 6\nworkers: [1, 2, 4]\nmodes: [strong, weak]\n"
@@ -172,11 +173,38 @@ def test_a_study_writes_only_into_its_own_or_an_empty_folder(tiny, tmp_path, cap
     other = {"--runs": ["--out", str(tmp_path / "o")], "--out": ["--runs", str(tmp_path / "r")]}[flag]
     assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {flag} {theirs} holds files this command did not write (thesis.tex); pass a new or " \
-                  f"empty folder\n"
+    assert err == f"error: {flag} {theirs} holds files this project did not write (thesis.tex); nothing was " \
+                  f"written there: pass a new or empty folder\n"
     assert sorted(p.name for p in theirs.iterdir()) == ["thesis.tex"]
-    (theirs / "train.yaml" if flag == "--runs" else theirs / "REPORT.md").write_text("")   # a study's folder
-    assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 0
+    # a file of the name a study writes, but the user's, is theirs too
+    name = "train.yaml" if flag == "--runs" else "study.json"
+    (theirs / name).write_text("my: notes\n")
+    assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 2
+    listed = ", ".join(sorted(["thesis.tex", name]))
+    assert f"holds files this project did not write ({listed})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, kind, made_before_marks", [
+    ("--runs", "runs", ("train.yaml", "intra_op_threads: 1\ndeterministic: true\ndata_path: r/data.h5\n")),
+    ("--runs", "runs", ("timing.json", '{"clock_version": 4}')),
+    ("--out", "reports", ("study.json", '{"cells": []}'))])
+def test_a_study_writes_into_a_folder_it_marked_or_one_an_earlier_version_wrote(tiny, tmp_path, flag, kind,
+                                                                                 made_before_marks):
+    other = {"--runs": ["--out", str(tmp_path / "o")], "--out": ["--runs", str(tmp_path / "r")]}[flag]
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "bench.json").write_text("{}")
+    name, text = made_before_marks
+    (ours / name).write_text(text)
+    assert repro.main(["--preset", str(tiny), flag, str(ours), *other, "--dry-run"]) == 0
+    marked = tmp_path / "marked"
+    mark_folder(marked, kind)
+    (marked / "notes.txt").write_text("a study's folder holds what it holds")
+    assert repro.main(["--preset", str(tiny), flag, str(marked), *other, "--dry-run"]) == 0
+    run_folder = tmp_path / "a-run"
+    mark_folder(run_folder, "run")
+    (run_folder / "config.json").write_text("{}")
+    assert repro.main(["--preset", str(tiny), flag, str(run_folder), *other, "--dry-run"]) == 2
 
 
 def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, capsys):

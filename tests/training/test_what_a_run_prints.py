@@ -15,6 +15,7 @@ import pytest
 from deepdensity.config import Config, load
 from deepdensity.training.runs import continue_command, holds_nothing_to_resume
 from tests.support import ROOT, SMOKE, run
+from deepdensity.utils.files import mark_folder
 
 
 class FakeClock:
@@ -74,8 +75,8 @@ def test_a_resumed_run_counts_its_total_from_the_runs_start_and_its_epochs_from_
 # A folder left before epoch 1
 # ------------------------------------------------------------------------------------------
 def left_before_epoch_1(out: Path) -> Path:
-    """What a run writes as it starts (run_folder.start_files), before its first checkpoint."""
-    out.mkdir(parents=True)
+    """What a run writes as it starts (its mark, run_folder.start_files), before its first checkpoint."""
+    mark_folder(out, "run")
     (out / "config.json").write_text(json.dumps({**Config().to_dict(), "mode": "strong"}))
     (out / "metrics.jsonl").write_text("")
     (out / "ckpt").mkdir()

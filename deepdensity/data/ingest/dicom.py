@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from deepdensity.data.ingest.geometry import ScanError, Volume
+from deepdensity.utils.files import FOLDER_MARK, special_kind
 
 
 _DECODERS = {
@@ -33,7 +34,11 @@ def scan_dicom_folder(folder) -> tuple:
     for root, _, files in os.walk(folder):
         for name in sorted(files):
             path = Path(root) / name
-            if name.lower().endswith((".xml", ".csv")):     # LIDC's readings, annotation lists: not images
+            if name.lower().endswith((".xml", ".csv")) or name == FOLDER_MARK:   # readings, annotations, our mark
+                continue
+            kind = special_kind(path)
+            if kind:                                    # a FIFO would hold dcmread forever
+                skipped.append((str(path), f"{kind}, not a file"))
                 continue
             try:
                 ds = pydicom.dcmread(path, stop_before_pixels=True)

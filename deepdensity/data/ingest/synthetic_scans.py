@@ -15,6 +15,7 @@ from deepdensity.data.ingest.geometry import Volume
 from deepdensity.data.ingest.metaimage_nifti import write_metaimage, write_nifti
 from deepdensity.data.lidc import write_xml
 from deepdensity.data.synth import smooth_field
+from deepdensity.utils.files import check_own_folder, mark_folder
 
 
 def synth_scan(rng: np.random.Generator, shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), n_nodules: int = 2):
@@ -84,7 +85,8 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
     if n_scans < 1:
         raise DataError(f"synth-scans needs --n of at least 1, got {n_scans}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_own_folder(out_dir, "--out", "scans")     # its annotations.csv would replace the user's
+    mark_folder(out_dir, "scans")
     rows = []
     for s in range(n_scans):
         rng = np.random.default_rng([seed, s])
