@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from deepdensity.utils.errors import UserError, one_line, shell_word, shown
-from deepdensity.utils.files import hdf5_atomic, special_kind
+from deepdensity.utils.files import hdf5_atomic, is_hdf5_lock_error, special_kind
 
 FORMAT = "deepdensity-cubes"
 FORMAT_VERSION = 1
@@ -169,7 +169,7 @@ def _check_values(name: str, split: str, a: np.ndarray, needed: bool) -> None:
 def _unreadable(path: Path, e: OSError) -> str:
     """Why an HDF5 file that exists cannot be read, and what to do (never: write a new file over
     it, which would replace data the user may have prepared from scans)."""
-    if "unable to lock file" in str(e) or getattr(e, "errno", None) in (11, 35):
+    if is_hdf5_lock_error(e):
         return (f"data file {shown(path)} is open for writing in another process (HDF5 locks it); wait until that "
                 f"process (a synth, prepare or filter still writing it) has finished, then run again")
     return (f"data file {shown(path)} cannot be read ({e}); is it truncated (an interrupted copy)? copy it again, or "

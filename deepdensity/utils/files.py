@@ -92,7 +92,30 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
             raise UserError(f"--out {shown(out)} is also an input of this command; choose another name")
     if out.exists() and not force:
         raise UserError(f"--out {shown(out)} exists; pass --force to replace it")
+    if out.exists() and held_for_writing(out):
+        raise UserError(f"--out {shown(out)} is open for writing in another process (HDF5 locks it); --force "
+                        f"replaces a file nobody writes: wait until that process has finished")
     return out
+
+
+def is_hdf5_lock_error(e: OSError) -> bool:
+    """Is `e` HDF5 refusing a file another process has open for writing (its file lock)?"""
+    return "unable to lock file" in str(e) or getattr(e, "errno", None) in (11, 35)
+
+
+def held_for_writing(path) -> bool:
+    """Does another process hold the HDF5 file `path` open for writing? Replacing it would leave
+    that process writing into a file with no name. HDF5 locks such a file, so opening it to read
+    fails; a file that is not HDF5, or that nobody writes, is not held."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    import h5py
+    try:
+        with h5py.File(path, "r"):
+            return False
+    except OSError as e:
+        return is_hdf5_lock_error(e)
 
 
 def special_kind(path) -> Optional[str]:

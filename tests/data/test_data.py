@@ -158,6 +158,40 @@ def test_a_file_another_process_writes_is_named_as_such_not_replaced(tmp_path):
     assert len(data.load_cubes(path).train) == 32, "readable once the writer is gone"
 
 
+@pytest.mark.parametrize("command", [["synth", "--n", "40", "--val", "8"],
+                                     ["prepare", "--luna", "{empty}", "--annotations", "{csv}"]])
+def test_force_does_not_replace_a_file_another_process_writes(tmp_path, capsys, command):
+    """`--force` replaces a data file nobody writes. One another process holds open for writing
+    (HDF5 locks it) is refused and left as it was: replaced, that process would go on writing
+    into a file with no name."""
+    import os
+    import subprocess
+    import sys
+
+    from deepdensity.data import cli as data_cli
+    path = tmp_path / "busy.h5"
+    synth.write_synthetic(path, 40, 8, 0)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a.csv").write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); "
+                               "print('open', flush=True); time.sleep(60)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        before = path.read_bytes(), os.stat(path).st_ino      # as the holder has it (its open marks the file)
+        argv = [a.format(empty=tmp_path / "empty", csv=tmp_path / "a.csv") for a in command]
+        assert data_cli.main([*argv, "--out", str(path), "--force"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"error: --out {path} is open for writing in another process (HDF5 locks it); --force " \
+                      f"replaces a file nobody writes: wait until that process has finished"
+        assert (path.read_bytes(), os.stat(path).st_ino) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert data_cli.main(["synth", "--n", "40", "--val", "8", "--seed", "1", "--out", str(path), "--force"]) == 0
+    assert path.read_bytes() != before[0], "replaced once nobody writes it"
+
+
 # --------------------------------------------------------------------------------------
 # Links: data read through them, and a fingerprint that covers the files they reach
 # --------------------------------------------------------------------------------------
