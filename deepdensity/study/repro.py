@@ -102,6 +102,9 @@ def main(argv=None) -> int:
     _check_runner(options.runner)
     slurm_check = _slurm_clients(study, options, runs)
     _print_plan(name, study, options, runs, out, slurm_check)
+    if options.dry_run and slurm_check and slurm_check[1]:     # the plan above, then the refusal a run would meet
+        raise StudyError(f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
+                         f"run exits 2 (without --executor slurm it trains on this host)")
     if options.dry_run:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.

@@ -281,11 +281,16 @@ def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_p
     assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), \
         "nothing submitted"
     assert not runs.exists(), "a dry run writes nothing"
-    # without sbatch the dry run still shows the jobs, and says this host cannot submit them
+    # without sbatch the dry run still shows the jobs, says this host cannot submit them, and
+    # ends as the study would: exit 2, the fix named
     monkeypatch.setenv("PATH", "/nonexistent")
     assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
-                       "--dry-run"]) == 0
-    assert "  Slurm here: no, `sbatch` and `squeue` not found on PATH" in capsys.readouterr().out
+                       "--dry-run"]) == 2
+    said = capsys.readouterr()
+    assert "  Slurm here: no, `sbatch` and `squeue` not found on PATH" in said.out
+    assert said.err.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH; run the study on a "
+                               "Slurm login node") and said.err.count("\n") == 1, said.err
+    assert said.err.rstrip().endswith("(without --executor slurm it trains on this host)") and not runs.exists()
 
 
 def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_path, monkeypatch):
