@@ -10,6 +10,7 @@ import pytest
 
 from deepdensity.data import cli as data_cli
 from deepdensity.study import repro
+from deepdensity.tools import generate
 from deepdensity.training import cli as train_cli
 from tests.support import SMOKE
 
@@ -60,6 +61,8 @@ READERS = {
                        "p.yaml"),
     "data prepare --annotations": (lambda p, tmp: data_cli.main(["prepare", "--luna", str(tmp), "--annotations",
                                                                  str(p), "--out", str(tmp / "o.h5")]), "a.csv"),
+    "generate --data": (lambda p, tmp: generate.main(["--run", str(tmp), "--n", "4", "--data", str(p), "--out",
+                                                      str(tmp / "o.h5")]), "g.h5"),
 }
 
 

@@ -15,7 +15,7 @@ from deepdensity.study.errors import StudyError
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
-from deepdensity.utils.files import check_own_folder, json_with
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 
 def rerender(folder: Path, out: Path) -> list:
@@ -45,8 +45,9 @@ def text_outputs(folder: Path) -> tuple:
 
 
 def holds_a_study_record(reports: Path) -> bool:
-    """Is `reports` a study's reports folder (its study.json, a record with its cells)? Reports
-    folders carry no mark: the committed reports/ would gain an untracked file."""
+    """Is `reports` a study's reports folder written before folders were marked (its study.json,
+    a record with its cells)? Reports folders are marked since (.gitignore keeps the marks out of
+    the committed reports/)."""
     return json_with(reports / "study.json", ("cells",))
 
 
@@ -82,6 +83,8 @@ def main(argv=None) -> int:
               f"the reports in {folder} are what the code renders from its study.json")
         return 1 if diffs else 0
     out = check_own_folder(args.out, "--out", "reports", holds_a_study_record) if args.out else folder
+    if args.out:
+        mark_folder(out, "reports")
     rerender(folder, out)
     print(f"reports rendered from {folder / 'study.json'} into {out}")
     return 0

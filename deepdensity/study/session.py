@@ -21,6 +21,7 @@ from deepdensity.study.ledger import LEDGER_FILE, Ledger
 from deepdensity.study.errors import StudyError
 from deepdensity.study.preset import Study
 from deepdensity.study.runner import StudyRunner, fmt_s
+from deepdensity.utils.files import mark_folder
 
 # The committed reports: updated only when asked (--out reports), a preset other than
 # default in its own subfolder so that it never overwrites the default study's files.
@@ -109,7 +110,7 @@ def write_ledger_and_publish(s: StudyRun, out: Path) -> None:
 def publish(stage: Path, out: Path) -> None:
     """Move every file of a complete rendering from `stage` into `out`, replacing files of
     the same name and leaving others (bench.json, a preset's subfolder) alone; `stage` goes."""
-    out.mkdir(parents=True, exist_ok=True)
+    mark_folder(out, "reports")
     for f in sorted(stage.iterdir()):
         if f.is_file():
             shutil.move(str(f), str(out / f.name))    # a rename on one file system

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepdensity.data.cubes import DataError, Split, load_cubes, read_columns, write_cubes
+from deepdensity.data.cubes import DataError, Split, check_regular_data, load_cubes, read_columns, write_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output
@@ -73,6 +73,7 @@ def main(argv=None) -> int:
         raise DataError("--n and --batch must be >= 1")
     if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
         raise DataError("--t-min must be in [0, 0.5), --noise a finite number >= 0, --seed >= 0")
+    check_regular_data(args.data)        # before h5py opens it: a FIFO would hold it forever
     voxels = _cube_voxels(args.data)
     if voxels:   # the decoded cubes (float64, density times mass) and their float32 copy, held together
         check_fits_in_memory(args.n * voxels * 12, f"generate --n {args.n} of {voxels}-voxel cubes",

@@ -4,7 +4,6 @@ converging runs drift by up to a few per cent; see docs/performance.md); and its
 what a command is asked to hold is checked against before anything is written."""
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import subprocess
@@ -31,16 +30,22 @@ def cpu_model() -> str:
 def onednn_isa() -> str:
     """The instruction set oneDNN uses in a fresh TensorFlow process here (it honours
     ONEDNN_MAX_CPU_ISA), or 'unknown' where oneDNN does not say (GPU builds, other CPUs).
-    Asked once per process and setting of oneDNN's and TensorFlow's variables: 2 s each time, and
-    a study's record, runner and ISA check all ask."""
-    return _onednn_isa(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ISA_SETTINGS))))
+    Asked once per process and setting of oneDNN's and TensorFlow's variables (2 s each time,
+    and a study's record, runner and ISA check all ask); an 'unknown' is asked again."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ISA_SETTINGS)))
+    if settings not in _ISA_SEEN:
+        isa = _probe_onednn_isa()
+        if isa == "unknown":        # a probe that timed out under load is not the answer for good
+            return isa
+        _ISA_SEEN[settings] = isa
+    return _ISA_SEEN[settings]
 
 
 _ISA_SETTINGS = ("ONEDNN_", "DNNL_", "TF_ENABLE_ONEDNN")
+_ISA_SEEN: dict = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _onednn_isa(settings: tuple) -> str:
+def _probe_onednn_isa() -> str:
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -214,6 +214,11 @@ def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, cap
     (theirs / "notes.txt").write_text("mine")
     assert rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(theirs)]) == 2
     assert "error: --out" in capsys.readouterr().err and sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+    # a folder it rendered into (REPORT.md and the rest, no study.json) is its own the next time
+    ours = tmp_path / "ours"
+    for _ in range(2):
+        assert rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(ours)]) == 0
+    assert (ours / "REPORT.md").is_file() and not (ours / "study.json").exists()
 
 
 @pytest.mark.parametrize("argv0, filtered", [("/venv/bin/deepdensity", True), ("/src/deepdensity/repro.py", True),

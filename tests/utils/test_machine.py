@@ -27,22 +27,26 @@ def test_a_nul_byte_on_stderr_does_not_swallow_what_follows():
 
 def test_onednn_isa_is_asked_once_per_process_and_again_when_its_cap_changes(monkeypatch):
     """A study's record, runner and ISA check all ask; each probe starts TensorFlow (2 s).
-    Capped by ONEDNN_MAX_CPU_ISA, the answer differs, so the cap is asked about anew."""
+    Capped by ONEDNN_MAX_CPU_ISA, the answer differs, so the cap is asked about anew; a probe
+    that could not say (a timeout under load) is asked again."""
     import subprocess
 
     from deepdensity.utils import machine
-    probes = []
+    probes, answers = [], {}
 
     def fake_run(command, env, **kwargs):
         probes.append(env.get("ONEDNN_MAX_CPU_ISA"))
-        isa = "Intel AVX2" if env.get("ONEDNN_MAX_CPU_ISA") == "AVX2" else "Intel AVX-512"
-        return subprocess.CompletedProcess(command, 0, f"onednn_verbose,info,cpu,isa:{isa}\n", "")
-    machine._onednn_isa.cache_clear()
+        said = answers.get(env.get("ONEDNN_MAX_CPU_ISA"), "onednn_verbose,info,cpu,isa:Intel AVX-512\n")
+        return subprocess.CompletedProcess(command, 0, said, "")
+    monkeypatch.setattr(machine, "_ISA_SEEN", {})
     monkeypatch.setattr(machine.subprocess, "run", fake_run)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert [machine.onednn_isa() for _ in range(3)] == ["Intel AVX-512"] * 3 and probes == [None]
+    answers["AVX2"] = "onednn_verbose,info,cpu,isa:Intel AVX2\n"
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert machine.onednn_isa() == "Intel AVX2" and probes == [None, "AVX2"]
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert machine.onednn_isa() == "Intel AVX-512" and probes == [None, "AVX2"]
-    machine._onednn_isa.cache_clear()
+    answers["SSE41"] = ""                                   # oneDNN said nothing this time
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    assert [machine.onednn_isa() for _ in range(2)] == ["unknown"] * 2 and probes == [None, "AVX2", "SSE41", "SSE41"]
