@@ -18,8 +18,9 @@ from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 
-def rerender(folder: Path, out: Path) -> list:
-    """Render the reports of `folder`/study.json into `out`; returns the claims."""
+def rerender(folder: Path, out: Path, mark: bool = False) -> list:
+    """Render the reports of `folder`/study.json into `out`; returns the claims. `mark`: make
+    `out` a marked reports folder first, once the record has been read whole."""
     record_path = folder / "study.json"
     if not record_path.is_file():
         raise StudyError(f"{record_path} does not exist: --from takes a reports folder written by `make repro`")
@@ -36,6 +37,8 @@ def rerender(folder: Path, out: Path) -> list:
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
+    if mark:
+        mark_folder(out, "reports")
     return kinds.of_record(record).render(out, record, folder)
 
 
@@ -83,8 +86,6 @@ def main(argv=None) -> int:
               f"the reports in {folder} are what the code renders from its study.json")
         return 1 if diffs else 0
     out = check_own_folder(args.out, "--out", "reports", holds_a_study_record) if args.out else folder
-    if args.out:
-        mark_folder(out, "reports")
-    rerender(folder, out)
+    rerender(folder, out, mark=bool(args.out))
     print(f"reports rendered from {folder / 'study.json'} into {out}")
     return 0
