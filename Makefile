@@ -87,7 +87,8 @@ coverage: install
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
 	-COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(BIN)/pytest -q -rs --junitxml=$(COVERAGE_DIR)/junit.xml \
 	    --cov --cov-config=$(abspath .coveragerc) --cov-report= tests
-	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(BIN)/coverage combine --quiet --rcfile=.coveragerc
+	@# pytest-cov combines the processes' files itself when it can; what it left is combined here
+	-COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(BIN)/coverage combine --quiet --append --rcfile=.coveragerc
 	$(PY) scripts/test_census.py --junit $(COVERAGE_DIR)/junit.xml --coverage $(COVERAGE_DIR)/.coverage
 
 bench: install

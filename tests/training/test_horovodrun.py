@@ -7,6 +7,7 @@ import pytest
 from deepdensity.training import controllers, horovodrun
 from deepdensity.training.horovodrun import LauncherTraceback, launch_prefix, split_command
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
+from deepdensity.utils.files import mark_folder
 from tests.support import SMOKE, fed_through, run
 
 # What horovodrun 0.28 prints when a rank exits 2 (the message of runner/gloo_run.py), after the
@@ -89,7 +90,7 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
     if controller not in controllers.built(horovodrun.horovodrun_path()):
         pytest.skip(f"this Horovod was built without {controller.upper()} (horovodrun --check-build)")
     out = tmp_path / "taken"
-    out.mkdir()
+    mark_folder(out, "run")     # a run's folder, as a run marks it
     # an epoch's row makes it a run; an empty metrics file (a run stopped before epoch 1) would not
     (out / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
     proc = run([sys.executable, "-m", "deepdensity", "launch", controllers.FLAGS[controller], "-np", "2",
