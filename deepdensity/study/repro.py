@@ -58,7 +58,7 @@ from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
-from deepdensity.utils.files import check_own_folder, json_with, mark_folder
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder, special_kind
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -183,7 +183,7 @@ def runs_before_marks(runs: Path) -> bool:
     timing.json, its clock version."""
     import yaml
     try:
-        settings = yaml.safe_load((runs / "train.yaml").read_text())
+        settings = None if special_kind(runs / "train.yaml") else yaml.safe_load((runs / "train.yaml").read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         settings = None
     return (isinstance(settings, dict) and {"intra_op_threads", "deterministic", "data_path"} <= set(settings)) \

@@ -200,6 +200,8 @@ def json_with(path, keys: tuple) -> bool:
     """Is `path` a JSON object holding every one of `keys`? (How a folder made before the marks
     is told from a user's: by what the project wrote in it.)"""
     import json
+    if special_kind(path):          # a FIFO by that name would hold the check itself
+        return False
     try:
         held = json.loads(Path(path).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
