@@ -84,20 +84,20 @@ def kept_round(timing: dict, n_val: int) -> dict:
 def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
     """Leave in `runs` what a study's clock interrupted after `count` rounds leaves:
     timing-rounds.json with `count` rounds of tiny_clock(), under the settings the study computes
-    (timing.round_settings: the digest of the train.yaml it writes, as session.start_study writes
-    it, and this machine's CPU). The study then measures only the rounds left, for real; the
+    (timing.round_settings: the digest of the train.yaml it writes, session.run_settings, and
+    this machine's CPU). The study then measures only the rounds left, for real; the
     kept rounds are returned. Used where a test needs a study's clock measured, not three times."""
     import json
 
     import yaml
 
     from deepdensity.study.preset import load_study
+    from deepdensity.study.session import run_settings
     from deepdensity.study.timing import ROUNDS_FILE, round_settings
     _, study = load_study(str(preset))
     runs.mkdir(parents=True, exist_ok=True)
     train_yaml = runs / "train.yaml"
-    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(runs / "data.h5"),
-                                          "deterministic": True}))
+    train_yaml.write_text(yaml.safe_dump(run_settings(study, runs / "data.h5")))
     rounds = [kept_round(tiny_clock(), study.data["val"])] * count
     (runs / ROUNDS_FILE).write_text(json.dumps({"settings": round_settings(train_yaml), "rounds": rounds}))
     return rounds

@@ -126,7 +126,7 @@ def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", 
     if not path.exists():
         raise DataError(f"data file {name} does not exist; {make} (or set data_path)")
     check_regular_data(path)
-    if not path.is_file() or not h5py.is_hdf5(path):
+    if not h5py.is_hdf5(path):
         raise DataError(f"data file {name} is not an HDF5 file; {make}")
     try:
         with h5py.File(path, "r") as f:

@@ -154,13 +154,12 @@ class Study:
         n_train = self.data["n"] - self.data["val"]
         n_used = min(n_train, runs.max_train_cubes or n_train)
         said = []
-        for mode in self.modes:
-            for n in (n for n in self.mode_workers.get(mode, self.workers) if n > 1):   # N = 1: the sequential run
-                try:
-                    plan = policies.plan(mode, n, runs.batch_size, runs.base_lr, runs.warmup_epochs)
-                    rules.steps_per_epoch(n_used, plan, runs.epoch_definition)
-                except rules.PlanError as e:
-                    said.append(f"{mode} at N = {n}: {e}")
+        for mode, n in self.trained_cells(real_runner=True):     # every N > 1; N = 1 is the sequential run
+            try:
+                plan = policies.plan(mode, n, runs.batch_size, runs.base_lr, runs.warmup_epochs)
+                rules.steps_per_epoch(n_used, plan, runs.epoch_definition)
+            except rules.PlanError as e:
+                said.append(f"{mode} at N = {n}: {e}")
         return said
 
     def sequential_seeds(self) -> list:

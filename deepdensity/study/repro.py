@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.config import load
+from deepdensity.config import load, read_mapping
 from deepdensity.study.beyond import default_study_eta
 from deepdensity.study.cell_times import study_cells
 from deepdensity.study.checks import stall_check
@@ -58,7 +58,7 @@ from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
-from deepdensity.utils.files import check_own_folder, json_with, mark_folder, special_kind
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -181,12 +181,11 @@ def runs_before_marks(runs: Path) -> bool:
     """Is `runs` a study's runs folder made before folders were marked? Its train.yaml, which
     every study writes as it starts, holds the study's fixed run settings; or its clock's
     timing.json, its clock version."""
-    import yaml
     try:
-        settings = None if special_kind(runs / "train.yaml") else yaml.safe_load((runs / "train.yaml").read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        settings = None
-    return (isinstance(settings, dict) and {"intra_op_threads", "deterministic", "data_path"} <= set(settings)) \
+        settings = read_mapping(runs / "train.yaml", "study settings", ValueError)
+    except ValueError:
+        settings = {}
+    return {"intra_op_threads", "deterministic", "data_path"} <= set(settings) \
         or json_with(runs / "timing.json", ("clock_version",))
 
 

@@ -117,6 +117,14 @@ def publish(stage: Path, out: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
+def run_settings(study: Study, data_path) -> dict:
+    """The settings every run of the study starts from (its train.yaml): the preset's, on the
+    study's data, with deterministic kernels and a fixed thread count, so that a rerun of the
+    study on this machine gives the same epochs to target (the thread count changes the
+    rounding too)."""
+    return {"intra_op_threads": 1, **study.train, "data_path": str(data_path), "deterministic": True}
+
+
 def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> StudyRun:
     """The runs folder with the study's data and settings, the staging folder for the
     reports, the runner."""
@@ -124,10 +132,7 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     t_start = time.perf_counter()
     data_path = _study_data(root, name, study.data)
     train_yaml = root / "train.yaml"
-    # deterministic kernels and a fixed thread count: a rerun of the study on this machine
-    # gives the same epochs to target (the thread count changes the rounding too)
-    train_yaml.write_text(yaml.safe_dump({"intra_op_threads": 1, **study.train, "data_path": str(data_path),
-                                          "deterministic": True}))
+    train_yaml.write_text(yaml.safe_dump(run_settings(study, data_path)))
     out = root / "reports.partial"     # published into the reports folder when complete (publish)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

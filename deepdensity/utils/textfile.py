@@ -21,8 +21,6 @@ def read_text(path, what: str, error: type = ValueError, advice: str = "save it 
         raw = path.read_bytes()
     except FileNotFoundError:
         raise error(f"{what} {path} not found") from None
-    except IsADirectoryError:
-        raise error(f"{what} {path} is a folder, not a file") from None
     except OSError as e:
         raise error(f"{what} {path} cannot be read ({e.strerror})") from None
     if raw.startswith(HDF5_SIGNATURE):
