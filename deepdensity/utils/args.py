@@ -16,13 +16,31 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def version() -> str:
-    """'deepdensity X.Y.Z' from the installed distribution (setup.py's version)."""
+    """'deepdensity X.Y.Z' from the installed distribution (setup.py's version), then the
+    Python, TensorFlow, Keras and Horovod found here and whether the project supports them
+    (utils/stack.py)."""
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
+
+    from deepdensity.utils import stack
     try:
-        return f"deepdensity {installed('deepdensity')}"
+        own = f"deepdensity {installed('deepdensity')}"
     except PackageNotFoundError:           # run from a checkout that was never installed
-        return "deepdensity (not installed)"
+        own = "deepdensity (not installed)"
+    return "\n".join([own, *stack.describe(stack.found())])
+
+
+class VersionAction(argparse.Action):
+    """--version: like argparse's, but the text is made when asked for, not with every parser
+    (it reads the installed distributions)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "print the version, the TensorFlow, Keras and Horovod found, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version())
+        parser.exit()
 
 
 SEED_LIMIT = 2 ** 32      # NumPy's and TensorFlow's seeds are unsigned 32-bit
@@ -49,7 +67,7 @@ def parser(doc: str, prog: str) -> argparse.ArgumentParser:
     first, _, rest = doc.strip().partition("\n\n")
     ap = CheckedParser(prog=prog, description=first, epilog=rest.strip("\n") or None,
                        formatter_class=HelpFormatter)
-    ap.add_argument("--version", action="version", version=version())
+    ap.add_argument("--version", action=VersionAction)
     return ap
 
 
