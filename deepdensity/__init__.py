@@ -9,6 +9,19 @@ import os
 # kernels; a user's own TF_ENABLE_ONEDNN_OPTS=0 still wins.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
+# Keras 2, the API the paper's model is written in and the one Horovod's Keras callbacks work
+# on: from TensorFlow 2.16, `tf.keras` is Keras 3 unless TF_USE_LEGACY_KERAS=1 is set before
+# tf.keras is first used, and then it is the tf_keras package. Set wherever tf_keras is
+# installed, and set, not defaulted: the project does not run on Keras 3 (utils/stack.py
+# says so where tf.keras was used before this). Not set without tf_keras: TensorFlow 2.15, the
+# paper-era stack, would then look for it, and its own tf.keras is Keras 2 already. Inherited
+# by every process the project starts: horovodrun's ranks, the study's runs and probes, Slurm
+# jobs. (find_spec finds a top-level package without importing it.)
+from importlib.util import find_spec  # noqa: E402
+
+if find_spec("tf_keras") is not None:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
 # TensorFlow's start-up lines (CPU feature notices, oneDNN banners) are not the run's output,
 # nor is XLA's error-level "SetPriority unimplemented for this stream", harmless on CPUs and
 # printed by every rank (level 2 let it through; 3 keeps C++ log lines off the console).

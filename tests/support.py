@@ -28,13 +28,30 @@ def is_slow(args) -> bool:
     return any(word in line for word in SLOW_COMMANDS)
 
 
+def users_env() -> dict:
+    """This process's environment without what importing deepdensity set in it: a command
+    started from a user's shell must set TF_USE_LEGACY_KERAS itself (deepdensity/__init__.py),
+    not inherit it from pytest's process."""
+    return {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+
+
+def assert_keras2(config: dict) -> None:
+    """The process that trained a run (its config.json) had Keras 2 as tf.keras: tf_keras from
+    TensorFlow 2.16 on, TensorFlow's own keras 2.15 before."""
+    from deepdensity.utils.stack import release
+    versions = config["versions"]
+    top, version = versions["keras"].split()
+    assert release(version)[:1] == (2,), versions
+    assert top == ("tf_keras" if release(versions["tensorflow"]) >= (2, 16) else "keras"), versions
+
+
 def run(args, cwd=ROOT, timeout=600, check=True):
     """Run a command with this interpreter's environment; returns CompletedProcess.
     A training or Horovod command is refused in a test not marked slow, so that the fast
     tier stays fast by construction."""
     if not CURRENT_TEST_IS_SLOW and is_slow(args):
         raise AssertionError(f"{args[:3]}... trains or launches Horovod: mark the test @pytest.mark.slow")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    env = {**users_env(), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"

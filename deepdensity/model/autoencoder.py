@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from deepdensity.config import Config
 from deepdensity.model.layers import DeepDensity, n_correlations
+from deepdensity.utils.stack import require_keras2
 
 _CONV = {1: tf.keras.layers.Conv1D, 2: tf.keras.layers.Conv2D, 3: tf.keras.layers.Conv3D}
 
@@ -16,6 +17,7 @@ def build_model(cfg: Config, grid_size: int = 16, ndim: int = 3, density_layer=D
     The heads estimate 1/2 (n^2 + 3n + 2) K numbers per sample, as the paper counts.
     `density_layer` swaps the rendering (the bench's direct reference); default DeepDensity.
     """
+    require_keras2(tf)
     K, n = cfg.n_components, ndim
     cube = tf.keras.Input(shape=(grid_size,) * ndim + (1,), name="cube")
     x = cube

@@ -15,6 +15,7 @@ import tensorflow as tf
 from deepdensity.training import controllers
 from deepdensity.training.hosts import check_hosts
 from deepdensity.utils.machine import drop_start_up_noise
+from deepdensity.utils.stack import require_patched_horovod
 
 try:
     import horovod.tensorflow as hvd_tf
@@ -228,6 +229,8 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     # its cache bits with all ranks, busy work that on a CPU host competes with training.
     os.environ.update(cycle_time_env(cycle_ms))
     # Horovod: a process no launcher started is a world of one, on Gloo even where MPI is built
+    if hvd is not None:
+        require_patched_horovod(tf.__version__)
     with set_for_init(controllers.lone_process_env(os.environ)):
         backend = Horovod() if hvd is not None else Single()
     if backend.rank() > 0:

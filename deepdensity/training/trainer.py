@@ -220,7 +220,10 @@ def _run_config(cfg: Config, run: Launch, emulate_workers: int, steps: int, n_tr
 def _versions() -> dict:
     import platform
 
-    return {"python": platform.python_version(), "tensorflow": tf.__version__, "numpy": np.__version__,
+    from deepdensity.utils.stack import keras_of
+
+    return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras_of(tf),
+            "numpy": np.__version__,
             "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "gpus": len(tf.config.list_physical_devices("GPU")), "horovod": dist.horovod_version()}
 

@@ -15,7 +15,7 @@ from deepdensity.study.slurm_jobs import COMMENT, log_of
 from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
-from tests.support import ROOT, SMOKE, horovodrun, seed_kept_rounds, tiny_clock
+from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, seed_kept_rounds, tiny_clock, users_env
 from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
 
 _reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
@@ -43,7 +43,7 @@ def study_command(tmp_path: Path, runs: Path, *extra: str, clock: bool = False) 
 
 def env(cluster=None) -> dict:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    base = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    base = {**users_env(), "PYTHONPATH": str(ROOT), "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return {**cluster.env(), **base, "SLURM_CONF": str(cluster.conf)} if cluster else base
 
 
@@ -244,6 +244,7 @@ def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_pa
     log = (tmp_path / "job.log").read_text()
     assert "2 workers on ddhostnode-a:1,ddhostnode-b:1" in log, log[-2000:]
     assert cluster.job_processes() == [] and leftovers() == []
+    assert_keras2(json.loads((out / "config.json").read_text()))   # the job's ranks, on Keras 2
     sequential, _ = one_process("strong", "--emulate-workers", "2")
     assert_same_path(sequential, losses(out))
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from deepdensity.study import rerender
-from tests.support import run
+from tests.support import assert_keras2, run
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,8 @@ def test_every_cell_is_there_and_the_design_adds_a_third_seed(tiny_study):
     strong2 = next(c for c in cells if c["mode"] == "strong" and c["n"] == 2 and c["seed"] == 0)
     assert strong2["run"] == "seq-s0", "strong N = 2 is read off the sequential run"
     assert all(c["time_source"] == "modelled" for c in cells), "one model for every N"
+    for c in cells:             # the study's own subprocesses, each on Keras 2
+        assert_keras2(json.loads((tiny_study.runs / c["run"] / "config.json").read_text()))
 
 
 def test_the_clock_and_its_real_strong_run_follow_the_sequential_path(tiny_study):

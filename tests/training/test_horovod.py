@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from deepdensity.training import controllers
-from tests.support import ROOT, SMOKE, horovodrun, launch, losses, run  # noqa: F401 (launch, losses: other modules import them from here)
+from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, launch, losses, run  # noqa: F401 (launch, losses: other modules import them from here)
 
 # Every test here launches horovodrun or trains in a subprocess.
 pytestmark = [pytest.mark.slow,
@@ -90,7 +90,14 @@ def weights(out):
     return dict(arrays)
 
 
-@pytest.mark.parametrize("definition, np2", controller_cases(["per_worker"], ["global"]), indirect=["np2"])
+def smoke_under_mpi(cases: list) -> list:
+    """The cases, the first under MPI (the paper's controller) in the smoke tier."""
+    first = next((c for c in cases if c[1] == "mpi"), None)
+    return [pytest.param(*c, marks=[pytest.mark.smoke] if c == first else []) for c in cases]
+
+
+@pytest.mark.parametrize("definition, np2", smoke_under_mpi(controller_cases(["per_worker"], ["global"])),
+                         indirect=["np2"])
 def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2, one_process):
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
@@ -112,6 +119,7 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     assert not (tmp_path / "two" / "rank1").exists()
     controller = "mpi" if controllers.FLAGS["mpi"] in np2 else "gloo"
     assert cfg["launch"]["controller"] == controller, "the run names the controller it ran under"
+    assert_keras2(cfg)          # horovodrun's ranks set TF_USE_LEGACY_KERAS themselves
     assert json.loads((one_out / "config.json").read_text())["launch"]["controller"] is None
 
 
