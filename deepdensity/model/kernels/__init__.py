@@ -15,7 +15,15 @@ from pathlib import Path
 
 import tensorflow as tf
 
-LIBRARY = Path(__file__).resolve().parent / "lib" / "render.so"   # out of the module path: build.py
+
+
+def library_for(tf_version: str) -> Path:
+    """The kernel built against TensorFlow `tf_version`: one per TensorFlow, so that the venvs
+    of two stacks in one checkout keep their own; in lib/, out of the module path (build.py)."""
+    return Path(__file__).resolve().parent / "lib" / f"render-tf{tf_version}.so"
+
+
+LIBRARY = library_for(tf.__version__)
 _loaded = {}
 
 
