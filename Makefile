@@ -1,52 +1,95 @@
-# One-command set-up and tests. `make install` needs only Python 3.11, a C++ compiler and cmake.
-#   make install            CPU TensorFlow (default); Horovod with MPI beside Gloo (below)
-#   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]==2.15.1), and Horovod's GPU
-#                           allreduce on NCCL where the CUDA toolkit (nvcc) and NCCL are there
+# One-command set-up and tests. `make install` needs Python 3.10 to 3.13 (these machines ran
+# 3.11 only), a C++ compiler and cmake. The stacks (docs/install.md; deepdensity/utils/stack.py):
+#   make install            the current stack in .venv: TensorFlow 2.21 (CPU) with tf-keras 2.21
+#                           (Keras 2), Horovod 0.28.1 built with the project's patch
+#                           (scripts/horovod/), MPI beside Gloo (below)
+#   make install STACK=paper   the paper-era stack in .venv-paper: TensorFlow 2.15.1 with its Keras
+#                           2.15, Horovod 0.28.1 as released; Python 3.10 or 3.11 (python3.11 by
+#                           default). Every target takes STACK: make test STACK=paper
+#   make install STACK=existing   a venv (.venv-existing) that sees the TensorFlow and Horovod of
+#                           the interpreter PYTHON (a cluster module, NVIDIA's container) and
+#                           leaves them as they are; `deepdensity --version` judges them
+#   make install TF=gpu     CUDA TensorFlow (tensorflow[and-cuda]), and Horovod's GPU allreduce on
+#                           NCCL where the CUDA toolkit (nvcc) and NCCL are there
 #                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
 #   make install MPI=off    Horovod with Gloo alone
-#   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render.so) as it is, e.g. for a
-#                           second venv (VENV=...) beside one whose runs use the kernel now
-PYTHON ?= python3.11
-VENV   ?= .venv
+#   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render-tf*.so) as it is
+STACK  ?= current
 TF     ?= cpu
+ifeq ($(STACK),current)
+PYTHON ?= python3
+PYTHONS := 3.10 3.13
+VENV   ?= .venv
+EXTRA  := $(TF)
+# setup.py's gpu extra holds tf-keras; beside tensorflow-cpu it goes in without its dependencies,
+# else pip adds `tensorflow` (572 MB) into the same folder
+KERAS_PIN := $(if $(filter cpu,$(TF)),tf-keras==2.21.0)
+else ifeq ($(STACK),paper)
+PYTHON ?= python3.11
+PYTHONS := 3.10 3.11
+VENV   ?= .venv-paper
+EXTRA  := paper-$(TF)
+KERAS_PIN :=
+else ifeq ($(STACK),existing)
+PYTHON ?= python3
+PYTHONS := 3.10 3.13
+VENV   ?= .venv-existing
+else
+$(error STACK=$(STACK): current (the default), paper or existing)
+endif
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
 # Horovod's MPI controller beside Gloo, as the paper ran OpenMPI: auto installs Debian's OpenMPI
 # where it is missing and this is root, and builds Horovod with it; where neither, Gloo alone,
 # said in one line (scripts/openmpi.sh). horovodrun then runs under MPI; `--gloo` picks Gloo,
 # which does better on a host whose cores are shared with other work (docs/performance.md).
 MPI    ?= auto
 KERNEL_BUILD ?= yes
-BIN    := $(VENV)/bin
-PY     := $(BIN)/python
-# Horovod must see the TensorFlow it links against, hence --no-build-isolation after TF is in.
+# Horovod must see the TensorFlow it links against: scripts/horovod.sh builds it after TF is in.
 HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
 KERNEL_SRC := deepdensity/model/kernels/render.cc
-KERNEL := deepdensity/model/kernels/lib/render.so
 PRESET ?= default
 RUNNER ?=
 
-.PHONY: install test test-medium test-all cluster-packages test-cluster coverage bench repro lr-sweep clean
+.PHONY: install test test-medium test-smoke test-all cluster-packages test-cluster coverage bench repro lr-sweep clean
 
-install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(KERNEL))
+install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(VENV)/.kernel)
 
-# setuptools below 81: TensorBoard 2.15 imports pkg_resources, which setuptools 84 no longer ships
+# setuptools below 81: TensorBoard imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
-# Horovod is uninstalled first: a venv built before (rm .venv/.installed, to rebuild it with MPI
-# or without) holds a horovod 0.28.1 that pip would keep as it is.
-$(VENV)/.installed: setup.py
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make install PYTHON=/path/to/python3.11'"; exit 2; }
+# .installed names the stack: a venv of another stack is not installed over (VENV=... picks another).
+$(VENV)/.installed: setup.py scripts/horovod.sh scripts/horovod/horovod-0.28.1-tf2.16+.patch
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make install PYTHON=/path/to/python3.X' (the $(STACK) stack: Python $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)))"; exit 2; }
+	@$(PYTHON) -c 'import sys; lo, hi = (tuple(map(int, v.split("."))) for v in sys.argv[1:]); sys.exit(not lo <= sys.version_info[:2] <= hi)' $(PYTHONS) \
+	    || { echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'); the $(STACK) stack needs $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)): make install PYTHON=/path/to/python3.X" >&2; exit 2; }
 	@case "$(MPI)" in auto|off) ;; *) echo "error: MPI=$(MPI) ($(origin MPI)): make install MPI=auto or MPI=off" >&2; exit 2;; esac
+	@case "$(TF)" in cpu|gpu) ;; *) echo "error: TF=$(TF): cpu or gpu" >&2; exit 2;; esac
+	@# a stamp without a name is from before the stacks were named: the paper-era stack
+	@had=$$(cat $@ 2>/dev/null || true); had=$${had:-$$([ -f $@ ] && echo paper)}; \
+	if [ -n "$$had" ] && [ "$$had" != "$(STACK)" ]; then echo "error: $(VENV) holds the $$had stack; for STACK=$(STACK) pick another VENV=... or rm -rf $(VENV) first" >&2; exit 2; fi
+ifeq ($(STACK),existing)
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	@# what the interpreter already has is pinned, so that pip adds the project's own needs and
+	@# changes none of them (a conflict, e.g. numpy 2 there, stops here with pip's reason)
+	$(PY) -m pip freeze --all 2>/dev/null | grep -iE '^(tensorflow|tensorflow-cpu|tensorflow-gpu|tf-keras|tf_keras|keras|numpy|horovod|h5py|protobuf)==' > $(VENV)/kept.txt || true
+	$(PY) -m pip install --quiet -c $(VENV)/kept.txt -e ".[test]"
+	$(BIN)/deepdensity --version
+else
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13"
-	$(PY) -m pip install --quiet -e ".[$(TF),test]"
-	$(PY) -m pip uninstall --quiet --yes horovod 2>/dev/null || true
-	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $$(scripts/gpu_ops.sh "$(TF)" "$(VENV)") $(PY) -m pip install --no-build-isolation --no-cache-dir "horovod==0.28.1"
+	$(PY) -m pip install --quiet -e ".[$(EXTRA),test]"
+	$(if $(KERAS_PIN),$(PY) -m pip install --quiet --no-deps "$(KERAS_PIN)")
+	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $$(scripts/gpu_ops.sh "$(TF)" "$(VENV)") scripts/horovod.sh "$(VENV)"
 	$(BIN)/horovodrun --check-build
-	touch $@
+	$(BIN)/deepdensity --version
+endif
+	echo "$(STACK)" > $@
 
-# The rendering kernel, compiled against the TensorFlow just installed (optional: without a
-# compiler the layer renders with TensorFlow ops; the build says so).
-$(KERNEL): $(KERNEL_SRC) $(VENV)/.installed
+# The rendering kernel, compiled against the venv's TensorFlow into lib/render-tf<version>.so
+# (optional: without a compiler the layer renders with TensorFlow ops; the build says so).
+$(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 	$(PY) -m deepdensity.model.kernels.build
+	touch $@
 
 # The tiers (pytest.ini's markers; docs/performance.md#tests has their counts and times):
 #   make test        the fast tier: no training subprocess, no horovodrun, nothing that takes
@@ -67,6 +110,11 @@ test: install
 
 test-medium: install
 	$(BIN)/pytest -q -m "medium and not slow" tests
+
+# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=paper)
+test-smoke: install
+	@start=$$(date +%s); $(BIN)/pytest -q -rs -m "smoke or not (slow or medium)" tests; code=$$?; \
+	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
 
 test-all: install
 	$(BIN)/pytest -q -rs --durations=30 tests
@@ -104,4 +152,4 @@ lr-sweep: install
 	DEEPDENSITY_MAKE_TARGET=lr-sweep $(PY) -m deepdensity.repro --preset $(PRESET) --lr-sweep $(if $(OUT),--out '$(OUT)')
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache $(KERNEL) deepdensity/model/kernels/_render.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache deepdensity/model/kernels/lib deepdensity/model/kernels/_render.so

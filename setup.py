@@ -1,9 +1,15 @@
 """deepdensity: Cunha et al. (HPML 2018) strong-vs-weak scaling study, in tf.keras + Horovod.
 
-TensorFlow is an extra, not a hard requirement, so that CPU and CUDA users pick
-exactly one build (`pip install .[cpu]` or `.[gpu]`); `make install` picks for you.
-Horovod is not listed: it must be compiled against the TensorFlow already in the
-environment (`--no-build-isolation`), which pip cannot order; the Makefile does it.
+TensorFlow is an extra, not a hard requirement, so that CPU and CUDA users pick exactly one
+build, and an environment that has TensorFlow already (a cluster module, NVIDIA's container)
+keeps it: `make install` picks for you (STACK=current, paper or existing; docs/install.md).
+The current stack is TensorFlow 2.21 with tf-keras 2.21 (Keras 2, what tf.keras is under
+TF_USE_LEGACY_KERAS=1, which importing deepdensity sets). tf-keras asks for `tensorflow`, so
+beside tensorflow-cpu it goes in with --no-deps: `pip install .[cpu]` then
+`pip install --no-deps tf-keras==2.21.0`. Horovod is not listed: it must be compiled against
+the TensorFlow already in the environment, with the project's patch from TF 2.16 on, which
+pip cannot order: scripts/horovod.sh does it. Python 3.10 to 3.13 are admitted; these
+machines ran 3.11 only.
 """
 from setuptools import find_packages, setup
 
@@ -17,7 +23,7 @@ setup(
                   # the rendering kernel's source: `python -m deepdensity.model.kernels.build` compiles it
                   "deepdensity.model.kernels": ["render.cc"]},
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},
-    python_requires=">=3.10,<3.12",
+    python_requires=">=3.10,<3.14",
     install_requires=[
         "numpy<2",
         "h5py>=3.8",
@@ -31,9 +37,13 @@ setup(
         "submitit>=1.5.4,<1.6",  # the study's Slurm jobs (study/slurm_jobs.py leans on its executor's internals)
     ],
     extras_require={
-        # TF 2.16+ ships Keras 3, which Horovod 0.28.1 does not support (horovod/horovod#4290).
-        "cpu": ["tensorflow-cpu==2.15.1"],
-        "gpu": ["tensorflow[and-cuda]==2.15.1"],
+        # the current stack; TF 2.16+ ships Keras 3 as `keras`, and the project runs on Keras 2
+        # TensorBoard no longer comes with TensorFlow 2.21: the runs' logs are read with it
+        "cpu": ["tensorflow-cpu==2.21.0", "tensorboard==2.21.*"],   # and tf-keras with --no-deps (above)
+        "gpu": ["tensorflow[and-cuda]==2.21.0", "tensorboard==2.21.*", "tf-keras==2.21.0"],
+        # the paper-era stack, the committed study's: Python 3.10 or 3.11
+        "paper-cpu": ["tensorflow-cpu==2.15.1"],
+        "paper-gpu": ["tensorflow[and-cuda]==2.15.1"],
         "test": ["pytest>=7", "pytest-cov>=7"],     # pytest-cov: make coverage
     },
 )

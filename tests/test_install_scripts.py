@@ -3,6 +3,7 @@ first: no GPU or CUDA is needed: the toolkit and NCCL are stand-in folders laid 
 nvidia-nccl-cu12 wheel's are, and the default search places are switched off."""
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,66 @@ def test_mpi_off_builds_gloo_alone_even_where_mpi_is_there(tmp_path):
     assert proc.stderr == "note: Horovod is built with Gloo alone (MPI=off); for MPI beside it, run: rm .venv/.installed " \
                           "&& make install\n"
     assert apt_calls(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
+    """scripts/horovod.sh applies the patch to the source distribution pip downloads; a patch
+    that no longer applies would stop `make install` (the download needs the package registry)."""
+    import sys
+    import tarfile
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "horovod",
+                          "--dest", str(tmp_path), "horovod==0.28.1"], capture_output=True, text=True, timeout=300)
+    if got.returncode != 0:
+        pytest.skip(f"the package registry did not give horovod 0.28.1: {got.stderr.strip()[-300:]}")
+    with tarfile.open(tmp_path / "horovod-0.28.1.tar.gz") as sdist:
+        sdist.extractall(tmp_path, filter="data")
+    src = tmp_path / "horovod-0.28.1"
+    patch = ROOT / "scripts" / "horovod" / "horovod-0.28.1-tf2.16+.patch"
+    applied = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=src, capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    callbacks = (src / "horovod" / "tensorflow" / "keras" / "callbacks.py").read_text()
+    assert "from keras import backend as K" not in callbacks and "K = keras.backend" in callbacks
+    assert "hlo/builder/xla_builder.h" in (src / "horovod" / "tensorflow" / "xla_mpi_ops.cc").read_text()
+
+
+@pytest.mark.slow
+def test_an_existing_stack_is_kept_as_it_is_and_judged(tmp_path):
+    """`make install STACK=existing` in a venv that sees a TensorFlow and a Horovod through
+    PYTHONPATH, as a cluster's module system provides them (here: this venv's own): the new venv
+    gets the project and nothing of the stack, the stack's files are not touched, and
+    `deepdensity --version` names the TensorFlow, Keras and Horovod it found with a verdict."""
+    import site
+    import sys
+    from importlib.metadata import distribution
+
+    module = next(p for p in site.getsitepackages() if (Path(p) / "tensorflow").is_dir())
+    watched = {name: distribution(name)._path / "RECORD" for name in ("horovod", "tensorflow-cpu", "tensorflow")
+               if _installed(name)}
+    before = {name: path.stat().st_mtime_ns for name, path in watched.items()}
+    venv = tmp_path / "venv"
+    env = {**os.environ, "PYTHONPATH": module}
+    got = subprocess.run(["make", "install", "STACK=existing", f"VENV={venv}", f"PYTHON={sys._base_executable}",
+                          "KERNEL_BUILD=no"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    own = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert not [p.name for p in own.iterdir() if p.name.split("-")[0] in ("tensorflow", "horovod", "tf_keras")]
+    assert {name: path.stat().st_mtime_ns for name, path in watched.items()} == before
+    assert (venv / ".installed").read_text().strip() == "existing"
+    said = subprocess.run([str(venv / "bin" / "deepdensity"), "--version"], env=env, capture_output=True, text=True,
+                          timeout=60).stdout.splitlines()
+    # what the module holds, read by pip's own metadata (not by utils/stack.py)
+    from importlib.metadata import version
+    tf = next(name for name in ("tensorflow-cpu", "tensorflow") if name in watched)
+    assert said[2] == f"TensorFlow {version(tf)} ({tf})"
+    assert said[4].startswith(f"Horovod {version('horovod')}, built against TensorFlow {version(tf)}")
+    assert said[5].split(":")[0] in ("supported", "untested", "unsupported"), said
+
+
+def _installed(name: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+    try:
+        distribution(name)
+        return True
+    except PackageNotFoundError:
+        return False

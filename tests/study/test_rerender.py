@@ -54,6 +54,7 @@ def test_a_folder_without_a_record_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.medium
+@pytest.mark.smoke
 @pytest.mark.parametrize("folder", ["reports", "reports/beyond"])
 def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
     committed = ROOT / folder
