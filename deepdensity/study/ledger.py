@@ -267,8 +267,9 @@ def _entry_problem(e) -> Optional[str]:
 
 def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,
              result: dict, rows: Optional[list], val_losses: list, machine: dict, revision: str,
-             source: str) -> dict:
-    """One ledger line."""
+             source: str, stack: Optional[dict] = None) -> dict:
+    """One ledger line. `stack`: the TensorFlow and Keras that trained it, as its config.json's
+    "versions" say (None: not known; see `stack_of`)."""
     cfg = {k: v for k, v in config.items() if k != "data_path"}
     return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data), "run": run, "mode": mode,
             "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data, "config": cfg,
@@ -276,7 +277,24 @@ def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str
             "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
             "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
             "machine": machine, "revision": revision, "source": source,
+            **({"stack": {k: stack.get(k) for k in STACK_KEYS}} if stack else {}),
             "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+STACK_KEYS = ("tensorflow", "keras")
+# Entries written before the ledger recorded the stack: every revision of setup.py until then
+# pinned tensorflow-cpu==2.15.1 (and tensorflow[and-cuda]==2.15.1), whose tf.keras is keras 2.15.0
+# (`git log -p -- setup.py`)
+BEFORE_STACKS = {"tensorflow": "2.15.1", "keras": "keras 2.15.0"}
+
+
+def stack_of(entry: dict) -> tuple:
+    """(TensorFlow, Keras, recorded) of the run behind an entry; for an entry from before the
+    ledger recorded them, the pin of every revision then and recorded False."""
+    recorded = entry.get("stack")
+    if recorded:
+        return (*(recorded.get(k) or "?" for k in STACK_KEYS), True)
+    return (*(BEFORE_STACKS[k] for k in STACK_KEYS), False)
 
 
 def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:

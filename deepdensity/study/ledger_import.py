@@ -83,7 +83,9 @@ def import_record(record: dict, runs_folder: Path, source: str, say=print) -> li
         entry = ledger.entry_of(name, mode, n, settings["seed"], request["launcher"], "", request["data"], config,
                                 dict(result or {"status": None, "epochs": len(vals)}, time_to_target_s=None,
                                      seconds=None),
-                                None, [math.inf if v is None else v for v in vals], machine, revision, source)
+                                None, [math.inf if v is None else v for v in vals], machine, revision, source,
+                                # a record from before the stack was recorded has no Keras: ledger.stack_of
+                                stack=record["environment"] if record["environment"].get("keras") else None)
         entry["finished"] = record["provenance"]["generated"]    # no later than the record that holds it
         own = ledger.replay(entry, entry["stopping"])
         if own is None or (result is not None and own != (result["status"], result["epochs"])):

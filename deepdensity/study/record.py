@@ -67,7 +67,7 @@ def environment(seq_run: Path) -> dict:
     saved = json.loads((seq_run / "config.json").read_text())
     versions = saved.get("versions", {})
     rendering = saved.get("config", saved).get("rendering", "auto")
-    return {**{k: versions.get(k) for k in ("python", "tensorflow", "horovod", "numpy", "gpus")},
+    return {**{k: versions.get(k) for k in ("python", "tensorflow", "keras", "horovod", "numpy", "gpus")},
             "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
             "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
             "platform": platform.platform()}

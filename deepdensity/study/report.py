@@ -282,7 +282,8 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
                         f"{record['provenance']['parallel_runs']} run(s) side by side. Repeatable bit for bit on this "
                         f"machine at this thread count; another instruction set or thread count rounds differently, "
                         f"and converging runs then drift by up to a few per cent (docs/protocol.md, 'Determinism').",
-        "environment": f"Python {env['python']}, TensorFlow {env['tensorflow']}, Horovod {env['horovod']}, NumPy "
+        "environment": f"Python {env['python']}, TensorFlow {env['tensorflow']}"
+                       + (f" with {env['keras']}" if env.get("keras") else "") + f", Horovod {env['horovod']}, NumPy "
                        f"{env['numpy']}; {env['cpu']}, {env['cores']} cores, oneDNN ISA {env['onednn_isa']}, "
                        f"{env['gpus'] or 0} GPU(s); {env['platform']}.",
     }

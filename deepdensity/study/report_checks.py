@@ -9,6 +9,7 @@ import statistics
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
+from deepdensity.study import ledger
 from deepdensity.study import outcomes
 from deepdensity.study.judging import cells_of, claims_of
 from deepdensity.study.render import fmt, md_table
@@ -71,14 +72,21 @@ def where_runs_ran(record: dict, cells: list, entries: list) -> str:
     found = _entries_of_cells(record, cells, entries)
     if not found:
         return "Where each run was trained: no ledger beside this record names it."
-    counts = {}
+    counts, unrecorded = {}, False
     for e in found.values():
-        key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", e["revision"], e["source"])
+        tf, keras, recorded = ledger.stack_of(e)
+        unrecorded |= not recorded
+        star = "" if recorded else "*"
+        key = (e["machine"].get("cpu") or "?", e["machine"].get("onednn_isa") or "?", tf + star, keras + star,
+               e["revision"], e["source"])
         counts[key] = counts.get(key, 0) + 1
-    rows = [[cpu, isa, rev, source, n] for (cpu, isa, rev, source), n in sorted(counts.items())]
+    rows = [[*key, n] for key, n in sorted(counts.items())]
     missing = len({c.run for c in cells}) - len(found)
     return "Where the runs behind these cells were trained (the ledger beside this report):\n\n" + \
-        md_table(["CPU", "oneDNN ISA", "revision", "how it reached the ledger", "runs"], rows) + \
+        md_table(["CPU", "oneDNN ISA", "TensorFlow", "Keras", "revision", "how it reached the ledger", "runs"],
+                 rows) + \
+        ("\n\\* Not recorded in the ledger then: every revision of the project before it recorded them installed "
+         "TensorFlow 2.15.1, whose tf.keras is keras 2.15.0 (setup.py's pin).\n" if unrecorded else "") + \
         (f"\n{missing} run(s) are not in the ledger beside this record.\n" if missing else "")
 
 

@@ -206,7 +206,8 @@ class StudyRunner:
                   if result["status"] == RunStatus.REACHED else None}
         entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
                                 request["data"], config, result, rows, vals, machine,
-                                _revision() if source == "trained" else "unknown", source)
+                                _revision() if source == "trained" else "unknown", source,
+                                stack=saved.get("versions"))
         if source != "trained":       # finished before: when its result was written, not now
             entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
         self.ledger.append(entry)

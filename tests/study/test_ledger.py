@@ -13,6 +13,9 @@ from deepdensity.config import Config
 from deepdensity.study import ledger
 from deepdensity.study.runner import StudyRunner
 
+# what a run's config.json says it ran on (training/trainer.py `_versions`)
+STACK_RAN = {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4",
+             "horovod": "0.28.1"}
 STOP = {"max_epochs": 64, "target_loss": 1.0, "stall_patience": 3, "stall_near": 0.0, "stall_near_patience": 0,
         "collapse_loss": 5.0, "collapse_patience": 3}
 
@@ -158,7 +161,7 @@ class CountingRunner(StudyRunner):
                 break
         status = "reached_target" if vals[-1] <= cfg["target_loss"] else "max_epochs"
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps({**Config().to_dict(), **cfg}))
+        (out / "config.json").write_text(json.dumps({**Config().to_dict(), **cfg, "versions": STACK_RAN}))
         (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "loss": 1.0, "val_loss": v,
                                                               "seconds": i + 1.0}) + "\n" for i, v in enumerate(vals)))
         (out / "result.json").write_text(json.dumps({"status": status, "epochs": len(vals), "seconds": len(vals),
@@ -210,6 +213,11 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     second.run("weak-n2-s0", "weak", 2, {**asked, "target_loss": 0.85})
     assert second.trainings == ["weak-n2-s1", "weak-n2-s0"]
     assert len(ledger.read_entries(tmp_path / "second" / "ledger.jsonl")) == 2
+    # each entry names the TensorFlow and Keras its run's config.json says it ran on
+    assert [e["stack"] for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
+        [{"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}] * 2
+    assert [ledger.stack_of(e) for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
+        [("2.21.0", "tf_keras 2.21.0", True)] * 2
     # a run asked for with the weights it leaves behind is trained even when the ledger holds it
     third = CountingRunner(_study_folder(tmp_path / "third", data2), tmp_path / "third" / "train.yaml", None)
     third.ledger = ledger.Ledger(tmp_path / "third" / "ledger.jsonl", [tmp_path / "first" / "ledger.jsonl"])
@@ -345,3 +353,26 @@ def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
     values = np.arange(3, dtype=np.float32)
     want = hashlib.sha256(f"x|{values.dtype.str}|{values.shape}|".encode() + values.tobytes()).hexdigest()[:32]
     assert ledger.data_identity(plain) == "arrays:" + want
+
+
+def test_an_entry_from_before_the_stack_was_recorded_reads_as_the_pin_of_then():
+    """Until the ledger recorded the stack, every revision pinned tensorflow-cpu==2.15.1 in
+    setup.py (`git log -p -- setup.py`), whose tf.keras is keras 2.15.0: flagged as not recorded."""
+    old = _entry([2.0, 0.9], "reached_target")
+    assert "stack" not in old
+    assert ledger.stack_of(old) == ("2.15.1", "keras 2.15.0", False)
+    assert ledger.stack_of({**old, "stack": {"tensorflow": "2.21.0", "keras": None}}) == ("2.21.0", "?", True)
+
+
+def test_where_the_runs_were_trained_names_their_tensorflow_and_keras():
+    from deepdensity.study.report_checks import where_runs_ran
+    from types import SimpleNamespace
+    record = {"eta": Config().base_lr, "provenance": {"generated": "2099-01-01 00:00 UTC"}}
+    then = {**_entry([2.0, 0.9], "reached_target"), "run": "a", "machine": {"cpu": "EPYC", "onednn_isa": "AVX2"}}
+    now = {**then, "run": "b", "stack": {"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}}
+    cells = [SimpleNamespace(run=e["run"], seed=0, status="reached_target", epochs=2) for e in (then, now)]
+    text = where_runs_ran(record, cells, [then, now])
+    assert "| EPYC | AVX2 | 2.15.1* | keras 2.15.0* | abc | t | 1 |" in text
+    assert "| EPYC | AVX2 | 2.21.0 | tf_keras 2.21.0 | abc | t | 1 |" in text
+    assert "\\* Not recorded in the ledger then" in text
+    assert "Not recorded" not in where_runs_ran(record, cells[1:], [now])
