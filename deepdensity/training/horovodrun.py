@@ -211,7 +211,9 @@ def refusal_cause(lines: list, options: list) -> str:
     ssh = next((m for m in map(SSH_FAILED.match, above) if m), None)
     if ssh:
         detail = "; ".join(line for line in above if not SSH_FAILED.match(line)) or "no reason given"
-        return (f"horovodrun could not reach host {ssh[1]} by ssh: {detail} (every host of -H must accept "
+        hosts = next((f"{flag} {option_value(options, flag)}" for flag in ("--hostfile", "-hostfile")
+                      if option_value(options, flag)), "-H")
+        return (f"horovodrun could not reach host {ssh[1]} by ssh: {detail} (every host of {hosts} must accept "
                 f"`ssh HOST true` without a password)")
     script = option_value(options, "--host-discovery-script")
     if script:

@@ -219,6 +219,9 @@ ValueError: No interface is found for address 127.0.0.1.
     (SSH_REFUSED, ["-np", "2", "-H", "nohost.invalid:2"],
      "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
      "Name or service not known (every host of -H must accept `ssh HOST true` without a password)"),
+    (SSH_REFUSED, ["-np", "2", "--hostfile", "hosts.txt"],
+     "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
+     "Name or service not known (every host of --hostfile hosts.txt must accept `ssh HOST true` without a password)"),
     (DISCOVERY_FAILED, ["-np", "2", "--host-discovery-script", "/nonexistent"],
      "horovodrun's host discovery script /nonexistent failed: /bin/sh: 1: /nonexistent: not found "
      "(run it alone: it must print one host:slots line per host and exit 0)"),
