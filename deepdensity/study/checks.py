@@ -1,10 +1,12 @@
 """The study's checks of its own rules and results with more runs: the stall rule (the runs it
-stopped, continued to the cap with the rule off) and the instruction-set check (the first seed of
-every trained unit again under another oneDNN ISA, every cell judged again on those runs).
+stopped, continued to the cap with the rule off), the instruction-set check (the first seed of
+every trained unit again under another oneDNN ISA, every cell judged again on those runs) and
+the stack check (the same, on another venv's TensorFlow and Keras: repro --stack-check VENV).
 """
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import asdict
 from typing import Optional
 
@@ -81,3 +83,55 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
     return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(again)}
+
+
+def venv_stack(venv: str) -> dict:
+    """{"python": VENV's interpreter, "tensorflow", "keras"} of another venv, asked of that
+    interpreter (utils/stack.py reads its distributions); a UserError where it has no Python,
+    no deepdensity or no supported stack."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from deepdensity.utils.errors import UserError
+    python = Path(venv) / "bin" / "python"
+    if not python.is_file():
+        raise UserError(f"--stack-check {venv}: no {python}; name a venv made by make install (e.g. .venv-paper)")
+    ask = ("import json; from deepdensity.utils import stack; f = stack.found(); "
+           "print(json.dumps([f.tensorflow, f.keras2, *stack.judge(f)]))")
+    got = subprocess.run([str(python), "-c", ask], capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"})
+    if got.returncode != 0:
+        raise UserError(f"--stack-check {venv}: its Python could not say its stack (is deepdensity installed "
+                        f"there? make install VENV={venv}): {got.stderr.strip()[-300:]}")
+    tf, keras, verdict, reasons = json.loads(got.stdout.strip().splitlines()[-1])
+    if verdict == "unsupported":
+        raise UserError(f"--stack-check {venv}: its stack is unsupported: {'; '.join(reasons)}")
+    return {"python": str(python), "tensorflow": tf, "keras": keras}
+
+
+def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled,
+                  venv: str) -> Optional[dict]:
+    """repro --stack-check VENV: the first seed of every trained unit run again with VENV's
+    interpreter, TensorFlow and Keras, and the study's cells with those runs in place of the
+    originals (the report judges every claim again on them, beside the ISA check); None when
+    not asked. The runs are keyed by VENV's stack: no run of another stack answers them."""
+    if not venv:
+        return None
+    other = venv_stack(venv)
+    seed, seq_seed = s.study.seeds[0], s.study.sequential_seeds()[0]
+    label = f"TensorFlow {other['tensorflow']}, {other['keras']}"
+    runner = s.runner.sibling(None, s.runner.parallel)
+    runner.python, runner.stack_check = other["python"], label
+    again = Book()
+    again.results = dict(book.results)
+    prefix = "stack-tf" + other["tensorflow"].replace(".", "") + "-"
+    units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
+                        prefix=prefix)
+    print(f"stability across stacks: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) "
+          f"again on {label} ({venv})")
+    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
+                    for unit, job in units.items()], label=f"runs on TensorFlow {other['tensorflow']}")
+    cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
+    return {"stack": label, "venv": venv, "seed": seed, "sequential_seed": seq_seed,
+            "cells": [asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}

@@ -58,7 +58,7 @@ class _Paper(StudyKind):
     name, sweep_key = "paper", "lr_search"
 
     def finish(self, end: StudyEnd) -> None:
-        from deepdensity.study.checks import isa_recheck
+        from deepdensity.study.checks import isa_recheck, stack_recheck
         from deepdensity.study.record import study_record
         from deepdensity.study.report import render_reports
         from deepdensity.study.runner import unless_not_held
@@ -66,8 +66,10 @@ class _Paper(StudyKind):
         s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
         real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
         isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
+        stack = None if runner else unless_not_held(
+            lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None)
         record = {**study_record(self.name, s, proto, book, end.cells, end.timing, end.sweep, end.stopped, runner),
-                  "real_strong": real, "isa_check": isa, "stall_check": end.checked,
+                  "real_strong": real, "isa_check": isa, "stack_check": stack, "stall_check": end.checked,
                   "pass_seconds": s.runner.ledger.pass_seconds()}
         _write_record(s.out, record)
         claims = render_reports(s.out, record, s.runner.ledger.entries)

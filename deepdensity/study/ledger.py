@@ -43,11 +43,15 @@ ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "glob
             "next_global_batch")
 
 
-def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str) -> str:
+def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str, stack_check: str = "") -> str:
     """What decides a run's path: its settings but the stopping rules and the data's path, its
-    mode and workers, how it was launched, the instruction-set cap and the data's fingerprint."""
+    mode and workers, how it was launched, the instruction-set cap and the data's fingerprint.
+    The stack (TensorFlow, Keras) is left out: a run of the committed study is reused on another
+    stack as what it is (`stack_of`); only the stack check's runs (`stack_check`, naming the
+    stack they are trained on) are keyed by it, so that no run of another stack answers them."""
     what = {"training_version": TRAINING_VERSION, "mode": mode, "n": n, "launcher": launcher,
             "isa_cap": isa_cap or "", "data": data,
+            **({"stack_check": stack_check} if stack_check else {}),
             "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()[:24]
 

@@ -22,7 +22,8 @@ from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (cells_at, cost_line, epochs_listing, passes_listing, fill, fmt, md_table, pyplot,
                                       target_source, time_range, write_csv)
-from deepdensity.study.report_checks import isa_stability, real_strong, rules_when, stall_check, where_runs_ran
+from deepdensity.study.report_checks import (isa_stability, real_strong, rules_when, stack_stability, stall_check,
+                                             where_runs_ran)
 from deepdensity.study.report_clock import clock_fields, host_latency
 from deepdensity.study.cells import TimeBase, efficiency_table, failure_groups, failure_margins, failures
 from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
@@ -176,7 +177,7 @@ def _header_fields(record: dict, claims: list) -> dict:
                              "listed with their cost in the Decision rules' 'Sequential design' line.\n\n"
                              if _interim(p) else "") + claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
-            "isa_stability": isa_stability(record, claims)}
+            "isa_stability": isa_stability(record, claims) + "\n\n" + stack_stability(record, claims)}
 
 
 def _interim(provenance: dict) -> bool:

@@ -101,16 +101,37 @@ def isa_stability(record: dict, claims: list) -> str:
                 f"(docs/protocol.md, 'Determinism'), so a verdict resting on a run near the target or near a decision "
                 f"boundary may change on another CPU.")
     isa, seed = check["isa"], check["seed"]
+    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
+            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
+            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
+            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n"
+            + _verdicts_again(record, claims, check, f"under {isa}"))
+
+
+def stack_stability(record: dict, claims: list) -> str:
+    """Whether each verdict holds on another stack (repro --stack-check VENV), or a plain
+    statement that it was not checked."""
+    check = record.get("stack_check")
+    if not check:
+        return ("Stability across stacks: not checked for any verdict. No cell was re-run on another TensorFlow and "
+                "Keras in this invocation (`repro --stack-check VENV`, docs/install.md); the table of where the runs "
+                "were trained, below, says which stack trained each.")
+    seed = check["seed"]
+    return (f"Stability across stacks: seed {seed} of every trained cell (and its sequential run) was run again "
+            f"in this invocation on {check['stack']} (`--stack-check {check['venv']}`), and every claim judged again "
+            f"with those runs in place of seed {seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}"
+            f"\n\n" + _verdicts_again(record, claims, check, f"on TF {check['stack'].split()[1].rstrip(',')}"))
+
+
+def _verdicts_again(record: dict, claims: list, check: dict, how: str) -> str:
+    """Every claim's verdicts (both clocks) against the same claim judged with a check's runs."""
+    seed = check["seed"]
     again = claims_of(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
     rows = [[c["claim"], c["verdict"], a["verdict"], c["verdict_host"], a["verdict_host"],
              "the same" if (c["verdict"], c["verdict_host"]) == (a["verdict"], a["verdict_host"]) else "**changed**"]
             for c, a in zip(claims, again)]
-    table = md_table(["claim", "verdict (paper's clock)", f"with seed {seed} under {isa}", "this host's clock",
-                      f"with seed {seed} under {isa}", "verdicts"], rows)
-    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
-            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
-            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
-            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n{table}")
+    return md_table(["claim", "verdict (paper's clock)", f"with seed {seed} {how}", "this host's clock",
+                     f"with seed {seed} {how}", "verdicts"], rows)
 
 
 def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:

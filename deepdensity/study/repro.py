@@ -88,6 +88,10 @@ def main(argv=None) -> int:
     ap.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                     help="a Slurm option over the preset's `slurm:` (partition, account, time, cpus_per_task, "
                          "gpus_per_task, max_jobs, retries, poll_seconds, sbatch), repeatable")
+    ap.add_argument("--stack-check", metavar="VENV", default="",
+                    help="stability across stacks: seed 0 of every trained cell again with VENV's Python, TensorFlow "
+                         "and Keras (e.g. .venv-paper or .venv, made by make install STACK=...), every claim judged "
+                         "again on those runs, reported beside the instruction-set check (docs/install.md)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
     if _is_the_program():
@@ -100,6 +104,7 @@ def main(argv=None) -> int:
     check_own_folder(out, "--out", "reports", holds_a_study_record)
     options = _options(args)
     _check_runner(options.runner)
+    _check_stack_check(options)
     slurm_check = _slurm_clients(study, options, runs)
     _print_plan(name, study, options, runs, out, slurm_check)
     if options.dry_run and slurm_check and slurm_check[1]:     # the plan above, then the refusal a run would meet
@@ -129,7 +134,22 @@ def _options(args) -> StudyOptions:
     default study's reports (_default_study_reports)."""
     return StudyOptions(runner=args.runner, lr_sweep=args.lr_sweep, no_train=args.no_train,
                         compare_with=args.compare_with or str(_default_study_reports()), ledgers=tuple(args.ledger),
-                        out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm))
+                        out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm),
+                        stack_check=args.stack_check)
+
+
+def _check_stack_check(options: StudyOptions) -> None:
+    """--stack-check VENV: one-process runs on this host, from a venv that answers for its stack
+    (checked before the plan, so that a wrong VENV is one line, not an error after the study)."""
+    if not options.stack_check:
+        return
+    if options.runner or options.executor != "local":
+        raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
+                         "--executor slurm")
+    from deepdensity.study.checks import venv_stack
+    other = venv_stack(options.stack_check)
+    print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
+          f"({options.stack_check}), after the study's own runs")
 
 
 def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[tuple]:

@@ -63,6 +63,8 @@ class StudyRunner:
         self._started = 0
         self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
         self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
+        self.python = sys.executable                 # the interpreter runs train with (the stack check: another venv's)
+        self.stack_check = ""                        # that venv's stack, in the runs' keys (checks.stack_recheck)
         self.ledger: Optional[ledger.Ledger] = None   # finished runs to reuse, and where new ones are added
         self.machine: Optional[dict] = None
         self.may_train = True                        # False: a run not held raises NotHeld (repro --no-train)
@@ -165,7 +167,8 @@ class StudyRunner:
         launcher = self._launcher()
         isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
         return {"config": config, "data": data, "launcher": launcher, "isa_cap": isa_cap,
-                "key": ledger.run_key(config, mode, n, launcher, isa_cap, data), "stopping": ledger.stopping_of(config)}
+                "key": ledger.run_key(config, mode, n, launcher, isa_cap, data, self.stack_check),
+                "stopping": ledger.stopping_of(config)}
 
     def _launcher(self) -> str:
         """How a run is launched, as far as it changes its path: one process, or several real
@@ -291,7 +294,7 @@ class StudyRunner:
             return self._fingerprints[path]
 
     def train_command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
-        cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
+        cmd = [self.python, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
                "--out", str(self.root / name), "--quiet"]
         if resume:
             cmd.append("--resume")      # a run killed mid-way, or extended, continues from its checkpoint
@@ -312,7 +315,7 @@ class StudyRunner:
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an
         interrupt can reach it. (`name`, `workers`: the run's, for executors that need them.)"""
-        proc = subprocess.Popen(cmd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
+        proc = subprocess.Popen(cmd, env={**self._environment(), "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         with self._lock:
@@ -323,6 +326,15 @@ class StudyRunner:
             with self._lock:
                 self._live.discard(proc)
         return proc.returncode, err or out
+
+    def _environment(self) -> dict:
+        """The driver's environment for a run; for another venv's interpreter, without the
+        TF_USE_LEGACY_KERAS this process set for its own TensorFlow (deepdensity/__init__.py):
+        that interpreter sets it for itself where its stack has tf_keras, and a TensorFlow 2.15
+        given it would look for a tf_keras it does not have."""
+        if self.python == sys.executable:
+            return dict(os.environ)
+        return {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
 
     def stop(self, grace_s: float = 120.0) -> None:
         """Ask every live run to checkpoint and stop (SIGTERM), and wait for it."""

@@ -52,6 +52,7 @@ class StudyOptions:
     dry_run: bool                    # --dry-run: the plan only
     executor: str                    # --executor: where the runs train, here or as Slurm jobs
     slurm: tuple                     # --slurm KEY=VALUE options over the preset's `slurm:`
+    stack_check: str = ""            # --stack-check VENV: seed 0 of every trained cell again on VENV's stack
 
 
 @dataclass
