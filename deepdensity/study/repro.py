@@ -143,7 +143,7 @@ def _check_stack_check(options: StudyOptions) -> None:
     (checked before the plan, so that a wrong VENV is one line, not an error after the study)."""
     if not options.stack_check:
         return
-    if options.runner or options.executor != "local":
+    if options.runner or options.executor == "slurm":
         raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
                          "--executor slurm")
     from deepdensity.study.checks import venv_stack

@@ -38,7 +38,7 @@ import sys
 import threading
 from pathlib import Path
 
-from deepdensity.training import controllers, interrupts
+from deepdensity.training import console, controllers, interrupts
 from deepdensity.utils.args import version
 from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
                                      command)
@@ -272,8 +272,14 @@ def main(argv=None) -> int:
     signals = _relay_signals(proc, launcher)
     relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     relay.start()
+    # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from
+    # TensorFlow 2.17 on come through an absl that TF_CPP_MIN_LOG_LEVEL does not reach: dropped
+    # here as a training process drops its own (console.py); the ranks' lines come tagged
+    native = console.native_log_pattern(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+    native = re.compile(native) if native else None
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
-        launcher.feed(line)
+        if native is None or not native.search(line):
+            launcher.feed(line)
     launcher.flush()
     code, _ = proc.wait(), relay.join()
     if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended \

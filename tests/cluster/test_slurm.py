@@ -16,7 +16,7 @@ from deepdensity.study.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
 from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, seed_kept_rounds, tiny_clock, users_env
-from tests.training.test_horovod import LOSS_REL, assert_same_path, launch, losses
+from tests.training.test_horovod import assert_same_path, launch, losses
 
 _reason = slurm_unavailable_reason() if horovodrun() else "horovodrun not installed"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f"Slurm: {_reason}")]
@@ -39,6 +39,13 @@ def study_command(tmp_path: Path, runs: Path, *extra: str, clock: bool = False) 
     if not clock:
         (runs / "timing.json").write_text(json.dumps(TIMING))
     return [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs), *extra]
+
+
+# Two real ranks against one process emulating them over 12 epochs, where LOSS_REL's runs are 3:
+# their rounding differences compound. Measured 6.2e-4 at the largest (TensorFlow 2.21, 2-core
+# AMD EPYC, AVX-512; 2.15 stayed within 5e-4). The bound is eight times that and ten times below
+# what one epoch changes the loss by here (about 5 %), so a run resumed off its path still fails.
+LONG_LOSS_REL = 5e-3
 
 
 def env(cluster=None) -> dict:
@@ -296,4 +303,4 @@ def test_the_command_an_interrupted_sbatch_job_prints_continues_it_with_its_opti
     uninterrupted = launch([], "strong", tmp_path / "uninterrupted", smoke_data, "--emulate-workers", "2",
                            "--set", f"max_epochs={cap}")
     for (la, va, _), (lb, vb, _) in zip(uninterrupted, losses(out), strict=True):
-        assert lb == pytest.approx(la, rel=LOSS_REL) and vb == pytest.approx(va, rel=LOSS_REL)
+        assert lb == pytest.approx(la, rel=LONG_LOSS_REL) and vb == pytest.approx(va, rel=LONG_LOSS_REL)

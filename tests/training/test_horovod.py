@@ -150,7 +150,11 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode,
 def test_our_warmup_matches_horovods_own_callback(tmp_path, np2):
     """Horovod's LearningRateWarmupCallback on 2 workers is the reference for the warmup policy's lr_at."""
     script = tmp_path / "warm.py"
+    # Horovod's own example, as a user writes it on TensorFlow 2.16 or later: Keras 2 by the variable
     script.write_text("""
+import importlib.util, os
+if importlib.util.find_spec("tf_keras"):      # TensorFlow 2.15's tf.keras is Keras 2 without it
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import json, numpy as np, tensorflow as tf, horovod.tensorflow.keras as hvd
 from deepdensity.scaling import policies
 hvd.init()

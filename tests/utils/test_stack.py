@@ -171,3 +171,12 @@ def test_what_found_reads_is_what_python_imports_and_tf_keras_is_keras_2():
     assert legacy == ("1" if imported_keras.startswith("tf_keras") else None)
     # make install built Horovod against this TensorFlow, with the patch from 2.16 on only
     assert built == imported_tf and patched == (release(imported_tf) >= (2, 16))
+
+
+@pytest.mark.medium
+def test_pytests_own_process_has_keras_2():
+    """The tests' own process: conftest imports deepdensity before any test imports TensorFlow."""
+    import tensorflow as tf
+    keras = stack.keras_of(tf)
+    assert release(keras.split()[1])[:1] == (2,), keras
+    assert keras.startswith("tf_keras") == (release(tf.__version__) >= (2, 16))
