@@ -1,11 +1,13 @@
-# One-command set-up and tests. `make install` needs Python 3.10 to 3.13 (these machines ran
-# 3.11 only), a C++ compiler and cmake. The stacks (docs/install.md; deepdensity/utils/stack.py):
-#   make install            the current stack in .venv: TensorFlow 2.21 (CPU) with tf-keras 2.21
+# One-command set-up and tests. `make install` needs a C++ compiler, cmake and the Python of its
+# stack (these machines ran 3.11 only). The stacks (docs/install.md; deepdensity/utils/stack.py):
+#   make install            the paper-era stack in .venv: TensorFlow 2.15.1 with its Keras 2.15,
+#                           Horovod 0.28.1 as released, MPI beside Gloo (below); Python 3.10 or
+#                           3.11 (python3.11 by default): the stack the committed study was trained on
+#   make install STACK=current   in .venv-current: TensorFlow 2.21 (CPU) with tf-keras 2.21
 #                           (Keras 2), Horovod 0.28.1 built with the project's patch
-#                           (scripts/horovod/), MPI beside Gloo (below)
-#   make install STACK=paper   the paper-era stack in .venv-paper: TensorFlow 2.15.1 with its Keras
-#                           2.15, Horovod 0.28.1 as released; Python 3.10 or 3.11 (python3.11 by
-#                           default). Every target takes STACK: make test STACK=paper
+#                           (scripts/horovod/); Python 3.10 to 3.13. Not the default yet: under
+#                           MPI a Ctrl-C during a run's first step can lose rank 0's last line on it
+#                           (docs/install.md). Every target takes STACK: make test STACK=current
 #   make install STACK=existing   a venv (.venv-existing) that sees the TensorFlow and Horovod of
 #                           the interpreter PYTHON (a cluster module, NVIDIA's container) and
 #                           leaves them as they are; `deepdensity --version` judges them
@@ -14,28 +16,28 @@
 #                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
 #   make install MPI=off    Horovod with Gloo alone
 #   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render-tf*.so) as it is
-STACK  ?= current
+STACK  ?= paper
 TF     ?= cpu
-ifeq ($(STACK),current)
+ifeq ($(STACK),paper)
+PYTHON ?= python3.11
+PYTHONS := 3.10 3.11
+VENV   ?= .venv
+EXTRA  := paper-$(TF)
+KERAS_PIN :=
+else ifeq ($(STACK),current)
 PYTHON ?= python3
 PYTHONS := 3.10 3.13
-VENV   ?= .venv
+VENV   ?= .venv-current
 EXTRA  := $(TF)
 # setup.py's gpu extra holds tf-keras; beside tensorflow-cpu it goes in without its dependencies,
 # else pip adds `tensorflow` (572 MB) into the same folder
 KERAS_PIN := $(if $(filter cpu,$(TF)),tf-keras==2.21.0)
-else ifeq ($(STACK),paper)
-PYTHON ?= python3.11
-PYTHONS := 3.10 3.11
-VENV   ?= .venv-paper
-EXTRA  := paper-$(TF)
-KERAS_PIN :=
 else ifeq ($(STACK),existing)
 PYTHON ?= python3
 PYTHONS := 3.10 3.13
 VENV   ?= .venv-existing
 else
-$(error STACK=$(STACK): current (the default), paper or existing)
+$(error STACK=$(STACK): paper (the default), current or existing)
 endif
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
@@ -51,9 +53,15 @@ KERNEL_SRC := deepdensity/model/kernels/render.cc
 PRESET ?= default
 RUNNER ?=
 
-.PHONY: install test test-medium test-smoke test-all cluster-packages test-cluster coverage bench repro lr-sweep clean
+.PHONY: install stack-of-venv test test-medium test-smoke test-all cluster-packages test-cluster coverage bench repro lr-sweep clean
 
-install: $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(VENV)/.kernel)
+install: stack-of-venv $(VENV)/.installed $(if $(filter no,$(KERNEL_BUILD)),,$(VENV)/.kernel)
+
+# .installed names the stack a venv holds (empty: from before the stacks were named, the paper
+# era's): checked at every make, so that another stack's venv is never used or installed over
+stack-of-venv:
+	@had=$$(cat $(VENV)/.installed 2>/dev/null || true); had=$${had:-$$([ -f $(VENV)/.installed ] && echo paper)}; \
+	if [ -n "$$had" ] && [ "$$had" != "$(STACK)" ]; then echo "error: $(VENV) holds the $$had stack, not the $(STACK) one: make ... STACK=$$had, or pick another VENV=..., or rm -rf $(VENV) first" >&2; exit 2; fi
 
 # setuptools below 81: TensorBoard imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
@@ -64,9 +72,6 @@ $(VENV)/.installed: setup.py scripts/horovod.sh scripts/horovod/horovod-0.28.1-t
 	    || { echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'); the $(STACK) stack needs $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)): make install PYTHON=/path/to/python3.X" >&2; exit 2; }
 	@case "$(MPI)" in auto|off) ;; *) echo "error: MPI=$(MPI) ($(origin MPI)): make install MPI=auto or MPI=off" >&2; exit 2;; esac
 	@case "$(TF)" in cpu|gpu) ;; *) echo "error: TF=$(TF): cpu or gpu" >&2; exit 2;; esac
-	@# a stamp without a name is from before the stacks were named: the paper-era stack
-	@had=$$(cat $@ 2>/dev/null || true); had=$${had:-$$([ -f $@ ] && echo paper)}; \
-	if [ -n "$$had" ] && [ "$$had" != "$(STACK)" ]; then echo "error: $(VENV) holds the $$had stack; for STACK=$(STACK) pick another VENV=... or rm -rf $(VENV) first" >&2; exit 2; fi
 ifeq ($(STACK),existing)
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	@# what the interpreter already has is pinned, so that pip adds the project's own needs and
@@ -111,7 +116,7 @@ test: install
 test-medium: install
 	$(BIN)/pytest -q -m "medium and not slow" tests
 
-# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=paper)
+# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=current)
 test-smoke: install
 	@start=$$(date +%s); $(BIN)/pytest -q -rs -m "smoke or not (slow or medium)" tests; code=$$?; \
 	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
