@@ -104,7 +104,7 @@ def isa_stability(record: dict, claims: list) -> str:
     return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
             f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
             f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
-            f"{seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}\n\n"
+            f"{seed}'s: {_rerun_outcomes(record['cells'], check, record['collapse_loss'])}\n\n"
             + _verdicts_again(record, claims, check, f"under {isa}"))
 
 
@@ -119,7 +119,7 @@ def stack_stability(record: dict, claims: list) -> str:
     seed = check["seed"]
     return (f"Stability across stacks: seed {seed} of every trained cell (and its sequential run) was run again "
             f"in this invocation on {check['stack']} (`--stack-check {check['venv']}`), and every claim judged again "
-            f"with those runs in place of seed {seed}'s: {_isa_runs(record['cells'], check, record['collapse_loss'])}"
+            f"with those runs in place of seed {seed}'s: {_rerun_outcomes(record['cells'], check, record['collapse_loss'])}"
             f"\n\n" + _verdicts_again(record, claims, check, f"on TF {check['stack'].split()[1].rstrip(',')}"))
 
 
@@ -134,7 +134,7 @@ def _verdicts_again(record: dict, claims: list, check: dict, how: str) -> str:
                      f"with seed {seed} {how}", "verdicts"], rows)
 
 
-def _isa_runs(cells: list, check: dict, collapse_loss: float) -> str:
+def _rerun_outcomes(cells: list, check: dict, collapse_loss: float) -> str:
     """How the re-run cells compare with the originals: outcomes and passes to target."""
     def rerun(c: dict) -> bool:       # the seed the check re-ran in this cell
         sequential = c["n"] == 1 or c["mode"] not in policies.names() or policies.get(c["mode"]).follows_sequential_path
