@@ -51,7 +51,7 @@ def main(argv=None) -> int:
 
 @command
 def _command(argv) -> int:
-    # Ctrl-C and SIGTERM as interrupts.py takes them, first once the run's folder is known, so
+    # Ctrl-C, SIGTERM and SIGHUP as interrupts.py takes them, first once the run's folder is known, so
     # that every interrupt ends with where the run stands; a program calling main (a test) gets
     # its own handlers back, a training process keeps these to its end (a second Ctrl-C while
     # it says where the run stands is only recorded)
@@ -159,6 +159,10 @@ def _training_cubes(path: str):
     return len(load_cubes(path).train)
 
 
+# set by scripts/slurm/train.sbatch under REQUEUE=1: the job that puts itself back in the queue
+REQUEUE_JOB_ENV = "DEEPDENSITY_REQUEUE_JOB"
+
+
 def _default_out(mode: str, emulated: int):
     """A new run folder runs/MODE-nN-YYYYmmdd-HHMMSS for rank 0 (a suffix when taken); None elsewhere."""
     if launcher_rank() != 0:
@@ -174,7 +178,8 @@ def _workers(emulated: int) -> int:
 def where_to_continue(out, argv) -> str:
     """The epoch a run folder holds and the command that continues it; for a run stopped before
     its first checkpoint, the command that starts it again there (the same one: the folder
-    it left is taken as empty, runs.holds_nothing_to_resume)."""
+    it left is taken as empty, runs.holds_nothing_to_resume). A Slurm job that requeues itself
+    (REQUEUE_JOB_ENV) says so instead of a command."""
     if not out:
         return "nothing was saved (no --out)"
     state = Path(out) / "state.json"
@@ -183,15 +188,19 @@ def where_to_continue(out, argv) -> str:
     # such as scripts/slurm/train.sbatch names itself in DEEPDENSITY_RELAUNCH)
     relaunch = os.environ.get("DEEPDENSITY_RELAUNCH")
     launch = f"{relaunch} " if relaunch else f"{launcher_prefix()}python train.py "
+    requeued = os.environ.get(REQUEUE_JOB_ENV)
     try:
         epoch = json.loads(state.read_text())["epoch"] + 1
     except (OSError, ValueError, KeyError, TypeError):
         if holds_nothing_to_resume(out):
-            return (f"no epoch finished, so {shown(out)} holds nothing to resume; start again with the same "
-                    f"command: {launch}{' '.join(shell_word(w) for w in words)}")
+            return (f"no epoch finished, so {shown(out)} holds nothing to resume; "
+                    + (f"Slurm job {requeued} requeues itself and starts it again" if requeued else
+                       f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
         epoch = None
     again = " ".join(shell_word(w) for w in words + ([] if "--resume" in words else ["--resume"]))
     if epoch is None:     # an epoch's metrics row without its checkpoint: --resume starts it afresh
-        return f"no epoch was checkpointed in {shown(out)}; start again there with: {launch}{again}"
-    return f"at epoch {epoch}, checkpointed in {out}; continue with: {launch}{again}"
-
+        return f"no epoch was checkpointed in {shown(out)}; " + (
+            f"Slurm job {requeued} requeues itself and starts it again there" if requeued else
+            f"start again there with: {launch}{again}")
+    return f"at epoch {epoch}, checkpointed in {out}; " + (
+        f"Slurm job {requeued} requeues itself and continues it" if requeued else f"continue with: {launch}{again}")

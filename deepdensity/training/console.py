@@ -40,7 +40,7 @@ def is_the_program(argv0: Optional[str] = None) -> bool:
 
 
 def start() -> None:
-    """A training process's first step: Ctrl-C and SIGTERM recorded from here on (taken once
+    """A training process's first step: Ctrl-C, SIGTERM and SIGHUP recorded from here on (taken once
     the command runs: interrupts.handling), TensorFlow's C++ log kept off the screen."""
     interrupts.hold_early()
     filter_native_logs()

@@ -10,10 +10,11 @@ that line is followed by the launcher's traceback. `launch` runs the same horovo
 same options, passes its output on as it comes, drops that traceback where a rank's own exit
 explains it, and exits with that rank's code. It also tells the ranks how they were started,
 so that the resume command a run prints on Ctrl-C starts with this `launch` and its options.
-On Ctrl-C the terminal's '^C' stands on a line of its own, rank 0's line (where the run stands)
-is the last, without horovodrun's 'Process N exit with status code 143.' notes, and the exit
-status is 130; a Ctrl-C before horovodrun started any rank is one line instead of horovodrun's
-KeyboardInterrupt traceback. A job horovodrun refuses before it starts a rank (a host it cannot
+Ctrl-C, SIGTERM and SIGHUP are passed on to every rank, under MPI as under Gloo (relay.py):
+the terminal's '^C' stands on a line of its own, rank 0's line (where the run stands) is the
+last, without horovodrun's 'Process N exit with status code 143.' notes, no process of the job
+is left, and the exit status is the signal's (130, 143, 129); an interrupt before horovodrun
+started any rank is one line instead of horovodrun's KeyboardInterrupt traceback. A job horovodrun refuses before it starts a rank (a host it cannot
 reach by ssh, a host discovery script that fails, a network interface it cannot find) is one
 `error:` line naming the host or the script and the cause, and exit 2.
 
@@ -38,7 +39,7 @@ import sys
 import threading
 from pathlib import Path
 
-from deepdensity.training import console, controllers, interrupts
+from deepdensity.training import console, controllers, interrupts, relay
 from deepdensity.utils.args import version
 from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
                                      command)
@@ -100,6 +101,10 @@ class LauncherTraceback:
         # short, its exit report): rank 0's line says where the run stands, or launch says it
         self.quiet_own = False
         self.ranks_seen = self.rank_interrupted = False
+
+    def quiet(self) -> None:
+        """From now on horovodrun's own lines go (an interrupt came)."""
+        self.quiet_own = True
 
     def feed(self, line: str) -> None:
         if self.in_failure:
@@ -232,9 +237,15 @@ def launch_prefix(options: list) -> str:
     return shlex.join(["python", "-m", "deepdensity", "launch", *options]) + " "
 
 
+# another horovodrun than this Python's (a cluster module's, or a test's stand-in)
+HOROVODRUN_ENV = "DEEPDENSITY_HOROVODRUN"
+
+
 def horovodrun_path() -> str:
-    """The horovodrun of this Python's environment (the Horovod built against its TensorFlow),
-    else the one on PATH."""
+    """The horovodrun HOROVODRUN_ENV names, else this Python's environment's (the Horovod built
+    against its TensorFlow), else the one on PATH."""
+    if os.environ.get(HOROVODRUN_ENV):
+        return os.environ[HOROVODRUN_ENV]
     beside = Path(sys.executable).with_name("horovodrun")
     found = str(beside) if os.access(beside, os.X_OK) else (shutil.which("horovodrun") or "")
     if not found:
@@ -261,17 +272,21 @@ def main(argv=None) -> int:
     if note:
         print(note, file=sys.stderr)
     env = {**controller_env, **os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
-    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env)
+    # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
+    # process alone, which passes every interrupt on (relay.py); no terminal input, which a
+    # process outside the foreground group may not read
+    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, process_group=0)
+    ended = threading.Event()
     last_words = LastWords(sys.stderr.write)
     mpirun = controllers.MpirunNotice(last_words.write)       # Horovod: mpirun's notice, under MPI
     refusal = StartRefusal()
     launcher = LauncherTraceback(lambda line: refusal.feed(line, functools.partial(mpirun.feed, line)))
     exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
                                                    functools.partial(_write_stdout, line)))
-    signals = _relay_signals(proc, launcher)
-    relay = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
-    relay.start()
+    signals = relay.take_interrupts(relay.Relay(proc, ended), launcher.quiet)
+    stdout_reader = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
+    stdout_reader.start()
     # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from
     # TensorFlow 2.17 on come through an absl that TF_CPP_MIN_LOG_LEVEL does not reach: dropped
     # here as a training process drops its own (console.py); the ranks' lines come tagged
@@ -280,8 +295,9 @@ def main(argv=None) -> int:
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         if native is None or not native.search(line):
             launcher.feed(line)
+    ended.set()
     launcher.flush()
-    code, _ = proc.wait(), relay.join()
+    code, _ = proc.wait(), stdout_reader.join()
     if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended \
             and refusal.refused():
         raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
@@ -294,29 +310,6 @@ def main(argv=None) -> int:
         print(f"interrupted before the workers started: start again with the same command: "
               f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
     return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, early or launcher.rank_interrupted)
-
-
-def _relay_signals(proc, launcher: LauncherTraceback) -> list:
-    """A scheduler's SIGTERM reaches this process alone: pass it on. Ctrl-C reaches the whole
-    foreground group, horovodrun included (whose handler SIGTERMs every rank); this process
-    records it, puts the terminal's '^C' on a line of its own, and keeps reading until horovodrun
-    has ended, so that the ranks' last lines (where the run was saved, how to continue) are not
-    cut off. Returns the signals received, as they come."""
-    received = []
-
-    def on_sigterm(signum, frame):
-        received.append(signum)
-        launcher.quiet_own = True
-        proc.send_signal(signum)
-
-    def on_sigint(signum, frame):
-        if not received:
-            interrupts.tidy_terminal(signum)
-        received.append(signum)
-        launcher.quiet_own = True
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, on_sigint)
-    return received
 
 
 def _write_stdout(line: bytes) -> None:

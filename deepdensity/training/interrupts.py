@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM in a training process. No TensorFlow here: the handlers are in place
+"""Ctrl-C, SIGTERM and SIGHUP in a training process. No TensorFlow here: the handlers are in place
 before TensorFlow is imported.
 
 Under horovodrun a terminal's Ctrl-C reaches horovodrun alone: each rank runs in a session of its
@@ -24,6 +24,14 @@ fault unwinding it). Hence:
   interrupted (`settle`);
 - a rank that finds its peers gone before its own signal arrived waits a moment for it
   (`PEER_WAIT_S`, inside horovodrun's 5 s), so that it too ends as interrupted, in silence.
+
+Under MPI no signal of the terminal reaches a rank either (mpirun starts each in a process group
+of its own), and mpirun's own answer to SIGINT or SIGTERM is to SIGTERM the ranks 1 s later and
+SIGKILL them 1 s after that (OpenMPI's odls_base_sigkill_timeout), too soon for a rank compiling
+its first step, which died without a word. `deepdensity launch` passes an interrupt on instead as
+SIGUSR1 (RELAYED), which mpirun forwards to every rank at once, on every host; a rank takes it
+as any interrupt and exits 0, because a non-zero exit starts the same kill on the ranks still
+saving. launch reports the interrupt's own exit status (horovodrun.py).
 """
 from __future__ import annotations
 
@@ -35,9 +43,19 @@ import threading
 import time
 from typing import Optional
 
-from deepdensity.utils.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted, launcher_rank, launcher_size
+from deepdensity.utils.errors import (EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, Interrupted,
+                                     launcher_rank, launcher_size)
 
-CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
+# the signals that interrupt a run, and the exit status a shell reports for each
+CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM, signal.SIGHUP: EXIT_SIGHUP}
+# an interrupt `deepdensity launch` passed on through mpirun (the module's docstring); a rank
+# takes it only under launch, and exits 0 on it
+RELAYED = signal.SIGUSR1
+
+
+def _codes() -> dict:
+    """The signals this process takes, with the exit status of each."""
+    return {**CODES, RELAYED: 0} if os.environ.get(LAUNCH_PREFIX_ENV) else CODES
 # How long a rank whose peers are gone waits for its own signal: horovodrun signals every rank at
 # once, and kills a rank still running 5 s after its SIGTERM.
 PEER_WAIT_S = 3.0
@@ -71,12 +89,12 @@ def take_pending() -> None:
     raise can land where Python swallows it (a weakref callback of the import machinery printed
     "Exception ignored in ..." and the import went on), and the next such point raises again."""
     if _state.signum is not None and not _state.holds and not _state.settled:
-        raise Interrupted(CODES.get(_state.signum, EXIT_SIGINT))
+        raise Interrupted(_codes().get(_state.signum, EXIT_SIGINT))
 
 
 def pending() -> Optional[int]:
     """The exit code of the signal received (taken or not), or None."""
-    return None if _state.signum is None else CODES.get(_state.signum, EXIT_SIGINT)
+    return None if _state.signum is None else _codes().get(_state.signum, EXIT_SIGINT)
 
 
 def open_window() -> None:
@@ -131,18 +149,18 @@ def held():
 
 @contextlib.contextmanager
 def handling(restore: bool = True):
-    """Take SIGINT and SIGTERM as this module says for the block, then (`restore`) put back the
+    """Take the interrupting signals (`_codes`) as this module says for the block, then (`restore`) put back the
     handlers there were (else they stay, and what the block received stays `pending`). Only
     the main thread may set handlers; elsewhere the block runs as it is. A signal `hold_early`
     recorded is taken at the block's first `take_pending`."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before, unraisable = {s: signal.getsignal(s) for s in CODES}, sys.unraisablehook
+    before, unraisable = {s: signal.getsignal(s) for s in _codes()}, sys.unraisablehook
     early = _state.signum
     _state.reset()
     _state.signum = early
-    for s in CODES:
+    for s in _codes():
         signal.signal(s, _on_signal)
     sys.unraisablehook = _lost_raise_unsaid(unraisable)
     try:
@@ -166,11 +184,11 @@ def _lost_raise_unsaid(hook):
 
 
 def hold_early() -> None:
-    """For a program's first lines, before its imports: record SIGINT and SIGTERM from now on
+    """For a program's first lines, before its imports: record the interrupting signals from now on
     (Python's defaults would print a KeyboardInterrupt traceback or end the process without a
     word); `handling` takes what was recorded."""
     if threading.current_thread() is threading.main_thread():
-        for s in CODES:
+        for s in _codes():
             signal.signal(s, _on_signal)
 
 
@@ -212,7 +230,8 @@ def settle(error: BaseException) -> Optional[int]:
     of its own. A rank whose peers are gone (their signal came first) waits for its own."""
     if isinstance(error, KeyboardInterrupt):
         _state.settled = True
-        return getattr(error, "code", pending() or EXIT_SIGINT)
+        code = pending()
+        return getattr(error, "code", EXIT_SIGINT if code is None else code)
     if _state.signum is None and peers_gone(error):
         _state.holds += 1            # the signal is awaited here, not raised
         try:

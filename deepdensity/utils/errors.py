@@ -14,6 +14,7 @@ from typing import Optional
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM, what a scheduler sends before it kills a job
+EXIT_SIGHUP = 129   # 128 + SIGHUP, what a closed terminal or ssh session sends
 
 
 class Interrupted(KeyboardInterrupt):
@@ -25,17 +26,20 @@ class Interrupted(KeyboardInterrupt):
         self.code = code
 
 
-def raise_on_sigterm() -> None:
-    """Make SIGTERM end the program as Ctrl-C does (Python's default would end it at once,
-    with no cleanup and no word). Only the main thread may set a handler; a command called
+def raise_on_signals() -> None:
+    """Make SIGTERM and SIGHUP end the program as Ctrl-C does (Python's default would end it at
+    once, with no cleanup and no word). Only the main thread may set a handler; a command called
     from another thread keeps Python's default."""
     import signal
     import threading
 
+    codes = {signal.SIGTERM: EXIT_SIGTERM, signal.SIGHUP: EXIT_SIGHUP}
+
     def handler(signum, frame):
-        raise Interrupted(EXIT_SIGTERM)
+        raise Interrupted(codes[signum])
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+        for signum in codes:
+            signal.signal(signum, handler)
 
 
 class UserError(ValueError):
@@ -50,7 +54,7 @@ def command(main=None, *, os_hint: str = ""):
     def wrap(fn):
         @functools.wraps(fn)
         def wrapped(argv=None) -> int:
-            raise_on_sigterm()
+            raise_on_signals()
             try:
                 return fn(argv) or 0
             except KeyboardInterrupt as e:

@@ -256,13 +256,17 @@ def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_pa
     assert_same_path(sequential, losses(out))
 
 
-def test_the_command_an_interrupted_sbatch_job_prints_continues_it_with_its_options(tmp_path, smoke_data):
+def test_an_interrupted_sbatch_job_ends_cancelled_its_command_continues_it_and_a_requeueing_one_keeps_every_round(
+        tmp_path, smoke_data):
     """train.sbatch submitted as a user does: by a relative path from the checkout, with -p, -A
     and --time; Slurm runs its spool copy (…/job00001/slurm_script is $0). SIGTERM to the batch
     shell (what `--signal=B:TERM@120` sends before the time limit; `scancel --batch` here): the
-    run checkpoints and prints the command that continues it. That command, pasted into a shell
-    in another folder without the job's environment, submits the script by its own path with
-    the same options, and the run goes on to its cap on the path of an uninterrupted one.
+    run checkpoints and prints the command that continues it, without a traceback, and the job
+    ends CANCELLED, not FAILED. That command, pasted into a shell in another folder without the
+    job's environment (REQUEUE=1 put in front), submits the script by its own path with the
+    same options. Interrupted too, that job says it requeues itself, not a command, and does;
+    its second round resumes, goes on to the cap on the path of an uninterrupted run, ends
+    COMPLETED and does not requeue again; its log holds both rounds.
     The account needs no accounting database here: the test cluster has none, so Slurm takes
     any -A (AccountingStorageEnforce unset) and keeps it on the job."""
     out, cap = tmp_path / "run", 12
@@ -271,6 +275,7 @@ def test_the_command_an_interrupted_sbatch_job_prints_continues_it_with_its_opti
     train = ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}",
              "--out", str(out), "--quiet"]
     queued = lambda job: cluster.run(["squeue", "-h", "-j", job], check=False).stdout.strip()  # noqa: E731
+    rows_now = lambda: len((out / "metrics.jsonl").read_text().splitlines()) if (out / "metrics.jsonl").exists() else 0  # noqa: E731,E501
     with SlurmCluster() as cluster:
         first = cluster.run(["sbatch", "--parsable", *options, "scripts/slurm/train.sbatch", *train], cwd=ROOT,
                             env={**env(cluster), "PYTHON": sys.executable,
@@ -280,14 +285,26 @@ def test_the_command_an_interrupted_sbatch_job_prints_continues_it_with_its_opti
         wait_for(lambda: not queued(first), "the interrupted job to end")
         log = (tmp_path / f"job-{first}.log").read_text()
         said = [line.split("continue with: ", 1)[1] for line in log.splitlines() if "continue with: " in line]
-        assert len(said) == 1, log[-3000:]
+        assert len(said) == 1 and "Traceback" not in log, log[-3000:]
+        assert "trained " in log and "stopped at its checkpoint; it ends CANCELLED" in log, log[-3000:]
         assert not (out / "result.json").exists(), "interrupted before its cap"
         # the user's shell: the venv on PATH, in another folder, no PYTHON or HOROVOD_ARGS of its own
         shell = {k: v for k, v in env(cluster).items() if k not in ("PYTHON", "HOROVOD_ARGS")}
-        pasted = cluster.run(["bash", "-c", said[0]], cwd=tmp_path, env=shell).stdout
+        pasted = cluster.run(["bash", "-c", "REQUEUE=1 " + said[0]], cwd=tmp_path, env=shell).stdout
         again = pasted.split("Submitted batch job ", 1)[1].split()[0]
-        wait_for(lambda: not queued(again), "the resubmitted job to end", timeout=600)
+        resumed_at = rows_now()
+        wait_for(lambda: rows_now() > resumed_at, "an epoch of the resubmitted job")
+        cluster.run(["scancel", "--signal=TERM", "--batch", again])
+        wait_for(lambda: cluster.job(again)["Restarts"] == "1", "the job to requeue itself")
+        wait_for(lambda: not queued(again), "the requeued job to end", timeout=600)
         before, after = cluster.job(first), cluster.job(again)
+    rounds = (tmp_path / f"job-{again}.log").read_text()
+    assert before["JobState"] == "CANCELLED", before
+    assert (after["JobState"], after["Restarts"]) == ("COMPLETED", "1"), rounds[-3000:]
+    assert f"job {again} (round 1)" in rounds and f"job {again} (round 2)" in rounds, rounds[-3000:]
+    assert f"Slurm job {again} requeues itself and continues it" in rounds and "continue with: " not in rounds, \
+        rounds[-3000:]
+    assert f"deepdensity: requeueing job {again}" in rounds and "Traceback" not in rounds, rounds[-3000:]
     assert cluster.job_processes() == [] and leftovers() == []
     script = str(ROOT / "scripts" / "slurm" / "train.sbatch")
     assert "slurm_script" not in said[0] and f" {script} --mode strong " in said[0], said[0]

@@ -118,10 +118,16 @@ def test_inside_a_job_the_command_comes_from_scontrol_else_from_the_environment(
     assert shlex.split(proc.stdout)[1:] == ["sbatch", "--partition=gpu", "--nodes=2", "--ntasks=4",
                                             f"--chdir={checkout}", str(checkout / "scripts/slurm/train.sbatch")]
 
+# what `horovodrun --check-build` says of a build with both controllers, for `deepdensity launch`,
+# which the script runs, to find them (controllers.built)
+CHECK_BUILD = ('[ "$1" = --check-build ] && { printf "Available Controllers:\\n    [X] MPI\\n    [X] Gloo\\n'
+               'Available Tensor Operations:\\n"; exit 0; }\n')
+
+
 def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkout, tmp_path):
     """scripts/slurm/train.sbatch as slurmd runs it: a copy in the spool folder ($0), in the
-    submit folder, with scontrol and horovodrun replaced by scripts on PATH (horovodrun prints
-    the resubmit command the run would print). The real thing: tests/cluster/test_slurm.py."""
+    submit folder, with scontrol and horovodrun replaced by scripts (horovodrun prints the
+    resubmit command the run would print; `deepdensity launch` runs it as the script's). The real thing: tests/cluster/test_slurm.py."""
     spool = tmp_path / "spool" / "job00042" / "slurm_script"
     spool.parent.mkdir(parents=True)
     spool.write_text((ROOT / "scripts" / "slurm" / "train.sbatch").read_text())
@@ -131,10 +137,11 @@ def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkou
     record.write_text(SHOW_JOB.replace("CHECKOUT", str(checkout)).replace(" --mode strong --out runs/my run", " --out r"))
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\ncase \"$2\" in hostnames) echo node1; echo node2;; "
                                       f"job) cat {record};; esac\n")
-    (bin_dir / "horovodrun").write_text("#!/bin/sh\necho \"relaunch: $DEEPDENSITY_RELAUNCH\"\n")
+    (bin_dir / "horovodrun").write_text(f"#!/bin/sh\n{CHECK_BUILD}echo \"relaunch: $DEEPDENSITY_RELAUNCH\"\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
+           "DEEPDENSITY_HOROVODRUN": str(bin_dir / "horovodrun"),
            "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_NODELIST": "node[1-2]",
            "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2"}
     proc = subprocess.run(["bash", str(spool), "--out", "r"], cwd=checkout, env=env, capture_output=True, text=True,
@@ -143,8 +150,12 @@ def test_train_sbatch_run_from_its_spool_copy_names_the_submitted_script(checkou
     said = proc.stdout.split("relaunch: ", 1)[1].strip()
     assert "slurm_script" not in said and said.endswith(f" {checkout}/scripts/slurm/train.sbatch")
     assert "--partition=gpu --account=proj42 --qos=high --time=1-02:00:00 --nodes=2 --ntasks=4" in said
-    # no interpreter that can say: the script's own fallback, still the checkout's script
-    proc = subprocess.run(["bash", str(spool), "--out", "r"], cwd=checkout, env={**env, "PYTHON": "/bin/false"},
+    # the resubmit command not to be had (its module fails): the script's own fallback, still
+    # the checkout's script; the run itself starts as before
+    failing = bin_dir / "python-without-resubmit"
+    failing.write_text(f'#!/bin/sh\ncase "$*" in *sbatch_resubmit*) exit 1;; esac\nexec {sys.executable} "$@"\n')
+    failing.chmod(0o755)
+    proc = subprocess.run(["bash", str(spool), "--out", "r"], cwd=checkout, env={**env, "PYTHON": str(failing)},
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.split("relaunch: ", 1)[1].strip() == \
         f"sbatch --nodes=2 --ntasks=4 {checkout}/scripts/slurm/train.sbatch"
@@ -164,14 +175,15 @@ def test_train_sbatch_runs_the_ranks_under_gloo_unless_horovod_args_names_a_cont
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\ncase \"$2\" in hostnames) echo node1; echo node2;; esac\n")
-    (bin_dir / "horovodrun").write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"arg: $a\"; done\n")
+    (bin_dir / "horovodrun").write_text(f"#!/bin/sh\n{CHECK_BUILD}for a in \"$@\"; do echo \"arg: $a\"; done\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": "/bin/false",
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
+           "DEEPDENSITY_HOROVODRUN": str(bin_dir / "horovodrun"),
            "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_NODELIST": "node[1-2]",
            "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2",
            **({"HOROVOD_ARGS": horovod_args} if horovod_args else {})}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "slurm" / "train.sbatch"), "--out", "r"], cwd=checkout,
                           env=env, capture_output=True, text=True, timeout=60)
     args = [line[5:] for line in proc.stdout.splitlines() if line.startswith("arg: ")]
-    assert args[:len(want)] == want and args[len(want):] == ["/bin/false", "train.py", "--out", "r"], proc.stdout
+    assert args[:len(want)] == want and args[len(want):] == [sys.executable, "train.py", "--out", "r"], proc.stdout

@@ -131,3 +131,19 @@ def rank_pids(marker: str) -> list:
                 and any(marker in a for a in argv)):
             pids.append(int(entry.name))
     return pids
+
+
+def run_pids(marker: str) -> list:
+    """Every process whose command line holds `marker` (a run folder): the ranks, and horovodrun,
+    mpirun and the shell between them, which carry the ranks' command line. Not this one."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in argv:
+            pids.append(int(entry.name))
+    return pids

@@ -1,16 +1,20 @@
-"""Ctrl-C typed on a terminal under `horovodrun -np 2` (issue 47), 30 times, at moments spread
+"""Interrupts of a run under `horovodrun -np 2` (issues 47 and 55), 30 in all, at moments spread
 over a run: while the ranks import TensorFlow or start Horovod, before the first step, during
 the first step's compilation, during steps, validation and checkpoints, while a resumed run
-restores. Each time: no traceback and no noise from any rank, rank 1 silent, rank 0's one line
-says where the run stands and the command that continues it, no worker left, a run folder whose
-rows and checkpoint agree. The interrupts form a chain, each one run on the command the one
-before printed, as pasted by a user; the last command, left to finish, ends with the losses of
-the same run never interrupted. `deepdensity launch` in a chain of its own, which also shows
-'^C' on a line of its own and nothing after rank 0's line."""
+restores. Ctrl-C typed on a terminal, SIGTERM as a scheduler sends it to the launcher alone,
+SIGHUP as a closed ssh session does. Each time: no traceback and no noise from any rank, rank 1
+silent, rank 0's one line says where the run stands and the command that continues it, the
+signal's exit status, no process of the run left, a run folder whose rows and checkpoint agree.
+The interrupts form chains, each one run on the command the one before printed, as pasted by a
+user; the last command, left to finish, ends with the losses of the same run never interrupted.
+Plain horovodrun's chain is Ctrl-C under Gloo (docs/training.md says why SIGTERM and SIGHUP
+need `deepdensity launch`); launch's chains run under MPI, the build's default, and under Gloo,
+and also show '^C' on a line of its own and nothing after rank 0's line."""
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +24,7 @@ import pytest
 
 from deepdensity.training import controllers
 from tests.support import ROOT, SMOKE, horovodrun
-from tests.training.terminal import Terminal, rank_pids
+from tests.training.terminal import Terminal, rank_pids, run_pids, screen
 
 EPOCHS = 48            # more than the chain's interrupts can use up (each moves it at most two epochs)
 WIDE = 1000            # columns: no line of the ranks wraps, so each screen line is one line written
@@ -28,6 +32,7 @@ WIDE = 1000            # columns: no line of the ranks wraps, so each screen lin
 RANK0 = r"\[(?:1,)?0\]"
 RANK_LINE = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
 EPOCH_LINE = re.compile(rf"^{RANK0}<stdout>:epoch +\d+  loss ")
+RESUMED = re.compile(rf"^{RANK0}<stdout>:resumed from epoch \d+ of ")
 INTERRUPTED = re.compile(rf"^{RANK0}<stderr>:interrupted: ")
 NOISE = re.compile(r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
                    r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
@@ -48,16 +53,29 @@ BEFORE_STEPS = [("line", rf"{RANK0}<stdout>:threads per process", 0.0),      # m
 RESTORING = [("line", rf"{RANK0}<stdout>:resumed from epoch", 0.0), ("line", rf"{RANK0}<stdout>:resumed from epoch", 1.0)]
 EPOCHS_ON = [("line", rf"{RANK0}<stdout>:epoch +\d+ ", d) for d in (0.0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)]
 CHECKPOINTS = [("file", "ckpt/*.index", 0.0)] * 3      # a new checkpoint on disk, state.json not yet moved on
-PLAIN = RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:] + CHECKPOINTS \
-    + [("ranks", 1.5), RESTORING[1], EPOCHS_ON[2], CHECKPOINTS[0], EPOCHS_ON[4], ("ranks", 3.0)]
-LAUNCH = [("start", 1.0), ("ranks", 1.0), BEFORE_STEPS[1], EPOCHS_ON[0], RESTORING[0], EPOCHS_ON[3],
-          CHECKPOINTS[0], EPOCHS_ON[5]]
+# the signals: a Ctrl-C typed, a scheduler's SIGTERM, a closed session's SIGHUP; the exit status of each
+INT, TERM, HUP = signal.SIGINT, signal.SIGTERM, signal.SIGHUP
+EXIT = {INT: 130, TERM: 143, HUP: 129}
+PLAIN = [(INT, m) for m in RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:6:2]
+         + CHECKPOINTS[:2]]
+# under MPI: SIGTERM at eight moments, from the ranks' start to a resumed run's restore
+LAUNCH_MPI = [(INT, ("start", 1.0)), (TERM, ("ranks", 1.0)), (TERM, BEFORE_STEPS[0]), (INT, BEFORE_STEPS[1]),
+              (TERM, EPOCHS_ON[0]), (HUP, RESTORING[0]), (TERM, EPOCHS_ON[2]), (TERM, CHECKPOINTS[0]),
+              (INT, EPOCHS_ON[4]), (TERM, RESTORING[1]), (HUP, EPOCHS_ON[6]), (TERM, ("ranks", 2.0)),
+              (INT, EPOCHS_ON[3]), (TERM, CHECKPOINTS[0]), (HUP, EPOCHS_ON[5])]
+LAUNCH_GLOO = [(TERM, BEFORE_STEPS[1]), (HUP, EPOCHS_ON[1]), (INT, RESTORING[0])]
+# two chains, one per controller: under Gloo plain horovodrun's, then the same run continued under
+# `deepdensity launch --gloo` (a user who switches launchers); under MPI launch's
+CHAINS = {"gloo": [("horovodrun", *m) for m in PLAIN] + [("launch", *m) for m in LAUNCH_GLOO],
+          "mpi": [("launch", *m) for m in LAUNCH_MPI]}
 
 
-def test_the_chains_hold_thirty_interrupts_at_every_moment():
-    assert len(PLAIN) + len(LAUNCH) == 30
-    kinds = {k for k, *_ in PLAIN + LAUNCH}
-    assert kinds == {"start", "ranks", "line", "file"}
+def test_the_chains_hold_thirty_interrupts_at_every_moment_eight_sigterms_under_mpi():
+    every = [m for chain in CHAINS.values() for m in chain]
+    assert len(every) == 30
+    assert {k for _, _, (k, *_) in every} == {"start", "ranks", "line", "file"}
+    assert {s for s, _ in LAUNCH_MPI} == {s for s, _ in LAUNCH_GLOO} == {INT, TERM, HUP}
+    assert sum(s == TERM for s, _ in LAUNCH_MPI) >= 8
 
 
 def user_env() -> dict:
@@ -81,20 +99,32 @@ def plain_start() -> list:
     return ["horovodrun", "--gloo"] if "mpi" in controllers.built(horovodrun()) else ["horovodrun"]
 
 
+LAUNCH_WORDS = ["python", "-m", "deepdensity", "launch"]
+
+
+def start_words(launcher: str, controller: str) -> list:
+    """The words that start a command: plain horovodrun (under Gloo) or launch, and the controller."""
+    if controller == "mpi" and "mpi" not in controllers.built(horovodrun()):
+        pytest.skip("this Horovod was built without MPI")
+    if launcher == "horovodrun":
+        return plain_start()
+    return LAUNCH_WORDS if controller == "mpi" else [*LAUNCH_WORDS, "--gloo"]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, smoke_data):
-    """metrics.jsonl of the same run under horovodrun -np 2 (the launcher words given), never
-    interrupted; one run per launcher."""
+    """metrics.jsonl of the same run under `deepdensity launch -np 2`, never interrupted; one run
+    per controller (plain horovodrun's chain and launch's under Gloo run the same ranks)."""
     done = {}
 
-    def run_once(start: tuple) -> list:
-        if start not in done:
+    def run_once(controller: str) -> list:
+        if controller not in done:
             out = tmp_path_factory.mktemp("uninterrupted") / "run"
-            proc = subprocess.run([*start, "-np", "2", *train_words(smoke_data, out)], cwd=ROOT, env=user_env(),
-                                  capture_output=True, text=True, timeout=900)
+            words = [*LAUNCH_WORDS, f"--{controller}", "-np", "2", *train_words(smoke_data, out)]
+            proc = subprocess.run(words, cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-            done[start] = rows(out)
-        return done[start]
+            done[controller] = rows(out)
+        return done[controller]
     return run_once
 
 
@@ -103,8 +133,9 @@ def rows(out: Path) -> list:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def interrupt(command: list, moment: tuple, out: Path) -> Terminal:
-    """Run `command` on a terminal, type Ctrl-C at `moment`, read to the end."""
+def interrupt(command: list, signum: int, moment: tuple, out: Path) -> tuple:
+    """Run `command` on a terminal, at `moment` type Ctrl-C (SIGINT) or send the launcher
+    `signum`, read to the end. Returns the terminal and how much it had written by the signal."""
     kind, arg = moment[0], moment[1] if len(moment) == 3 else None
     delay = moment[-1]
     before = set(out.glob(arg)) if kind == "file" else set()
@@ -115,14 +146,31 @@ def interrupt(command: list, moment: tuple, out: Path) -> Terminal:
             "file": lambda t: bool(set(out.glob(arg)) - before)}[kind]
     assert term.wait_for(came, 300), f"{moment} never came:\n{term.raw[-3000:]}"
     time.sleep(delay)
-    term.ctrl_c()
+    written = len(term.raw)
+    if signum == INT:
+        term.ctrl_c()
+    else:
+        os.kill(term.pid, signum)        # the launcher alone, as a scheduler or a closed session does
     term.finish(180)
-    return term
+    return term, written
 
 
-def check_the_ending(term: Terminal, out: Path, launch: bool) -> list:
-    """What the interrupt printed, checked; returns the command it says continues the run."""
+def lines_after(term: Terminal, signum: int, written: int) -> tuple:
+    """(every non-empty line on the screen, the lines from the signal on). After a Ctrl-C, from
+    the terminal's '^C' (the part of its line after it first); after another signal, from the
+    line the output had reached when it was sent."""
     lines = [line for line in term.screen() if line.strip()]
+    if signum == INT:
+        caret = next(i for i, line in enumerate(lines) if "^C" in line)
+        return lines, [lines[caret].split("^C", 1)[1]] + lines[caret + 1:]
+    seen = [line for line in screen(term.raw[:written], term.columns) if line.strip()]
+    whole = term.raw[:written].endswith("\n")
+    return lines, lines[len(seen) - (0 if whole or not seen else 1):]
+
+
+def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launch: bool) -> list:
+    """What the interrupt printed, checked; returns the command it says continues the run."""
+    lines, after = lines_after(term, signum, written)
     said = "\n".join(lines[-40:])
     noise = [line for line in lines if RANK_LINE.match(line) and NOISE.search(RANK_LINE.match(line)[2])]
     assert noise == [], said
@@ -130,29 +178,41 @@ def check_the_ending(term: Terminal, out: Path, launch: bool) -> list:
         f"rank 1 printed:\n{said}"
     if launch:      # horovodrun's own TensorFlow banners too (launch passes TF_CPP_MIN_LOG_LEVEL on)
         assert not [line for line in lines if not RANK_LINE.match(line) and NOISE.search(line)], said
-    caret = next(i for i, line in enumerate(lines) if "^C" in line)
-    after = [lines[caret].split("^C", 1)[1]] + lines[caret + 1:]
-    ranks = [line for line in after if RANK_LINE.match(line)]
-    early = launch and not ranks          # Ctrl-C before horovodrun started a rank
+    # under launch a Ctrl-C's '^C' stands on a line of its own: what follows it on its line is
+    # empty (under plain horovodrun, rank 0's line goes on there)
+    told = after[1:] if signum == INT and launch else after
+    assert not (signum == INT and launch) or after[0] == "", said
+    ranks = [line for line in told if RANK_LINE.match(line)]
+    early = launch and not ranks          # an interrupt before horovodrun started a rank
     if early:
-        assert after == ["", after[1]] and after[1].startswith("interrupted before the workers started"), said
-        assert term.code == 130 and not (out / "state.json").exists() and rows(out) == [], said
-        return shlex.split(after[1].split("start again with the same command: ", 1)[1])
-    # horovodrun passes the Ctrl-C on to the ranks a moment after the terminal echoed it: an
-    # epoch that ended meanwhile still prints its line; then rank 0's one line, its last
+        assert len(told) == 1 and told[0].startswith("interrupted before the workers started"), said
+        assert term.code == EXIT[signum] and not (out / "state.json").exists() and rows(out) == [], said
+        return shlex.split(told[0].split("start again with the same command: ", 1)[1])
+    # the launcher passes the interrupt on to the ranks a moment after it came: an epoch that
+    # ended meanwhile still prints its line, a resume that finished restoring its own; then rank
+    # 0's one line, its last
     *epochs, last = ranks
-    assert all(EPOCH_LINE.match(line) for line in epochs), said
+    assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
     assert INTERRUPTED.match(last), said
     if launch:
-        assert lines[caret] == "^C" and after == ["", *ranks] and term.code == 130, said
+        assert told == ranks and term.code == EXIT[signum], f"exit {term.code}:\n{said}"
     else:
-        assert all(HOROVODRUN_END.match(line) for line in after[after.index(last) + 1:]), said
+        assert all(HOROVODRUN_END.match(line) for line in told[told.index(last) + 1:]), said
         # 1 from its RuntimeError, or 0 when horovodrun lost the ranks' 143 (docs/training.md)
         assert term.code in (0, 1), said
-    assert rank_pids(str(out)) == [], "no rank left running"
+    check_nothing_left(out)
     check_the_folder(out, last)
     words = re.split(r"continue with: |start again with the same command: ", last, maxsplit=1)[1]
     return shlex.split(words)
+
+
+def check_nothing_left(out: Path) -> None:
+    """No process of the run (a rank, mpirun, horovodrun, a shell between them: any whose
+    command line names its folder) is alive 10 s after the launcher ended."""
+    deadline = time.monotonic() + 10
+    while run_pids(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run_pids(str(out)) == [], "a process of the run was left running"
 
 
 def check_the_folder(out: Path, line: str) -> None:
@@ -169,18 +229,22 @@ def check_the_folder(out: Path, line: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launch, moments", [(False, PLAIN), (True, LAUNCH)], ids=["horovodrun", "launch"])
-def test_ctrl_c_at_any_moment_ends_cleanly_and_the_printed_command_continues_the_run(
-        tmp_path, smoke_data, uninterrupted, launch, moments):
+@pytest.mark.parametrize("controller", list(CHAINS))
+def test_an_interrupt_at_any_moment_ends_cleanly_and_the_printed_command_continues_the_run(
+        tmp_path, smoke_data, uninterrupted, controller):
     out = tmp_path / "run"
-    start = ["python", "-m", "deepdensity", "launch"] if launch else plain_start()
-    command = [*start, "-np", "2", *train_words(smoke_data, out)]
-    for n, moment in enumerate(moments):
-        term = interrupt(command, moment, out)
+    chain = CHAINS[controller]
+    command = [*start_words(chain[0][0], controller), "-np", "2", *train_words(smoke_data, out)]
+    for n, (launcher, signum, moment) in enumerate(chain):
+        start, launch = start_words(launcher, controller), launcher == "launch"
+        if command[:len(start)] != start:         # the user goes on under launch: the same words after it
+            command = [*start, *command[command.index("-np"):]]
+        term, written = interrupt(command, signum, moment, out)
         try:
-            command = check_the_ending(term, out, launch)
+            command = check_the_ending(term, signum, written, out, launch)
         except (AssertionError, StopIteration, IndexError) as e:
-            raise AssertionError(f"interrupt {n + 1} of {len(moments)} at {moment}: {e}") from None
+            raise AssertionError(f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under "
+                                 f"{launcher} at {moment}: {e}") from None
         # rank 0's line names the controller horovodrun ran the ranks under: Gloo (its default
         # only where the build has no MPI)
         printed = start if launch else ["horovodrun", "--gloo"]
@@ -190,5 +254,5 @@ def test_ctrl_c_at_any_moment_ends_cleanly_and_the_printed_command_continues_the
     assert f"stopped at the epoch cap ({EPOCHS}) after {EPOCHS} epochs" in done.raw
     got = rows(out)
     assert [r["epoch"] for r in got] == list(range(1, EPOCHS + 1)), "each epoch once, none lost, none twice"
-    for mine, theirs in zip(got, uninterrupted(tuple(start))):
+    for mine, theirs in zip(got, uninterrupted(controller)):
         assert (mine["loss"], mine["val_loss"]) == (theirs["loss"], theirs["val_loss"]), (mine, theirs)
