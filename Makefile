@@ -1,13 +1,13 @@
 # One-command set-up and tests. `make install` needs a C++ compiler, cmake and the Python of its
 # stack (these machines ran 3.11 only). The stacks (docs/install.md; deepdensity/utils/stack.py):
-#   make install            the paper-era stack in .venv: TensorFlow 2.15.1 with its Keras 2.15,
-#                           Horovod 0.28.1 as released, MPI beside Gloo (below); Python 3.10 or
-#                           3.11 (python3.11 by default): the stack the committed study was trained on
-#   make install STACK=current   in .venv-current: TensorFlow 2.21 (CPU) with tf-keras 2.21
+#   make install            the current stack in .venv: TensorFlow 2.21 (CPU) with tf-keras 2.21
 #                           (Keras 2), Horovod 0.28.1 built with the project's patch
-#                           (scripts/horovod/); Python 3.10 to 3.13. Not the default yet: under
-#                           MPI a Ctrl-C during a run's first step can lose rank 0's last line on it
-#                           (docs/install.md). Every target takes STACK: make test STACK=current
+#                           (scripts/horovod/), MPI beside Gloo (below); Python 3.10 to 3.13
+#                           (python3 by default)
+#   make install STACK=paper   in .venv-paper: the paper-era stack the committed study was
+#                           trained on: TensorFlow 2.15.1 with its Keras 2.15, Horovod 0.28.1 as
+#                           released; Python 3.10 or 3.11 (python3.11 by default). Every target
+#                           takes STACK: make test STACK=paper
 #   make install STACK=existing   a venv (.venv-existing) that sees the TensorFlow and Horovod of
 #                           the interpreter PYTHON (a cluster module, NVIDIA's container) and
 #                           leaves them as they are; `deepdensity --version` judges them
@@ -16,18 +16,18 @@
 #                           (scripts/gpu_ops.sh; else one line saying so). Untested on a GPU here.
 #   make install MPI=off    Horovod with Gloo alone
 #   make install KERNEL_BUILD=no   leave the rendering kernel (lib/render-tf*.so) as it is
-STACK  ?= paper
+STACK  ?= current
 TF     ?= cpu
 ifeq ($(STACK),paper)
 PYTHON ?= python3.11
 PYTHONS := 3.10 3.11
-VENV   ?= .venv
+VENV   ?= .venv-paper
 EXTRA  := paper-$(TF)
 KERAS_PIN :=
 else ifeq ($(STACK),current)
 PYTHON ?= python3
 PYTHONS := 3.10 3.13
-VENV   ?= .venv-current
+VENV   ?= .venv
 EXTRA  := $(TF)
 # setup.py's gpu extra holds tf-keras; beside tensorflow-cpu it goes in without its dependencies,
 # else pip adds `tensorflow` (572 MB) into the same folder
@@ -37,7 +37,7 @@ PYTHON ?= python3
 PYTHONS := 3.10 3.13
 VENV   ?= .venv-existing
 else
-$(error STACK=$(STACK): paper (the default), current or existing)
+$(error STACK=$(STACK): current (the default), paper or existing)
 endif
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
@@ -116,7 +116,7 @@ test: install
 test-medium: install
 	$(BIN)/pytest -q -m "medium and not slow" tests
 
-# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=current)
+# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=paper)
 test-smoke: install
 	@start=$$(date +%s); $(BIN)/pytest -q -rs -m "smoke or not (slow or medium)" tests; code=$$?; \
 	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
