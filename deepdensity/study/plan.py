@@ -129,11 +129,11 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
     is not known either); seconds a pass from the runs on record (their own clocks), of its
     batch for the sweep."""
-    if not earlier or "eta" not in earlier:
+    missing = missing_runs(study, entries, earlier)
+    if missing is None:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
-    held, pass_s = _held_runs(study, entries, earlier)
+    _, pass_s = _held_runs(study, entries, earlier)
     cap = earlier["cap"]
-    missing = _missing_cells(study, held, cap) + _missing_filter(study, held) + _missing_sweep(study, held, cap)
     if not missing:
         return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
                 f"{_uncounted(study)}"]
@@ -157,6 +157,16 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
         by_group.setdefault(group, []).append(seed)
     return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{g} seeds {_ns(s)}" for g, s in by_group.items())
             + f"; not counted here: {_uncounted(study)}"]
+
+
+def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
+    """The runs missing_lines counts, as ((group, seed), passes, runs like it, taken at the cap),
+    or None without an earlier record of this preset (no eta or target to look them up by)."""
+    if not earlier or "eta" not in earlier:
+        return None
+    held, _ = _held_runs(study, entries, earlier)
+    cap = earlier["cap"]
+    return _missing_cells(study, held, cap) + _missing_filter(study, held) + _missing_sweep(study, held, cap)
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:

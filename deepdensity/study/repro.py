@@ -44,7 +44,7 @@ from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
 from deepdensity.study.edge import edge_of_stability
 from deepdensity.study.kinds import StudyEnd, of_study
 from deepdensity.study.ledger import LEDGER_FILE, read_entries
-from deepdensity.study.plan import missing_lines, plan_lines
+from deepdensity.study.plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.errors import StudyError
 from deepdensity.study.preset import Study, load_study
 from deepdensity.study.rerender import holds_a_study_record
@@ -192,8 +192,9 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
     if slurm_check is not None:
         from deepdensity.study import slurm_plan as slurm
         slurm_options, unavailable = slurm_check
+        missing = missing_runs(study, entries, earlier)
         for line in slurm.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
-                                     earlier):
+                                     earlier, None if missing is None else len(missing)):
             print(line)
 
 

@@ -13,10 +13,12 @@ from deepdensity.study.slurm_runner import SlurmRunner
 
 
 def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Optional[str], no_train: bool,
-               unavailable: Optional[str], earlier: Optional[dict]) -> list:
+               unavailable: Optional[str], earlier: Optional[dict], missing: Optional[int] = None) -> list:
     """What `repro --executor slurm` will submit, for the plan (and --dry-run): where each stage
     runs, the jobs (how many, how large, their script), what they may cost, and whether this
-    host can submit them. Submits nothing and writes nothing."""
+    host can submit them. `missing`: the count of the plan's "missing runs" line (None where it
+    has none), which the jobs and their cost are given for first. Submits nothing and writes
+    nothing."""
     from deepdensity.study.plan import run_counts
     threads = int(study.train.get("intra_op_threads", 1))
     jobs = SlurmRunner(runs, runs / "train.yaml", runner or None, options, threads, name)
@@ -35,8 +37,12 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     per_run = jobs.cpus(1)
     launched = [(n, jobs.sibling("horovodrun -np {n}", 1).cpus(n)) for n in real]
     counted = f"{fewest}" + (f" to {most}" if most > fewest else "")
-    lines.append(f"  Slurm jobs: {counted} runs{' and the lr search' if study.base_lr == 'edge' else ''}, one batch "
-                 f"job each unless the ledger or the runs folder holds it already, submitted through submitit "
+    of_missing = "" if missing is None else \
+        (f"the {missing} missing run(s) above, and any run not counted there that the ledger lacks, of the study's "
+         if missing else "none of the missing runs above (there are none); only a run not counted there that the "
+                         "ledger lacks, of the study's ")
+    lines.append(f"  Slurm jobs: {of_missing}{counted} runs{' and the lr search' if study.base_lr == 'edge' else ''}, "
+                 f"one batch job each unless the ledger or the runs folder holds it already, submitted through submitit "
                  f"(the runs that become ready together as one job array); up to "
                  f"{options.max_jobs} queued or running at once; each {options.time} at most, "
                  + (f"{per_run} CPU(s)" if not runner else f"{jobs.cpus(1)} CPU(s) per worker under --runner")
@@ -57,8 +63,11 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
         how = f"{per_run} CPU(s) each" + ("; the real strong-scaling jobs " + " and ".join(str(c) for _, c in launched)
                                           if launched else "")
     reserved, how = reserved + clock_cpus * hours, how + (f"; the clock's job {clock_cpus}" if clock_cpus else "")
-    cost = (f"  Slurm cost: at most {reserved:.0f} CPU-hours reserved ({most + bool(clock_cpus)} jobs at their {options.time} limit, "
-            f"{how}); a job ends with its run, most far sooner" if hours != float("inf") else
+    for_missing = "" if missing is None or hours == float("inf") else \
+        (f"the {missing} missing run(s) above: at most {missing * per_run * hours:.0f} CPU-hours reserved; "
+         if missing else "the missing runs above: none, nothing reserved for them; ") + "every run of the study: "
+    cost = (f"  Slurm cost: {for_missing}at most {reserved:.0f} CPU-hours reserved ({most + bool(clock_cpus)} jobs at their "
+            f"{options.time} limit, {how}); a job ends with its run, most far sooner" if hours != float("inf") else
             "  Slurm cost: no bound (time UNLIMITED)")
     try:
         minutes = earlier["provenance"]["runs_minutes"]

@@ -313,3 +313,27 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
     for t in threads:
         t.join(30)
     assert errors == ["submitting 2 job(s) failed: sbatch: error: Batch job submission failed: Invalid account"] * 2
+
+
+def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_counts(tmp_path, monkeypatch, capsys):
+    """The plan's "missing runs" line and its Slurm lines give one count (issue 55): the default
+    preset, whose committed ledger holds every run it counts, says none in both; a count the
+    plan gives is the one the Slurm jobs and their cost are given for."""
+    from deepdensity.study import repro
+    from deepdensity.study.preset import load_study
+    from deepdensity.study.slurm_plan import plan_lines
+    fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert repro.main(["--runs", str(tmp_path / "runs"), "--executor", "slurm", "--slurm", "time=02:00:00",
+                       "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "  missing runs: none, the ledger holds every run" in out
+    assert "  Slurm jobs: none of the missing runs above (there are none)" in out
+    assert "  Slurm cost: the missing runs above: none, nothing reserved for them; every run of the study: " in out
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    _, study = load_study(str(tmp_path / "tiny.yaml"))
+    lines = plan_lines("tiny", study, SlurmOptions.parse(None, ["time=02:00:00"]), tmp_path / "runs", None, False, None,
+                       None, 3)
+    assert any(line.startswith("  Slurm jobs: the 3 missing run(s) above, and any run not counted there") for line in lines)
+    assert any(line.startswith("  Slurm cost: the 3 missing run(s) above: at most 6 CPU-hours reserved; every run")
+               for line in lines), lines
