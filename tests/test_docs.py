@@ -101,7 +101,12 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     options = SlurmOptions.parse(study.slurm, ["partition=short", "account=proj42", "time=02:00:00"])
     record = json.loads((ROOT / "reports" / "study.json").read_text())
     monkeypatch.chdir(tmp_path)
-    printed = slurm_plan.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record)
+    # the plan's count of missing runs, as repro gives it: against the committed ledger
+    from deepdensity.study.ledger import LEDGER_FILE, read_entries
+    from deepdensity.study.plan import missing_runs
+    missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
+    printed = slurm_plan.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
+                                    len(missing))
     documented = (ROOT / "docs" / "cluster.md").read_text()
     for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):
         line = next(line for line in printed if line.startswith(head))

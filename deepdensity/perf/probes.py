@@ -24,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -33,14 +34,24 @@ from deepdensity.training.runs import read_metrics
 # the folder that holds the deepdensity package (a checkout or site-packages), for child processes
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 RANK_PROBES = "deepdensity.perf.rank_probes"
+# the file a probe's rank 0 writes its lines to (rank_probes.report)
+REPORT_ENV = "DEEPDENSITY_PROBE_REPORT"
 PAIRED_KEY = "PAIRED_STEP_SECONDS "
 
 
 def run_child(args, env=None, timeout=None) -> subprocess.CompletedProcess:
     """Run `args` with this package importable and TensorFlow's start-up lines silenced, `env`
-    added to this process's environment; its output captured."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(PACKAGE_PARENT), **(env or {})}
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    added to this process's environment; its output captured. A probe's rank 0 writes its lines
+    to a file as well (REPORT_ENV): where it did, they are the stdout returned, whole and in
+    order, whatever mpirun's forwarding made of them on the way."""
+    with tempfile.TemporaryDirectory(prefix="deepdensity-probe-") as folder:
+        report = Path(folder) / "report.txt"
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(PACKAGE_PARENT), REPORT_ENV: str(report),
+               **(env or {})}
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+        if report.exists():
+            proc = subprocess.CompletedProcess(proc.args, proc.returncode, report.read_text(), proc.stderr)
+    return proc
 
 
 def printed_value(proc: subprocess.CompletedProcess, key: str):

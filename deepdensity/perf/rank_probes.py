@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -26,10 +28,12 @@ import tensorflow as tf
 
 from deepdensity.config import load
 from deepdensity.model.autoencoder import build_model, make_adam
+from deepdensity.perf.probes import REPORT_ENV
 from deepdensity.perf.profile import random_cubes
 from deepdensity.perf.steps import median_seconds, trainable, training_step
 from deepdensity.training import dist
 from deepdensity.training.trainer import training_data
+from deepdensity.utils.files import write_atomic
 from deepdensity.utils.args import HelpFormatter, parser
 
 
@@ -263,10 +267,20 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     backend, lines = args.lines(args)
-    if backend.rank() == 0:
+    if backend.rank() == 0:          # Horovod: rank 0 alone reports
         for line in lines:
             print(line)
+        report(lines)
     return 0
+
+
+def report(lines: list) -> None:
+    """Rank 0's lines into the file the launching process named (probes.REPORT_ENV), whole:
+    mpirun forwards a rank's stdout in pieces, and a RANK_WAITS line of about 2,000 characters
+    reached the parent cut, which then failed to read it."""
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        write_atomic(Path(path), "".join(line + "\n" for line in lines))
 
 
 if __name__ == "__main__":

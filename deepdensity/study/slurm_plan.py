@@ -37,11 +37,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     per_run = jobs.cpus(1)
     launched = [(n, jobs.sibling("horovodrun -np {n}", 1).cpus(n)) for n in real]
     counted = f"{fewest}" + (f" to {most}" if most > fewest else "")
-    of_missing = "" if missing is None else \
-        (f"the {missing} missing run(s) above, and any run not counted there that the ledger lacks, of the study's "
-         if missing else "none of the missing runs above (there are none); only a run not counted there that the "
-                         "ledger lacks, of the study's ")
-    lines.append(f"  Slurm jobs: {of_missing}{counted} runs{' and the lr search' if study.base_lr == 'edge' else ''}, "
+    lines.append(f"  Slurm jobs: {_of_missing(missing)}{counted} runs{' and the lr search' if study.base_lr == 'edge' else ''}, "
                  f"one batch job each unless the ledger or the runs folder holds it already, submitted through submitit "
                  f"(the runs that become ready together as one job array); up to "
                  f"{options.max_jobs} queued or running at once; each {options.time} at most, "
@@ -63,23 +59,41 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
         how = f"{per_run} CPU(s) each" + ("; the real strong-scaling jobs " + " and ".join(str(c) for _, c in launched)
                                           if launched else "")
     reserved, how = reserved + clock_cpus * hours, how + (f"; the clock's job {clock_cpus}" if clock_cpus else "")
-    for_missing = "" if missing is None or hours == float("inf") else \
-        (f"the {missing} missing run(s) above: at most {missing * per_run * hours:.0f} CPU-hours reserved; "
-         if missing else "the missing runs above: none, nothing reserved for them; ") + "every run of the study: "
+    for_missing = "" if missing is None or hours == float("inf") else _missing_cost(missing, per_run * hours)
     cost = (f"  Slurm cost: {for_missing}at most {reserved:.0f} CPU-hours reserved ({most + bool(clock_cpus)} jobs at their "
             f"{options.time} limit, {how}); a job ends with its run, most far sooner" if hours != float("inf") else
             "  Slurm cost: no bound (time UNLIMITED)")
-    try:
-        minutes = earlier["provenance"]["runs_minutes"]
-        cost += (f"; the last study of this preset: its runs' own clocks add up to {minutes} min, about "
-                 f"{minutes / 60 * per_run:.1f} CPU-hours at {per_run} CPU(s) a run")
-    except (KeyError, TypeError):
-        pass
-    lines += clock + [cost]
+    lines += clock + [cost + _last_study(earlier, per_run)]
     return lines + _example_script(jobs, study) + [
         "  Slurm here: " + (f"no, {unavailable}; the study would refuse to start on this host" if unavailable
                             else "sbatch and squeue answer, and Slurm accepts a job with these options "
                                  "(sbatch --test-only, nothing submitted)")]
+
+
+def _last_study(earlier: Optional[dict], per_run: int) -> str:
+    """The cost line's end: what the last study of this preset took, where its record says."""
+    try:
+        minutes = earlier["provenance"]["runs_minutes"]
+    except (KeyError, TypeError):
+        return ""
+    return (f"; the last study of this preset: its runs' own clocks add up to {minutes} min, about "
+            f"{minutes / 60 * per_run:.1f} CPU-hours at {per_run} CPU(s) a run")
+
+
+def _of_missing(missing: Optional[int]) -> str:
+    """The jobs line's start: the plan's missing runs (one count with its line), then the study's."""
+    if missing is None:
+        return ""
+    if missing:
+        return f"the {missing} missing run(s) above, and any run not counted there that the ledger lacks, of the study's "
+    return "none of the missing runs above (there are none); only a run not counted there that the ledger lacks, of the study's "
+
+
+def _missing_cost(missing: int, cpu_hours_a_run: float) -> str:
+    """The cost line's start: the plan's missing runs at their time limit, then every run's."""
+    if missing:
+        return f"the {missing} missing run(s) above: at most {missing * cpu_hours_a_run:.0f} CPU-hours reserved; every run of the study: "
+    return "the missing runs above: none, nothing reserved for them; every run of the study: "
 
 
 def _clock_job(name: str, jobs: "SlurmRunner", options: SlurmOptions, runs: Path) -> tuple:
