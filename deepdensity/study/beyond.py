@@ -18,7 +18,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study import curves
 from deepdensity.study.cell_times import timed
-from deepdensity.study.evidence import seconds_to_target
+from deepdensity.study.evidence import time_to_target
 from deepdensity.study.errors import StudyError
 from deepdensity.study.preset import SWEEP_STOPPING, Study
 from deepdensity.study.runner import StudyRunner
@@ -85,12 +85,11 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
 
 def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
     """A filter row for full data taken from the default study's cell (its time on this clock,
-    by evidence.seconds_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
+    by evidence.time_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
     epoch_s = modelled(c.mode, c.n)
-    t = seconds_to_target(c, epoch_s, per_epoch)
     return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
             "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
-            "time_to_target_s": t if math.isfinite(t) else None,
+            "time_to_target_s": time_to_target(c, epoch_s, per_epoch),
             "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
 
 
@@ -168,8 +167,8 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
         cell = Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
                     "modelled", None, c["run"], c.get("final_val_loss"), c.get("passes_to_target"))
-        t = seconds_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))     # passes, as every cell
-        cells.append(dataclasses.replace(cell, time_to_target_s=t if math.isfinite(t) else None))
+        t = time_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))     # passes, as every cell
+        cells.append(dataclasses.replace(cell, time_to_target_s=t))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
                    f"their times modelled again with this study's timing")
 

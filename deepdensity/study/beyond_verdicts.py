@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study import curves, speedup
+from deepdensity.study import curves
 from deepdensity.study import clocks, evidence, rank_tests, stats
 from deepdensity.study.cells import Cell
 from deepdensity.study.paper import PAPER_TABLE1
 
-RULES_FIXED_UTC = "2026-11-26 12:30 UTC"     # docs/beyond.md committed (493e1f4), before the study's next run
+# When docs/beyond.md was committed (493e1f4), before the study's next run: later than the default
+# study's docs/decision-rules.md (claims.DECISION_RULES_FIXED_UTC), so a name of its own.
+BEYOND_RULES_FIXED_UTC = "2026-11-26 12:30 UTC"
 ALPHA = rank_tests.ALPHA
 MIN_SEEDS = 3
 SHORTER, LONGER, NO_DIFFERENCE = "shorter", "longer", "no measurable difference"
@@ -77,12 +79,10 @@ class RowClock:
         done = next((e for m, k, e in self.epochs if (m, k) == (mode, n)), None)
         if not done:
             return self.clock.epoch_seconds(mode, n, n_train, n_val, definition)
-        c, p = self.clock, policies.plan(mode, n, self.clock.base_batch)
-        return statistics.median(
-            speedup.epoch_seconds(rules.steps_per_epoch(n_train, p, definition, global_batch=batch), batch // n,
-                                allreduces, n, n_val, c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s,
-                                c.eval_per_sample_s, policies.get(mode).allreduce_size, c.allreduce_latency_s,
-                                c.epoch_overhead_s) for batch, allreduces in done)
+        p = policies.plan(mode, n, self.clock.base_batch)
+        steps = [rules.steps_per_epoch(n_train, p, definition, global_batch=batch) for batch, _ in done]
+        return statistics.median(self.clock.epoch_seconds_as_run(mode, n, n_val, s, batch, allreduces)
+                                 for s, (batch, allreduces) in zip(steps, done))
 
 
 def row_epochs(cells: list, run_rows: dict) -> tuple:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study import clocks, curves, speedup
+from deepdensity.study import clocks, curves
 from deepdensity.study.design import Book
-from deepdensity.study.evidence import seconds_to_target
+from deepdensity.study.evidence import time_to_target
 from deepdensity.study.preset import Study
 from deepdensity.study.cells import Cell
 from deepdensity.training.runs import read_metrics
@@ -57,10 +57,9 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
 
 def _timed_by_passes(c: Cell, study: Study) -> Cell:
     """A cell on the calibrated model: its time to target is its passes to target x the model's
-    seconds of a pass (evidence.seconds_to_target, the one function the reports and claims time by)."""
+    seconds of a pass (evidence.time_to_target, the one function the reports and claims time by)."""
     per_epoch = curves.passes_per_epoch(c.n, study.train.get("epoch_definition", "per_worker"))
-    t = seconds_to_target(c, c.epoch_seconds, per_epoch)
-    return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None)
+    return dataclasses.replace(c, time_to_target_s=time_to_target(c, c.epoch_seconds, per_epoch))
 
 
 def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, derived: bool) -> Optional[float]:
@@ -78,13 +77,10 @@ def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, de
 def modelled_from_rows(run_dir: Path, mode: str, n: int, n_val: int, timing: dict,
                        epochs_to_target: Optional[int]) -> tuple:
     """(median seconds per epoch, time to target or None) of an adaptive or local run on n
-    devices, from each epoch's own steps, batch and allreduces (speedup.epoch_seconds)."""
-    size = policies.get(mode).allreduce_size
+    devices, from each epoch's own steps, batch and allreduces (Clock.epoch_seconds_as_run)."""
     # the calibrated model, as for every other cell (its base batch sets rho only, unused here)
     c = clocks.host_clock(timing, 32)
-    per_epoch = [speedup.epoch_seconds(r["steps"], r["global_batch"] // n, r["allreduces"], n, n_val,
-                                     c.step_fixed_s, c.per_sample_s, c.allreduce_per_doubling_s, c.eval_per_sample_s,
-                                     size, c.allreduce_latency_s, c.epoch_overhead_s)
+    per_epoch = [c.epoch_seconds_as_run(mode, n, n_val, r["steps"], r["global_batch"], r["allreduces"])
                  for r in read_metrics(run_dir)]
     t = sum(per_epoch[:epochs_to_target]) if epochs_to_target else None
     return statistics.median(per_epoch or [math.nan]), t

@@ -21,7 +21,7 @@ from deepdensity.study.rank_tests import ALPHA, holm_verdict, more_for_ranks, ra
 
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
 # When docs/decision-rules.md was committed (4ba81fe), before the full grid's runs began.
-RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
+DECISION_RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
 
 
 def _claim(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, by_clock: Optional[dict] = None,

@@ -64,6 +64,14 @@ class Clock:
                                          self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
                                          definition, self.allreduce_latency_s, self.epoch_overhead_s)
 
+    def epoch_seconds_as_run(self, mode: str, n: int, n_val: int, steps: int, global_batch: int,
+                             allreduces: int) -> float:
+        """One epoch of (mode, N) as a run did it (a metrics row: its steps, global batch and
+        allreduces; speedup.epoch_seconds), for the policies whose batch or allreduces vary by epoch."""
+        return speedup.epoch_seconds(steps, global_batch // n, allreduces, n, n_val, self.step_fixed_s,
+                                     self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
+                                     policies.get(mode).allreduce_size, self.allreduce_latency_s, self.epoch_overhead_s)
+
 
 def host_clock(timing: dict, base_batch: int) -> Clock:
     """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""

@@ -9,11 +9,13 @@ what counts as a miss, what a cell's runs say, and a run's one time to target.
             *inconclusive* (Call, cell_rate); and the further seeds that could still change that
             (stats.seeds_to_call).
   time      passes to target x the clock's seconds per pass (one function: `seconds`, through
-            `seconds_of_passes`).
+            `seconds_of_passes`; inf where missed), kept in a Cell as `time_to_target` (None where
+            missed).
   claim     *reproduced*, *contradicted* or *inconclusive* (Verdict).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -96,8 +98,26 @@ class Evidence:
 def seconds(c, clock, base, scale: float = 1.0) -> float:
     """A cell's time to target under `clock`, times `scale`; inf when it missed the target
     (seconds_to_target with the clock's epoch at the cell's mode and N)."""
-    return seconds_to_target(c, clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition),
-                             curves.passes_per_epoch(c.n, base.definition), scale)
+    return seconds_to_target(c, *epoch_under(c, clock, base), scale)
+
+
+def epoch_under(c, clock, base) -> tuple:
+    """(seconds, passes over the training set) of one epoch at the cell's mode and N under `clock`."""
+    return (clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition),
+            curves.passes_per_epoch(c.n, base.definition))
+
+
+def timed_under(cells: list, clock, base) -> list:
+    """The cells, each with its time to target under `clock` as a Cell keeps it (time_to_target)."""
+    return [dataclasses.replace(c, time_to_target_s=time_to_target(c, *epoch_under(c, clock, base))) for c in cells]
+
+
+def time_to_target(c, epoch_s: float, per_epoch: int) -> Optional[float]:
+    """A cell's time to target as a Cell and the record keep it: seconds_to_target, None where it
+    is not finite. A miss is inf to the rank tests (slower than every run that reached) but None
+    in a Cell, since JSON has no inf and the tables and figures read None as "did not reach"."""
+    t = seconds_to_target(c, epoch_s, per_epoch)
+    return t if math.isfinite(t) else None
 
 
 def seconds_to_target(c, epoch_s: float, per_epoch: int, scale: float = 1.0) -> float:

@@ -5,7 +5,6 @@ height), names the clock on every time axis, and keeps its legend outside the ax
 line crosses it. Fig. 2, time to target against N, is against_n.py's, the beyond study's drawing."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -130,28 +129,17 @@ def spot(n: float, i: int, modes: int, j: int = 0, seeds: int = 1) -> float:
     return n * 2 ** (mode + seed)
 
 
-def timed_under(cells: list, clock, base) -> list:
-    """The cells with their time to target under `clock` (evidence.seconds, the one function
-    the verdicts use), None where it is inf (a run that missed the target)."""
-    return [dataclasses.replace(c, time_to_target_s=_finite(evidence.seconds(c, clock, base))) for c in cells]
-
-
-def _finite(t: float):
-    """A time, or None where it is inf (evidence.seconds of a run that missed the target)."""
-    return t if math.isfinite(t) else None
-
-
 def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, base=None) -> None:
     """Efficiency T1 / (N TN) against N, ours (median over seeds) beside the paper's Tables I-II
     (its own cluster's), one clock of ours a panel: the cells' own (Tables I-II's: this host's,
     or real runs' own clocks) and, where `clock` and `base` are given, that clock's (the paper's,
-    the verdicts'; evidence.seconds through timed_under). A cell without an efficiency is no
+    the verdicts'; evidence.timed_under). A cell without an efficiency is no
     point: its line breaks there, and a strip above says why (ours: a seed missed the target, or
     not run; the paper's: NaN), so that a mode that reached no N > 1 (linear) still shows and
     nothing is drawn at a value it does not have."""
     panels = [(f"ours on {clock_name(cells)} (Tables I-II)", cells)]
     if clock is not None:
-        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", timed_under(cells, clock, base)))
+        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", evidence.timed_under(cells, clock, base)))
     fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.6), sharex="col", sharey="row",
                              squeeze=False, gridspec_kw={"height_ratios": [1.2, 4]})
     for col, (title, cs) in enumerate(panels):

@@ -5,12 +5,11 @@ under both definitions of failure (`claims_of`)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 from deepdensity.study import claims as claim_rules
 from deepdensity.study import clocks
-from deepdensity.study.evidence import FAILED, MISSED, Evidence, seconds
+from deepdensity.study.evidence import FAILED, MISSED, Evidence, epoch_under, time_to_target
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.cells import Cell, TimeBase
 from deepdensity.study.paper import PAPER_TABLE1
@@ -19,7 +18,7 @@ from deepdensity.study.protocol_text import SEQUENTIAL_PROOF, real_strong_summar
 
 def cells_of(record: dict) -> list:
     """The record's cells, each timed by passes: its time to target is passes to target x this
-    host's seconds per pass (evidence.seconds, the one function the claims use too), its epoch the
+    host's seconds per pass (evidence.time_to_target, as the claims' evidence.seconds), its epoch the
     same clock's; a real run's own clock where the study measured it."""
     cells = [Cell(**c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:
@@ -28,9 +27,8 @@ def cells_of(record: dict) -> list:
     base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
 
     def timed(c: Cell) -> Cell:
-        t = seconds(c, host, base)
-        epoch = host.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition)
-        return dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None, epoch_seconds=epoch)
+        epoch, per_epoch = epoch_under(c, host, base)
+        return dataclasses.replace(c, time_to_target_s=time_to_target(c, epoch, per_epoch), epoch_seconds=epoch)
     return [timed(c) for c in cells]
 
 

@@ -23,6 +23,7 @@ from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot, target_source, \
     time_range, write_csv
 from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures
+from deepdensity.study.evidence import timed_under
 from deepdensity.study.paper import PAPER_TABLE1
 from deepdensity.study.timing import describe_allreduce
 
@@ -72,7 +73,7 @@ def write_beyond_reports(out: Path, record: dict) -> None:
     if any(policies.get(m).grows_batch for m in b.modes):
         figs.adaptive_figure(out / "fig7.png", b.cells, record["run_rows"], record["target"], plt)
     text = fill("beyond.md", **_fields(b, judged), time_table=_time_tables(out, b))
-    answers = {"rules_fixed": bv.RULES_FIXED_UTC, "not_exercised": b.skipped,
+    answers = {"rules_fixed": bv.BEYOND_RULES_FIXED_UTC, "not_exercised": b.skipped,
                "remedies": {m: answers_of(j) for m, j in judged.items()}, "filter": {}, "sweep": {}}
     if record["filtering"]:
         text += _filtering_md(out, b, plt, answers["filter"])
@@ -100,17 +101,11 @@ def _finite(x):
     return str(x) if isinstance(x, float) and math.isinf(x) else x
 
 
-def timed(cells: list, clock, base) -> list:
-    """The cells with their time to target under `clock` (evidence.seconds; None where missed)."""
-    return [dataclasses.replace(c, time_to_target_s=t if math.isfinite(t) else None)
-            for c, t in zip(sorted(cells, key=lambda c: c.seed), bv.values(cells, clock, base))]
-
-
 def _time_tables(out: Path, b: Beyond) -> str:
     """Passes to target, and time to target under the paper's clock with the efficiency, per mode
     and N: written as time_to_target.md/.csv, returned as markdown."""
     workers, modes = b.study.workers, b.modes
-    passes, paper = timed(b.every, bv.PASSES, b.base), timed(b.every, b.clocks["paper"], b.base)
+    passes, paper = timed_under(b.every, bv.PASSES, b.base), timed_under(b.every, b.clocks["paper"], b.base)
     eff = efficiency_table(paper, modes, workers)
     row = {n: [n] for n in workers}
     for n in workers:
@@ -170,10 +165,10 @@ def _fields(b: Beyond, judged: dict) -> dict:
 
 def _rules_line(b: Beyond) -> str:
     """The rules the answers follow, when they were fixed, and what this record is to them."""
-    text = (f"Every answer follows the beyond study's decision rules (docs/beyond.md), fixed {bv.RULES_FIXED_UTC} "
+    text = (f"Every answer follows the beyond study's decision rules (docs/beyond.md), fixed {bv.BEYOND_RULES_FIXED_UTC} "
             f"before its runs: {bv.RULES_SUMMARY}.")
     made = b.record["provenance"]["generated"]
-    if made < bv.RULES_FIXED_UTC:
+    if made < bv.BEYOND_RULES_FIXED_UTC:
         text += (f" This record's runs were made {made}, before those rules were fixed, and the rules were written "
                  f"after seeing its results: its answers are those rules applied to it, not a test fixed before it.")
     # the seeds the record's sequential runs used (a preset of another version may pick others)

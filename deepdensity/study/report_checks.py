@@ -35,7 +35,7 @@ def _entries_of_cells(record: dict, cells: list, entries: list) -> dict:
 def rules_when(record: dict, cells: list, entries: list) -> str:
     """When the rules were fixed against when this report's runs were trained (the ledger's
     entries of its cells); without a ledger, against when the record was made."""
-    fixed, made = claim_rules.RULES_FIXED_UTC, record["provenance"]["generated"]
+    fixed, made = claim_rules.DECISION_RULES_FIXED_UTC, record["provenance"]["generated"]
     found = _entries_of_cells(record, cells, entries)
     if not found:
         when = "after this record was made" if made < fixed else "before this record was made"

@@ -48,6 +48,16 @@ def test_a_clock_prices_an_epoch_as_the_papers_model():
         (1844 // 256) * (c.step_fixed_s + c.per_sample_s * 32) + c.eval_per_sample_s * 32)
 
 
+def test_an_epoch_as_a_run_did_it_prices_its_own_steps_batch_and_allreduces():
+    c = clocks.Clock("t", step_fixed_s=0.01, per_sample_s=0.001, allreduce_per_doubling_s=0.005,
+                     eval_per_sample_s=0.0004, allreduce_latency_s=0.002, epoch_overhead_s=0.1)
+    # 10 steps of 128 / 4 = 32 a worker: 10 x (0.01 + 0.032) = 0.42; 10 allreduces at N = 4 of
+    # 0.002 + 0.005 x 2 = 0.012 each: 0.12; evaluation 0.0004 x 100 / 4 = 0.01; epoch end 0.1
+    assert c.epoch_seconds_as_run("weak", 4, 100, 10, 128, 10) == pytest.approx(0.65, rel=1e-12)
+    # local SGD: 2 allreduces of 3 gradients' floats, 0.002 + 3 x 0.005 x 2 = 0.032 each: 0.064
+    assert c.epoch_seconds_as_run("local", 4, 100, 10, 128, 2) == pytest.approx(0.594, rel=1e-12)
+
+
 def test_a_host_clock_with_a_latency_pays_it_on_every_allreduce_and_break_evens_drop_it():
     # clock version 4: the host's allreduce is latency + per doubling; the paper's form, on which
     # rho and its break-even are stated, has none, and free communication has neither
