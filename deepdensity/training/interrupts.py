@@ -56,6 +56,8 @@ RELAYED = signal.SIGUSR1
 def _codes() -> dict:
     """The signals this process takes, with the exit status of each."""
     return {**CODES, RELAYED: 0} if os.environ.get(LAUNCH_PREFIX_ENV) else CODES
+
+
 # How long a rank whose peers are gone waits for its own signal: horovodrun signals every rank at
 # once, and kills a rank still running 5 s after its SIGTERM.
 PEER_WAIT_S = 3.0
@@ -149,8 +151,9 @@ def held():
 
 @contextlib.contextmanager
 def handling(restore: bool = True):
-    """Take the interrupting signals (`_codes`) as this module says for the block, then (`restore`) put back the
-    handlers there were (else they stay, and what the block received stays `pending`). Only
+    """Take the interrupting signals (`_codes`) as this module says for the block, then
+    (`restore`) put back the handlers there were (else they stay, and what the block received
+    stays `pending`). Only
     the main thread may set handlers; elsewhere the block runs as it is. A signal `hold_early`
     recorded is taken at the block's first `take_pending`."""
     if threading.current_thread() is not threading.main_thread():
