@@ -31,10 +31,11 @@ TIMING = tiny_clock()
 SAME = ("mode", "n", "seed", "status", "epochs", "epochs_to_target", "passes_to_target", "final_val_loss")
 
 
-def study_command(tmp_path: Path, runs: Path, *extra: str, clock: bool = False) -> list:
-    """The tiny study's command; its runs folder holds TIMING unless `clock` (the study measures it)."""
+def study_command(tmp_path: Path, runs: Path, *extra: str, clock: bool = False, preset_text: str = TINY) -> list:
+    """The tiny study's command (`preset_text` its preset); its runs folder holds TIMING unless
+    `clock` (the study measures it)."""
     preset = tmp_path / "tiny.yaml"
-    preset.write_text(TINY)
+    preset.write_text(preset_text)
     runs.mkdir(parents=True, exist_ok=True)
     if not clock:
         (runs / "timing.json").write_text(json.dumps(TIMING))
@@ -204,7 +205,11 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
     own id, never submitted again. Another is scancel'led: reported as ended by the scheduler
     (not a failed run) and submitted again from its checkpoint, once."""
     runs = tmp_path / "slurm"
-    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1")
+    # a target 10 epochs in, not 4: a run signalled past its first checkpoint has epochs left to
+    # stop in. At 4 its run had reached the target before submitit's checkpoint ran, and the job
+    # ended instead of requeueing (3 of 6 runs here, 2026-11-28, CI's among them)
+    longer = TINY.replace("calibration_epochs: 4", "calibration_epochs: 10")
+    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1", preset_text=longer)
     with SlurmCluster() as cluster:
         driver = cluster.start(command, tmp_path / "driver.log", env=env(cluster))
         wait_for(lambda: len(jobs(cluster, "RUNNING")) == 2 and jobs(cluster, "PENDING"), "running and queued jobs")
