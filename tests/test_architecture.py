@@ -138,7 +138,8 @@ def test_nothing_outside_dist_touches_horovod():
 @pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
                                   "deepdensity.study.cells", "deepdensity.study.paper", "deepdensity.study.protocol_text",
                                   "deepdensity.study.evidence", "deepdensity.study.rank_tests", "deepdensity.study.contrasts",
-                                  "deepdensity.study.curves", "deepdensity.study.outcomes",
+                                  "deepdensity.study.curves", "deepdensity.study.outcomes", "deepdensity.study.clocks",
+                                  "deepdensity.study.seeding",
                                   "deepdensity.study.speedup", "deepdensity.config", "deepdensity.training.runs"])
 def test_pure_modules_import_no_framework(pure):
     """The rules and the tables are tested exhaustively without starting TensorFlow, and the

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import beyond_verdicts, curves
+from deepdensity.study.cells import median_time
 from deepdensity.study.figures import LEGEND_OUTSIDE, clock_label, line_stretches, log_y_labels, plain_ticks, \
     save_figure, spot
 from deepdensity.study.render import cells_at
@@ -91,10 +91,8 @@ def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple,
         strip.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
         strip.annotate(f"{len(miss)}/{len(values)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
                        fontsize=8, color=color)
-    if not values or miss:
-        return None
-    med = statistics.median(values)
-    if len(values) > 1:
+    med = median_time(values)
+    if med is not None and len(values) > 1:
         ax.plot(list(bar), [med, med], color=color, zorder=3, **BAR)
     return med
 

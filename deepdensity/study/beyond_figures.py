@@ -12,8 +12,9 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import beyond_verdicts as bv
+from deepdensity.study import clocks
 from deepdensity.study.against_n import DOT, against_n_figure, bounded, dark, least, legend_keys, missed_strip, seeds
-from deepdensity.study.figures import CLOCK_NAMES, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks, \
+from deepdensity.study.figures import LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks, \
     save_figure, spot
 
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
@@ -28,7 +29,7 @@ def rule_label(rule: str, base_batch: int) -> str:
 
 def time_axis(clock, wrap: bool = False) -> str:
     """A time axis's label, naming its clock (on two lines with `wrap`)."""
-    return (f"time to target (s, {CLOCK_NAMES.get(clock.name, clock.name)},{chr(10) if wrap else ' '}"
+    return (f"time to target (s, {clocks.label(clock.name)},{chr(10) if wrap else ' '}"
             f"passes x s/pass)")
 
 

@@ -17,8 +17,7 @@ from typing import Callable, Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.study import curves
 from deepdensity.study import clocks, evidence, rank_tests, stats
-from deepdensity.study.cells import Cell
-from deepdensity.study.paper import PAPER_TABLE1
+from deepdensity.study.cells import Cell, median_time
 
 # When docs/beyond.md was committed (493e1f4), before the study's next run: later than the default
 # study's docs/decision-rules.md (claims.DECISION_RULES_FIXED_UTC), so a name of its own.
@@ -96,10 +95,9 @@ def row_epochs(cells: list, run_rows: dict) -> tuple:
 
 
 def clock_set(timing: dict, base_batch: int, epochs: tuple = ()) -> dict:
-    """The three clocks of a verdict (the paper's first: the verdict's), as RowClocks."""
+    """The clocks of a verdict (clocks.JUDGED, the verdict's first), as RowClocks."""
     host = clocks.host_clock(timing, base_batch)
-    return {"paper": RowClock(clocks.paper_clock(host, PAPER_TABLE1), epochs), "host": RowClock(host, epochs),
-            "device": RowClock(clocks.device_clock(host), epochs)}
+    return {name: RowClock(c, epochs) for name, c in clocks.judged_clocks(host).items()}
 
 
 def values(cells: list, clock, base, scale: float = 1.0) -> list:
@@ -241,11 +239,8 @@ def sweep(rows: list, lr_rule: str, base_batch: int, by_name: dict, base) -> dic
 
 def shortest_median(rows: list, lr_rule: str, clock, base) -> Optional[int]:
     """The batch with the shortest median time under `clock` over seeds that all reached: named, not tested."""
-    medians = {}
-    for b, cs in sweep_cells(rows, lr_rule).items():
-        times = values(cs, at_batch(clock, b), base)
-        if all(math.isfinite(t) for t in times):
-            medians[b] = statistics.median(times)
+    medians = {b: median_time(values(cs, at_batch(clock, b), base)) for b, cs in sweep_cells(rows, lr_rule).items()}
+    medians = {b: m for b, m in medians.items() if m is not None}
     return min(medians, key=lambda b: (medians[b], b)) if medians else None
 
 

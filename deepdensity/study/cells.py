@@ -4,6 +4,7 @@ where the data filter is tried. Pure: no TensorFlow, no files; the tests check i
 cells. The claims judged on the cells: claims.py; their times: evidence.seconds."""
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Optional
@@ -41,20 +42,26 @@ class TimeBase:
     definition: str = "per_worker"
 
 
-def median_time(cells: list, mode: str, n: int) -> Optional[float]:
-    """Median time to target over seeds; None unless every seed reached the target."""
-    times = [c.time_to_target_s for c in cells if c.mode == mode and c.n == n]
-    if not times or any(t is None for t in times):
+def median_time(times: list) -> Optional[float]:
+    """The median of one cell's times to target over its seeds (seconds, or passes); None
+    unless every seed reached, a miss being None (as a Cell keeps it) or inf (evidence.seconds):
+    a median of the seeds that reached alone would understate a cell whose other seeds never did."""
+    if not times or any(t is None or not math.isfinite(t) for t in times):
         return None
     return statistics.median(times)
+
+
+def median_time_at(cells: list, mode: str, n: int) -> Optional[float]:
+    """median_time of the cells' times to target at (mode, N)."""
+    return median_time([c.time_to_target_s for c in cells if c.mode == mode and c.n == n])
 
 
 def efficiency_table(cells: list, modes, workers) -> dict:
     """{mode: {n: efficiency %}}, T1 / (n Tn) on median times to target; NaN if not reached."""
     out = {}
     for mode in modes:
-        t1 = median_time(cells, policies.STRONG, 1) or median_time(cells, mode, 1)
-        out[mode] = {n: speedup.efficiency(t1, n, median_time(cells, mode, n)) for n in workers}
+        t1 = median_time_at(cells, policies.STRONG, 1) or median_time_at(cells, mode, 1)
+        out[mode] = {n: speedup.efficiency(t1, n, median_time_at(cells, mode, n)) for n in workers}
     return out
 
 
@@ -103,4 +110,4 @@ def filter_n(cells: list, mode: str) -> Optional[int]:
         return failed[0]
     if not ns:
         return None
-    return max(ns, key=lambda n: (median_time(cells, mode, n) or 0.0, n))
+    return max(ns, key=lambda n: (median_time_at(cells, mode, n) or 0.0, n))

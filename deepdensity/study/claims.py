@@ -16,7 +16,7 @@ from typing import Optional
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study import clocks, stats
 from deepdensity.study.contrasts import pooled
-from deepdensity.study.evidence import Call, CellRate, Evidence, Verdict, cell_rate
+from deepdensity.study.evidence import Call, Evidence, Verdict, cell_rate
 from deepdensity.study.rank_tests import ALPHA, holm_verdict, more_for_ranks, rank_test, ratio_text
 
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
@@ -75,7 +75,7 @@ def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
         if not r.runs:
             continue
         if r.call == expect:
-            k = _to_unsettle(r)
+            k = stats.seeds_to_unsettle(r.missed, r.runs)
             parts.append(f"N = {n}: {k} more, all {'missing' if expect == Call.CONVERGES else 'reaching'}, "
                          f"would unsettle it")
         else:
@@ -83,15 +83,6 @@ def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
             parts.append(f"N = {n}: {'over 1000' if k is None else k} more, all "
                          f"{'reaching' if expect == Call.CONVERGES else 'missing'}, would call it {expect}")
     return "yes: " + "; ".join(parts) if parts else "-"
-
-
-def _to_unsettle(r: CellRate, limit: int = 1000) -> Optional[int]:
-    """The fewest further seeds, all against its call, after which a called cell is inconclusive."""
-    for k in range(1, limit + 1):
-        low, high = stats.missed_rate(r.missed + (k if r.call == Call.CONVERGES else 0), r.runs + k)
-        if (r.call == Call.CONVERGES and high >= 0.5) or (r.call == Call.FAILS and low <= 0.5):
-            return k
-    return None
 
 
 def strong_converges(v: Evidence) -> dict:

@@ -14,6 +14,9 @@ rho, the communication-to-compute ratio, is an allreduce's seconds per doubling 
 seconds of one worker's step at the base batch. A time claim's verdict as a function of rho
 gives its break-even: the ratio at which the verdict changes (`break_even`), on the paper's
 form (no latency: `with_rho`).
+
+The three are one registry, JUDGED: a clock's name, how the reports and figures name it, and how
+it is made from this host's; adding a clock is one entry there and its function.
 """
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ from scipy import optimize
 
 from deepdensity.scaling import policies
 from deepdensity.study import speedup
+from deepdensity.study.paper import PAPER_TABLE1
 
+PAPER, HOST, DEVICE = "paper", "host", "device"   # the names of the registry's clocks (JUDGED)
 RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))   # the break-even search's ratios
 
 
@@ -76,13 +81,13 @@ class Clock:
 def host_clock(timing: dict, base_batch: int) -> Clock:
     """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""
     k = timing["compute_scale"]
-    return Clock("host", k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
+    return Clock(HOST, k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
                  k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0),
                  timing.get("epoch_overhead_s", 0.0))
 
 
 def device_clock(host: Clock) -> Clock:
-    return host.with_rho(0.0, "device")
+    return host.with_rho(0.0, DEVICE)
 
 
 def fit_table1(table1: dict) -> tuple:
@@ -103,8 +108,33 @@ def paper_clock(host: Clock, table1: dict) -> Clock:
     step and communication rho per doubling, both from Table I."""
     s, rho = fit_table1(table1)
     step = host.step_s
-    return Clock("paper", s * step, (1.0 - s) * step / host.base_batch, rho * step, host.eval_per_sample_s,
+    return Clock(PAPER, s * step, (1.0 - s) * step / host.base_batch, rho * step, host.eval_per_sample_s,
                  host.base_batch, epoch_overhead_s=host.epoch_overhead_s)
+
+
+@dataclass(frozen=True)
+class JudgedClock:
+    """A clock every time claim is judged under: its name (a Clock's and the verdicts' key), how
+    the reports and figures name it, and how it is made from this host's calibrated clock."""
+    name: str
+    label: str
+    from_host: Callable[[Clock], Clock]
+
+
+# The verdict's clock first: the verdicts are given under it and the reports show it first.
+JUDGED = (JudgedClock(PAPER, "the paper's clock", lambda host: paper_clock(host, PAPER_TABLE1)),
+          JudgedClock(HOST, "this host's clock", lambda host: host),
+          JudgedClock(DEVICE, "one device per worker", device_clock))
+
+
+def judged_clocks(host: Clock) -> dict:
+    """{name: clock} of every registered clock (JUDGED), made from this host's, the verdict's first."""
+    return {c.name: c.from_host(host) for c in JUDGED}
+
+
+def label(name: str) -> str:
+    """How a report or a figure names the clock `name`: its registered label, else "the <name> clock"."""
+    return next((c.label for c in JUDGED if c.name == name), f"the {name} clock")
 
 
 def break_even(verdict_at: Callable[[float], str], grid=RHO_GRID) -> list:

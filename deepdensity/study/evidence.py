@@ -7,7 +7,7 @@ what counts as a miss, what a cell's runs say, and a run's one time to target.
   cell      missed / runs with its exact 95 % interval (stats.missed_rate): *converges* when the
             upper bound is below 0.5, *fails* when the lower bound is above 0.5, else
             *inconclusive* (Call, cell_rate); and the further seeds that could still change that
-            (stats.seeds_to_call).
+            (stats.seeds_to_call, and for a called cell stats.seeds_to_unsettle).
   time      passes to target x the clock's seconds per pass (one function: `seconds`, through
             `seconds_of_passes`; inf where missed), kept in a Cell as `time_to_target` (None where
             missed).

@@ -9,15 +9,12 @@ import math
 from pathlib import Path
 
 from deepdensity.scaling import policies
-from deepdensity.study import evidence
+from deepdensity.study import clocks, evidence
 from deepdensity.study.render import cells_at
 from deepdensity.study.cells import efficiency_table
 from deepdensity.study.paper import PAPER_TABLE1, PAPER_TABLE2
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
-
-# How an axis names a clock of clocks.py (the verdicts' is the paper's: judging.py, clock_set).
-CLOCK_NAMES = {"paper": "the paper's clock", "host": "this host's clock", "device": "one device per worker"}
 
 
 def save_figure(fig, path: Path, plt) -> None:
@@ -32,7 +29,7 @@ def clock_name(cells: list, clock=None) -> str:
     this host's seconds per pass, or a real run's own clock)."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"
-    return CLOCK_NAMES.get(clock.name, f"the {clock.name} clock") if clock is not None else CLOCK_NAMES["host"]
+    return clocks.label(clock.name if clock is not None else clocks.HOST)
 
 
 def clock_label(cells: list, clock=None, unit: str = "pass") -> str:

@@ -12,7 +12,6 @@ from deepdensity.study import clocks
 from deepdensity.study.evidence import FAILED, MISSED, Evidence, epoch_under, time_to_target
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.cells import Cell, TimeBase
-from deepdensity.study.paper import PAPER_TABLE1
 from deepdensity.study.protocol_text import SEQUENTIAL_PROOF, real_strong_summary
 
 
@@ -23,7 +22,7 @@ def cells_of(record: dict) -> list:
     cells = [Cell(**c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:
         return cells
-    host, cfg = clock_set(record)["host"], config_of(record)
+    host, cfg = clock_set(record)[clocks.HOST], config_of(record)
     base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
 
     def timed(c: Cell) -> Cell:
@@ -33,10 +32,8 @@ def cells_of(record: dict) -> list:
 
 
 def clock_set(record: dict) -> dict:
-    """The clocks time claims are judged under (clocks.py): this host's model, the paper's
-    cluster fitted to Table I, and one device per worker with free communication."""
-    host = clocks.host_clock(record["timing"], config_of(record).batch_size)
-    return {"paper": clocks.paper_clock(host, PAPER_TABLE1), "host": host, "device": clocks.device_clock(host)}
+    """The clocks time claims are judged under (clocks.JUDGED), made from this host's model."""
+    return clocks.judged_clocks(clocks.host_clock(record["timing"], config_of(record).batch_size))
 
 
 def record_runner(cells: list) -> bool:

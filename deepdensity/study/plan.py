@@ -10,6 +10,7 @@ from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies
+from deepdensity.study import seeding
 from deepdensity.study.preset import SWEEP_STOPPING, Study
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
@@ -125,8 +126,8 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
     target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
     ledger.answer). Passes a missing run needs come from runs of its kind on
-    record (a cell: the cell's, else the mode's largest N below; the sweep: its batch and lr
-    rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
+    record (seeding.passes_to_expect; a cell: the cell's, else the mode's largest N below,
+    seeding.runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
     is not known either); seconds a pass from the runs on record (their own clocks), of its
     batch for the sweep."""
     missing = missing_runs(study, entries, earlier)
@@ -211,19 +212,13 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
     for e, result in held.values():
         if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
             epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
-
-    def like(mode: str, n: int) -> list:
-        if (mode, n) in epochs:
-            return epochs[(mode, n)]
-        below = sorted((m for md, m in epochs if md == mode and m < n), reverse=True)
-        return epochs[(mode, below[0])] if below else []
     out = []
     for mode, n in study.trained_cells():
         for seed in study.seeds:
             if f"{mode}-n{n}-s{seed}" not in held:
-                known = like(mode, n)
-                e = _median([x for x, _ in known]) if known else cap
-                out.append(((f"{mode} N = {n}", seed), e * n, [r for _, r in known], not known))
+                known = seeding.runs_like(epochs, mode, n)
+                out.append(((f"{mode} N = {n}", seed), seeding.passes_to_expect([x for x, _ in known], n, cap),
+                            [r for _, r in known], not known))
     return out
 
 
@@ -243,7 +238,7 @@ def _missing_filter(study: Study, held: dict) -> list:
             continue
         known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
         n = known[0][1] if known else None
-        passes = _median([x for x, _, _ in known]) * n if known else None
+        passes = seeding.passes_to_expect([x for x, _, _ in known], n)
         out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
                     [r for _, _, r in known], False))
     return out
@@ -260,7 +255,8 @@ def _missing_sweep(study: Study, held: dict, cap: int) -> list:
         known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
         same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
         out.append(((f"batch sweep b = {b} at {rule}", seed),
-                    _median([x for x, _ in known]) if known else cap, [r for _, r in known] or same_batch, not known))
+                    seeding.passes_to_expect([x for x, _ in known], 1, cap), [r for _, r in known] or same_batch,
+                    not known))
     return out
 
 

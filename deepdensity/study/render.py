@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import math
-import statistics
 import string
 import subprocess
 from pathlib import Path
+
+from deepdensity.study.cells import median_time
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -38,10 +39,10 @@ def cells_at(cells, mode, n) -> list:
 def time_range(cells, mode, n) -> str:
     """Median time to target over the seeds and its range, or 'not reached'."""
     cs = cells_at(cells, mode, n)
-    times = [c.time_to_target_s for c in cs if c.time_to_target_s is not None]
-    if len(times) < len(cs) or not times:
+    times = [c.time_to_target_s for c in cs]
+    med = median_time(times)
+    if med is None:
         return "not reached" if cs else ""
-    med = statistics.median(times)
     return f"{med:.1f}" + (f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else "")
 
 

@@ -4,14 +4,13 @@ I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to
 from __future__ import annotations
 
 import json
-import statistics
 import textwrap
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
-from deepdensity.study import clocks
+from deepdensity.study import clocks, seeding
 from deepdensity.study.against_n import against_n_caption, time_to_target_figure
 from deepdensity.study.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.evidence import MISSED
@@ -192,8 +191,9 @@ def _protocol(record: dict) -> list:
 
 def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
     """The trained cells below the preset's seeds, each with its missing seeds, and what they
-    would cost here: passes (the cell's own runs', else its mode's at the largest N below, scaled
-    by N) at a one-process pass of this host's clock ('' when every cell has its seeds)."""
+    would cost here: passes (seeding.passes_to_expect of the cell's runs, else its mode's at the
+    largest N below, as the plan counts them) at a one-process pass of this host's clock ('' when
+    every cell has its seeds)."""
     want = len(study.seeds)         # the design's seeds, as the claims count them
     runs = {}
     for c in record["cells"]:
@@ -206,10 +206,8 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
     if not short:
         return ""
 
-    def passes(mode: str, n: int) -> float:
-        for m in sorted([k for (md, k) in runs if md == mode and k <= n], reverse=True):
-            return statistics.mean(c["epochs"] for c in runs[(mode, m)]) * n
-        return record["cap"] * n
+    def passes(mode: str, n: int) -> int:
+        return seeding.passes_to_expect([c["epochs"] for c in seeding.runs_like(runs, mode, n)], n, record["cap"])
     pass_s = _seconds_a_pass(record)
     total = sum(k * passes(m, n) for m, n, k in short)
     cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "

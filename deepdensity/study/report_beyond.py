@@ -22,13 +22,12 @@ from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot, target_source, \
     time_range, write_csv
-from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures
+from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures, median_time
 from deepdensity.study.evidence import timed_under
 from deepdensity.study.paper import PAPER_TABLE1
 from deepdensity.study.timing import describe_allreduce
 
 ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)
-CLOCKS = (("paper", "the paper's clock"), ("host", "this host's clock"), ("device", "one device per worker"))
 
 # The text files write_beyond_reports writes; `deepdensity report --check` compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "answers.json", "time_to_target.md", "time_to_target.csv", "filtering.json",
@@ -90,7 +89,7 @@ def answers_of(judged: dict) -> dict:
     out = {}
     for key in judged["passes"]:
         out[str(key)] = {k: {f: _finite(judged[k][key].get(f)) for f in keep}
-                         for k in ("passes", *(c for c, _ in CLOCKS if c in judged))}
+                         for k in ("passes", *(c.name for c in clocks.JUDGED if c.name in judged))}
         if "break_even" in judged:
             out[str(key)]["break_even"] = judged["break_even"][key]
     return out
@@ -248,7 +247,7 @@ def more_cell(row: dict) -> str:
 def comparison_table(judged: dict, label, a: str) -> str:
     """A question's comparisons: passes first, then each clock, the break-even and the seeds
     that could still call one; `label(key)` names a comparison, `a` its first side."""
-    shown = [(k, name) for k, name in CLOCKS if k in judged]
+    shown = [(c.name, c.label) for c in clocks.JUDGED if c.name in judged]
     head = ["comparison", "seeds", "passes to target"] + [name for _, name in shown]
     head += ["break-even (rho, this host's compute)"] if "break_even" in judged else []
     rows = []
@@ -307,8 +306,8 @@ def _filter_groups(b: Beyond) -> list:
 
 
 def _medians(cells: list, clock, base, digits: int = 1) -> str:
-    vals = bv.values(cells, clock, base)
-    return f"{statistics.median(vals):.{digits}f}" if vals and all(math.isfinite(v) for v in vals) else "not every seed reached"
+    med = median_time(bv.values(cells, clock, base))
+    return "not every seed reached" if med is None else f"{med:.{digits}f}"
 
 
 def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:

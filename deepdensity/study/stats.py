@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from scipy import stats
 
@@ -48,14 +48,29 @@ def seeds_to_call(missed: int, runs: int, threshold: float = 0.5, confidence: fl
     reached within `limit` further runs. Both bounds move monotonically with k, so a linear
     scan from 0 finds the smallest k."""
     _check_counts(missed, runs)
-
-    def first(done) -> Optional[int]:
-        return next((k for k in range(limit + 1) if done(k)), None)
-
     return {
-        "to_fail": first(lambda k: missed_rate(missed + k, runs + k, confidence)[0] > threshold),
-        "to_converge": first(lambda k: missed_rate(missed, runs + k, confidence)[1] < threshold),
+        "to_fail": _fewest_more(lambda k: missed_rate(missed + k, runs + k, confidence)[0] > threshold, limit),
+        "to_converge": _fewest_more(lambda k: missed_rate(missed, runs + k, confidence)[1] < threshold, limit),
     }
+
+
+def seeds_to_unsettle(missed: int, runs: int, threshold: float = 0.5, confidence: float = 0.95,
+                      limit: int = 1000) -> Optional[int]:
+    """How many more runs, all against a cell's call, would make it inconclusive again: the
+    smallest k >= 0 such that, after k further runs that all miss (a cell that converges) or
+    all reach (one that fails), the interval of missed_rate holds threshold. 0 for a cell not
+    called; None when not reached within `limit` further runs. The scan of seeds_to_call."""
+    _check_counts(missed, runs)
+    converges = missed_rate(missed, runs, confidence)[1] < threshold
+    if converges:
+        return _fewest_more(lambda k: missed_rate(missed + k, runs + k, confidence)[1] >= threshold, limit)
+    return _fewest_more(lambda k: missed_rate(missed, runs + k, confidence)[0] <= threshold, limit)
+
+
+def _fewest_more(done: Callable[[int], bool], limit: int) -> Optional[int]:
+    """The smallest k in 0..limit with done(k), else None. The bounds of missed_rate move
+    monotonically with the runs added, so a linear scan from 0 finds the smallest."""
+    return next((k for k in range(limit + 1) if done(k)), None)
 
 
 def mann_whitney_less(a: Sequence[float], b: Sequence[float]) -> dict:

@@ -108,3 +108,18 @@ def test_the_sequential_policy_prices_the_sequential_run():
     c = host()
     assert c.epoch_seconds(policies.SEQUENTIAL, 1, 1844, 256, "per_worker") == pytest.approx(
         57 * c.step_s + c.eval_per_sample_s * 256)
+
+
+def test_the_registry_makes_every_clock_from_the_hosts_the_verdicts_first():
+    got = clocks.judged_clocks(host())
+    assert list(got) == [clocks.PAPER, clocks.HOST, clocks.DEVICE] == ["paper", "host", "device"]
+    assert all(c.name == name for name, c in got.items())       # a clock's name is its key
+    assert got["host"] == host()
+    assert got["device"].rho == 0.0 and got["device"].step_s == host().step_s
+    assert got["paper"] == clocks.paper_clock(host(), PAPER_TABLE1)
+
+
+def test_a_clock_is_named_by_its_registered_label_else_by_its_name():
+    assert [clocks.label(n) for n in ("paper", "host", "device")] == \
+        ["the paper's clock", "this host's clock", "one device per worker"]
+    assert clocks.label("wall") == "the wall clock"

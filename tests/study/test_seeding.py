@@ -29,3 +29,20 @@ def test_fewest_seeds_then_cheapest_then_key_in_any_input_order():
     expected = [("linear", 2), ("weak", 2), ("weak", 8), ("seq", 1)]
     for order in itertools.permutations(cells):
         assert [k for k, *_ in s.next_in_line(order)] == expected
+
+
+def test_a_missing_seed_is_priced_by_its_cells_runs_else_the_modes_largest_n_below():
+    by_cell = {("weak", 2): ["w2a", "w2b"], ("weak", 8): ["w8"], ("linear", 4): ["l4"]}
+    assert s.runs_like(by_cell, "weak", 2) == ["w2a", "w2b"]
+    assert s.runs_like(by_cell, "weak", 4) == ["w2a", "w2b"]     # N = 4 not run: N = 2's
+    assert s.runs_like(by_cell, "weak", 16) == ["w8"]
+    assert s.runs_like(by_cell, "linear", 2) == []                # nothing at or below N = 2
+    assert s.runs_like(by_cell, "strong", 2) == []
+
+
+def test_the_passes_to_expect_are_the_median_epochs_times_the_passes_an_epoch():
+    assert s.passes_to_expect([3, 9, 5], 4) == 20               # median 5 epochs, 4 passes each
+    assert s.passes_to_expect([3, 64, 5, 64], 2) == 10          # even count: the lower middle, 5
+    assert s.passes_to_expect([7], 1, cap=64) == 7
+    assert s.passes_to_expect([], 8, cap=64) == 512             # no like run: the cap
+    assert s.passes_to_expect([], None) is None                 # neither: not estimated

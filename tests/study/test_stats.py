@@ -96,6 +96,21 @@ def test_seeds_to_call_is_the_first_k_by_beta_quantiles(missed, runs):
     assert k == 0 or _lower(missed + k - 1, runs + k - 1) <= 0.5
 
 
+
+def test_seeds_to_unsettle_known_cases():
+    # 0 of 8 converges (upper 1 - 0.025^(1/8) = 0.369); one miss more, 1 of 9, still does
+    # (upper 0.482), two, 2 of 10, no longer (0.556). By symmetry 8 of 8 fails until 8 of 10.
+    assert stats.seeds_to_unsettle(0, 8) == 2
+    assert stats.seeds_to_unsettle(8, 8) == 2
+    # 0 of 6 converges (0.459); 1 of 7 does not (0.579)
+    assert stats.seeds_to_unsettle(0, 6) == 1
+    assert stats.seeds_to_unsettle(6, 6) == 1
+    # a cell not called is unsettled already
+    assert stats.seeds_to_unsettle(4, 8) == 0
+    assert stats.seeds_to_unsettle(0, 0) == 0
+    # not within the limit
+    assert stats.seeds_to_unsettle(0, 40, limit=2) is None
+
 # --- mann_whitney_less ----------------------------------------------------------------------
 
 def _u_by_pairs(a, b):
