@@ -188,19 +188,22 @@ def where_to_continue(out, argv) -> str:
     # such as scripts/slurm/train.sbatch names itself in DEEPDENSITY_RELAUNCH)
     relaunch = os.environ.get("DEEPDENSITY_RELAUNCH")
     launch = f"{relaunch} " if relaunch else f"{launcher_prefix()}python train.py "
-    requeued = os.environ.get(REQUEUE_JOB_ENV)
     try:
         epoch = json.loads(state.read_text())["epoch"] + 1
     except (OSError, ValueError, KeyError, TypeError):
         if holds_nothing_to_resume(out):
-            return (f"no epoch finished, so {shown(out)} holds nothing to resume; "
-                    + (f"Slurm job {requeued} requeues itself and starts it again" if requeued else
-                       f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
+            return (f"no epoch finished, so {shown(out)} holds nothing to resume; " + _goes_on(
+                "starts it again", f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
         epoch = None
     again = " ".join(shell_word(w) for w in words + ([] if "--resume" in words else ["--resume"]))
     if epoch is None:     # an epoch's metrics row without its checkpoint: --resume starts it afresh
-        return f"no epoch was checkpointed in {shown(out)}; " + (
-            f"Slurm job {requeued} requeues itself and starts it again there" if requeued else
-            f"start again there with: {launch}{again}")
-    return f"at epoch {epoch}, checkpointed in {out}; " + (
-        f"Slurm job {requeued} requeues itself and continues it" if requeued else f"continue with: {launch}{again}")
+        return f"no epoch was checkpointed in {shown(out)}; " + _goes_on("starts it again there",
+                                                                          f"start again there with: {launch}{again}")
+    return f"at epoch {epoch}, checkpointed in {out}; " + _goes_on("continues it", f"continue with: {launch}{again}")
+
+
+def _goes_on(requeued_does: str, command: str) -> str:
+    """How the run goes on: a Slurm job that requeues itself (REQUEUE_JOB_ENV) `requeued_does`,
+    else the user runs `command`."""
+    job = os.environ.get(REQUEUE_JOB_ENV)
+    return f"Slurm job {job} requeues itself and {requeued_does}" if job else command

@@ -93,15 +93,15 @@ class Relay:
             threading.Thread(target=self._pass_on, args=(signum,), name="deepdensity-relay", daemon=True).start()
 
     def _pass_on(self, signum: int) -> None:
-        deadline, told_horovodrun, killed = time.monotonic() + ESCALATE_AFTER_S, False, False
+        deadline, told_horovodrun, mpirun = time.monotonic() + ESCALATE_AFTER_S, False, None
         while not self.ended.is_set():
-            mpirun = mpirun_of(self.proc.pid)
-            if mpirun is not None and not killed:
+            mpirun = mpirun or mpirun_of(self.proc.pid)      # found once: its pid stays the job's
+            if mpirun is not None:
                 # Horovod: under MPI, every rank on every host at once, through mpirun
                 late = time.monotonic() > deadline
-                _send(mpirun, signal.SIGTERM if late else interrupts.RELAYED)
-                killed = late
-            elif mpirun is None and not told_horovodrun and self.proc.poll() is None and not _is_shell(self.proc.pid):
+                if not _send(mpirun, signal.SIGTERM if late else interrupts.RELAYED) or late:
+                    return                  # mpirun has ended, or ends the job now
+            elif not told_horovodrun and self.proc.poll() is None and not _is_shell(self.proc.pid):
                 told_horovodrun = _send(self.proc.pid, to_horovodrun(signum))   # Gloo, or MPI not yet started
             self.ended.wait(RESEND_EVERY_S)
 
