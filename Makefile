@@ -103,8 +103,10 @@ $(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 #   make test-medium the middle tier (`medium`): tests that build or fit a TensorFlow model, or
 #                    render the committed study's reports, in pytest's own process
 #   make test-all    every test, real `horovodrun -np 2` runs, the tiny study and, where their
-#                    packages are installed (make cluster-packages), the two-host and Slurm tests;
-#                    the 30 slowest are listed at the end, so that the next regression shows
+#                    packages are installed (make cluster-packages), the two-host and Slurm tests,
+#                    which wait on daemons for most of their time and so run in a pytest of their
+#                    own beside the others (scripts/test_all.sh); each lane lists its slowest tests
+#                    at the end, so that the next regression shows
 #   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
 #                    assertions executed, coverage of deepdensity/, seconds by file)
 FAST := -m "not slow and not medium"
@@ -122,7 +124,7 @@ test-smoke: install
 	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
 
 test-all: install
-	$(BIN)/pytest -q -rs --durations=30 tests
+	scripts/test_all.sh $(BIN)/pytest
 
 # Debian's openssh-server, slurm-wlm and munge for tests/cluster, where missing (needs root and
 # the package registry); .ci/run installs them before its one `make test-all`.
