@@ -24,12 +24,37 @@ RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled
 DECISION_RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
 
 
-def _claim(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, by_clock: Optional[dict] = None,
-           break_even: str = "-") -> dict:
+def _claim(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,
+           by_clock: Optional[dict] = None, break_even: str = "-") -> dict:
+    """A claim's row; `brief` is (ours in a few words, the one number the verdict rests on), what
+    the report's first table shows."""
     by_clock = by_clock or {}
     return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "more_seeds": more,
             "verdict": by_clock.get("paper", verdict), "verdict_host": by_clock.get("host", verdict),
-            "verdict_device": by_clock.get("device", verdict), "break_even": break_even}
+            "verdict_device": by_clock.get("device", verdict), "break_even": break_even,
+            "ours_brief": brief[0], "deciding": brief[1]}
+
+
+def _calls_brief(rates_: dict) -> str:
+    """The cells' calls in a few words: 'converges at N = 1, 2; inconclusive at N = 4'."""
+    by_call: dict = {}
+    for n, r in rates_.items():
+        if r.runs:
+            by_call.setdefault(r.call, []).append(str(n))
+    return "; ".join(f"{call} at N = {', '.join(ns)}" for call, ns in by_call.items()) or "not run"
+
+
+def _nearest_the_line(expected: dict) -> str:
+    """The cell a claim about cells' calls rests on, of {N: (its rate, the call the claim
+    expects)}: the one whose interval lies least on the expected side of 0.5 (for a cell that
+    should converge, 0.5 less its upper bound; for one that should fail, its lower bound less
+    0.5)."""
+    run = {n: (r, expect) for n, (r, expect) in expected.items() if r.runs}
+    if not run:
+        return "-"
+    n, (r, _) = min(run.items(), key=lambda item: 0.5 - item[1][0].high if item[1][1] == Call.CONVERGES
+                    else item[1][0].low - 0.5)
+    return f"N = {n}: {r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}"
 
 
 def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
@@ -42,7 +67,8 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
     ours = "; ".join(f"N = {n}: {r}" for n, r in rates_.items())
     settled = any(r.call == against and not v.short(mode, [n]) for n, r in rates_.items())
     verdict, ours = _all_named(v, mode, [n for n in v.workers if n >= least], verdict, ours, settled)
-    return verdict, ours, _more_for_rates(rates_, expect, against)
+    return verdict, ours, _more_for_rates(rates_, expect, against), (
+        _calls_brief(rates_), _nearest_the_line({n: (r, expect) for n, r in rates_.items()}))
 
 
 def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str, settled: bool = False) -> tuple:
@@ -86,15 +112,15 @@ def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
 
 
 def strong_converges(v: Evidence) -> dict:
-    verdict, ours, more = _every_n(v, STRONG, Call.CONVERGES)
+    verdict, ours, more, brief = _every_n(v, STRONG, Call.CONVERGES)
     return _claim("Strong scaling always converges", "reached the target at N = 1..32",
-                  "every N converges (missed rate's 95 % upper bound < 0.5)", ours, verdict, more)
+                  "every N converges (missed rate's 95 % upper bound < 0.5)", ours, verdict, more, brief)
 
 
 def linear_fails(v: Evidence) -> dict:
-    verdict, ours, more = _every_n(v, LINEAR, Call.FAILS, least=2)
+    verdict, ours, more, brief = _every_n(v, LINEAR, Call.FAILS, least=2)
     return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-                  "every N > 1 fails (missed rate's 95 % lower bound > 0.5)", ours, verdict, more)
+                  "every N > 1 fails (missed rate's 95 % lower bound > 0.5)", ours, verdict, more, brief)
 
 
 def warmup_to_four(v: Evidence) -> dict:
@@ -122,17 +148,35 @@ def warmup_to_four(v: Evidence) -> dict:
                                         _more_for_rates(ra, Call.FAILS, Call.CONVERGES)) if p != "-"]
     more = "yes: " + "; ".join(parts) if parts else "-"
     return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
-                  "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more)
+                  "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more,
+                  (_calls_brief({**rb, **ra}), _nearest_the_line({**{n: (r, Call.CONVERGES) for n, r in rb.items()},
+                                                                  **{n: (r, Call.FAILS) for n, r in ra.items()}})))
 
 
 def _time_claim(v: Evidence, judge) -> tuple:
-    """({clock: verdict}, break-even text, evidence under the paper clock) of a time claim whose
-    `judge(clock)` gives (verdict, evidence)."""
+    """({clock: verdict}, break-even text, evidence under the paper clock, its brief) of a time
+    claim whose `judge(clock)` gives (verdict, evidence, brief)."""
     by_clock = {name: judge(clock)[0] for name, clock in v.clocks.items()}
     host = v.clocks["host"]
     flips = clocks.break_even(lambda rho: judge(host.with_rho(rho))[0])
     device = f"one device per worker, free communication: {by_clock['device']}; " if "device" in by_clock else ""
-    return by_clock, device + clocks.describe_break_even(flips), judge(v.clocks.get("paper", host))[1]
+    _, evidence, brief = judge(v.clocks.get("paper", host))
+    return by_clock, device + clocks.describe_break_even(flips), evidence, brief
+
+
+def _holm_brief(tests: list, names: list) -> tuple:
+    """(how many comparisons went each way after Holm, the one nearest to not rejecting) of the
+    comparisons `tests` of a claim that A is shorter, named by `names`."""
+    if not tests:
+        return "no comparison run", "-"
+    shorter = stats.holm([t["p_shorter"] for t in tests], ALPHA)
+    longer = stats.holm([t["p_longer"] for t in tests], ALPHA)
+    counts = f"shorter in {sum(h['reject'] for h in shorter)} of {len(tests)} comparisons after Holm"
+    slower = sum(h["reject"] for h in longer)
+    weakest = max(range(len(tests)), key=lambda i: shorter[i]["p_adjusted"])
+    return (counts + (f", longer in {slower}" if slower else ""),
+            f"least clear: {names[weakest]}, ratio {ratio_text(tests[weakest]['ratio'])}, "
+            f"Holm p = {shorter[weakest]['p_adjusted']:.2g}")
 
 
 def strong_fastest(v: Evidence) -> dict:
@@ -141,38 +185,45 @@ def strong_fastest(v: Evidence) -> dict:
     named = [(n, m) for n in v.workers if n > 1 for m in others]
 
     def judge(clock) -> tuple:
-        tests, parts = [], []
+        tests, parts, names = [], [], []
         for n in v.ran(STRONG, 2):
             for mode in [m for m in others if n in v.ran(m)]:
                 t = rank_test(v.seconds(STRONG, n, clock), v.seconds(mode, n, clock))
                 tests.append(t)
+                names.append(f"N = {n} vs {mode}")
                 parts.append(f"N = {n} vs {mode}: ratio {ratio_text(t['ratio'])}, P(strong shorter) "
                              f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}")
         verdict = holm_verdict(tests)
         if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
             verdict = Verdict.INCONCLUSIVE
-        return _complete(v, {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]}, verdict,
-                         "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})")
+        return (*_complete(v, {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]}, verdict,
+                           "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})"),
+                _holm_brief(tests, names))
 
-    by_clock, flips, evidence = _time_claim(v, judge)
+    by_clock, flips, evidence, brief = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
     pairs = {(n, mode): (v.seconds(STRONG, n, paper), v.seconds(mode, n, paper))
              for n in v.ran(STRONG, 2) for mode in others if n in v.ran(mode)}
     return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
                   "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
                   "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
-                  evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), more_for_ranks(pairs), by_clock, flips)
+                  evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), more_for_ranks(pairs), brief, by_clock, flips)
+
+
+_EFFICIENCY = {Verdict.REPRODUCED: "its efficiency falls", Verdict.CONTRADICTED: "its efficiency rises",
+               Verdict.INCONCLUSIVE: "no measurable fall in efficiency"}
 
 
 def weak_efficiency(v: Evidence) -> dict:
-    conv, ours, more = _every_n(v, WEAK, Call.CONVERGES)
+    conv, ours, more, (calls, nearest) = _every_n(v, WEAK, Call.CONVERGES)
     ns = v.ran(WEAK, 2)
     rule = ("every N converges, and N x time to target at N = 2 shorter than at the largest N "
             "(one-sided Mann-Whitney, p < 0.05)")
     if len(ns) < 2:
         return _claim("Weak scaling converges everywhere but its efficiency falls",
                       "reached at every N; efficiency 100 -> 9.45 %", rule,
-                      ours + "; efficiency: fewer than two N > 1 run", Verdict.INCONCLUSIVE, more)
+                      ours + "; efficiency: fewer than two N > 1 run", Verdict.INCONCLUSIVE, more,
+                      (calls, nearest))
     lo, hi = ns[0], ns[-1]
     named = (lo, hi) == (min(n for n in v.workers if n > 1), max(v.workers))   # the rule's N = 2 and 32
 
@@ -182,13 +233,14 @@ def weak_efficiency(v: Evidence) -> dict:
                Verdict.REPRODUCED if t["p_shorter"] < ALPHA and named else Verdict.INCONCLUSIVE)
         both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
-        return _complete(v, {WEAK: [lo, hi]}, both, f"{ours}; N x time to target, N = {lo} against N = {hi}: "
-                                                       f"ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}")
+        ratio = f"N x time to target, N = {lo} against N = {hi}: ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}"
+        return (*_complete(v, {WEAK: [lo, hi]}, both, f"{ours}; {ratio}"),
+                (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"))
 
-    by_clock, flips, evidence = _time_claim(v, judge)
+    by_clock, flips, evidence, brief = _time_claim(v, judge)
     return _claim("Weak scaling converges everywhere but its efficiency falls",
                   "reached at every N; efficiency 100 -> 9.45 %", rule, evidence,
-                  by_clock.get("paper", Verdict.INCONCLUSIVE), more, by_clock, flips)
+                  by_clock.get("paper", Verdict.INCONCLUSIVE), more, brief, by_clock, flips)
 
 
 def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
@@ -201,7 +253,9 @@ def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
     return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
                   "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
                   ours, verdict,
-                  _more_for_rates({1: r}, Call.FAILS, Call.CONVERGES).replace("N = 1: ", "2 x eta: "))
+                  _more_for_rates({1: r}, Call.FAILS, Call.CONVERGES).replace("N = 1: ", "2 x eta: "),
+                  (f"{r.call} at 2 x eta" if r.runs else "not run",
+                   f"{r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}" if r.runs else "-"))
 
 
 @dataclass(frozen=True)

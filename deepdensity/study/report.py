@@ -164,17 +164,19 @@ def _header_fields(record: dict, claims: list) -> dict:
                          [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**",
                            c["verdict_sensitivity"], c["verdict_host"], c["break_even"], c["more_seeds"]]
                           for c in claims])
-    return {"name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
+    answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
+                       [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
+    interim = ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; a claim that a cell "
+               "below the design's seeds could still change has no verdict yet, the pooled contrasts below are of "
+               "the runs held so far, and the runs still missing are listed with their cost in the Decision rules' "
+               "'Sequential design' line.\n\n" if _interim(p) else "")
+    return {"answers_table": interim + answers, "name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
             "emulated workers, modelled time", "when": p["generated"], "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else p["command"],
             "revision": p["revision"],
             "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                        + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
             "provenance": cost_line(p, "the stall and instruction-set checks"),
-            "claims_table": ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; "
-                             "a claim that a cell below the design's seeds could still change has no verdict yet, the "
-                             "pooled contrasts below are of the runs held so far, and the runs still missing are "
-                             "listed with their cost in the Decision rules' 'Sequential design' line.\n\n"
-                             if _interim(p) else "") + claims_md,
+            "claims_table": claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
             "isa_stability": isa_stability(record, claims) + "\n\n" + stack_stability(record, claims)}
 

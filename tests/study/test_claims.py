@@ -163,3 +163,42 @@ def test_a_contradiction_a_complete_cell_settles_stands_while_other_cells_are_sh
     v = Evidence(cells, W, MISSED, COLLAPSE, CLOCKS, TimeBase(320, 64), design=8)
     got = {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["The linear scaling rule fails at every N > 1"]
     assert got["verdict"] == "contradicted"
+
+
+def test_each_claim_names_its_cells_in_a_few_words_and_the_one_number_it_rests_on():
+    """The report's first table (claims' `ours_brief` and `deciding`): the cells' calls grouped,
+    and the cell nearest to crossing 0.5 the wrong way. A stalled seed of strong at N = 8 makes
+    that cell the one its claim rests on: 1 of 8 missed, whose exact upper bound is the Beta
+    quantile of Clopper-Pearson's interval."""
+    cells = replace(papers_outcome(), "strong", 8, 3, None, slow=True)
+    got = judge(cells, twice_eta(8))
+    strong = got["Strong scaling always converges"]
+    assert strong["ours_brief"] == "converges at N = 1, 2, 4, 16, 32; inconclusive at N = 8"
+    assert strong["deciding"] == f"N = 8: 1 of 8 missed, 95% CI 0.00-{sp.beta.ppf(0.975, 2, 7):.2f}"
+    linear = got["The linear scaling rule fails at every N > 1"]
+    # 8 of 8 missed everywhere: the lower bound 0.025^(1/8), the same at every N, so the first
+    assert linear["ours_brief"] == "fails at N = 2, 4, 8, 16, 32"
+    assert linear["deciding"] == f"N = 2: 8 of 8 missed, 95% CI {0.025 ** (1 / 8):.2f}-1.00"
+    # warmup: 0 of 8 at N = 2, 4 lies 0.5 - 0.369 inside, 8 of 8 at N >= 8 0.631 - 0.5: N = 2 is nearer
+    warmup = got["Warmup converges only up to N = 4"]
+    assert warmup["ours_brief"] == "converges at N = 2, 4; fails at N = 8, 16, 32"
+    assert warmup["deciding"].startswith("N = 2: 0 of 8 missed")
+    assert got["2 x eta diverges for the sequential model"]["ours_brief"] == "fails at 2 x eta"
+    assert got["Weak scaling converges everywhere but its efficiency falls"]["ours_brief"].endswith(
+        "its efficiency falls")
+
+
+def test_a_time_claims_number_is_its_least_clear_comparison_after_holm():
+    """Strong and weak interleaved at N = 2: of 15 comparisons that one does not reject. Its Holm
+    p is its own p (the largest of 15, multiplied by 1), from SciPy's exact Mann-Whitney."""
+    cells = papers_outcome()
+    strong2 = sorted(c.passes_to_target for c in cells if (c.mode, c.n) == ("strong", 2))
+    for s in SEEDS:
+        cells = replace(cells, "weak", 2, s, strong2[s] + (0.001 if s % 2 else -0.001))
+    got = judge(cells, twice_eta(8))["Strong scaling is the fastest at every N"]
+    a = [c.passes_to_target * 2 for c in cells if (c.mode, c.n) == ("strong", 2)]
+    b = [c.passes_to_target * 2 for c in cells if (c.mode, c.n) == ("weak", 2)]
+    p = sp.mannwhitneyu(a, b, alternative="less", method="exact").pvalue
+    assert got["ours_brief"] == "shorter in 14 of 15 comparisons after Holm"
+    assert got["deciding"].startswith("least clear: N = 2 vs weak, ratio ") and got["deciding"].endswith(
+        f"Holm p = {p:.2g}")

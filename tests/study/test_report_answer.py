@@ -1,0 +1,43 @@
+"""REPORT.md answers on its first screen (issue 56): its first table has a row per claim of
+claims.json, in order, each cell short enough to read at a glance, before the claims' full
+evidence. Read from the committed reports, which test_rerender holds to what the code renders."""
+import json
+
+import pytest
+
+from tests.support import ROOT
+
+LONGEST_CELL = 200          # characters: a cell a reader takes in without scrolling
+FOLDERS = [ROOT / "reports", ROOT / "tests" / "study" / "data" / "tiny-reports"]
+
+
+def first_table(text: str) -> list:
+    """The rows (lists of cells) of the first markdown table in `text`, header and rule dropped."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return table[2:]
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(ROOT).as_posix())
+def test_the_first_table_is_one_short_row_per_claim_before_the_evidence(folder):
+    if not (folder / "REPORT.md").is_file():
+        pytest.skip(f"no report committed in {folder}")
+    text = (folder / "REPORT.md").read_text()
+    claims = json.loads((folder / "claims.json").read_text())
+    rows = first_table(text)
+    assert [row[0] for row in rows] == [c["claim"] for c in claims]
+    assert [row[3] for row in rows] == [f"**{c['verdict']}**" for c in claims]
+    assert max(len(cell) for row in rows for cell in row) <= LONGEST_CELL
+    assert text.index("## The answer") < text.index("## Claims")
+
+
+def test_a_long_cell_in_the_first_table_is_found():
+    """The check above reads the table it means: a report whose first table is the full claims
+    table (the layout before) fails it."""
+    long = "| claim | ours |\n|---|---|\n| Strong | " + "N = 1: 0 of 8 missed; " * 20 + " |\n"
+    assert max(len(cell) for row in first_table("# R\n\n" + long) for cell in row) > LONGEST_CELL
