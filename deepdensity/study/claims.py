@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study import clocks, stats
@@ -24,14 +24,15 @@ RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled
 DECISION_RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
 
 
-def _claim(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,
+def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,
            by_clock: Optional[dict] = None, break_even: str = "-") -> dict:
-    """A claim's row; `brief` is (ours in a few words, the one number the verdict rests on), what
-    the report's first table shows."""
+    """A claim's row: its verdict is the paper's clock's, `verdicts` every registered clock's
+    (clocks.JUDGED; a claim not about time has the same under each); `brief` is (ours in a few
+    words, the one number the verdict rests on), what the report's first table shows."""
     by_clock = by_clock or {}
     return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "more_seeds": more,
-            "verdict": by_clock.get("paper", verdict), "verdict_host": by_clock.get("host", verdict),
-            "verdict_device": by_clock.get("device", verdict), "break_even": break_even,
+            "verdict": by_clock.get(clocks.PAPER, verdict),
+            "verdicts": {c.name: by_clock.get(c.name, verdict) for c in clocks.JUDGED}, "break_even": break_even,
             "ours_brief": brief[0], "deciding": brief[1]}
 
 
@@ -113,13 +114,13 @@ def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
 
 def strong_converges(v: Evidence) -> dict:
     verdict, ours, more, brief = _every_n(v, STRONG, Call.CONVERGES)
-    return _claim("Strong scaling always converges", "reached the target at N = 1..32",
+    return claim_row("Strong scaling always converges", "reached the target at N = 1..32",
                   "every N converges (missed rate's 95 % upper bound < 0.5)", ours, verdict, more, brief)
 
 
 def linear_fails(v: Evidence) -> dict:
     verdict, ours, more, brief = _every_n(v, LINEAR, Call.FAILS, least=2)
-    return _claim("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
+    return claim_row("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
                   "every N > 1 fails (missed rate's 95 % lower bound > 0.5)", ours, verdict, more, brief)
 
 
@@ -147,7 +148,7 @@ def warmup_to_four(v: Evidence) -> dict:
     parts = [p[len("yes: "):] for p in (_more_for_rates(rb, Call.CONVERGES, Call.FAILS),
                                         _more_for_rates(ra, Call.FAILS, Call.CONVERGES)) if p != "-"]
     more = "yes: " + "; ".join(parts) if parts else "-"
-    return _claim("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
+    return claim_row("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
                   "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more,
                   (_calls_brief({**rb, **ra}), _nearest_the_line({**{n: (r, Call.CONVERGES) for n, r in rb.items()},
                                                                   **{n: (r, Call.FAILS) for n, r in ra.items()}})))
@@ -204,7 +205,7 @@ def strong_fastest(v: Evidence) -> dict:
     paper = v.clocks.get("paper", v.clocks.get("host"))
     pairs = {(n, mode): (v.seconds(STRONG, n, paper), v.seconds(mode, n, paper))
              for n in v.ran(STRONG, 2) for mode in others if n in v.ran(mode)}
-    return _claim("Strong scaling is the fastest at every N", "fastest at N = 2..32",
+    return claim_row("Strong scaling is the fastest at every N", "fastest at N = 2..32",
                   "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
                   "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
                   evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), more_for_ranks(pairs), brief, by_clock, flips)
@@ -220,7 +221,7 @@ def weak_efficiency(v: Evidence) -> dict:
     rule = ("every N converges, and N x time to target at N = 2 shorter than at the largest N "
             "(one-sided Mann-Whitney, p < 0.05)")
     if len(ns) < 2:
-        return _claim("Weak scaling converges everywhere but its efficiency falls",
+        return claim_row("Weak scaling converges everywhere but its efficiency falls",
                       "reached at every N; efficiency 100 -> 9.45 %", rule,
                       ours + "; efficiency: fewer than two N > 1 run", Verdict.INCONCLUSIVE, more,
                       (calls, nearest))
@@ -238,7 +239,7 @@ def weak_efficiency(v: Evidence) -> dict:
                 (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"))
 
     by_clock, flips, evidence, brief = _time_claim(v, judge)
-    return _claim("Weak scaling converges everywhere but its efficiency falls",
+    return claim_row("Weak scaling converges everywhere but its efficiency falls",
                   "reached at every N; efficiency 100 -> 9.45 %", rule, evidence,
                   by_clock.get("paper", Verdict.INCONCLUSIVE), more, brief, by_clock, flips)
 
@@ -250,7 +251,7 @@ def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
     ours = f"2 x eta: {r}"
     if 0 < len(cells) < v.design:
         verdict, ours = Verdict.INCONCLUSIVE, ours + f" (below the design's {v.design} seeds so far; no verdict until they are run)"
-    return _claim("2 x eta diverges for the sequential model", "further increasing the lr diverges",
+    return claim_row("2 x eta diverges for the sequential model", "further increasing the lr diverges",
                   "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
                   ours, verdict,
                   _more_for_rates({1: r}, Call.FAILS, Call.CONVERGES).replace("N = 1: ", "2 x eta: "),
@@ -264,14 +265,34 @@ class _Run:
     final_val_loss: Optional[float]
 
 
+@dataclass(frozen=True)
+class ClaimRule:
+    """A claim the study judges: `judge(evidence, seq_2eta)` gives its row (`_claim`), where
+    `applies(evidence, seq_2eta)` says the study ran what it needs. Its key names it in
+    claims.json and wherever a claim is looked up; never its title or its place in the list."""
+    key: str
+    judge: Callable[[Evidence, Optional[list]], dict]
+    applies: Callable[[Evidence, Optional[list]], bool]
+
+
+def _ran(mode: str) -> Callable[[Evidence, Optional[list]], bool]:
+    return lambda v, seq_2eta: bool(v.ran(mode))
+
+
+# The claims, in the paper's order. A new claim is one entry here and its own function above.
+CLAIMS = {rule.key: rule for rule in (
+    ClaimRule("strong_converges", lambda v, _: strong_converges(v), _ran(STRONG)),
+    ClaimRule("linear_fails", lambda v, _: linear_fails(v), _ran(LINEAR)),
+    ClaimRule("warmup_to_four", lambda v, _: warmup_to_four(v), _ran(WARMUP)),
+    ClaimRule("weak_efficiency", lambda v, _: weak_efficiency(v), _ran(WEAK)),
+    ClaimRule("strong_fastest", lambda v, _: strong_fastest(v), _ran(STRONG)),
+    ClaimRule("double_eta_diverges", double_eta_diverges, lambda v, seq_2eta: bool(seq_2eta)),
+)}
+
+
 def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
-    """Every claim the study's modes allow, in the paper's order."""
-    claims = [check(v) for mode, check in ((STRONG, strong_converges), (LINEAR, linear_fails),
-                                           (WARMUP, warmup_to_four), (WEAK, weak_efficiency),
-                                           (STRONG, strong_fastest)) if v.ran(mode)]
-    if seq_2eta:
-        claims.append(double_eta_diverges(v, seq_2eta))
-    return claims
+    """Every claim of CLAIMS the study's runs allow, in its order, each row with its key."""
+    return [{"key": rule.key, **rule.judge(v, seq_2eta)} for rule in CLAIMS.values() if rule.applies(v, seq_2eta)]
 
 
 RULES = [

@@ -46,9 +46,10 @@ def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
     (claims.py), each with its verdict again under the sensitivity definition of failure."""
     primary, sensitivity = (claim_rules.evaluate(evidence_of(record, cells, definition), seq_2eta or None)
                             for definition in (MISSED, FAILED))
-    for c, s in zip(primary, sensitivity):
-        c["verdict_sensitivity"] = s["verdict"]
-        c["ours"] += _real_strong_note(record) if c["claim"] == "Strong scaling always converges" else ""
+    sensitive = {s["key"]: s["verdict"] for s in sensitivity}
+    for c in primary:
+        c["verdict_sensitivity"] = sensitive[c["key"]]
+        c["ours"] += _real_strong_note(record) if c["key"] == "strong_converges" else ""
     return primary
 
 

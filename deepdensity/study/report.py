@@ -158,12 +158,13 @@ def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, t
 
 def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
-    claims_md = md_table(["claim", "paper", "rule", "ours", "verdict (paper's clock)",
-                          "failure = collapsed or non-finite", "this host's clock", "break-even (rho)",
+    others = [c for c in clocks.JUDGED if c.name != clocks.PAPER]
+    claims_md = md_table(["claim", "paper", "rule", "ours", f"verdict ({clocks.label(clocks.PAPER)})",
+                          "failure = collapsed or non-finite", *(c.label for c in others), "break-even (rho)",
                           "could more seeds change it?"],
                          [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**",
-                           c["verdict_sensitivity"], c["verdict_host"], c["break_even"], c["more_seeds"]]
-                          for c in claims])
+                           c["verdict_sensitivity"], *(c["verdicts"][o.name] for o in others), c["break_even"],
+                           c["more_seeds"]] for c in claims])
     answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
                        [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
     interim = ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; a claim that a cell "

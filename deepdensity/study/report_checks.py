@@ -9,6 +9,7 @@ import statistics
 
 from deepdensity.scaling import policies
 from deepdensity.study import claims as claim_rules
+from deepdensity.study import clocks
 from deepdensity.study import ledger
 from deepdensity.study import outcomes
 from deepdensity.study.judging import cells_of, claims_of
@@ -126,10 +127,11 @@ def stack_stability(record: dict, claims: list) -> str:
 def _verdicts_again(record: dict, claims: list, check: dict, how: str) -> str:
     """Every claim's verdicts (both clocks) against the same claim judged with a check's runs."""
     seed = check["seed"]
-    again = claims_of(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])
-    rows = [[c["claim"], c["verdict"], a["verdict"], c["verdict_host"], a["verdict_host"],
-             "the same" if (c["verdict"], c["verdict_host"]) == (a["verdict"], a["verdict_host"]) else "**changed**"]
-            for c, a in zip(claims, again)]
+    again = {a["key"]: a for a in claims_of(record, cells_of({**record, "cells": check["cells"]}), check["seq_2eta"])}
+    rows = [[c["claim"], c["verdict"], a["verdict"], c["verdicts"][clocks.HOST], a["verdicts"][clocks.HOST],
+             "the same" if (c["verdict"], c["verdicts"][clocks.HOST]) == (a["verdict"], a["verdicts"][clocks.HOST])
+             else "**changed**"]
+            for c, a in ((c, again[c["key"]]) for c in claims)]
     return md_table(["claim", "verdict (paper's clock)", f"with seed {seed} {how}", "this host's clock",
                      f"with seed {seed} {how}", "verdicts"], rows)
 

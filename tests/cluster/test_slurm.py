@@ -100,7 +100,7 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
         known = controller_jobs(cluster)
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
     assert cells(tmp_path / "slurm") == cells(local)
-    verdicts = lambda runs: [(c["claim"], c["verdict"], c["verdict_host"])  # noqa: E731
+    verdicts = lambda runs: [(c["claim"], c["verdict"], c["verdicts"])  # noqa: E731
                              for c in json.loads((runs / "reports" / "claims.json").read_text())]
     assert verdicts(tmp_path / "slurm") == verdicts(local)
     submitted = submissions(tmp_path / "slurm")

@@ -72,7 +72,7 @@ def test_the_papers_outcome_reproduces_every_claim():
     got = judge(papers_outcome(), twice_eta(8))
     assert len(got) == 6
     assert [c["verdict"] for c in got.values()] == ["reproduced"] * 6, got
-    assert [c["verdict_host"] for c in got.values()] == ["reproduced"] * 6
+    assert [c["verdicts"]["host"] for c in got.values()] == ["reproduced"] * 6
     # 0 of 8: the exact upper bound is 1 - 0.025^(1/8) = 0.369 (Clopper-Pearson's closed form at 0)
     assert f"N = 2: 0 of 8 missed (0%, 95% CI 0.00-{1 - 0.025 ** (1 / 8):.2f}): converges" in \
         got["Strong scaling always converges"]["ours"]
