@@ -264,3 +264,39 @@ def not_exercised(cells: list, run_rows: dict, base_batch: int, theta: float) ->
                      f"have fired in some epoch only with theta below sqrt({top:.3g}) = {math.sqrt(top):.2f} "
                      f"(a statement, not a run: theta stays {theta:g})")
     return out
+
+
+
+_DATA = {"full": "the full data", "random": "the random control"}
+
+
+def brief_rows(answers: dict) -> list:
+    """The beyond report's first table from its answers (answers.json's form): a row per
+    question, [question, the answer under the paper's clock in a few words, the comparison it
+    rests on (the one nearest to 'shorter': the smallest Holm-adjusted p of it)]."""
+    data = lambda k: _DATA.get(k, f"the {k} data")  # noqa: E731
+    rows = [[f"{m} against strong scaling", f"not exercised: {why.split(':')[0]}", "-"]
+            for m, why in answers["not_exercised"].items()]
+    rows += [[f"{m} against strong scaling", *_in_brief(comps, lambda ks: "at N = " + ", ".join(ks), "N = {}".format)]
+             for m, comps in answers["remedies"].items()]
+    rows += [[f"network-filtered data, {group}",
+              *_in_brief(comps, lambda ks: "against " + " and ".join(map(data, ks)), lambda k: "against " + data(k))]
+             for group, comps in answers["filter"].items()]
+    rows += [[f"global batch b against the study's, lr rule {rule}",
+              *_in_brief(comps, lambda ks: "at b = " + ", ".join(ks), "b = {}".format)]
+             for rule, comps in answers["sweep"].items()]
+    return rows
+
+
+def _in_brief(comparisons: dict, where, name) -> list:
+    """[the paper clock's verdicts grouped, `where`(keys) saying of which; the comparison with the
+    smallest Holm p of 'shorter', `name`(key) naming it]."""
+    by_verdict: dict = {}
+    for key, c in comparisons.items():
+        by_verdict.setdefault(c["paper"]["verdict"], []).append(key)
+    said = "; ".join(f"{verdict} {where(keys)}" for verdict, keys in by_verdict.items())
+    key = min(comparisons, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
+    c = comparisons[key]["paper"]
+    ratio = f"{c['ratio']:.2f}" if isinstance(c["ratio"], float) else str(c["ratio"])
+    return [said, f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, "
+                  f"{c['p_longer_holm']:.2g} longer"]

@@ -71,14 +71,13 @@ def write_beyond_reports(out: Path, record: dict) -> None:
     figs.figures_against_n(out, b.every, b.modes, b.study.workers, b.clocks["paper"], b.base, plt)
     if any(policies.get(m).grows_batch for m in b.modes):
         figs.adaptive_figure(out / "fig7.png", b.cells, record["run_rows"], record["target"], plt)
-    text = fill("beyond.md", **_fields(b, judged), time_table=_time_tables(out, b))
     answers = {"rules_fixed": bv.BEYOND_RULES_FIXED_UTC, "not_exercised": b.skipped,
                "remedies": {m: answers_of(j) for m, j in judged.items()}, "filter": {}, "sweep": {}}
-    if record["filtering"]:
-        text += _filtering_md(out, b, plt, answers["filter"])
-    if record["batch_sweep"]:
-        text += _sweep_md(out, b, plt, answers["sweep"])
-    (out / "REPORT.md").write_text(text)
+    sections = (_filtering_md(out, b, plt, answers["filter"]) if record["filtering"] else "") + \
+        (_sweep_md(out, b, plt, answers["sweep"]) if record["batch_sweep"] else "")
+    first = md_table(["question", "answer (the paper's clock)", "the comparison it rests on"], bv.brief_rows(answers))
+    text = fill("beyond.md", **_fields(b, judged), time_table=_time_tables(out, b), answers_table=first)
+    (out / "REPORT.md").write_text(text + sections)
     (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
 
 

@@ -36,6 +36,19 @@ def test_the_first_table_is_one_short_row_per_claim_before_the_evidence(folder):
     assert text.index("## The answer") < text.index("## Claims")
 
 
+def test_the_beyond_reports_first_table_is_one_short_row_per_question():
+    folder = ROOT / "reports" / "beyond"
+    if not (folder / "REPORT.md").is_file():
+        pytest.skip("no beyond study committed")
+    text = (folder / "REPORT.md").read_text()
+    answers = json.loads((folder / "answers.json").read_text())
+    rows = first_table(text.split("## The answer", 1)[1])
+    questions = [*answers["not_exercised"], *answers["remedies"], *answers["filter"], *answers["sweep"]]
+    assert len(rows) == len(questions) and all(q in row[0] for q, row in zip(questions, rows))
+    assert max(len(cell) for row in rows for cell in row) <= LONGEST_CELL
+    assert text.index("## The answer") < text.index("| comparison |")
+
+
 def test_a_long_cell_in_the_first_table_is_found():
     """The check above reads the table it means: a report whose first table is the full claims
     table (the layout before) fails it."""
