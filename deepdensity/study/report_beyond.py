@@ -21,7 +21,7 @@ from deepdensity.study import clocks
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot, target_source, \
-    time_range, write_csv
+    time_range, without_machine_paths, write_csv
 from deepdensity.study.cells import Cell, TimeBase, efficiency_table, failures, median_time
 from deepdensity.study.evidence import timed_under
 from deepdensity.study.paper import PAPER_TABLE1
@@ -148,7 +148,7 @@ def _fields(b: Beyond, judged: dict) -> dict:
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "local_steps": cfg.local_steps,
         "eta": f"{r['eta']:.6g}", "eta_source": _eta_source(b.study.base_lr), "target": f"{r['target']:.6g}",
         "target_source": target_source(r, b.study.calibration_epochs), "cap": r["cap"],
-        "earlier_note": r["earlier"]["note"], "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
+        "earlier_note": without_machine_paths(r["earlier"]["note"]), "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
         "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(r["timing"]),
         "serial_share": f"{s:.3f}", "paper_rho": f"{rho:.3f}", "host_rho": f"{host.rho:.3f}",
         "local_allreduce_size": f"{policies.get('local').allreduce_size:g}", "steps1": steps1, "n_train": r["n_train"],
@@ -312,7 +312,8 @@ def _medians(cells: list, clock, base, digits: int = 1) -> str:
 def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     filtering, groups, paper = b.record["filtering"], _filter_groups(b), b.clocks["paper"]
     facts = filtering["filter"]
-    (out / "filtering.json").write_text(json.dumps({"filter": facts, "runs": filtering["rows"]}, indent=2))
+    (out / "filtering.json").write_text(without_machine_paths(json.dumps({"filter": facts, "runs": filtering["rows"]},
+                                                                         indent=2)))
     figs.filter_figure(out / "fig8.png", groups, paper, plt)
     rows, said, tables, helped = [], [], [], []
     for mode, n, by_data in groups:
