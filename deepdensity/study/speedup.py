@@ -10,6 +10,7 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
+from scipy import optimize
 
 from deepdensity.scaling.rules import steps_per_epoch
 
@@ -30,28 +31,10 @@ def efficiency(t1: Optional[float], n: int, tn: Optional[float]) -> float:
 # (the paper writes c log(n) without a base; we use log2, the depth of a tree or the number of
 # halving rounds of a recursive-doubling allreduce, so c is per doubling)
 # ------------------------------------------------------------------------------------
-def _nnls_small(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares for a handful of columns: the best unconstrained
-    solution over every subset of active columns (exact for 3 columns, 8 subsets)."""
-    k = A.shape[1]
-    best, best_err = np.zeros(k), float(np.sum(y ** 2))
-    for mask in range(1, 2 ** k):
-        cols = [j for j in range(k) if mask >> j & 1]
-        sol, *_ = np.linalg.lstsq(A[:, cols], y, rcond=None)
-        if (sol < 0).any():
-            continue
-        x = np.zeros(k)
-        x[cols] = sol
-        err = float(np.sum((A @ x - y) ** 2))
-        if err < best_err - 1e-18:
-            best, best_err = x, err
-    return best
-
-
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple:
     """Least-squares (intercept, slope), both clipped at 0: a time is never negative."""
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
-    a, b = _nnls_small(np.stack([np.ones_like(xs), xs], axis=1), ys)
+    (a, b), _ = optimize.nnls(np.stack([np.ones_like(xs), xs], axis=1), ys)
     return float(a), float(b)
 
 
