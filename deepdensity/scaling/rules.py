@@ -42,6 +42,7 @@ def divisors(n: int) -> list:
 
 
 EPOCH_DEFINITIONS = ("per_worker", "global")
+PER_WORKER = EPOCH_DEFINITIONS[0]        # the paper's, and a run's when its settings name none
 
 
 def pass_length(n_train: int, base_batch: int) -> int:

@@ -62,7 +62,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
                 rows.append(_earlier_full_row(full[0], modelled, curves.passes_per_epoch(
-                    n, study.train.get("epoch_definition", "per_worker"))))
+                    n, curves.epoch_definition(study.train))))
             else:
                 jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
                              {**common, "seed": seed}))
@@ -73,7 +73,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                              label="filter runs")
     for (facts, nm, mode, n, _), r in zip(jobs, results):
         rows.append({**facts, **timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                     curves.passes_per_epoch(n, study.train.get("epoch_definition", "per_worker")))})
+                                     curves.passes_per_epoch(n, curves.epoch_definition(study.train)))})
     rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
     import h5py
     with h5py.File(filtered, "r") as f:
@@ -160,7 +160,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
                     + (f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
                        f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
                        f"differently, so run both studies on one machine)" if env else ""))
-    cells, definition = [], record["settings"].get("epoch_definition", "per_worker")
+    cells, definition = [], curves.epoch_definition(record["settings"])
     for c in record["cells"]:
         if c["mode"] not in policies.large_batch() or c["n"] not in workers:
             continue

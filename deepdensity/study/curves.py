@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PlanError, stop_reason
+from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PER_WORKER, PlanError, stop_reason
 
 
 def passes_per_epoch(workers: int, definition: str) -> int:
@@ -19,7 +19,13 @@ def passes_per_epoch(workers: int, definition: str) -> int:
     pass), 1 for `global` (the workers share one)."""
     if definition not in EPOCH_DEFINITIONS:
         raise PlanError(f"unknown epoch definition {definition!r}")
-    return workers if definition == "per_worker" else 1
+    return workers if definition == PER_WORKER else 1
+
+
+def epoch_definition(settings: dict) -> str:
+    """The epoch definition of a run's or a study's training settings (a config.json, a
+    preset's `train`, a record's `settings`): PER_WORKER where they name none."""
+    return settings.get("epoch_definition", PER_WORKER)
 
 
 def validation_points(rows: Sequence[dict], per_epoch: int) -> list:

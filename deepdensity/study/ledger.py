@@ -134,7 +134,7 @@ def answer(entry: dict, stopping: dict) -> Optional[dict]:
               "time_to_target_s": seconds if status == RunStatus.REACHED and rows else
               (entry["result"].get("time_to_target_s") if status == RunStatus.REACHED else None)}
     if rows is not None:
-        per_epoch = curves.passes_per_epoch(entry["n"], entry["config"].get("epoch_definition", "per_worker"))
+        per_epoch = curves.passes_per_epoch(entry["n"], curves.epoch_definition(entry["config"]))
         passes = curves.passes_to_target(rows, stopping["target_loss"], per_epoch)
     else:
         passes = entry["result"].get("passes_to_target")
@@ -173,7 +173,7 @@ class Ledger:
     def pass_seconds(self) -> Optional[float]:
         """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
         per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(
-            e["n"], e["config"].get("epoch_definition", "per_worker")))
+            e["n"], curves.epoch_definition(e["config"])))
             for e in self.entries if e.get("rows") and e["rows"][-1].get("seconds") and not e["isa_cap"])
         return round(per[len(per) // 2], 3) if per else None
 

@@ -204,7 +204,7 @@ class StudyRunner:
                for e in self.ledger.entries):
             return
         vals = [r["val_loss"] for r in rows]
-        per_epoch = curves.passes_per_epoch(n, config.get("epoch_definition", "per_worker"))
+        per_epoch = curves.passes_per_epoch(n, curves.epoch_definition(config))
         result = {**result, "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
                   if result["status"] == RunStatus.REACHED else None}
         entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],

@@ -47,7 +47,7 @@ def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
         return []
     launcher = shlex.quote(horovodrun_path()) + " -np {n}"
     runner = s.runner.sibling(launcher, parallel=1)
-    seed, definition = study.sequential_seeds()[0], study.train.get("epoch_definition", "per_worker")
+    seed, definition = study.sequential_seeds()[0], curves.epoch_definition(study.train)
     sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
     rows = []
     for n in study.real_strong:

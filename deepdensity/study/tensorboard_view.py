@@ -32,7 +32,7 @@ def curve_points(rows: list, per_epoch: int) -> list:
 def view_series(record: dict, runs: Path) -> tuple:
     """({seed: {tag: [(passes, loss)]}}, {mode: [(N, median passes to target)]}) of a study's
     record and its runs folder."""
-    definition = record.get("settings", {}).get("epoch_definition", "per_worker")
+    definition = curves.epoch_definition(record.get("settings", {}))
     seeds, medians = {}, {}
     for c in record["cells"]:
         derived = policies.get(c["mode"]).follows_sequential_path and c["n"] > 1 and c["run"].startswith("seq-")
