@@ -20,8 +20,8 @@ def machine_report(cfg) -> dict:
                "kernel_isa": kernels.isa(),
                "rendering": "kernel" if uses_kernel(cfg.rendering) else "tf"}
     print(f"CPU: {machine['cpu']}, {machine['cpus']} cores; oneDNN: {machine['onednn_isa']}; rendering kernel: "
-          f"{machine['kernel_isa']}; XLA: the host's own (LLVM compiles for this CPU); TensorFlow's element-wise "
-          f"kernels: AVX (as the 2.15 wheel is built)")
+          f"{machine['kernel_isa']}; XLA: the host's own (LLVM compiles for this CPU); TensorFlow "
+          f"{machine['tensorflow']}'s element-wise kernels: what its wheel was compiled for (AVX for 2.15's)")
     print(f"rendering: {cfg.rendering} -> {machine['rendering']}")
     return machine
 
