@@ -164,6 +164,11 @@ def distributed_report(config: str, n_weights: int) -> dict:
     return {"horovod": hv, "weak32_memory": memory}
 
 
+# `train.py`'s training in a child that then prints its peak resident memory (ru_maxrss, kB)
+TRAIN_WITH_MAXRSS = ("import resource, sys; from deepdensity.training.cli import main; rc = main(sys.argv[1:]); "
+                     "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+
+
 def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
     """Peak resident memory of one epoch of `--mode weak --emulate-workers 32` (a global
     batch of 1024) on 1280 synthetic cubes: the child's ru_maxrss."""
@@ -171,10 +176,8 @@ def peak_memory_weak32(cfg_path: str, max_pass_batch: int) -> dict:
         data = Path(tmp) / "bench.h5"
         run_child([sys.executable, "-m", "deepdensity.data", "synth", "--out", str(data), "--n", "1280",
               "--val", "256", "--seed", "0"])
-        code = ("import resource, sys, train; rc = train.main(sys.argv[1:]); "
-                "print('MAXRSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
         t = time.perf_counter()
-        proc = run_child([sys.executable, "-c", code, "--mode", "weak", "--emulate-workers", "32",
+        proc = run_child([sys.executable, "-c", TRAIN_WITH_MAXRSS, "--mode", "weak", "--emulate-workers", "32",
                      "--config", cfg_path, "--quiet", "--set", f"data_path={data}", "--set", "max_epochs=1",
                      "--set", f"max_pass_batch={max_pass_batch}"])
         seconds = time.perf_counter() - t

@@ -60,3 +60,18 @@ def test_the_rank_waits_probe_gathers_both_ranks_steps_on_one_clock_and_its_repo
     for k in range(40):
         assert min(calls[0][k][1], calls[1][k][1]) >= max(calls[0][k][0], calls[1][k][0])
     assert all(wait >= 0 and after > 0 for wait, after in steps)
+
+
+@pytest.mark.medium
+def test_the_memory_probes_child_starts_training_as_train_py_does():
+    """bench's peak-memory child (TRAIN_WITH_MAXRSS) reaches the training CLI: asked for --help
+    it prints the training flags and exits 0 (it called `train.main`, which the thin train.py
+    no longer has, and every memory figure of `make bench` failed)."""
+    import subprocess
+
+    from deepdensity.perf.horovod_figures import TRAIN_WITH_MAXRSS
+    from tests.support import ROOT
+    proc = subprocess.run([sys.executable, "-c", TRAIN_WITH_MAXRSS, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--mode" in proc.stdout and "--emulate-workers" in proc.stdout
