@@ -295,7 +295,10 @@ def _in_brief(comparisons: dict, where, name) -> list:
     for key, c in comparisons.items():
         by_verdict.setdefault(c["paper"]["verdict"], []).append(key)
     said = "; ".join(f"{verdict} {where(keys)}" for verdict, keys in by_verdict.items())
-    key = min(comparisons, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
+    tested = [k for k, c in comparisons.items() if c["paper"]["p_shorter_holm"] is not None]
+    if not tested:                      # too few seeds, or neither side reached: no test ran
+        return [said, "-"]
+    key = min(tested, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
     c = comparisons[key]["paper"]
     ratio = f"{c['ratio']:.2f}" if isinstance(c["ratio"], float) else str(c["ratio"])
     return [said, f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, "

@@ -339,7 +339,8 @@ def test_an_adaptive_whose_batch_grew_is_exercised():
 
 def test_the_first_table_groups_the_paper_clocks_verdicts_and_names_the_nearest_to_shorter():
     """bv.brief_rows on hand-made answers: each question's verdicts grouped in their order, and
-    the comparison with the smallest Holm p of 'shorter' with its ratio and both p."""
+    the comparison with the smallest Holm p of 'shorter' with its ratio and both p; none where no
+    comparison was tested (too few seeds: the tiny study's sweep)."""
     from deepdensity.study import beyond_verdicts as bv
 
     def comp(verdict, ratio, shorter, longer):
@@ -348,11 +349,13 @@ def test_the_first_table_groups_the_paper_clocks_verdicts_and_names_the_nearest_
                "remedies": {"local": {"2": comp("shorter", 0.5, 0.01, 1.0), "4": comp("longer", "inf", 1.0, 0.02)}},
                "filter": {"weak N = 4": {"full": comp("no measurable difference", 0.9, 0.4, 1.0),
                                          "random": comp("no measurable difference", 1.1, 0.7, 0.6)}},
-               "sweep": {"eta": {"8": comp("longer", 1.5, 1.0, 0.001)}}}
+               "sweep": {"eta": {"8": comp("longer", 1.5, 1.0, 0.001)},
+                         "linear": {"8": comp("too few seeds", None, None, None)}}}
     assert bv.brief_rows(answers) == [
         ["adaptive against strong scaling", "not exercised: its test never fired", "-"],
         ["local against strong scaling", "shorter at N = 2; longer at N = 4",
          "N = 2: ratio 0.50, Holm p = 0.01 shorter, 1 longer"],
         ["network-filtered data, weak N = 4", "no measurable difference against the full data and the random control",
          "against the full data: ratio 0.90, Holm p = 0.4 shorter, 1 longer"],
-        ["global batch b against the study's, lr rule eta", "longer at b = 8", "b = 8: ratio 1.50, Holm p = 1 shorter, 0.001 longer"]]
+        ["global batch b against the study's, lr rule eta", "longer at b = 8", "b = 8: ratio 1.50, Holm p = 1 shorter, 0.001 longer"],
+        ["global batch b against the study's, lr rule linear", "too few seeds at b = 8", "-"]]
