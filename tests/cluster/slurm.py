@@ -25,6 +25,13 @@ PARTITION = "dd"
 DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
+def slurm_installed() -> bool:
+    """Are Slurm's daemons and commands installed, and this root (what SlurmCluster needs
+    besides network namespaces)? Asks nothing of the kernel: no namespace is made."""
+    return os.geteuid() == 0 and shutil.which("sbatch") is not None and \
+        all(shutil.which(d) is not None or Path(f"/usr/sbin/{d}").exists() for d in DAEMONS)
+
+
 def slurm_unavailable_reason():
     """None when SlurmCluster can run here, else why not (the tests' skip reason)."""
     reason = unavailable_reason()
