@@ -4,8 +4,8 @@
 # launchers, so they run in a lane of their own while the other tests use the CPU
 # (docs/performance.md#tests has what that gains). The cluster lane's output follows the
 # others'; the exit status is the others' if they failed, else the cluster lane's. Each lane has
-# its own temporary folder, new for each run (removed when both pass), so neither's processes or files are the other's
-# or another run's.
+# its own temporary folder, new for each run (removed when both pass), so neither's processes or
+# files are the other's or another run's.
 #   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/cluster.xml and D/others.xml)
 set -uo pipefail
 pytest=${1:?usage: scripts/test_all.sh PYTEST}
