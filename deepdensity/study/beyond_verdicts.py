@@ -266,7 +266,6 @@ def not_exercised(cells: list, run_rows: dict, base_batch: int, theta: float) ->
     return out
 
 
-
 _DATA = {"full": "the full data", "random": "the random control"}
 
 
@@ -300,6 +299,6 @@ def _in_brief(comparisons: dict, where, name) -> list:
         return [said, "-"]
     key = min(tested, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
     c = comparisons[key]["paper"]
-    ratio = f"{c['ratio']:.2f}" if isinstance(c["ratio"], float) else str(c["ratio"])
+    ratio = rank_tests.ratio_text(None if c["ratio"] is None else float(c["ratio"]))   # answers.json: "inf"
     return [said, f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, "
                   f"{c['p_longer_holm']:.2g} longer"]

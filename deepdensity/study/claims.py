@@ -32,7 +32,8 @@ def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: 
     by_clock = by_clock or {}
     return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "more_seeds": more,
             "verdict": by_clock.get(clocks.PAPER, verdict),
-            "verdicts": {c.name: by_clock.get(c.name, verdict) for c in clocks.JUDGED}, "break_even": break_even,
+            "verdicts": {c.name: by_clock[c.name] if by_clock else verdict for c in clocks.JUDGED},
+            "break_even": break_even,
             "ours_brief": brief[0], "deciding": brief[1]}
 
 
@@ -67,9 +68,12 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
                Verdict.REPRODUCED if calls and all(c == expect for c in calls) else Verdict.INCONCLUSIVE)
     ours = "; ".join(f"N = {n}: {r}" for n, r in rates_.items())
     settled = any(r.call == against and not v.short(mode, [n]) for n, r in rates_.items())
-    verdict, ours = _all_named(v, mode, [n for n in v.workers if n >= least], verdict, ours, settled)
+    named = [n for n in v.workers if n >= least]
+    verdict, ours = _all_named(v, mode, named, verdict, ours, settled)
+    missing = [str(n) for n in named if n not in rates_]
+    brief = _calls_brief(rates_) + (f"; not run at N = {', '.join(missing)}" if missing else "")
     return verdict, ours, _more_for_rates(rates_, expect, against), (
-        _calls_brief(rates_), _nearest_the_line({n: (r, expect) for n, r in rates_.items()}))
+        brief, _nearest_the_line({n: (r, expect) for n, r in rates_.items()}))
 
 
 def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str, settled: bool = False) -> tuple:
@@ -267,7 +271,7 @@ class _Run:
 
 @dataclass(frozen=True)
 class ClaimRule:
-    """A claim the study judges: `judge(evidence, seq_2eta)` gives its row (`_claim`), where
+    """A claim the study judges: `judge(evidence, seq_2eta)` gives its row (`claim_row`), where
     `applies(evidence, seq_2eta)` says the study ran what it needs. Its key names it in
     claims.json and wherever a claim is looked up; never its title or its place in the list."""
     key: str

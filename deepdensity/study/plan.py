@@ -192,7 +192,8 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
         if got is not None:
             held[e["run"]] = (e, got["result"])
         if e.get("rows") and e["rows"][-1].get("seconds"):
-            pass_s[e["run"]] = e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(e["n"], "per_worker"))
+            passes = len(e["rows"]) * curves.passes_per_epoch(e["n"], curves.epoch_definition(e["config"]))
+            pass_s[e["run"]] = e["rows"][-1]["seconds"] / passes
     return held, pass_s
 
 

@@ -15,8 +15,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 # an absolute path as a record may hold it (a study run outside the checkout): after a space,
-# a bracket, a quote or a backtick, or at the start, so that "s / epoch" and URLs are not paths
-_ABSOLUTE_PATH = re.compile(r"(?:(?<=[\s(\"'`])|^)/[\w.+-]+(?:/[\w.+-]+)+", re.M)
+# a bracket, a quote, a backtick or '=' (data_path=/x), or at the start, so that "s / epoch",
+# "1/2" and URLs are not paths
+_ABSOLUTE_PATH = re.compile(r"(?:(?<=[\s(\"'`=])|^)/[\w.+-]+(?:/[\w.+-]+)+", re.M)
 
 
 def machine_paths(text: str) -> list:

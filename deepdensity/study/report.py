@@ -20,7 +20,7 @@ from deepdensity.study.judging import cells_of, claims_of, clock_set, evidence_o
 from deepdensity.study.preset import Study
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.render import (cells_at, cost_line, epochs_listing, passes_listing, fill, fmt, md_table, pyplot,
-                                      target_source, time_range, write_csv)
+                                      target_source, time_range, without_machine_paths, write_csv)
 from deepdensity.study.report_checks import (isa_stability, real_strong, rules_when, stack_stability, stall_check,
                                              where_runs_ran)
 from deepdensity.study.report_clock import clock_fields, host_latency
@@ -171,8 +171,10 @@ def _header_fields(record: dict, claims: list) -> dict:
                "below the design's seeds could still change has no verdict yet, the pooled contrasts below are of "
                "the runs held so far, and the runs still missing are listed with their cost in the Decision rules' "
                "'Sequential design' line.\n\n" if _interim(p) else "")
-    return {"answers_table": interim + answers, "name": record["preset"], "how_run": "real runs: " + record["runner"] if record["runner"] else
-            "emulated workers, modelled time", "when": p["generated"], "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else p["command"],
+    return {"answers_table": interim + answers, "name": record["preset"],
+            "how_run": without_machine_paths("real runs: " + record["runner"]) if record["runner"] else
+            "emulated workers, modelled time", "when": p["generated"],
+            "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else without_machine_paths(p["command"]),
             "revision": p["revision"],
             "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
                        + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",

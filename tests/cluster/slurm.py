@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.cluster.hosts import PREFIX, ClusterUnavailable, TwoHosts, unavailable_reason
+from tests.cluster.hosts import PREFIX, SSHD, ClusterUnavailable, TwoHosts, unavailable_reason
 
 NODES = {"a": f"{PREFIX}node-a", "b": f"{PREFIX}node-b"}
 PARTITION = "dd"
@@ -26,9 +26,10 @@ DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
 def slurm_installed() -> bool:
-    """Are Slurm's daemons and commands installed, and this root (what SlurmCluster needs
-    besides network namespaces)? Asks nothing of the kernel: no namespace is made."""
-    return os.geteuid() == 0 and shutil.which("sbatch") is not None and \
+    """Is all that SlurmCluster needs here but the network namespaces themselves: root, `ip`,
+    sshd, Slurm's daemons and commands? Asks nothing of the kernel: no namespace is made."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and Path(SSHD).exists() and \
+        shutil.which("sbatch") is not None and \
         all(shutil.which(d) is not None or Path(f"/usr/sbin/{d}").exists() for d in DAEMONS)
 
 

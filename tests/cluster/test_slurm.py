@@ -217,7 +217,7 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
         # cancel once one has reattached: with the cores shared (CI's two test lanes), the
         # running ones and the queue had all ended by then (4 of 6 runs, 2026-11-28)
         held = [job_id for job_id, _ in jobs(cluster, "PENDING")]
-        cluster.run(["scontrol", "hold", ",".join(held)], check=False)
+        cluster.run(["scontrol", "hold", ",".join(held)])
         driver.kill()
         driver.wait()
         for pid in cluster.pids("a", "deepdensity.repro"):      # `ip netns exec` leaves its child running
@@ -225,7 +225,7 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
         assert jobs(cluster, "RUNNING") + jobs(cluster, "PENDING"), "jobs go on without the driver"
         again = cluster.start(command, tmp_path / "again.log", env=env(cluster))
         wait_for(lambda: "attached to Slurm job" in (tmp_path / "again.log").read_text(), "the driver reattaching")
-        cluster.run(["scontrol", "release", ",".join(held)], check=False)
+        cluster.run(["scontrol", "release", ",".join(held)])
         requeued = signal_a_running_job(cluster, runs, "USR2")
         cancelled = wait_for(lambda: next((j for j, _ in jobs(cluster, "RUNNING") if j != requeued), ""),
                              "another running job")

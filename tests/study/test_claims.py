@@ -184,6 +184,9 @@ def test_each_claim_names_its_cells_in_a_few_words_and_the_one_number_it_rests_o
     assert warmup["ours_brief"] == "converges at N = 2, 4; fails at N = 8, 16, 32"
     assert warmup["deciding"].startswith("N = 2: 0 of 8 missed")
     assert got["2 x eta diverges for the sequential model"]["ours_brief"] == "fails at 2 x eta"
+    # a named N not run is said, as the verdict it leaves open
+    short = judge([c for c in cells if (c.mode, c.n) != ("strong", 32)], twice_eta(8))
+    assert short["Strong scaling always converges"]["ours_brief"].endswith("; not run at N = 32")
     assert got["Weak scaling converges everywhere but its efficiency falls"]["ours_brief"].endswith(
         "its efficiency falls")
 

@@ -74,5 +74,6 @@ def test_a_machine_path_in_a_record_is_shown_by_its_last_two_parts():
     from deepdensity.study.render import machine_paths, without_machine_paths
     assert without_machine_paths("runs (/work/main/reports/study.json, same") == "runs (reports/study.json, same"
     assert without_machine_paths('"run": "/scratch/u1/runs/seq-s3",') == '"run": "runs/seq-s3",'
-    for kept in ("s / epoch", "https://ui.perfetto.dev/trace", "p 1 / 0.38", "docs/beyond.md"):
+    assert without_machine_paths("--set data_path=/home/u/scans/cubes.h5") == "--set data_path=scans/cubes.h5"
+    for kept in ("s / epoch", "https://ui.perfetto.dev/trace", "p 1 / 0.38", "docs/beyond.md", "24/24", "ms/step"):
         assert without_machine_paths(kept) == kept and machine_paths(kept) == []
