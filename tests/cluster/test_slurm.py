@@ -177,11 +177,23 @@ def run_of(runs: Path, job_id: str) -> str:
     return next((run for run, ids in submissions(runs).items() if job_id in ids), "")
 
 
+# A job is signalled only this early in its run (epochs done), so that it has epochs left to
+# stop in: signalled later, a run beside the other test lane reached its target before
+# submitit's checkpoint ran, and the job ended instead of requeueing (CI's run of 46bc3dc)
+EARLY_EPOCHS = 3
+
+
 def running_past_a_checkpoint(cluster, runs: Path, but: str = "") -> str:
-    """A running job (not `but`) whose run has written its first checkpoint, else ''."""
+    """A running job (not `but`) whose run has written its first checkpoint and done at most
+    EARLY_EPOCHS epochs, else ''."""
     for job_id, _ in jobs(cluster, "RUNNING"):
         run = run_of(runs, job_id)
-        if job_id != but and run and (runs / run / "state.json").exists():
+        state = runs / run / "state.json" if run else None
+        try:
+            done = json.loads(state.read_text())["epoch"] + 1 if state is not None and state.exists() else None
+        except (OSError, ValueError, KeyError):     # being replaced at this moment: look again
+            done = None
+        if job_id != but and done is not None and done <= EARLY_EPOCHS:
             return job_id
     return ""
 
