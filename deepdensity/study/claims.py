@@ -51,11 +51,13 @@ def _nearest_the_line(expected: dict) -> str:
     expects)}: the one whose interval lies least on the expected side of 0.5 (for a cell that
     should converge, 0.5 less its upper bound; for one that should fail, its lower bound less
     0.5)."""
+    def inside(rate, expect) -> float:
+        return 0.5 - rate.high if expect == Call.CONVERGES else rate.low - 0.5
+
     run = {n: (r, expect) for n, (r, expect) in expected.items() if r.runs}
     if not run:
         return "-"
-    n, (r, _) = min(run.items(), key=lambda item: 0.5 - item[1][0].high if item[1][1] == Call.CONVERGES
-                    else item[1][0].low - 0.5)
+    n, (r, _) = min(run.items(), key=lambda item: inside(*item[1]))
     return f"N = {n}: {r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}"
 
 
@@ -160,13 +162,14 @@ def warmup_to_four(v: Evidence) -> dict:
 
 def _time_claim(v: Evidence, judge) -> tuple:
     """({clock: verdict}, break-even text, evidence under the paper clock, its brief) of a time
-    claim whose `judge(clock)` gives (verdict, evidence, brief)."""
+    claim whose `judge(clock)` gives (verdict, evidence, a function giving its brief): the brief
+    is made for the paper's clock alone, not at every rho of the break-even search."""
     by_clock = {name: judge(clock)[0] for name, clock in v.clocks.items()}
     host = v.clocks["host"]
     flips = clocks.break_even(lambda rho: judge(host.with_rho(rho))[0])
     device = f"one device per worker, free communication: {by_clock['device']}; " if "device" in by_clock else ""
     _, evidence, brief = judge(v.clocks.get("paper", host))
-    return by_clock, device + clocks.describe_break_even(flips), evidence, brief
+    return by_clock, device + clocks.describe_break_even(flips), evidence, brief()
 
 
 def _holm_brief(tests: list, names: list) -> tuple:
@@ -203,7 +206,7 @@ def strong_fastest(v: Evidence) -> dict:
             verdict = Verdict.INCONCLUSIVE
         return (*_complete(v, {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]}, verdict,
                            "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})"),
-                _holm_brief(tests, names))
+                lambda: _holm_brief(tests, names))
 
     by_clock, flips, evidence, brief = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
@@ -240,7 +243,7 @@ def weak_efficiency(v: Evidence) -> dict:
                 Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
         ratio = f"N x time to target, N = {lo} against N = {hi}: ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}"
         return (*_complete(v, {WEAK: [lo, hi]}, both, f"{ours}; {ratio}"),
-                (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"))
+                lambda: (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"))
 
     by_clock, flips, evidence, brief = _time_claim(v, judge)
     return claim_row("Weak scaling converges everywhere but its efficiency falls",
