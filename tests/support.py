@@ -80,7 +80,7 @@ def tiny_clock() -> dict:
     its own (the clock is not what such a test is about)."""
     import json
 
-    from deepdensity.study.timing import CLOCK_VERSION
+    from deepdensity.study.run.timing import CLOCK_VERSION
     record = json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())
     return {**record["timing"], "clock_version": CLOCK_VERSION}
 
@@ -108,9 +108,9 @@ def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
 
     import yaml
 
-    from deepdensity.study.preset import load_study
-    from deepdensity.study.session import run_settings
-    from deepdensity.study.timing import ROUNDS_FILE, round_settings
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run.session import run_settings
+    from deepdensity.study.run.timing import round_settings, ROUNDS_FILE
     _, study = load_study(str(preset))
     runs.mkdir(parents=True, exist_ok=True)
     train_yaml = runs / "train.yaml"
@@ -150,7 +150,7 @@ class FakeRunner:
     def run(self, name, mode, n, settings, need_weights=False):
         import json
 
-        from deepdensity.scaling import rules     # here: importing the package sets TensorFlow's log level
+        from deepdensity.scaling import rules
         self.calls.append((name, settings["max_epochs"]))
         out = self.root / name
         out.mkdir(parents=True, exist_ok=True)

@@ -135,12 +135,14 @@ def test_nothing_outside_dist_touches_horovod():
     assert offenders == []
 
 
-@pytest.mark.parametrize("pure", ["deepdensity.scaling.rules", "deepdensity.scaling.policies",
-                                  "deepdensity.study.cells", "deepdensity.study.paper", "deepdensity.study.protocol_text",
-                                  "deepdensity.study.evidence", "deepdensity.study.rank_tests", "deepdensity.study.contrasts",
-                                  "deepdensity.study.curves", "deepdensity.study.outcomes", "deepdensity.study.clocks",
-                                  "deepdensity.study.seeding",
-                                  "deepdensity.study.speedup", "deepdensity.config", "deepdensity.training.runs"])
+STUDY = "deepdensity.study"
+PURE = sorted({"deepdensity.scaling.rules", "deepdensity.scaling.policies", "deepdensity.config", "deepdensity.training.runs",
+               "deepdensity.study.judge.rank_tests", "deepdensity.study.judge.contrasts", "deepdensity.study.judge.claims",
+               "deepdensity.study.judge.beyond_verdicts"}
+              | {n for n in MODULES if n.startswith((f"{STUDY}.core.", f"{STUDY}.plan."))})
+
+
+@pytest.mark.parametrize("pure", PURE)
 def test_pure_modules_import_no_framework(pure):
     """The rules and the tables are tested exhaustively without starting TensorFlow, and the
     study driver reads run folders without it; check the closure of their imports."""
@@ -211,8 +213,8 @@ def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
 
 
 # "local" is also the name of the study's executor that trains here (--executor local)
-EXECUTOR_LOCAL = {("deepdensity.study.plan", "local"), ("deepdensity.study.repro", "local"),
-                  ("deepdensity.study.slurm_runner", "local"), ("deepdensity.study.slurm_jobs", "local")}
+EXECUTOR_LOCAL = {("deepdensity.study.plan.study_plan", "local"), ("deepdensity.study.repro", "local"),
+                  ("deepdensity.study.run.slurm_runner", "local"), ("deepdensity.study.run.slurm_jobs", "local")}
 
 
 def policy_name_literals(tree: ast.AST) -> list:
@@ -238,3 +240,46 @@ def test_the_study_names_policies_only_through_the_registry():
                  for line, text in policy_name_literals(ast.parse(path.read_text()))
                  if (name, text) not in EXECUTOR_LOCAL]
     assert offenders == []
+
+
+# The study's stages (issue 56), in the order a study goes through them: what a stage may import.
+# core (types and models) < plan < record < judge < report is one chain; run (the runners, the
+# clock's measurement, the checks that train) stands beside it, after the record, and no stage of
+# the chain imports it: a report is a function of its record, never of the machinery that ran it.
+# The modules at the top of deepdensity/study (repro, kinds, rerender, ledger_import) wire the
+# stages together and may import any; no stage imports them.
+CHAIN = ("core", "plan", "record", "judge", "report")
+MAY_IMPORT = {**{s: set(CHAIN[:i + 1]) for i, s in enumerate(CHAIN)}, "run": {"core", "plan", "record", "run"}}
+
+
+def study_stage(module: str):
+    """The stage of a module of deepdensity/study (its sub-package, or `record`), "top" for the
+    wiring modules, None outside the study."""
+    parts = module.split(".")
+    if parts[:2] != ["deepdensity", "study"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in MAY_IMPORT else "top"
+
+
+def stage_violations(graph: dict) -> list:
+    """`importer (stage) imports imported (stage)` for every arrow the stage order forbids."""
+    return [f"{a} ({study_stage(a)}) imports {b} ({study_stage(b)})"
+            for a in sorted(graph) if study_stage(a) not in (None, "top")
+            for b in sorted(graph[a]) if study_stage(b) and study_stage(b) not in MAY_IMPORT[study_stage(a)]]
+
+
+def test_the_stage_checker_refuses_a_report_that_imports_the_runner():
+    # the checker itself must be able to fail: the arrows the order forbids, and none it allows
+    graph = {f"{STUDY}.report.figures": {f"{STUDY}.run.runner", f"{STUDY}.judge.claims", f"{STUDY}.record"},
+             f"{STUDY}.core.cells": {f"{STUDY}.plan.seeding"}, f"{STUDY}.judge.claims": {f"{STUDY}.repro"},
+             f"{STUDY}.run.runner": {f"{STUDY}.record", f"{STUDY}.core.ledger"}, f"{STUDY}.repro": {f"{STUDY}.run.runner"}}
+    assert stage_violations(graph) == [f"{STUDY}.core.cells (core) imports {STUDY}.plan.seeding (plan)",
+                                       f"{STUDY}.judge.claims (judge) imports {STUDY}.repro (top)",
+                                       f"{STUDY}.report.figures (report) imports {STUDY}.run.runner (run)"]
+
+
+def test_the_study_is_in_stages_and_each_imports_only_earlier_ones():
+    stages = {study_stage(n) for n in MODULES if n.startswith(STUDY + ".")}
+    assert stages == set(MAY_IMPORT) | {"top"}
+    assert stage_violations({name: internal_edges(name) for name in MODULES}) == []
+

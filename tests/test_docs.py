@@ -93,17 +93,17 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     is a job). The job script's lines are the machine's paths and not compared."""
     import json
 
-    from deepdensity.study import slurm_plan
-    from deepdensity.study.preset import load_study
-    from deepdensity.study.slurm_options import SlurmOptions
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run import slurm_plan
+    from deepdensity.study.run.slurm_options import SlurmOptions
 
     name, study = load_study("default")
     options = SlurmOptions.parse(study.slurm, ["partition=short", "account=proj42", "time=02:00:00"])
     record = json.loads((ROOT / "reports" / "study.json").read_text())
     monkeypatch.chdir(tmp_path)
     # the plan's count of missing runs, as repro gives it: against the committed ledger
-    from deepdensity.study.ledger import LEDGER_FILE, read_entries
-    from deepdensity.study.plan import missing_runs
+    from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
+    from deepdensity.study.plan.study_plan import missing_runs
     missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
     printed = slurm_plan.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
                                     len(missing))

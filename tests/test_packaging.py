@@ -33,7 +33,7 @@ def test_the_wheel_carries_what_a_study_needs_and_runs_outside_the_checkout(tmp_
     # the unpacked wheel first on sys.path, so the checkout (an editable install) is not what runs
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"
             "import deepdensity; assert deepdensity.__file__.startswith(sys.argv[1]), deepdensity.__file__;"
-            "from deepdensity.study.preset import load_study; from deepdensity.study.render import TEMPLATES;"
+            "from deepdensity.study.core.preset import load_study; from deepdensity.study.report.render import TEMPLATES;"
             "assert (TEMPLATES / 'report.md').is_file() and str(TEMPLATES).startswith(sys.argv[1]);"
             "name, study = load_study('default'); print(name, study.workers);"
             "from deepdensity.cli import main; sys.exit(main(['--help']))")

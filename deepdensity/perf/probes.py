@@ -1,4 +1,4 @@
-"""The probes the study's clock takes (study/timing.py) and `make bench` reuses, as a library.
+"""The probes the study's clock takes (study/run/timing.py) and `make bench` reuses, as a library.
 
 Each probe launches one process, or `horovodrun -np N` ranks sharing this host, each with the
 thread share and Horovod background thread a real run gives it, and returns what rank 0

@@ -58,11 +58,11 @@ class _Paper(StudyKind):
     name, sweep_key = "paper", "lr_search"
 
     def finish(self, end: StudyEnd) -> None:
-        from deepdensity.study.checks import isa_recheck, stack_recheck
         from deepdensity.study.record import study_record
-        from deepdensity.study.report import render_reports
-        from deepdensity.study.runner import unless_not_held
-        from deepdensity.study.sequential import real_strong_runs
+        from deepdensity.study.report.paper_report import render_reports
+        from deepdensity.study.run.checks import isa_recheck, stack_recheck
+        from deepdensity.study.run.runner import unless_not_held
+        from deepdensity.study.run.sequential import real_strong_runs
         s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
         real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
         isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
@@ -77,12 +77,12 @@ class _Paper(StudyKind):
             print(f"  {c['verdict']:>13}: {c['claim']}")
 
     def render(self, out: Path, record: dict, folder: Path) -> list:
-        from deepdensity.study import ledger
-        from deepdensity.study.report import render_reports
+        from deepdensity.study.core import ledger
+        from deepdensity.study.report.paper_report import render_reports
         return render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
 
     def text_outputs(self) -> tuple:
-        from deepdensity.study.report import TEXT_OUTPUTS
+        from deepdensity.study.report.paper_report import TEXT_OUTPUTS
         return TEXT_OUTPUTS
 
 
@@ -90,9 +90,9 @@ class _Beyond(StudyKind):
     name, sweep_key = "beyond", "batch_sweep"
 
     def finish(self, end: StudyEnd) -> None:
-        from deepdensity.study.beyond import beyond_parts
         from deepdensity.study.record import beyond_record
-        from deepdensity.study.report_beyond import write_beyond_reports
+        from deepdensity.study.report.report_beyond import write_beyond_reports
+        from deepdensity.study.run.beyond import beyond_parts
         s = end.s
         earlier, filtering, sweep_rows = beyond_parts(s, end.proto, end.cells, end.timing, end.modelled,
                                                       end.options.compare_with)
@@ -102,12 +102,12 @@ class _Beyond(StudyKind):
         write_beyond_reports(s.out, record)
 
     def render(self, out: Path, record: dict, folder: Path) -> list:
-        from deepdensity.study.report_beyond import write_beyond_reports
+        from deepdensity.study.report.report_beyond import write_beyond_reports
         write_beyond_reports(out, record)
         return []
 
     def text_outputs(self) -> tuple:
-        from deepdensity.study.report_beyond import TEXT_OUTPUTS
+        from deepdensity.study.report.report_beyond import TEXT_OUTPUTS
         return TEXT_OUTPUTS
 
 

@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 from deepdensity.scaling import policies
-from deepdensity.study import ledger
+from deepdensity.study.core import ledger
 from deepdensity.study.kinds import upgraded
-from deepdensity.study.runner import StudyRunner
+from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import UserError, command
+from deepdensity.utils.errors import command, UserError
 
 OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}   # records made before the near-target allowance
 

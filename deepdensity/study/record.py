@@ -15,8 +15,8 @@ from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies
-from deepdensity.study import claims as claim_rules
-from deepdensity.study.preset import SWEEP_STOPPING, Study
+from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils import machine
 
@@ -77,12 +77,12 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
     """What every study's record holds: the preset, settings, eta and target, the clock, the
     seeds and why, the machine and how the record was made. `other_runs`: the names of runs
     besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
-    from deepdensity.study.render import git_revision
+    from deepdensity.utils.stack import git_revision
     seq_run = s.root / f"seq-s{s.study.sequential_seeds()[0]}"
     run_names = {name for names in book.runs.values() for name in names} | set(other_runs)
     wall = time.perf_counter() - s.t_start
     return {
-        "format": FORMAT, "kind": kind, "decision_rules": claim_rules.RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
+        "format": FORMAT, "kind": kind, "decision_rules": RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
         "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.cap,
         "calibration": proto.calibration,
         "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",

@@ -36,28 +36,30 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load, read_mapping
-from deepdensity.study.beyond import default_study_eta
-from deepdensity.study.cell_times import study_cells
-from deepdensity.study.checks import stall_check
-from deepdensity.study.clock_job import study_clock
-from deepdensity.study.design import Book, run_first_seeds, run_more_seeds
-from deepdensity.study.edge import edge_of_stability
-from deepdensity.study.kinds import StudyEnd, of_study
-from deepdensity.study.ledger import LEDGER_FILE, read_entries
-from deepdensity.study.plan import missing_lines, missing_runs, plan_lines
-from deepdensity.study.errors import StudyError
-from deepdensity.study.preset import Study, load_study
+from deepdensity.study.core.clocks import model_epoch
+from deepdensity.study.core.errors import StudyError
+from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
+from deepdensity.study.core.preset import load_study, Study
+from deepdensity.study.kinds import of_study, StudyEnd
+from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.rerender import holds_a_study_record
-from deepdensity.study.runner import unless_not_held
-from deepdensity.study.sequential import calibrated_target, sequential_path
-from deepdensity.study.session import (COMMITTED_REPORTS, Protocol, StudyOptions, StudyRun, ledgers_to_read,
-                                       parallel_runs, publish, reports_folder, start_study, write_ledger_and_publish)
-from deepdensity.study.timing import held_timing, model_epoch
-from deepdensity.study.units import study_units
+from deepdensity.study.run.beyond import default_study_eta
+from deepdensity.study.run.cell_times import study_cells
+from deepdensity.study.run.checks import stall_check
+from deepdensity.study.run.clock_job import study_clock
+from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds
+from deepdensity.study.run.edge import edge_of_stability
+from deepdensity.study.run.runner import unless_not_held
+from deepdensity.study.run.sequential import calibrated_target, sequential_path
+from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
+                                           reports_folder, start_study, StudyOptions, StudyRun,
+                                           write_ledger_and_publish)
+from deepdensity.study.run.timing import held_timing
+from deepdensity.study.run.units import study_units
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, command
+from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 
@@ -146,7 +148,7 @@ def _check_stack_check(options: StudyOptions) -> None:
     if options.runner or options.executor == "slurm":
         raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
                          "--executor slurm")
-    from deepdensity.study.checks import venv_stack
+    from deepdensity.study.run.checks import venv_stack
     other = venv_stack(options.stack_check)
     print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
           f"({options.stack_check}), after the study's own runs")
@@ -158,7 +160,7 @@ def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[
     the study writes, builds or times anything (a dry run shows it instead)."""
     if options.executor != "slurm":
         return None
-    from deepdensity.study import slurm_options as slurm
+    from deepdensity.study.run import slurm_options as slurm
     slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
     unavailable = None if options.no_train else slurm.clients_unavailable(
         slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
@@ -172,8 +174,8 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
-    from deepdensity.study.clock_job import clock_cpus
-    from deepdensity.study.timing import current_timing
+    from deepdensity.study.run.clock_job import clock_cpus
+    from deepdensity.study.run.timing import current_timing
     threads = int(study.train.get("intra_op_threads", 1))
     per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
     clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
@@ -190,7 +192,7 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
     for line in missing_lines(study, entries, earlier, parallel_runs(study)):
         print(line)
     if slurm_check is not None:
-        from deepdensity.study import slurm_plan as slurm
+        from deepdensity.study.run import slurm_plan as slurm
         slurm_options, unavailable = slurm_check
         missing = missing_runs(study, entries, earlier)
         for line in slurm.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
@@ -316,7 +318,7 @@ def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:
 
 def _tensorboard_view(runs: Path, out: Path) -> None:
     """The study in TensorBoard, one run per seed and a summary run (tensorboard_view.py)."""
-    from deepdensity.study.tensorboard_view import write_view
+    from deepdensity.tools.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from deepdensity.study import kinds
-from deepdensity.study.errors import StudyError
+from deepdensity.study.core.errors import StudyError
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
 import sys
+from pathlib import Path
 from typing import Optional
 
 from deepdensity.utils.errors import UserError
@@ -221,3 +223,13 @@ def require_patched_horovod(tf_version: str) -> None:
         raise UserError(f"Horovod here was built without the project's patch, and on TensorFlow {tf_version} its "
                         f"Keras callbacks import Keras 3 (horovod/horovod#4290): rebuild it with "
                         f"scripts/horovod.sh VENV (docs/install.md)")
+
+
+def git_revision() -> str:
+    """The checkout's short revision, or 'unknown' outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"

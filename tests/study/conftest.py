@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from deepdensity.study.timing import ROUNDS
+from deepdensity.study.run.timing import ROUNDS
 from tests.cluster.slurm import slurm_installed
 from tests.support import horovodrun, run, seed_kept_rounds
 

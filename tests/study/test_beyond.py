@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import ROOT, SMOKE, run
 from deepdensity.scaling import policies, rules
-from deepdensity.study import speedup
+from deepdensity.study.core import speedup
 
 
 
@@ -273,7 +273,7 @@ def test_an_adaptive_run_taken_from_the_ledger_keeps_what_the_beyond_report_read
     """A later beyond study reuses its runs from the ledger; the record then reads their rows from
     the folder the ledger writes, so every key record.beyond_record keeps must survive the trip
     (adaptive's noise and norm: the 'not exercised' statement is made of them)."""
-    from deepdensity.study import ledger
+    from deepdensity.study.core import ledger
     from deepdensity.study.record import ROW_KEYS
     from deepdensity.training.runs import read_metrics
     rows = [{"epoch": e, "loss": 0.02, "val_loss": 0.01 / e, "seconds": 1.5 * e, "global_batch": 32, "steps": 114,
@@ -317,14 +317,14 @@ def test_local_pays_three_gradient_allreduces_every_h_steps():
 
 
 def _cell(mode, n, seed, t):
-    from deepdensity.study.cells import Cell
+    from deepdensity.study.core.cells import Cell
     reached = t is not None
     return Cell(mode, n, seed, "reached_target" if reached else "stalled", 5, 5 if reached else None, 1.0,
                 "modelled", t, f"{mode}-{n}-{seed}")
 
 
 def test_filter_n_is_the_first_failing_n_else_the_slowest():
-    from deepdensity.study.cells import filter_n
+    from deepdensity.study.core.cells import filter_n
     cells = [_cell("weak", 1, 0, 100.0), _cell("weak", 2, 0, 60.0), _cell("weak", 4, 0, 70.0), _cell("weak", 8, 0, 50.0)]
     assert filter_n(cells, "weak") == 4                      # slowest median, no failure
     cells += [_cell("weak", 8, 1, None), _cell("weak", 2, 1, 61.0)]
@@ -339,8 +339,8 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
     from collections import Counter
 
     from deepdensity.config import Config
-    from deepdensity.study.beyond import batch_sweep
-    from deepdensity.study.preset import load_study
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run.beyond import batch_sweep
     _, study = load_study("beyond")
     seeds, calls = study.sequential_seeds(), []
     assert len(seeds) >= 3 and 32 in study.batch_sweep
@@ -382,8 +382,8 @@ def test_the_sweeps_own_batch_grows_a_sequential_run_that_ended_short_of_the_tar
     ended above the target is grown to the cap (target 0, no rule) and judged then. Target 0.5,
     cap 6: one seed reaches at pass 6, one never does and is capped at 6, never at 4."""
     from deepdensity.config import Config
-    from deepdensity.study.beyond import batch_sweep
-    from deepdensity.study.preset import load_study
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run.beyond import batch_sweep
     _, study = load_study("beyond")
     study.batch_sweep = [32]
     first, second, *others = study.sequential_seeds()
@@ -425,9 +425,9 @@ def test_the_data_filter_takes_its_features_from_the_first_sequential_run(tmp_pa
     its cells take 0..7): the filter must read a run the study trained, seq-s3, not seq-s0."""
     import subprocess
 
-    from deepdensity.study import beyond
-    from deepdensity.study.errors import StudyError
-    from deepdensity.study.preset import load_study
+    from deepdensity.study.core.errors import StudyError
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run import beyond
     _, study = load_study("beyond")
     assert study.sequential_seeds()[0] != study.seeds[0], "the case this test is about"
     asked = []
@@ -449,7 +449,7 @@ def test_a_default_study_cell_in_the_filter_is_timed_by_its_passes():
     37 passes take 18.5 s, where 10 whole epochs would say 20)."""
     import dataclasses
 
-    from deepdensity.study.beyond import _earlier_full_row
+    from deepdensity.study.run.beyond import _earlier_full_row
     reached = dataclasses.replace(_cell("weak", 4, 0, 99.0), epochs=10, epochs_to_target=10, passes_to_target=37)
     row = _earlier_full_row(reached, lambda mode, n: 2.0, 4)
     assert row["time_to_target_s"] == pytest.approx(37 * 0.5) and row["passes_to_target"] == 37
@@ -459,7 +459,7 @@ def test_a_default_study_cell_in_the_filter_is_timed_by_its_passes():
 def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
     """The record says which stopping rules the sweep ran under (docs/beyond.md, amendment of
     2026-11-27); a record made before it names none, and its runs had the study's stall rule."""
-    from deepdensity.study.report_beyond import _sweep_stopping
+    from deepdensity.study.report.report_beyond import _sweep_stopping
     assert "no stall or collapse rule" in _sweep_stopping({"sweep_stopping": {"stall_patience": 0, "collapse_loss": 0.0}})
     assert _sweep_stopping({}) == "stall rule as the study's (the collapse rule is off in the sweep)"
     assert _sweep_stopping({"sweep_stopping": {"stall_patience": 3, "collapse_loss": 0.0}}) == \

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from deepdensity.scaling import policies
-from deepdensity.study import kinds, report, report_beyond
-from deepdensity.study.preset import Study, load_study
+from deepdensity.study import kinds
+from deepdensity.study.core.preset import load_study, Study
+from deepdensity.study.report import paper_report as report, report_beyond
 from tests.support import ROOT
 
 

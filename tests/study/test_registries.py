@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study import claims, clocks, rerender
+from deepdensity.study.judge import claims
+
+from deepdensity.study.core import clocks
+
+from deepdensity.study import rerender
 
 FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 

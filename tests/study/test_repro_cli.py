@@ -7,10 +7,12 @@ import sys
 
 import pytest
 
-from deepdensity.study import repro, session
-from deepdensity.study.plan import plan_lines, run_counts
-from deepdensity.study.preset import load_study
-from deepdensity.study.runner import StudyRunner
+from deepdensity.study import repro
+
+from deepdensity.study.core.preset import load_study
+from deepdensity.study.plan.study_plan import plan_lines, run_counts
+from deepdensity.study.run import session
+from deepdensity.study.run.runner import StudyRunner
 from deepdensity.training.runs import locked
 from deepdensity.utils.files import mark_folder
 from tests.support import ROOT

@@ -86,7 +86,7 @@ def test_a_figure_not_drawn_is_neither_described_nor_left_stale(tmp_path):
 def test_fig4_and_fig5_are_linked_and_described_only_where_drawn():
     """A study without weak scaling draws no Fig. 5: the report neither links it nor describes it,
     and Fig. 4's caption still follows the collapse figure's."""
-    from deepdensity.study.report import _figure_fields
+    from deepdensity.study.report.paper_report import _figure_fields
     fields = _figure_fields({"fig2.png", "fig4.png"})
     assert fields["fig4"] == "![fig4](fig4.png)" and fields["fig5"] == ""
     assert fields["later_captions"].startswith("Fig. 4: ") and "Fig. 5" not in fields["later_captions"]

@@ -1,0 +1,316 @@
+"""The study's ledger: every finished run, kept beside the reports, so that a study grows across
+invocations and machines instead of starting over.
+
+An entry is one finished run: the settings that decide its path (the key), the stopping rules it
+ran under, its epoch-end validation losses and metrics rows, its outcome, and the machine, the
+instruction set and the revision that ran it; a few KB, no weights. A later study asks the
+ledger before it trains: a run whose key matches is *replayed* under the stopping rules the
+study asks for now (rules.stop_reason over its epochs). Training is deterministic on one
+machine and a stopping rule only ends a run, so if the replay stops inside the recorded epochs
+the answer is exact: the same run, cut where the rules now in force would have cut it. If it
+does not (the run ended earlier than it would now), the run is trained again.
+
+The key leaves out the data's path (the data is named by its bytes' fingerprint) and the
+stopping rules (replayed instead), and holds TRAINING_VERSION: bump it when a change to the
+training code changes what a run with the same settings computes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+from deepdensity.scaling import rules
+from deepdensity.scaling.rules import RunStatus
+from deepdensity.study.core import curves
+from deepdensity.utils.errors import UserError
+from deepdensity.utils.files import mark_folder, write_atomic
+
+FORMAT = 1
+TRAINING_VERSION = 1
+LEDGER_FILE = "ledger.jsonl"
+MARKER = "from_ledger.json"      # in a run folder written from the ledger, not trained here
+STOPPING = ("max_epochs", "target_loss", "stall_patience", "stall_near", "stall_near_patience",
+            "collapse_loss", "collapse_patience")
+NOT_IN_KEY = ("data_path",) + STOPPING
+ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
+            "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio", "grad_noise", "grad_sq",
+            "next_global_batch")
+
+
+def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str, stack_check: str = "") -> str:
+    """What decides a run's path: its settings but the stopping rules and the data's path, its
+    mode and workers, how it was launched, the instruction-set cap and the data's fingerprint.
+    The stack (TensorFlow, Keras) is left out: a run of the committed study is reused on another
+    stack as what it is (`stack_of`); only the stack check's runs (`stack_check`, naming the
+    stack they are trained on) are keyed by it, so that no run of another stack answers them."""
+    what = {"training_version": TRAINING_VERSION, "mode": mode, "n": n, "launcher": launcher,
+            "isa_cap": isa_cap or "", "data": data,
+            **({"stack_check": stack_check} if stack_check else {}),
+            "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()[:24]
+
+
+def data_identity(path) -> str:
+    """The data as the runs read it: a hash of every dataset's name, dtype, shape and values.
+    Not the file's bytes: HDF5 stores creation times, so the same cubes written twice (the study
+    writes its synthetic data once per runs folder, on every machine) differ byte for byte."""
+    import h5py
+    import numpy as np
+    h = hashlib.sha256()
+
+    def add(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            values = np.ascontiguousarray(obj[()])
+            h.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
+            if values.dtype.kind == "O":           # strings: their bytes, not the objects' addresses
+                h.update(b"\0".join(v if isinstance(v, bytes) else str(v).encode() for v in values.ravel()))
+            else:
+                h.update(values.tobytes())
+
+    def add_linked(group, prefix: str) -> None:
+        # visititems follows hard links only; the cubes a soft or external link names are read
+        # by the runs too (a file without links hashes as before)
+        for key in group:
+            link, name = group.get(key, getlink=True), f"{prefix}{key}"
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                obj = group[key]
+                if isinstance(obj, h5py.Dataset):
+                    add(name, obj)
+                else:
+                    obj.visititems(lambda sub, o: add(f"{name}/{sub}", o))
+            elif isinstance(group[key], h5py.Group):
+                add_linked(group[key], f"{name}/")
+
+    with h5py.File(path, "r") as f:
+        f.visititems(add)
+        add_linked(f, "")
+    return "arrays:" + h.hexdigest()[:32]
+
+
+def stopping_of(config: dict) -> dict:
+    return {k: config[k] for k in STOPPING}
+
+
+def replay(entry: dict, stopping: dict) -> Optional[tuple]:
+    """(status, epochs) of the entry's run under `stopping`, or None when the recorded epochs end
+    before those rules would stop it. A run recorded as non-finite stays so at its last epoch."""
+    vals = [math.inf if v is None else v for v in entry["val_losses"]]
+    last = len(vals) - 1
+    for e, v in enumerate(vals):
+        if e == last and entry["result"]["status"] == RunStatus.DIVERGED:
+            return RunStatus.DIVERGED, e + 1
+        reason = rules.stop_reason(e, 1.0, v, stopping["target_loss"], stopping["max_epochs"], vals[:e + 1],
+                                   stopping["stall_patience"], stopping["collapse_loss"],
+                                   stopping["collapse_patience"], stopping["stall_near"],
+                                   stopping["stall_near_patience"])
+        if reason:
+            return reason, e + 1
+    return None
+
+
+def answer(entry: dict, stopping: dict) -> Optional[dict]:
+    """The entry cut to what a run under `stopping` would have recorded: {"result", "rows",
+    "val_losses"}; None when the entry cannot answer (replay), or when it holds no metrics rows
+    (imported from a record) and the target differs from its own, whose passes it alone holds."""
+    outcome = replay(entry, stopping)
+    if outcome is None:
+        return None
+    status, epochs = outcome
+    rows = entry.get("rows")
+    if rows is None and stopping["target_loss"] != entry["stopping"]["target_loss"]:
+        return None
+    rows = rows[:epochs] if rows is not None else None
+    val = entry["val_losses"][epochs - 1]
+    seconds = rows[-1].get("seconds") if rows else None
+    result = {**entry["result"], "status": status, "epochs": epochs, "final_val_loss": val,
+              "final_loss": rows[-1].get("loss") if rows else entry["result"].get("final_loss"),
+              "target_loss": stopping["target_loss"], "seconds": seconds if rows else entry["result"].get("seconds"),
+              "time_to_target_s": seconds if status == RunStatus.REACHED and rows else
+              (entry["result"].get("time_to_target_s") if status == RunStatus.REACHED else None)}
+    if rows is not None:
+        per_epoch = curves.passes_per_epoch(entry["n"], curves.epoch_definition(entry["config"]))
+        passes = curves.passes_to_target(rows, stopping["target_loss"], per_epoch)
+    else:
+        passes = entry["result"].get("passes_to_target")
+    result["passes_to_target"] = passes if status == RunStatus.REACHED else None
+    return {"result": result, "rows": rows, "val_losses": entry["val_losses"][:epochs]}
+
+
+class Ledger:
+    """The entries of every ledger file read (this runs folder's, the committed one, others
+    given), answering requests; new entries are appended to `own`, one line each, as runs end."""
+
+    def __init__(self, own: Path, others: Iterable[Path] = ()):
+        self.own, self._lock = Path(own), threading.Lock()
+        self.paths = list(dict.fromkeys([self.own, *map(Path, others)]))
+        self._read: dict = {}           # path -> (mtime, entries): a file that changes is read again
+
+    @property
+    def entries(self) -> list:
+        """Every entry of every ledger file, read again when a file changed (a ledger copied in
+        from another machine while a study runs is used from its next run on)."""
+        with self._lock:
+            for path in self.paths:
+                mtime = path.stat().st_mtime_ns if path.is_file() else None
+                if path not in self._read or self._read[path][0] != mtime:
+                    self._read[path] = (mtime, read_entries(path) if mtime is not None else [])
+            return [e for _, entries in self._read.values() for e in entries]
+
+    def find(self, key: str, stopping: dict) -> Optional[tuple]:
+        """(entry, answer) of the first entry with `key` that answers `stopping`, else None."""
+        for e in [e for e in self.entries if e["key"] == key]:
+            a = answer(e, stopping)
+            if a is not None:
+                return e, a
+        return None
+
+    def pass_seconds(self) -> Optional[float]:
+        """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
+        per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(
+            e["n"], curves.epoch_definition(e["config"])))
+            for e in self.entries if e.get("rows") and e["rows"][-1].get("seconds") and not e["isa_cap"])
+        return round(per[len(per) // 2], 3) if per else None
+
+    def append(self, entry: dict) -> None:
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock:
+            self.own.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.own, "a+b") as f:     # one line per run: a crash loses at most the line being written
+                f.seek(0)
+                text = f.read()
+                if text and not text.endswith(b"\n"):
+                    tail = text[text.rfind(b"\n") + 1:]
+                    if _whole(tail):              # a whole entry that lacks its newline (an edited file): kept
+                        f.write(b"\n")
+                    else:                         # a line a crash cut short: dropped, as read_entries does
+                        f.truncate(text.rfind(b"\n") + 1)
+                f.seek(0, os.SEEK_END)
+                f.write(line.encode())
+                f.flush()
+                os.fsync(f.fileno())
+
+    def write_merged(self, path: Path) -> int:
+        """Every entry once, in a stable order; the same run from two machines is two entries.
+        Returns the count."""
+        seen, kept = set(), []
+        for e in sorted(self.entries, key=_identity):
+            ident = _identity(e)
+            if ident not in seen:
+                seen.add(ident)
+                kept.append(e)
+        write_atomic(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
+        return len(kept)
+
+
+def _whole(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _identity(e: dict) -> tuple:
+    """What makes an entry another one: its run, rules, length, and where and when it ran."""
+    return (e["mode"], e["n"], e["seed"], e["run"], e["key"], json.dumps(e["stopping"], sort_keys=True),
+            len(e["val_losses"]), json.dumps(e["machine"], sort_keys=True), e["finished"], e["source"])
+
+
+def read_entries(path: Path) -> list:
+    """The entries of a ledger file ([] when missing); a last line cut short by a crash is dropped,
+    any other unreadable line is named."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    lines = text.split("\n")
+    if not text.endswith("\n") and not _whole(lines[-1].encode()):
+        lines = lines[:-1]                      # a line a crash cut short
+    entries = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged: "
+                              f"{REPAIR.replace('FILE', str(path))}") from None
+        problem = _entry_problem(e)
+        if problem:
+            raise LedgerError(f"{path}:{i}: {problem}; {REPAIR.replace('FILE', str(path))}")
+        entries.append(e)
+    return entries
+
+
+class LedgerError(UserError):
+    """A ledger file that cannot be read as one: one error line naming the file, the line and
+    what is wrong, and what to do."""
+
+
+ENTRY_FIELDS = {"key": str, "mode": str, "n": int, "seed": int, "stopping": dict, "result": dict,
+                "val_losses": list}
+REPAIR = "restore it (git checkout -- FILE for the committed one) or delete the line"
+
+
+def _entry_problem(e) -> Optional[str]:
+    """What keeps a parsed line from being a ledger entry, or None."""
+    if not isinstance(e, dict) or e.get("format") != FORMAT:
+        return f"not a ledger entry of format {FORMAT}"
+    wrong = [k for k, kind in ENTRY_FIELDS.items() if not isinstance(e.get(k), kind)]
+    if wrong:
+        return f"an entry without a valid {', '.join(wrong)}"
+    if not isinstance(e["result"].get("status"), str):
+        return "an entry whose result has no status"
+    return None
+
+
+def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,
+             result: dict, rows: Optional[list], val_losses: list, machine: dict, revision: str,
+             source: str, stack: Optional[dict] = None) -> dict:
+    """One ledger line. `stack`: the TensorFlow and Keras that trained it, as its config.json's
+    "versions" say (None: not known; see `stack_of`)."""
+    cfg = {k: v for k, v in config.items() if k != "data_path"}
+    return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data), "run": run, "mode": mode,
+            "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data, "config": cfg,
+            "stopping": stopping_of(config), "result": result,
+            "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
+            "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
+            "machine": machine, "revision": revision, "source": source,
+            **({"stack": {k: stack.get(k) for k in STACK_KEYS}} if stack else {}),
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+STACK_KEYS = ("tensorflow", "keras")
+# Entries written before the ledger recorded the stack: every revision of setup.py until then
+# pinned tensorflow-cpu==2.15.1 (and tensorflow[and-cuda]==2.15.1), whose tf.keras is keras 2.15.0
+# (`git log -p -- setup.py`)
+BEFORE_STACKS = {"tensorflow": "2.15.1", "keras": "keras 2.15.0"}
+
+
+def stack_of(entry: dict) -> tuple:
+    """(TensorFlow, Keras, recorded) of the run behind an entry; for an entry from before the
+    ledger recorded them, the pin of every revision then and recorded False."""
+    recorded = entry.get("stack")
+    if recorded:
+        return (*(recorded.get(k) or "?" for k in STACK_KEYS), True)
+    return (*(BEFORE_STACKS[k] for k in STACK_KEYS), False)
+
+
+def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:
+    """A run folder that reads as the finished run `got` (an answer of `entry`): config.json,
+    metrics.jsonl, result.json, and MARKER naming where it ran. No weights: it cannot be resumed."""
+    mark_folder(folder, "run")
+    # the ledger's marker next: a crash part-way leaves a folder that says it came from the ledger
+    write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
+                                                                     "finished")}, indent=2))
+    write_atomic(folder / "config.json", json.dumps({**config, "mode": entry["mode"], "workers": entry["n"],
+                                                     "data_fingerprint": entry["data"]}, indent=2))
+    rows = got["rows"] if got["rows"] is not None else [
+        {"epoch": i + 1, "val_loss": v} for i, v in enumerate(got["val_losses"])]
+    write_atomic(folder / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    write_atomic(folder / "result.json", json.dumps(got["result"], indent=2))

@@ -1,0 +1,271 @@
+"""What a study will do before it does it: the plan `repro` prints first (and alone, with
+--dry-run). Pure: it reads the preset and, when there is one, an earlier record of the same
+preset for its wall time; it trains nothing and imports no TensorFlow."""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from typing import Optional
+
+from deepdensity.config import Config
+from deepdensity.scaling import policies
+from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.plan import seeding
+
+# The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
+# took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings), version
+# 5's about 10.5 min (clock_job under MPI, the same settings, one round disturbed).
+CLOCK_MINUTES = (8, 12)
+
+
+def _ns(ns) -> str:
+    return ", ".join(str(n) for n in ns)
+
+
+def _cells(cells: list) -> str:
+    by_mode = {}
+    for mode, n in cells:
+        by_mode.setdefault(mode, []).append(n)
+    return "; ".join(f"{mode} N = {_ns(ns)}" for mode, ns in by_mode.items())
+
+
+def run_counts(study: Study, real_runner: bool = False) -> tuple:
+    """(fewest, most) training runs the study starts, the lr search left out (its length
+    depends on where the edge is): calibration, sequential, every trained cell at the first
+    seeds, then up to max_seeds a cell, the real strong-scaling runs and the beyond parts."""
+    units = len(study.trained_cells(real_runner)) + study.doubles_eta() + 1   # + the sequential runs
+    first = len(study.seeds)
+    most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
+    fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
+             + len(study.filter_modes) * first * 3 + len(_sweep_runs(study)))
+    return units * first + fixed, units * most_seeds + fixed
+
+
+def _sweep_runs(study: Study) -> list:
+    """(run name, batch, lr rule, seed) of the batch sweep's runs (beyond.batch_sweep): every
+    sequential seed at every batch but the base one, whose run is the sequential run itself."""
+    base = int(study.train.get("batch_size", Config().batch_size))
+    return [(f"batch-b{b}-{rule}-s{seed}", b, rule, seed) for seed in study.sequential_seeds() for b in study.batch_sweep
+            if b != base for rule in ("eta", policies.LINEAR)]
+
+
+def _filter_runs(study: Study) -> list:
+    """(name pattern, mode, variant, seed) of the data filter's runs on filtered and random data
+    (beyond.filter_experiment); their N is picked from the default study's cells, so the
+    pattern leaves it open. The full-data runs are the default study's."""
+    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant, seed)
+            for mode in study.filter_modes for seed in study.seeds for variant in ("network", "random")]
+
+
+def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
+               earlier: Optional[dict] = None, executor: str = "local") -> list:
+    """The plan of one invocation, one line per stage, and what it should take. `executor`:
+    where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_plan.py plan_lines)."""
+    cells = study.trained_cells(bool(real_runner))
+    seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
+    lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
+    step = iter(range(1, 20))
+    # the clock is measured under --runner too: the report models every cell's time with it
+    alone = "in one Slurm job on a compute node" if executor == "slurm" else "on this host"
+    lines.append(f"  {next(step)}. the clock: training steps and allreduces timed alone {alone} "
+                 f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
+    if study.base_lr == "edge":
+        lines.append(f"  {next(step)}. the lr search: sequential runs of {study.calibration_epochs} epochs on a "
+                     f"sqrt(2) grid, seeds {_ns(study.edge_seeds)}, until the edge of stability is found "
+                     f"(typically {2 * len(study.edge_seeds)}-{3 * len(study.edge_seeds)} runs)")
+    if study.calibration_seeds and study.target_loss is None:
+        lines.append(f"  {next(step)}. the target: sequential runs of seeds {_ns(study.calibration_seeds)}, "
+                     f"{study.calibration_epochs} epochs each (no cell uses them)")
+    derived = "" if real_runner else f"; strong scaling at N = {_ns(study.workers)} read off them"
+    lines.append(f"  {next(step)}. sequential runs: seeds {seq_seeds}{derived}")
+    more = (f"; then one more seed at a time, up to {study.max_seeds} a cell, while within "
+            f"{study.budget_minutes:g} min" if study.budget_minutes and study.max_seeds > len(study.seeds) else "")
+    lines.append(f"  {next(step)}. {len(cells) + study.doubles_eta()} trained cells ({_cells(cells)}"
+                 f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}"
+                 f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
+    if study.stall_check:
+        lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
+                     f"off (every one at N >= 16, and {study.stall_check} of the others, spread over their cells)")
+    if study.real_strong and not real_runner:
+        where = "as one Slurm job each" if executor == "slurm" else "on this host"
+        lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} {where}, "
+                     f"seed {study.sequential_seeds()[0]}, one at a time")
+    if study.isa_check and not real_runner:
+        lines.append(f"  {next(step)}. stability: seed {study.seeds[0]} of every trained cell again under another "
+                     f"instruction set (isa_check: {study.isa_check})")
+    if study.filter_modes:
+        lines.append(f"  {next(step)}. the data filter: {', '.join(study.filter_modes)} on full, filtered and "
+                     f"random data, seeds {seeds}")
+    if study.batch_sweep:
+        lines.append(f"  {next(step)}. the batch sweep: the sequential model at batches {_ns(study.batch_sweep)}, "
+                     f"at eta and at the linear rule's lr")
+    fewest, most = run_counts(study, bool(real_runner))
+    lines.append(f"  runs: {fewest}" + (f" to {most}" if most > fewest else "") + " besides the lr search"
+                 + (f"; the budget for more seeds is {study.budget_minutes:g} min" if study.budget_minutes else ""))
+    lines.append("  " + _duration(earlier))
+    return lines
+
+
+def _duration(earlier: Optional[dict]) -> str:
+    """What the last study of this preset took, from its record, where there is one."""
+    try:
+        p, env = earlier["provenance"], earlier["environment"]
+        # its runs' own minutes too: a study that reused its runs took minutes, not what training them takes
+        return (f"time: the last study of this preset took {p['wall_minutes']} min ({p['trained']} runs trained "
+                f"and {p['reused']} reused, {p['parallel_runs']} at a time; its runs' own clocks add up to "
+                f"{p['runs_minutes']} min) on {env['cpu']} ({env['cores']} cores, generated "
+                f"{p['generated']}); finished runs in the runs folder are reused")
+    except (KeyError, TypeError):
+        return "time: no earlier study of this preset to go by; the budget above bounds the extra seeds"
+
+
+def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
+    """The runs the ledger does not hold yet, and what they should take here: the trained cells'
+    seeds, the data filter's and the batch sweep's runs, looked up by run name among the
+    ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
+    target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
+    ledger.answer). Passes a missing run needs come from runs of its kind on
+    record (seeding.passes_to_expect; a cell: the cell's, else the mode's largest N below,
+    seeding.runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
+    is not known either); seconds a pass from the runs on record (their own clocks), of its
+    batch for the sweep."""
+    missing = missing_runs(study, entries, earlier)
+    if missing is None:
+        return ["  missing runs: no earlier record of this preset to name eta and the target by"]
+    _, pass_s = _held_runs(study, entries, earlier)
+    cap = earlier["cap"]
+    if not missing:
+        return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
+                f"{_uncounted(study)}"]
+    every = sorted(pass_s.values())
+    seconds = [passes * _median([pass_s[r] for r in like if r in pass_s] or every) for _, passes, like, _ in missing
+               if passes is not None] if every else []
+    total = sum(passes for _, passes, _, _ in missing if passes is not None)
+    unknown = sum(passes is None for _, passes, _, _ in missing)
+    at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
+    cost = f"about {total:.0f} passes"
+    if seconds:
+        by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
+        cost += (f", {sum(seconds) / 3600 / max(1, parallel):.1f} h here at {_median(every):.2f} s a pass{by_batch} "
+                 f"and {parallel} at a time")
+    if at_cap:
+        cost += f"; {at_cap} of them taken at the cap ({cap} epochs), no run of their kind being on record"
+    if unknown:
+        cost += f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
+    by_group = {}
+    for (group, seed), _, _, _ in missing:
+        by_group.setdefault(group, []).append(seed)
+    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{g} seeds {_ns(s)}" for g, s in by_group.items())
+            + f"; not counted here: {_uncounted(study)}"]
+
+
+def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
+    """The runs missing_lines counts, as ((group, seed), passes, runs like it, taken at the cap),
+    or None without an earlier record of this preset (no eta or target to look them up by)."""
+    if not earlier or "eta" not in earlier:
+        return None
+    held, _ = _held_runs(study, entries, earlier)
+    cap = earlier["cap"]
+    return _missing_cells(study, held, cap) + _missing_filter(study, held) + _missing_sweep(study, held, cap)
+
+
+def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
+    """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
+    sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
+    sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
+    from deepdensity.study.core import curves, ledger
+    stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
+                "collapse_loss": earlier["collapse_loss"] if study.train.get("collapse_patience") else 0.0,
+                **{k: study.train.get(k, 0) for k in ("stall_patience", "stall_near", "stall_near_patience",
+                                                          "collapse_patience")}}
+    base = int(study.train.get("batch_size", Config().batch_size))
+    sweep = {name: (b, rule) for name, b, rule, _ in _sweep_runs(study)}
+    held, pass_s = {}, {}
+    for e in entries:
+        b, rule = sweep.get(e["run"], (base, "eta"))
+        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1)
+        if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
+            continue
+        got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
+        if got is not None:
+            held[e["run"]] = (e, got["result"])
+        if e.get("rows") and e["rows"][-1].get("seconds"):
+            passes = len(e["rows"]) * curves.passes_per_epoch(e["n"], curves.epoch_definition(e["config"]))
+            pass_s[e["run"]] = e["rows"][-1]["seconds"] / passes
+    return held, pass_s
+
+
+def _same_lr(recorded, lr: float) -> bool:
+    """Is a ledger entry's base_lr this lr? (An lr search's entry may hold a name, not a number.)"""
+    return isinstance(recorded, (int, float)) and math.isclose(recorded, lr, rel_tol=1e-12)
+
+
+def _median(values: list) -> float:
+    return statistics.median_low(values)
+
+
+def _missing_cells(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
+    ledger does not hold."""
+    epochs = {}
+    for e, result in held.values():
+        if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
+            epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
+    out = []
+    for mode, n in study.trained_cells():
+        for seed in study.seeds:
+            if f"{mode}-n{n}-s{seed}" not in held:
+                known = seeding.runs_like(epochs, mode, n)
+                out.append(((f"{mode} N = {n}", seed), seeding.passes_to_expect([x for x, _ in known], n, cap),
+                            [r for _, r in known], not known))
+    return out
+
+
+def _missing_filter(study: Study, held: dict) -> list:
+    """((group, seed), passes or None, runs alike, False) of the data filter's runs not held.
+    Their N, picked from the default study, and their passes are read off the filter's runs on
+    record of the same mode (its data first); without any, neither is known (None)."""
+    runs = _filter_runs(study)
+    found = {(mode, variant): [] for _, mode, variant, _ in runs}
+    for pattern, mode, variant, _ in runs:
+        for name, (e, result) in held.items():
+            if pattern.fullmatch(name):
+                found[(mode, variant)].append((result["epochs"], e["n"], name))
+    out = []
+    for pattern, mode, variant, seed in runs:
+        if any(pattern.fullmatch(name) for name in held):
+            continue
+        known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
+        n = known[0][1] if known else None
+        passes = seeding.passes_to_expect([x for x, _, _ in known], n)
+        out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
+                    [r for _, _, r in known], False))
+    return out
+
+
+def _missing_sweep(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of the batch sweep's runs not held
+    (one pass an epoch)."""
+    runs = _sweep_runs(study)
+    out = []
+    for name, b, rule, seed in runs:
+        if name in held:
+            continue
+        known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
+        same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
+        out.append(((f"batch sweep b = {b} at {rule}", seed),
+                    seeding.passes_to_expect([x for x, _ in known], 1, cap), [r for _, r in known] or same_batch,
+                    not known))
+    return out
+
+
+def _uncounted(study: Study) -> str:
+    """The runs besides the trained cells' preset seeds that the missing line does not look up."""
+    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
+              "the target's calibration runs"] + ["the lr search"] * (study.base_lr == "edge")
+    others += ["seeds past the preset's"] * (study.max_seeds > len(study.seeds))
+    others += ["strong scaling for real"] * bool(study.real_strong)
+    others += ["the filter's full-data runs (the default study's)"] * bool(study.filter_modes)
+    others += ["the stall and instruction-set checks' runs"]
+    return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"

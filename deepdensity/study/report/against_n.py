@@ -1,0 +1,223 @@
+"""A value to target against workers N, every mode and seed, drawn once for both studies: the
+default study's Fig. 2 (`time_to_target_figure`, report.py) and the beyond study's fig2 and
+fig_passes (beyond_figures.py). Every seed a dot, side by side (figures.spot) so that equal values
+stay visible; the median over a cell's seeds a bar across them and a line from N to N, only where
+every seed reached the target; a seed that missed a cross in a strip of its own above, never at a
+value; N = 1 once, as the sequential runs, every mode's line starting from their median. Values
+are evidence.seconds under a clock (passes under beyond_verdicts.PASSES), or the cells' own times
+where no clock is given. A seed whose passes are only a bound (`bounded`) is drawn open, with a
+line down to the fewest it can have taken. The pieces (`seeds`, `missed_strip`, `legend_keys`)
+draw the beyond study's other figures too."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Optional
+
+from deepdensity.scaling import policies
+from deepdensity.study.core import curves
+from deepdensity.study.core.cells import median_time
+from deepdensity.study.judge import beyond_verdicts
+from deepdensity.study.report.figures import (clock_label, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks,
+                                              save_figure, spot)
+from deepdensity.study.report.render import cells_at
+
+SEQUENTIAL_STYLE = ("0.3", "D")
+SEQUENTIAL_ROW = "sequential"
+SEQUENTIAL_LABEL = f"{SEQUENTIAL_ROW} (every mode)"
+# a dark edge on every dot and a light bar under them: seeds at one value stay countable on their median
+DOT = {"s": 20, "alpha": 0.9, "linewidths": 0.5}
+BAR = {"lw": 2.0, "alpha": 0.45, "solid_capstyle": "butt"}
+BOUND_LABEL = ("a seed validated once an epoch (open):\nepochs x N passes, an upper bound;\n"
+               "its line: down to (epochs - 1) x N + 1\npasses, the fewest it can have taken")
+
+
+def dark(color) -> tuple:
+    """A darker shade of `color`, a dot's edge: it parts dots on their bar and keeps the dot's hue."""
+    from matplotlib.colors import to_rgb
+    return tuple(0.6 * v for v in to_rgb(color))
+
+
+def bounded(c, base) -> bool:
+    """Whether a cell's passes to target are only an upper bound: it reached the target but its
+    record keeps no passes, so they are taken as its epochs x the passes of an epoch
+    (evidence.seconds_to_target), which, where an epoch is more than one pass and its run validated
+    once an epoch, can be up to an epoch's passes less one more than it took."""
+    return c.reached and c.passes_to_target is None and curves.passes_per_epoch(c.n, base.definition) > 1
+
+
+def values(cells: list, which, base) -> list:
+    """Each cell's value (in seed order), inf where it missed: evidence.seconds under `which` (a
+    clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
+    (judging.cells_of: this host's clock, or a real run's own)."""
+    if which is None:
+        return [math.inf if c.time_to_target_s is None else c.time_to_target_s
+                for c in sorted(cells, key=lambda c: c.seed)]
+    return beyond_verdicts.values(cells, which, base)
+
+
+def least(cells: list, which, base) -> list:
+    """Each cell's (in seed order) least value under `which`: where its passes are a bound, at
+    (epochs - 1) x the passes of an epoch + 1 passes, the fewest its run can have taken; else its
+    value. A cell's own time (`which` None) is not priced by passes: its least is itself."""
+    if which is None:
+        return values(cells, None, base)
+
+    def fewest(c):
+        per = curves.passes_per_epoch(c.n, base.definition)
+        return dataclasses.replace(c, passes_to_target=float((c.epochs_to_target - 1) * per + 1))
+    return values([fewest(c) if bounded(c, base) else c for c in cells], which, base)
+
+
+def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple, low=None) -> Optional[float]:
+    """One group's seeds at positions `xs`: those that reached as dots on `ax`, those that missed
+    (inf) as crosses on `strip` at `row` with "missed / seeds"; where every seed reached, the
+    median as a bar from bar[0] to bar[1] under the dots (none for a lone seed: it is its dot).
+    `low`, each seed's least possible value (`least`): a seed above its own is only a bound, drawn
+    open with a line down to it. Returns the median, else None."""
+    color, marker = style
+    low = values if low is None else low
+    hit = [(x, v, lo) for x, v, lo in zip(xs, values, low) if math.isfinite(v)]
+    exact = [(x, v) for x, v, lo in hit if lo >= v]
+    bound = [(x, v, lo) for x, v, lo in hit if lo < v]
+    if exact:
+        ax.scatter(*zip(*exact), color=color, marker=marker, edgecolors=dark(color), zorder=4, **DOT)
+    if bound:
+        bx, by, blo = zip(*bound)
+        ax.vlines(bx, blo, by, color=color, lw=1.0, zorder=4)
+        ax.scatter(bx, by, facecolors="white", edgecolors=color, marker=marker, s=20, linewidths=1.2, zorder=5)
+    miss = [x for x, v in zip(xs, values) if not math.isfinite(v)]
+    if miss:
+        strip.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
+        strip.annotate(f"{len(miss)}/{len(values)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
+                       fontsize=8, color=color)
+    med = median_time(values)
+    if med is not None and len(values) > 1:
+        ax.plot(list(bar), [med, med], color=color, zorder=3, **BAR)
+    return med
+
+
+def legend_keys(ax, bounds: bool, bar: bool = True, dot: bool = True) -> None:
+    """The legend's entries for what `seeds` draws: a seed (where one is drawn not open), a seed
+    whose passes are a bound (where one is drawn), the median bar (where some group has more than
+    one seed)."""
+    if dot:
+        ax.scatter([], [], color="gray", marker="o", edgecolors=dark("gray"), label="a seed (dot)", **DOT)
+    if bounds:
+        ax.scatter([], [], facecolors="white", edgecolors="gray", marker="o", s=20, linewidths=1.2, label=BOUND_LABEL)
+    if bar:
+        ax.plot([], [], color="gray", label="median over seeds (bar)", **BAR)
+
+
+def missed_strip(strip, labels: list, any_missed: bool, title: str) -> None:
+    """The panel above a figure's data: a row per group for the seeds that missed the target."""
+    strip.set_yticks(range(len(labels)), labels, fontsize=8)
+    strip.set_ylim(-0.7, len(labels) - 0.3)
+    strip.set_ylabel("missed", fontsize=9)
+    if not any_missed:
+        strip.text(0.5, 0.5, "no run missed the target", transform=strip.transAxes, ha="center", va="center",
+                   fontsize=9, color="gray")
+    strip.set_title(title, fontsize=9)
+    strip.grid(alpha=0.3, axis="x")
+
+
+def sequential_cells(cells: list, modes: list) -> list:
+    """The runs drawn once at N = 1 for every mode (each mode's N = 1 is the sequential run): the
+    sequential cell's, whose seeds the report's strong scaling and verdicts use; else, where it
+    has none, the first mode's at N = 1 that has runs."""
+    for mode in (policies.SEQUENTIAL, *modes):
+        if cells_at(cells, mode, 1):
+            return sorted(cells_at(cells, mode, 1), key=lambda c: c.seed)
+    return []
+
+
+def _cell(ax, strip, cs: list, xs: list, which, base, style: tuple, row: int) -> tuple:
+    """One cell's seeds at `xs` (`seeds`, a bar a little past the outer seeds on a log axis):
+    (median or None, a seed missed, a seed is drawn as a bound)."""
+    vals, low = values(cs, which, base), least(cs, which, base)
+    med = seeds(ax, strip, xs, vals, style, row, (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04), low)
+    return med, any(not math.isfinite(v) for v in vals), any(lo < v for lo, v in zip(low, vals))
+
+
+def _against_n(ax, strip, cells: list, modes: list, workers, which, base) -> tuple:
+    """Every mode's seeds against N under `which`, medians joined from N to N, and N = 1 once
+    (`sequential_cells`, the strip's first row), every mode's line starting from its median.
+    Returns (the strip's rows, a seed missed, a seed is drawn as a bound)."""
+    seq = sequential_cells(cells, modes)
+    rows, missed, bounds, seq_med = ([SEQUENTIAL_ROW] if seq else []) + list(modes), False, False, None
+    if seq:
+        seq_med, missed, bounds = _cell(ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which,
+                                        base, SEQUENTIAL_STYLE, 0)
+        ax.plot([], [], color=SEQUENTIAL_STYLE[0], marker=SEQUENTIAL_STYLE[1], ms=5, lw=0, label=SEQUENTIAL_LABEL)
+    for i, mode in enumerate(modes):
+        style = policies.get(mode).style
+        medians = [(1, seq_med)] if seq and cells_at(cells, mode, 1) else []
+        for n in [n for n in workers if n > 1 and cells_at(cells, mode, n)]:
+            cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
+            med, m, b = _cell(ax, strip, cs, [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))], which,
+                              base, style, rows.index(mode))
+            missed, bounds = missed or m, bounds or b
+            medians.append((spot(n, i, len(modes)), med))
+        stretches = line_stretches(medians)
+        for stretch in stretches:
+            ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
+        ax.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2,
+                label=mode if stretches else f"{mode} (no cell reached on every seed)")
+    return rows, missed, bounds
+
+
+def against_n_figure(path: Path, cells: list, modes: list, workers, which, base, plt, ylabel: str, title: str) -> None:
+    """A value to target against N under `which` (`values`), every mode and seed: time (the
+    studies' fig2) or passes (fig_passes)."""
+    fig, (strip, ax) = plt.subplots(2, 1, figsize=(8.2, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.4, 4]})
+    rows, any_missed, bounds = _against_n(ax, strip, cells, modes, workers, which, base)
+    legend_keys(ax, bounds)
+    missed_strip(strip, rows, any_missed, f"{title}: every seed (dots), median (bar and line; only where every seed "
+                                          "reached)\nabove: seeds that missed (x; missed / seeds)")
+    strip.set_xscale("log")
+    ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=ylabel)
+    plain_ticks(ax.xaxis, workers)
+    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+    log_y_labels(ax)
+    ax.grid(alpha=0.3, which="major")
+    ax.grid(alpha=0.12, which="minor")
+    ax.legend(**LEGEND_OUTSIDE)
+    save_figure(fig, path, plt)
+
+
+def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, clock=None, base=None) -> None:
+    """The default study's Fig. 2 (`against_n_figure`): time to target under `clock` and `base`
+    (clocks.Clock, cells.TimeBase: evidence.seconds, the one function the verdicts use) where
+    given, else the cells' own times (judging.cells_of); the axis names whichever it is."""
+    against_n_figure(path, cells, modes, workers, clock, base, plt, f"time to target (s, {clock_label(cells, clock)})",
+                     "Time to target")
+
+
+def bounds_caption(cells: list, base) -> str:
+    """A caption's sentence on the seeds drawn open (`bounded`), where there are any; none where
+    `base` is None (the cells' own times, `values`: not priced by passes, so drawn as they are)."""
+    if base is None or not any(bounded(c, base) for c in cells):
+        return ""
+    return (" Open markers: seeds whose runs validated once an epoch, so that their passes are epochs x N, an upper "
+            "bound up to N - 1 passes too many (and their times are priced from it); the line under each reaches down "
+            "to (epochs - 1) x N + 1 passes, the fewest the run can have taken. A median over such seeds is a bound too.")
+
+
+def against_n_caption(cells: list, modes: list, base) -> str:
+    """The sentences of an against-N figure's caption on N = 1, drawn once (`sequential_cells`),
+    and on bounds (`bounds_caption`)."""
+    seq = sequential_cells(cells, modes)
+    if not seq:
+        return bounds_caption(cells, base)
+    listed = ", ".join(str(c.seed) for c in seq)
+    others = {}
+    for m in modes:
+        got = tuple(sorted(c.seed for c in cells_at(cells, m, 1)))
+        if got and got != tuple(c.seed for c in seq):
+            others.setdefault(got, []).append(m)
+    text = (f" N = 1 is drawn once, as '{SEQUENTIAL_LABEL}': the sequential runs of the {seq[0].mode} cell at N = 1 "
+            f"(seeds {listed}), whose median every mode's line starts from")
+    text += "".join(f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
+                    for k, ms in others.items())
+    return text + "." + bounds_caption(cells, base)

@@ -1,0 +1,365 @@
+"""The default study's reports, rendered from its record (reports/study.json) alone: Tables
+I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to the paper's.
+`render_reports(out, record)` is all `make repro` and `deepdensity report --from` call."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Optional
+
+from deepdensity.scaling import policies
+from deepdensity.study.core import clocks
+from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, TimeBase
+from deepdensity.study.core.evidence import MISSED
+from deepdensity.study.core.paper import PAPER_TABLE1, PAPER_TABLE2
+from deepdensity.study.core.preset import Study
+from deepdensity.study.core.protocol_text import protocol_rows
+from deepdensity.study.judge import claims as claim_rules
+from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
+from deepdensity.study.judge.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
+from deepdensity.study.plan import seeding
+from deepdensity.study.record import config_of, study_of
+from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
+from deepdensity.study.report.figures import collapse_figure, efficiency_figure, figure1, sweep_figure
+from deepdensity.study.report.loss_figures import loss_against_time_figure, warmup_figure
+from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
+                                             pyplot, target_source, time_range, without_machine_paths, write_csv)
+from deepdensity.study.report.report_checks import (isa_stability, real_strong, rules_when, stack_stability,
+                                                    stall_check, where_runs_ran)
+from deepdensity.study.report.report_clock import clock_fields, host_latency
+
+# The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
+TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")
+
+
+def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> list:
+    """Every report of the study under `out`, from `record` and the ledger's `entries` (where each
+    run came from); returns the claims."""
+    out.mkdir(parents=True, exist_ok=True)
+    study, cfg, cells = study_of(record), config_of(record), cells_of(record)
+    claims = claims_of(record, cells, record["seq_2eta"])
+    tables = _tables(out, study, cells)
+    drawn = _figures(out, record, study, cells)
+    fields = {**_report_fields(record, study, cfg, cells, claims, tables), **_figure_fields(drawn)}
+    fields["fig2_caption"] = _fig2_caption(cells, study, _verdicts_clock(record, cells))
+    fields["rules_when"] = rules_when(record, cells, entries or [])
+    evidence = evidence_of(record, cells, MISSED)
+    fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
+    fields["warmup_line"] = ("Warmup, as our runs have it: " + warmup_holds_to(evidence) + ".\n\n"
+                             + stall_check(record) + "\n\n" + where_runs_ran(record, cells, entries or []))
+    (out / "REPORT.md").write_text(fill("report.md", **fields))
+    (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
+    return claims
+
+
+def _tables(out: Path, study: Study, cells: list) -> tuple:
+    """Tables I and II written as .csv and .md; returns their markdown tables for REPORT.md."""
+    workers = study.workers
+    eff = efficiency_table(cells, study.modes, workers)
+    clock = "measured" if record_runner(cells) else "modelled"
+    head1 = ["N", "passes to target (per seed)", "epochs to target (per seed)", f"s / epoch ({clock})",
+             f"time to target (s, {clock}), median (range)", "efficiency % (ours)", "efficiency % (paper)"]
+    strong_eff = eff.get(policies.STRONG, {})          # Table I is the paper's strong-scaling table
+    rows1 = [[n, passes_listing(cells, policies.STRONG, n), epochs_listing(cells, policies.STRONG, n),
+              fmt(cells_at(cells, policies.STRONG, n)[0].epoch_seconds),
+              time_range(cells, policies.STRONG, n), fmt(strong_eff.get(n)), fmt(PAPER_TABLE1.get(n))]
+             for n in workers if cells_at(cells, policies.STRONG, n)]
+    write_csv(out / "table1.csv", head1, rows1)
+    table1 = md_table(head1, rows1)
+    (out / "table1.md").write_text("Table I: strong-scaling efficiency, T1 / (N TN), ours next to the paper's. "
+                                   + _times_are(clock) + "\n\n" + table1)
+    modes2 = [m for m in (policies.WEAK, policies.WARMUP, policies.LINEAR) if m in study.modes]
+    head2 = ["N"] + [f"{m} {w}" for m in modes2 for w in ("(ours)", "(paper)")]
+    rows2 = [[n] + [v for m in modes2 for v in (fmt(eff[m][n]) if cells_at(cells, m, n) else "not run",
+                                                 fmt(PAPER_TABLE2[m].get(n)))] for n in workers]
+    write_csv(out / "table2.csv", head2, rows2)
+    table2 = md_table(head2, rows2)
+    (out / "table2.md").write_text("Table II: efficiency of weak scaling, warmup and the linear scaling rule, "
+                                   "T1 / (N TN) on time to target; NaN where a seed missed the target. "
+                                   + _times_are(clock) + "\n\n" + table2)
+    return table1, table2
+
+
+def _times_are(clock: str) -> str:
+    if clock == "measured":
+        return "Times are the real runs' own clocks."
+    return ("Times are modelled: passes to target x the seconds of a pass on this host's calibrated clock "
+            "(REPORT.md, 'The clock'), each worker its own device; not wall time.")
+
+
+def figure_names() -> tuple:
+    """Every figure the default study's reports may hold: the renderer owns these files, and
+    removes one it did not draw this time (an earlier render's, now stale)."""
+    paper = tuple(sorted({policies.get(m).paper_figure for m in policies.names()} - {""}))
+    return ("fig1.png", "fig2.png", "fig3.png", "fig_efficiency.png", "fig_collapse.png", "fig6.png") + paper
+
+
+def _figures(out: Path, record: dict, study: Study, cells: list) -> set:
+    """Draws the figures the record has data for; removes those of figure_names it did not
+    draw. Returns the names drawn."""
+    plt, drawn = pyplot(), {"fig2.png", "fig_efficiency.png", "fig_collapse.png"}
+    # fig2 on the clock the verdicts are given under (the paper's), named on its axis; the
+    # efficiencies on the tables' clock and on that one, a panel each
+    paper = _verdicts_clock(record, cells)
+    time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
+    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
+    warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
+    if warmup8:
+        warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,
+                      missed={c.run: c.status for c in warmup8 if not c.reached})
+        drawn.add("fig3.png")
+    groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
+    collapse_figure(out / "fig_collapse.png", groups, plt)
+    for mode in [m for m in study.modes if policies.get(m).paper_figure]:
+        policy = policies.get(mode)
+        loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
+                                 record["target"], derived=policy.follows_sequential_path and not record["runner"],
+                                 definition=config_of(record).epoch_definition, plt=plt)
+        drawn.add(policy.paper_figure)
+    if record.get("fig1"):             # None: no weights of the first sequential run were at hand
+        figure1(out / "fig1.png", record["fig1"], plt)
+        drawn.add("fig1.png")
+    if record["lr_search"]:
+        sweep_figure(out / "fig6.png", record["lr_search"], plt)
+        drawn.add("fig6.png")
+    for name in set(figure_names()) - drawn:
+        (out / name).unlink(missing_ok=True)
+    return drawn
+
+
+def _verdicts_clock(record: dict, cells: list) -> dict:
+    """The clock and time base (`clock`, `base`) Fig. 2 and fig_efficiency's second panel draw
+    under: the paper's, the verdicts', where times are modelled; none where they are real runs'
+    own or the record has no clock."""
+    if "timing" not in record or record_runner(cells):
+        return {}
+    return {"clock": clock_set(record)["paper"],
+            "base": TimeBase(record["n_train"], record["n_val"], config_of(record).epoch_definition)}
+
+
+FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
+                "the verdicts' clock; passes x its seconds a pass), every seed a dot and the median over seeds a bar "
+                "and line where every seed reached the target; the seeds that missed it are crosses in the panel "
+                "above, never drawn at a time.")
+
+
+def _fig2_caption(cells: list, study: Study, timed: dict) -> str:
+    """Fig. 2's caption: what it draws, which runs its N = 1 is, and, where its times are priced
+    by passes (`timed`, _verdicts_clock), the seeds it draws open as bounds (against_n_caption)."""
+    return textwrap.fill(FIG2_CAPTION + against_n_caption(cells, study.modes, timed.get("base")), 110)
+
+
+def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
+    """The $fields of templates/report.md; `tables` are Tables I and II in markdown."""
+    return {**_header_fields(record, claims), **_rules_fields(record, study),
+            **_settings_fields(record, study, cfg), **clock_fields(record, cfg),
+            **_result_fields(record, study, cells, tables)}
+
+
+def _header_fields(record: dict, claims: list) -> dict:
+    p, env = record["provenance"], record["environment"]
+    others = [c for c in clocks.JUDGED if c.name != clocks.PAPER]
+    claims_md = md_table(["claim", "paper", "rule", "ours", f"verdict ({clocks.label(clocks.PAPER)})",
+                          "failure = collapsed or non-finite", *(c.label for c in others), "break-even (rho)",
+                          "could more seeds change it?"],
+                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**",
+                           c["verdict_sensitivity"], *(c["verdicts"][o.name] for o in others), c["break_even"],
+                           c["more_seeds"]] for c in claims])
+    answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
+                       [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
+    interim = ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; a claim that a cell "
+               "below the design's seeds could still change has no verdict yet, the pooled contrasts below are of "
+               "the runs held so far, and the runs still missing are listed with their cost in the Decision rules' "
+               "'Sequential design' line.\n\n" if _interim(p) else "")
+    return {"answers_table": interim + answers, "name": record["preset"],
+            "how_run": without_machine_paths("real runs: " + record["runner"]) if record["runner"] else
+            "emulated workers, modelled time", "when": p["generated"],
+            "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else without_machine_paths(p["command"]),
+            "revision": p["revision"],
+            "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
+                       + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
+            "provenance": cost_line(p, "the stall and instruction-set checks"),
+            "claims_table": claims_md,
+            "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
+            "isa_stability": isa_stability(record, claims) + "\n\n" + stack_stability(record, claims)}
+
+
+def _interim(provenance: dict) -> bool:
+    """Was the record rendered from the ledger alone (repro --no-train), a study in progress?"""
+    return str(provenance.get("more_seeds_stopped_at", "")).startswith("--no-train")
+
+
+def _protocol(record: dict) -> list:
+    return protocol_rows(study_of(record), config_of(record), record["n_train"], record["n_val"], record["target"],
+                         record["cap"], record["eta"], record["lr_search"], record["runner"])
+
+
+def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
+    """The trained cells below the preset's seeds, each with its missing seeds, and what they
+    would cost here: passes (seeding.passes_to_expect of the cell's runs, else its mode's at the
+    largest N below, as the plan counts them) at a one-process pass of this host's clock ('' when
+    every cell has its seeds)."""
+    want = len(study.seeds)         # the design's seeds, as the claims count them
+    runs = {}
+    for c in record["cells"]:
+        if c["n"] > 1 and c["run"].startswith(f"{c['mode']}-n"):
+            runs.setdefault((c["mode"], c["n"]), []).append(c)
+    for r in record.get("seq_2eta") or []:
+        runs.setdefault(("2eta", 1), []).append({**r, "n": 1})
+    cells = study.trained_cells() + ([("2eta", 1)] if study.doubles_eta() else [])
+    short = [(m, n, want - len(runs.get((m, n), []))) for m, n in cells if len(runs.get((m, n), [])) < want]
+    if not short:
+        return ""
+
+    def passes(mode: str, n: int) -> int:
+        return seeding.passes_to_expect([c["epochs"] for c in seeding.runs_like(runs, mode, n)], n, record["cap"])
+    pass_s = _seconds_a_pass(record)
+    total = sum(k * passes(m, n) for m, n, k in short)
+    cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "
+            f"here at {pass_s:.2f} s a pass (this study's runs' own clocks), {record['provenance']['parallel_runs']} "
+            f"at a time" if pass_s else f"about {total:.0f} passes")
+    listing = "; ".join(f"{'2 x eta' if m == '2eta' else f'{m} N = {n}'}: {want - k} of {want} seeds run"
+                        for m, n, k in short)
+    return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
+            f"{listing}. A claim that they could still change says so in its row")
+
+
+def _seconds_a_pass(record: dict) -> Optional[float]:
+    """The median seconds a pass of the record's trained runs took on their own clocks, side by
+    side as the study runs them (record["pass_seconds"]); else None."""
+    return record.get("pass_seconds")
+
+
+def _rules_fields(record: dict, study: Study) -> dict:
+    more = (f"one more seed at a time for unsettled cells, up to {study.max_seeds} seeds a cell, while the "
+            f"invocation is within {study.budget_minutes:g} minutes" if study.budget_minutes and study.max_seeds
+            else "no more seeds (the preset sets no time budget)")
+    by_unit = {}
+    for r in record["seed_reasons"]:
+        by_unit.setdefault(r["unit"], []).append(r)
+    rows = [[_unit_label(u), ", ".join(str(r["seed"]) for r in rs),
+             "; ".join(f"seed {r['seed']}: {r['why']}" for r in rs if r["why"] != "first seeds of the preset") or "-"]
+            for u, rs in by_unit.items()]
+    clock = clock_set(record)
+    clocks_line = (f"clocks: every time claim is judged under the paper's clock (its cluster fitted to Table I: "
+                   f"serial share s = {clocks.fit_table1(PAPER_TABLE1)[0]:.3g}, communication rho = "
+                   f"{clock['paper'].rho:.3g}), this host's (rho = {clock['host'].rho:.3g}{host_latency(clock['host'])}) "
+                   f"and one device per "
+                   f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
+                   f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
+                   f"changes (searched from {clocks.RHO_GRID[0]:g} to {clocks.RHO_GRID[-1]:g})")
+    rules = claim_rules.RULES + [("clocks", clocks_line[len("clocks: "):])]
+    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules),
+            "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
+            "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study, by_unit),
+            "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
+
+
+def _unit_label(unit: str) -> str:
+    if unit == policies.SEQUENTIAL:
+        return "sequential runs (strong scaling at every N, N = 1 of every mode)"
+    if unit == "2eta":
+        return "sequential runs at 2 x eta"
+    mode, n = unit.split()
+    return f"{mode} N = {n}"
+
+
+def _settings_fields(record: dict, study: Study, cfg) -> dict:
+    env = record["environment"]
+    per_worker = cfg.epoch_definition == "per_worker"
+    return {
+        "n_train": record["n_train"], "n_val": record["n_val"], "epoch_definition": cfg.epoch_definition,
+        "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
+        else "the workers share one pass per epoch",
+        "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
+        "real_strong": real_strong(record),
+        "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
+        "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
+                       f"epochs in a row stops as `collapsed`" if cfg.collapse_patience else "")
+        + (f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as `stalled`"
+           if cfg.stall_patience else ""),
+        "model_line": f"K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, "
+                      f"stride {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam, beta {cfg.beta_1}/{cfg.beta_2}, "
+                      f"eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs.",
+        "eta": f"{record['eta']:.6g}", "lr_edge": _lr_edge(record["lr_search"]),
+        "threads_line": f"deterministic kernels, {cfg.intra_op_threads or 'automatic'} intra-op thread(s) per run, "
+                        f"{record['provenance']['parallel_runs']} run(s) side by side. Repeatable bit for bit on this "
+                        f"machine at this thread count; another instruction set or thread count rounds differently, "
+                        f"and converging runs then drift by up to a few per cent (docs/protocol.md, 'Determinism').",
+        "environment": f"Python {env['python']}, TensorFlow {env['tensorflow']}"
+                       + (f" with {env['keras']}" if env.get("keras") else "") + f", Horovod {env['horovod']}, NumPy "
+                       f"{env['numpy']}; {env['cpu']}, {env['cores']} cores, oneDNN ISA {env['onednn_isa']}, "
+                       f"{env['gpus'] or 0} GPU(s); {env['platform']}.",
+    }
+
+
+def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:
+    workers = study.workers
+    conv_rows = [[m] + [epochs_listing(cells, m, n) or "not run" for n in workers] for m in study.modes]
+    fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(cells)]
+    groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
+    eta = record["eta"]
+    collapse = md_table(["global batch", "(peak) lr", "schedule", "modes", "runs", "missed the target", "share"],
+                        [[b, f"{lr:g} x eta = {lr * eta:.4g}", sched, ", ".join(modes), runs, missed,
+                          f"{missed / runs:.0%}"] for b, lr, sched, modes, runs, missed in groups])
+    margins = ("By global batch alone: " + "; ".join(f"{b}: {m} of {r}" for b, r, m in failure_margins(groups, 0))
+               + ".\nBy (peak) lr alone: " + "; ".join(f"{lr:g} x eta: {m} of {r}"
+                                                     for lr, r, m in failure_margins(groups, 1)) + ".\n")
+    return {"table1": tables[0], "table2": tables[1],
+            "convergence_table": md_table(["mode"] + [f"N={n}" for n in workers], conv_rows),
+            "target_6": fmt(record["target"], 6), "collapse_6": fmt(record["collapse_loss"], 6),
+            "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
+            if fail_rows else "none\n",
+            "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins}
+
+
+# The captions of the figures a record may lack (templates/report.md holds the others): only a
+# figure drawn is described.
+CAPTIONS = {
+    "fig3.png": f"Fig. 3: {policies.WARMUP} at N = 8, validation loss (left) and lr at each epoch's end (right) per epoch, "
+                "every seed, each seed one colour in both panels; a run that missed the target ends in a cross and "
+                "says '(missed: its status)' in the legend; the lr panel shows the seeds that recorded an lr (runs "
+                "taken from an earlier record have none) and says how many of the seeds they are.",
+    "fig1.png": "Fig. 1: central slices of validation cubes (top) and the densities the first seed's sequential "
+                "model renders for them (bottom).",
+    "fig6.png": "Fig. 6: the search for the edge of stability, validation loss per epoch for each lr and seed tried.",
+    "fig4.png": "Fig. 4: validation loss of strong scaling against time on the clock its axis names, every seed: "
+                "read off the sequential runs (emulated), pass by pass, pass p at p x the seconds of a pass at that "
+                "N, up to its passes to target, so that every run ends at its time to target in Table I (a tick on "
+                "the target line); real runs epoch by epoch. A run that missed the target ends in a cross at its "
+                "last loss.",
+    "fig5.png": "Fig. 5: validation loss of weak scaling against time on the clock its axis names, every seed, "
+                "epoch by epoch (only per-epoch losses are stored for these runs); each run's time to target as "
+                "Table II computes it (its passes to target, validated within an epoch) is a tick on the target "
+                "line, at or before the epoch where its curve crosses it. A run that missed the target ends in a "
+                "cross at its last loss.",
+}
+
+
+def _figure_fields(drawn: set) -> dict:
+    """The template's fields for the figures a record may lack: the image where drawn (Fig. 1
+    else a note of why not), and its caption only where drawn, on lines of its own within the
+    captions' paragraph (Fig. 3's before the collapse figure's, the others after it)."""
+    caption = {name: textwrap.fill(text, 110) if name in drawn else "" for name, text in CAPTIONS.items()}
+    return {"fig3": "![fig3](fig3.png) " if "fig3.png" in drawn else "",
+            "fig6": "![fig6](fig6.png)" if "fig6.png" in drawn else "",
+            "fig1": "![fig1](fig1.png)" if "fig1.png" in drawn else "(Fig. 1: not drawn, no weights of the first "
+                                                                    "sequential run were at hand)",
+            **{name[:-4]: f"![{name[:-4]}]({name})" if name in drawn else "" for name in ("fig4.png", "fig5.png")},
+            "fig3_caption": caption["fig3.png"] + "\n" if caption["fig3.png"] else "",
+            "later_captions": "\n".join(caption[name] for name in ("fig4.png", "fig5.png", "fig1.png", "fig6.png")
+                                        if caption[name])}
+
+
+def _lr_edge(sweep) -> str:
+    """One sentence on how eta was chosen."""
+    if not sweep:
+        return "eta is fixed by the preset, not searched on this data."
+    tried = ", ".join(f"{r['lr']:.4g} seed {r.get('seed', 0)} {'diverges' if r['diverges'] else 'converges'}"
+                      for r in sweep["probes"])
+    collapse = (f", ending below the collapse level {sweep['collapse_loss']:.4g} (the training set's mean cube "
+                f"for every input)" if sweep.get("collapse_loss") is not None else "")
+    return (f"eta is the edge of stability on this data: the largest lr on the grid {sweep['grid_base_lr']:g} x "
+            f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs for every seed{collapse} "
+            f"(tried: {tried}; Fig. 6).")

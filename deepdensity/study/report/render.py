@@ -1,0 +1,110 @@
+"""What the study's reports share: number and table formatting, the cells of one (mode, N),
+matplotlib, the host's description and the report templates (deepdensity/study/templates)."""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import string
+from pathlib import Path
+
+from deepdensity.study.core.cells import median_time
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+
+# an absolute path as a record may hold it (a study run outside the checkout): after a space,
+# a bracket, a quote, a backtick or '=' (data_path=/x), or at the start, so that "s / epoch",
+# "1/2" and URLs are not paths
+_ABSOLUTE_PATH = re.compile(r"(?:(?<=[\s(\"'`=])|^)/[\w.+-]+(?:/[\w.+-]+)+", re.M)
+
+
+def machine_paths(text: str) -> list:
+    """The absolute paths `text` names."""
+    return _ABSOLUTE_PATH.findall(text)
+
+
+def without_machine_paths(text: str) -> str:
+    """`text` with every absolute path shown by its last two parts ("/work/x/reports/study.json"
+    as "reports/study.json"): a committed report names no folder of the machine that made it."""
+    return _ABSOLUTE_PATH.sub(lambda m: "/".join(m.group(0).split("/")[-2:]), text)
+
+
+def fmt(x, digits=2, missing="NaN") -> str:
+    return missing if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def md_table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, header, rows) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def cells_at(cells, mode, n) -> list:
+    """The cells (one per seed) of `mode` at N = `n`."""
+    return [c for c in cells if c.mode == mode and c.n == n]
+
+
+def time_range(cells, mode, n) -> str:
+    """Median time to target over the seeds and its range, or 'not reached'."""
+    cs = cells_at(cells, mode, n)
+    times = [c.time_to_target_s for c in cs]
+    med = median_time(times)
+    if med is None:
+        return "not reached" if cs else ""
+    return f"{med:.1f}" + (f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else "")
+
+
+def epochs_listing(cells, mode, n) -> str:
+    """Epochs to target per seed, or '- (status, epochs run)' for a seed that missed."""
+    return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})"
+                     for c in cells_at(cells, mode, n))
+
+
+def passes_listing(cells, mode, n) -> str:
+    """Passes to target per seed (to a pass's fraction where it was validated inside one), '-' where it missed."""
+    return ", ".join(f"{c.passes_to_target:.4g}" if c.reached and c.passes_to_target is not None else "-"
+                     for c in cells_at(cells, mode, n))
+
+
+def cost_line(p: dict, besides: str) -> str:
+    """What the study cost, from its record's provenance `p`: this invocation, and every run
+    behind the report on its own clock, which is what the study costs to train here from
+    nothing (`besides`: the runs past the cells counted too, where they ran)."""
+    wall = p["runs_minutes"] / max(1, p["parallel_runs"])
+    return (f"This invocation took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
+            f"finished earlier, {p['parallel_runs']} at a time. The runs behind this report took "
+            f"{p['runs_minutes']} min on their own clocks: training them all here from "
+            f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
+            f"{p['parallel_runs']} at a time, {besides} included where they ran.")
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def fill(template: str, **fields) -> str:
+    """deepdensity/study/templates/`template` with its $fields filled (a missing one is an error)."""
+    return string.Template((TEMPLATES / template).read_text()).substitute(fields)
+
+
+def target_source(record: dict, epochs: int) -> str:
+    """What set the target, as a report says it."""
+    cal = record.get("calibration") or {"source": "first seed"}
+    if cal["source"] == "preset":
+        return "fixed by the preset"
+    if cal["source"] == "calibration seeds":
+        return (f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
+                f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
+    return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
+            f"construction")

@@ -1,0 +1,116 @@
+"""Which seeds the study runs: the preset's first seeds in every cell, then the sequential
+design of seeding.py (more seeds for cells below max_seeds, within the time budget, up to max_seeds).
+
+A *unit* is what one seed costs: ("strong",) is the sequential run, from which strong
+scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential run at
+2 x eta; (mode, N) one emulated (or real) multi-worker run.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, Optional
+
+from deepdensity.scaling import policies
+from deepdensity.scaling.rules import RunStatus
+from deepdensity.study.plan import seeding
+from deepdensity.study.run.runner import NotHeld, StudyRunner
+
+FIRST = "first seeds of the preset"
+SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
+# Units whose runs are sequential (one worker): they take the study's sequential seeds.
+SEQUENTIAL_UNITS = (SEQUENTIAL_UNIT, ("2eta",))
+
+
+class Book:
+    """The study's outcomes so far: {(mode, N, seed): (result, run name)}, each unit's seeds,
+    the runs behind them and why each seed was run."""
+
+    def __init__(self):
+        self.results, self.seeds, self.runs, self.why = {}, {}, {}, {}
+
+    def add(self, unit: tuple, seed: int, run_names: list, why: str) -> None:
+        self.seeds.setdefault(unit, []).append(seed)
+        self.seeds[unit].sort()
+        self.runs.setdefault(unit, []).extend(run_names)
+        self.why[(unit, seed)] = why
+
+    def reached(self, mode: str, n: int) -> list:
+        """Reached the target? Per seed of (mode, N), in seed order."""
+        return [r["status"] == RunStatus.REACHED for (m, nn, s), (r, _) in sorted(self.results.items())
+                if (m, nn) == (mode, n)]
+
+    def cells_of(self, unit: tuple) -> list:
+        """The (mode, N) whose outcome a unit's seeds decide."""
+        if unit == SEQUENTIAL_UNIT:
+            return sorted({(m, n) for m, n, _ in self.results if m == policies.SEQUENTIAL})
+        if unit == ("2eta",):
+            return [("2eta", 1)]
+        return [unit]
+
+
+def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list, sequential_seeds: list = None) -> None:
+    """Every unit at every one of the preset's first seeds, `runner.parallel` at a time, the
+    sequential units (SEQUENTIAL_UNITS) at `sequential_seeds` instead when given. Seed by seed
+    across all units, so that an interrupted study has grown every cell evenly."""
+    def seeds_of(u: tuple) -> list:
+        return sequential_seeds if sequential_seeds is not None and u in SEQUENTIAL_UNITS else seeds
+
+    jobs = [(u, seeds_of(u)[i]) for i in range(len(seeds)) for u in units
+            if seeds_of(u)[i] not in book.seeds.get(u, [])]
+    names = runner.run_all([functools.partial(_held, units[u], s) for u, s in jobs], label="first seeds")
+    for (u, s), run_names in zip(jobs, names):
+        if run_names is not None:            # None: not held, in a study that trains nothing
+            book.add(u, s, run_names, FIRST)
+
+
+def _held(job: Callable, seed: int) -> Optional[list]:
+    """job(seed), or None when a run it needs is not held and the study trains nothing."""
+    try:
+        return job(seed)
+    except NotHeld:
+        return None
+
+
+def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
+                   deadline: float, say=print) -> str:
+    """The sequential design: one more seed at a time for the unsettled units, fewest seeds and
+    cheapest first, each only if it is expected to end before `deadline`; returns why it stopped."""
+    stopped = {"why": "every cell settled or at max_seeds"}
+
+    def reason(unit: tuple) -> Optional[str]:
+        for cell in book.cells_of(unit):
+            why = seeding.unsettled(book.reached(*cell), max_seeds)
+            if why:
+                return f"N = {cell[1]}: {why}" if unit == SEQUENTIAL_UNIT else why
+        return None
+
+    def cost(unit: tuple) -> float:
+        """Seconds one more seed of `unit` is expected to take: its seeds' mean so far."""
+        return sum(runner.wall.get(r, 0.0) for r in set(book.runs[unit])) / len(book.seeds[unit])
+
+    def next_jobs(running: set, done: set) -> list:
+        busy = {u for u, _ in running}
+        order = seeding.next_in_line((u, len(book.seeds[u]), cost(u)) for u in units
+                                    if u not in busy and reason(u))
+        jobs = []
+        for u, _, c in order:
+            if time.perf_counter() + c > deadline:
+                stopped["why"] = "the time budget"
+                continue
+            seed = max(book.seeds[u]) + 1
+            jobs.append(((u, seed), functools.partial(_seed_job, units[u], seed, reason(u))))
+        return jobs
+
+    def on_done(key: tuple, value: tuple) -> None:
+        unit, seed = key
+        run_names, why = value
+        book.add(unit, seed, run_names, why)
+        say(f"more seeds: {unit} seed {seed} ({why})")
+
+    runner.schedule(next_jobs, on_done, label="more seeds")
+    return stopped["why"]
+
+
+def _seed_job(job: Callable, seed: int, why: str) -> tuple:
+    return job(seed), why

@@ -1,0 +1,109 @@
+"""The sequential model's runs, the reference path of the study: a seed's sequential run (one
+worker, no stopping rule), the target calibrated on such runs, strong scaling read off them at
+every N (its global batch and lr do not depend on N, so its path is the sequential one), and
+strong scaling run for real with horovodrun beside that derivation.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import shlex
+from pathlib import Path
+
+from deepdensity.scaling import policies
+from deepdensity.scaling.rules import RunStatus
+from deepdensity.study.core import curves
+from deepdensity.study.core.preset import Study
+from deepdensity.study.run.runner import StudyRunner
+from deepdensity.study.run.session import Protocol, StudyRun
+from deepdensity.training.horovodrun import horovodrun_path
+from deepdensity.training.runs import read_json, read_metrics
+
+
+def val_losses(run_dir: Path) -> list:
+    """Validation losses per epoch, a non-finite one as inf (JSON keeps it as null)."""
+    return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
+
+
+def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "",
+                    need_weights: bool = False) -> list:
+    """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
+    the reference path every strong-scaling N follows. A shorter finished run is extended.
+    `prefix`: of the run's name, for the same run under other conditions (the ISA check).
+    `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
+    name = f"{prefix}seq-s{seed}"
+    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
+                                   "seed": seed, "stall_patience": 0, "collapse_patience": 0},
+               need_weights=need_weights)
+    return val_losses(runner.root / name)
+
+
+def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
+    """Strong scaling run for real at each N of the preset's real_strong: horovodrun -np N on
+    this host, the first seed, one run at a time after the others, to the target. Its passes to
+    target stand beside the sequential run's, which the derivation says they equal."""
+    study = s.study
+    if not study.real_strong:
+        return []
+    launcher = shlex.quote(horovodrun_path()) + " -np {n}"
+    runner = s.runner.sibling(launcher, parallel=1)
+    seed, definition = study.sequential_seeds()[0], curves.epoch_definition(study.train)
+    sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
+    rows = []
+    for n in study.real_strong:
+        name = f"real-strong-n{n}-s{seed}"
+        r = runner.run(name, policies.SEQUENTIAL, n, {**proto.common(), "seed": seed})
+        rows.append({"n": n, "seed": seed, "run": name, "status": r["status"], "epochs": r["epochs"],
+                     "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
+                                                                curves.passes_per_epoch(n, definition)),
+                     "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
+                     "final_val_loss": r.get("final_val_loss"), **_launched(s.root / name)})
+        print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
+              f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
+    return rows
+
+
+def _launched(run_dir) -> dict:
+    """The controller and transport a real run's ranks ran under, as its config.json names them
+    (none for a run the ledger gave back: its folder holds no launch)."""
+    launch = read_json(run_dir / "config.json", "run's configuration").get("launch") or {}
+    return {"controller": launch.get("controller"), "transport": launch.get("transport")}
+
+
+def calibrated_target(s: StudyRun, study: Study, eta: float, first_seed_losses: list) -> tuple:
+    """(target, cap, what set it): the median of the calibration seeds' sequential runs after E
+    epochs (preset calibration_seeds), else the first seed's own run (the paper's one run), or
+    the preset's absolute target_loss."""
+    E = study.calibration_epochs
+    if study.target_loss is not None:
+        return study.target_loss, 4 * E, {"source": "preset"}
+    if not study.calibration_seeds:
+        target, cap = curves.calibrate_target(first_seed_losses, E)
+        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
+        return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
+    runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
+                            label="calibration runs")
+    target, cap = curves.calibrate_target_median(runs, E)
+    ends = [vals[E - 1] for vals in runs]
+    print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
+          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
+    return target, cap, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
+
+
+def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
+                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
+                           prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
+    """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
+    read off the sequential run (curves.derive_strong, with the stall rule, its `near` = (fraction,
+    patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
+    extended until every N is decided."""
+    passes = first_passes
+    while True:
+        vals = sequential_path(runner, seed, lr, passes, prefix)
+        decided = {n: curves.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
+        undecided = [n for n, d in decided.items() if d is None]
+        if not undecided:
+            return decided, vals
+        if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
+            return {n: d or (RunStatus.DIVERGED, -(-len(vals) // n)) for n, d in decided.items()}, vals
+        passes += max(undecided)

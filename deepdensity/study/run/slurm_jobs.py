@@ -1,0 +1,288 @@
+"""The study's Slurm jobs through submitit: submission (one job, or one job array for the runs
+that become ready together), requeue before the time limit, and job state.
+
+submitit reads job state with `sacct`, which needs Slurm's accounting database (slurmdbd).
+Without one, `sacct` prints "Slurm accounting storage is disabled", submitit warns "status may
+be inaccurate" and keeps the state UNKNOWN: a job the scheduler ended before it wrote its
+result (scancel, a node lost) is never done, and waiting for it never ends (docs/cluster.md has
+the measurement). QueueWatcher is submitit's state reader on `squeue` instead, which every
+controller answers, with or without accounting; everything else is submitit's own.
+
+What a job runs: TrainJob, the run's training command as a subprocess (the command the local
+executor runs); the job's result is its exit status. 90 s before the time limit Slurm sends
+the job SIGUSR2 (submitit's `--signal`); submitit then calls TrainJob.checkpoint, which stops
+the run with SIGTERM (it checkpoints), and requeues the job (`scontrol requeue`): the same job
+id starts again and resumes the run from its checkpoint, up to `retries` times.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import submitit
+from submitit.core import utils as submitit_utils
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob, _make_sbatch_string
+
+from deepdensity.study.core.errors import StudyError
+
+# Slurm's job states in which the job is still to run, running, or to run again (requeued)
+LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING", "CONFIGURING", "PREEMPTED",
+        "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "UNKNOWN"}
+# squeue answered and no longer lists the job: the controller has forgotten it (MinJobAge after its end)
+LEFT = "LEFT"
+SIGNAL_BEFORE_END_S = 90      # Slurm's SIGUSR2 before the time limit: time to finish a step and checkpoint
+COMMENT = "deepdensity:"      # --comment of every submission, with a token the run's record holds
+
+
+class QueueWatcher(SlurmInfoWatcher):
+    """submitit's job-state reader, on `squeue -t all` (every registered job in one call)
+    instead of `sacct`. A job squeue no longer lists is LEFT (ended, and forgotten by the
+    controller); while squeue fails (a controller restarting) nothing changes, and a job is
+    never taken for ended because of that: `silent_since` says since when it failed."""
+
+    def __init__(self, delay_s: int = 60) -> None:
+        super().__init__(delay_s=delay_s)
+        self.silent_since: Optional[float] = None
+        self._update_lock = threading.RLock()
+
+    def _make_command(self) -> Optional[list]:
+        ids = sorted(self._registered - self._finished)
+        return ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)] if ids else None
+
+    def update_if_long_enough(self, mode: str) -> None:
+        with self._update_lock:                  # one squeue at a time for the driver's threads
+            super().update_if_long_enough(mode)
+
+    def update(self) -> None:
+        command = self._make_command()
+        if command is None:
+            return
+        self._num_calls += 1
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None
+        # squeue -j naming one job the controller forgot fails with "Invalid job id"; with several, lists the rest
+        if proc is not None and (proc.returncode == 0 or "Invalid job id" in proc.stderr):
+            listed = dict(line.strip().split("|", 1) for line in proc.stdout.splitlines() if "|" in line)
+            for job_id in command[-1].split(","):
+                self._info_dict[job_id] = {"State": listed.get(job_id, LEFT).split()[0]}
+            self.silent_since = None
+        else:
+            self.silent_since = self.silent_since or time.monotonic()
+        self._last_status_check = time.time()
+        for job_id in self._registered - self._finished:
+            if self.is_done(job_id, mode="cache"):
+                self._finished.add(job_id)
+
+    def is_done(self, job_id: str, mode: str = "standard") -> bool:
+        return self.get_state(job_id, mode=mode) not in LIVE
+
+
+class QueueJob(SlurmJob):
+    """submitit's Slurm job, its state read by QueueWatcher."""
+    watcher = QueueWatcher(delay_s=10)
+
+
+class QueueExecutor(SlurmExecutor):
+    """submitit's Slurm executor whose jobs are QueueJobs (arrays included)."""
+    job_class = QueueJob
+
+    def _internal_process_submissions(self, delayed_submissions: list) -> list:
+        jobs = super()._internal_process_submissions(delayed_submissions)
+        return [j if isinstance(j, QueueJob) else QueueJob(self.folder, j.job_id) for j in jobs]
+
+
+# A job's command runs as the one task of an srun step. mpirun, which horovodrun starts where
+# Horovod is built with MPI (the clock's probes and real epochs, real strong-scaling runs), reads
+# that step's allocation of one task and refuses -np 2 ("All nodes which are allocated for this
+# job are already filled"); without Slurm's allocator it places the ranks on horovodrun's own -H
+# (localhost:N, one node, as every such run here is). A user's own OMPI_MCA_ras wins.
+MPIRUN_IN_A_JOB_STEP = {"OMPI_MCA_ras": "^slurm"}
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+    """A run's job: its training command as a subprocess, whose exit status is the job's result
+    (128 + N for a signal N, as a shell says it). `env`: more environment for the run."""
+
+    def __init__(self, cmd: list, env: dict) -> None:
+        self.cmd, self.env = list(cmd), dict(env)
+        self._proc: Optional[subprocess.Popen] = None
+
+    def __getstate__(self) -> dict:
+        return {"cmd": self.cmd, "env": self.env}          # never the live subprocess
+
+    def __setstate__(self, state: dict) -> None:
+        self.cmd, self.env, self._proc = state["cmd"], state["env"], None
+
+    def __call__(self) -> int:
+        # Slurm signals every process of the job step: SIGUSR2 is for submitit (below), and would
+        # kill the run (its default action); an ignored signal stays ignored across exec
+        self._proc = subprocess.Popen(self.cmd, env={**MPIRUN_IN_A_JOB_STEP, **os.environ, **self.env},
+                                      preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
+        code = self._proc.wait()
+        return 128 - code if code < 0 else code
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """Before the time limit: stop the run with SIGTERM (it checkpoints and exits), and
+        start it again from that checkpoint when the requeued job runs."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(SIGNAL_BEFORE_END_S - 10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        resumed = self.cmd if "--resume" in self.cmd else [*self.cmd, "--resume"]
+        return submitit.helpers.DelayedSubmission(TrainJob(resumed, self.env))
+
+
+def job_parameters(options, cpus: int, hours: float) -> dict:
+    """submitit's parameters for a job of `cpus` CPUs and a time limit of `hours` with the
+    study's options (its name apart: Submitter names it)."""
+    extra = {"chdir": str(Path.cwd())}
+    for item in options.sbatch:                  # --key=value or --flag, as #SBATCH lines take them
+        key, sep, value = item[2:].partition("=")
+        extra[key] = value if sep else True
+    params = {"time": 0 if hours == float("inf") else max(1, round(hours * 60)),
+              "ntasks_per_node": 1, "cpus_per_task": max(1, cpus), "signal_delay_s": SIGNAL_BEFORE_END_S,
+              # srun of Slurm 22.05 does not take the job's --cpus-per-task: the step would get 1 CPU
+              "srun_args": [f"--cpus-per-task={max(1, cpus)}"], "additional_parameters": extra}
+    for key in ("partition", "account"):
+        if getattr(options, key):
+            params[key] = getattr(options, key)
+    if options.gpus_per_task:
+        params["gpus_per_task"] = options.gpus_per_task
+    return params
+
+
+def sbatch_text(folder: Path, params: dict) -> str:
+    """The batch script submitit submits with these parameters."""
+    folder = Path(folder).expanduser().absolute()          # as submitit's executor has it
+    command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return _make_sbatch_string(command=command, folder=folder, **params)
+
+
+def result_of(folder: Path, job_id: str) -> tuple:
+    """(exit status or None, why) of a job that has ended: the run's exit status from the
+    job's result; None when it wrote none (ended before the run did: scancel, a node lost) or
+    when submitit gave up requeueing it."""
+    path = submitit_utils.JobPaths(folder, job_id=job_id, task_id=0).result_pickle
+    try:
+        outcome, value = submitit_utils.pickle_load(path)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None, "no result"
+    if outcome == "success":
+        return int(value), ""
+    if "UncompletedJobError" in str(value):       # requeued `retries` times and out of time again
+        return None, str(value).strip().splitlines()[-1]
+    return 1, str(value)                          # TrainJob itself failed (the command could not start)
+
+
+def log_path(folder: Path, job_id: str) -> Path:
+    """Where the job's output goes (its errors: the same name, .err)."""
+    return submitit_utils.JobPaths(folder, job_id=job_id, task_id=0).stdout
+
+
+def log_of(folder: Path, job_id: str) -> str:
+    """The job's output and errors (the run's, and submitit's lines)."""
+    paths = submitit_utils.JobPaths(folder, job_id=job_id, task_id=0)
+    text = []
+    for path in (paths.stdout, paths.stderr):
+        try:
+            text.append(path.read_text(errors="replace"))
+        except OSError:
+            pass
+    return "\n".join(text)
+
+
+class Submitter:
+    """Submits runs' jobs through submitit; the runs asked for within `window` seconds of each
+    other (a stage's first wave) and of the same size go as one job array. Each request is
+    written to its record before sbatch (with a token that goes into the job's --comment), so
+    that a driver killed between sbatch and the record finds the job again (`find`)."""
+
+    def __init__(self, folder: Path, prefix: str, retries: int, max_jobs: int, window: float = 1.0) -> None:
+        self.folder, self.prefix, self.retries, self.max_jobs, self.window = folder, prefix, retries, max_jobs, window
+        self._lock = threading.Lock()
+        self._pending: list = []
+
+    def submit(self, name: str, job: TrainJob, params: dict, before) -> str:
+        """The job id of `job` (submitted alone or in an array); `before(token, index)` is
+        called before sbatch."""
+        request = {"name": name, "job": job, "params": params, "before": before, "done": threading.Event()}
+        with self._lock:
+            self._pending.append(request)
+            leader = len(self._pending) == 1
+        if leader:
+            time.sleep(self.window)
+            with self._lock:
+                batch, self._pending = self._pending, []
+            self._flush(batch)
+        request["done"].wait()
+        if "error" in request:
+            raise request["error"]
+        return request["job_id"]
+
+    def _flush(self, batch: list) -> None:
+        groups: dict = {}
+        for r in batch:
+            groups.setdefault(repr(sorted(r["params"].items())), []).append(r)
+        for group in groups.values():
+            try:
+                self._submit_group(group)
+            except BaseException as e:        # every waiting run hears of it, not only the leader
+                error = e
+                if isinstance(e, Exception):  # sbatch refused (submitit raises its output): one line
+                    lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [repr(e)]
+                    error = StudyError(f"submitting {len(group)} job(s) failed: {lines[-1]}")
+                for r in group:
+                    r["error"] = error
+            finally:
+                for r in group:
+                    r["done"].set()
+
+    def _submit_group(self, group: list) -> None:
+        token = uuid.uuid4().hex[:12]
+        # submitit requeues a job out of time up to `retries` times (its countdown of time-outs)
+        executor = QueueExecutor(folder=self.folder, max_num_timeout=self.retries)
+        params = dict(group[0]["params"])
+        params["additional_parameters"] = {**params["additional_parameters"], "comment": COMMENT + token}
+        params["job_name"] = f"{self.prefix}-{group[0]['name']}" if len(group) == 1 else f"{self.prefix}-array"
+        if len(group) > 1:
+            params["array_parallelism"] = self.max_jobs
+        executor.update_parameters(**params)
+        for i, r in enumerate(group):
+            r["before"](token, i)
+        if len(group) == 1:
+            jobs = [executor.submit(group[0]["job"])]
+        else:
+            with executor.batch():
+                jobs = [executor.submit(r["job"]) for r in group]
+        for r, j in zip(group, jobs):
+            r["job_id"] = j.job_id
+
+
+def find(token: str, index: int) -> Optional[str]:
+    """The id of the job submitted with this token (task `index` of an array) that the
+    controller still lists; '' when it lists none; None when squeue could not say."""
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    for line in proc.stdout.splitlines():
+        job_id, _, comment = line.partition("|")
+        task = job_id.partition("_")[2]
+        if comment == COMMENT + token and (task == str(index) or (not task and index == 0)):
+            return job_id
+    return ""

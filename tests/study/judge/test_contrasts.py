@@ -1,0 +1,20 @@
+"""The pooled contrasts beside the claims and warmup's claim as the runs have it (contrasts.py),
+on the hand-made studies of test_claims.py."""
+import math
+
+import pytest
+
+from deepdensity.study.core.cells import TimeBase
+from deepdensity.study.core.evidence import Evidence, MISSED
+from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
+from tests.study.judge.test_claims import CLOCKS, COLLAPSE, W, papers_outcome
+
+
+def test_the_pooled_contrasts_and_warmups_reformulation():
+    v = Evidence(papers_outcome(), W, MISSED, COLLAPSE, CLOCKS, TimeBase(320, 64))
+    rows = {r[0].split(",")[0]: r for r in contrasts(v)}
+    linear_weak = rows["linear misses more often than weak"]
+    assert linear_weak[1] == "40/40 against 0/40"
+    # all 40 linear runs missed, no weak run did: Fisher's one-sided p = 1 / C(80, 40)
+    assert float(linear_weak[3]) == pytest.approx(1 / math.comb(80, 40), rel=0.05)
+    assert warmup_holds_to(v).startswith("every warmup cell converges up to N = 4; the first that fails is N = 8")

@@ -1,0 +1,79 @@
+"""REPORT.md answers on its first screen (issue 56): its first table has a row per claim of
+claims.json, in order, each cell short enough to read at a glance, before the claims' full
+evidence. Read from the committed reports, which test_rerender holds to what the code renders."""
+import json
+
+import pytest
+
+from tests.support import ROOT
+
+LONGEST_CELL = 200          # characters: a cell a reader takes in without scrolling
+FOLDERS = [ROOT / "reports", ROOT / "tests" / "study" / "data" / "tiny-reports"]
+
+
+def first_table(text: str) -> list:
+    """The rows (lists of cells) of the first markdown table in `text`, header and rule dropped."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return table[2:]
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(ROOT).as_posix())
+def test_the_first_table_is_one_short_row_per_claim_before_the_evidence(folder):
+    if not (folder / "REPORT.md").is_file():
+        pytest.skip(f"no report committed in {folder}")
+    text = (folder / "REPORT.md").read_text()
+    claims = json.loads((folder / "claims.json").read_text())
+    rows = first_table(text)
+    assert [row[0] for row in rows] == [c["claim"] for c in claims]
+    assert [row[3] for row in rows] == [f"**{c['verdict']}**" for c in claims]
+    assert max(len(cell) for row in rows for cell in row) <= LONGEST_CELL
+    assert text.index("## The answer") < text.index("## Claims")
+
+
+def test_the_beyond_reports_first_table_is_one_short_row_per_question():
+    folder = ROOT / "reports" / "beyond"
+    if not (folder / "REPORT.md").is_file():
+        pytest.skip("no beyond study committed")
+    text = (folder / "REPORT.md").read_text()
+    answers = json.loads((folder / "answers.json").read_text())
+    rows = first_table(text.split("## The answer", 1)[1])
+    questions = [*answers["not_exercised"], *answers["remedies"], *answers["filter"], *answers["sweep"]]
+    assert len(rows) == len(questions) and all(q in row[0] for q, row in zip(questions, rows))
+    assert max(len(cell) for row in rows for cell in row) <= LONGEST_CELL
+    assert text.index("## The answer") < text.index("| comparison |")
+
+
+def test_a_long_cell_in_the_first_table_is_found():
+    """The check above reads the table it means: a report whose first table is the full claims
+    table (the layout before) fails it."""
+    long = "| claim | ours |\n|---|---|\n| Strong | " + "N = 1: 0 of 8 missed; " * 20 + " |\n"
+    assert max(len(cell) for row in first_table("# R\n\n" + long) for cell in row) > LONGEST_CELL
+
+
+# The records (study.json, ledger.jsonl) are the study's data as it ran, read back by `report
+# --from` and by later invocations; what was rendered from them names no folder of the machine.
+RECORDS = ("study.json", "ledger.jsonl")
+
+
+def test_no_rendered_report_names_a_folder_of_the_machine_that_made_it():
+    from deepdensity.study.report.render import machine_paths
+    committed = [p for p in (ROOT / "reports").rglob("*") if p.is_file() and p.suffix in (".md", ".json", ".csv")
+                 and p.name not in RECORDS]
+    assert committed, "reports/ holds rendered reports"
+    named = {p.relative_to(ROOT).as_posix(): machine_paths(p.read_text()) for p in committed}
+    assert {p: paths for p, paths in named.items() if paths} == {}
+
+
+def test_a_machine_path_in_a_record_is_shown_by_its_last_two_parts():
+    from deepdensity.study.report.render import machine_paths, without_machine_paths
+    assert without_machine_paths("runs (/work/main/reports/study.json, same") == "runs (reports/study.json, same"
+    assert without_machine_paths('"run": "/scratch/u1/runs/seq-s3",') == '"run": "runs/seq-s3",'
+    assert without_machine_paths("--set data_path=/home/u/scans/cubes.h5") == "--set data_path=scans/cubes.h5"
+    for kept in ("s / epoch", "https://ui.perfetto.dev/trace", "p 1 / 0.38", "docs/beyond.md", "24/24", "ms/step"):
+        assert without_machine_paths(kept) == kept and machine_paths(kept) == []

@@ -1,0 +1,339 @@
+"""What a Slurm job of the study asks for, from the preset and --slurm, and the batch script it
+runs; the executor against a running cluster is tests/cluster/test_slurm.py."""
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from deepdensity.study.core.errors import StudyError
+from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher, Submitter,
+                                              TrainJob)
+from deepdensity.study.run.slurm_options import SlurmOptions
+from deepdensity.study.run.slurm_runner import SlurmRunner
+from tests.support import ROOT
+
+
+def test_options_come_from_the_preset_then_the_command_line():
+    o = SlurmOptions.parse({"partition": "gpu", "time": "01:00:00", "sbatch": ["--qos=short"]},
+                           ["time=00:30:00", "max_jobs=8", "sbatch=--exclusive"])
+    assert (o.partition, o.time, o.max_jobs, o.sbatch) == ("gpu", "00:30:00", 8, ["--qos=short", "--exclusive"])
+    assert SlurmOptions.parse(None, []) == SlurmOptions()
+
+
+@pytest.mark.parametrize("preset, overrides, message", [
+    ({"partiton": "x"}, [], "unknown key\\(s\\) partiton"),
+    (None, ["max_jobs=many"], "max_jobs must be int"),
+    (None, ["retries=-1"], "retries must be >= 0"),
+    (None, ["partition"], "expected KEY=VALUE"),
+    (None, ["sbatch=-q short"], "sbatch options are given as --key=value or --flag, got '-q short'"),
+])
+def test_bad_options_are_one_line_naming_the_key(preset, overrides, message):
+    with pytest.raises(StudyError, match=message):
+        SlurmOptions.parse(preset, overrides)
+
+
+def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None,
+                         SlurmOptions(partition="p", gpus_per_task=1, sbatch=["--qos=short", "--exclusive"]),
+                         threads=2, study_name="default")
+    script = runner.batch_script("weak-n2-s0", 2)
+    assert "#SBATCH --job-name=dd-default-weak-n2-s0\n" in script
+    assert "#SBATCH --cpus-per-task=2\n" in script, "the runs' threads, one task: workers are emulated"
+    assert "#SBATCH --partition=p\n" in script and "#SBATCH --gpus-per-task=1\n" in script
+    assert "#SBATCH --qos=short\n" in script and "#SBATCH --exclusive\n" in script
+    assert "#SBATCH --time=240\n" in script, "04:00:00 in minutes: submitit counts its time-outs from it"
+    assert "#SBATCH --signal=USR2@90\n" in script, "submitit's warning before the time limit: checkpoint, requeue"
+    assert "--no-requeue" not in script, "submitit requeues the job itself"
+    assert f"#SBATCH --output={runner.jobs}/%j_0_log.out\n" in script
+    assert f"#SBATCH --comment={COMMENT}TOKEN\n" in script
+    # srun of Slurm 22.05 does not pass the job's --cpus-per-task on to the step
+    assert f"srun --unbuffered --output {runner.jobs}/%j_%t_log.out --error {runner.jobs}/%j_%t_log.err " \
+           f"--cpus-per-task=2 {sys.executable} -u -m submitit.core._submit {runner.jobs}\n" in script
+    (tmp_path / "job.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")]).returncode == 0
+    launched = SlurmRunner(tmp_path, tmp_path / "train.yaml", "horovodrun -np {n}", SlurmOptions(), threads=1,
+                           study_name="default").batch_script("real-strong-n4-s0", 4)
+    assert "#SBATCH --cpus-per-task=4\n" in launched, "a launcher's N processes, one thread each"
+
+
+def test_a_jobs_run_is_stopped_by_sigterm_before_the_time_limit_and_resumes(tmp_path):
+    """TrainJob, what each job runs, outside Slurm: SIGUSR2 (submitit's signal, which Slurm
+    sends to every process of the job) does not reach the run; submitit's checkpoint stops the
+    run with SIGTERM (it checkpoints) and gives the job to requeue: the same run, --resume."""
+    body = "trap 'exit 143' TERM; kill -USR2 $$; echo started > started; sleep 30 & wait"
+    job = TrainJob(["bash", "-c", body], {"DD_TEST": "1"})
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(job()))
+    import os
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists(), "SIGUSR2 did not end the run"
+        again = job.checkpoint()
+        thread.join(10)
+    finally:
+        os.chdir(cwd)
+    assert codes == [143], "the run's exit status is the job's result"
+    assert again.function.cmd == ["bash", "-c", body, "--resume"] and again.function.env == {"DD_TEST": "1"}
+    assert TrainJob(["bash", "-c", "kill -KILL $$"], {})() == 137, "a signal N is 128 + N, as a shell says"
+
+
+def fake_command(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/sh\n" + body)
+    (bin_dir / name).chmod(0o755)
+
+
+def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch):
+    """A controller restarting makes squeue fail for a while; the job must be waited for, not
+    resubmitted. Slurm's commands are replaced here by scripts on PATH that answer as squeue
+    does (the real ones are exercised in tests/cluster/test_slurm.py)."""
+    import os
+    from submitit.core.utils import JobPaths, cloudpickle_dump
+    calls = tmp_path / "calls"
+    # fails twice (controller away), then says the job has left the controller
+    fake_command(tmp_path / "bin", "squeue", f"echo x >> {calls}\nn=$(wc -l < {calls})\n"
+                 "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n"
+                 "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(QueueJob, "watcher", QueueWatcher(delay_s=0))
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(poll_seconds=0.01), threads=1,
+                         study_name="t")
+    runner.jobs.mkdir()
+    cloudpickle_dump(("success", 0), JobPaths(runner.jobs, job_id="5", task_id=0).result_pickle)
+    assert runner._wait("5") == ((0, ""), LEFT), "waited through the failures, then read the job's result"
+    assert len(calls.read_text().split()) == 3
+
+
+def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp_path, monkeypatch):
+    """Submitter, with sbatch and srun on PATH that answer as Slurm's do: three runs asked for
+    at once are one sbatch of an array (tasks JOB_0..2), each told its token and index before
+    sbatch; a run asked for alone is one job of its own name."""
+    import os
+    calls = tmp_path / "calls"
+    fake_command(tmp_path / "bin", "sbatch", f"cat \"$1\" >> {calls}; echo ---- >> {calls}\n"
+                 f"echo \"Submitted batch job $(grep -c -- ---- {calls})\"\n")
+    fake_command(tmp_path / "bin", "srun", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.5)
+    params = job_parameters(SlurmOptions(), 1, 1.0)
+    told, ids = {}, {}
+
+    def ask(name: str) -> None:
+        ids[name] = submitter.submit(name, TrainJob(["true"], {}), dict(params),
+                                     lambda token, index: told.__setitem__(name, (token, index)))
+    threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    scripts = calls.read_text().split("----\n")[:-1]
+    assert len(scripts) == 1 and "#SBATCH --array=0-2%3\n" in scripts[0] and "--job-name=dd-t-array\n" in scripts[0]
+    assert sorted(ids.values()) == ["1_0", "1_1", "1_2"]
+    assert sorted(index for _, index in told.values()) == [0, 1, 2] and len({t for t, _ in told.values()}) == 1
+    assert all(ids[name] == f"1_{told[name][1]}" for name in ids), "each run its own task"
+    assert f"#SBATCH --comment={COMMENT}{told['run0'][0]}\n" in scripts[0]
+    ask("alone")
+    script = calls.read_text().split("----\n")[1]
+    assert ids["alone"] == "2" and "--array" not in script and "#SBATCH --job-name=dd-t-alone\n" in script
+
+
+def test_a_submission_the_last_driver_began_is_found_by_its_token(tmp_path, monkeypatch):
+    import os
+    fake_command(tmp_path / "bin", "squeue", f"echo '7|{COMMENT}other'; echo '9_0|{COMMENT}tok'; "
+                 f"echo '9_1|{COMMENT}tok'; echo '11|{COMMENT}solo'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert (find("tok", 1), find("solo", 0), find("tok", 2), find("gone", 0)) == ("9_1", "11", "", "")
+    fake_command(tmp_path / "bin", "squeue", "echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1\n")
+    assert find("tok", 1) is None, "squeue failing: cannot tell"
+    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(), threads=1, study_name="t")
+    record = {"attempts": 0, "jobs": [], "command": ["x"], "submitting": {"token": "tok", "index": 1, "attempt": 1}}
+    with pytest.raises(StudyError, match="squeue does not answer"):
+        runner._live_job(record, "r")
+
+
+@pytest.mark.parametrize("text, hours", [("04:00:00", 4), ("90", 1.5), ("30:00", 0.5), ("1-00:00:00", 24),
+                                         ("2-12", 60), ("1-06:30", 30.5), ("UNLIMITED", float("inf"))])
+def test_time_limits_read_as_slurm_reads_them(text, hours):
+    from deepdensity.study.run.slurm_options import time_hours
+    assert time_hours(text) == hours
+
+
+@pytest.mark.parametrize("bad", ["4h", "1:2:3:4", "-5", "0", "1-"])
+def test_a_time_limit_slurm_would_refuse_is_one_line_before_anything(bad):
+    with pytest.raises(StudyError, match="time must be"):
+        SlurmOptions.parse(None, [f"time={bad}"])
+
+
+TINY = "data: {n: 96, val: 32, seed: 0}\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
+
+
+def test_repro_on_a_host_without_sbatch_refuses_in_one_line_before_anything(tmp_path):
+    """The real command, with a PATH that has no sbatch or squeue: one `error:` line, exit 2,
+    nothing on stdout (not even the plan), the runs folder not made, no data built, no clock."""
+    preset, runs, empty = tmp_path / "tiny.yaml", tmp_path / "runs", tmp_path / "bin"
+    preset.write_text(TINY)
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
+                           "--executor", "slurm"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(empty), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "tiny.yaml"], "nothing written"
+
+
+def fake_slurm(tmp_path, sbatch_exit: int, message: str = "") -> Path:
+    """sbatch and squeue on PATH that log their arguments; sbatch answers as Slurm's does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho squeue \"$@\" >> {log}\n"
+                                    "echo 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch \"$@\" >> {log}\necho '{message}' >&2\n"
+                                    f"exit {sbatch_exit}\n")
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return log
+
+
+def test_repro_refuses_options_slurm_refuses_before_anything(tmp_path, monkeypatch, capsys):
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    calls = fake_slurm(tmp_path, 1, "sbatch: error: Batch job submission failed: Invalid partition name specified")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
+                       "slurm", "--slurm", "partition=nope"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: --executor slurm: Slurm refuses a job with the study's options (--partition=nope")
+    assert err.rstrip().endswith("Invalid partition name specified; nothing was written")
+    assert "--test-only" in calls.read_text() and not (tmp_path / "runs").exists()
+
+
+def test_repro_asks_slurm_for_its_largest_job_the_clocks_before_anything(tmp_path, monkeypatch, capsys):
+    """A partition that takes 1-CPU jobs but no 4-CPU one would run every training job and wait
+    forever for the clock's (horovodrun -np 4): the check before anything asks for the largest."""
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    calls = fake_slurm(tmp_path, 0)
+    (tmp_path / "bin" / "sbatch").write_text(
+        f"#!/bin/sh\necho sbatch \"$@\" >> {calls}\ncase \"$*\" in *--cpus-per-task=1\\ *) exit 0;; esac\n"
+        "echo 'sbatch: error: CPU count per node can not be satisfied' >&2\nexit 1\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
+                       "slurm"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--cpus-per-task=4" in err and err.rstrip().endswith("can not be satisfied; nothing was written")
+    assert not (tmp_path / "runs").exists()
+    # with the clock's timing.json held, the largest job is a run's (1 CPU), and the check passes
+    runs = tmp_path / "held"
+    runs.mkdir()
+    from deepdensity.study.run.timing import CLOCK_VERSION
+    (runs / "timing.json").write_text(json.dumps({"clock_version": CLOCK_VERSION}))
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--dry-run"]) == 0
+    assert "  Slurm here: sbatch and squeue answer" in capsys.readouterr().out
+    assert calls.read_text().splitlines()[-1].startswith("sbatch --test-only ") and "--cpus-per-task=1 " in \
+        calls.read_text().splitlines()[-1]
+
+
+def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_path, monkeypatch, capsys):
+    from deepdensity.study import repro
+    (tmp_path / "tiny.yaml").write_text(TINY + "real_strong: [2]\n")
+    calls = fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    runs = tmp_path / "runs"
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--slurm", "partition=short", "--slurm", "account=proj42", "--slurm", "time=02:00:00",
+                       "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    jobs = next(line for line in out.splitlines() if line.startswith("  Slurm jobs: "))
+    assert jobs.startswith("  Slurm jobs: 7 runs, one batch job each")      # 2 seeds x (seq, weak N = 2, 2 x eta) + 1
+    assert "partition short, account proj42" in jobs and "each 02:00:00 at most, 1 CPU(s)" in jobs
+    assert "horovodrun -np 2 inside one job each, on one node (2 CPUs)" in jobs
+    # 7 runs' jobs of 1 CPU (one of them 2: horovodrun -np 2) and the clock's job of 4, 2 h each
+    assert "  Slurm cost: at most 24 CPU-hours reserved (8 jobs at their 02:00:00 limit" in out
+    assert "the real strong-scaling jobs 2; the clock's job 4)" in out
+    assert "strong scaling for real: horovodrun -np 2 as one Slurm job each" in out
+    assert "1. the clock: training steps and allreduces timed alone in one Slurm job on a compute node" in out
+    assert "  Slurm: on this host, not as jobs: the data set; and the driver itself" in out, "the clock is a job"
+    assert "  Slurm clock job: the clock (timing.json: one-process epochs and horovodrun -np 2 and 4, about 8-12 " \
+           "min) as one batch job dd-tiny-clock on one node, 4 CPUs, 02:00:00 at most, submitted first" in out
+    for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=120",
+                 "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/%j_0_log.out",
+                 "#SBATCH --job-name=dd-tiny-seq-s0", "#SBATCH --signal=USR2@90"):
+        assert f"      {line}\n" in out
+    assert f"  Slurm job's run (submitit's {runs}/.slurm/JOBID_submitted.pkl): {sys.executable} -m deepdensity " \
+           f"train --mode strong --config {runs}/train.yaml --out {runs}/seq-s0 --quiet --set ..." in out
+    assert "  Slurm here: sbatch and squeue answer" in out
+    assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), \
+        "nothing submitted"
+    assert not runs.exists(), "a dry run writes nothing"
+    # without sbatch the dry run still shows the jobs, says this host cannot submit them, and
+    # ends as the study would: exit 2, the fix named
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
+                       "--dry-run"]) == 2
+    said = capsys.readouterr()
+    assert "  Slurm here: no, `sbatch` and `squeue` not found on PATH" in said.out
+    assert said.err.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH; run the study on a "
+                               "Slurm login node") and said.err.count("\n") == 1, said.err
+    assert said.err.rstrip().endswith("(without --executor slurm it trains on this host)") and not runs.exists()
+
+
+def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_path, monkeypatch):
+    import os
+    fake_command(tmp_path / "bin", "sbatch", "echo 'sbatch: error: Batch job submission failed: Invalid account' >&2\n"
+                 "exit 1\n")
+    fake_command(tmp_path / "bin", "srun", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.2)
+    errors = []
+
+    def ask(name: str) -> None:
+        try:
+            submitter.submit(name, TrainJob(["true"], {}), job_parameters(SlurmOptions(), 1, 1.0), lambda *_: None)
+        except StudyError as e:
+            errors.append(str(e))
+    threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == ["submitting 2 job(s) failed: sbatch: error: Batch job submission failed: Invalid account"] * 2
+
+
+def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_counts(tmp_path, monkeypatch, capsys):
+    """The plan's "missing runs" line and its Slurm lines give one count (issue 55): the default
+    preset, whose committed ledger holds every run it counts, says none in both; a count the
+    plan gives is the one the Slurm jobs and their cost are given for."""
+    from deepdensity.study import repro
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.run.slurm_plan import plan_lines
+    fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert repro.main(["--runs", str(tmp_path / "runs"), "--executor", "slurm", "--slurm", "time=02:00:00",
+                       "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "  missing runs: none, the ledger holds every run" in out
+    assert "  Slurm jobs: none of the missing runs above (there are none)" in out
+    assert "  Slurm cost: the missing runs above: none, nothing reserved for them; every run of the study: " in out
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    _, study = load_study(str(tmp_path / "tiny.yaml"))
+    lines = plan_lines("tiny", study, SlurmOptions.parse(None, ["time=02:00:00"]), tmp_path / "runs", None, False, None,
+                       None, 3)
+    assert any(line.startswith("  Slurm jobs: the 3 missing run(s) above, and any run not counted there") for line in lines)
+    assert any(line.startswith("  Slurm cost: the 3 missing run(s) above: at most 6 CPU-hours reserved; every run")
+               for line in lines), lines
