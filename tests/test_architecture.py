@@ -137,7 +137,7 @@ def test_nothing_outside_dist_touches_horovod():
 
 STUDY = "deepdensity.study"
 PURE = sorted({"deepdensity.scaling.rules", "deepdensity.scaling.policies", "deepdensity.config", "deepdensity.training.runs",
-               "deepdensity.study.judge.rank_tests", "deepdensity.study.judge.contrasts", "deepdensity.study.judge.claims",
+               "deepdensity.study.judge.contrasts", "deepdensity.study.judge.contrasts", "deepdensity.study.judge.claims",
                "deepdensity.study.judge.beyond_verdicts"}
               | {n for n in MODULES if n.startswith((f"{STUDY}.core.", f"{STUDY}.plan."))})
 

@@ -94,7 +94,7 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     import json
 
     from deepdensity.study.core.preset import load_study
-    from deepdensity.study.run import slurm_plan
+    from deepdensity.study.run import slurm_runner
     from deepdensity.study.run.slurm_options import SlurmOptions
 
     name, study = load_study("default")
@@ -105,7 +105,7 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
     from deepdensity.study.plan.study_plan import missing_runs
     missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
-    printed = slurm_plan.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
+    printed = slurm_runner.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
                                     len(missing))
     documented = (ROOT / "docs" / "cluster.md").read_text()
     for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):

@@ -46,16 +46,16 @@ from deepdensity.study.rerender import holds_a_study_record
 from deepdensity.study.run.beyond import default_study_eta
 from deepdensity.study.run.cell_times import study_cells
 from deepdensity.study.run.checks import stall_check
-from deepdensity.study.run.clock_job import study_clock
+from deepdensity.study.run.timing import study_clock
 from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds
-from deepdensity.study.run.edge import edge_of_stability
+from deepdensity.study.run.sequential import edge_of_stability
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.sequential import calibrated_target, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
                                            reports_folder, start_study, StudyOptions, StudyRun,
                                            write_ledger_and_publish)
 from deepdensity.study.run.timing import held_timing
-from deepdensity.study.run.units import study_units
+from deepdensity.study.run.design import study_units
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
@@ -174,7 +174,7 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
-    from deepdensity.study.run.clock_job import clock_cpus
+    from deepdensity.study.run.timing import clock_cpus
     from deepdensity.study.run.timing import current_timing
     threads = int(study.train.get("intra_op_threads", 1))
     per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
@@ -192,7 +192,7 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
     for line in missing_lines(study, entries, earlier, parallel_runs(study)):
         print(line)
     if slurm_check is not None:
-        from deepdensity.study.run import slurm_plan as slurm
+        from deepdensity.study.run import slurm_runner as slurm
         slurm_options, unavailable = slurm_check
         missing = missing_runs(study, entries, earlier)
         for line in slurm.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,

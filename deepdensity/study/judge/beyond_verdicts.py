@@ -1,7 +1,7 @@
 """The beyond study's decision rules (docs/beyond.md, fixed 2026-11-26 12:30 UTC, before its
 next run): does a remedy beat strong scaling, does filtering help the large-batch modes, which
 batch does the sequential model prefer. Each comparison is the default study's rank test
-(rank_tests.rank_test: one-sided Mann-Whitney both ways, the Hodges-Lehmann ratio, P(shorter)), on
+(contrasts.rank_test: one-sided Mann-Whitney both ways, the Hodges-Lehmann ratio, P(shorter)), on
 passes to target first and then on seconds under each clock (evidence.seconds, the one time to
 target), corrected by Holm over the comparisons of one question, with the break-even in rho.
 Pure: cells and clocks in, verdict rows out; no files.
@@ -17,12 +17,12 @@ from typing import Callable, Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.study.core import clocks, curves, evidence, stats
 from deepdensity.study.core.cells import Cell, median_time
-from deepdensity.study.judge import rank_tests
+from deepdensity.study.judge import contrasts
 
 # When docs/beyond.md was committed (493e1f4), before the study's next run: later than the default
 # study's docs/decision-rules.md (protocol_text.DECISION_RULES_FIXED_UTC), so a name of its own.
 BEYOND_RULES_FIXED_UTC = "2026-11-26 12:30 UTC"
-ALPHA = rank_tests.ALPHA
+ALPHA = contrasts.ALPHA
 MIN_SEEDS = 3
 SHORTER, LONGER, NO_DIFFERENCE = "shorter", "longer", "no measurable difference"
 TOO_FEW, NEITHER = "too few seeds", "neither reached"
@@ -116,7 +116,7 @@ def smallest_p(n_a: int, n_b: int) -> float:
 def _test(a: list, b: list) -> dict:
     out = {"n_a": len(a), "n_b": len(b), "ratio": None, "prob_shorter": None, "p_shorter": None, "p_longer": None}
     if a and b:
-        out.update(rank_tests.rank_test(list(a), list(b)))
+        out.update(contrasts.rank_test(list(a), list(b)))
     return out
 
 
@@ -153,12 +153,12 @@ def family(pairs: dict, more: bool = True) -> dict:
 
 def _more(row: dict, a: list, b: list, m: int) -> Optional[int]:
     """The fewest further seeds a side, all going the way the ratio leans, that could call a
-    comparison not yet called (rank_tests.seeds_to_reject at ALPHA / m); None when none is needed or
+    comparison not yet called (contrasts.seeds_to_reject at ALPHA / m); None when none is needed or
     not within 50."""
     if row["verdict"] not in (NO_DIFFERENCE, TOO_FEW) or not a or not b:
         return None
     lean_shorter = row["ratio"] is None or row["ratio"] <= 1.0
-    return rank_tests.seeds_to_reject(a, b, ALPHA / m) if lean_shorter else rank_tests.seeds_to_reject(b, a, ALPHA / m)
+    return contrasts.seeds_to_reject(a, b, ALPHA / m) if lean_shorter else contrasts.seeds_to_reject(b, a, ALPHA / m)
 
 
 def judge(pairs_of: Callable, by_name: dict, break_even: bool = True) -> dict:
@@ -299,6 +299,6 @@ def _in_brief(comparisons: dict, where, name) -> list:
         return [said, "-"]
     key = min(tested, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
     c = comparisons[key]["paper"]
-    ratio = rank_tests.ratio_text(None if c["ratio"] is None else float(c["ratio"]))   # answers.json: "inf"
+    ratio = contrasts.ratio_text(None if c["ratio"] is None else float(c["ratio"]))   # answers.json: "inf"
     return [said, f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, "
                   f"{c['p_longer_holm']:.2g} longer"]

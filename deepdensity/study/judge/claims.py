@@ -4,7 +4,7 @@
   outcome, cell and a run's time: evidence.py (MISSED and FAILED, Call, cell_rate, `seconds`).
   time      two cells compared by a one-sided Mann-Whitney U test, a miss slower than every run
             that reached, the comparisons of a claim corrected by Holm at ALPHA, with the
-            Hodges-Lehmann ratio of their times (rank_tests.py).
+            Hodges-Lehmann ratio of their times (contrasts.py).
   claim     *reproduced*, *contradicted* or *inconclusive* (Verdict), by the table in
             docs/decision-rules.md; the pooled contrasts beside them are contrasts.py's.
 """
@@ -17,7 +17,7 @@ from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
 from deepdensity.study.core.evidence import Call, cell_rate, Evidence, Verdict
 from deepdensity.study.judge.contrasts import pooled
-from deepdensity.study.judge.rank_tests import ALPHA, holm_verdict, more_for_ranks, rank_test, ratio_text
+from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, rank_test, ratio_text
 
 
 def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,

@@ -15,7 +15,7 @@ from deepdensity.study.plan import seeding
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
 # took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings), version
-# 5's about 10.5 min (clock_job under MPI, the same settings, one round disturbed).
+# 5's about 10.5 min (the clock's job under MPI, the same settings, one round disturbed).
 CLOCK_MINUTES = (8, 12)
 
 
@@ -61,7 +61,7 @@ def _filter_runs(study: Study) -> list:
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                earlier: Optional[dict] = None, executor: str = "local") -> list:
     """The plan of one invocation, one line per stage, and what it should take. `executor`:
-    where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_plan.py plan_lines)."""
+    where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_runner.py plan_lines)."""
     cells = study.trained_cells(bool(real_runner))
     seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
     lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]

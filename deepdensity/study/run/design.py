@@ -1,5 +1,6 @@
-"""Which seeds the study runs: the preset's first seeds in every cell, then the sequential
-design of seeding.py (more seeds for cells below max_seeds, within the time budget, up to max_seeds).
+"""Which seeds the study runs, and what one more seed of each unit runs (study_units): the
+preset's first seeds in every cell, then the sequential design of seeding.py (more seeds for
+cells below max_seeds, within the time budget, up to max_seeds).
 
 A *unit* is what one seed costs: ("strong",) is the sequential run, from which strong
 scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential run at
@@ -8,13 +9,17 @@ scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential r
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Callable, Optional
 
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
+from deepdensity.study.core import curves
 from deepdensity.study.plan import seeding
 from deepdensity.study.run.runner import NotHeld, StudyRunner
+from deepdensity.study.run.sequential import strong_from_sequential
+from deepdensity.study.run.session import Protocol, StudyRun
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
@@ -114,3 +119,39 @@ def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
 
 def _seed_job(job: Callable, seed: int, why: str) -> tuple:
     return job(seed), why
+
+
+def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, double_eta: bool,
+                runner: Optional[StudyRunner] = None, prefix: str = "") -> dict:
+    """{unit: job(seed) -> run names}: what one more seed of each unit (above) runs, as jobs that
+    record their outcomes in the study's Book.
+    Strong scaling follows the sequential path (the tests show it under horovodrun), so
+    unless its runs are real it is read off each seed's sequential run. `runner` and `prefix`:
+    another runner and run names, for the same units under other conditions (the ISA check)."""
+    study, common, runner = s.study, proto.common(), runner or s.runner
+
+    def sequential(seed: int) -> list:
+        workers = [n for n in study.workers if n == 1 or not real_strong]
+        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
+                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
+                                               (proto.cfg.stall_near, proto.cfg.stall_near_patience))
+        for n, (status, epochs) in derived.items():
+            last = curves.sample_epoch_losses(vals, n)[epochs - 1]
+            book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
+                                                  "final_val_loss": last if math.isfinite(last) else None},
+                                                 f"{prefix}seq-s{seed}")
+        return [f"{prefix}seq-s{seed}"]
+
+    def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
+        result = runner.run(prefix + name, train_mode or mode, n, {**common, "seed": seed, **settings})
+        book.results[(mode, n, seed)] = (result, prefix + name)
+        return [prefix + name]
+
+    units = {(policies.STRONG,): sequential}
+    if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
+        units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
+                                             {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
+    for mode, n in study.trained_cells(real_strong):
+        units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
+                                             mode, n)
+    return units

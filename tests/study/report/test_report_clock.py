@@ -1,4 +1,4 @@
-"""REPORT.md's clock section (report_clock.py): the allreduce as a step pays it and Gloo's alone,
+"""REPORT.md's clock section (report_checks.py): the allreduce as a step pays it and Gloo's alone,
 and a clock of version 4 (its latency, rounds, steps and per-epoch work) stated wherever the
 clock is, its rows worked by hand."""
 import json
@@ -10,7 +10,7 @@ from tests.support import ROOT
 
 
 def test_the_clock_names_the_allreduce_a_step_pays_and_gloos_alone():
-    from deepdensity.study.report.report_clock import _allreduce_times
+    from deepdensity.study.report.report_checks import _allreduce_times
     measured = {"allreduce_seconds": {"1": 0.0, "2": 0.006, "4": 0.0125}, "gloo_seconds": {"2": 0.005, "4": 0.011}}
     said = _allreduce_times(measured)
     assert "as a training step pays it" in said and "N=2: 6.00, N=4: 12.50" in said

@@ -1,11 +1,11 @@
-"""The edge-of-stability search (edge.py) through the study's runner: the last lr on the grid that
+"""The edge-of-stability search (sequential.py) through the study's runner: the last lr on the grid that
 converges on every seed, a collapsed run counted as not converging, and the speculative probe
 beside each that cannot move the edge."""
 import math
 
 import pytest
 
-from deepdensity.study.run.edge import find_edge
+from deepdensity.study.run.sequential import find_edge
 from tests.support import FakeRunner
 
 

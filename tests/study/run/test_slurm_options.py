@@ -321,7 +321,7 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
     plan gives is the one the Slurm jobs and their cost are given for."""
     from deepdensity.study import repro
     from deepdensity.study.core.preset import load_study
-    from deepdensity.study.run.slurm_plan import plan_lines
+    from deepdensity.study.run.slurm_runner import plan_lines
     fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     assert repro.main(["--runs", str(tmp_path / "runs"), "--executor", "slurm", "--slurm", "time=02:00:00",
