@@ -150,7 +150,7 @@ class FakeRunner:
     def run(self, name, mode, n, settings, need_weights=False):
         import json
 
-        from deepdensity.scaling import rules
+        from deepdensity.scaling import rules     # here: importing the package sets TensorFlow's log level
         self.calls.append((name, settings["max_epochs"]))
         out = self.root / name
         out.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     from deepdensity.study.plan.study_plan import missing_runs
     missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
     printed = slurm_runner.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
-                                    len(missing))
+                                      len(missing))
     documented = (ROOT / "docs" / "cluster.md").read_text()
     for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):
         line = next(line for line in printed if line.startswith(head))

@@ -1,5 +1,5 @@
 """The two kinds of study, each one object: PAPER (the paper's protocol: record.study_record,
-report.py's REPORT.md, claims and Tables I-II, figures.py) and BEYOND (the modes past the paper,
+report/paper_report.py's REPORT.md, claims and Tables I-II, figures.py) and BEYOND (the modes past the paper,
 the data filter and the batch sweep: beyond.py's experiments, record.beyond_record,
 report_beyond.py, beyond_figures.py). Which kind a study or a record is, is decided here alone
 (of_study, of_record); `make repro` (repro.run_study) and `deepdensity report` (rerender.py)

@@ -46,16 +46,13 @@ from deepdensity.study.rerender import holds_a_study_record
 from deepdensity.study.run.beyond import default_study_eta
 from deepdensity.study.run.cell_times import study_cells
 from deepdensity.study.run.checks import stall_check
-from deepdensity.study.run.timing import study_clock
-from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds
-from deepdensity.study.run.sequential import edge_of_stability
+from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, study_units
 from deepdensity.study.run.runner import unless_not_held
-from deepdensity.study.run.sequential import calibrated_target, sequential_path
+from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
                                            reports_folder, start_study, StudyOptions, StudyRun,
                                            write_ledger_and_publish)
-from deepdensity.study.run.timing import held_timing
-from deepdensity.study.run.design import study_units
+from deepdensity.study.run.timing import held_timing, study_clock
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser

@@ -1,6 +1,6 @@
 """`deepdensity report --from DIR` (python -m deepdensity report): a study's reports rendered
 again from its record (study.json) alone, by the record's kind (kinds.py: the default study's,
-report.py, or the beyond study's, report_beyond.py); with --check, into a temporary folder and
+report/paper_report.py, or the beyond study's, report/report_beyond.py); with --check, into a temporary folder and
 compared with the folder's own."""
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ STACKS (docs/install.md).
     found()          what this interpreter would import
     judge(found)     ("supported" | "untested" | "unsupported", the reasons)
     require_keras2   raises where tf.keras turned out to be Keras 3 in this process
+    git_revision()   the checkout's own revision, which records and ledger entries name
 
 No TensorFlow import here: `--version` answers in a fraction of a second, and the rules are
 plain functions of version strings (tests/utils/test_stack.py).

@@ -6,11 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study.judge import claims
-
-from deepdensity.study.core import clocks
-
 from deepdensity.study import rerender
+from deepdensity.study.core import clocks
+from deepdensity.study.judge import claims
 
 FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 

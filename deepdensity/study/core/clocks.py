@@ -2,7 +2,7 @@
 algorithm; its seconds are that times a clock, and the clock is the hardware's. So every time
 claim is judged under three (pure; SciPy for the fit):
 
-  host    this host's model (timing.py): a step's fixed cost and cost per sample, the
+  host    this host's model (below; its parts measured by run/timing.py): a step's fixed cost and cost per sample, the
           allreduce of this model's gradients as a step pays it, measured here: per doubling of
           N and, from clock version 4, a latency beside it.
   paper   the same compute, with the serial share and the communication of the paper's cluster:
@@ -14,6 +14,11 @@ rho, the communication-to-compute ratio, is an allreduce's seconds per doubling 
 seconds of one worker's step at the base batch. A time claim's verdict as a function of rho
 gives its break-even: the ratio at which the verdict changes (`break_even`), on the paper's
 form (no latency: `with_rho`).
+
+The host's model itself is here too, built from the parts timing.json holds: an epoch of (mode, N)
+with each worker its own device (`model_epoch`), N workers sharing this host (`shared_host_epoch`,
+what a real `horovodrun -np N` here runs), and the parts from the measured rounds
+(`combine_rounds`, `step_scale_and_overhead`).
 
 The three are one registry, JUDGED: a clock's name, how the reports and figures name it, and how
 it is made from this host's; adding a clock is one entry there and its function.
@@ -80,7 +85,8 @@ class Clock:
 
 
 def host_clock(timing: dict, base_batch: int) -> Clock:
-    """timing.py's calibrated model (its compute parts scaled to the real one-process epoch)."""
+    """The calibrated model of the parts run/timing.py measured (its compute parts scaled to the real
+    one-process epoch)."""
     k = timing["compute_scale"]
     return Clock(HOST, k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
                  k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0),
@@ -214,7 +220,7 @@ def describe_allreduce(timing: dict) -> str:
 
 def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
     """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model
-    (clocks.host_clock)."""
+    (host_clock)."""
     return host_clock(timing, base_batch).epoch_seconds(mode, n, n_train, n_val, definition)
 
 def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:

@@ -20,12 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.study.core import curves
-
-from deepdensity.study.core import outcomes
-
 from deepdensity.scaling.rules import RunStatus
-from deepdensity.study.core import stats
+from deepdensity.study.core import curves, outcomes, stats
 
 MISSED, FAILED = "missed within the cap", "collapsed or non-finite"
 

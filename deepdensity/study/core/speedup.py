@@ -2,7 +2,7 @@
 the seconds of an epoch on n workers built from measured per-step parts, the allreduce's
 latency and per-doubling cost, and the least-squares fits that give them.
 
-Pure functions (no TensorFlow): the study's clocks (clocks.py, timing.py) build on them.
+Pure functions (no TensorFlow): the study's clocks (clocks.py) build on them.
 """
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ from typing import Callable, Optional
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
 from deepdensity.study.core.evidence import Call, cell_rate, Evidence, Verdict
-from deepdensity.study.judge.contrasts import pooled
-from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, rank_test, ratio_text
+from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, pooled, rank_test, ratio_text
 
 
 def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,

@@ -1,5 +1,8 @@
-"""Beside the six claims (claims.py), what the runs say pooled (docs/decision-rules.md): one
-mode's missed runs against another's (Fisher, one-sided), trends of the missed rate in log2 N,
+"""How the study's cells are compared (docs/decision-rules.md). Two cells' times: a one-sided
+Mann-Whitney U test both ways with the Hodges-Lehmann ratio (`rank_test`), a claim's comparisons
+corrected by Holm (`holm_verdict`), and the fewest further seeds that could make one reject
+(`seeds_to_reject`, `more_for_ranks`). Beside the six claims (claims.py), what the runs say
+pooled: one mode's missed runs against another's (Fisher, one-sided), trends of the missed rate in log2 N,
 in the peak lr and in the global batch (Cochran-Armitage, one-sided), and warmup's claim as the
 runs have it (`warmup_holds_to`).
 """

@@ -1,5 +1,5 @@
 """A value to target against workers N, every mode and seed, drawn once for both studies: the
-default study's Fig. 2 (`time_to_target_figure`, report.py) and the beyond study's fig2 and
+default study's Fig. 2 (`time_to_target_figure`, paper_report.py) and the beyond study's fig2 and
 fig_passes (beyond_figures.py). Every seed a dot, side by side (figures.spot) so that equal values
 stay visible; the median over a cell's seeds a bar across them and a line from N to N, only where
 every seed reached the target; a seed that missed a cross in a strip of its own above, never at a

@@ -25,9 +25,8 @@ from deepdensity.study.report.figures import collapse_figure, efficiency_figure,
 from deepdensity.study.report.loss_figures import loss_against_time_figure, warmup_figure
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
                                              pyplot, target_source, time_range, without_machine_paths, write_csv)
-from deepdensity.study.report.report_checks import (isa_stability, real_strong, rules_when, stack_stability,
-                                                    stall_check, where_runs_ran)
-from deepdensity.study.report.report_checks import clock_fields, host_latency
+from deepdensity.study.report.report_checks import (clock_fields, host_latency, isa_stability, real_strong,
+                                                    rules_when, stack_stability, stall_check, where_runs_ran)
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")

@@ -1,8 +1,9 @@
 """The checks REPORT.md states beside its claims: when the rules were fixed against when the runs
 were trained (`rules_when`), what the runs the stall rule stopped did when trained on to the cap
 (`stall_check`), where the runs were trained (`where_runs_ran`), whether the verdicts hold under
-another instruction set (`isa_stability`), and strong scaling run for real beside its derivation
-from the sequential run (`real_strong`); each from the record and the ledger's entries."""
+another instruction set or stack (`isa_stability`, `stack_stability`), and strong scaling run for
+real beside its derivation from the sequential run (`real_strong`); each from the record and the
+ledger's entries. And REPORT.md's section on the clock (`clock_fields`, `host_latency`)."""
 from __future__ import annotations
 
 import statistics

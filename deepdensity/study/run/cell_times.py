@@ -1,6 +1,6 @@
 """The study's cells and their times: one Cell per mode, N and seed run so far, with its epochs
 and passes to target and its time to target, from the calibrated model of this host's epoch
-(timing.py), from each epoch's own rows where a run's batch or allreduces vary (adaptive,
+(clocks.host_clock), from each epoch's own rows where a run's batch or allreduces vary (adaptive,
 local), or from a real run's own clock.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def epoch_durations(run_dir: Path) -> list:
 def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str], timing: dict, n_val: int,
                 modelled, target: float) -> list:
     """One Cell per mode, N and seed run so far, with its time to target: passes to target x
-    the calibrated model's seconds of a pass (timing.py), epoch by epoch where a run's batch or
+    the calibrated model's seconds of a pass (clocks.model_epoch), epoch by epoch where a run's batch or
     allreduces vary, or a real run's own clock with a runner."""
     cells = []
     for mode in study.modes:

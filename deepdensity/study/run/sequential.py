@@ -1,7 +1,8 @@
 """The sequential model's runs, the reference path of the study: a seed's sequential run (one
 worker, no stopping rule), the target calibrated on such runs, strong scaling read off them at
 every N (its global batch and lr do not depend on N, so its path is the sequential one), and
-strong scaling run for real with horovodrun beside that derivation.
+strong scaling run for real with horovodrun beside that derivation; and the edge of stability,
+the study's base lr by default, searched with sequential runs (`find_edge`).
 """
 from __future__ import annotations
 

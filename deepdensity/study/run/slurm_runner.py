@@ -1,4 +1,5 @@
-"""The study's runs as Slurm jobs: `deepdensity repro --executor slurm`.
+"""The study's runs as Slurm jobs: `deepdensity repro --executor slurm`, and the Slurm lines of
+its plan (`plan_lines`).
 
 Each run (one cell, one seed) is one batch job that trains into its own run folder on the
 shared file system, exactly the command the local executor runs. The jobs go through

@@ -1,5 +1,9 @@
-"""The study's clock: one timing model for every N, calibrated on a real epoch, and checked
-against real `horovodrun -np 2` and `-np 4` epochs on this host.
+"""The study's clock measured: the parts of one timing model for every N (core/clocks.py holds
+the model), calibrated on a real epoch, and the real `horovodrun -np 2` and `-np 4` epochs it is
+checked against on this host. Measured where the study's runs train: here under the local
+executor, and under `--executor slurm` as one Slurm job that runs this module on a node:
+
+    python -m deepdensity.study.run.timing --runs RUNS --n-train N --n-val N
 
 The model is the paper's T_S + T_P / n + c log2 n built from parts measured here (a step's
 fixed cost and cost per sample, the evaluation's cost per cube, the allreduce of this model's
@@ -37,9 +41,9 @@ PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and 
 # (the old one kept beside as timing-vK.json), never mixed with new runs; one without the key
 # is version 1. In version 4 the probes step on the study's own cubes; the allreduce at N is the
 # median of paired probes without and with it (probes.paired_allreduce), priced as
-# latency + per_doubling * log2 n fitted to N = 2 and 4 (speedup.fit_latency_and_per_doubling);
+# latency + per_doubling * log2 n fitted to N = 2 and 4 (clocks.combine_rounds);
 # the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
-# of its epoch a per-epoch cost (step_scale_and_overhead). A record of version 3 or before has
+# of its epoch a per-epoch cost (clocks.step_scale_and_overhead). A record of version 3 or before has
 # no `allreduce_latency_s` and is rendered as it was, with none. In version 5 the allreduce at
 # N comes from one launch timing PAIRED_BLOCKS blocks of steps without and with it in turn
 # (rank_probes.paired_step_seconds), not from the difference of two launches' probes.
