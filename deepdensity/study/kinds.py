@@ -33,10 +33,9 @@ class StudyEnd:
 
 
 class StudyKind:
-    """A kind of study: its name (the record's "kind"), the record's key that format 1 called
-    "sweep", and how it finishes a study, renders a record's reports and names its text outputs."""
+    """A kind of study: its name (the record's "kind"), and how it finishes a study, renders a
+    record's reports and names its text outputs."""
     name: str
-    sweep_key: str
 
     def finish(self, end: StudyEnd) -> None:
         """The study's record written to its staging folder (study.json) and its reports rendered there."""
@@ -55,7 +54,7 @@ class StudyKind:
 
 
 class _Paper(StudyKind):
-    name, sweep_key = "paper", "lr_search"
+    name = "paper"
 
     def finish(self, end: StudyEnd) -> None:
         from deepdensity.study.record import study_record
@@ -87,7 +86,7 @@ class _Paper(StudyKind):
 
 
 class _Beyond(StudyKind):
-    name, sweep_key = "beyond", "batch_sweep"
+    name = "beyond"
 
     def finish(self, end: StudyEnd) -> None:
         from deepdensity.study.record import beyond_record
@@ -122,18 +121,6 @@ def of_study(study) -> StudyKind:
 def of_record(record: dict) -> StudyKind:
     """A record's kind, by its "kind": BEYOND's name, else PAPER (as every record has been read)."""
     return BEYOND if record.get("kind") == BEYOND.name else PAPER
-
-
-def upgraded(record: dict) -> dict:
-    """A record of format 1 read as format 2: its "sweep" is its kind's sweep_key, the lr search
-    in a study of the paper's protocol and the batch sweep in a beyond study. Others as they are.
-    The cells' stored times of a format-1 record are by whole epochs; the reports time every cell
-    again by passes (judging.cells_of), so they are never read."""
-    if record.get("format") != 1:
-        return record
-    renamed = {k: v for k, v in record.items() if k != "sweep"}
-    renamed[of_record(record).sweep_key] = record.get("sweep")
-    return {**renamed, "format": 2}
 
 
 def _write_record(out: Path, record: dict) -> None:

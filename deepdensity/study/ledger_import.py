@@ -20,7 +20,7 @@ from pathlib import Path
 
 from deepdensity.scaling import policies
 from deepdensity.study.core import ledger
-from deepdensity.study.kinds import upgraded
+from deepdensity.study.record import FORMAT
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command, UserError
@@ -110,7 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--source", required=True, help="where the record came from, kept in each entry")
     ap.add_argument("--out", required=True, help="the ledger file to append to")
     args = ap.parse_args(argv)
-    record = upgraded(json.loads(Path(args.record).read_text()))
+    record = json.loads(Path(args.record).read_text())
+    if record.get("format") != FORMAT:
+        raise UserError(f"{args.record} is not a study record of format {FORMAT} (got {record.get('format')!r})")
     entries = import_record(record, Path(args.runs), args.source)
     book = ledger.Ledger(Path(args.out))
     known = {(e["key"], json.dumps(e["stopping"], sort_keys=True), e["source"]) for e in book.entries}

@@ -33,7 +33,6 @@ def rerender(folder: Path, out: Path, mark: bool = False) -> list:
         raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
     if not isinstance(record, dict):
         raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
-    record = kinds.upgraded(record)
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
@@ -44,7 +43,7 @@ def rerender(folder: Path, out: Path, mark: bool = False) -> list:
 
 def text_outputs(folder: Path) -> tuple:
     """The text reports a folder's record renders (its kind's: the default study's, or the beyond study's)."""
-    return kinds.of_record(kinds.upgraded(json.loads((folder / "study.json").read_text()))).text_outputs()
+    return kinds.of_record(json.loads((folder / "study.json").read_text())).text_outputs()
 
 
 def holds_a_study_record(reports: Path) -> bool:

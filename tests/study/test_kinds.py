@@ -1,7 +1,6 @@
 """The study's kind is decided in one place (kinds.of_study, kinds.of_record), and a kind and
 its record agree: a study's kind reads its own record back as itself (issue 44)."""
 import json
-from pathlib import Path
 
 import pytest
 
@@ -36,15 +35,3 @@ def test_each_kind_names_its_own_reports():
     assert kinds.PAPER.text_outputs() == report.TEXT_OUTPUTS
     assert kinds.BEYOND.text_outputs() == report_beyond.TEXT_OUTPUTS
 
-
-@pytest.mark.parametrize("kind", [kinds.PAPER, kinds.BEYOND])
-def test_a_format_1_sweep_becomes_its_kinds_key(kind):
-    old = {"format": 1, "kind": kind.name, "sweep": [1], "eta": 0.1}
-    assert kinds.upgraded(old) == {"format": 2, "kind": kind.name, kind.sweep_key: [1], "eta": 0.1}
-    current = {"format": 2, "kind": kind.name, kind.sweep_key: [1]}
-    assert kinds.upgraded(current) is current
-
-
-def test_the_kinds_keys_are_the_ones_the_records_hold():
-    for kind, folder in ((kinds.PAPER, ROOT / "reports"), (kinds.BEYOND, ROOT / "reports" / "beyond")):
-        assert kind.sweep_key in json.loads((Path(folder) / "study.json").read_text())

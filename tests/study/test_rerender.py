@@ -36,16 +36,17 @@ def test_a_one_word_hand_edit_fails_the_check(tmp_path, capsys):
     assert "-| Strong scaling always converges" in out and "1 report(s) differ" in out
 
 
-def test_a_record_of_format_1_renders_the_same_reports(tmp_path):
-    """Format 1 held the lr search under "sweep" (and the beyond study its batch sweep under the
-    same key); such a record still renders, read as format 2."""
+def test_a_record_of_format_1_is_refused_in_one_line(tmp_path, capsys):
+    """Format 1 (the lr search under "sweep") is no longer read: no committed record holds it,
+    and a report rendered from one would be from code that no longer judges it. It is refused."""
     copy = tmp_path / "reports"
     shutil.copytree(FIXTURE, copy)
     record = json.loads((copy / "study.json").read_text())
     assert record["format"] == FORMAT == 2 and "sweep" not in record
     old = {**{k: v for k, v in record.items() if k != "lr_search"}, "format": 1, "sweep": record["lr_search"]}
     (copy / "study.json").write_text(json.dumps(old, indent=1))
-    assert rerender.main(["--from", str(copy), "--check"]) == 0
+    assert rerender.main(["--from", str(copy), "--check"]) == 2
+    assert "is not a study record of format 2 (got 1)" in capsys.readouterr().err
 
 
 def test_a_folder_without_a_record_is_refused(tmp_path, capsys):
