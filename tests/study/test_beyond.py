@@ -367,7 +367,7 @@ def test_the_batch_sweep_runs_every_sequential_seed_at_every_batch(tmp_path):
     for seed in seeds:
         write(f"seq-s{seed}", 32)
     timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
-              "allreduce_per_doubling_s": 0.005}
+              "allreduce_per_doubling_s": 0.005, "allreduce_latency_s": 0.0, "epoch_overhead_s": 0.0}
     rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 64, 256, timing)
     assert sorted((r["batch"], r["lr_rule"], r["seed"]) for r in rows) == \
         sorted((b, rule, s) for b in study.batch_sweep for rule in ("eta", "linear") for s in seeds)
@@ -412,7 +412,7 @@ def test_the_sweeps_own_batch_grows_a_sequential_run_that_ended_short_of_the_tar
     for seed in others:
         write(f"seq-s{seed}", (1.0, 0.4))                   # reached at pass 2
     timing = {"compute_scale": 1.0, "step_fixed_s": 0.004, "per_sample_s": 0.0006, "eval_per_sample_s": 0.0003,
-              "allreduce_per_doubling_s": 0.005}
+              "allreduce_per_doubling_s": 0.005, "allreduce_latency_s": 0.0, "epoch_overhead_s": 0.0}
     rows = batch_sweep(Runner(), study, Config(), 0.003, 0.5, 6, 256, timing)
     assert sorted(asked) == sorted([(f"seq-s{first}", 6, 0.0), (f"seq-s{second}", 6, 0.0)]), "grown to the cap"
     got = {r["seed"]: (r["status"], r["epochs"]) for r in rows if r["lr_rule"] == "eta"}

@@ -4,7 +4,7 @@ claim is judged under three (pure; SciPy for the fit):
 
   host    this host's model (below; its parts measured by run/timing.py): a step's fixed cost and cost per sample, the
           allreduce of this model's gradients as a step pays it, measured here: per doubling of
-          N and, from clock version 4, a latency beside it.
+          N and a latency beside it.
   paper   the same compute, with the serial share and the communication of the paper's cluster:
           the model T(n) / T(1) = s + (1 - s) / n + rho log2 n fitted (non-negative least squares)
           to Table I, where a strong-scaling pass on n GPUs took 1 / (n E_n) of one GPU's.
@@ -89,8 +89,7 @@ def host_clock(timing: dict, base_batch: int) -> Clock:
     one-process epoch)."""
     k = timing["compute_scale"]
     return Clock(HOST, k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                 k * timing["eval_per_sample_s"], base_batch, timing.get("allreduce_latency_s", 0.0),
-                 timing.get("epoch_overhead_s", 0.0))
+                 k * timing["eval_per_sample_s"], base_batch, timing["allreduce_latency_s"], timing["epoch_overhead_s"])
 
 
 def device_clock(host: Clock) -> Clock:
@@ -171,16 +170,9 @@ CONTROLLER_NAMES = {"gloo": "Gloo", "mpi": "MPI"}
 
 
 def clock_controller(timing: dict) -> str:
-    """The controller a clock's horovodrun ran under, as the reports name it ("Gloo", "MPI"). A
-    clock that names none was measured before the key was written, when `make install` built
-    Horovod with Gloo alone: under Gloo."""
-    name = timing.get("controller", "gloo")
-    return CONTROLLER_NAMES.get(name, str(name))
+    """The controller a clock's horovodrun ran under, as the reports name it ("Gloo", "MPI")."""
+    return CONTROLLER_NAMES.get(timing["controller"], str(timing["controller"]))
 
-def allreduce_alone_of(timing: dict) -> dict:
-    """The allreduce alone ({n: s}) under the clock's controller; clocks written before the
-    controller was recorded call it `gloo_seconds`."""
-    return timing.get("allreduce_alone_seconds", timing.get("gloo_seconds"))
 
 def combine_rounds(rounds: list, batch_size: int) -> dict:
     """The model's parts from the rounds (pure): every figure the median over the rounds, then
@@ -200,9 +192,10 @@ def combine_rounds(rounds: list, batch_size: int) -> dict:
             "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]},
             "real_steps_seconds": {n: median("real_steps", n) for n in rounds[0]["real_steps"]}, "rounds": rounds}
 
+
 def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str,
                             t1_real: float, t1_steps: float) -> tuple:
-    """(k, epoch overhead) from the real one-process epoch (clock version 4): k makes the
+    """(k, epoch overhead) from the real one-process epoch: k makes the
     model's steps of that epoch its real steps (`steps_seconds`), and the overhead is the rest
     of the real epoch less the evaluation (k x the probe's): its callbacks' epoch-end work,
     paid once an epoch at every N. Then the model's one-process epoch is the real one, and
@@ -212,49 +205,32 @@ def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: i
     k = t1_steps / (steps * (parts["step_fixed_s"] + parts["per_sample_s"] * base_batch))
     return k, max(0.0, t1_real - t1_steps - k * parts["eval_per_sample_s"] * n_val)
 
+
 def describe_allreduce(timing: dict) -> str:
-    """The clock's allreduce in words: per doubling of N, and its latency where it has one."""
-    per_doubling = f"{timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N"
-    latency = timing.get("allreduce_latency_s", 0.0)      # none in a clock of version 3 or before
-    return f"{latency * 1e3:.2f} ms + {per_doubling} (none at N = 1)" if latency else per_doubling
+    """The clock's allreduce in words: its latency and its cost per doubling of N."""
+    return (f"{timing['allreduce_latency_s'] * 1e3:.2f} ms + {timing['allreduce_per_doubling_s'] * 1e3:.2f} ms "
+            f"per doubling of N (none at N = 1)")
+
 
 def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
     """Seconds of one epoch of (mode, N), each worker its own device: the calibrated model
     (host_clock)."""
     return host_clock(timing, base_batch).epoch_seconds(mode, n, n_train, n_val, definition)
 
+
 def shared_host_epoch(timing: dict, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:
     """The same model for N strong-scaling workers sharing this one host (what a real
     `horovodrun -np N` here runs), from parts measured in the real runs' thread configuration:
     each step is a rank's step while all N ranks step at once on their share of the cores
-    (`shared_step_seconds`; from clock version 4, at N > 1 as measured: shared_step_scale), plus
-    the allreduce of the model's gradients between N processes of this host; the host evaluates
-    the validation set once. A study timed before that measurement existed takes the host's
-    throughput as simply shared: the N workers' compute adds up."""
+    (`shared_step_seconds`, at N = 1, 2 and 4), plus the allreduce of the model's gradients
+    between N processes of this host; the host evaluates the validation set once. The compute
+    scale k applies at N = 1 only: k is fitted on the one-process run's steps (two threads, a
+    step that was bimodal on a 2-core AMD EPYC), while the steps at N > 1 are probed in the ranks'
+    own configuration (one thread each, all N at once) in the same rounds as the real -np N
+    epochs, and a factor fitted in one configuration is not carried into another."""
     c = host_clock(timing, base_batch)
-    p = policies.plan(policies.SEQUENTIAL, n, base_batch)
-    steps = rules.steps_per_epoch(n_train, p, definition)
+    steps = rules.steps_per_epoch(n_train, policies.plan(policies.SEQUENTIAL, n, base_batch), definition)
     allreduce = steps * speedup.allreduce_seconds_at(n, c.allreduce_per_doubling_s, c.allreduce_latency_s)
     evaluation = c.eval_per_sample_s * n_val + c.epoch_overhead_s
-    shared = timing.get("shared_step_seconds", {})
-    if str(n) in shared:
-        return steps * shared_step_scale(timing, n) * shared[str(n)] + allreduce + evaluation
-    compute = steps * (c.step_fixed_s + c.per_sample_s * p.per_worker_batch)
-    return n * compute + evaluation + allreduce
-
-def scales_steps_only(timing: dict) -> bool:
-    """Whether the clock's scale k was fitted on the one-process run's steps, with the rest of
-    that epoch a per-epoch cost (version 4 on), rather than on its whole epoch (3 and before)."""
-    return "epoch_overhead_s" in timing
-
-def shared_step_scale(timing: dict, n: int) -> float:
-    """The factor on a step of N ranks sharing the host: the compute scale k where it was fitted
-    (one process), none at N > 1 from clock version 4. From version 4, k is fitted on the
-    one-process run's steps (two threads, a step that was bimodal on a 2-core AMD EPYC), while
-    the steps at N > 1 are probed in the ranks' own configuration (one thread each, all N at
-    once) in the same rounds as the real -np N epochs: a factor fitted in one configuration is
-    not carried into another it was not measured in. Up to version 3, k scaled every N's whole
-    epoch and still does there, so that a report of that clock renders as it was."""
-    if n == 1 or not scales_steps_only(timing):
-        return timing["compute_scale"]
-    return 1.0
+    scale = timing["compute_scale"] if n == 1 else 1.0
+    return steps * scale * timing["shared_step_seconds"][str(n)] + allreduce + evaluation

@@ -11,8 +11,7 @@ import statistics
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, ledger, outcomes
-from deepdensity.study.core.clocks import (allreduce_alone_of, clock_controller, describe_allreduce, model_epoch,
-                                           scales_steps_only, shared_host_epoch)
+from deepdensity.study.core.clocks import clock_controller, describe_allreduce, model_epoch, shared_host_epoch
 from deepdensity.study.core.protocol_text import DECISION_RULES_FIXED_UTC, SEQUENTIAL_PROOF, time_phrase
 from deepdensity.study.judge.judging import cells_of, claims_of
 from deepdensity.study.report.render import fmt, md_table
@@ -201,14 +200,12 @@ def clock_fields(record: dict, cfg) -> dict:
                 "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
                 "`horovodrun -np 2` follows")
     k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
-    latency = ("" if "allreduce_latency_s" not in t else
-               ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
+    latency = (", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
                "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
     model = (f"every cell is {time_phrase(cfg)} of one model, the paper's T_S + T_P / n + "
              f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
              f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
-             + (f"an allreduce of {describe_allreduce(t)}" if latency else
-                f"{t['allreduce_per_doubling_s'] * 1e3:.2f} ms of allreduce per doubling of N") + "; evaluation "
+             + f"an allreduce of {describe_allreduce(t)}" + "; evaluation "
              f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
              + " T(1) and T(N) come from the same model. Each worker is taken to be "
              "a device like this host, as each K80 was one device in the paper. The table sets the model beside "
@@ -228,11 +225,8 @@ def clock_fields(record: dict, cfg) -> dict:
 
 
 def _scaled(t: dict, k: float) -> str:
-    """How the model's compute parts were scaled to the real one-process epoch: the whole epoch
-    (clock version 3 and before), or its steps, with the rest of it a per-epoch cost (4 on)."""
-    if not scales_steps_only(t):
-        return (f". The compute parts are the probe's times x {k:.3f}, so that the model's one-process epoch is "
-                f"the real one measured in the same invocation:")
+    """How the model's compute parts were scaled to the real one-process epoch: its steps, with the
+    rest of it a per-epoch cost."""
     return (f"; and {t['epoch_overhead_s']:.3f} s an epoch of the callbacks' epoch-end work (a checkpoint, the "
             f"logs), at every N. The compute parts are the probe's times x {k:.3f}, so that the model's steps of "
             f"a one-process epoch take the real one's steps' time (measured in the same invocation), and the "
@@ -240,15 +234,12 @@ def _scaled(t: dict, k: float) -> str:
 
 
 def _rounds(t: dict) -> str:
-    """How the clock's figures were taken in rounds, and how far the real epochs moved between
-    them (clock version 4 on; '' before)."""
-    rounds = t.get("rounds")
-    if not rounds:
-        return ""
+    """How the clock's figures were taken in rounds, and how far the real epochs moved between them."""
+    rounds = t["rounds"]
     spread = ", ".join(f"N={n}: {min(r['real'][n] for r in rounds):.2f}-{max(r['real'][n] for r in rounds):.2f}"
                        for n in sorted(rounds[0]["real"], key=int))
-    steps = t.get("real_steps_seconds")
-    outside = "" if not steps else (
+    steps = t["real_steps_seconds"]
+    outside = (
         " Of each real epoch (median), its steps took (s): " + ", ".join(
             f"N={n}: {steps[n]:.2f} of {t['real_epoch_seconds'][n]:.2f}" for n in sorted(steps, key=int))
         + "; the rest is its validation and the callbacks' epoch-end work.")
@@ -257,32 +248,25 @@ def _rounds(t: dict) -> str:
 
 
 def host_latency(host: clocks.Clock) -> str:
-    """', plus a latency of L ms an allreduce' for a host clock that has one (version 4 on)."""
+    """', plus a latency of L ms an allreduce' for a host clock that has one (the paper's and
+    one device per worker have none)."""
     return f", plus a latency of {host.allreduce_latency_s * 1e3:.2f} ms an allreduce" if host.allreduce_latency_s else ""
 
 
 def _allreduce_times(t: dict) -> str:
-    """The allreduce parts of the clock: as a step pays it and the controller's alone (a study
-    timed before the first was measured has Gloo's alone, under `allreduce_seconds`)."""
+    """The allreduce parts of the clock: as a step pays it and the controller's alone."""
     times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
     controller = clock_controller(t)
-    alone = allreduce_alone_of(t)
-    if alone is None:
-        return f"{controller}'s allreduce alone: {times(t['allreduce_seconds'])}"
     return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together under {controller}; the clock's {'a + c log2 n' if 'allreduce_latency_s' in t else 'c'}): "
-            f"{times(t['allreduce_seconds'])}; {controller}'s allreduce alone: {times(alone)}")
+            f"together under {controller}; the clock's a + c log2 n): "
+            f"{times(t['allreduce_seconds'])}; {controller}'s allreduce alone: {times(t['allreduce_alone_seconds'])}")
 
 
 def _shared_model(t: dict) -> str:
     """How the clock's model for N workers sharing this host was built (clocks.shared_host_epoch)."""
-    if "shared_step_seconds" not in t:
-        return ("; for workers sharing this host the model adds up the N workers' compute, measured in the "
-                "probe's own process, as if the host's throughput were simply shared")
     steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
                                                                 key=lambda kv: int(kv[0])))
-    unscaled = ("" if not scales_steps_only(t) else
-                ", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
+    unscaled = (", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
                 "into the ranks' configuration),")
     return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "
             "for workers sharing this host a step is a rank's step measured while all N ranks step at once on "

@@ -43,8 +43,7 @@ PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and 
 # median of paired probes without and with it (probes.paired_allreduce), priced as
 # latency + per_doubling * log2 n fitted to N = 2 and 4 (clocks.combine_rounds);
 # the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
-# of its epoch a per-epoch cost (clocks.step_scale_and_overhead). A record of version 3 or before has
-# no `allreduce_latency_s` and is rendered as it was, with none. In version 5 the allreduce at
+# of its epoch a per-epoch cost (clocks.step_scale_and_overhead). In version 5 the allreduce at
 # N comes from one launch timing PAIRED_BLOCKS blocks of steps without and with it in turn
 # (rank_probes.paired_step_seconds), not from the difference of two launches' probes.
 CLOCK_VERSION = 5

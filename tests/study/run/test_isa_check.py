@@ -54,8 +54,8 @@ def test_a_verdict_the_re_run_seed_changes_is_marked_changed(tmp_path):
     claim that the linear rule fails at every N > 1 turns from inconclusive to reproduced."""
     record = copy.deepcopy(RECORD)
     linear = [c for c in record["cells"] if (c["mode"], c["n"]) == ("linear", 2)]
-    for seed in (4, 5):
-        record["cells"].append({**copy.deepcopy(linear[1]), "seed": seed, "run": f"linear-n2-s{seed}"})
+    record["cells"] = [c for c in record["cells"] if (c["mode"], c["n"]) != ("linear", 2) or c["seed"] == 0]
+    record["cells"] += [{**copy.deepcopy(linear[0]), "seed": seed, "run": f"linear-n2-s{seed}"} for seed in range(1, 6)]
     failed = dict(status="diverged", epochs_to_target=None, time_to_target_s=None, final_val_loss=None)
     for c in record["cells"]:
         if (c["mode"], c["n"]) == ("linear", 2) and c["seed"] > 0:
