@@ -207,9 +207,10 @@ def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: i
 
 
 def describe_allreduce(timing: dict) -> str:
-    """The clock's allreduce in words: its latency and its cost per doubling of N."""
-    return (f"{timing['allreduce_latency_s'] * 1e3:.2f} ms + {timing['allreduce_per_doubling_s'] * 1e3:.2f} ms "
-            f"per doubling of N (none at N = 1)")
+    """The clock's allreduce in words: per doubling of N, and its latency where the fit gave one."""
+    per_doubling = f"{timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N"
+    latency = timing["allreduce_latency_s"]          # the fit is non-negative: 0 where it finds none
+    return f"{latency * 1e3:.2f} ms + {per_doubling} (none at N = 1)" if latency else per_doubling
 
 
 def model_epoch(timing: dict, mode: str, n: int, n_train: int, n_val: int, base_batch: int, definition: str) -> float:

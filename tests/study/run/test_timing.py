@@ -25,10 +25,11 @@ def test_a_shared_host_epoch_is_its_measured_steps_and_allreduces_plus_one_evalu
     assert shared_host_epoch(PARTS, n, 1844, 256, 32, "per_worker") == pytest.approx(want, rel=1e-12)
 
 
-def test_the_clocks_allreduce_in_words_names_its_latency_and_its_cost_per_doubling():
+def test_the_clocks_allreduce_in_words_names_its_latency_only_where_the_fit_gave_one():
     from deepdensity.study.core.clocks import describe_allreduce
     assert describe_allreduce({**PARTS, "allreduce_latency_s": 0.00544}) == \
         "5.44 ms + 4.70 ms per doubling of N (none at N = 1)"
+    assert describe_allreduce({**PARTS, "allreduce_latency_s": 0.0}) == "4.70 ms per doubling of N"
 
 
 def test_the_real_strong_runs_are_described_beside_the_sequential_run():
