@@ -181,12 +181,19 @@ def real_strong(record: dict) -> str:
                       "time to target (s, its own clock)", "controller (transport)"],
                      [[r["n"], r["status"], r["epochs"], fmt(r["passes_to_target"], 3, "-"),
                        fmt(r["sequential_passes"], 3, "-"), same(r), fmt(r["time_to_target_s"], 1, "-"),
-                       f"{r['controller']} ({r['transport']})" if r.get("controller") else "not recorded"]
+                       _controller_cell(r)]
                       for r in rows])
     return (f"{SEQUENTIAL_PROOF[0].upper()}{SEQUENTIAL_PROOF[1:]}. Here strong scaling also ran for real, "
             f"`horovodrun -np N` on this host, seed {rows[0]['seed']}, validated every pass, one run at a time "
             f"after the others:\n\n{table}")
 
+
+
+def _controller_cell(row: dict) -> str:
+    """A real run's controller and transport, as far as its record knows them."""
+    if not row.get("controller"):
+        return "not recorded"
+    return f"{row['controller']} ({row['transport'] or 'transport not recorded'})"
 
 # REPORT.md's section on the clock: how the model of an epoch was built from the parts measured
 # on this host (a step, the allreduce as a step pays it and alone, under the clock's controller, evaluation, the

@@ -173,10 +173,10 @@ class StudyRunner:
     def _launcher(self) -> str:
         """How a run is launched, as far as it changes its path: one process, or several real
         processes under a controller (MPI's and Gloo's allreduces each round sums in their own order)."""
-        controller = self._controller()
+        controller = self.controller()
         return f"horovodrun ({controller})" if controller else "one process"
 
-    def _controller(self) -> Optional[str]:
+    def controller(self) -> Optional[str]:
         """The controller the runner's processes run under ('mpi', 'gloo'); None for one process."""
         if not self.runner:
             return None
@@ -228,7 +228,7 @@ class StudyRunner:
         allreduce's order of summing changes its path; the ledger keeps it under its own): it is
         set aside, not reused and not deleted, and this one trains or comes from the ledger. One
         set aside earlier under the controller asked for now comes back."""
-        now = self._controller()
+        now = self.controller()
         if not now:
             return
         had = run_folders.other_controller(out, now)

@@ -61,16 +61,19 @@ def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
                      "passes_to_target": curves.passes_to_target(read_metrics(s.root / name), proto.target,
                                                                 curves.passes_per_epoch(n, definition)),
                      "sequential_passes": sequential, "time_to_target_s": r["time_to_target_s"],
-                     "final_val_loss": r.get("final_val_loss"), **_launched(s.root / name)})
+                     "final_val_loss": r.get("final_val_loss"), **_launched(s.root / name, runner)})
         print(f"strong scaling for real, horovodrun -np {n}: {r['status']} after {r['epochs']} epochs "
               f"({rows[-1]['passes_to_target']} passes to target; the sequential run {sequential})")
     return rows
 
 
-def _launched(run_dir) -> dict:
-    """The controller and transport a real run's ranks ran under, as its config.json names them
-    (none for a run the ledger gave back: its folder holds no launch)."""
-    launch = read_json(run_dir / "config.json", "run's configuration").get("launch") or {}
+def _launched(run_dir, runner: StudyRunner) -> dict:
+    """The controller and transport a real run's ranks ran under, as its config.json names them.
+    A run the ledger gave back has no launch in its folder; its controller is the one its ledger
+    key names (the runner's), and its transport is not recorded."""
+    launch = read_json(run_dir / "config.json", "run's configuration").get("launch")
+    if not launch:
+        return {"controller": runner.controller(), "transport": None}
     return {"controller": launch.get("controller"), "transport": launch.get("transport")}
 
 

@@ -14,3 +14,23 @@ def test_strong_cells_extend_the_sequential_run_until_every_n_is_decided(tmp_pat
     got, _ = strong_from_sequential(runner, 0, 0.001, 4, [1, 8], target=0.255, cap=100, patience=0)
     assert got == {1: ("reached_target", 9), 8: ("reached_target", 2)}
     assert [c[1] for c in runner.calls][-3:] == [4, 12, 20], "extended by the largest undecided N"
+
+
+def test_a_real_run_the_ledger_gave_back_names_its_keys_controller_and_no_transport(tmp_path):
+    """A real strong-scaling run answered by the ledger has a folder without its launch; its row
+    names the controller its ledger key was made with (the runner's) and says the transport was
+    not recorded, rather than nothing at all (a study started on a new runs folder)."""
+    from types import SimpleNamespace
+
+    from deepdensity.study.report.report_checks import _controller_cell
+    from deepdensity.study.run.sequential import _launched
+    runner = SimpleNamespace(controller=lambda: "mpi")
+    (tmp_path / "given-back").mkdir()
+    (tmp_path / "given-back" / "config.json").write_text('{"config": {}}')
+    (tmp_path / "trained").mkdir()
+    (tmp_path / "trained" / "config.json").write_text('{"launch": {"controller": "gloo", "transport": "tcp"}}')
+    assert _launched(tmp_path / "given-back", runner) == {"controller": "mpi", "transport": None}
+    assert _launched(tmp_path / "trained", runner) == {"controller": "gloo", "transport": "tcp"}
+    assert _controller_cell({"controller": "mpi", "transport": None}) == "mpi (transport not recorded)"
+    assert _controller_cell({"controller": "gloo", "transport": "tcp"}) == "gloo (tcp)"
+    assert _controller_cell({"controller": None}) == "not recorded"
