@@ -76,7 +76,7 @@ def launch(prefix, mode, out, data, *extra):
 
 def tiny_clock() -> dict:
     """The clock of a tiny study measured once (tests/study/data/tiny-reports), stamped with this
-    clock version: a tiny study whose runs folder holds it as timing.json measures no clock of
+    checkout's clock version (the fixture's own, until the clock changes): a tiny study whose runs folder holds it as timing.json measures no clock of
     its own (the clock is not what such a test is about)."""
     import json
 
@@ -87,8 +87,8 @@ def tiny_clock() -> dict:
 
 def kept_round(timing: dict, n_val: int) -> dict:
     """A round of the clock as timing.measure_round keeps it, from the figures of a tiny clock
-    (tiny_clock). That clock predates the shared-step probes and the real epochs' step time, so
-    those come from its own figures: a rank's step at strong scaling's per-worker batch (the
+    (tiny_clock), built from its combined figures rather than copied from its rounds, so that it
+    holds every key a round of this checkout has: a rank's step at strong scaling's per-worker batch (the
     tiny presets' batch 32 over N), and the real epoch less its evaluation."""
     steps = timing["step_seconds"]
     real = timing["real_epoch_seconds"]

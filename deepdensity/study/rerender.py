@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from deepdensity.study import kinds
+from deepdensity.study.core import clocks
 from deepdensity.study.core.errors import StudyError
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
@@ -36,6 +37,10 @@ def rerender(folder: Path, out: Path, mark: bool = False) -> list:
     if record.get("format") != FORMAT:
         raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
                          f"run the study again with `make repro`")
+    clock = (record.get("timing") or {}).get("clock_version")
+    if clock != clocks.CLOCK_VERSION:
+        raise StudyError(f"{record_path} holds a clock of version {clock!r}; this code reads version "
+                         f"{clocks.CLOCK_VERSION} only: run the study again with `make repro`")
     if mark:
         mark_folder(out, "reports")
     return kinds.of_record(record).render(out, record, folder)

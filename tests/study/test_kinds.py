@@ -23,8 +23,7 @@ def test_a_preset_running_a_mode_past_the_paper_is_a_beyond_study():
                                           ("tests/study/data/tiny-reports", kinds.PAPER)])
 def test_a_committed_record_is_read_as_the_kind_that_wrote_it(folder, kind):
     record = json.loads((ROOT / folder / "study.json").read_text())
-    # the tiny fixture's record predates the "kind" key: a record without one is the paper's
-    assert record.get("kind", kinds.PAPER.name) == kind.name and kinds.of_record(record) is kind
+    assert record["kind"] == kind.name and kinds.of_record(record) is kind
 
 
 def test_a_record_without_a_kind_reads_as_the_papers_as_it_always_did():

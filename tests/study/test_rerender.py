@@ -93,3 +93,17 @@ def test_fig4_and_fig5_are_linked_and_described_only_where_drawn():
     assert fields["later_captions"].startswith("Fig. 4: ") and "Fig. 5" not in fields["later_captions"]
     both = _figure_fields({"fig4.png", "fig5.png", "fig6.png"})["later_captions"].splitlines()
     assert [line[:6] for line in both if line.startswith("Fig. ")] == ["Fig. 4", "Fig. 5", "Fig. 6"]
+
+
+def test_a_record_whose_clock_is_of_another_version_is_refused_in_one_line(tmp_path, capsys):
+    """The clock's model reads version-5 clocks only (the keys older ones lacked have no defaults
+    now); a record of format 2 with an older clock, as reports folders of 2026-11-26 hold, is
+    refused in one line, not a KeyError."""
+    copy = tmp_path / "reports"
+    shutil.copytree(FIXTURE, copy)
+    record = json.loads((copy / "study.json").read_text())
+    old = {k: v for k, v in record["timing"].items() if k not in ("controller", "allreduce_latency_s")}
+    (copy / "study.json").write_text(json.dumps({**record, "timing": {**old, "clock_version": 3}}, indent=1))
+    assert rerender.main(["--from", str(copy), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a clock of version 3; this code reads version 5 only" in err and "Traceback" not in err

@@ -188,12 +188,12 @@ def real_strong(record: dict) -> str:
             f"after the others:\n\n{table}")
 
 
-
 def _controller_cell(row: dict) -> str:
     """A real run's controller and transport, as far as its record knows them."""
     if not row.get("controller"):
         return "not recorded"
     return f"{row['controller']} ({row['transport'] or 'transport not recorded'})"
+
 
 # REPORT.md's section on the clock: how the model of an epoch was built from the parts measured
 # on this host (a step, the allreduce as a step pays it and alone, under the clock's controller, evaluation, the
@@ -207,7 +207,9 @@ def clock_fields(record: dict, cfg) -> dict:
                 "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
                 "`horovodrun -np 2` follows")
     k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
-    latency = (", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
+    # the fit is non-negative: a latency of 0 where c log2 n alone passes through the allreduces measured
+    latency = ("" if not t["allreduce_latency_s"] else
+               ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
                "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
     model = (f"every cell is {time_phrase(cfg)} of one model, the paper's T_S + T_P / n + "
              f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
@@ -265,7 +267,7 @@ def _allreduce_times(t: dict) -> str:
     times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
     controller = clock_controller(t)
     return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together under {controller}; the clock's a + c log2 n): "
+            f"together under {controller}; the clock's {'a + c log2 n' if t['allreduce_latency_s'] else 'c log2 n'}): "
             f"{times(t['allreduce_seconds'])}; {controller}'s allreduce alone: {times(t['allreduce_alone_seconds'])}")
 
 

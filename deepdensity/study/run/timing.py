@@ -37,16 +37,7 @@ from deepdensity.utils.files import write_atomic
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
 PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and its allreduce
-# What the clock's parts mean. A runs folder's timing.json of another version is measured again
-# (the old one kept beside as timing-vK.json), never mixed with new runs; one without the key
-# is version 1. In version 4 the probes step on the study's own cubes; the allreduce at N is the
-# median of paired probes without and with it (probes.paired_allreduce), priced as
-# latency + per_doubling * log2 n fitted to N = 2 and 4 (clocks.combine_rounds);
-# the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
-# of its epoch a per-epoch cost (clocks.step_scale_and_overhead). In version 5 the allreduce at
-# N comes from one launch timing PAIRED_BLOCKS blocks of steps without and with it in turn
-# (rank_probes.paired_step_seconds), not from the difference of two launches' probes.
-CLOCK_VERSION = 5
+CLOCK_VERSION = clocks.CLOCK_VERSION  # the version measure_timing writes
 PAIRED_BLOCKS = 8         # pairs of 20-step blocks in each round's allreduce probe at each N
 # The probes and the real epochs are taken in ROUNDS rounds, each holding one of every probe
 # (the pair without and with the allreduce at every N of PROBE_NS) and the real epochs, and every

@@ -1,4 +1,4 @@
-"""REPORT.md's clock section (report_checks.py): the allreduce as a step pays it and Gloo's alone,
+"""REPORT.md's clock section (report_checks.py): the allreduce as a step pays it and the controller's alone,
 and the clock (its latency, rounds, steps and per-epoch work) stated wherever the
 clock is, its rows worked by hand."""
 import json
@@ -12,10 +12,13 @@ from tests.support import ROOT
 def test_the_clock_names_the_allreduce_a_step_pays_and_the_controllers_alone():
     from deepdensity.study.report.report_checks import _allreduce_times
     measured = {"allreduce_seconds": {"1": 0.0, "2": 0.006, "4": 0.0125}, "allreduce_alone_seconds": {"2": 0.005, "4": 0.011},
+                "allreduce_latency_s": 0.004,
                 "controller": "gloo"}
     said = _allreduce_times(measured)
     assert "as a training step pays it" in said and "N=2: 6.00, N=4: 12.50" in said
-    assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00")
+    assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00") and "the clock's a + c log2 n" in said
+    # a fit that found no latency says the paper's form
+    assert "the clock's c log2 n)" in _allreduce_times({**measured, "allreduce_latency_s": 0.0})
     # MPI's, where the clock was taken under MPI
     said = _allreduce_times({**measured, "allreduce_alone_seconds": {"2": 0.002}, "controller": "mpi"})
     assert "ranks stepping together under MPI" in said and said.endswith("MPI's allreduce alone: N=2: 2.00")

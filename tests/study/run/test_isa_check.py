@@ -42,7 +42,7 @@ def test_every_claim_is_judged_again_with_the_re_run_seed(tmp_path):
     assert "capped at SSE41" in text and "with seed 0 under SSE41" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("the same |", "**changed** |"))]
     assert len(rows) == len(claims), "one row a claim"
-    # "the linear rule fails at every N > 1": 0 of 4 failed before; 1 of 4 under SSE41 moves its
+    # "the linear rule fails at every N > 1": 0 of 3 failed before; 1 of 3 under SSE41 moves its
     # failure rate but not the call (inconclusive either way), so no verdict changed here
     assert all(row.endswith("the same |") for row in rows), rows
 
