@@ -178,6 +178,12 @@ def describe_break_even(flips: list, grid=RHO_GRID) -> str:
 # The model reads clocks of this version only; a record of another is refused (rerender.py).
 CLOCK_VERSION = 5
 
+
+def is_current(timing) -> bool:
+    """Whether a clock (timing.json, or a record's `timing`) is of the version this code reads."""
+    return isinstance(timing, dict) and timing.get("clock_version") == CLOCK_VERSION
+
+
 CONTROLLER_NAMES = {"gloo": "Gloo", "mpi": "MPI"}
 
 

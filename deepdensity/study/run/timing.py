@@ -176,7 +176,7 @@ def current_timing(root: Path):
     """The runs folder's timing.json when it is of this version of the clock, else None (none,
     unreadable, or of another version: measure_timing measures it again)."""
     timing = _read_timing(root / "timing.json")
-    return timing if isinstance(timing, dict) and timing.get("clock_version") == CLOCK_VERSION else None
+    return timing if clocks.is_current(timing) else None
 
 
 def held_timing(root: Path) -> dict:
