@@ -158,7 +158,7 @@ class FakeRunner:
         vals = []
         for e in range(int(settings["max_epochs"])):
             vals.append(self.curve(lr, settings["seed"], e))
-            if rules.stop_reason(e, vals[-1], vals[-1], float(settings["target_loss"]), 10 ** 6, vals, patience):
+            if rules.StoppingRules(float(settings["target_loss"]), 10 ** 6, patience).reason(e, vals[-1], vals[-1], vals):
                 break
         (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
                                                    for i, v in enumerate(vals)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
 import numpy as np
@@ -24,7 +26,7 @@ from deepdensity.utils.errors import UserError
 
 
 class RunStatus(enum.StrEnum):
-    """How a run ended: what stop_reason answers, and the "status" of result.json, state.json
+    """How a run ended: what StoppingRules.reason answers, and the "status" of result.json, state.json
     and the study's ledger (the values are those strings, so every record reads the same)."""
     REACHED = "reached_target"
     DIVERGED = "diverged"           # a non-finite loss
@@ -282,24 +284,42 @@ def diverges(val_losses: Sequence[float], patience: int, collapse_loss: Optional
     return val_losses[-1] > val_losses[0]
 
 
-def stop_reason(epoch: int, loss: float, val_loss: float, target_loss: float, max_epochs: int,
-                val_history: Sequence[float] = (), stall_patience: int = 0, collapse_loss: float = 0.0,
-                collapse_patience: int = 0, stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[RunStatus]:
-    """Paper section VI: stop at the first non-finite loss, at the target, or at the cap;
-    and at a plain failure: `collapsed` (see above) when `collapse_patience` > 0, `stalled`
-    when `stall_patience` > 0 (with `stall_near`'s allowance near the target, see stalled).
+@dataclass(frozen=True)
+class StoppingRules:
+    """When a run stops (paper section VI): at the first non-finite loss, at the target, or at
+    the cap; and at a plain failure, where a study affords it: `collapsed` (see above) when
+    `collapse_patience` > 0, `stalled` when `stall_patience` > 0 (with `stall_near`'s allowance
+    near the target, see stalled). One value serves the training callback, the ledger's replay
+    and the study's derivations, so that all of them stop a run at the same epoch."""
+    target_loss: float
+    max_epochs: int
+    stall_patience: int = 0
+    stall_near: float = 0.0
+    stall_near_patience: int = 0
+    collapse_loss: float = 0.0
+    collapse_patience: int = 0
 
-    `epoch` is 0-based and names the epoch just finished; `val_history` holds the
-    validation losses of every epoch so far, this one included. Returns None to go on.
-    """
-    if not (math.isfinite(loss) and math.isfinite(val_loss)):
-        return RunStatus.DIVERGED
-    if val_loss <= target_loss:
-        return RunStatus.REACHED
-    if collapsed(val_history, collapse_loss, collapse_patience):
-        return RunStatus.COLLAPSED
-    if stalled(val_history, stall_patience, target_loss, stall_near, stall_near_patience):
-        return RunStatus.STALLED
-    if epoch + 1 >= max_epochs:
-        return RunStatus.CAPPED
-    return None
+    @classmethod
+    def of(cls, settings) -> "StoppingRules":
+        """The rules a run's settings set: a Config, or a mapping holding these keys (a ledger
+        entry's `stopping`); a key a mapping lacks keeps its default (off)."""
+        names = [f.name for f in fields(cls)]
+        if isinstance(settings, Mapping):
+            return cls(**{k: settings[k] for k in names if k in settings})
+        return cls(**{k: getattr(settings, k) for k in names})
+
+    def reason(self, epoch: int, loss: float, val_loss: float,
+               val_history: Sequence[float] = ()) -> Optional[RunStatus]:
+        """Why the run stops after `epoch` (0-based, the epoch just finished), or None to go on;
+        `val_history` holds the validation losses of every epoch so far, this one included."""
+        if not (math.isfinite(loss) and math.isfinite(val_loss)):
+            return RunStatus.DIVERGED
+        if val_loss <= self.target_loss:
+            return RunStatus.REACHED
+        if collapsed(val_history, self.collapse_loss, self.collapse_patience):
+            return RunStatus.COLLAPSED
+        if stalled(val_history, self.stall_patience, self.target_loss, self.stall_near, self.stall_near_patience):
+            return RunStatus.STALLED
+        if epoch + 1 >= self.max_epochs:
+            return RunStatus.CAPPED
+        return None

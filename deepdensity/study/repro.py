@@ -173,7 +173,7 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     threads or cpus_per_task."""
     from deepdensity.study.run.timing import clock_cpus
     from deepdensity.study.run.timing import current_timing
-    threads = int(study.train.get("intra_op_threads", 1))
+    threads = study.runs.intra_op_threads
     per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
     clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
     return max([per_rank * n for n in (1, *([max(study.workers)] if runner else study.real_strong))] + clock)

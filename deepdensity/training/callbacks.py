@@ -251,7 +251,7 @@ class PassValidation(tf.keras.callbacks.Callback):
 
 
 class Stopping(tf.keras.callbacks.Callback):
-    """The stopping rules (rules.stop_reason): the target, a non-finite loss, a collapse, a
+    """The stopping rules (rules.StoppingRules): the target, a non-finite loss, a collapse, a
     stall, the cap. `agree` makes the decision the same on every worker: only rank 0 holds a
     resumed run's history, so every rank takes rank 0's reason (agree.Ranks.from_chief)."""
 
@@ -263,9 +263,7 @@ class Stopping(tf.keras.callbacks.Callback):
         r, cfg = self.record, self.record.cfg
         loss, val_loss = r.losses
         r.val_history.append(val_loss if math.isfinite(val_loss) else math.inf)
-        reason = self.agree(rules.stop_reason(epoch, loss, val_loss, cfg.target_loss, cfg.max_epochs,
-                                              r.val_history, cfg.stall_patience, cfg.collapse_loss,
-                                              cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience))
+        reason = self.agree(rules.StoppingRules.of(cfg).reason(epoch, loss, val_loss, r.val_history))
         if reason == RunStatus.REACHED:
             r.time_to_target_s = r.row["seconds"]
         if reason:

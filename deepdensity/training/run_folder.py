@@ -140,9 +140,7 @@ def last_epoch_again(record, rows: list) -> None:
     last, cfg = rows[-1], record.cfg
     loss, val_loss = (math.nan if last[k] is None else last[k] for k in ("loss", "val_loss"))
     record.row, record.losses = last, (loss, val_loss)
-    record.status = rules.stop_reason(last["epoch"] - 1, loss, val_loss, cfg.target_loss, cfg.max_epochs,
-                                      record.val_history, cfg.stall_patience, cfg.collapse_loss,
-                                      cfg.collapse_patience, cfg.stall_near, cfg.stall_near_patience)
+    record.status = rules.StoppingRules.of(cfg).reason(last["epoch"] - 1, loss, val_loss, record.val_history)
     if record.status == RunStatus.REACHED:
         record.time_to_target_s = last["seconds"]
 

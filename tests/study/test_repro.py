@@ -97,6 +97,26 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         load_study(str(bad))
 
 
+
+def test_a_presets_training_settings_are_one_config_with_the_studys_thread_default(tmp_path):
+    """Study.runs: `train` over the run settings' defaults, one intra-op thread per run unless the
+    preset says otherwise; a bad training key names the preset's file and `train`."""
+    _, study = load_study("default")
+    runs = study.runs
+    assert runs is study.runs, "parsed once"
+    assert (runs.stall_patience, runs.epoch_definition, runs.intra_op_threads) == (
+        study.train["stall_patience"], "per_worker", 1)
+    assert runs.batch_size == 32 and "batch_size" not in study.train, "Config's default beneath the preset"
+    preset = tmp_path / "threads.yaml"
+    preset.write_text("train: {intra_op_threads: 2, stall_patience: 5}\n")
+    assert (load_study(str(preset))[1].runs.intra_op_threads, load_study(str(preset))[1].runs.stall_patience) == (2, 5)
+    preset.write_text("train: {bacth_size: 16}\n")
+    with pytest.raises(StudyError, match=r"threads.yaml: train: unknown config key 'bacth_size'"):
+        load_study(str(preset))
+    preset.write_text("train: {batch_size: 0}\n")
+    with pytest.raises(StudyError, match=r"threads.yaml: train: batch_size must be >= 1"):
+        load_study(str(preset))
+
 def test_failure_groups_by_global_batch_and_lr():
     cells = [c for c in papers_outcome() if c.n <= 4]
     groups = failure_groups(cells, [{"status": "stalled"}, {"status": "reached_target"}], 32)

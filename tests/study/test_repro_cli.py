@@ -54,7 +54,7 @@ def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs(tiny):
     import dataclasses
     _, study = load_study(str(tiny))
     beyond = dataclasses.replace(study, filter_modes=["weak"], batch_sweep=[16, 32, 64])
-    assert len(study.seeds) == 2 and int(study.train.get("batch_size", 32)) == 32
+    assert len(study.seeds) == 2 and study.runs.batch_size == 32
     assert not study.filter_modes and not study.batch_sweep
     assert run_counts(beyond) == tuple(count + 6 + 8 for count in run_counts(study))
 

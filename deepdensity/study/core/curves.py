@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PER_WORKER, PlanError, stop_reason
+from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PER_WORKER, PlanError, StoppingRules
 
 
 def passes_per_epoch(workers: int, definition: str) -> int:
@@ -52,17 +52,14 @@ def sample_epoch_losses(pass_losses: Sequence[float], workers: int) -> list:
     return [pass_losses[i] for i in range(workers - 1, len(pass_losses), workers)]
 
 
-def derive_strong(pass_losses: Sequence[float], workers: int, target_loss: float, max_epochs: int,
-                  stall_patience: int = 0, collapse_loss: float = 0.0, collapse_patience: int = 0,
-                  stall_near: float = 0.0, stall_near_patience: int = 0) -> Optional[tuple]:
+def derive_strong(pass_losses: Sequence[float], workers: int, stopping: StoppingRules) -> Optional[tuple]:
     """(status, epochs) of strong scaling on N workers from the sequential run's per-pass
     validation losses, applying the same stopping rules at its own epochs; None when the
     sequential run is not yet long enough to decide."""
     history = []
     for e, v in enumerate(sample_epoch_losses(pass_losses, workers)):
         history.append(v)
-        reason = stop_reason(e, v, v, target_loss, max_epochs, history, stall_patience, collapse_loss,
-                             collapse_patience, stall_near, stall_near_patience)
+        reason = stopping.reason(e, v, v, history)
         if reason:
             return reason, e + 1
     return None

@@ -5,7 +5,7 @@ An entry is one finished run: the settings that decide its path (the key), the s
 ran under, its epoch-end validation losses and metrics rows, its outcome, and the machine, the
 instruction set and the revision that ran it; a few KB, no weights. A later study asks the
 ledger before it trains: a run whose key matches is *replayed* under the stopping rules the
-study asks for now (rules.stop_reason over its epochs). Training is deterministic on one
+study asks for now (rules.StoppingRules over its epochs). Training is deterministic on one
 machine and a stopping rule only ends a run, so if the replay stops inside the recorded epochs
 the answer is exact: the same run, cut where the rules now in force would have cut it. If it
 does not (the run ended earlier than it would now), the run is trained again.
@@ -101,14 +101,11 @@ def replay(entry: dict, stopping: dict) -> Optional[tuple]:
     """(status, epochs) of the entry's run under `stopping`, or None when the recorded epochs end
     before those rules would stop it. A run recorded as non-finite stays so at its last epoch."""
     vals = [math.inf if v is None else v for v in entry["val_losses"]]
-    last = len(vals) - 1
+    last, rules_ = len(vals) - 1, rules.StoppingRules.of(stopping)
     for e, v in enumerate(vals):
         if e == last and entry["result"]["status"] == RunStatus.DIVERGED:
             return RunStatus.DIVERGED, e + 1
-        reason = rules.stop_reason(e, 1.0, v, stopping["target_loss"], stopping["max_epochs"], vals[:e + 1],
-                                   stopping["stall_patience"], stopping["collapse_loss"],
-                                   stopping["collapse_patience"], stopping["stall_near"],
-                                   stopping["stall_near_patience"])
+        reason = rules_.reason(e, 1.0, v, vals[:e + 1])
         if reason:
             return reason, e + 1
     return None

@@ -2,6 +2,7 @@
 data and with which seeds; read and checked by the same schema engine as the run settings."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,10 @@ def isa_to_check(setting: Optional[str], machine_isa: str) -> Optional[str]:
 # at b = 1024 it would stop a run after 3 steps without a new best (docs/beyond.md, amendment
 # of 2026-11-27). collapse_loss 0 turns the collapse rule off.
 SWEEP_STOPPING = {"stall_patience": 0, "collapse_loss": 0.0}
+
+# Beneath a preset's `train`: the study's runs go side by side, each on one intra-op thread
+# unless the preset says otherwise (deterministic kernels repeat bit for bit at a thread count).
+RUN_DEFAULTS = {"intra_op_threads": 1}
 
 
 @dataclass
@@ -140,6 +145,12 @@ class Study:
              f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}"),
         ]
 
+    @functools.cached_property
+    def runs(self) -> Config:
+        """The preset's training settings (`train`, RUN_DEFAULTS beneath them) parsed once into
+        the runs' Config; a bad key or value is a ConfigError (load_study names the preset)."""
+        return apply(Config(), {**RUN_DEFAULTS, **self.train}, "train")
+
     def trained_cells(self, real_runner: bool = False) -> list:
         """[(mode, N)] of the cells the study trains runs for: every N > 1 of every mode except
         those that follow the sequential path (strong scaling), which are read off the
@@ -202,9 +213,9 @@ def load_study(preset: str) -> tuple:
     raw = read_mapping(path, "study preset", StudyError, allow_empty=False)
     study = schema.build(Study, raw, error=StudyError, what="study key", source=str(path), prefix=f"{path}: ")
     try:   # the runs' settings, by the run settings' own schema
-        runs = apply(Config(), study.train, f"{path}: train")
+        runs = study.runs
     except ConfigError as e:
-        raise StudyError(str(e) if str(e).startswith(str(path)) else f"{path}: train: {e}") from None
+        raise StudyError(f"{path}: {e}" if str(e).startswith("train") else f"{path}: train: {e}") from None
     impossible = study.impossible_cells(runs)
     if impossible:
         more = f" (and {len(impossible) - 1} more cell(s))" if len(impossible) > 1 else ""

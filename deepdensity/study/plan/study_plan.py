@@ -8,7 +8,6 @@ import re
 import statistics
 from typing import Optional
 
-from deepdensity.config import Config
 from deepdensity.scaling import policies
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.plan import seeding
@@ -45,7 +44,7 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
 def _sweep_runs(study: Study) -> list:
     """(run name, batch, lr rule, seed) of the batch sweep's runs (beyond.batch_sweep): every
     sequential seed at every batch but the base one, whose run is the sequential run itself."""
-    base = int(study.train.get("batch_size", Config().batch_size))
+    base = study.runs.batch_size
     return [(f"batch-b{b}-{rule}-s{seed}", b, rule, seed) for seed in study.sequential_seeds() for b in study.batch_sweep
             if b != base for rule in ("eta", policies.LINEAR)]
 
@@ -176,10 +175,10 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
     from deepdensity.study.core import curves, ledger
     stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
-                "collapse_loss": earlier["collapse_loss"] if study.train.get("collapse_patience") else 0.0,
-                **{k: study.train.get(k, 0) for k in ("stall_patience", "stall_near", "stall_near_patience",
-                                                          "collapse_patience")}}
-    base = int(study.train.get("batch_size", Config().batch_size))
+                "collapse_loss": earlier["collapse_loss"] if study.runs.collapse_patience else 0.0,
+                **{k: getattr(study.runs, k) for k in ("stall_patience", "stall_near", "stall_near_patience",
+                                                       "collapse_patience")}}
+    base = study.runs.batch_size
     sweep = {name: (b, rule) for name, b, rule, _ in _sweep_runs(study)}
     held, pass_s = {}, {}
     for e in entries:

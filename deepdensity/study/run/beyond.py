@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell
@@ -62,7 +62,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
                 rows.append(_earlier_full_row(full[0], modelled, curves.passes_per_epoch(
-                    n, curves.epoch_definition(study.train))))
+                    n, study.runs.epoch_definition)))
             else:
                 jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
                              {**common, "seed": seed}))
@@ -73,7 +73,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
                              label="filter runs")
     for (facts, nm, mode, n, _), r in zip(jobs, results):
         rows.append({**facts, **timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                     curves.passes_per_epoch(n, curves.epoch_definition(study.train)))})
+                                     curves.passes_per_epoch(n, study.runs.epoch_definition))})
     rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
     import h5py
     with h5py.File(filtered, "r") as f:
@@ -110,8 +110,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             def judge(losses):
-                return curves.derive_strong(losses, 1, target, cap, SWEEP_STOPPING["stall_patience"],
-                                            SWEEP_STOPPING["collapse_loss"])
+                return curves.derive_strong(losses, 1, rules.StoppingRules(target, cap, **SWEEP_STOPPING))
             vals = val_losses(runner.root / nm)
             if judge(vals) is None:      # ended where the cells' rules decided every N: grown to the cap
                 vals = sequential_path(runner, seed, eta, cap)

@@ -58,7 +58,7 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
 def _timed_by_passes(c: Cell, study: Study) -> Cell:
     """A cell on the calibrated model: its time to target is its passes to target x the model's
     seconds of a pass (evidence.time_to_target, the one function the reports and claims time by)."""
-    per_epoch = curves.passes_per_epoch(c.n, curves.epoch_definition(study.train))
+    per_epoch = curves.passes_per_epoch(c.n, study.runs.epoch_definition)
     return dataclasses.replace(c, time_to_target_s=time_to_target(c, c.epoch_seconds, per_epoch))
 
 
@@ -70,7 +70,7 @@ def _passes(run_dir: Path, result: dict, n: int, study: Study, target: float, de
         return None
     if not derived and result.get("passes_to_target") is not None:     # a run taken from the ledger
         return result["passes_to_target"]
-    per_epoch = 1 if derived else curves.passes_per_epoch(n, curves.epoch_definition(study.train))
+    per_epoch = 1 if derived else curves.passes_per_epoch(n, study.runs.epoch_definition)
     return curves.passes_to_target(read_metrics(run_dir), target, per_epoch)
 
 

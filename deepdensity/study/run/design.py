@@ -132,9 +132,8 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
 
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.target,
-                                               proto.cap, proto.cfg.stall_patience, proto.collapse(), prefix,
-                                               (proto.cfg.stall_near, proto.cfg.stall_near_patience))
+        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.stopping(),
+                                               prefix)
         for n, (status, epochs) in derived.items():
             last = curves.sample_epoch_losses(vals, n)[epochs - 1]
             book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,

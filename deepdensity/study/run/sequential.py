@@ -51,7 +51,7 @@ def real_strong_runs(s: StudyRun, proto: Protocol) -> list:
         return []
     launcher = shlex.quote(horovodrun_path()) + " -np {n}"
     runner = s.runner.sibling(launcher, parallel=1)
-    seed, definition = study.sequential_seeds()[0], curves.epoch_definition(study.train)
+    seed, definition = study.sequential_seeds()[0], study.runs.epoch_definition
     sequential = curves.passes_to_target(read_metrics(s.root / f"seq-s{seed}"), proto.target, 1)
     rows = []
     for n in study.real_strong:
@@ -98,16 +98,14 @@ def calibrated_target(s: StudyRun, study: Study, eta: float, first_seed_losses: 
 
 
 def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
-                           target: float, cap: int, patience: int, collapse: tuple = (0.0, 0),
-                           prefix: str = "", near: tuple = (0.0, 0)) -> tuple:
+                           stopping: rules.StoppingRules, prefix: str = "") -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
-    read off the sequential run (curves.derive_strong, with the stall rule, its `near` = (fraction,
-    patience) allowance near the target, and `collapse` = (level, patience) at its own epochs),
+    read off the sequential run (curves.derive_strong, `stopping` applied at its own epochs),
     extended until every N is decided."""
     passes = first_passes
     while True:
         vals = sequential_path(runner, seed, lr, passes, prefix)
-        decided = {n: curves.derive_strong(vals, n, target, cap, patience, *collapse, *near) for n in workers}
+        decided = {n: curves.derive_strong(vals, n, stopping) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
             return decided, vals

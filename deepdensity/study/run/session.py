@@ -6,6 +6,7 @@ reports folder only when complete (publish).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -17,9 +18,10 @@ from typing import Optional
 import yaml
 
 from deepdensity.config import load
+from deepdensity.scaling import rules
 from deepdensity.study.core.errors import StudyError
 from deepdensity.study.core.ledger import Ledger, LEDGER_FILE
-from deepdensity.study.core.preset import Study
+from deepdensity.study.core.preset import RUN_DEFAULTS, Study
 from deepdensity.study.run.runner import fmt_s, StudyRunner
 from deepdensity.utils.files import mark_folder
 
@@ -96,9 +98,12 @@ class Protocol:
         collapse = {"collapse_loss": repr(self.collapse_loss)} if self.cfg.collapse_patience else {}
         return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap, **collapse}
 
-    def collapse(self) -> tuple:
-        """(level, patience) of the collapse rule, as the runs apply it (0, 0: off)."""
-        return (self.collapse_loss, self.cfg.collapse_patience) if self.cfg.collapse_patience else (0.0, 0)
+    def stopping(self) -> rules.StoppingRules:
+        """The stopping rules every cell's runs apply: the settings' stall and collapse rules, at
+        this study's target, cap and collapse level (the collapse rule off where its patience is)."""
+        level = self.collapse_loss if self.cfg.collapse_patience else 0.0
+        return dataclasses.replace(rules.StoppingRules.of(self.cfg), target_loss=self.target, max_epochs=self.cap,
+                                   collapse_loss=level)
 
 
 def write_ledger_and_publish(s: StudyRun, out: Path) -> None:
@@ -123,7 +128,7 @@ def run_settings(study: Study, data_path) -> dict:
     study's data, with deterministic kernels and a fixed thread count, so that a rerun of the
     study on this machine gives the same epochs to target (the thread count changes the
     rounding too)."""
-    return {"intra_op_threads": 1, **study.train, "data_path": str(data_path), "deterministic": True}
+    return {**RUN_DEFAULTS, **study.train, "data_path": str(data_path), "deterministic": True}
 
 
 def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> StudyRun:
@@ -162,7 +167,7 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
 
 def parallel_runs(study: Study) -> int:
     """Runs side by side: the preset's, or the cores over each run's threads (one by default)."""
-    threads = int(study.train.get("intra_op_threads", 1)) or 1
+    threads = study.runs.intra_op_threads or 1
     return study.parallel_runs if study.parallel_runs != "auto" else max(1, (os.cpu_count() or 1) // threads)
 
 

@@ -200,7 +200,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     has none), which the jobs and their cost are given for first. Submits nothing and writes
     nothing."""
     from deepdensity.study.plan.study_plan import run_counts
-    threads = int(study.train.get("intra_op_threads", 1))
+    threads = study.runs.intra_op_threads
     jobs = SlurmRunner(runs, runs / "train.yaml", runner or None, options, threads, name)
     here = ["the data set"]
     if not runner and no_train:

@@ -6,24 +6,31 @@ import pytest
 from deepdensity.scaling import rules
 from deepdensity.study.core import curves
 
+def derive_strong(passes, workers, target, cap, stall_patience=0, collapse_loss=0.0, collapse_patience=0,
+                  stall_near=0.0, stall_near_patience=0):
+    return curves.derive_strong(passes, workers, rules.StoppingRules(target, cap, stall_patience, stall_near,
+                                                                     stall_near_patience, collapse_loss,
+                                                                     collapse_patience))
+
+
 def test_derive_strong_applies_the_near_target_allowance():
     passes = [2.0, 1.05, 1.06, 1.07, 1.08, 1.06, 0.99]
-    assert curves.derive_strong(passes, 1, 1.0, 400, 3) == ("stalled", 5)
-    assert curves.derive_strong(passes, 1, 1.0, 400, 3, 0.0, 0, 0.10, 12) == ("reached_target", 7)
+    assert derive_strong(passes, 1, 1.0, 400, 3) == ("stalled", 5)
+    assert derive_strong(passes, 1, 1.0, 400, 3, 0.0, 0, 0.10, 12) == ("reached_target", 7)
 
 
 def test_derive_strong_reads_the_sequential_run_at_its_own_epochs():
     passes = [0.9, 0.5, 0.31, 0.29, 0.3, 0.28, 0.2, 0.19]
     assert curves.sample_epoch_losses(passes, 2) == [0.5, 0.29, 0.28, 0.19]
     assert curves.sample_epoch_losses(passes, 4) == [0.29, 0.19]
-    assert curves.derive_strong(passes, 1, 0.3, 400) == ("reached_target", 4)
-    assert curves.derive_strong(passes, 2, 0.3, 400) == ("reached_target", 2)
+    assert derive_strong(passes, 1, 0.3, 400) == ("reached_target", 4)
+    assert derive_strong(passes, 2, 0.3, 400) == ("reached_target", 2)
     # pass 3 (0.31) is above the target and is where strong N = 3 validates first
-    assert curves.derive_strong(passes, 3, 0.3, 400) == ("reached_target", 2)
-    assert curves.derive_strong(passes, 8, 0.1, 400) is None, "not long enough to decide"
-    assert curves.derive_strong(passes, 2, 0.1, 3) == ("max_epochs", 3)
-    assert curves.derive_strong([0.1, 0.2, 0.2, 0.2, 0.2, 0.2], 1, 0.01, 400, 3) == ("stalled", 4)
-    assert curves.derive_strong([0.1, float("nan")], 2, 0.01, 400) == ("diverged", 1)
+    assert derive_strong(passes, 3, 0.3, 400) == ("reached_target", 2)
+    assert derive_strong(passes, 8, 0.1, 400) is None, "not long enough to decide"
+    assert derive_strong(passes, 2, 0.1, 3) == ("max_epochs", 3)
+    assert derive_strong([0.1, 0.2, 0.2, 0.2, 0.2, 0.2], 1, 0.01, 400, 3) == ("stalled", 4)
+    assert derive_strong([0.1, float("nan")], 2, 0.01, 400) == ("diverged", 1)
 
 
 def walk_edge(diverges_from, n_seeds=1):
