@@ -2,7 +2,7 @@
 next run): does a remedy beat strong scaling, does filtering help the large-batch modes, which
 batch does the sequential model prefer. Each comparison is the default study's rank test
 (contrasts.rank_test: one-sided Mann-Whitney both ways, the Hodges-Lehmann ratio, P(shorter)), on
-passes to target first and then on seconds under each clock (evidence.seconds, the one time to
+passes to target first and then on seconds under each clock (cells.seconds, the one time to
 target), corrected by Holm over the comparisons of one question, with the break-even in rho.
 Pure: cells and clocks in, verdict rows out; no files.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study.core import clocks, curves, evidence, stats
-from deepdensity.study.core.cells import Cell, median_time
+from deepdensity.study.core import clocks, curves, stats
+from deepdensity.study.core.cells import Cell, median_time, seconds
 from deepdensity.study.judge import contrasts
 
 # When docs/beyond.md was committed (493e1f4), before the study's next run: later than the default
@@ -38,7 +38,7 @@ RULES_SUMMARY = (
 
 @dataclass(frozen=True)
 class PassClock:
-    """The clock under which evidence.seconds gives passes to target: every pass costs one unit."""
+    """The clock under which cells.seconds gives passes to target: every pass costs one unit."""
     name: str = "passes"
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
@@ -101,8 +101,8 @@ def clock_set(timing: dict, base_batch: int, epochs: tuple = ()) -> dict:
 
 
 def values(cells: list, clock, base, scale: float = 1.0) -> list:
-    """evidence.seconds of each cell (in seed order) under `clock`: passes under PASSES; inf where missed."""
-    return [evidence.seconds(c, clock, base, scale) for c in sorted(cells, key=lambda c: c.seed)]
+    """cells.seconds of each cell (in seed order) under `clock`: passes under PASSES; inf where missed."""
+    return [seconds(c, clock, base, scale) for c in sorted(cells, key=lambda c: c.seed)]
 
 
 def smallest_p(n_a: int, n_b: int) -> float:

@@ -1,7 +1,7 @@
 """The paper's six claims judged by the rules fixed on 2026-11-26 before the full grid's runs
 (docs/decision-rules.md). Pure: the study's cells in, one row per claim out.
 
-  outcome, cell and a run's time: evidence.py (MISSED and FAILED, Call, cell_rate, `seconds`).
+  outcome, cell and a run's time: cells.py (MISSED and FAILED, Call, cell_rate, `seconds`).
   time      two cells compared by a one-sided Mann-Whitney U test, a miss slower than every run
             that reached, the comparisons of a claim corrected by Holm at ALPHA, with the
             Hodges-Lehmann ratio of their times (contrasts.py).
@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
-from deepdensity.study.core.evidence import Call, cell_rate, Evidence, Verdict
+from deepdensity.study.core.cells import Call, cell_rate, Evidence, Verdict
 from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, pooled, rank_test, ratio_text
 
 

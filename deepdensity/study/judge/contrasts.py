@@ -14,7 +14,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import stats
-from deepdensity.study.core.evidence import Call, Evidence, Verdict
+from deepdensity.study.core.cells import Call, Evidence, Verdict
 
 
 def peak_lr_over_eta(mode: str, n: int) -> float:

@@ -8,8 +8,7 @@ import dataclasses
 from typing import Optional
 
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import Cell, TimeBase
-from deepdensity.study.core.evidence import epoch_under, Evidence, FAILED, MISSED, time_to_target
+from deepdensity.study.core.cells import Cell, epoch_under, Evidence, FAILED, MISSED, time_to_target, TimeBase
 from deepdensity.study.core.protocol_text import real_strong_summary, SEQUENTIAL_PROOF
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.record import config_of, study_of
@@ -17,7 +16,7 @@ from deepdensity.study.record import config_of, study_of
 
 def cells_of(record: dict) -> list:
     """The record's cells, each timed by passes: its time to target is passes to target x this
-    host's seconds per pass (evidence.time_to_target, as the claims' evidence.seconds), its epoch the
+    host's seconds per pass (cells.time_to_target, as the claims' cells.seconds), its epoch the
     same clock's; a real run's own clock where the study measured it."""
     cells = [Cell(**c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:

@@ -4,7 +4,7 @@ fig_passes (beyond_figures.py). Every seed a dot, side by side (figures.spot) so
 stay visible; the median over a cell's seeds a bar across them and a line from N to N, only where
 every seed reached the target; a seed that missed a cross in a strip of its own above, never at a
 value; N = 1 once, as the sequential runs, every mode's line starting from their median. Values
-are evidence.seconds under a clock (passes under beyond_verdicts.PASSES), or the cells' own times
+are cells.seconds under a clock (passes under beyond_verdicts.PASSES), or the cells' own times
 where no clock is given. A seed whose passes are only a bound (`bounded`) is drawn open, with a
 line down to the fewest it can have taken. The pieces (`seeds`, `missed_strip`, `legend_keys`)
 draw the beyond study's other figures too."""
@@ -42,13 +42,13 @@ def dark(color) -> tuple:
 def bounded(c, base) -> bool:
     """Whether a cell's passes to target are only an upper bound: it reached the target but its
     record keeps no passes, so they are taken as its epochs x the passes of an epoch
-    (evidence.seconds_to_target), which, where an epoch is more than one pass and its run validated
+    (cells.seconds_to_target), which, where an epoch is more than one pass and its run validated
     once an epoch, can be up to an epoch's passes less one more than it took."""
     return c.reached and c.passes_to_target is None and curves.passes_per_epoch(c.n, base.definition) > 1
 
 
 def values(cells: list, which, base) -> list:
-    """Each cell's value (in seed order), inf where it missed: evidence.seconds under `which` (a
+    """Each cell's value (in seed order), inf where it missed: cells.seconds under `which` (a
     clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
     (judging.cells_of: this host's clock, or a real run's own)."""
     if which is None:
@@ -188,7 +188,7 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
 
 def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, clock=None, base=None) -> None:
     """The default study's Fig. 2 (`against_n_figure`): time to target under `clock` and `base`
-    (clocks.Clock, cells.TimeBase: evidence.seconds, the one function the verdicts use) where
+    (clocks.Clock, cells.TimeBase: cells.seconds, the one function the verdicts use) where
     given, else the cells' own times (judging.cells_of); the axis names whichever it is."""
     against_n_figure(path, cells, modes, workers, clock, base, plt, f"time to target (s, {clock_label(cells, clock)})",
                      "Time to target")

@@ -1,7 +1,7 @@
 """The beyond study's figures, drawn from its record alone and in the default study's manner
 (figures.py): every seed a dot, a median a bar and a line (only where every seed reached the
 target), a run that missed in a panel of its own, one clock per time axis, named on it, and
-legends outside the axes. Times are evidence.seconds under the clock drawn; passes are the same
+legends outside the axes. Times are cells.seconds under the clock drawn; passes are the same
 function under the pass clock (beyond_verdicts.PASSES). fig2 and fig_passes are against_n.py's
 drawing, the default study's Fig. 2; its seeds, bounds and strip draw the figures here too."""
 from __future__ import annotations

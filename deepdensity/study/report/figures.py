@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 from deepdensity.scaling import policies
-from deepdensity.study.core import clocks, evidence
-from deepdensity.study.core.cells import efficiency_table
+from deepdensity.study.core import clocks
+from deepdensity.study.core.cells import efficiency_table, timed_under
 from deepdensity.study.core.paper import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.report.render import cells_at
 
@@ -130,13 +130,13 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, 
     """Efficiency T1 / (N TN) against N, ours (median over seeds) beside the paper's Tables I-II
     (its own cluster's), one clock of ours a panel: the cells' own (Tables I-II's: this host's,
     or real runs' own clocks) and, where `clock` and `base` are given, that clock's (the paper's,
-    the verdicts'; evidence.timed_under). A cell without an efficiency is no
+    the verdicts'; timed_under). A cell without an efficiency is no
     point: its line breaks there, and a strip above says why (ours: a seed missed the target, or
     not run; the paper's: NaN), so that a mode that reached no N > 1 (linear) still shows and
     nothing is drawn at a value it does not have."""
     panels = [(f"ours on {clock_name(cells)} (Tables I-II)", cells)]
     if clock is not None:
-        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", evidence.timed_under(cells, clock, base)))
+        panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", timed_under(cells, clock, base)))
     fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.6), sharex="col", sharey="row",
                              squeeze=False, gridspec_kw={"height_ratios": [1.2, 4]})
     for col, (title, cs) in enumerate(panels):

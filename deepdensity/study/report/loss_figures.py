@@ -1,5 +1,5 @@
 """The default study's figures of validation loss over a run (Figs. 3-5), drawn from its record
-alone in figures.py's manner. A run's time is evidence.seconds_of_passes of the cell's own
+alone in figures.py's manner. A run's time is seconds_of_passes of the cell's own
 clock, the one function the tables' time to target goes through, so that where a curve ends
 is where Tables I-II put the run; a run that missed the target ends in a cross."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.study.core import curves as run_curves, evidence
+from deepdensity.study.core import curves as run_curves
+from deepdensity.study.core.cells import seconds_of_passes
 from deepdensity.study.report.figures import clock_label, LEGEND_OUTSIDE, log_y_labels, save_figure
 from deepdensity.study.report.render import cells_at
 
@@ -38,7 +39,7 @@ def run_curve(c, losses: list, per_epoch: int, by_pass: bool, target: float) -> 
         at = [(min(p, last), p - 1) for p in range(1, math.ceil(last) + 1)]
     else:
         at = [(e * per_epoch, e - 1) for e in range(1, (c.epochs or len(vals)) + 1)]
-    points = [(evidence.seconds_of_passes(passes, c.epoch_seconds, per_epoch), vals[i]) for passes, i in at
+    points = [(seconds_of_passes(passes, c.epoch_seconds, per_epoch), vals[i]) for passes, i in at
               if i < len(vals)]
     end = (c.time_to_target_s, target) if c.reached and c.time_to_target_s is not None else None
     return RunCurve(c, points, end)

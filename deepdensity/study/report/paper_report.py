@@ -10,8 +10,7 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, TimeBase
-from deepdensity.study.core.evidence import MISSED
+from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED, TimeBase
 from deepdensity.study.core.paper import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.core.preset import Study
 from deepdensity.study.core.protocol_text import protocol_rows

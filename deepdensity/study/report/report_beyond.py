@@ -15,9 +15,8 @@ from pathlib import Path
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import Cell, efficiency_table, failures, median_time, TimeBase
+from deepdensity.study.core.cells import Cell, efficiency_table, failures, median_time, TimeBase, timed_under
 from deepdensity.study.core.clocks import describe_allreduce
-from deepdensity.study.core.evidence import timed_under
 from deepdensity.study.core.paper import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import beyond_verdicts as bv

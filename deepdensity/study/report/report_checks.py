@@ -10,7 +10,8 @@ import statistics
 
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
-from deepdensity.study.core import clocks, ledger, outcomes
+from deepdensity.study.core import clocks, ledger
+from deepdensity.study.core.cells import outcome
 from deepdensity.study.core.clocks import clock_controller, describe_allreduce, model_epoch, shared_host_epoch
 from deepdensity.study.core.protocol_text import DECISION_RULES_FIXED_UTC, SEQUENTIAL_PROOF, time_phrase
 from deepdensity.study.judge.judging import cells_of, claims_of
@@ -143,8 +144,8 @@ def _rerun_outcomes(cells: list, check: dict, collapse_loss: float) -> str:
 
     before = {(c["mode"], c["n"]): c for c in cells if rerun(c)}
     pairs = [(before[(c["mode"], c["n"])], c) for c in check["cells"] if rerun(c) and (c["mode"], c["n"]) in before]
-    outcome = lambda c: outcomes.outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
-    same = sum(outcome(a) == outcome(b) for a, b in pairs)
+    outcome_of = lambda c: outcome(c["status"], c.get("final_val_loss"), collapse_loss)  # noqa: E731
+    same = sum(outcome_of(a) == outcome_of(b) for a, b in pairs)
     moved = [abs(a["passes_to_target"] - b["passes_to_target"]) for a, b in pairs
              if a.get("passes_to_target") is not None and b.get("passes_to_target") is not None]
     return (f"{same} of {len(pairs)} cells had the same outcome (reached, slow or failed)"

@@ -18,9 +18,8 @@ from typing import Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
-from deepdensity.study.core.cells import Cell
+from deepdensity.study.core.cells import Cell, time_to_target
 from deepdensity.study.core.errors import StudyError
-from deepdensity.study.core.evidence import time_to_target
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.run.cell_times import timed
 from deepdensity.study.run.runner import StudyRunner
@@ -85,7 +84,7 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
 
 def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
     """A filter row for full data taken from the default study's cell (its time on this clock,
-    by evidence.time_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
+    by cells.time_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
     epoch_s = modelled(c.mode, c.n)
     return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
             "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",

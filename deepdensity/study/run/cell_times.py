@@ -14,8 +14,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, curves
-from deepdensity.study.core.cells import Cell
-from deepdensity.study.core.evidence import time_to_target
+from deepdensity.study.core.cells import Cell, time_to_target
 from deepdensity.study.core.preset import Study
 from deepdensity.study.run.design import Book
 from deepdensity.training.runs import read_metrics
@@ -57,7 +56,7 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
 
 def _timed_by_passes(c: Cell, study: Study) -> Cell:
     """A cell on the calibrated model: its time to target is its passes to target x the model's
-    seconds of a pass (evidence.time_to_target, the one function the reports and claims time by)."""
+    seconds of a pass (cells.time_to_target, the one function the reports and claims time by)."""
     per_epoch = curves.passes_per_epoch(c.n, study.runs.epoch_definition)
     return dataclasses.replace(c, time_to_target_s=time_to_target(c, c.epoch_seconds, per_epoch))
 

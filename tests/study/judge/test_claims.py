@@ -5,8 +5,7 @@ import math
 
 from scipy import stats as sp
 
-from deepdensity.study.core.cells import Cell, TimeBase
-from deepdensity.study.core.evidence import Evidence, FAILED, MISSED
+from deepdensity.study.core.cells import Cell, Evidence, FAILED, MISSED, TimeBase
 from deepdensity.study.judge import claims
 
 W = [1, 2, 4, 8, 16, 32]

@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study.core.evidence import MISSED
+from deepdensity.study.core.cells import MISSED
 from deepdensity.study.judge import judging
 from deepdensity.study.record import study_of
 from deepdensity.study.report import against_n, paper_report as report
