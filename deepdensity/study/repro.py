@@ -37,7 +37,7 @@ from typing import Optional
 
 from deepdensity.config import load, read_mapping
 from deepdensity.study.core.clocks import model_epoch
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted, StudyError
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.kinds import of_study, StudyEnd
@@ -56,7 +56,6 @@ from deepdensity.study.run.timing import held_timing, study_clock
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 

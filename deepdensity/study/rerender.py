@@ -12,10 +12,9 @@ from pathlib import Path
 
 from deepdensity.study import kinds
 from deepdensity.study.core import clocks
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import command, StudyError
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Optional
 
+
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM, what a scheduler sends before it kills a job
@@ -44,6 +45,11 @@ def raise_on_signals() -> None:
 
 class UserError(ValueError):
     """Input the user can fix; the message is the whole story, so no traceback."""
+
+
+class StudyError(UserError):
+    """A study that cannot go on as asked: one line naming the file, the key or the run (raised
+    by every stage of deepdensity/study: preset, clock, runner, Slurm, reports)."""
 
 
 def command(main=None, *, os_hint: str = ""):

@@ -27,7 +27,8 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
-from deepdensity.study.core import curves, speedup, stats
+from deepdensity.study.core import curves, stats
+from deepdensity.study.core.clocks import efficiency
 
 
 @dataclass
@@ -77,7 +78,7 @@ def efficiency_table(cells: list, modes, workers) -> dict:
     out = {}
     for mode in modes:
         t1 = median_time_at(cells, policies.STRONG, 1) or median_time_at(cells, mode, 1)
-        out[mode] = {n: speedup.efficiency(t1, n, median_time_at(cells, mode, n)) for n in workers}
+        out[mode] = {n: efficiency(t1, n, median_time_at(cells, mode, n)) for n in workers}
     return out
 
 

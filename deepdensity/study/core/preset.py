@@ -10,7 +10,7 @@ from typing import Optional
 
 from deepdensity.config import apply, Config, ConfigError, read_mapping
 from deepdensity.scaling import policies, rules
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.utils import schema
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets"

@@ -1,11 +1,15 @@
-"""What REPORT.md says about how the study was run, beside the paper: the protocol table's rows
-(paper against ours, every difference with its reason), why strong scaling at N > 1 is read off
-the sequential runs, and what the real strong-scaling runs showed."""
+"""The paper, and how the study was run beside it: the paper's published numbers (Tables I and
+II of Cunha et al., HPML 2018, efficiency in per cent, NaN where the target was not reached),
+the protocol table's rows of REPORT.md (paper against ours, every difference with its reason),
+why strong scaling at N > 1 is read off the sequential runs, and what the real strong-scaling
+runs showed."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from deepdensity.scaling import policies
+
 
 # The default study's decision rules (docs/decision-rules.md), as its record names them
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
@@ -100,3 +104,13 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          same if runner else "no 32 devices here; see 'The clock'"),
     ]
     return [list(r) for r in rows]
+
+
+PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}
+
+
+PAPER_TABLE2 = {
+    policies.WEAK: {1: 100.00, 2: 96.96, 4: 63.86, 8: 42.32, 16: 19.65, 32: 9.45},
+    policies.WARMUP: {1: 100.00, 2: 84.95, 4: 75.49, 8: math.nan, 16: math.nan, 32: math.nan},
+    policies.LINEAR: {1: 100.0, 2: math.nan, 4: math.nan, 8: math.nan, 16: math.nan, 32: math.nan},
+}

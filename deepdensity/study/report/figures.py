@@ -11,7 +11,7 @@ from pathlib import Path
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import efficiency_table, timed_under
-from deepdensity.study.core.paper import PAPER_TABLE1, PAPER_TABLE2
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.report.render import cells_at
 
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}

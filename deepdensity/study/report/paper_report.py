@@ -11,9 +11,8 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED, TimeBase
-from deepdensity.study.core.paper import PAPER_TABLE1, PAPER_TABLE2
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
 from deepdensity.study.core.preset import Study
-from deepdensity.study.core.protocol_text import protocol_rows
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.judge.judging import cells_of, claims_of, clock_set, evidence_of, record_runner

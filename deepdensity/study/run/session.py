@@ -19,7 +19,7 @@ import yaml
 
 from deepdensity.config import load
 from deepdensity.scaling import rules
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.ledger import Ledger, LEDGER_FILE
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
 from deepdensity.study.run.runner import fmt_s, StudyRunner

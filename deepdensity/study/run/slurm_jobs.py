@@ -31,7 +31,7 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob, _make_sbatch_string
 
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 
 # Slurm's job states in which the job is still to run, running, or to run again (requeued)
 LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING", "CONFIGURING", "PREEMPTED",

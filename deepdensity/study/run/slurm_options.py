@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 
 
 @dataclass

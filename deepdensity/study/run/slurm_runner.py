@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
                                               result_of, sbatch_text, Submitter, TrainJob)

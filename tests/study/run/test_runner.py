@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.training.runs import data_fingerprint
 from tests.support import ROOT

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from submitit.core.utils import JobPaths, cloudpickle_dump
 
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.study.run import timing
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_jobs import QueueJob, QueueWatcher

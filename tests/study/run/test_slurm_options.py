@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study.core.errors import StudyError
+from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher, Submitter,
                                               TrainJob)
 from deepdensity.study.run.slurm_options import SlurmOptions
