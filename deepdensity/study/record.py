@@ -109,7 +109,7 @@ def seq_2eta_of(book) -> list:
 
 def study_record(kind: str, s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
                  runner: str) -> dict:
-    """The record of a finished study of the paper's protocol (repro.run_study's state; kinds.PAPER)."""
+    """The record of a finished study of the paper's protocol (repro.run_study's state; rerender.PAPER)."""
     run_names = {name for names in book.runs.values() for name in names}
     return {**_common(s, proto, book, timing, stopped, runner, kind),
             "cells": [dataclasses.asdict(c) for c in cells],
@@ -124,7 +124,7 @@ ROW_KEYS = ("epoch", "global_batch", "steps", "allreduces", "grad_noise", "grad_
 def beyond_record(kind: str, s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],
                   sweep: Optional[list], stopped: str) -> dict:
     """The record of a study of the modes beyond the paper, the filter and the batch sweep:
-    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read (kinds.BEYOND)."""
+    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read (rerender.BEYOND)."""
     beyond_runs = sorted({c.run for c in cells if not policies.get(c.mode).in_paper and c.n > 1})
     # the filter's and the sweep's own runs (not the default study's, whose rows name it)
     others = {row["run"] for row in (sweep or []) + (filtering["rows"] if filtering else [])

@@ -21,7 +21,7 @@ How a cell (mode, N) is obtained without N devices:
                against real horovodrun -np 2 and -np 4 epochs (timing.py).
   seeds        the preset's first seeds in every cell, then one more at a time to every
                cell below max_seeds, whatever its outcomes, within the preset's time budget
-               (seeding.py, design.py).
+               (study_plan.py, design.py).
 With --runner every cell is a real multi-worker run and its measured time to target is used.
 Finished runs are kept under runs/study-PRESET and skipped when the study is run again.
 """
@@ -40,13 +40,11 @@ from deepdensity.study.core.clocks import model_epoch
 from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted, StudyError
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import load_study, Study
-from deepdensity.study.kinds import of_study, StudyEnd
+from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
-from deepdensity.study.rerender import holds_a_study_record
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.cell_times import study_cells
+from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, study_cells, study_units
 from deepdensity.study.run.checks import stall_check
-from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, study_units
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
@@ -156,7 +154,7 @@ def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[
     the study writes, builds or times anything (a dry run shows it instead)."""
     if options.executor != "slurm":
         return None
-    from deepdensity.study.run import slurm_options as slurm
+    from deepdensity.study.run import slurm_jobs as slurm
     slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
     unavailable = None if options.no_train else slurm.clients_unavailable(
         slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
@@ -283,7 +281,7 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
                            label="sequential runs")
     target, cap, calibration = calibrated_target(s, study, eta, seq[0])
     proto = Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
-    # 3. Every cell at the first seeds, then more seeds to cells below max_seeds (seeding.py).
+    # 3. Every cell at the first seeds, then more seeds to cells below max_seeds (study_plan.py).
     book = Book()
     units = study_units(s, proto, real_strong=bool(options.runner), book=book,
                         double_eta=study.doubles_eta())
@@ -294,7 +292,7 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     stopped = _more_seeds(s, book, units, options.no_train)
     checked = unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
     cells = study_cells(study, book, s.root, options.runner, timing, s.n_val, modelled, proto.target)
-    # 4. The record and the reports, as the study's kind makes them (kinds.py).
+    # 4. The record and the reports, as the study's kind makes them (rerender.py).
     of_study(study).finish(StudyEnd(s, proto, book, cells, timing, modelled, stopped, sweep, checked, options))
     write_ledger_and_publish(s, out)
     print(f"reports written to {out} ({s.elapsed()} this invocation)")

@@ -1,15 +1,20 @@
 """Reports are generated, never edited: rendering a study's record (study.json) again must
 give its committed reports exactly, so that a hand edit, or a report older than the code that
-renders it, fails here."""
+renders it, fails here; and the study's kind (rerender.PAPER, rerender.BEYOND), told from a
+preset or a record, names the reports it renders."""
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from deepdensity.scaling import policies
 from deepdensity.study import rerender
+from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.record import FORMAT
+from deepdensity.study.report import paper_report as report, report_beyond
 from tests.support import ROOT
+
 
 # A tiny study's record and reports (python -m deepdensity.repro on a 96-cube preset, then
 # `python -m deepdensity report --from tests/study/data/tiny-reports` after a rendering change).
@@ -107,3 +112,27 @@ def test_a_record_whose_clock_is_of_another_version_is_refused_in_one_line(tmp_p
     assert rerender.main(["--from", str(copy), "--check"]) == 2
     err = capsys.readouterr().err
     assert "holds a clock of version 3; this code reads version 5 only" in err and "Traceback" not in err
+
+
+def test_a_preset_running_a_mode_past_the_paper_is_a_beyond_study():
+    assert rerender.of_study(Study(modes=list(policies.paper()))) is rerender.PAPER
+    for mode in policies.beyond():
+        assert rerender.of_study(Study(modes=[policies.STRONG, mode])) is rerender.BEYOND
+    assert rerender.of_study(load_study("default")[1]) is rerender.PAPER
+    assert rerender.of_study(load_study("beyond")[1]) is rerender.BEYOND
+
+
+@pytest.mark.parametrize("folder, kind", [("reports", rerender.PAPER), ("reports/beyond", rerender.BEYOND),
+                                          ("tests/study/data/tiny-reports", rerender.PAPER)])
+def test_a_committed_record_is_read_as_the_kind_that_wrote_it(folder, kind):
+    record = json.loads((ROOT / folder / "study.json").read_text())
+    assert record["kind"] == kind.name and rerender.of_record(record) is kind
+
+
+def test_a_record_without_a_kind_reads_as_the_papers_as_it_always_did():
+    assert rerender.of_record({}) is rerender.PAPER and rerender.of_record({"kind": "other"}) is rerender.PAPER
+
+
+def test_each_kind_names_its_own_reports():
+    assert rerender.PAPER.text_outputs() == report.TEXT_OUTPUTS
+    assert rerender.BEYOND.text_outputs() == report_beyond.TEXT_OUTPUTS

@@ -56,7 +56,7 @@ class Study:
     # seeds converge at it, so the sequential runs (strong scaling at every N, N = 1 of every
     # mode, 2 x eta) take other seeds: sequential_seeds().
     edge_seeds: list = field(default_factory=lambda: [0, 1, 2])
-    # The sequential design (seeding.py): after `seeds` in every cell, one more seed at a time
+    # The sequential design (plan/study_plan.py): after `seeds` in every cell, one more seed at a time
     # to every cell below max_seeds, whatever its outcomes, while the invocation is within
     # budget_minutes (null: no more seeds).
     max_seeds: int = 0
@@ -86,7 +86,7 @@ class Study:
     # The stall rule checked with runs: the runs it stopped, trained again to the cap with the
     # rule off; every one at N >= 16, and a sample of this many of the others (0: not checked).
     stall_check: int = 0
-    # With --executor slurm: what each job asks for (study/run/slurm_options.py SlurmOptions: partition,
+    # With --executor slurm: what each job asks for (study/run/slurm_jobs.py SlurmOptions: partition,
     # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).
     slurm: dict = field(default_factory=dict)
 

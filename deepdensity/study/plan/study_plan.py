@@ -1,16 +1,22 @@
 """What a study will do before it does it: the plan `repro` prints first (and alone, with
---dry-run). Pure: it reads the preset and, when there is one, an earlier record of the same
-preset for its wall time; it trains nothing and imports no TensorFlow."""
+--dry-run), and the seeding rule behind it. Pure: it reads the preset and, when there is one, an
+earlier record of the same preset for its wall time; it trains nothing and imports no TensorFlow.
+
+Which cell gets the next seed, in a preset with a time budget (`next_in_line`): one more seed at a
+time to every cell below max_seeds, whatever its outcome so far, fewest seeds and then cheapest
+first; a rule that never spends seeds to settle one answer (docs/decision-rules.md, "Seeds").
+What a seed still to run should take, in passes (`runs_like`, `passes_to_expect`): the one
+estimate behind the plan's missing runs and the report's cells below the design's seeds."""
 from __future__ import annotations
 
 import math
 import re
 import statistics
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
-from deepdensity.study.plan import seeding
+
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
 # took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings), version
@@ -125,8 +131,8 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
     target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
     ledger.answer). Passes a missing run needs come from runs of its kind on
-    record (seeding.passes_to_expect; a cell: the cell's, else the mode's largest N below,
-    seeding.runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
+    record (passes_to_expect; a cell: the cell's, else the mode's largest N below,
+    runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
     is not known either); seconds a pass from the runs on record (their own clocks), of its
     batch for the sweep."""
     missing = missing_runs(study, entries, earlier)
@@ -215,8 +221,8 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
     for mode, n in study.trained_cells():
         for seed in study.seeds:
             if f"{mode}-n{n}-s{seed}" not in held:
-                known = seeding.runs_like(epochs, mode, n)
-                out.append(((f"{mode} N = {n}", seed), seeding.passes_to_expect([x for x, _ in known], n, cap),
+                known = runs_like(epochs, mode, n)
+                out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, cap),
                             [r for _, r in known], not known))
     return out
 
@@ -237,7 +243,7 @@ def _missing_filter(study: Study, held: dict) -> list:
             continue
         known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
         n = known[0][1] if known else None
-        passes = seeding.passes_to_expect([x for x, _, _ in known], n)
+        passes = passes_to_expect([x for x, _, _ in known], n)
         out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
                     [r for _, _, r in known], False))
     return out
@@ -254,7 +260,7 @@ def _missing_sweep(study: Study, held: dict, cap: int) -> list:
         known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
         same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
         out.append(((f"batch sweep b = {b} at {rule}", seed),
-                    seeding.passes_to_expect([x for x, _ in known], 1, cap), [r for _, r in known] or same_batch,
+                    passes_to_expect([x for x, _ in known], 1, cap), [r for _, r in known] or same_batch,
                     not known))
     return out
 
@@ -268,3 +274,42 @@ def _uncounted(study: Study) -> str:
     others += ["the filter's full-data runs (the default study's)"] * bool(study.filter_modes)
     others += ["the stall and instruction-set checks' runs"]
     return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"
+
+
+# below this many seeds a cell is reported as short of seeds, whatever its outcomes
+MIN_SEEDS = 3
+
+
+def unsettled(reached: Sequence[bool], max_seeds: int) -> Optional[str]:
+    """Why a cell gets one more seed, or None: every cell below max_seeds does, whatever its
+    outcome so far."""
+    if len(reached) >= max_seeds:
+        return None
+    if len(reached) < MIN_SEEDS:
+        return f"only {len(reached)} seed(s)"
+    return f"{len(reached)} seeds: another narrows its missed rate's interval"
+
+
+def next_in_line(candidates: Iterable[tuple]) -> list:
+    """The order in which unsettled cells get their next seed: [(key, seeds so far, cost)]
+    sorted fewest seeds first, then cheapest, then by key (for a repeatable order)."""
+    return sorted(candidates, key=lambda c: (c[1], c[2], str(c[0])))
+
+
+def runs_like(by_cell: dict, mode: str, n: int) -> list:
+    """The runs on record a missing seed of (mode, N = n) is expected to take as long as, from
+    `by_cell` = {(mode, N): [run]}: the cell's own, else those of the mode's largest N below (a
+    cell not reached yet at this N is priced by the nearest one that was); [] without either."""
+    below = sorted((k for m, k in by_cell if m == mode and k <= n), reverse=True)
+    return by_cell[(mode, below[0])] if below else []
+
+
+def passes_to_expect(epochs: list, passes_an_epoch: Optional[int], cap: Optional[int] = None) -> Optional[int]:
+    """The passes a run still to do is expected to take: the median of the epochs its like runs
+    took (`epochs`), `passes_an_epoch` passes each; without such runs the cap's epochs, or None
+    where there is no cap either (not estimated). The median, and its lower value for an even
+    count, so that one run stopped at the cap does not set the estimate and it is a run's own
+    count of epochs."""
+    if not epochs:
+        return None if cap is None else cap * passes_an_epoch
+    return statistics.median_low(epochs) * passes_an_epoch

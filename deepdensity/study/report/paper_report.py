@@ -16,11 +16,11 @@ from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.judge.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
-from deepdensity.study.plan import seeding
+from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
-from deepdensity.study.report.figures import collapse_figure, efficiency_figure, figure1, sweep_figure
-from deepdensity.study.report.loss_figures import loss_against_time_figure, warmup_figure
+from deepdensity.study.report.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
+                                              sweep_figure, warmup_figure)
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
                                              pyplot, target_source, time_range, without_machine_paths, write_csv)
 from deepdensity.study.report.report_checks import (clock_fields, host_latency, isa_stability, real_strong,
@@ -194,7 +194,7 @@ def _protocol(record: dict) -> list:
 
 def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
     """The trained cells below the preset's seeds, each with its missing seeds, and what they
-    would cost here: passes (seeding.passes_to_expect of the cell's runs, else its mode's at the
+    would cost here: passes (study_plan.passes_to_expect of the cell's runs, else its mode's at the
     largest N below, as the plan counts them) at a one-process pass of this host's clock ('' when
     every cell has its seeds)."""
     want = len(study.seeds)         # the design's seeds, as the claims count them
@@ -210,7 +210,7 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
         return ""
 
     def passes(mode: str, n: int) -> int:
-        return seeding.passes_to_expect([c["epochs"] for c in seeding.runs_like(runs, mode, n)], n, record["cap"])
+        return study_plan.passes_to_expect([c["epochs"] for c in study_plan.runs_like(runs, mode, n)], n, record["cap"])
     pass_s = _seconds_a_pass(record)
     total = sum(k * passes(m, n) for m, n, k in short)
     cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "

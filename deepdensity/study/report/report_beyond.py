@@ -2,7 +2,7 @@
 scaling with the paper's four modes beside them, the data filter and the batch sweep, each
 answer by the rules of docs/beyond.md (beyond_verdicts.py); rendered from the study's record
 (study.json, record.beyond_record) alone, with templates/beyond.md, filtering.md and
-batch_sweep.md, and the figures of beyond_figures.py."""
+batch_sweep.md, and the figures of against_n.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +21,7 @@ from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.record import config_of, study_of
-from deepdensity.study.report import against_n, beyond_figures as figs
+from deepdensity.study.report import against_n, against_n as figs
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot,
                                              target_source, time_range, without_machine_paths, write_csv)
 

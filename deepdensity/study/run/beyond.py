@@ -1,7 +1,7 @@
 """The beyond study's experiments past the paper (docs/beyond.md): the default study's cells beside
 its own (their times modelled again on this study's clock), Gahlot et al.'s data filter, the
 sweep of the sequential model's batch size: what the beyond study runs past the paper's cells
-(its record and reports: kinds.BEYOND).
+(its record and reports: rerender.BEYOND).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, time_to_target
 from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
-from deepdensity.study.run.cell_times import timed
+from deepdensity.study.run.design import timed
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.sequential import sequential_path, val_losses
 from deepdensity.study.run.session import Protocol, StudyRun
@@ -127,7 +127,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
 
 def beyond_parts(s: StudyRun, proto: Protocol, cells: list, timing: dict, modelled, compare_with: str) -> tuple:
     """(earlier, filtering, batch sweep): the default study's cells beside ours, the filter and
-    the batch sweep, what a beyond study's record holds besides its own cells (kinds.BEYOND)."""
+    the batch sweep, what a beyond study's record holds besides its own cells (rerender.BEYOND)."""
     eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
     earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
                                    s.study.workers)

@@ -13,8 +13,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.record import seq_2eta_of
-from deepdensity.study.run.cell_times import study_cells
-from deepdensity.study.run.design import Book, SEQUENTIAL_UNITS, study_units
+from deepdensity.study.run.design import Book, SEQUENTIAL_UNITS, study_cells, study_units
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json
 

@@ -17,8 +17,7 @@ from deepdensity.study.judge import judging
 from deepdensity.study.record import study_of
 from deepdensity.study.report import against_n, paper_report as report
 from deepdensity.study.report.against_n import time_to_target_figure
-from deepdensity.study.report.figures import efficiency_figure
-from deepdensity.study.report.loss_figures import loss_curves
+from deepdensity.study.report.figures import efficiency_figure, loss_curves
 from tests.support import ROOT
 
 REPORTS = ROOT / "reports"

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from deepdensity.utils.errors import StudyError
-from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher, Submitter,
-                                              TrainJob)
-from deepdensity.study.run.slurm_options import SlurmOptions
+from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
+                                              SlurmOptions, Submitter, TrainJob)
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from tests.support import ROOT
 
@@ -163,7 +162,7 @@ def test_a_submission_the_last_driver_began_is_found_by_its_token(tmp_path, monk
 @pytest.mark.parametrize("text, hours", [("04:00:00", 4), ("90", 1.5), ("30:00", 0.5), ("1-00:00:00", 24),
                                          ("2-12", 60), ("1-06:30", 30.5), ("UNLIMITED", float("inf"))])
 def test_time_limits_read_as_slurm_reads_them(text, hours):
-    from deepdensity.study.run.slurm_options import time_hours
+    from deepdensity.study.run.slurm_jobs import time_hours
     assert time_hours(text) == hours
 
 

@@ -1,4 +1,4 @@
-"""What the figures of validation loss draw (loss_figures.py), and figures.log_y_labels's
+"""What the figures of validation loss draw (figures.py, Figs. 3-5), and figures.log_y_labels's
 limits, read off the committed study's record or a real axis."""
 import json
 
@@ -7,8 +7,7 @@ from unittest import mock
 
 from deepdensity.scaling import policies
 from deepdensity.study.judge import judging
-from deepdensity.study.report.figures import log_y_labels
-from deepdensity.study.report.loss_figures import warmup_figure
+from deepdensity.study.report.figures import log_y_labels, warmup_figure
 from deepdensity.study.report.render import cells_at, pyplot
 from tests.support import ROOT
 

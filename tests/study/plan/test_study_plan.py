@@ -1,10 +1,10 @@
-"""Which cell gets the next seed (deepdensity/study/plan/seeding.py), checked on every outcome set
+"""Which cell gets the next seed (deepdensity/study/plan/study_plan.py), checked on every outcome set
 up to 9 seeds: the rule must not look at the outcomes, only at the count."""
 import itertools
 
 import pytest
 
-from deepdensity.study.plan import seeding as s
+from deepdensity.study.plan import study_plan as s
 
 
 @pytest.mark.parametrize("max_seeds", [1, 3, 5, 8])

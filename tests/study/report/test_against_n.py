@@ -5,7 +5,7 @@ what it draws."""
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import Cell, TimeBase
 from deepdensity.study.judge import beyond_verdicts as bv
-from deepdensity.study.report import against_n, beyond_figures as figs
+from deepdensity.study.report import against_n, against_n as figs
 
 BASE = TimeBase(n_train=1000, n_val=100, definition="per_worker")
 
