@@ -138,7 +138,7 @@ def test_nothing_outside_dist_touches_horovod():
 STUDY = "deepdensity.study"
 PURE = sorted({"deepdensity.scaling.rules", "deepdensity.scaling.policies", "deepdensity.config", "deepdensity.training.runs",
                "deepdensity.study.judge.contrasts", "deepdensity.study.judge.contrasts", "deepdensity.study.judge.claims",
-               "deepdensity.study.judge.beyond_verdicts"}
+               "deepdensity.study.judge.beyond_verdicts", "deepdensity.study.record"}
               | {n for n in MODULES if n.startswith((f"{STUDY}.core.", f"{STUDY}.plan."))})
 
 

@@ -7,8 +7,6 @@ import dataclasses
 import datetime
 import json
 import math
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Optional
@@ -18,13 +16,9 @@ from deepdensity.scaling import policies
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
-from deepdensity.utils import machine
 
 # 2: the lr search is "lr_search" and the beyond study's batch sweep "batch_sweep", both "sweep" in 1
 FORMAT = 2
-FIG1_CUBES = 4
-
-
 def _finite(x) -> Optional[float]:
     return float(x) if x is not None and math.isfinite(x) else None
 
@@ -41,44 +35,11 @@ def _curves(runs_root: Path, names: set) -> dict:
     return out
 
 
-def _figure1_slices(cfg: Config, seq_run: Path) -> Optional[dict]:
-    """Central slices of the first validation cubes and of what the sequential model renders
-    for them (Fig. 1), as nested lists; None when the run's weights are not here (a run taken
-    from the ledger, in a study that trains nothing)."""
-    if not (seq_run / "weights.h5").is_file():
-        return None
-    from deepdensity.data.cubes import load_cubes, to_density
-    from deepdensity.model.autoencoder import build_model
-    cubes = load_cubes(cfg.data_path)
-    x, _ = to_density(cubes.val[:FIG1_CUBES])
-    model = build_model(cfg, cubes.grid_size, cubes.ndim)
-    model.load_weights(str(seq_run / "weights.h5"))
-    pred = model.predict(x[..., None], verbose=0)[..., 0]
-    g = cubes.grid_size // 2
-    return {"inputs": [[[round(float(v), 6) for v in row] for row in c[g]] for c in x],
-            "rendered": [[[round(float(v), 6) for v in row] for row in c[g]] for c in pred]}
-
-
-def environment(seq_run: Path) -> dict:
-    """Versions as the runs recorded them, and the machine named (CPU, cores, oneDNN's ISA,
-    the rendering the runs' `rendering` setting picks here)."""
-    from deepdensity.model import kernels
-    from deepdensity.model.layers import uses_kernel
-    saved = json.loads((seq_run / "config.json").read_text())
-    versions = saved.get("versions", {})
-    rendering = saved.get("config", saved).get("rendering", "auto")
-    return {**{k: versions.get(k) for k in ("python", "tensorflow", "keras", "horovod", "numpy", "gpus")},
-            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
-            "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
-            "platform": platform.platform()}
-
-
 def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, other_runs=frozenset()) -> dict:
     """What every study's record holds: the preset, settings, eta and target, the clock, the
     seeds and why, the machine and how the record was made. `other_runs`: the names of runs
     besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
     from deepdensity.utils.stack import git_revision
-    seq_run = s.root / f"seq-s{s.study.sequential_seeds()[0]}"
     run_names = {name for names in book.runs.values() for name in names} | set(other_runs)
     wall = time.perf_counter() - s.t_start
     return {
@@ -88,7 +49,7 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
         "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
         "seed_reasons": [{"unit": " ".join(map(str, unit)), "seed": seed, "why": why}
                          for (unit, seed), why in sorted(book.why.items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))],
-        "timing": timing, "environment": environment(seq_run),
+        "timing": timing, "environment": s.environment(),
         "provenance": {
             "command": "make repro" + ("" if s.name == "default" else " PRESET=" + s.name),
             "revision": git_revision(),
@@ -108,14 +69,14 @@ def seq_2eta_of(book) -> list:
 
 
 def study_record(kind: str, s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
-                 runner: str) -> dict:
-    """The record of a finished study of the paper's protocol (repro.run_study's state; rerender.PAPER)."""
+                 runner: str, fig1: Optional[dict]) -> dict:
+    """The record of a finished study of the paper's protocol (repro.run_study's state; rerender.PAPER);
+    `fig1`: Fig. 1's slices (sequential.figure1_slices), None where no weights were at hand."""
     run_names = {name for names in book.runs.values() for name in names}
     return {**_common(s, proto, book, timing, stopped, runner, kind),
             "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(book),
-            "lr_search": sweep, "curves": _curves(s.root, run_names),
-            "fig1": _figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")}
+            "lr_search": sweep, "curves": _curves(s.root, run_names), "fig1": fig1}
 
 
 ROW_KEYS = ("epoch", "global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "val_loss")

@@ -43,8 +43,7 @@ from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, study_cells, study_units
-from deepdensity.study.run.checks import stall_check
+from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
@@ -142,7 +141,7 @@ def _check_stack_check(options: StudyOptions) -> None:
     if options.runner or options.executor == "slurm":
         raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
                          "--executor slurm")
-    from deepdensity.study.run.checks import venv_stack
+    from deepdensity.study.run.design import venv_stack
     other = venv_stack(options.stack_check)
     print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
           f"({options.stack_check}), after the study's own runs")

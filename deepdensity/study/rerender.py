@@ -145,15 +145,17 @@ class _Paper(StudyKind):
     def finish(self, end: StudyEnd) -> None:
         from deepdensity.study.record import study_record
         from deepdensity.study.report.paper_report import render_reports
-        from deepdensity.study.run.checks import isa_recheck, stack_recheck
+        from deepdensity.study.run.design import isa_recheck, stack_recheck
         from deepdensity.study.run.runner import unless_not_held
-        from deepdensity.study.run.sequential import real_strong_runs
+        from deepdensity.study.run.sequential import figure1_slices, real_strong_runs
         s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
         real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
         isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
         stack = None if runner else unless_not_held(
             lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None)
-        record = {**study_record(self.name, s, proto, book, end.cells, end.timing, end.sweep, end.stopped, runner),
+        fig1 = figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")
+        record = {**study_record(self.name, s, proto, book, end.cells, end.timing, end.sweep, end.stopped, runner,
+                                 fig1),
                   "real_strong": real, "isa_check": isa, "stack_check": stack, "stall_check": end.checked,
                   "pass_seconds": s.runner.ledger.pass_seconds()}
         _write_record(s.out, record)

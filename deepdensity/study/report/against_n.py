@@ -54,7 +54,7 @@ def bounded(c, base) -> bool:
 def values(cells: list, which, base) -> list:
     """Each cell's value (in seed order), inf where it missed: cells.seconds under `which` (a
     clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
-    (judging.cells_of: this host's clock, or a real run's own)."""
+    (claims.cells_of: this host's clock, or a real run's own)."""
     if which is None:
         return [math.inf if c.time_to_target_s is None else c.time_to_target_s
                 for c in sorted(cells, key=lambda c: c.seed)]
@@ -193,7 +193,7 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
 def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, clock=None, base=None) -> None:
     """The default study's Fig. 2 (`against_n_figure`): time to target under `clock` and `base`
     (clocks.Clock, cells.TimeBase: cells.seconds, the one function the verdicts use) where
-    given, else the cells' own times (judging.cells_of); the axis names whichever it is."""
+    given, else the cells' own times (claims.cells_of); the axis names whichever it is."""
     against_n_figure(path, cells, modes, workers, clock, base, plt, f"time to target (s, {clock_label(cells, clock)})",
                      "Time to target")
 

@@ -32,7 +32,7 @@ def save_figure(fig, path: Path, plt) -> None:
 
 
 def clock_name(cells: list, clock=None) -> str:
-    """The clock the times are on: `clock`'s when given, else the cells' own (judging.cells_of:
+    """The clock the times are on: `clock`'s when given, else the cells' own (claims.cells_of:
     this host's seconds per pass, or a real run's own clock)."""
     if clock is None and any(c.time_source == "measured" for c in cells):
         return "the runs' own clocks"

@@ -15,7 +15,7 @@ from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, pro
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
-from deepdensity.study.judge.judging import cells_of, claims_of, clock_set, evidence_of, record_runner
+from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure

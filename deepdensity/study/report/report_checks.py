@@ -14,7 +14,7 @@ from deepdensity.study.core import clocks, ledger
 from deepdensity.study.core.cells import outcome
 from deepdensity.study.core.clocks import clock_controller, describe_allreduce, model_epoch, shared_host_epoch
 from deepdensity.study.core.protocol_text import DECISION_RULES_FIXED_UTC, SEQUENTIAL_PROOF, time_phrase
-from deepdensity.study.judge.judging import cells_of, claims_of
+from deepdensity.study.judge.claims import cells_of, claims_of
 from deepdensity.study.report.render import fmt, md_table
 
 

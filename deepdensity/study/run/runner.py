@@ -64,7 +64,7 @@ class StudyRunner:
         self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
         self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
         self.python = sys.executable                 # the interpreter runs train with (the stack check: another venv's)
-        self.stack_check = ""                        # that venv's stack, in the runs' keys (checks.stack_recheck)
+        self.stack_check = ""                        # that venv's stack, in the runs' keys (design.stack_recheck)
         self.ledger: Optional[ledger.Ledger] = None   # finished runs to reuse, and where new ones are added
         self.machine: Optional[dict] = None
         self.may_train = True                        # False: a run not held raises NotHeld (repro --no-train)

@@ -114,6 +114,27 @@ def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_pa
         passes += max(undecided)
 
 
+
+FIG1_CUBES = 4
+
+
+def figure1_slices(cfg, seq_run: Path) -> Optional[dict]:
+    """Central slices of the first validation cubes and of what the sequential model renders
+    for them (Fig. 1), as nested lists; None when the run's weights are not here (a run taken
+    from the ledger, in a study that trains nothing)."""
+    if not (seq_run / "weights.h5").is_file():
+        return None
+    from deepdensity.data.cubes import load_cubes, to_density
+    from deepdensity.model.autoencoder import build_model
+    cubes = load_cubes(cfg.data_path)
+    x, _ = to_density(cubes.val[:FIG1_CUBES])
+    model = build_model(cfg, cubes.grid_size, cubes.ndim)
+    model.load_weights(str(seq_run / "weights.h5"))
+    pred = model.predict(x[..., None], verbose=0)[..., 0]
+    g = cubes.grid_size // 2
+    return {"inputs": [[[round(float(v), 6) for v in row] for row in c[g]] for c in x],
+            "rendered": [[[round(float(v), 6) for v in row] for row in c[g]] for c in pred]}
+
 # The base lr of a study by default: the sequential model's edge of stability on this data, the
 # largest lr on a sqrt(2) grid that converges on every seed, below the collapse level (paper
 # section VI; docs/protocol.md, "The learning-rate premise"). The search runs the probes that

@@ -7,7 +7,9 @@ reports folder only when complete (publish).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import platform
 import shutil
 import sys
 import time
@@ -23,6 +25,7 @@ from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.ledger import Ledger, LEDGER_FILE
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
 from deepdensity.study.run.runner import fmt_s, StudyRunner
+from deepdensity.utils import machine
 from deepdensity.utils.files import mark_folder
 
 # The committed reports: updated only when asked (--out reports), a preset other than
@@ -81,6 +84,19 @@ class StudyRun:
         """When the sequential design stops starting runs (perf_counter seconds)."""
         budget = self.study.budget_minutes
         return self.t_start + (budget * 60 if budget is not None else 0.0)
+
+    def environment(self) -> dict:
+        """Versions as the first sequential run recorded them, and the machine named (CPU, cores,
+        oneDNN's ISA, the rendering the runs' `rendering` setting picks here): the record's."""
+        from deepdensity.model import kernels
+        from deepdensity.model.layers import uses_kernel
+        saved = json.loads((self.root / f"seq-s{self.study.sequential_seeds()[0]}" / "config.json").read_text())
+        versions = saved.get("versions", {})
+        rendering = saved.get("config", saved).get("rendering", "auto")
+        return {**{k: versions.get(k) for k in ("python", "tensorflow", "keras", "horovod", "numpy", "gpus")},
+                "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
+                "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
+                "platform": platform.platform()}
 
 
 @dataclass

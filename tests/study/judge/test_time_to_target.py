@@ -13,7 +13,7 @@ import pytest
 
 from deepdensity.scaling import policies, rules
 from deepdensity.study.core.cells import MISSED
-from deepdensity.study.judge import judging
+from deepdensity.study.judge import claims
 from deepdensity.study.record import study_of
 from deepdensity.study.report import against_n, paper_report as report
 from deepdensity.study.report.against_n import time_to_target_figure
@@ -51,7 +51,7 @@ def expected_seconds(record, cell: dict):
 
 
 def test_the_report_times_every_cell_by_its_passes_on_the_model(record):
-    timed = {(c.mode, c.n, c.seed): c.time_to_target_s for c in judging.cells_of(record)}
+    timed = {(c.mode, c.n, c.seed): c.time_to_target_s for c in claims.cells_of(record)}
     assert len(timed) == len(record["cells"]) > 100
     for cell in record["cells"]:
         want, got = expected_seconds(record, cell), timed[(cell["mode"], cell["n"], cell["seed"])]
@@ -59,7 +59,7 @@ def test_the_report_times_every_cell_by_its_passes_on_the_model(record):
 
 
 def test_the_claims_time_every_cell_as_the_tables_do(record):
-    evidence = judging.evidence_of(record, judging.cells_of(record), MISSED)
+    evidence = claims.evidence_of(record, claims.cells_of(record), MISSED)
     host = evidence.clocks["host"]
     for mode in record["study"]["modes"]:
         for n in study_of(record).workers:
@@ -110,7 +110,7 @@ def _fig2_axes(record, **clock):
     ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
     plt.subplots.return_value = (mock.MagicMock(), (mock.MagicMock(), ax))
     study = study_of(record)
-    time_to_target_figure(REPORTS / "unused.png", judging.cells_of(record), study.modes, study.workers, plt, **clock)
+    time_to_target_figure(REPORTS / "unused.png", claims.cells_of(record), study.modes, study.workers, plt, **clock)
     return ax
 
 
@@ -118,7 +118,7 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     """Fig. 2 is drawn on the paper's clock, the one the verdicts are given under: every dot it
     draws is a seed's time under that clock as the claims take it, and no missed seed is a dot.
     N = 1 is the same sequential runs in every mode: drawn once."""
-    evidence = judging.evidence_of(record, judging.cells_of(record), MISSED)
+    evidence = claims.evidence_of(record, claims.cells_of(record), MISSED)
     study = study_of(record)
     ax = _fig2_axes(record, clock=evidence.clocks["paper"], base=evidence.base)
     drawn = sorted(y for call in ax.scatter.call_args_list for y in call.args[1])
@@ -139,7 +139,7 @@ def test_fig2_draws_seeds_whose_passes_are_a_bound_open_and_its_caption_says_so(
     for c in record["cells"]:
         if c["n"] > 1 and c["status"] == "reached_target":
             c["passes_to_target"] = None
-    cells, study = judging.cells_of(record), study_of(record)
+    cells, study = claims.cells_of(record), study_of(record)
     timed = report._verdicts_clock(record, cells)
     # independent of against_n.bounded: reached, no passes kept, and more than one pass an epoch
     # (the fixture's epochs are per_worker: N passes), as the record says
@@ -161,7 +161,7 @@ def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(rec
     pass's seconds at its N, every pass up to its passes to target, so that its last point, and
     its mark on the target line, are its time to target as Table I has it. Fig. 5 (weak scaling,
     losses stored per epoch) marks each run that reached at that time too, and none that missed."""
-    cells, study = judging.cells_of(record), study_of(record)
+    cells, study = claims.cells_of(record), study_of(record)
     by_key = {(c["mode"], c["n"], c["seed"]): c for c in record["cells"]}
     strong = loss_curves(cells, policies.STRONG, study.workers, record["curves"], True,
                          record["settings"]["epoch_definition"], record["target"])
@@ -201,8 +201,8 @@ def test_the_efficiency_figure_draws_one_clock_a_panel(record):
     """fig_efficiency's left panel is Table I's efficiencies (this host's clock), its right one
     the same on the paper's clock, from the times the claims judge under it; each panel names
     its clock."""
-    cells = judging.cells_of(record)
-    evidence = judging.evidence_of(record, cells, MISSED)
+    cells = claims.cells_of(record)
+    evidence = claims.evidence_of(record, cells, MISSED)
     paper = evidence.clocks["paper"]
     plt = mock.MagicMock()
     axes = [[mock.MagicMock(), mock.MagicMock()], [mock.MagicMock(), mock.MagicMock()]]

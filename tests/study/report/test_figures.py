@@ -6,7 +6,7 @@ import pytest
 from unittest import mock
 
 from deepdensity.scaling import policies
-from deepdensity.study.judge import judging
+from deepdensity.study.judge import claims
 from deepdensity.study.report.figures import log_y_labels, warmup_figure
 from deepdensity.study.report.render import cells_at, pyplot
 from tests.support import ROOT
@@ -18,7 +18,7 @@ def record():
 
 
 def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(record):
-    warmup8 = sorted(cells_at(judging.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)
+    warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)
     curves = {c.run: record["curves"][c.run] for c in warmup8}
     missed = {c.run: c.status for c in warmup8 if not c.reached}
     recorded = [r for r, c in curves.items() if any(v is not None for v in c.get("lr") or [])]

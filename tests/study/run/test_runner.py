@@ -49,7 +49,7 @@ def test_a_finished_run_is_reused_only_with_the_same_settings_and_data(tmp_path)
 
 @pytest.mark.slow
 def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_same_path(tmp_path, smoke_data):
-    """The stall check's continuation (checks.stall_check): the stopped run's folder resumed with
+    """The stall check's continuation (design.stall_check): the stopped run's folder resumed with
     the rule off follows, epoch for epoch, the path of a run trained from the start with the rule
     off, and does not train its first epochs again. At lr 0.05 the smoke model's loss settles
     on a plateau within 3 epochs, so a patience of 1 stops it. Exact equality: the same process

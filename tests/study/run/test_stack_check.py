@@ -13,7 +13,7 @@ import pytest
 from deepdensity.study.core import ledger
 
 from deepdensity.study.report import paper_report as report
-from deepdensity.study.run.checks import venv_stack
+from deepdensity.study.run.design import venv_stack
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.errors import UserError
 
