@@ -144,15 +144,15 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
         return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
                 f"{_uncounted(study)}"]
     every = sorted(pass_s.values())
-    seconds = [passes * _median([pass_s[r] for r in like if r in pass_s] or every) for _, passes, like, _ in missing
-               if passes is not None] if every else []
+    priced = [(passes, _median([pass_s[r] for r in like if r in pass_s] or every)) for _, passes, like, _ in missing
+              if passes is not None] if every else []
     total = sum(passes for _, passes, _, _ in missing if passes is not None)
     unknown = sum(passes is None for _, passes, _, _ in missing)
     at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
     cost = f"about {total:.0f} passes"
-    if seconds:
+    if priced:
         by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
-        cost += (f", {sum(seconds) / 3600 / max(1, parallel):.1f} h here at {_median(every):.2f} s a pass{by_batch} "
+        cost += (f", {hours_here(priced, parallel):.1f} h here at {_median(every):.2f} s a pass{by_batch} "
                  f"and {parallel} at a time")
     if at_cap:
         cost += f"; {at_cap} of them taken at the cap ({cap} epochs), no run of their kind being on record"
@@ -313,3 +313,10 @@ def passes_to_expect(epochs: list, passes_an_epoch: Optional[int], cap: Optional
     if not epochs:
         return None if cap is None else cap * passes_an_epoch
     return statistics.median_low(epochs) * passes_an_epoch
+
+
+def hours_here(priced: list, parallel: int) -> float:
+    """The hours the runs still to do take here, `priced` = [(passes, seconds a pass)] of each
+    (passes_to_expect at the seconds its like runs took), `parallel` at a time: the one cost
+    estimate behind the plan's missing runs and the report's cells below the design's seeds."""
+    return sum(passes * seconds for passes, seconds in priced) / 3600 / max(1, parallel)

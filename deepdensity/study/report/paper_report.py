@@ -213,9 +213,10 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
         return study_plan.passes_to_expect([c["epochs"] for c in study_plan.runs_like(runs, mode, n)], n, record["cap"])
     pass_s = _seconds_a_pass(record)
     total = sum(k * passes(m, n) for m, n, k in short)
-    cost = (f"about {total:.0f} passes, {total * pass_s / 3600 / max(1, record['provenance']['parallel_runs']):.1f} h "
-            f"here at {pass_s:.2f} s a pass (this study's runs' own clocks), {record['provenance']['parallel_runs']} "
-            f"at a time" if pass_s else f"about {total:.0f} passes")
+    parallel = record["provenance"]["parallel_runs"]
+    cost = (f"about {total:.0f} passes, {study_plan.hours_here([(total, pass_s)], parallel):.1f} h here at "
+            f"{pass_s:.2f} s a pass (this study's runs' own clocks), {parallel} at a time" if pass_s
+            else f"about {total:.0f} passes")
     listing = "; ".join(f"{'2 x eta' if m == '2eta' else f'{m} N = {n}'}: {want - k} of {want} seeds run"
                         for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
