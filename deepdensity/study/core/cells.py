@@ -46,6 +46,13 @@ class Cell:
     final_val_loss: Optional[float] = None   # the last validation loss (what a failure ended at)
     passes_to_target: Optional[float] = None  # passes over the training set (None: not reached, or not recorded)
 
+    @classmethod
+    def of(cls, row: dict, **given) -> "Cell":
+        """The one way a Cell is made: from a mapping that holds its fields (a record's cell, a
+        run's result, an experiment's row; other keys ignored), `given` fields set over it."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in row.items() if k in names}, **given})
+
     @property
     def reached(self) -> bool:
         return self.status == RunStatus.REACHED

@@ -192,9 +192,7 @@ def remedy(cells: list, mode: str, workers, by_name: dict, base) -> dict:
 
 def filter_cells(rows: list) -> list:
     """The filter experiment's rows as (data, Cell)."""
-    return [(r["data"], Cell(r["mode"], r["n"], r["seed"], r["status"], r["epochs"], r["epochs_to_target"],
-                             r["epoch_seconds"], "modelled", r["time_to_target_s"], r["run"], r.get("final_val_loss"),
-                             r.get("passes_to_target"))) for r in rows]
+    return [(r["data"], Cell.of(r, time_source="modelled")) for r in rows]
 
 
 def filtering(rows: list, mode: str, bases: dict, by_name: dict) -> dict:
@@ -214,10 +212,8 @@ def sweep_cells(rows: list, lr_rule: str) -> dict:
     out = {}
     for r in sorted(rows, key=lambda r: (r["batch"], r.get("seed", 0))):
         if r["lr_rule"] == lr_rule:
-            out.setdefault(r["batch"], []).append(Cell(
-                policies.SEQUENTIAL, 1, r.get("seed", 0), r["status"], r["epochs"], r["epochs_to_target"],
-                r["epoch_seconds"], "modelled", r["time_to_target_s"], r["run"], r.get("final_val_loss"),
-                r.get("passes_to_target")))
+            out.setdefault(r["batch"], []).append(Cell.of(r, mode=policies.SEQUENTIAL, n=1, seed=r.get("seed", 0),
+                                                          time_source="modelled"))
     return out
 
 

@@ -327,7 +327,7 @@ def cells_of(record: dict) -> list:
     """The record's cells, each timed by passes: its time to target is passes to target x this
     host's seconds per pass (cells.time_to_target, as the claims' cells.seconds), its epoch the
     same clock's; a real run's own clock where the study measured it."""
-    cells = [Cell(**c) for c in record["cells"]]
+    cells = [Cell.of(c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:
         return cells
     host, cfg = clock_set(record)[clocks.HOST], config_of(record)

@@ -49,8 +49,8 @@ class Beyond:
 
 def read(record: dict) -> Beyond:
     study, cfg = study_of(record), config_of(record)
-    cells = [Cell(**c) for c in record["cells"]]
-    every = cells + [Cell(**c) for c in record["earlier"]["cells"]]
+    cells = [Cell.of(c) for c in record["cells"]]
+    every = cells + [Cell.of(c) for c in record["earlier"]["cells"]]
     skipped = bv.not_exercised(cells, record["run_rows"], cfg.batch_size, cfg.adaptive_theta)
     modes = [m for m in ORDER if m not in skipped and any(c.mode == m for c in every)]
     shown = [c for c in every if c.mode in modes]

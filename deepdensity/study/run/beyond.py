@@ -163,8 +163,7 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         if c["mode"] not in policies.large_batch() or c["n"] not in workers:
             continue
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
-        cell = Cell(c["mode"], c["n"], c["seed"], c["status"], c["epochs"], c["epochs_to_target"], epoch_s,
-                    "modelled", None, c["run"], c.get("final_val_loss"), c.get("passes_to_target"))
+        cell = Cell.of(c, epoch_seconds=epoch_s, time_source="modelled")
         t = time_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))     # passes, as every cell
         cells.append(dataclasses.replace(cell, time_to_target_s=t))
     return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "

@@ -204,8 +204,10 @@ def study_cells(study: Study, book: Book, root: Path, real_runner: Optional[str]
                 else:                          # N = 1 of every mode is the sequential run
                     epoch_s, source, t = modelled(mode if n > 1 else policies.SEQUENTIAL, n), "modelled", None
                 derived = n > 1 and policies.get(mode).follows_sequential_path and not real_runner
-                cell = Cell(mode, n, seed, r["status"], r["epochs"], epochs_to_target, epoch_s, source, t, run_name,
-                            r.get("final_val_loss"), _passes(root / run_name, r, n, study, target, derived))
+                cell = Cell.of(r, mode=mode, n=n, seed=seed, epochs_to_target=epochs_to_target, epoch_seconds=epoch_s,
+                               time_source=source, time_to_target_s=t, run=run_name,
+                               final_val_loss=r.get("final_val_loss"),
+                               passes_to_target=_passes(root / run_name, r, n, study, target, derived))
                 cells.append(_timed_by_passes(cell, study) if source == "modelled" and t is None else cell)
     return cells
 

@@ -96,3 +96,15 @@ def test_a_status_reads_and_writes_as_the_string_the_records_hold():
     assert json.dumps({"status": RunStatus.REACHED}) == '{"status": "reached_target"}'
     assert [s.value for s in RunStatus] == ["reached_target", "diverged", "collapsed", "stalled", "max_epochs"]
     assert "stalled" == RunStatus.STALLED and f"{RunStatus.CAPPED}" == "max_epochs"
+
+
+def test_a_cell_is_made_one_way_from_a_row_with_given_fields_over_it():
+    row = {"mode": "weak", "n": 4, "seed": 2, "status": "reached_target", "epochs": 9, "epochs_to_target": 9,
+           "epoch_seconds": 3.0, "time_source": "measured", "time_to_target_s": 27.0, "run": "weak-n4-s2",
+           "data": "network", "lr_rule": "eta"}          # an experiment's row: its other keys ignored
+    cell = Cell.of(row, time_source="modelled", epoch_seconds=1.5)
+    assert (cell.mode, cell.n, cell.seed, cell.run, cell.time_to_target_s) == ("weak", 4, 2, "weak-n4-s2", 27.0)
+    assert (cell.time_source, cell.epoch_seconds) == ("modelled", 1.5), "given fields win over the row's"
+    assert (cell.final_val_loss, cell.passes_to_target) == (None, None), "absent where the row has none"
+    with pytest.raises(TypeError):
+        Cell.of({k: v for k, v in row.items() if k != "status"})
