@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,23 @@ from deepdensity.training.runs import read_metrics
 
 # 2: the lr search is "lr_search" and the beyond study's batch sweep "batch_sweep", both "sweep" in 1
 FORMAT = 2
+# an absolute path as a record may hold it (a study run outside the checkout): after a space,
+# a bracket, a quote, a backtick or '=' (data_path=/x), or at the start, so that "s / epoch",
+# "1/2" and URLs are not paths
+_ABSOLUTE_PATH = re.compile(r"(?:(?<=[\s(\"'`=])|^)/[\w.+-]+(?:/[\w.+-]+)+", re.M)
+
+
+def machine_paths(text: str) -> list:
+    """The absolute paths `text` names."""
+    return _ABSOLUTE_PATH.findall(text)
+
+
+def without_machine_paths(text: str) -> str:
+    """`text` with every absolute path shown by its last two parts ("/work/x/reports/study.json"
+    as "reports/study.json"): a committed report names no folder of the machine that made it."""
+    return _ABSOLUTE_PATH.sub(lambda m: "/".join(m.group(0).split("/")[-2:]), text)
+
+
 def _finite(x) -> Optional[float]:
     return float(x) if x is not None and math.isfinite(x) else None
 
@@ -92,10 +110,12 @@ def beyond_record(kind: str, s, proto, book, cells: list, earlier: tuple, timing
               if (s.root / row["run"]).is_dir()}
     return {**_common(s, proto, book, timing, stopped, "", kind, others),
             "cells": [dataclasses.asdict(c) for c in cells],
-            "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]], "note": earlier[1]},
+            "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]],
+                        "note": without_machine_paths(earlier[1])},
             "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
                          for run in beyond_runs},
-            "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": filtering["filter"]},
+            "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": {
+                k: without_machine_paths(v) if isinstance(v, str) else v for k, v in filtering["filter"].items()}},
             "batch_sweep": sweep, "sweep_stopping": dict(SWEEP_STOPPING) if sweep else None}
 
 

@@ -17,12 +17,12 @@ from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.plan import study_plan
-from deepdensity.study.record import config_of, study_of
+from deepdensity.study.record import config_of, study_of, without_machine_paths
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
 from deepdensity.study.report.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                               sweep_figure, warmup_figure)
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
-                                             pyplot, target_source, time_range, without_machine_paths, write_csv)
+                                             pyplot, target_source, time_range, write_csv)
 from deepdensity.study.report.report_checks import (clock_fields, host_latency, isa_stability, real_strong,
                                                     rules_when, stack_stability, stall_check, where_runs_ran)
 

@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import string
 from pathlib import Path
 
 from deepdensity.study.core.cells import median_time
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
-
-
-# an absolute path as a record may hold it (a study run outside the checkout): after a space,
-# a bracket, a quote, a backtick or '=' (data_path=/x), or at the start, so that "s / epoch",
-# "1/2" and URLs are not paths
-_ABSOLUTE_PATH = re.compile(r"(?:(?<=[\s(\"'`=])|^)/[\w.+-]+(?:/[\w.+-]+)+", re.M)
-
-
-def machine_paths(text: str) -> list:
-    """The absolute paths `text` names."""
-    return _ABSOLUTE_PATH.findall(text)
-
-
-def without_machine_paths(text: str) -> str:
-    """`text` with every absolute path shown by its last two parts ("/work/x/reports/study.json"
-    as "reports/study.json"): a committed report names no folder of the machine that made it."""
-    return _ABSOLUTE_PATH.sub(lambda m: "/".join(m.group(0).split("/")[-2:]), text)
 
 
 def fmt(x, digits=2, missing="NaN") -> str:

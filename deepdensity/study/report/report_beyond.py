@@ -20,10 +20,10 @@ from deepdensity.study.core.clocks import describe_allreduce
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import beyond_verdicts as bv
-from deepdensity.study.record import config_of, study_of
-from deepdensity.study.report import against_n, against_n as figs
+from deepdensity.study.record import config_of, study_of, without_machine_paths
+from deepdensity.study.report import against_n
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot,
-                                             target_source, time_range, without_machine_paths, write_csv)
+                                             target_source, time_range, write_csv)
 
 ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)
 
@@ -66,9 +66,9 @@ def write_beyond_reports(out: Path, record: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     b, plt = read(record), pyplot()
     judged = {m: bv.remedy(b.cells, m, b.study.workers, b.clocks, b.base) for m in policies.beyond() if m in b.modes}
-    figs.figures_against_n(out, b.every, b.modes, b.study.workers, b.clocks["paper"], b.base, plt)
+    against_n.figures_against_n(out, b.every, b.modes, b.study.workers, b.clocks["paper"], b.base, plt)
     if any(policies.get(m).grows_batch for m in b.modes):
-        figs.adaptive_figure(out / "fig7.png", b.cells, record["run_rows"], record["target"], plt)
+        against_n.adaptive_figure(out / "fig7.png", b.cells, record["run_rows"], record["target"], plt)
     answers = {"rules_fixed": bv.BEYOND_RULES_FIXED_UTC, "not_exercised": b.skipped,
                "remedies": {m: answers_of(j) for m, j in judged.items()}, "filter": {}, "sweep": {}}
     sections = (_filtering_md(out, b, plt, answers["filter"]) if record["filtering"] else "") + \
@@ -297,7 +297,7 @@ def _filter_groups(b: Beyond) -> list:
     out = []
     for mode, n in dict.fromkeys((c.mode, c.n) for _, c in cells):
         by_data = {d: ([c for dd, c in cells if dd == d and (c.mode, c.n) == (mode, n)],
-                       dataclasses.replace(b.base, n_train=size[d])) for d in figs.DATA_STYLE}
+                       dataclasses.replace(b.base, n_train=size[d])) for d in against_n.DATA_STYLE}
         out.append((mode, n, {d: v for d, v in by_data.items() if v[0]}))
     return out
 
@@ -312,7 +312,7 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     facts = filtering["filter"]
     (out / "filtering.json").write_text(without_machine_paths(json.dumps({"filter": facts, "runs": filtering["rows"]},
                                                                          indent=2)))
-    figs.filter_figure(out / "fig8.png", groups, paper, plt)
+    against_n.filter_figure(out / "fig8.png", groups, paper, plt)
     rows, said, tables, helped = [], [], [], []
     for mode, n, by_data in groups:
         for d, (cs, base) in by_data.items():
@@ -358,7 +358,7 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     sweep, paper, host, batch = b.record["batch_sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
     by_rule = {rule: bv.sweep_cells(sweep, rule) for rule in dict.fromkeys(r["lr_rule"] for r in sweep)}
-    figs.sweep_figure(out / "fig9.png", by_rule, batch, paper, b.base, plt)
+    against_n.sweep_figure(out / "fig9.png", by_rule, batch, paper, b.base, plt)
     rows, said, tables = [], [], []
     lr = {(r["lr_rule"], r["batch"]): r["lr"] for r in sweep}
     for rule, per_batch in by_rule.items():
@@ -381,4 +381,5 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
                       "s, the paper's clock, median", "s, this host's clock, median"], rows)
     return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                stopping=_sweep_stopping(b.record), answer=" ".join(said), table=table, comparisons="\n".join(tables), median=figs.sweep_caption(by_rule))
+                stopping=_sweep_stopping(b.record), answer=" ".join(said), table=table, comparisons="\n".join(tables),
+                median=against_n.sweep_caption(by_rule))

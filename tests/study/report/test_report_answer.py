@@ -62,18 +62,9 @@ RECORDS = ("study.json", "ledger.jsonl")
 
 
 def test_no_rendered_report_names_a_folder_of_the_machine_that_made_it():
-    from deepdensity.study.report.render import machine_paths
+    from deepdensity.study.record import machine_paths
     committed = [p for p in (ROOT / "reports").rglob("*") if p.is_file() and p.suffix in (".md", ".json", ".csv")
                  and p.name not in RECORDS]
     assert committed, "reports/ holds rendered reports"
     named = {p.relative_to(ROOT).as_posix(): machine_paths(p.read_text()) for p in committed}
     assert {p: paths for p, paths in named.items() if paths} == {}
-
-
-def test_a_machine_path_in_a_record_is_shown_by_its_last_two_parts():
-    from deepdensity.study.report.render import machine_paths, without_machine_paths
-    assert without_machine_paths("runs (/work/main/reports/study.json, same") == "runs (reports/study.json, same"
-    assert without_machine_paths('"run": "/scratch/u1/runs/seq-s3",') == '"run": "runs/seq-s3",'
-    assert without_machine_paths("--set data_path=/home/u/scans/cubes.h5") == "--set data_path=scans/cubes.h5"
-    for kept in ("s / epoch", "https://ui.perfetto.dev/trace", "p 1 / 0.38", "docs/beyond.md", "24/24", "ms/step"):
-        assert without_machine_paths(kept) == kept and machine_paths(kept) == []
