@@ -14,6 +14,7 @@ from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies
+from deepdensity.study.core.cells import TimeBase
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
@@ -127,3 +128,8 @@ def config_of(record: dict) -> Config:
     fields = {f.name for f in dataclasses.fields(Config)}
     return Config(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in record["settings"].items()
                      if k in fields})
+
+
+def time_base(record: dict) -> TimeBase:
+    """What turns the record's passes into seconds under a clock: its data and epoch definition."""
+    return TimeBase(record["n_train"], record["n_val"], config_of(record).epoch_definition)

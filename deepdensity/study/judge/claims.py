@@ -21,10 +21,10 @@ from typing import Callable, Optional
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
 from deepdensity.study.core.cells import (Call, Cell, cell_rate, epoch_under, Evidence, FAILED, MISSED,
-                                          time_to_target, TimeBase, Verdict)
+                                          time_to_target, Verdict)
 from deepdensity.study.core.protocol_text import real_strong_summary, SEQUENTIAL_PROOF
 from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, pooled, rank_test, ratio_text
-from deepdensity.study.record import config_of, study_of
+from deepdensity.study.record import config_of, study_of, time_base
 
 
 def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,
@@ -330,8 +330,7 @@ def cells_of(record: dict) -> list:
     cells = [Cell.of(c) for c in record["cells"]]
     if record_runner(cells) or "timing" not in record:
         return cells
-    host, cfg = clock_set(record)[clocks.HOST], config_of(record)
-    base = TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition)
+    host, base = clock_set(record)[clocks.HOST], time_base(record)
 
     def timed(c: Cell) -> Cell:
         epoch, per_epoch = epoch_under(c, host, base)
@@ -362,9 +361,9 @@ def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
 
 
 def evidence_of(record: dict, cells: list, definition: str) -> Evidence:
-    study, cfg = study_of(record), config_of(record)
-    return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record),
-                    TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition), len(study.seeds))
+    study = study_of(record)
+    return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record), time_base(record),
+                    len(study.seeds))
 
 
 def _real_strong_note(record: dict) -> str:

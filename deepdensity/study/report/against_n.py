@@ -21,7 +21,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import median_time
-from deepdensity.study.judge import beyond_verdicts as bv, beyond_verdicts
+from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.report.figures import (clock_label, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks,
                                               save_figure, spot)
 from deepdensity.study.report.render import cells_at
@@ -58,7 +58,7 @@ def values(cells: list, which, base) -> list:
     if which is None:
         return [math.inf if c.time_to_target_s is None else c.time_to_target_s
                 for c in sorted(cells, key=lambda c: c.seed)]
-    return beyond_verdicts.values(cells, which, base)
+    return bv.values(cells, which, base)
 
 
 def least(cells: list, which, base) -> list:

@@ -58,14 +58,6 @@ def plain_ticks(axis, ticks) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def plain_y(ax) -> None:
-    """A log y axis labelled in plain numbers ("40", not "4 x 10^1"), minor ticks unlabelled."""
-    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))   # labels within one decade too
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
 def log_y_labels(ax) -> None:
     """A log y axis labelled in plain numbers ("10, 15, 20, 30", "0.002, 0.003") at every decade
     and in between, as densely as its span leaves room for; never "2.8 x 10^1". Its limits are

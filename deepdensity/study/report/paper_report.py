@@ -10,14 +10,14 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED, TimeBase
+from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED
 from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.plan import study_plan
-from deepdensity.study.record import config_of, study_of, without_machine_paths
+from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
 from deepdensity.study.report.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                               sweep_figure, warmup_figure)
@@ -132,7 +132,7 @@ def _verdicts_clock(record: dict, cells: list) -> dict:
     if "timing" not in record or record_runner(cells):
         return {}
     return {"clock": clock_set(record)["paper"],
-            "base": TimeBase(record["n_train"], record["n_val"], config_of(record).epoch_definition)}
+            "base": time_base(record)}
 
 
 FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
@@ -192,7 +192,7 @@ def _protocol(record: dict) -> list:
                          record["cap"], record["eta"], record["lr_search"], record["runner"])
 
 
-def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
+def _seeds_short(record: dict, study: Study) -> str:
     """The trained cells below the preset's seeds, each with its missing seeds, and what they
     would cost here: passes (study_plan.passes_to_expect of the cell's runs, else its mode's at the
     largest N below, as the plan counts them) at a one-process pass of this host's clock ('' when
@@ -211,7 +211,7 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
 
     def passes(mode: str, n: int) -> int:
         return study_plan.passes_to_expect([c["epochs"] for c in study_plan.runs_like(runs, mode, n)], n, record["cap"])
-    pass_s = _seconds_a_pass(record)
+    pass_s = record.get("pass_seconds")       # the median seconds a pass of its runs, side by side
     total = sum(k * passes(m, n) for m, n, k in short)
     parallel = record["provenance"]["parallel_runs"]
     cost = (f"about {total:.0f} passes, {study_plan.hours_here([(total, pass_s)], parallel):.1f} h here at "
@@ -221,12 +221,6 @@ def _seeds_short(record: dict, study: Study, by_unit: dict) -> str:
                         for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
             f"{listing}. A claim that they could still change says so in its row")
-
-
-def _seconds_a_pass(record: dict) -> Optional[float]:
-    """The median seconds a pass of the record's trained runs took on their own clocks, side by
-    side as the study runs them (record["pass_seconds"]); else None."""
-    return record.get("pass_seconds")
 
 
 def _rules_fields(record: dict, study: Study) -> dict:
@@ -250,7 +244,7 @@ def _rules_fields(record: dict, study: Study) -> dict:
     rules = claim_rules.RULES + [("clocks", clocks_line[len("clocks: "):])]
     return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules),
             "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
-            "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study, by_unit),
+            "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study),
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
 
 

@@ -20,7 +20,8 @@ from deepdensity.study.core.clocks import describe_allreduce
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import beyond_verdicts as bv
-from deepdensity.study.record import config_of, study_of, without_machine_paths
+from deepdensity.study.judge.contrasts import ratio_text
+from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report import against_n
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot,
                                              target_source, time_range, write_csv)
@@ -56,7 +57,7 @@ def read(record: dict) -> Beyond:
     shown = [c for c in every if c.mode in modes]
     return Beyond(record, study, cfg, [c for c in cells if c.mode in modes], shown, skipped, modes,
                   bv.clock_set(record["timing"], cfg.batch_size, bv.row_epochs(cells, record["run_rows"])),
-                  TimeBase(record["n_train"], record["n_val"], cfg.epoch_definition))
+                  time_base(record))
 
 
 def write_beyond_reports(out: Path, record: dict) -> None:
@@ -219,17 +220,11 @@ def _figures_md(b: Beyond) -> str:
 # ------------------------------------------------------------------------------------
 # the answers, as the rules give them
 # ------------------------------------------------------------------------------------
-def _ratio(r) -> str:
-    if r is None:
-        return "-"
-    return "inf (a miss)" if math.isinf(r) else "0 (a miss)" if r == 0 else f"{r:.2f}"
-
-
 def verdict_cell(row: dict) -> str:
     """One comparison's verdict with its ratio, P(A shorter) and Holm-adjusted p both ways."""
     text = row["verdict"]
     if row["ratio"] is not None:
-        text += f"; ratio {_ratio(row['ratio'])}, P {row['prob_shorter']:.2f}"
+        text += f"; ratio {ratio_text(row['ratio'])}, P {row['prob_shorter']:.2f}"
     if "p_shorter_holm" in row:
         text += f", p {row['p_shorter_holm']:.2g} / {row['p_longer_holm']:.2g}"
     return text
