@@ -87,33 +87,34 @@ def seq_2eta_of(book) -> list:
             for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"]
 
 
-def study_record(kind: str, s, proto, book, cells: list, timing: dict, sweep: Optional[dict], stopped: str,
-                 runner: str, fig1: Optional[dict]) -> dict:
-    """The record of a finished study of the paper's protocol (repro.run_study's state; rerender.PAPER);
-    `fig1`: Fig. 1's slices (sequential.figure1_slices), None where no weights were at hand."""
-    run_names = {name for names in book.runs.values() for name in names}
-    return {**_common(s, proto, book, timing, stopped, runner, kind),
-            "cells": [dataclasses.asdict(c) for c in cells],
-            "seq_2eta": seq_2eta_of(book),
-            "lr_search": sweep, "curves": _curves(s.root, run_names), "fig1": fig1}
+def study_record(kind: str, end, own: dict, other_runs=frozenset()) -> dict:
+    """The one record of a finished study (`end`: rerender.StudyEnd, repro.run_study's state):
+    what every study holds (_common) and its cells, then its kind's `own` keys (paper_keys,
+    beyond_keys); `other_runs` are the kind's runs besides the cells', counted in the runs' minutes."""
+    return {**_common(end.s, end.proto, end.book, end.timing, end.stopped, end.options.runner or "", kind, other_runs),
+            "cells": [dataclasses.asdict(c) for c in end.cells], **own}
+
+
+def paper_keys(end, fig1: Optional[dict]) -> dict:
+    """What a study of the paper's protocol records besides the cells: the runs at 2 x eta, the lr
+    search, every run's curve and Fig. 1's slices (sequential.figure1_slices; None where no
+    weights were at hand)."""
+    run_names = {name for names in end.book.runs.values() for name in names}
+    return {"seq_2eta": seq_2eta_of(end.book), "lr_search": end.sweep, "curves": _curves(end.s.root, run_names),
+            "fig1": fig1}
 
 
 ROW_KEYS = ("epoch", "global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "val_loss")
 
 
-def beyond_record(kind: str, s, proto, book, cells: list, earlier: tuple, timing: dict, filtering: Optional[dict],
-                  sweep: Optional[list], stopped: str) -> dict:
-    """The record of a study of the modes beyond the paper, the filter and the batch sweep:
-    with the per-epoch rows of the adaptive and local runs its tables and Fig. 7 read (rerender.BEYOND)."""
+def beyond_keys(root: Path, cells: list, earlier: tuple, filtering: Optional[dict], sweep: Optional[list]) -> dict:
+    """What a study of the modes beyond the paper records besides the cells: the default study's
+    cells beside them, the per-epoch rows of the adaptive and local runs its tables and Fig. 7
+    read, the filter and the batch sweep. Paths the machine named are kept by their last two parts."""
     beyond_runs = sorted({c.run for c in cells if not policies.get(c.mode).in_paper and c.n > 1})
-    # the filter's and the sweep's own runs (not the default study's, whose rows name it)
-    others = {row["run"] for row in (sweep or []) + (filtering["rows"] if filtering else [])
-              if (s.root / row["run"]).is_dir()}
-    return {**_common(s, proto, book, timing, stopped, "", kind, others),
-            "cells": [dataclasses.asdict(c) for c in cells],
-            "earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]],
+    return {"earlier": {"cells": [dataclasses.asdict(c) for c in earlier[0]],
                         "note": without_machine_paths(earlier[1])},
-            "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(s.root / run)]
+            "run_rows": {run: [{k: r.get(k) for k in ROW_KEYS} for r in read_metrics(root / run)]
                          for run in beyond_runs},
             "filtering": None if filtering is None else {"rows": filtering["rows"], "filter": {
                 k: without_machine_paths(v) if isinstance(v, str) else v for k, v in filtering["filter"].items()}},

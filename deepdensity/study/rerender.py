@@ -2,9 +2,10 @@
 deepdensity report), which renders a study's reports again from its record (study.json) alone,
 by the record's kind; with --check, into a temporary folder and compared with the folder's own.
 
-PAPER is the paper's protocol (record.study_record, report/paper_report.py's REPORT.md, claims and
-Tables I-II, figures.py); BEYOND the modes past the paper, the data filter and the batch sweep
-(run/beyond.py's experiments, record.beyond_record, report_beyond.py, against_n.py's figures).
+Both kinds run one pipeline (plan, run, clock, record, reports) and differ in what they ask and
+how they answer it. PAPER is the paper's protocol (its checks and Fig. 1, run/design.paper_parts;
+report/paper_report.py's REPORT.md, claims and Tables I-II); BEYOND the modes past the paper, the
+data filter and the batch sweep (run/beyond.beyond_parts; report/report_beyond.py).
 Which kind a study or a record is, is decided here alone (of_study, of_record); `make repro`
 (repro.run_study) and `deepdensity report` ask the kind to finish a study, render its reports or
 name its text outputs. The operations import their modules when called: `deepdensity report` on
@@ -12,6 +13,7 @@ a paper record imports none of the beyond study's."""
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
 import sys
 import tempfile
@@ -118,87 +120,43 @@ class StudyEnd:
     options: Any                # session.StudyOptions
 
 
+@dataclass(frozen=True)
 class StudyKind:
-    """A kind of study: its name (the record's "kind"), and how it finishes a study, renders a
-    record's reports and names its text outputs."""
+    """A kind of study, in the one pipeline both kinds share (plan, run, clock, record, reports):
+    its name (the record's "kind"), what it asks besides the cells (`parts`, a run-stage function
+    of the StudyEnd giving the record's own keys and the runs besides the cells') and how it
+    answers (`report`, the module whose render_reports renders a record, TEXT_OUTPUTS its text)."""
     name: str
+    parts: str                  # module:function of the run stage
+    report: str                 # the report module
 
     def finish(self, end: StudyEnd) -> None:
         """The study's record written to its staging folder (study.json) and its reports rendered there."""
-        raise NotImplementedError
-
-    def render(self, out: Path, record: dict, folder: Path) -> list:
-        """The reports of `record` (read from `folder`) rendered into `out`; returns the claims judged."""
-        raise NotImplementedError
-
-    def text_outputs(self) -> tuple:
-        """The text files render writes; `deepdensity report --check` compares exactly these."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{self.name.upper()}"
-
-
-class _Paper(StudyKind):
-    name = "paper"
-
-    def finish(self, end: StudyEnd) -> None:
         from deepdensity.study.record import study_record
-        from deepdensity.study.report.paper_report import render_reports
-        from deepdensity.study.run.design import isa_recheck, stack_recheck
-        from deepdensity.study.run.runner import unless_not_held
-        from deepdensity.study.run.sequential import figure1_slices, real_strong_runs
-        s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
-        real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
-        isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
-        stack = None if runner else unless_not_held(
-            lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None)
-        fig1 = figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")
-        record = {**study_record(self.name, s, proto, book, end.cells, end.timing, end.sweep, end.stopped, runner,
-                                 fig1),
-                  "real_strong": real, "isa_check": isa, "stack_check": stack, "stall_check": end.checked,
-                  "pass_seconds": s.runner.ledger.pass_seconds()}
-        _write_record(s.out, record)
-        claims = render_reports(s.out, record, s.runner.ledger.entries)
-        for c in claims:
+        module, function = self.parts.split(":")
+        own, other_runs = getattr(importlib.import_module(module), function)(end)
+        record = study_record(self.name, end, own, other_runs)
+        _write_record(end.s.out, record)
+        for c in self._reports().render_reports(end.s.out, record, end.s.runner.ledger.entries):
             print(f"  {c['verdict']:>13}: {c['claim']}")
 
     def render(self, out: Path, record: dict, folder: Path) -> list:
+        """The reports of `record` (read from `folder`, beside its ledger) rendered into `out`;
+        returns the claims judged (the paper's; a beyond study answers in answers.json)."""
         from deepdensity.study.core import ledger
-        from deepdensity.study.report.paper_report import render_reports
-        return render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
+        return self._reports().render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
 
     def text_outputs(self) -> tuple:
-        from deepdensity.study.report.paper_report import TEXT_OUTPUTS
-        return TEXT_OUTPUTS
+        """The text files render writes; `deepdensity report --check` compares exactly these."""
+        return self._reports().TEXT_OUTPUTS
+
+    def _reports(self):
+        # imported when used: `deepdensity report` on a paper record imports none of the beyond study's
+        return importlib.import_module(self.report)
 
 
-class _Beyond(StudyKind):
-    name = "beyond"
-
-    def finish(self, end: StudyEnd) -> None:
-        from deepdensity.study.record import beyond_record
-        from deepdensity.study.report.report_beyond import write_beyond_reports
-        from deepdensity.study.run.beyond import beyond_parts
-        s = end.s
-        earlier, filtering, sweep_rows = beyond_parts(s, end.proto, end.cells, end.timing, end.modelled,
-                                                      end.options.compare_with)
-        record = beyond_record(self.name, s, end.proto, end.book, end.cells, earlier, end.timing, filtering,
-                               sweep_rows, end.stopped)
-        _write_record(s.out, record)
-        write_beyond_reports(s.out, record)
-
-    def render(self, out: Path, record: dict, folder: Path) -> list:
-        from deepdensity.study.report.report_beyond import write_beyond_reports
-        write_beyond_reports(out, record)
-        return []
-
-    def text_outputs(self) -> tuple:
-        from deepdensity.study.report.report_beyond import TEXT_OUTPUTS
-        return TEXT_OUTPUTS
-
-
-PAPER, BEYOND = _Paper(), _Beyond()
+PAPER = StudyKind("paper", "deepdensity.study.run.design:paper_parts", "deepdensity.study.report.paper_report")
+BEYOND = StudyKind("beyond", "deepdensity.study.run.beyond:beyond_parts", "deepdensity.study.report.report_beyond")
 
 
 def of_study(study) -> StudyKind:

@@ -271,7 +271,7 @@ def test_local_logs_its_allreduces_and_validates_the_average(tmp_path, smoke_dat
 
 def test_an_adaptive_run_taken_from_the_ledger_keeps_what_the_beyond_report_reads(tmp_path):
     """A later beyond study reuses its runs from the ledger; the record then reads their rows from
-    the folder the ledger writes, so every key record.beyond_record keeps must survive the trip
+    the folder the ledger writes, so every key record.beyond_keys keeps must survive the trip
     (adaptive's noise and norm: the 'not exercised' statement is made of them)."""
     from deepdensity.study.core import ledger
     from deepdensity.study.record import ROW_KEYS

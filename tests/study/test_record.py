@@ -12,14 +12,16 @@ from deepdensity.study.core.preset import load_study
 
 def test_a_beyond_record_names_no_folder_of_the_machine_that_made_it(tmp_path):
     runs, reports = tmp_path / "scratch" / "runs", tmp_path / "home" / "reports"
-    s = SimpleNamespace(name="beyond", study=load_study("beyond")[1], root=runs, n_train=1844, n_val=256,
-                        collapse_loss=0.005, t_start=time.perf_counter(), environment=lambda: {},
+    s = SimpleNamespace(name="beyond", study=load_study("beyond")[1], root=runs, out=reports, n_train=1844,
+                        n_val=256, collapse_loss=0.005, t_start=time.perf_counter(), environment=lambda: {},
                         runner=SimpleNamespace(trained=set(), reused=set(), parallel=1))
-    proto = SimpleNamespace(cfg=Config(), eta=0.001, target=0.002, cap=8, calibration=None)
+    end = SimpleNamespace(s=s, proto=SimpleNamespace(cfg=Config(), eta=0.001, target=0.002, cap=8, calibration=None),
+                          book=SimpleNamespace(runs={}, why={}), cells=[], timing={}, stopped="the design's seeds",
+                          options=SimpleNamespace(runner=""))
     facts = {"run": str(runs / "seq-s3"), "source": str(runs / "data.h5"), "clusters": 34, "kind": "network"}
     note = f"weak, linear and warmup: the default study's runs ({reports / 'study.json'}, same eta and target)"
-    got = record.beyond_record("beyond", s, proto, SimpleNamespace(runs={}, why={}), [], ([], note), {},
-                               {"rows": [], "filter": facts}, None, "the design's seeds")
+    own = record.beyond_keys(runs, [], ([], note), {"rows": [], "filter": facts}, None)
+    got = record.study_record("beyond", end, own)
     assert record.machine_paths(json.dumps(got)) == []
     assert got["filtering"]["filter"] == {"run": "runs/seq-s3", "source": "runs/data.h5", "clusters": 34,
                                           "kind": "network"}

@@ -1,7 +1,7 @@
 """The `beyond` study's reports: local SGD (and adaptive batches, when exercised) against strong
 scaling with the paper's four modes beside them, the data filter and the batch sweep, each
 answer by the rules of docs/beyond.md (beyond_verdicts.py); rendered from the study's record
-(study.json, record.beyond_record) alone, with templates/beyond.md, filtering.md and
+(study.json, record.beyond_keys) alone, with templates/beyond.md, filtering.md and
 batch_sweep.md, and the figures of against_n.py."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
@@ -28,7 +29,7 @@ from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing
 
 ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)
 
-# The text files write_beyond_reports writes; `deepdensity report --check` compares exactly these.
+# The text files render_reports writes; `deepdensity report --check` compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "answers.json", "time_to_target.md", "time_to_target.csv", "filtering.json",
                 "batch_sweep.json")
 
@@ -60,10 +61,11 @@ def read(record: dict) -> Beyond:
                   time_base(record))
 
 
-def write_beyond_reports(out: Path, record: dict) -> None:
+def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> list:
     """REPORT.md, answers.json (every comparison's verdicts), time_to_target.md/.csv and the
     figures under `out`; the filter's and the batch sweep's sections, figures and JSON where the
-    study ran them. From `record` alone."""
+    study ran them. From `record` alone (`entries`, the ledger's, are the paper report's); its
+    answers are in answers.json, so no claims are returned."""
     out.mkdir(parents=True, exist_ok=True)
     b, plt = read(record), pyplot()
     judged = {m: bv.remedy(b.cells, m, b.study.workers, b.clocks, b.base) for m in policies.beyond() if m in b.modes}
@@ -78,6 +80,7 @@ def write_beyond_reports(out: Path, record: dict) -> None:
     text = fill("beyond.md", **_fields(b, judged), time_table=_time_tables(out, b), answers_table=first)
     (out / "REPORT.md").write_text(text + sections)
     (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
+    return []
 
 
 def answers_of(judged: dict) -> dict:

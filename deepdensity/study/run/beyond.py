@@ -21,10 +21,10 @@ from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, time_to_target
 from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.design import timed
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.sequential import sequential_path, val_losses
-from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json
 
 
@@ -125,11 +125,13 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
             for (b, rule, lr, seed, nm), r in zip(points, results)]
 
 
-def beyond_parts(s: StudyRun, proto: Protocol, cells: list, timing: dict, modelled, compare_with: str) -> tuple:
-    """(earlier, filtering, batch sweep): the default study's cells beside ours, the filter and
-    the batch sweep, what a beyond study's record holds besides its own cells (rerender.BEYOND)."""
+def beyond_parts(end) -> tuple:
+    """(the record's own keys, the runs besides the cells'): the default study's cells beside ours,
+    the filter and the batch sweep, what a beyond study asks besides its cells (rerender.BEYOND;
+    `end`: rerender.StudyEnd)."""
+    s, proto, cells, timing, modelled = end.s, end.proto, end.cells, end.timing, end.modelled
     eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
-    earlier = _default_study_cells(Path(compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
+    earlier = _default_study_cells(Path(end.options.compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
                                    s.study.workers)
     filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
     if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record
@@ -137,7 +139,10 @@ def beyond_parts(s: StudyRun, proto: Protocol, cells: list, timing: dict, modell
             if Path(fig).exists():
                 shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
     sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing)
-    return earlier, filtering, sweep_rows
+    # the filter's and the sweep's own runs (not the default study's, whose rows name it)
+    others = {row["run"] for row in (sweep_rows or []) + (filtering["rows"] if filtering else [])
+              if (s.root / row["run"]).is_dir()}
+    return beyond_keys(s.root, cells, earlier, filtering, sweep_rows), others
 
 
 def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq_epoch: float, workers) -> tuple:

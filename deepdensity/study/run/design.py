@@ -34,9 +34,9 @@ from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import Cell, time_to_target
 from deepdensity.study.core.preset import Study
 from deepdensity.study.plan import study_plan
-from deepdensity.study.record import seq_2eta_of
-from deepdensity.study.run.runner import NotHeld, StudyRunner
-from deepdensity.study.run.sequential import strong_from_sequential
+from deepdensity.study.record import paper_keys, seq_2eta_of
+from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
+from deepdensity.study.run.sequential import figure1_slices, real_strong_runs, strong_from_sequential
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json, read_metrics
 
@@ -370,3 +370,18 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
     return {"stack": label, "venv": venv, "seed": seed, "sequential_seed": seq_seed,
             "cells": [asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
+
+
+def paper_parts(end) -> tuple:
+    """(the record's own keys, no runs besides the cells'): what a study of the paper's protocol
+    asks besides its cells (rerender.PAPER; `end`: rerender.StudyEnd): the strong-scaling runs
+    for real, the ISA and stack checks (none of these under a real runner), Fig. 1's slices, the
+    stall check and the seconds a pass of its runs."""
+    s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
+    real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
+    isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
+    stack = None if runner else unless_not_held(
+        lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None)
+    fig1 = figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")
+    return {**paper_keys(end, fig1), "real_strong": real, "isa_check": isa, "stack_check": stack,
+            "stall_check": end.checked, "pass_seconds": s.runner.ledger.pass_seconds()}, frozenset()

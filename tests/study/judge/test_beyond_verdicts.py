@@ -141,10 +141,10 @@ def remedy_pairs(record, mode, clock):
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     """The committed record rendered now, and its answers."""
-    from deepdensity.study.report.report_beyond import write_beyond_reports
+    from deepdensity.study.report.report_beyond import render_reports
     record = load()
     out = tmp_path_factory.mktemp("beyond")
-    write_beyond_reports(out, record)
+    render_reports(out, record)
     return record, json.loads((out / "answers.json").read_text()), out
 
 
