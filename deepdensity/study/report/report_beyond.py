@@ -21,7 +21,7 @@ from deepdensity.study.core.clocks import describe_allreduce
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
 from deepdensity.study.judge import beyond_verdicts as bv
-from deepdensity.study.judge.contrasts import ratio_text
+from deepdensity.study.judge.contrasts import more_a_side, ratio_text
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report import against_n
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, pyplot,
@@ -236,7 +236,7 @@ def verdict_cell(row: dict) -> str:
 def more_cell(row: dict) -> str:
     if row["verdict"] not in (bv.NO_DIFFERENCE, bv.TOO_FEW):
         return "-"
-    return "not within 50 a side" if row.get("more") is None else f"{row['more']} more a side"
+    return more_a_side(row.get("more"))
 
 
 def comparison_table(judged: dict, label, a: str) -> str:

@@ -17,3 +17,9 @@ def test_the_pooled_contrasts_and_warmups_reformulation():
     # all 40 linear runs missed, no weak run did: Fisher's one-sided p = 1 / C(80, 40)
     assert float(linear_weak[3]) == pytest.approx(1 / math.comb(80, 40), rel=0.05)
     assert warmup_holds_to(v).startswith("every warmup cell converges up to N = 4; the first that fails is N = 8")
+
+
+def test_the_seeds_that_could_call_a_comparison_read_the_same_in_both_studies():
+    from deepdensity.study.judge.contrasts import more_a_side
+    assert more_a_side(3) == "3 more a side"
+    assert more_a_side(None) == "not within 50 more a side", "seeds_to_reject looks 50 seeds a side far"
