@@ -4,12 +4,10 @@ host can submit such a job (clients_unavailable, said before the study writes an
 submission (one job, or one job array for the runs that become ready together), requeue before
 the time limit, and job state.
 
-submitit reads job state with `sacct`, which needs Slurm's accounting database (slurmdbd).
-Without one, `sacct` prints "Slurm accounting storage is disabled", submitit warns "status may
-be inaccurate" and keeps the state UNKNOWN: a job the scheduler ended before it wrote its
-result (scancel, a node lost) is never done, and waiting for it never ends (docs/cluster.md has
-the measurement). QueueWatcher reads the state with `squeue` instead, which every controller
-answers, with or without accounting; everything else is submitit's own.
+submitit reads job state with `sacct`, which needs Slurm's accounting database: without one a
+job the scheduler ended before it wrote its result (scancel, a node lost) stays UNKNOWN and is
+waited for forever (docs/cluster.md). QueueWatcher reads the state with `squeue`, which every
+controller answers; everything else is submitit's own.
 
 What a job runs: TrainJob, the run's training command as a subprocess (the command the local
 executor runs); the job's result is its exit status. 90 s before the time limit Slurm sends
