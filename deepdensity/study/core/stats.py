@@ -164,7 +164,9 @@ def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list[dict]:
     p_(1) <= ... <= p_(m), the adjusted p_(i) is max over j <= i of min(1, (m - j + 1) p_(j)),
     which is monotone and what statsmodels' multipletests(method="holm") and R's
     p.adjust(method="holm") give; a hypothesis is rejected when its adjusted p <= alpha, which
-    is the same as the sequential rule. Results come back in input order."""
+    is the same as the sequential rule. Results come back in input order. Written out rather
+    than imported from statsmodels, which would bring pandas and patsy into every install for
+    these lines; tests/study/core/test_stats.py holds it to Wikipedia's example and R's values."""
     m = len(pvalues)
     order = sorted(range(m), key=lambda i: pvalues[i])
     adjusted = [0.0] * m
