@@ -56,15 +56,12 @@ def test_a_long_cell_in_the_first_table_is_found():
     assert max(len(cell) for row in first_table("# R\n\n" + long) for cell in row) > LONGEST_CELL
 
 
-# The records (study.json, ledger.jsonl) are the study's data as it ran, read back by `report
-# --from` and by later invocations; what was rendered from them names no folder of the machine.
-RECORDS = ("study.json", "ledger.jsonl")
-
-
-def test_no_rendered_report_names_a_folder_of_the_machine_that_made_it():
+def test_no_committed_report_or_record_names_a_folder_of_the_machine_that_made_it():
+    """reports/ and the golden fixture, the records (study.json, ledger.jsonl) included: a report
+    shows a path by its last two parts, a record keeps the paths a study ran in that way."""
     from deepdensity.study.record import machine_paths
-    committed = [p for p in (ROOT / "reports").rglob("*") if p.is_file() and p.suffix in (".md", ".json", ".csv")
-                 and p.name not in RECORDS]
-    assert committed, "reports/ holds rendered reports"
+    committed = [p for folder in (ROOT / "reports", ROOT / "tests" / "study" / "data") for p in folder.rglob("*")
+                 if p.is_file() and p.suffix in (".md", ".json", ".jsonl", ".csv")]
+    assert {"study.json", "ledger.jsonl", "REPORT.md"} <= {p.name for p in committed}
     named = {p.relative_to(ROOT).as_posix(): machine_paths(p.read_text()) for p in committed}
     assert {p: paths for p, paths in named.items() if paths} == {}
