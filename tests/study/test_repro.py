@@ -5,9 +5,9 @@ import math
 import pytest
 
 from deepdensity.study.core.cells import Cell, efficiency_table, failure_groups, failure_margins, failures
-from deepdensity.utils.errors import StudyError
-from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
 from deepdensity.study.core.preset import load_study
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
+from deepdensity.utils.errors import StudyError
 
 W = [1, 2, 4, 8, 16, 32]
 

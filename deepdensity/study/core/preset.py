@@ -10,8 +10,8 @@ from typing import Optional
 
 from deepdensity.config import apply, Config, ConfigError, read_mapping
 from deepdensity.scaling import policies, rules
-from deepdensity.utils.errors import StudyError
 from deepdensity.utils import schema
+from deepdensity.utils.errors import StudyError
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets"
 DATA_KEYS = ("n", "val", "seed")

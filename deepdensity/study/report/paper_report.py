@@ -11,11 +11,11 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED
-from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
 from deepdensity.study.core.preset import Study
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
 from deepdensity.study.judge import claims as claim_rules
-from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
+from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure

@@ -18,8 +18,8 @@ from deepdensity.scaling import policies, rules
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import Cell, efficiency_table, failures, median_time, TimeBase, timed_under
 from deepdensity.study.core.clocks import describe_allreduce
-from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.core.preset import Study
+from deepdensity.study.core.protocol_text import PAPER_TABLE1
 from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.judge.contrasts import more_a_side, ratio_text
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths

@@ -19,13 +19,13 @@ from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, time_to_target
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.design import timed
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.sequential import sequential_path, val_losses
 from deepdensity.training.runs import read_json
+from deepdensity.utils.errors import StudyError
 
 
 def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,

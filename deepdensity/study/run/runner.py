@@ -23,9 +23,9 @@ import yaml
 
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves, ledger
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.run import run_folders
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
+from deepdensity.utils.errors import StudyError
 from deepdensity.utils.stack import git_revision
 
 class NotHeld(StudyError):

@@ -21,11 +21,11 @@ import yaml
 
 from deepdensity.config import load
 from deepdensity.scaling import rules
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.core.ledger import Ledger, LEDGER_FILE
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
 from deepdensity.study.run.runner import fmt_s, StudyRunner
 from deepdensity.utils import machine
+from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import mark_folder
 
 # The committed reports: updated only when asked (--out reports), a preset other than

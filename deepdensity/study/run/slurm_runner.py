@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
                                               result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
+from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import write_atomic
 
 EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, preemption)

@@ -28,9 +28,9 @@ from pathlib import Path
 from deepdensity.perf import probes
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
-from deepdensity.utils.errors import command, StudyError
 from deepdensity.utils import machine
 from deepdensity.utils.args import parser
+from deepdensity.utils.errors import command, StudyError
 from deepdensity.utils.files import write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out

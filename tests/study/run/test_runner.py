@@ -5,9 +5,9 @@ import json
 import pytest
 import yaml
 
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.training.runs import data_fingerprint
+from deepdensity.utils.errors import StudyError
 from tests.support import ROOT
 
 

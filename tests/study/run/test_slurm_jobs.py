@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.utils.errors import StudyError
 from deepdensity.study.run.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
                                               SlurmOptions, Submitter, TrainJob)
 from deepdensity.study.run.slurm_runner import SlurmRunner
+from deepdensity.utils.errors import StudyError
 from tests.support import ROOT
 
 
