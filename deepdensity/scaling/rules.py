@@ -301,11 +301,11 @@ class StoppingRules:
 
     @classmethod
     def of(cls, settings) -> "StoppingRules":
-        """The rules a run's settings set: a Config, or a mapping holding these keys (a ledger
-        entry's `stopping`); a key a mapping lacks keeps its default (off)."""
+        """The rules a run's settings set: a Config, or a mapping holding every one of these keys
+        (a ledger entry's `stopping`; one that lacks a rule is a KeyError, never that rule off)."""
         names = [f.name for f in fields(cls)]
         if isinstance(settings, Mapping):
-            return cls(**{k: settings[k] for k in names if k in settings})
+            return cls(**{k: settings[k] for k in names})
         return cls(**{k: getattr(settings, k) for k in names})
 
     def reason(self, epoch: int, loss: float, val_loss: float,

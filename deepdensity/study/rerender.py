@@ -129,6 +129,7 @@ class StudyKind:
     name: str
     parts: str                  # module:function of the run stage
     report: str                 # the report module
+    reads_ledger: bool = False  # whether its reports read the ledger's entries (where each run came from)
 
     def finish(self, end: StudyEnd) -> None:
         """The study's record written to its staging folder (study.json) and its reports rendered there."""
@@ -144,7 +145,8 @@ class StudyKind:
         """The reports of `record` (read from `folder`, beside its ledger) rendered into `out`;
         returns the claims judged (the paper's; a beyond study answers in answers.json)."""
         from deepdensity.study.core import ledger
-        return self._reports().render_reports(out, record, ledger.read_entries(folder / ledger.LEDGER_FILE))
+        entries = ledger.read_entries(folder / ledger.LEDGER_FILE) if self.reads_ledger else None
+        return self._reports().render_reports(out, record, entries)
 
     def text_outputs(self) -> tuple:
         """The text files render writes; `deepdensity report --check` compares exactly these."""
@@ -155,7 +157,8 @@ class StudyKind:
         return importlib.import_module(self.report)
 
 
-PAPER = StudyKind("paper", "deepdensity.study.run.design:paper_parts", "deepdensity.study.report.paper_report")
+PAPER = StudyKind("paper", "deepdensity.study.run.design:paper_parts", "deepdensity.study.report.paper_report",
+                  reads_ledger=True)
 BEYOND = StudyKind("beyond", "deepdensity.study.run.beyond:beyond_parts", "deepdensity.study.report.report_beyond")
 
 

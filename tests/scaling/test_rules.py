@@ -120,7 +120,7 @@ def test_validation_shard():
     assert rules.validation_shard(256, 1, 3) == (0, 256), "uneven shards would bias the mean"
 
 
-def stop_reason(epoch, loss, val_loss, target_loss, max_epochs, history=(), stall_patience=0, collapse_loss=0.0,
+def reason(epoch, loss, val_loss, target_loss, max_epochs, history=(), stall_patience=0, collapse_loss=0.0,
                 collapse_patience=0, stall_near=0.0, stall_near_patience=0):
     """The stopping rules' answer as the tests below spell a case out, field by field."""
     return rules.StoppingRules(target_loss, max_epochs, stall_patience, stall_near, stall_near_patience,
@@ -136,24 +136,24 @@ def test_the_stopping_rules_come_from_a_runs_config_or_a_ledger_entrys_stopping(
     got = rules.StoppingRules.of(cfg)
     assert got == rules.StoppingRules(0.002, 50, 3, 0.1, 9, 0.006, 2)
     assert rules.StoppingRules.of({k: getattr(cfg, k) for k in STOPPING}) == got, "a ledger entry's stopping"
-    assert rules.StoppingRules.of({"target_loss": 0.002, "max_epochs": 50}) == rules.StoppingRules(0.002, 50), \
-        "a rule the mapping does not name is off"
+    with pytest.raises(KeyError, match="stall_patience"):    # an entry without a rule is not replayed with it off
+        rules.StoppingRules.of({"target_loss": 0.002, "max_epochs": 50})
     assert {f.name for f in dataclasses.fields(rules.StoppingRules)} == set(STOPPING), \
         "the ledger keys a run's stopping by exactly these rules"
 
-def test_stop_reason():
+def test_the_stopping_rules():
     nan, inf = float("nan"), float("inf")
-    assert stop_reason(0, nan, 0.1, 0.01, 400) == "diverged"
-    assert stop_reason(0, 0.1, inf, 0.01, 400) == "diverged"
-    assert stop_reason(5, 0.1, 0.01, 0.01, 400) == "reached_target", "target is inclusive"
-    assert stop_reason(5, 0.1, 0.02, 0.01, 400) is None
-    assert stop_reason(399, 0.1, 0.02, 0.01, 400) == "max_epochs"
-    assert stop_reason(399, nan, 0.001, 0.01, 400) == "diverged", "non-finite wins"
+    assert reason(0, nan, 0.1, 0.01, 400) == "diverged"
+    assert reason(0, 0.1, inf, 0.01, 400) == "diverged"
+    assert reason(5, 0.1, 0.01, 0.01, 400) == "reached_target", "target is inclusive"
+    assert reason(5, 0.1, 0.02, 0.01, 400) is None
+    assert reason(399, 0.1, 0.02, 0.01, 400) == "max_epochs"
+    assert reason(399, nan, 0.001, 0.01, 400) == "diverged", "non-finite wins"
     flat = [0.5, 0.1, 0.3, 0.3, 0.3]
-    assert stop_reason(4, 0.1, 0.3, 0.01, 400, flat, 3) == "stalled"
-    assert stop_reason(4, 0.1, 0.3, 0.01, 400, flat, 0) is None, "patience 0 = off"
-    assert stop_reason(4, 0.1, 0.3, 0.01, 5, flat, 3) == "stalled", "stalled before the cap"
-    assert stop_reason(4, 0.1, 0.005, 0.01, 400, flat[:-1] + [0.005], 3) == "reached_target"
+    assert reason(4, 0.1, 0.3, 0.01, 400, flat, 3) == "stalled"
+    assert reason(4, 0.1, 0.3, 0.01, 400, flat, 0) is None, "patience 0 = off"
+    assert reason(4, 0.1, 0.3, 0.01, 5, flat, 3) == "stalled", "stalled before the cap"
+    assert reason(4, 0.1, 0.005, 0.01, 400, flat[:-1] + [0.005], 3) == "reached_target"
 
 
 def test_stall_rule_waits_longer_near_the_target():
@@ -166,8 +166,8 @@ def test_stall_rule_waits_longer_near_the_target():
     far = [2.0, 1.2, 1.3, 1.3, 1.3]                    # 20 % above: plainly failed after 3 epochs
     assert rules.stalled(far, 3, 1.0, 0.10, 12)
     assert not rules.stalled(creeping, 0, 1.0, 0.10, 12), "patience 0 turns the rule off entirely"
-    assert stop_reason(4, 1.0, 1.08, 1.0, 400, creeping, 3, 0.0, 0, 0.10, 12) is None
-    assert stop_reason(4, 1.0, 1.08, 1.0, 400, creeping, 3) == "stalled"
+    assert reason(4, 1.0, 1.08, 1.0, 400, creeping, 3, 0.0, 0, 0.10, 12) is None
+    assert reason(4, 1.0, 1.08, 1.0, 400, creeping, 3) == "stalled"
 
 
 def test_the_near_target_allowance_only_stops_where_patience_alone_would():
@@ -288,9 +288,9 @@ def test_collapsed_needs_every_one_of_the_last_evaluations_at_the_level():
     assert not rules.collapsed([0.006, 0.0049, 0.006], level, 3)
     assert rules.collapsed([0.003, 0.006, 0.006, 0.006], level, 3)           # the last three
     assert not rules.collapsed([0.006] * 5, level, 0) and not rules.collapsed([0.006] * 5, 0.0, 3)   # off
-    assert stop_reason(2, 0.006, 0.006, 0.001, 64, [0.006] * 3, stall_patience=3, collapse_loss=level,
+    assert reason(2, 0.006, 0.006, 0.001, 64, [0.006] * 3, stall_patience=3, collapse_loss=level,
                              collapse_patience=3) == "collapsed"
-    assert stop_reason(2, 0.006, 0.0009, 0.001, 64, [0.006, 0.006, 0.0009], collapse_loss=level,
+    assert reason(2, 0.006, 0.0009, 0.001, 64, [0.006, 0.006, 0.0009], collapse_loss=level,
                              collapse_patience=3) == "reached_target"
 
 

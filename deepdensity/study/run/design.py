@@ -24,7 +24,6 @@ import math
 import os
 import statistics
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -32,7 +31,7 @@ from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import Cell, time_to_target
-from deepdensity.study.core.preset import Study
+from deepdensity.study.core.preset import isa_to_check, Study
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import paper_keys, seq_2eta_of
 from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
@@ -298,7 +297,6 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     """The preset's isa_check: the first seed of every trained unit run again with oneDNN and the
     rendering kernel capped at another instruction set, and the study's cells with those runs in
     place of the originals (the report judges every claim again on them); None when not asked."""
-    from deepdensity.study.core.preset import isa_to_check
     from deepdensity.utils.machine import onednn_isa
     isa = isa_to_check(s.study.isa_check, onednn_isa())
     if isa is None:
@@ -316,7 +314,7 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
                     for unit, job in units.items()], label=f"runs under {isa}")
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [asdict(c) for c in cells],
+    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(again)}
 
 
@@ -326,7 +324,6 @@ def venv_stack(venv: str) -> dict:
     no deepdensity or no supported stack."""
     import json
     import subprocess
-    from pathlib import Path
 
     from deepdensity.utils.errors import UserError
     python = Path(venv) / "bin" / "python"
@@ -369,7 +366,7 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
                     for unit, job in units.items()], label=f"runs on TensorFlow {other['tensorflow']}")
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
     return {"stack": label, "venv": venv, "seed": seed, "sequential_seed": seq_seed,
-            "cells": [asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
+            "cells": [dataclasses.asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
 
 
 def paper_parts(end) -> tuple:

@@ -46,3 +46,11 @@ def test_the_passes_to_expect_are_the_median_epochs_times_the_passes_an_epoch():
     assert s.passes_to_expect([7], 1, cap=64) == 7
     assert s.passes_to_expect([], 8, cap=64) == 512             # no like run: the cap
     assert s.passes_to_expect([], None) is None                 # neither: not estimated
+
+
+def test_the_hours_here_are_the_passes_at_their_seconds_over_the_runs_side_by_side():
+    from deepdensity.study.plan.study_plan import hours_here
+    assert hours_here([(3600, 2.0), (1800, 4.0)], 2) == 2.0        # 7200 s + 7200 s, two at a time
+    assert hours_here([(3600, 2.0)], 1) == 2.0
+    assert hours_here([(3600, 2.0)], 0) == 2.0, "no parallel count is one at a time"
+    assert hours_here([], 2) == 0.0

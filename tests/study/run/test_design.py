@@ -68,7 +68,6 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
     sequential runs) is not continued; a continued run that reaches the target replaces the stopped one."""
     import json
     from types import SimpleNamespace
-    from deepdensity.study.run.design import Book
 
     class Runner:
         def __init__(self):
