@@ -59,7 +59,7 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
     seeds and why, the machine and how the record was made. `other_runs`: the names of runs
     besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
     from deepdensity.utils.stack import git_revision
-    run_names = {name for names in book.runs.values() for name in names} | set(other_runs)
+    run_names = cell_runs(book) | set(other_runs)
     wall = time.perf_counter() - s.t_start
     return {
         "format": FORMAT, "kind": kind, "decision_rules": RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
@@ -81,6 +81,11 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
     }
 
 
+def cell_runs(book) -> set:
+    """The names of the runs behind a study's cells (its Book's units, every seed)."""
+    return {name for names in book.runs.values() for name in names}
+
+
 def seq_2eta_of(book) -> list:
     """The sequential runs at 2 x eta of a study's book, as the record keeps them."""
     return [{"seed": sd, "status": r["status"], "epochs": r["epochs"], "final_val_loss": _finite(r.get("final_val_loss"))}
@@ -99,8 +104,8 @@ def paper_keys(end, fig1: Optional[dict]) -> dict:
     """What a study of the paper's protocol records besides the cells: the runs at 2 x eta, the lr
     search, every run's curve and Fig. 1's slices (sequential.figure1_slices; None where no
     weights were at hand)."""
-    run_names = {name for names in end.book.runs.values() for name in names}
-    return {"seq_2eta": seq_2eta_of(end.book), "lr_search": end.sweep, "curves": _curves(end.s.root, run_names),
+    return {"seq_2eta": seq_2eta_of(end.book), "lr_search": end.sweep,
+            "curves": _curves(end.s.root, cell_runs(end.book)),
             "fig1": fig1}
 
 
