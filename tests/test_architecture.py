@@ -214,7 +214,7 @@ def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
 
 # "local" is also the name of the study's executor that trains here (--executor local)
 EXECUTOR_LOCAL = {("deepdensity.study.plan.study_plan", "local"), ("deepdensity.study.repro", "local"),
-                  ("deepdensity.study.run.slurm_runner", "local"), ("deepdensity.study.run.slurm_jobs", "local")}
+                  ("deepdensity.study.run.slurm_runner", "local"), ("deepdensity.training.slurm_jobs", "local")}
 
 
 def policy_name_literals(tree: ast.AST) -> list:

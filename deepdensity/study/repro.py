@@ -153,7 +153,7 @@ def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[
     the study writes, builds or times anything (a dry run shows it instead)."""
     if options.executor != "slurm":
         return None
-    from deepdensity.study.run import slurm_jobs as slurm
+    from deepdensity.training import slurm_jobs as slurm
     slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
     unavailable = None if options.no_train else slurm.clients_unavailable(
         slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))

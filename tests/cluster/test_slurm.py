@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study.run.slurm_jobs import COMMENT, log_of
+from deepdensity.training.slurm_jobs import COMMENT, log_of
 from deepdensity.study.run.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason

@@ -1,6 +1,8 @@
-"""The study's Slurm jobs through submitit: what each job asks for (SlurmOptions: the preset's
-`slurm:`, then --slurm KEY=VALUE; time_hours reads its time limit as Slurm does) and whether this
-host can submit such a job (clients_unavailable, said before the study writes anything);
+"""A training command as a Slurm job, through submitit: how the study's --executor slurm
+(study/run/slurm_runner.py) runs its runs, kept with the cluster code. What each job
+asks for (SlurmOptions: the preset's `slurm:`, then --slurm KEY=VALUE; time_hours reads its time
+limit as Slurm does) and whether this host can submit such a job (clients_unavailable, said
+before the study writes anything);
 submission (one job, or one job array for the runs that become ready together), requeue before
 the time limit, and job state.
 
