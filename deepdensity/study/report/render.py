@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import math
-import string
 from pathlib import Path
+
+import jinja2
 
 from deepdensity.study.core.cells import median_time
 
@@ -77,9 +78,16 @@ def pyplot():
     return plt
 
 
+# Markdown, not HTML: nothing to escape. A field the template names and the caller did not pass
+# is an error, not an empty string; block tags take their line's newline and indent with them, so
+# that an {% if %} on a line of its own leaves no blank line behind.
+ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                         autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+
 def fill(template: str, **fields) -> str:
-    """deepdensity/study/templates/`template` with its $fields filled (a missing one is an error)."""
-    return string.Template((TEMPLATES / template).read_text()).substitute(fields)
+    """deepdensity/study/templates/`template` (jinja2) rendered with `fields`."""
+    return ENV.get_template(template).render(fields)
 
 
 def target_source(record: dict, epochs: int) -> str:
