@@ -89,15 +89,21 @@ def test_a_figure_not_drawn_is_neither_described_nor_left_stale(tmp_path):
     assert "Fig. 1: central slices" in (FIXTURE / "REPORT.md").read_text()
 
 
-def test_fig4_and_fig5_are_linked_and_described_only_where_drawn():
+def test_fig4_and_fig5_are_linked_and_described_only_where_drawn(tmp_path, monkeypatch):
     """A study without weak scaling draws no Fig. 5: the report neither links it nor describes it,
-    and Fig. 4's caption still follows the collapse figure's."""
-    from deepdensity.study.report.paper_report import _figure_fields
-    fields = _figure_fields({"fig2.png", "fig4.png"})
-    assert fields["fig4"] == "![fig4](fig4.png)" and fields["fig5"] == ""
-    assert fields["later_captions"].startswith("Fig. 4: ") and "Fig. 5" not in fields["later_captions"]
-    both = _figure_fields({"fig4.png", "fig5.png", "fig6.png"})["later_captions"].splitlines()
-    assert [line[:6] for line in both if line.startswith("Fig. ")] == ["Fig. 4", "Fig. 5", "Fig. 6"]
+    and Fig. 4's caption still follows the collapse figure's (templates/report.md)."""
+    record = json.loads((FIXTURE / "study.json").read_text())
+
+    def captions(drawn: set) -> tuple:
+        monkeypatch.setattr(report, "_figures", lambda *args: drawn)
+        report.render_reports(tmp_path, record)
+        text = (tmp_path / "REPORT.md").read_text()
+        return text, [line[:6] for line in text[text.index("Collapse: share"):].splitlines() if line.startswith("Fig. ")]
+
+    text, later = captions({"fig2.png", "fig4.png"})
+    assert "![fig4](fig4.png)" in text and "fig5" not in text and "Fig. 5" not in text
+    assert later == ["Fig. 4"]
+    assert captions({"fig4.png", "fig5.png", "fig6.png"})[1] == ["Fig. 4", "Fig. 5", "Fig. 6"]
 
 
 def test_a_record_whose_clock_is_of_another_version_is_refused_in_one_line(tmp_path, capsys):

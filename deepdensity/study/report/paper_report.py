@@ -38,7 +38,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     claims = claims_of(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
     drawn = _figures(out, record, study, cells)
-    fields = {**_report_fields(record, study, cfg, cells, claims, tables), **_figure_fields(drawn)}
+    fields = {**_report_fields(record, study, cfg, cells, claims, tables), "drawn": drawn}
     fields["fig2_caption"] = _fig2_caption(cells, study, _verdicts_clock(record, cells))
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
@@ -304,44 +304,6 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
             "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins}
-
-
-# The captions of the figures a record may lack (templates/report.md holds the others): only a
-# figure drawn is described.
-CAPTIONS = {
-    "fig3.png": f"Fig. 3: {policies.WARMUP} at N = 8, validation loss (left) and lr at each epoch's end (right) per epoch, "
-                "every seed, each seed one colour in both panels; a run that missed the target ends in a cross and "
-                "says '(missed: its status)' in the legend; the lr panel shows the seeds that recorded an lr (runs "
-                "taken from an earlier record have none) and says how many of the seeds they are.",
-    "fig1.png": "Fig. 1: central slices of validation cubes (top) and the densities the first seed's sequential "
-                "model renders for them (bottom).",
-    "fig6.png": "Fig. 6: the search for the edge of stability, validation loss per epoch for each lr and seed tried.",
-    "fig4.png": "Fig. 4: validation loss of strong scaling against time on the clock its axis names, every seed: "
-                "read off the sequential runs (emulated), pass by pass, pass p at p x the seconds of a pass at that "
-                "N, up to its passes to target, so that every run ends at its time to target in Table I (a tick on "
-                "the target line); real runs epoch by epoch. A run that missed the target ends in a cross at its "
-                "last loss.",
-    "fig5.png": "Fig. 5: validation loss of weak scaling against time on the clock its axis names, every seed, "
-                "epoch by epoch (only per-epoch losses are stored for these runs); each run's time to target as "
-                "Table II computes it (its passes to target, validated within an epoch) is a tick on the target "
-                "line, at or before the epoch where its curve crosses it. A run that missed the target ends in a "
-                "cross at its last loss.",
-}
-
-
-def _figure_fields(drawn: set) -> dict:
-    """The template's fields for the figures a record may lack: the image where drawn (Fig. 1
-    else a note of why not), and its caption only where drawn, on lines of its own within the
-    captions' paragraph (Fig. 3's before the collapse figure's, the others after it)."""
-    caption = {name: textwrap.fill(text, 110) if name in drawn else "" for name, text in CAPTIONS.items()}
-    return {"fig3": "![fig3](fig3.png) " if "fig3.png" in drawn else "",
-            "fig6": "![fig6](fig6.png)" if "fig6.png" in drawn else "",
-            "fig1": "![fig1](fig1.png)" if "fig1.png" in drawn else "(Fig. 1: not drawn, no weights of the first "
-                                                                    "sequential run were at hand)",
-            **{name[:-4]: f"![{name[:-4]}]({name})" if name in drawn else "" for name in ("fig4.png", "fig5.png")},
-            "fig3_caption": caption["fig3.png"] + "\n" if caption["fig3.png"] else "",
-            "later_captions": "\n".join(caption[name] for name in ("fig4.png", "fig5.png", "fig1.png", "fig6.png")
-                                        if caption[name])}
 
 
 def _lr_edge(sweep) -> str:
