@@ -165,17 +165,9 @@ def _header_fields(record: dict, claims: list) -> dict:
                            c["more_seeds"]] for c in claims])
     answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
                        [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
-    interim = ("**An interim report**: rendered with `--no-train` from the runs the ledger holds; a claim that a cell "
-               "below the design's seeds could still change has no verdict yet, the pooled contrasts below are of "
-               "the runs held so far, and the runs still missing are listed with their cost in the Decision rules' "
-               "'Sequential design' line.\n\n" if _interim(p) else "")
-    return {"answers_table": interim + answers, "name": record["preset"],
-            "how_run": without_machine_paths("real runs: " + record["runner"]) if record["runner"] else
-            "emulated workers, modelled time", "when": p["generated"],
-            "make_command": "python -m deepdensity.repro --no-train" if _interim(p) else without_machine_paths(p["command"]),
-            "revision": p["revision"],
-            "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
-                       + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
+    return {"answers_table": answers, "interim": _interim(p), "name": record["preset"],
+            "runner": without_machine_paths(record["runner"]), "when": p["generated"],
+            "command": without_machine_paths(p["command"]), "revision": p["revision"], "env": env,
             "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
@@ -224,9 +216,6 @@ def _seeds_short(record: dict, study: Study) -> str:
 
 
 def _rules_fields(record: dict, study: Study) -> dict:
-    more = (f"one more seed at a time for unsettled cells, up to {study.max_seeds} seeds a cell, while the "
-            f"invocation is within {study.budget_minutes:g} minutes" if study.budget_minutes and study.max_seeds
-            else "no more seeds (the preset sets no time budget)")
     by_unit = {}
     for r in record["seed_reasons"]:
         by_unit.setdefault(r["unit"], []).append(r)
@@ -241,9 +230,7 @@ def _rules_fields(record: dict, study: Study) -> dict:
                    f"worker with free communication (rho = 0); rho is an allreduce's seconds per doubling of N "
                    f"over one worker's step at the base batch; the break-even is the rho at which a verdict "
                    f"changes (searched from {clocks.RHO_GRID[0]:g} to {clocks.RHO_GRID[-1]:g})")
-    rules = claim_rules.RULES + [("clocks", clocks_line[len("clocks: "):])]
-    return {"rules_list": "".join(f"- {name}: {text}.\n" for name, text in rules),
-            "first_seeds": ", ".join(map(str, study.seeds)), "more_seeds": more,
+    return {"rules": claim_rules.RULES + [("clocks", clocks_line[len("clocks: "):])], "study": study,
             "stopped": record["provenance"]["more_seeds_stopped_at"] + _seeds_short(record, study),
             "seeds_table": md_table(["cell", "seeds", "why the seeds after the first set"], rows)}
 
@@ -258,32 +245,11 @@ def _unit_label(unit: str) -> str:
 
 
 def _settings_fields(record: dict, study: Study, cfg) -> dict:
-    env = record["environment"]
-    per_worker = cfg.epoch_definition == "per_worker"
-    return {
-        "n_train": record["n_train"], "n_val": record["n_val"], "epoch_definition": cfg.epoch_definition,
-        "epoch_meaning": "every worker walks one whole pass of the training set per epoch" if per_worker
-        else "the workers share one pass per epoch",
-        "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
-        "real_strong": real_strong(record),
-        "calibration_epochs": study.calibration_epochs, "cap": record["cap"],
-        "stall_rule": (f"; a run at the collapse level {record['collapse_loss']:.4g} for {cfg.collapse_patience} "
-                       f"epochs in a row stops as `collapsed`" if cfg.collapse_patience else "")
-        + (f"; a run with no new best validation loss in {cfg.stall_patience} epochs stops as `stalled`"
-           if cfg.stall_patience else ""),
-        "model_line": f"K = {cfg.n_components}, conv filters {list(cfg.conv_filters)} of {list(cfg.conv_kernels)}^3, "
-                      f"stride {list(cfg.conv_strides)}, latent {cfg.latent_dim}; Adam, beta {cfg.beta_1}/{cfg.beta_2}, "
-                      f"eps {cfg.epsilon:g}; batch {cfg.batch_size}; warmup {cfg.warmup_epochs} epochs.",
-        "eta": f"{record['eta']:.6g}", "lr_edge": _lr_edge(record["lr_search"]),
-        "threads_line": f"deterministic kernels, {cfg.intra_op_threads or 'automatic'} intra-op thread(s) per run, "
-                        f"{record['provenance']['parallel_runs']} run(s) side by side. Repeatable bit for bit on this "
-                        f"machine at this thread count; another instruction set or thread count rounds differently, "
-                        f"and converging runs then drift by up to a few per cent (docs/protocol.md, 'Determinism').",
-        "environment": f"Python {env['python']}, TensorFlow {env['tensorflow']}"
-                       + (f" with {env['keras']}" if env.get("keras") else "") + f", Horovod {env['horovod']}, NumPy "
-                       f"{env['numpy']}; {env['cpu']}, {env['cores']} cores, oneDNN ISA {env['onednn_isa']}, "
-                       f"{env['gpus'] or 0} GPU(s); {env['platform']}.",
-    }
+    return {"n_train": record["n_train"], "n_val": record["n_val"], "cfg": cfg, "env": record["environment"],
+            "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
+            "real_strong": real_strong(record), "cap": record["cap"], "collapse_loss": record["collapse_loss"],
+            "eta": record["eta"], "lr_search": record["lr_search"],
+            "parallel_runs": record["provenance"]["parallel_runs"]}
 
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:
@@ -304,16 +270,3 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
             "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins}
-
-
-def _lr_edge(sweep) -> str:
-    """One sentence on how eta was chosen."""
-    if not sweep:
-        return "eta is fixed by the preset, not searched on this data."
-    tried = ", ".join(f"{r['lr']:.4g} seed {r.get('seed', 0)} {'diverges' if r['diverges'] else 'converges'}"
-                      for r in sweep["probes"])
-    collapse = (f", ending below the collapse level {sweep['collapse_loss']:.4g} (the training set's mean cube "
-                f"for every input)" if sweep.get("collapse_loss") is not None else "")
-    return (f"eta is the edge of stability on this data: the largest lr on the grid {sweep['grid_base_lr']:g} x "
-            f"sqrt(2)^k that converges over {sweep['epochs']} sequential epochs for every seed{collapse} "
-            f"(tried: {tried}; Fig. 6).")
