@@ -458,9 +458,16 @@ def test_a_default_study_cell_in_the_filter_is_timed_by_its_passes():
 
 def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
     """The record says which stopping rules the sweep ran under (docs/beyond.md, amendment of
-    2026-11-27); a record made before it names none, and its runs had the study's stall rule."""
-    from deepdensity.study.report.report_beyond import _sweep_stopping
-    assert "no stall or collapse rule" in _sweep_stopping({"sweep_stopping": {"stall_patience": 0, "collapse_loss": 0.0}})
-    assert _sweep_stopping({}) == "stall rule as the study's (the collapse rule is off in the sweep)"
-    assert _sweep_stopping({"sweep_stopping": {"stall_patience": 3, "collapse_loss": 0.0}}) == \
-        "the stall rule with a patience of 3 passes"
+    2026-11-27); a record made before it names none, and its runs had the study's stall rule
+    (templates/batch_sweep.md)."""
+    from deepdensity.study.report.render import fill
+
+    def said(stopping) -> str:
+        text = " ".join(fill("batch_sweep.md", eta=1, batch=32, target=1, stopping=stopping, answer="", table="",
+                             comparisons="", median="").split())
+        return text[text.index("target 1; ") + len("target 1; "):text.index(". Every batch is")]
+    assert said({"stall_patience": 0, "collapse_loss": 0.0}).startswith("no stall or collapse rule")
+    assert said(None) == "stall rule as the study's (the collapse rule is off in the sweep)"
+    assert said({"stall_patience": 3, "collapse_loss": 0.0}) == "the stall rule with a patience of 3 passes"
+    assert said({"stall_patience": 3, "collapse_loss": 0.02}) == \
+        "the stall rule with a patience of 3 passes and the collapse rule at val_loss 0.02"

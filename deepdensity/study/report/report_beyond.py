@@ -141,14 +141,15 @@ def _fields(b: Beyond, judged: dict) -> dict:
     steps1 = rules.steps_per_epoch(r["n_train"], policies.plan(policies.SEQUENTIAL, 1, cfg.batch_size),
                                    cfg.epoch_definition)
     fail_rows = [[m, n, sd, st, ep, fmt(v, 6)] for m, n, sd, st, ep, v in failures(b.every)]
+    # the seeds the record's sequential runs used (a preset of another version may pick others)
+    seq = sorted({c["seed"] for c in r["cells"] if c["mode"] == policies.SEQUENTIAL})
     return {
         "name": r["preset"], "when": p["generated"], "revision": p["revision"],
-        "machine": f"{env['cpu']} ({env['cores']} cores, oneDNN ISA: {env['onednn_isa']}"
-                   + (f"; rendering: {env['rendering']}" if env.get("rendering") else "") + ")",
-        "provenance": cost_line(p, "the filter's and the batch sweep's runs"),
-        "rules": _rules_line(b), "answer": _answer(b, judged),
+        "env": env, "study": b.study, "provenance": cost_line(p, "the filter's and the batch sweep's runs"),
+        "rules_fixed": bv.BEYOND_RULES_FIXED_UTC, "rules_summary": bv.RULES_SUMMARY, "strong_seeds": seq,
+        "edge_seeds_among_strong": bool(set(seq) & set(b.study.edge_seeds)), "answer": _answer(b, judged),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "local_steps": cfg.local_steps,
-        "eta": f"{r['eta']:.6g}", "eta_source": _eta_source(b.study.base_lr), "target": f"{r['target']:.6g}",
+        "eta": f"{r['eta']:.6g}", "target": f"{r['target']:.6g}",
         "target_source": target_source(r, b.study.calibration_epochs), "cap": r["cap"],
         "earlier_note": without_machine_paths(r["earlier"]["note"]), "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
         "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(r["timing"]),
@@ -159,33 +160,9 @@ def _fields(b: Beyond, judged: dict) -> dict:
                                          "allreduces / epoch", "global batches"], _communication_rows(b)),
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
         if fail_rows else "none",
-        "figures": _figures_md(b),
+        "against_n_caption": against_n.against_n_caption(b.every, b.modes, b.base), "skipped": b.skipped,
+        "grows_batch": any(policies.get(m).grows_batch for m in b.modes),
     }
-
-
-def _rules_line(b: Beyond) -> str:
-    """The rules the answers follow, when they were fixed, and what this record is to them."""
-    text = (f"Every answer follows the beyond study's decision rules (docs/beyond.md), fixed {bv.BEYOND_RULES_FIXED_UTC} "
-            f"before its runs: {bv.RULES_SUMMARY}.")
-    made = b.record["provenance"]["generated"]
-    if made < bv.BEYOND_RULES_FIXED_UTC:
-        text += (f" This record's runs were made {made}, before those rules were fixed, and the rules were written "
-                 f"after seeing its results: its answers are those rules applied to it, not a test fixed before it.")
-    # the seeds the record's sequential runs used (a preset of another version may pick others)
-    seq = sorted({c["seed"] for c in b.record["cells"] if c["mode"] == policies.SEQUENTIAL})
-    if b.study.base_lr == "default_study" and set(seq) & set(b.study.edge_seeds):
-        text += (f" Strong scaling's seeds here ({', '.join(map(str, seq))}) include the seeds of the edge search "
-                 f"({', '.join(map(str, b.study.edge_seeds))}) on which the default study chose eta, because they "
-                 f"converge at it; the default study keeps its sequential runs apart from them.")
-    return text
-
-
-def _eta_source(base_lr) -> str:
-    if base_lr == "edge":
-        return "the edge of stability found by this study's search"
-    if base_lr == "default_study":
-        return "the default study's eta, read from its study.json"
-    return "fixed by the preset"
 
 
 def _communication_rows(b: Beyond) -> list:
@@ -208,16 +185,6 @@ def _communication_rows(b: Beyond) -> list:
             passes = ", ".join(f"{v:.4g}" if math.isfinite(v) else "-" for v in bv.values(cs, bv.PASSES, b.base))
             rows.append([m, n, passes, epochs_listing(b.every, m, n), f"{per_epoch:.0f}", ", ".join(map(str, batches))])
     return rows
-
-
-def _figures_md(b: Beyond) -> str:
-    text = ("![fig2](fig2.png) ![fig_passes](fig_passes.png)\n\n"
-            "Fig. 2: time to target against N under the paper's clock (passes x s/pass), every seed a dot, the median "
-            "a bar and a line where every seed reached; seeds that missed in the panel above. fig_passes: the same in "
-            "passes to target, the algorithm without a clock." + against_n.against_n_caption(b.every, b.modes, b.base))
-    if any(policies.get(m).grows_batch for m in b.modes):
-        text += "\n\n![fig7](fig7.png)\n\nFig. 7: adaptive's global batch per epoch (top) and validation loss (bottom)."
-    return text + "".join(f"\n\n{m}: not exercised, so not drawn." for m in b.skipped)
 
 
 # ------------------------------------------------------------------------------------
@@ -340,18 +307,6 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
                 bounds=against_n.bounds_caption(ran, b.base))
 
 
-def _sweep_stopping(record: dict) -> str:
-    """The rules the sweep's runs ended under, as the record names them (none before it did)."""
-    rules_ = record.get("sweep_stopping")
-    if rules_ is None:          # a record made before the amendment of 2026-11-27 (docs/beyond.md)
-        return "stall rule as the study's (the collapse rule is off in the sweep)"
-    if not rules_.get("stall_patience") and not rules_.get("collapse_loss"):
-        return ("no stall or collapse rule: a run ends only at the target, a non-finite loss or the cap "
-                "(docs/beyond.md, amendment of 2026-11-27)")
-    return (f"the stall rule with a patience of {rules_.get('stall_patience', 0)} passes"
-            + (f" and the collapse rule at val_loss {rules_['collapse_loss']:g}" if rules_.get("collapse_loss") else ""))
-
-
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     sweep, paper, host, batch = b.record["batch_sweep"], b.clocks["paper"], b.clocks["host"], b.cfg.batch_size
     (out / "batch_sweep.json").write_text(json.dumps(sweep, indent=2))
@@ -379,5 +334,5 @@ def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
                       "s, the paper's clock, median", "s, this host's clock, median"], rows)
     return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                stopping=_sweep_stopping(b.record), answer=" ".join(said), table=table, comparisons="\n".join(tables),
+                stopping=b.record.get("sweep_stopping"), answer=" ".join(said), table=table, comparisons="\n".join(tables),
                 median=against_n.sweep_caption(by_rule))
