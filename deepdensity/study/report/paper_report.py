@@ -24,7 +24,7 @@ from deepdensity.study.report.figures import (collapse_figure, efficiency_figure
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
                                              pyplot, target_source, time_range, write_csv)
 from deepdensity.study.report.report_checks import (clock_fields, host_latency, isa_stability, real_strong,
-                                                    rules_when, stack_stability, stall_check, where_runs_ran)
+                                                    rules_when, stack_stability, where_runs_ran)
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")
@@ -43,8 +43,8 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
-    fields["warmup_line"] = ("Warmup, as our runs have it: " + warmup_holds_to(evidence) + ".\n\n"
-                             + stall_check(record) + "\n\n" + where_runs_ran(record, cells, entries or []))
+    fields.update(warmup_holds_to=warmup_holds_to(evidence), stall_check=record.get("stall_check"),
+                  where_runs_ran=where_runs_ran(record, cells, entries or []))
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
@@ -171,7 +171,7 @@ def _header_fields(record: dict, claims: list) -> dict:
             "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
-            "isa_stability": isa_stability(record, claims) + "\n\n" + stack_stability(record, claims)}
+            "isa_stability": isa_stability(record, claims), "stack_stability": stack_stability(record, claims)}
 
 
 def _interim(provenance: dict) -> bool:
@@ -261,12 +261,10 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
     collapse = md_table(["global batch", "(peak) lr", "schedule", "modes", "runs", "missed the target", "share"],
                         [[b, f"{lr:g} x eta = {lr * eta:.4g}", sched, ", ".join(modes), runs, missed,
                           f"{missed / runs:.0%}"] for b, lr, sched, modes, runs, missed in groups])
-    margins = ("By global batch alone: " + "; ".join(f"{b}: {m} of {r}" for b, r, m in failure_margins(groups, 0))
-               + ".\nBy (peak) lr alone: " + "; ".join(f"{lr:g} x eta: {m} of {r}"
-                                                     for lr, r, m in failure_margins(groups, 1)) + ".\n")
     return {"table1": tables[0], "table2": tables[1],
             "convergence_table": md_table(["mode"] + [f"N={n}" for n in workers], conv_rows),
             "target_6": fmt(record["target"], 6), "collapse_6": fmt(record["collapse_loss"], 6),
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",
-            "batch": record["settings"]["batch_size"], "collapse_table": collapse, "collapse_margins": margins}
+            "batch": record["settings"]["batch_size"], "collapse_table": collapse,
+            "by_batch": failure_margins(groups, 0), "by_lr": failure_margins(groups, 1)}

@@ -1,6 +1,5 @@
 """The checks REPORT.md states beside its claims: when the rules were fixed against when the runs
-were trained (`rules_when`), what the runs the stall rule stopped did when trained on to the cap
-(`stall_check`), where the runs were trained (`where_runs_ran`), whether the verdicts hold under
+were trained (`rules_when`), where the runs were trained (`where_runs_ran`), whether the verdicts hold under
 another instruction set or stack (`isa_stability`, `stack_stability`), and strong scaling run for
 real beside its derivation from the sequential run (`real_strong`); each from the record and the
 ledger's entries. And REPORT.md's section on the clock (`clock_fields`, `host_latency`)."""
@@ -9,7 +8,6 @@ from __future__ import annotations
 import statistics
 
 from deepdensity.scaling import policies
-from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, ledger
 from deepdensity.study.core.cells import outcome
 from deepdensity.study.core.clocks import clock_controller, describe_allreduce, model_epoch, shared_host_epoch
@@ -48,24 +46,6 @@ def rules_when(record: dict, cells: list, entries: list) -> str:
             f"cells, {len(found) - before} were trained after that and {before} before it (runs of earlier studies "
             f"reused from the ledger, which the rules' authors had seen)"
             + (f"; {unknown} are not in the ledger beside this record" if unknown else ""))
-
-
-def stall_check(record: dict) -> str:
-    """What the runs the stall rule stopped did when trained again to the cap with the rule off."""
-    rows = record.get("stall_check")
-    if rows is None:
-        return "The stall rule was not checked with runs in this record (docs/decision-rules.md asks for it)."
-    if not rows:
-        return ("The stall rule, checked: it stopped no run that is trained on its own (strong scaling, read off "
-                "the sequential runs, is not continued).")
-    reached = [r for r in rows if r["status"] == RunStatus.REACHED]
-    listing = "; ".join(f"{r['mode']} N = {r['n']} seed {r['seed']}: stopped after {r['stopped_after']} epochs, "
-                        f"to the cap {r['status']} after {r['epochs']}" for r in rows)
-    verdict = ("so the rule ended runs that would have reached the target: those count as reached above, and the "
-               "rule is wrong for this study" if reached else
-               "so none of the runs checked would have reached the target")
-    return (f"The stall rule, checked: of {len(rows)} run(s) it stopped, trained again to the cap with the rule off, "
-            f"{len(reached)} reached the target, {verdict} ({listing}).")
 
 
 def where_runs_ran(record: dict, cells: list, entries: list) -> str:
@@ -203,10 +183,6 @@ def _controller_cell(row: dict) -> str:
 # (`host_latency`).
 def clock_fields(record: dict, cfg) -> dict:
     t, n_train, n_val = record["timing"], record["n_train"], record["n_val"]
-    emulated = ("one process following N workers (`train.py --emulate-workers N`: same global batch, lr "
-                "schedule and data order as N Horovod workers; checked against real `horovodrun -np 2` by the "
-                "tests). Strong scaling at every N takes the sequential run's path, which a test shows "
-                "`horovodrun -np 2` follows")
     k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
     # the fit is non-negative: a latency of 0 where c log2 n alone passes through the allreduces measured
     latency = ("" if not t["allreduce_latency_s"] else
@@ -228,7 +204,7 @@ def clock_fields(record: dict, cfg) -> dict:
         shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         device = model_epoch(t, policies.STRONG, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         rows += f"| {n} | {real:.2f} | {shared:.2f} | {shared / real - 1:+.1%} | {device:.2f} |\n"
-    return {"convergence_source": "real multi-worker runs" if record["runner"] else emulated, "time_model": model,
+    return {"time_model": model,
             "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",
             "allreduce_times": _allreduce_times(t)}
