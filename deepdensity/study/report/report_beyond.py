@@ -278,7 +278,7 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     (out / "filtering.json").write_text(without_machine_paths(json.dumps({"filter": facts, "runs": filtering["rows"]},
                                                                          indent=2)))
     against_n.filter_figure(out / "fig8.png", groups, paper, plt)
-    rows, said, tables, helped = [], [], [], []
+    rows, judged, tables, helped = [], [], [], []
     for mode, n, by_data in groups:
         for d, (cs, base) in by_data.items():
             passes = ", ".join(f"{v:.4g}" if math.isfinite(v) else "-" for v in bv.values(cs, bv.PASSES, base))
@@ -287,19 +287,13 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
         answers[f"{mode} N = {n}"] = answers_of(j)
         if j["paper"] and all(r["verdict"] == bv.SHORTER for r in j["paper"].values()):
             helped.append(f"{mode} at N = {n}")
-        said.append(f"{mode} at N = {n}, network-filtered data against " + "; against ".join(
-            f"{'the full data' if k == 'full' else 'the random control'}: on passes {j['passes'][k]['verdict']}, under "
-            f"the paper's clock {r['verdict']}" for k, r in j["paper"].items()) + ".")
+        judged.append((mode, n, j))
         tables.append(comparison_table(j, lambda k, mode=mode: f"{mode}, network vs {k}", "network"))
-    head = ("Yes for " + ", ".join(helped) + ": the network-filtered data reached the target measurably sooner than "
-            "both the full data and the random control under the paper's clock." if helped else
-            "No measurable gain: for no mode tested were the network-filtered data measurably sooner than both the "
-            "full data and the random control under the paper's clock.")
     table = md_table(["mode", "N", "data", "training cubes", "passes to target (per seed)", "passes, median",
                       "time to target (s, the paper's clock), median"], rows)
     ran = [c for _, _, g in groups for cs, _ in g.values() for c in cs]
     table += _passes_note(ran, b.base, "the filter's runs")
-    return fill("filtering.md", answer=" ".join([head] + said), pca=facts.get("pca_components"),
+    return fill("filtering.md", helped=helped, judged=judged, pca=facts.get("pca_components"),
                 perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
                 eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
                 n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
