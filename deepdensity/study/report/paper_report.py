@@ -23,8 +23,8 @@ from deepdensity.study.report.figures import (collapse_figure, efficiency_figure
                                               sweep_figure, warmup_figure)
 from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
                                              pyplot, target_source, time_range, write_csv)
-from deepdensity.study.report.report_checks import (clock_fields, host_latency, isa_stability, real_strong,
-                                                    rules_when, stack_stability, where_runs_ran)
+from deepdensity.study.report.report_checks import (clock_fields, host_latency, real_strong, rechecked, rules_when,
+                                                    where_runs_ran)
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")
@@ -156,6 +156,7 @@ def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, t
 
 def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
+    isa, stack = record.get("isa_check"), record.get("stack_check")     # a seed run again, or None
     others = [c for c in clocks.JUDGED if c.name != clocks.PAPER]
     claims_md = md_table(["claim", "paper", "rule", "ours", f"verdict ({clocks.label(clocks.PAPER)})",
                           "failure = collapsed or non-finite", *(c.label for c in others), "break-even (rho)",
@@ -171,7 +172,9 @@ def _header_fields(record: dict, claims: list) -> dict:
             "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": claims_md,
             "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
-            "isa_stability": isa_stability(record, claims), "stack_stability": stack_stability(record, claims)}
+            "isa_check": isa, "stack_check": stack,
+            "isa_again": isa and rechecked(record, claims, isa, f"under {isa['isa']}"),
+            "stack_again": stack and rechecked(record, claims, stack, f"on TF {stack['stack'].split()[1].rstrip(',')}")}
 
 
 def _interim(provenance: dict) -> bool:

@@ -1,8 +1,8 @@
 """The checks REPORT.md states beside its claims: when the rules were fixed against when the runs
-were trained (`rules_when`), where the runs were trained (`where_runs_ran`), whether the verdicts hold under
-another instruction set or stack (`isa_stability`, `stack_stability`), and strong scaling run for
-real beside its derivation from the sequential run (`real_strong`); each from the record and the
-ledger's entries. And REPORT.md's section on the clock (`clock_fields`, `host_latency`)."""
+were trained (`rules_when`), where the runs were trained (`where_runs_ran`), whether the verdicts
+hold under another instruction set or stack (`rechecked`; templates/report.md says what was
+checked), and strong scaling run for real beside its derivation from the sequential run
+(`real_strong`); each from the record and the ledger's entries. And REPORT.md's section on the clock (`clock_fields`, `host_latency`)."""
 from __future__ import annotations
 
 import statistics
@@ -71,37 +71,11 @@ def where_runs_ran(record: dict, cells: list, entries: list) -> str:
         (f"\n{missing} run(s) are not in the ledger beside this record.\n" if missing else "")
 
 
-def isa_stability(record: dict, claims: list) -> str:
-    """Whether each verdict holds under another instruction set (the preset's isa_check), or a
-    plain statement that it was not checked."""
-    env, check = record["environment"], record.get("isa_check")
-    if not check:
-        return (f"Stability across machines: not checked for any verdict. No cell was re-run under another oneDNN "
-                f"instruction set (`ONEDNN_MAX_CPU_ISA`) in this invocation; the runs used {env['onednn_isa']}. "
-                f"Another instruction set rounds differently and converging runs drift by up to a few per cent "
-                f"(docs/protocol.md, 'Determinism'), so a verdict resting on a run near the target or near a decision "
-                f"boundary may change on another CPU.")
-    isa, seed = check["isa"], check["seed"]
-    return (f"Stability across machines: seed {seed} of every trained cell (and its sequential run) was run again "
-            f"in this invocation with oneDNN and the rendering kernel capped at {isa} (`ONEDNN_MAX_CPU_ISA`; the "
-            f"study ran on {env['onednn_isa']}), and every claim judged again with those runs in place of seed "
-            f"{seed}'s: {_rerun_outcomes(record['cells'], check, record['collapse_loss'])}\n\n"
-            + _verdicts_again(record, claims, check, f"under {isa}"))
-
-
-def stack_stability(record: dict, claims: list) -> str:
-    """Whether each verdict holds on another stack (repro --stack-check VENV), or a plain
-    statement that it was not checked."""
-    check = record.get("stack_check")
-    if not check:
-        return ("Stability across stacks: not checked for any verdict. No cell was re-run on another TensorFlow and "
-                "Keras in this invocation (`repro --stack-check VENV`, docs/install.md); the table of where the runs "
-                "were trained, below, says which stack trained each.")
-    seed = check["seed"]
-    return (f"Stability across stacks: seed {seed} of every trained cell (and its sequential run) was run again "
-            f"in this invocation on {check['stack']} (`--stack-check {check['venv']}`), and every claim judged again "
-            f"with those runs in place of seed {seed}'s: {_rerun_outcomes(record['cells'], check, record['collapse_loss'])}"
-            f"\n\n" + _verdicts_again(record, claims, check, f"on TF {check['stack'].split()[1].rstrip(',')}"))
+def rechecked(record: dict, claims: list, check: dict, how: str) -> dict:
+    """What a check that ran one seed again (under another instruction set, on another stack) found:
+    how the re-run cells' outcomes compare with the study's, and every claim judged again."""
+    return {"outcomes": _rerun_outcomes(record["cells"], check, record["collapse_loss"]),
+            "verdicts": _verdicts_again(record, claims, check, how)}
 
 
 def _verdicts_again(record: dict, claims: list, check: dict, how: str) -> str:
