@@ -35,6 +35,7 @@ from deepdensity.data.cubes import DataError, load_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output, hdf5_atomic
+from deepdensity.utils.plots import pyplot, save_figure
 
 
 MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
@@ -143,9 +144,7 @@ def figure_paths(out: Path) -> list:
 
 def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray,
              dropped: np.ndarray) -> list:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = figure_paths(out)
     fig, ax = plt.subplots(figsize=(6, 5.4))
@@ -159,9 +158,7 @@ def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, c
     ax.set(title=f"t-SNE of the encoder's y: {len(clusters)} DBSCAN clusters (eps {eps:.3g})",
            xlabel="t-SNE 1", ylabel="t-SNE 2")
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths[0], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths[0])
 
     shown = dropped[:64]
     cols = 8
@@ -174,9 +171,7 @@ def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, c
         ax.imshow(cube[cube.shape[0] // 2] if cube.ndim == 3 else np.atleast_2d(cube), cmap="gray", vmin=0, vmax=1)
         ax.set_title(str(i), fontsize=6)
     fig.suptitle(f"central slices of the dropped training cubes ({len(shown)} of {len(dropped)} shown)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(paths[1], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths[1])
     return paths
 
 

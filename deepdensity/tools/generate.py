@@ -29,6 +29,7 @@ from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output
 from deepdensity.utils.machine import check_fits_in_memory
+from deepdensity.utils.plots import pyplot, save_figure
 
 
 SCHEMES = ("interpolate", "perturb")
@@ -130,9 +131,7 @@ def generate(args) -> None:
 
 def _figure(path: Path, real: np.ndarray, made: np.ndarray, sources: list, shown: int = 6) -> None:
     """Central slices: each generated cube after the real one(s) it came from."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     def centre(c):
         return c[c.shape[0] // 2] if c.ndim == 3 else c if c.ndim == 2 else c[None]
@@ -148,9 +147,7 @@ def _figure(path: Path, real: np.ndarray, made: np.ndarray, sources: list, shown
             if img is not None:
                 ax.imshow(centre(img), cmap="gray", vmin=0, vmax=1)
                 ax.set_title(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

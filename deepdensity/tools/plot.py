@@ -15,7 +15,8 @@ from pathlib import Path
 from deepdensity.training.runs import read_metrics
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import UserError, command
-from deepdensity.utils.files import atomic_path, check_output
+from deepdensity.utils.files import check_output
+from deepdensity.utils.plots import pyplot, save_figure
 
 
 class RunError(UserError):
@@ -60,9 +61,7 @@ def load_run(folder: Path) -> tuple:
 
 def draw(runs: dict, out: Path, note: str = "") -> None:
     """One row per x axis (epochs, passes), columns: losses and lr; one colour per run."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="col")
     targets = set()
@@ -89,10 +88,7 @@ def draw(runs: dict, out: Path, note: str = "") -> None:
         fig.suptitle(note, color="firebrick", fontsize=9)
     axes[0, 1].set_title("learning rate")
     axes[0, 1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
-    fig.tight_layout()
-    with atomic_path(out, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 @command

@@ -22,9 +22,9 @@ from deepdensity.scaling import policies
 from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import median_time
 from deepdensity.study.judge import beyond_verdicts as bv
-from deepdensity.study.report.figures import (clock_label, LEGEND_OUTSIDE, line_stretches, log_y_labels, plain_ticks,
-                                              save_figure, spot)
+from deepdensity.study.report.figures import clock_label, line_stretches, spot
 from deepdensity.study.report.render import cells_at
+from deepdensity.utils.plots import LEGEND_OUTSIDE, log_y_labels, plain_ticks, save_figure
 
 
 SEQUENTIAL_STYLE = ("0.3", "D")
@@ -187,7 +187,7 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.12, which="minor")
     ax.legend(**LEGEND_OUTSIDE)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, clock=None, base=None) -> None:
@@ -290,7 +290,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots"
                  + ("; open: passes only bounded" if bounds else "") + "), median (bar, where every seed reached);\n"
                  "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -> None:
@@ -332,7 +332,7 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     plain_ticks(bottom.xaxis, batches)
     bottom.set_xlim(min(batches) / 2 ** 0.5, max(batches) * 2 ** 0.8)       # room for the last "missed / seeds"
     top.legend(**LEGEND_OUTSIDE)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def several_seeds(by_rule: dict) -> bool:
@@ -376,4 +376,4 @@ def adaptive_figure(path: Path, cells: list, run_rows: dict, target: float, plt)
         log_y_labels(ax)
     if runs:
         top.legend(**{**LEGEND_OUTSIDE, "fontsize": 7})
-    save_figure(fig, path, plt)
+    save_figure(fig, path)

@@ -1,5 +1,6 @@
-"""The default study's figures, drawn from its record alone, and the axes, clocks and legends
-every figure of the study shares. Every figure shows every seed (or says which it shows) as a dot
+"""The default study's figures, drawn from its record alone, and the clock names and spacing
+every figure of the study shares (the axes and legends every figure of the project shares are
+utils/plots.py's). Every figure shows every seed (or says which it shows) as a dot
 and a median as a line, draws a run that missed the target in a panel of its own (never at a data
 height), names the clock on every time axis, and keeps its legend outside the axes so that no
 line crosses it. Fig. 2, time to target against N, is against_n.py's, the beyond study's drawing.
@@ -19,16 +20,7 @@ from deepdensity.study.core import clocks, curves as run_curves
 from deepdensity.study.core.cells import efficiency_table, seconds_of_passes, timed_under
 from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.report.render import cells_at
-
-
-LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
-
-
-def save_figure(fig, path: Path, plt) -> None:
-    """Laid out, written at the reports' resolution, and closed."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+from deepdensity.utils.plots import LEGEND_OUTSIDE, log_y_labels, plain_ticks, save_figure
 
 
 def clock_name(cells: list, clock=None) -> str:
@@ -47,60 +39,6 @@ def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
         return name
     return {"pass": f"{name}, passes x s/pass", "pass_at_n": f"{name}, passes x s/pass at N",
             "epoch": f"{name}, epochs x s/epoch at N"}[unit]
-
-
-def plain_ticks(axis, ticks) -> None:
-    """Log axis labelled at `ticks` in plain numbers, with no minor labels ("9 x 10^-1")."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
-    axis.set_major_locator(FixedLocator(list(ticks)))
-    axis.set_major_formatter(ScalarFormatter())
-    axis.set_minor_locator(NullLocator())
-    axis.set_minor_formatter(NullFormatter())
-
-
-def log_y_labels(ax) -> None:
-    """A log y axis labelled in plain numbers ("10, 15, 20, 30", "0.002, 0.003") at every decade
-    and in between, as densely as its span leaves room for; never "2.8 x 10^1". Its limits are
-    widened to the nearest labelled values, so that every datum lies between two labels. Call it
-    once the data are drawn: the span sets the density."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    lo, hi = ax.get_ylim()
-    subs = _log_subs(lo, hi)            # the data's span sets the density, the widened one keeps it
-    if lo > 0 and hi > lo:
-        ax.set_ylim(_labelled_below(lo, subs), _labelled_above(hi, subs))
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(float(s) for s in range(1, 10))))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _log_subs(lo: float, hi: float) -> tuple:
-    """Where within a decade a log axis from `lo` to `hi` is labelled: a span under about a
-    decade (the study's times, its losses) would otherwise get one or two labels."""
-    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
-    return ((1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades <= 0.6
-            else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 3.0, 5.0) if decades <= 2.2
-            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,))
-
-
-def _labelled(v: float, subs: tuple) -> list:
-    """The labelled values of the decades around `v`, ascending."""
-    d = math.floor(math.log10(v))
-    return [s * 10.0 ** k for k in (d - 1, d, d + 1) for s in subs]
-
-
-def _labelled_below(lo: float, subs: tuple) -> float:
-    """The largest labelled value at or below `lo` (`lo` itself where it is not positive)."""
-    if not lo > 0:
-        return lo
-    return max(t for t in _labelled(lo, subs) if t <= lo * (1 + 1e-9))
-
-
-def _labelled_above(hi: float, subs: tuple) -> float:
-    """The smallest labelled value at or above `hi`."""
-    if not hi > 0:
-        return hi
-    return min(t for t in _labelled(hi, subs) if t >= hi * (1 - 1e-9))
 
 
 def line_stretches(segments: list) -> list:
@@ -149,7 +87,7 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, 
     axes[1][-1].legend(**LEGEND_OUTSIDE)
     fig.suptitle("Efficiency: ours (filled, solid), the paper's Tables I-II (open, dashed); "
                  "above: cells with no efficiency", fontsize=10)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def _efficiency_panel(strip, ax, cells: list, modes, workers) -> None:
@@ -211,7 +149,7 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     ax.grid(alpha=0.3, which="both")
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="share of runs that missed the target", pad=0.02)
     ax.legend(loc="upper left", fontsize=7)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def figure1(path: Path, slices: dict, plt) -> None:
@@ -228,7 +166,7 @@ def figure1(path: Path, slices: dict, plt) -> None:
     axes[0, 0].set_ylabel("input")
     axes[1, 0].set_ylabel("DeepDensity")
     fig.suptitle("Central slices: input cubes and rendered mixtures (first seed's sequential model)")
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def sweep_figure(path: Path, sweep: dict, plt) -> None:
@@ -254,7 +192,7 @@ def sweep_figure(path: Path, sweep: dict, plt) -> None:
     log_y_labels(ax)
     ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 MARKERS = "osD^vP*X"
@@ -340,7 +278,7 @@ def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves
     log_y_labels(ax)
     ax.grid(alpha=0.3, which="both")
     ax.legend(**LEGEND_OUTSIDE)
-    save_figure(fig, path, plt)
+    save_figure(fig, path)
 
 
 def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional[dict] = None) -> None:
@@ -382,4 +320,4 @@ def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional
     if recorded:
         ax2.legend(**LEGEND_OUTSIDE)
     ax.legend(fontsize=8, loc="best")
-    save_figure(fig, path, plt)
+    save_figure(fig, path)

@@ -71,13 +71,6 @@ def cost_line(p: dict, besides: str) -> str:
             f"{p['parallel_runs']} at a time, {besides} included where they ran.")
 
 
-def pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
 # Markdown, not HTML: nothing to escape. A field the template names and the caller did not pass
 # is an error, not an empty string; block tags take their line's newline and indent with them, so
 # that an {% if %} on a line of its own leaves no blank line behind.
