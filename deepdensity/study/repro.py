@@ -167,8 +167,7 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
-    from deepdensity.study.run.timing import clock_cpus
-    from deepdensity.study.run.timing import current_timing
+    from deepdensity.study.run.timing import clock_cpus, current_timing
     threads = study.runs.intra_op_threads
     per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
     clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]

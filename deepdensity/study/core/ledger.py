@@ -139,6 +139,15 @@ def answer(entry: dict, stopping: dict) -> Optional[dict]:
     return {"result": result, "rows": rows, "val_losses": entry["val_losses"][:epochs]}
 
 
+def seconds_a_pass(entry: dict) -> Optional[float]:
+    """The seconds a pass of the entry's run took on its own clock; None without a timed row."""
+    rows = entry.get("rows")
+    if not rows or not rows[-1].get("seconds"):
+        return None
+    passes_an_epoch = curves.passes_per_epoch(entry["n"], curves.epoch_definition(entry["config"]))
+    return rows[-1]["seconds"] / (len(rows) * passes_an_epoch)
+
+
 class Ledger:
     """The entries of every ledger file read (this runs folder's, the committed one, others
     given), answering requests; new entries are appended to `own`, one line each, as runs end."""
@@ -169,9 +178,7 @@ class Ledger:
 
     def pass_seconds(self) -> Optional[float]:
         """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
-        per = sorted(e["rows"][-1]["seconds"] / (len(e["rows"]) * curves.passes_per_epoch(
-            e["n"], curves.epoch_definition(e["config"])))
-            for e in self.entries if e.get("rows") and e["rows"][-1].get("seconds") and not e["isa_cap"])
+        per = sorted(s for s in map(seconds_a_pass, (e for e in self.entries if not e["isa_cap"])) if s)
         return round(per[len(per) // 2], 3) if per else None
 
     def append(self, entry: dict) -> None:

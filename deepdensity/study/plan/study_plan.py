@@ -144,15 +144,15 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
         return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
                 f"{_uncounted(study)}"]
     every = sorted(pass_s.values())
-    priced = [(passes, _median([pass_s[r] for r in like if r in pass_s] or every)) for _, passes, like, _ in missing
-              if passes is not None] if every else []
+    priced = [(passes, statistics.median_low([pass_s[r] for r in like if r in pass_s] or every))
+              for _, passes, like, _ in missing if passes is not None] if every else []
     total = sum(passes for _, passes, _, _ in missing if passes is not None)
     unknown = sum(passes is None for _, passes, _, _ in missing)
     at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
     cost = f"about {total:.0f} passes"
     if priced:
         by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
-        cost += (f", {hours_here(priced, parallel):.1f} h here at {_median(every):.2f} s a pass{by_batch} "
+        cost += (f", {hours_here(priced, parallel):.1f} h here at {statistics.median_low(every):.2f} s a pass{by_batch} "
                  f"and {parallel} at a time")
     if at_cap:
         cost += f"; {at_cap} of them taken at the cap ({cap} epochs), no run of their kind being on record"
@@ -179,7 +179,7 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
     sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
     sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
-    from deepdensity.study.core import curves, ledger
+    from deepdensity.study.core import ledger
     stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
                 "collapse_loss": earlier["collapse_loss"] if study.runs.collapse_patience else 0.0,
                 **{k: getattr(study.runs, k) for k in ("stall_patience", "stall_near", "stall_near_patience",
@@ -195,19 +195,14 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
         got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
         if got is not None:
             held[e["run"]] = (e, got["result"])
-        if e.get("rows") and e["rows"][-1].get("seconds"):
-            passes = len(e["rows"]) * curves.passes_per_epoch(e["n"], curves.epoch_definition(e["config"]))
-            pass_s[e["run"]] = e["rows"][-1]["seconds"] / passes
+        if (seconds := ledger.seconds_a_pass(e)) is not None:
+            pass_s[e["run"]] = seconds
     return held, pass_s
 
 
 def _same_lr(recorded, lr: float) -> bool:
     """Is a ledger entry's base_lr this lr? (An lr search's entry may hold a name, not a number.)"""
     return isinstance(recorded, (int, float)) and math.isclose(recorded, lr, rel_tol=1e-12)
-
-
-def _median(values: list) -> float:
-    return statistics.median_low(values)
 
 
 def _missing_cells(study: Study, held: dict, cap: int) -> list:

@@ -79,7 +79,7 @@ def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple,
     (inf) as crosses on `strip` at `row` with "missed / seeds"; where every seed reached, the
     median as a bar from bar[0] to bar[1] under the dots (none for a lone seed: it is its dot).
     `low`, each seed's least possible value (`least`): a seed above its own is only a bound, drawn
-    open with a line down to it. Returns the median, else None."""
+    open with a line down to it. `strip` None: the misses are not drawn. Returns the median, else None."""
     color, marker = style
     low = values if low is None else low
     hit = [(x, v, lo) for x, v, lo in zip(xs, values, low) if math.isfinite(v)]
@@ -92,7 +92,7 @@ def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple,
         ax.vlines(bx, blo, by, color=color, lw=1.0, zorder=4)
         ax.scatter(bx, by, facecolors="white", edgecolors=color, marker=marker, s=20, linewidths=1.2, zorder=5)
     miss = [x for x, v in zip(xs, values) if not math.isfinite(v)]
-    if miss:
+    if miss and strip is not None:
         strip.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
         strip.annotate(f"{len(miss)}/{len(values)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
                        fontsize=8, color=color)
@@ -308,7 +308,8 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
                 vals = bv.values(cs, bv.at_batch(which, b), base)
                 any_missed |= ax is top and any(not math.isfinite(v) for v in vals)
                 xs = [spot(b, i, len(by_rule), j, len(cs)) for j in range(len(cs))]
-                med = seeds(ax, strip if ax is top else _Nowhere(), xs, vals, style, i,
+                # the misses of the time panel are the passes panel's: drawn once, in the strip
+                med = seeds(ax, strip if ax is top else None, xs, vals, style, i,
                             (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04))
                 medians.append((spot(b, i, len(by_rule)), med))
             for k, stretch in enumerate(line_stretches(medians)):
@@ -344,16 +345,6 @@ def sweep_caption(by_rule: dict) -> str:
     """How fig9's caption names its medians: a bar only where some cell has more than one seed."""
     return ("the median a bar and a line where every seed reached" if several_seeds(by_rule) else
             "one seed a batch and rule, so no median bar, joined by a line where it reached")
-
-
-class _Nowhere:
-    """A strip that draws nothing: the misses of the time panel are the passes panel's."""
-
-    def scatter(self, *args, **kwargs) -> None:
-        pass
-
-    def annotate(self, *args, **kwargs) -> None:
-        pass
 
 
 def adaptive_figure(path: Path, cells: list, run_rows: dict, target: float, plt) -> None:

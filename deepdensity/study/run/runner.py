@@ -78,11 +78,6 @@ class StudyRunner:
         left = self.budget_end - now
         return spent + (f", {fmt_s(left)} of the budget left" if left > 0 else ", the budget is spent")
 
-    def summary(self, wall_s: float) -> str:
-        """What this invocation did, for the reports: its time and the runs it trained or reused."""
-        return (f"this invocation took {wall_s / 60:.1f} min, trained {len(self.trained)} run(s) and reused "
-                f"{len(self.reused - self.trained)} finished earlier")
-
     def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False,
             continue_from: Optional[str] = None) -> dict:
         """Run `name` with `settings`; a run the ledger holds is reused (its folder written from

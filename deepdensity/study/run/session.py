@@ -74,9 +74,6 @@ class StudyRun:
     collapse_loss: float
     t_start: float
 
-    def invocation(self) -> str:
-        return self.runner.summary(time.perf_counter() - self.t_start)
-
     def elapsed(self) -> str:
         return fmt_s(time.perf_counter() - self.t_start)
 

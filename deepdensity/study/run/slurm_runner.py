@@ -188,9 +188,6 @@ def _read_record(path: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-# The Slurm lines of a study's plan (`repro --executor slurm`, and its --dry-run): where
-# each stage runs, the jobs (how many, how large, their script), what they may cost, and whether
-# this host can submit them. Submits nothing and writes nothing.
 def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Optional[str], no_train: bool,
                unavailable: Optional[str], earlier: Optional[dict], missing: Optional[int] = None) -> list:
     """What `repro --executor slurm` will submit, for the plan (and --dry-run): where each stage
@@ -279,8 +276,7 @@ def _clock_job(name: str, jobs: "SlurmRunner", options: SlurmOptions, runs: Path
     """([the plan's line for the clock's job], its CPUs): the first of the study's jobs, none
     (0 CPUs) when the runs folder holds this clock's timing.json."""
     from deepdensity.study.plan.study_plan import CLOCK_MINUTES
-    from deepdensity.study.run.timing import clock_cpus, CLOCK_JOB, CLOCK_PROCESSES
-    from deepdensity.study.run.timing import current_timing
+    from deepdensity.study.run.timing import clock_cpus, CLOCK_JOB, CLOCK_PROCESSES, current_timing
     if current_timing(runs) is not None:
         return [f"  Slurm clock job: none, {runs / 'timing.json'} holds this clock (the study submits nothing for it)"], 0
     cpus = clock_cpus(options, jobs.threads)
