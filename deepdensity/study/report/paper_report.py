@@ -149,7 +149,7 @@ def _fig2_caption(cells: list, study: Study, timed: dict) -> str:
 
 
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
-    """The $fields of templates/report.md; `tables` are Tables I and II in markdown."""
+    """The fields of templates/report.md; `tables` are Tables I and II in markdown."""
     return {**_header_fields(record, claims), **_rules_fields(record, study),
             **_settings_fields(record, study, cfg), **clock_fields(record, cfg),
             **_result_fields(record, study, cells, tables)}

@@ -135,7 +135,7 @@ def _passes_note(cells: list, base, whose: str) -> str:
 
 
 def _fields(b: Beyond, judged: dict) -> dict:
-    """The $fields of templates/beyond.md but the time table."""
+    """The fields of templates/beyond.md but the time table."""
     r, cfg, p, env = b.record, b.cfg, b.record["provenance"], b.record["environment"]
     host = b.clocks["host"].clock
     s, rho = clocks.fit_table1(PAPER_TABLE1)
