@@ -7,6 +7,8 @@ their last digit; the rest at rel 1e-9, the rounding of a few float operations."
 import json
 import math
 import statistics
+import tempfile
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -110,7 +112,9 @@ def _fig2_axes(record, **clock):
     ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
     plt.subplots.return_value = (mock.MagicMock(), (mock.MagicMock(), ax))
     study = study_of(record)
-    time_to_target_figure(REPORTS / "unused.png", claims.cells_of(record), study.modes, study.workers, plt, **clock)
+    with tempfile.TemporaryDirectory() as folder:      # save_figure writes a file even for a stand-in figure
+        time_to_target_figure(Path(folder) / "unused.png", claims.cells_of(record), study.modes, study.workers, plt,
+                              **clock)
     return ax
 
 
@@ -197,7 +201,7 @@ def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(rec
             assert len(r.points) == r.cell.epochs
 
 
-def test_the_efficiency_figure_draws_one_clock_a_panel(record):
+def test_the_efficiency_figure_draws_one_clock_a_panel(record, tmp_path):
     """fig_efficiency's left panel is Table I's efficiencies (this host's clock), its right one
     the same on the paper's clock, from the times the claims judge under it; each panel names
     its clock."""
@@ -208,7 +212,7 @@ def test_the_efficiency_figure_draws_one_clock_a_panel(record):
     axes = [[mock.MagicMock(), mock.MagicMock()], [mock.MagicMock(), mock.MagicMock()]]
     plt.subplots.return_value = (mock.MagicMock(), axes)
     study = study_of(record)
-    efficiency_figure(REPORTS / "unused.png", cells, study.modes, study.workers, plt, clock=paper,
+    efficiency_figure(tmp_path / "unused.png", cells, study.modes, study.workers, plt, clock=paper,
                       base=evidence.base)
 
     def strong(ax) -> list:

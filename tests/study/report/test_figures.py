@@ -17,7 +17,7 @@ def record():
     return json.loads((ROOT / "reports" / "study.json").read_text())
 
 
-def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(record):
+def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(record, tmp_path):
     warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)
     curves = {c.run: record["curves"][c.run] for c in warmup8}
     missed = {c.run: c.status for c in warmup8 if not c.reached}
@@ -27,7 +27,7 @@ def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(re
     ax.get_ylim.return_value = (0.0015, 0.007)
     plt.subplots.return_value = (mock.MagicMock(), (ax, ax2))
     plt.get_cmap.return_value = lambda i: f"C{i}"
-    warmup_figure(ROOT / "unused.png", curves, record["target"], plt, missed=missed)
+    warmup_figure(tmp_path / "unused.png", curves, record["target"], plt, missed=missed)
     loss = {call.kwargs["label"].split(" ")[0]: call.kwargs["color"] for call in ax.plot.call_args_list}
     lr = {call.kwargs["label"]: call.kwargs["color"] for call in ax2.plot.call_args_list}
     assert loss == {run: f"C{i}" for i, run in enumerate(curves)}
