@@ -178,7 +178,7 @@ class Ledger:
 
     def pass_seconds(self) -> Optional[float]:
         """The median seconds a pass took in the entries with rows (their runs' own clocks)."""
-        per = sorted(s for s in map(seconds_a_pass, (e for e in self.entries if not e["isa_cap"])) if s)
+        per = sorted(filter(None, (seconds_a_pass(e) for e in self.entries if not e["isa_cap"])))
         return round(per[len(per) // 2], 3) if per else None
 
     def append(self, entry: dict) -> None:

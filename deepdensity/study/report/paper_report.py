@@ -168,7 +168,7 @@ def _header_fields(record: dict, claims: list) -> dict:
     answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
                        [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
     return {"answers_table": answers, "interim": _interim(p), "name": record["preset"],
-            "runner": without_machine_paths(record["runner"]), "when": p["generated"],
+            "runner": without_machine_paths(record["runner"] or ""), "when": p["generated"],
             "command": without_machine_paths(p["command"]), "revision": p["revision"], "env": env,
             "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": claims_md,

@@ -36,7 +36,7 @@ from typing import Optional
 from deepdensity.scaling import policies
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
-                                              result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
+                                             result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import write_atomic
 

@@ -12,9 +12,9 @@ from submitit.core.utils import JobPaths, cloudpickle_dump
 
 from deepdensity.study.run import timing
 from deepdensity.study.run.runner import StudyRunner
-from deepdensity.training.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.study.run.timing import CLOCK_VERSION
+from deepdensity.training.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
 from deepdensity.utils.errors import StudyError
 from tests.training.test_slurm_jobs import fake_command
 

@@ -12,7 +12,7 @@ import pytest
 
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
-                                              SlurmOptions, Submitter, TrainJob)
+                                             SlurmOptions, Submitter, TrainJob)
 from deepdensity.utils.errors import StudyError
 from tests.support import ROOT
 from tests.training.test_slurm_jobs import fake_command
