@@ -19,7 +19,7 @@ setup(
     description="3D Gaussian-mixture autoencoder and its strong/weak scaling study under Horovod",
     packages=find_packages(include=["deepdensity", "deepdensity.*"]),
     # the study presets and report templates, so that `deepdensity repro` runs outside a checkout too
-    package_data={"deepdensity.study": ["presets/*.yaml", "templates/*.md"],
+    package_data={"deepdensity.study": ["presets/*.yaml", "templates/*.md", "templates/*.txt"],
                   # the rendering kernel's source: `python -m deepdensity.model.kernels.build` compiles it
                   "deepdensity.model.kernels": ["render.cc"]},
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},

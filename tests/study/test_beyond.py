@@ -460,7 +460,7 @@ def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
     """The record says which stopping rules the sweep ran under (docs/beyond.md, amendment of
     2026-11-27); a record made before it names none, and its runs had the study's stall rule
     (templates/batch_sweep.md)."""
-    from deepdensity.study.report.render import fill
+    from deepdensity.utils.templates import fill
 
     def said(stopping) -> str:
         text = " ".join(fill("batch_sweep.md", eta=1, batch=32, target=1, stopping=stopping, answer="", table="",

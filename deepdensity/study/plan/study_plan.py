@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.utils.templates import fill
 
 
 # The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
@@ -65,64 +66,19 @@ def _filter_runs(study: Study) -> list:
 
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
                earlier: Optional[dict] = None, executor: str = "local") -> list:
-    """The plan of one invocation, one line per stage, and what it should take. `executor`:
-    where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_runner.py plan_lines)."""
+    """The plan of one invocation, one line per stage, and what it should take (templates/plan.txt).
+    `executor`: where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_runner.py
+    plan_lines). `earlier`: the last record of this preset, for its wall time, where it has one."""
     cells = study.trained_cells(bool(real_runner))
-    seeds, seq_seeds = _ns(study.seeds), _ns(study.sequential_seeds())
-    lines = [f"plan for preset {name}: runs in {runs}, reports to {out}"]
-    step = iter(range(1, 20))
-    # the clock is measured under --runner too: the report models every cell's time with it
-    alone = "in one Slurm job on a compute node" if executor == "slurm" else "on this host"
-    lines.append(f"  {next(step)}. the clock: training steps and allreduces timed alone {alone} "
-                 f"(about {CLOCK_MINUTES[0]}-{CLOCK_MINUTES[1]} min)")
-    if study.base_lr == "edge":
-        lines.append(f"  {next(step)}. the lr search: sequential runs of {study.calibration_epochs} epochs on a "
-                     f"sqrt(2) grid, seeds {_ns(study.edge_seeds)}, until the edge of stability is found "
-                     f"(typically {2 * len(study.edge_seeds)}-{3 * len(study.edge_seeds)} runs)")
-    if study.calibration_seeds and study.target_loss is None:
-        lines.append(f"  {next(step)}. the target: sequential runs of seeds {_ns(study.calibration_seeds)}, "
-                     f"{study.calibration_epochs} epochs each (no cell uses them)")
-    derived = "" if real_runner else f"; strong scaling at N = {_ns(study.workers)} read off them"
-    lines.append(f"  {next(step)}. sequential runs: seeds {seq_seeds}{derived}")
-    more = (f"; then one more seed at a time, up to {study.max_seeds} a cell, while within "
-            f"{study.budget_minutes:g} min" if study.budget_minutes and study.max_seeds > len(study.seeds) else "")
-    lines.append(f"  {next(step)}. {len(cells) + study.doubles_eta()} trained cells ({_cells(cells)}"
-                 f"{'; the sequential model at 2 x eta' if study.doubles_eta() else ''}) at seeds {seeds}"
-                 f"{f' (2 x eta: {seq_seeds})' if study.doubles_eta() and seq_seeds != seeds else ''}{more}")
-    if study.stall_check:
-        lines.append(f"  {next(step)}. the stall rule checked: the runs it stopped, again to the cap with the rule "
-                     f"off (every one at N >= 16, and {study.stall_check} of the others, spread over their cells)")
-    if study.real_strong and not real_runner:
-        where = "as one Slurm job each" if executor == "slurm" else "on this host"
-        lines.append(f"  {next(step)}. strong scaling for real: horovodrun -np {_ns(study.real_strong)} {where}, "
-                     f"seed {study.sequential_seeds()[0]}, one at a time")
-    if study.isa_check and not real_runner:
-        lines.append(f"  {next(step)}. stability: seed {study.seeds[0]} of every trained cell again under another "
-                     f"instruction set (isa_check: {study.isa_check})")
-    if study.filter_modes:
-        lines.append(f"  {next(step)}. the data filter: {', '.join(study.filter_modes)} on full, filtered and "
-                     f"random data, seeds {seeds}")
-    if study.batch_sweep:
-        lines.append(f"  {next(step)}. the batch sweep: the sequential model at batches {_ns(study.batch_sweep)}, "
-                     f"at eta and at the linear rule's lr")
     fewest, most = run_counts(study, bool(real_runner))
-    lines.append(f"  runs: {fewest}" + (f" to {most}" if most > fewest else "") + " besides the lr search"
-                 + (f"; the budget for more seeds is {study.budget_minutes:g} min" if study.budget_minutes else ""))
-    lines.append("  " + _duration(earlier))
-    return lines
-
-
-def _duration(earlier: Optional[dict]) -> str:
-    """What the last study of this preset took, from its record, where there is one."""
     try:
-        p, env = earlier["provenance"], earlier["environment"]
-        # its runs' own minutes too: a study that reused its runs took minutes, not what training them takes
-        return (f"time: the last study of this preset took {p['wall_minutes']} min ({p['trained']} runs trained "
-                f"and {p['reused']} reused, {p['parallel_runs']} at a time; its runs' own clocks add up to "
-                f"{p['runs_minutes']} min) on {env['cpu']} ({env['cores']} cores, generated "
-                f"{p['generated']}); finished runs in the runs folder are reused")
+        last = {"p": earlier["provenance"], "env": earlier["environment"]}
     except (KeyError, TypeError):
-        return "time: no earlier study of this preset to go by; the budget above bounds the extra seeds"
+        last = None
+    text = fill("plan.txt", name=name, study=study, real_runner=real_runner, runs=runs, out=out, executor=executor,
+                clock_minutes=CLOCK_MINUTES, cells=cells, cells_named=_cells(cells), seeds=_ns(study.seeds),
+                seq_seeds=_ns(study.sequential_seeds()), fewest=fewest, most=most, last=last)
+    return text.splitlines()
 
 
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:

@@ -21,11 +21,12 @@ from deepdensity.study.record import config_of, study_of, time_base, without_mac
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
 from deepdensity.study.report.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
                                               sweep_figure, warmup_figure)
-from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, passes_listing,
+from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fmt, md_table, passes_listing,
                                              target_source, time_range, write_csv)
 from deepdensity.study.report.report_checks import (clock_fields, host_latency, real_strong, rechecked, rules_when,
                                                     where_runs_ran)
 from deepdensity.utils.plots import pyplot
+from deepdensity.utils.templates import fill
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
 TEXT_OUTPUTS = ("REPORT.md", "claims.json", "table1.md", "table1.csv", "table2.md", "table2.csv")

@@ -1,16 +1,13 @@
 """What the study's reports share: number and table formatting, the cells of one (mode, N),
-matplotlib, the host's description and the report templates (deepdensity/study/templates)."""
+what the study cost and what set its target. Their text is worded in deepdensity/study/templates
+(utils/templates.py)."""
 from __future__ import annotations
 
 import csv
 import math
 from pathlib import Path
 
-import jinja2
-
 from deepdensity.study.core.cells import median_time
-
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
 
 def fmt(x, digits=2, missing="NaN") -> str:
@@ -69,18 +66,6 @@ def cost_line(p: dict, besides: str) -> str:
             f"{p['runs_minutes']} min on their own clocks: training them all here from "
             f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
             f"{p['parallel_runs']} at a time, {besides} included where they ran.")
-
-
-# Markdown, not HTML: nothing to escape. A field the template names and the caller did not pass
-# is an error, not an empty string; block tags take their line's newline and indent with them, so
-# that an {% if %} on a line of its own leaves no blank line behind.
-ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                         autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-
-
-def fill(template: str, **fields) -> str:
-    """deepdensity/study/templates/`template` (jinja2) rendered with `fields`."""
-    return ENV.get_template(template).render(fields)
 
 
 def target_source(record: dict, epochs: int) -> str:

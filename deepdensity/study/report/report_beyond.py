@@ -24,9 +24,10 @@ from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.judge.contrasts import more_a_side, ratio_text
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report import against_n
-from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fill, fmt, md_table, target_source,
+from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fmt, md_table, target_source,
                                              time_range, write_csv)
 from deepdensity.utils.plots import pyplot
+from deepdensity.utils.templates import fill
 
 ORDER = (policies.STRONG, policies.WEAK, policies.LINEAR, policies.WARMUP, policies.ADAPTIVE, policies.LOCAL)
 
