@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves, stats
 from deepdensity.study.core.clocks import efficiency
@@ -63,7 +63,7 @@ class TimeBase:
     """What turns epochs to target into seconds under a clock: the data and the epoch."""
     n_train: int
     n_val: int
-    definition: str = "per_worker"
+    definition: str = rules.PER_WORKER
 
 
 def median_time(times: list) -> Optional[float]:

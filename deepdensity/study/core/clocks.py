@@ -308,7 +308,7 @@ def fit_latency_and_per_doubling(allreduce_s: dict) -> tuple:
 
 def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sample_s: float,
                         allreduce_per_doubling_s: float, eval_per_sample_s: float,
-                        definition: str = "per_worker", allreduce_latency_s: float = 0.0,
+                        definition: str = rules.PER_WORKER, allreduce_latency_s: float = 0.0,
                         epoch_overhead_s: float = 0.0) -> float:
     """Seconds of one epoch of plan `p` (policies.ScalingPlan) on p.workers workers, each its
     own device, built from per-step parts:

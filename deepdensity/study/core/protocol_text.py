@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 
 
 # The default study's decision rules (docs/decision-rules.md), as its record names them
@@ -41,7 +41,7 @@ def time_phrase(cfg) -> str:
     """How a cell's time to target is made, as the run's settings have it: passes to target
     (validated at every pass, or read at the epochs' ends) x the seconds of a pass."""
     read = "validated at every pass" if cfg.validate_every_pass else "read at the epochs' ends"
-    epoch = "an epoch at N is N passes" if cfg.epoch_definition == "per_worker" else "an epoch is one pass"
+    epoch = "an epoch at N is N passes" if cfg.epoch_definition == rules.PER_WORKER else "an epoch is one pass"
     return f"passes to target ({read}) x the seconds of a pass ({epoch})"
 
 
@@ -77,7 +77,7 @@ def protocol_rows(study, cfg, n_train: int, n_val: int, target: float, cap: int,
          "the paper's principle on our data; the literal 0.00105 is the `literal-eta` preset"
          if sweep else "the paper's literal value, not re-derived on our data"),
         ("epoch", "not stated; we read it as one pass per worker (docs/protocol.md)", cfg.epoch_definition,
-         same if cfg.epoch_definition == "per_worker" else "the shared-pass definition"),
+         same if cfg.epoch_definition == rules.PER_WORKER else "the shared-pass definition"),
         (policies.WARMUP, "5 epochs, Horovod's LearningRateWarmupCallback",
          f"{cfg.warmup_epochs} epochs ({cfg.epoch_definition}), the same per-batch formula", same),
         ("target", "val MSLE 0.0016384, the sequential run's after ~100 epochs",

@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
+from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED
 from deepdensity.study.core.preset import Study
@@ -46,7 +47,8 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
     fields.update(warmup_holds_to=warmup_holds_to(evidence), stall_check=record.get("stall_check"),
-                  where_runs_ran=where_runs_ran(record, cells, entries or []))
+                  where_runs_ran=where_runs_ran(record, cells, entries or []), REACHED=RunStatus.REACHED,
+                  PER_WORKER=rules.PER_WORKER)
     (out / "REPORT.md").write_text(fill("report.md", **fields))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
