@@ -35,7 +35,7 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm.slurm import _make_sbatch_string, SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
-from deepdensity.utils.errors import StudyError
+from deepdensity.utils.errors import UserError
 
 
 # Slurm's job states in which the job is still to run, running, or to run again (requeued)
@@ -247,7 +247,7 @@ class Submitter:
                 error = e
                 if isinstance(e, Exception):  # sbatch refused (submitit raises its output): one line
                     lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [repr(e)]
-                    error = StudyError(f"submitting {len(group)} job(s) failed: {lines[-1]}")
+                    error = UserError(f"submitting {len(group)} job(s) failed: {lines[-1]}")
                 for r in group:
                     r["error"] = error
             finally:
@@ -308,31 +308,31 @@ class SlurmOptions:
 
     @classmethod
     def parse(cls, preset: Optional[dict], overrides: list) -> "SlurmOptions":
-        """The options of the preset, then `KEY=VALUE` overrides; StudyError names a bad key or value."""
+        """The options of the preset, then `KEY=VALUE` overrides; UserError names a bad key or value."""
         values = dict(preset or {})
         for item in overrides:
             key, sep, value = item.partition("=")
             if not sep:
-                raise StudyError(f"--slurm {item!r}: expected KEY=VALUE, e.g. partition=short")
+                raise UserError(f"--slurm {item!r}: expected KEY=VALUE, e.g. partition=short")
             values[key.strip()] = [*values.get("sbatch", []), value] if key.strip() == "sbatch" else value
         known = cls.__dataclass_fields__
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise StudyError(f"slurm: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+            raise UserError(f"slurm: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
         options = cls()
         for key, value in values.items():
             default = getattr(options, key)
             try:
                 value = ([str(v) for v in value] if isinstance(default, list) else type(default)(value))
             except (TypeError, ValueError):
-                raise StudyError(f"slurm: {key} must be {type(default).__name__}, got {value!r}") from None
+                raise UserError(f"slurm: {key} must be {type(default).__name__}, got {value!r}") from None
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise StudyError(f"slurm: {key} must be >= 0, got {value!r}")
+                raise UserError(f"slurm: {key} must be >= 0, got {value!r}")
             setattr(options, key, value)
         time_hours(options.time)                     # a time Slurm would refuse: said now, before anything
         odd = [o for o in options.sbatch if not re.fullmatch(r"--[A-Za-z][\w-]*(=.*)?", o)]
         if odd:                                      # submitit writes each as `#SBATCH --key=value`
-            raise StudyError(f"slurm: sbatch options are given as --key=value or --flag, got {odd[0]!r}")
+            raise UserError(f"slurm: sbatch options are given as --key=value or --flag, got {odd[0]!r}")
         return options
 
     def resources(self, cpus: int) -> list:
@@ -344,7 +344,7 @@ class SlurmOptions:
 
 def time_hours(text: str) -> float:
     """Hours of a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; UNLIMITED:
-    inf); StudyError for anything else."""
+    inf); UserError for anything else."""
     if str(text).upper() in ("UNLIMITED", "INFINITE"):
         return float("inf")
     days, dash, rest = str(text).partition("-")
@@ -356,7 +356,7 @@ def time_hours(text: str) -> float:
     except ValueError:
         numbers = []
     if not numbers or min(numbers) < 0 or len(parts) > 3 or (dash and not 1 <= len(parts) <= 3):
-        raise StudyError(f"slurm: time must be a Slurm time limit such as 04:00:00 or 1-00:00:00, got {text!r}")
+        raise UserError(f"slurm: time must be a Slurm time limit such as 04:00:00 or 1-00:00:00, got {text!r}")
     d = numbers[0]
     if dash:                                            # D-HH, D-HH:MM, D-HH:MM:SS
         h, m, sec = (numbers[1:] + [0, 0])[:3]
@@ -366,7 +366,7 @@ def time_hours(text: str) -> float:
         h, (m, sec) = 0, (numbers[1:] + [0])[:2]
     hours = d * 24 + h + m / 60 + sec / 3600
     if hours <= 0:
-        raise StudyError(f"slurm: time must be more than zero, got {text!r}")
+        raise UserError(f"slurm: time must be more than zero, got {text!r}")
     return hours
 
 

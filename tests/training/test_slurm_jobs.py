@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from deepdensity.training.slurm_jobs import COMMENT, job_parameters, SlurmOptions, Submitter, TrainJob
-from deepdensity.utils.errors import StudyError
+from deepdensity.utils.errors import UserError
 
 
 def test_options_come_from_the_preset_then_the_command_line():
@@ -27,7 +27,7 @@ def test_options_come_from_the_preset_then_the_command_line():
     (None, ["sbatch=-q short"], "sbatch options are given as --key=value or --flag, got '-q short'"),
 ])
 def test_bad_options_are_one_line_naming_the_key(preset, overrides, message):
-    with pytest.raises(StudyError, match=message):
+    with pytest.raises(UserError, match=message):
         SlurmOptions.parse(preset, overrides)
 
 
@@ -105,7 +105,7 @@ def test_time_limits_read_as_slurm_reads_them(text, hours):
 
 @pytest.mark.parametrize("bad", ["4h", "1:2:3:4", "-5", "0", "1-"])
 def test_a_time_limit_slurm_would_refuse_is_one_line_before_anything(bad):
-    with pytest.raises(StudyError, match="time must be"):
+    with pytest.raises(UserError, match="time must be"):
         SlurmOptions.parse(None, [f"time={bad}"])
 
 

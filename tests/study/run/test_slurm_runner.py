@@ -13,7 +13,7 @@ import pytest
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
                                              SlurmOptions, Submitter, TrainJob)
-from deepdensity.utils.errors import StudyError
+from deepdensity.utils.errors import StudyError, UserError
 from tests.support import ROOT
 from tests.training.test_slurm_jobs import fake_command
 
@@ -209,7 +209,7 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
     def ask(name: str) -> None:
         try:
             submitter.submit(name, TrainJob(["true"], {}), job_parameters(SlurmOptions(), 1, 1.0), lambda *_: None)
-        except StudyError as e:
+        except UserError as e:
             errors.append(str(e))
     threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(2)]
     for t in threads:
