@@ -471,4 +471,4 @@ def test_the_sweeps_section_names_the_rules_its_runs_ended_under():
     assert said({"stall_patience": 3, "collapse_loss": 0.0}) == "the stall rule with a patience of 3 passes"
     assert said({"stall_patience": 3, "collapse_loss": 0.02}) == \
         "the stall rule with a patience of 3 passes and the collapse rule at val_loss 0.02"
-    assert said({"collapse_loss": 0.02}) == "the stall rule with a patience of 0 passes and the collapse rule at val_loss 0.02"
+    assert said({"collapse_loss": 0.02}) == "no stall rule, the collapse rule at val_loss 0.02"

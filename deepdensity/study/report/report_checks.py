@@ -2,7 +2,8 @@
 were trained (`rules_when`), where the runs were trained (`where_runs_ran`), whether the verdicts
 hold under another instruction set or stack (`rechecked`; templates/report.md says what was
 checked), and strong scaling run for real beside its derivation from the sequential run
-(`real_strong`); each from the record and the ledger's entries. And REPORT.md's section on the clock (`clock_fields`, `host_latency`)."""
+(`real_strong`); each from the record and the ledger's entries. And REPORT.md's section on the
+clock (`clock_fields`, `host_latency`)."""
 from __future__ import annotations
 
 import statistics
