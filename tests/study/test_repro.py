@@ -6,7 +6,7 @@ import pytest
 
 from deepdensity.study.core.cells import Cell, efficiency_table, failure_groups, failure_margins, failures
 from deepdensity.study.core.preset import load_study
-from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_table
 from deepdensity.utils.errors import StudyError
 
 W = [1, 2, 4, 8, 16, 32]
@@ -134,24 +134,30 @@ def test_failures_list_every_cell_that_missed_the_target():
     assert failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
 
 
+def protocol_rows(*args) -> dict:
+    """The protocol table's rows by point, each [point, paper, ours, difference]."""
+    lines = protocol_table(*args).splitlines()
+    assert lines[0] == "| point | paper | ours | difference and why |" and lines[1] == "|---|---|---|---|"
+    return {r[0]: r for r in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])}
+
+
 def test_protocol_table_names_each_difference():
     from deepdensity.config import Config
     _, study = load_study("default")
     cfg = Config(stall_patience=3, base_lr=0.0084)
     sweep = {"grid_base_lr": 0.00105, "epochs": 16}
-    rows = {r[0]: r for r in protocol_rows(study, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    rows = protocol_rows(study, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")
     assert all(len(r) == 4 for r in rows.values())
     assert rows["split"][3] == "" and rows["K (Gaussians)"][3] == "", "no difference, no excuse"
     assert "16 calibration epochs" in rows["target"][3]
     assert "weak: 1, 2, 4, 8, 16, 32" in rows["N"][2] and "strong: 1, 2, 4, 8, 16, 32" in rows["N"][2]
     assert rows["N"][3] == "", "the default preset runs every cell of the paper's grid"
     cut = dataclasses.replace(study, mode_workers={"weak": [1, 2, 4, 8]})
-    rows = {r[0]: r for r in protocol_rows(cut, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")}
+    rows = protocol_rows(cut, cfg, 1844, 256, 0.0022, 64, 0.0084, sweep, "")
     assert "weak: 1, 2, 4, 8" in rows["N"][2] and "time budget" in rows["N"][3]
     assert "0.0084" in rows["eta and how chosen"][2] and "literal-eta" in rows["eta and how chosen"][3]
     _, paper = load_study("paper")
-    rows = {r[0]: r for r in protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400,
-                                                  0.00105, None, "horovodrun -np {n}")}
+    rows = protocol_rows(paper, Config(stall_patience=10), 1844, 256, 0.0016, 400, 0.00105, None, "horovodrun -np {n}")
     assert rows["N"][3] == "" and rows["hardware"][3] == "" and rows["target"][3] == ""
 
 

@@ -13,7 +13,7 @@ from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED
 from deepdensity.study.core.preset import Study
-from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_rows
+from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_table
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
@@ -175,7 +175,7 @@ def _header_fields(record: dict, claims: list) -> dict:
             "command": without_machine_paths(p["command"]), "revision": p["revision"], "env": env,
             "provenance": cost_line(p, "the stall and instruction-set checks"),
             "claims_table": claims_md,
-            "protocol_table": md_table(["point", "paper", "ours", "difference and why"], _protocol(record)),
+            "protocol_table": _protocol(record),
             "isa_check": isa, "stack_check": stack,
             "isa_again": isa and rechecked(record, claims, isa, f"under {isa['isa']}"),
             "stack_again": stack and rechecked(record, claims, stack, f"on TF {stack['stack'].split()[1].rstrip(',')}")}
@@ -186,8 +186,8 @@ def _interim(provenance: dict) -> bool:
     return str(provenance.get("more_seeds_stopped_at", "")).startswith("--no-train")
 
 
-def _protocol(record: dict) -> list:
-    return protocol_rows(study_of(record), config_of(record), record["n_train"], record["n_val"], record["target"],
+def _protocol(record: dict) -> str:
+    return protocol_table(study_of(record), config_of(record), record["n_train"], record["n_val"], record["target"],
                          record["cap"], record["eta"], record["lr_search"], record["runner"])
 
 
