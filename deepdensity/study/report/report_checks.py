@@ -151,85 +151,35 @@ def _controller_cell(row: dict) -> str:
     return f"{row['controller']} ({row['transport'] or 'transport not recorded'})"
 
 
-# REPORT.md's section on the clock: how the model of an epoch was built from the parts measured
-# on this host (a step, the allreduce as a step pays it and alone, under the clock's controller, evaluation, the
-# per-epoch work, the rounds they were taken in) and its table beside real strong-scaling epochs
-# (`clock_fields`); and the host clock's latency as the rules' clocks line states it
-# (`host_latency`).
 def clock_fields(record: dict, cfg) -> dict:
+    """The fields of REPORT.md's section on the clock (templates/clock.md): the parts of the model
+    of an epoch as measured on this host, and its rows beside real strong-scaling epochs."""
     t, n_train, n_val = record["timing"], record["n_train"], record["n_val"]
-    k, host = t["compute_scale"], clocks.host_clock(t, cfg.batch_size)    # the calibrated model's parts
-    # the fit is non-negative: a latency of 0 where c log2 n alone passes through the allreduces measured
-    latency = ("" if not t["allreduce_latency_s"] else
-               ", its communication a latency a beside c log2 n (a + c log2 n through the allreduces measured at "
-               "N = 2 and 4; the paper's c log2 n alone cannot pass through both on this host)")
-    model = (f"every cell is {time_phrase(cfg)} of one model, the paper's T_S + T_P / n + "
-             f"c log2 n{latency} built from parts measured here: a step costs {host.step_fixed_s * 1e3:.2f} ms + "
-             f"{host.per_sample_s * 1e3:.3f} ms per sample of the per-worker batch + "
-             + f"an allreduce of {describe_allreduce(t)}" + "; evaluation "
-             f"{host.eval_per_sample_s * 1e3:.3f} ms per validation cube, shared by the workers" + _scaled(t, k)
-             + " T(1) and T(N) come from the same model. Each worker is taken to be "
-             "a device like this host, as each K80 was one device in the paper. The table sets the model beside "
-             f"real strong-scaling epochs (`horovodrun -np N` under {clock_controller(t)}, "
-             "workers sharing this host's cores, epochs after the "
-             "first, median)" + _shared_model(t) + "." + _rounds(t))
     rows = ""
     for n, real in sorted(t["real_epoch_seconds"].items(), key=lambda kv: int(kv[0])):
         n = int(n)
         shared = shared_host_epoch(t, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         device = model_epoch(t, policies.STRONG, n, n_train, n_val, cfg.batch_size, cfg.epoch_definition)
         rows += f"| {n} | {real:.2f} | {shared:.2f} | {shared / real - 1:+.1%} | {device:.2f} |\n"
-    return {"time_model": model,
-            "clock_rows": rows, "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
+    rounds, ms = t["rounds"], lambda n, s: f"{s * 1e3:.2f}"  # noqa: E731
+    return {"clock": t, "host": clocks.host_clock(t, cfg.batch_size), "time_phrase": time_phrase(cfg),
+            "allreduce": describe_allreduce(t), "controller": clock_controller(t), "clock_rows": rows,
+            "step_times": ", ".join(f"{b}: {s * 1e3:.1f}" for b, s in t["step_seconds"].items()),
             "n_weights": f"{t['n_weights']:,}",
-            "allreduce_times": _allreduce_times(t)}
+            "shared_steps": _by_n(t["shared_step_seconds"], lambda n, s: f"{s * 1e3:.1f}"),
+            "spread": _by_n(rounds[0]["real"], lambda n, _: f"{min(r['real'][n] for r in rounds):.2f}-"
+                                                            f"{max(r['real'][n] for r in rounds):.2f}"),
+            "real_steps": _by_n(t["real_steps_seconds"], lambda n, s: f"{s:.2f} of {t['real_epoch_seconds'][n]:.2f}"),
+            "allreduce_step": _by_n({n: s for n, s in t["allreduce_seconds"].items() if n != "1"}, ms),
+            "allreduce_alone": _by_n(t["allreduce_alone_seconds"], ms)}
 
 
-def _scaled(t: dict, k: float) -> str:
-    """How the model's compute parts were scaled to the real one-process epoch: its steps, with the
-    rest of it a per-epoch cost."""
-    return (f"; and {t['epoch_overhead_s']:.3f} s an epoch of the callbacks' epoch-end work (a checkpoint, the "
-            f"logs), at every N. The compute parts are the probe's times x {k:.3f}, so that the model's steps of "
-            f"a one-process epoch take the real one's steps' time (measured in the same invocation), and the "
-            f"per-epoch work is the rest of that real epoch less its evaluation:")
-
-
-def _rounds(t: dict) -> str:
-    """How the clock's figures were taken in rounds, and how far the real epochs moved between them."""
-    rounds = t["rounds"]
-    spread = ", ".join(f"N={n}: {min(r['real'][n] for r in rounds):.2f}-{max(r['real'][n] for r in rounds):.2f}"
-                       for n in sorted(rounds[0]["real"], key=int))
-    steps = t["real_steps_seconds"]
-    outside = (
-        " Of each real epoch (median), its steps took (s): " + ", ".join(
-            f"N={n}: {steps[n]:.2f} of {t['real_epoch_seconds'][n]:.2f}" for n in sorted(steps, key=int))
-        + "; the rest is its validation and the callbacks' epoch-end work.")
-    return (f" The probes and the real epochs were taken in turn, {len(rounds)} rounds, and every figure is the "
-            f"median over the rounds; the real epochs over the rounds (s): {spread}." + outside)
+def _by_n(values: dict, say) -> str:
+    """'N=1: ..., N=2: ...': `say(n, value)` for each N of a clock's figures, in N's order."""
+    return ", ".join(f"N={n}: {say(n, v)}" for n, v in sorted(values.items(), key=lambda kv: int(kv[0])))
 
 
 def host_latency(host: clocks.Clock) -> str:
     """', plus a latency of L ms an allreduce' for a host clock that has one (the paper's and
     one device per worker have none)."""
     return f", plus a latency of {host.allreduce_latency_s * 1e3:.2f} ms an allreduce" if host.allreduce_latency_s else ""
-
-
-def _allreduce_times(t: dict) -> str:
-    """The allreduce parts of the clock: as a step pays it and the controller's alone."""
-    times = lambda seconds: ", ".join(f"N={n}: {s * 1e3:.2f}" for n, s in seconds.items() if n != "1")  # noqa: E731
-    controller = clock_controller(t)
-    return (f"as a training step pays it (the step with Horovod's allreduce less the step without, ranks stepping "
-            f"together under {controller}; the clock's {'a + c log2 n' if t['allreduce_latency_s'] else 'c log2 n'}): "
-            f"{times(t['allreduce_seconds'])}; {controller}'s allreduce alone: {times(t['allreduce_alone_seconds'])}")
-
-
-def _shared_model(t: dict) -> str:
-    """How the clock's model for N workers sharing this host was built (clocks.shared_host_epoch)."""
-    steps = ", ".join(f"N={n}: {s * 1e3:.1f}" for n, s in sorted(t["shared_step_seconds"].items(),
-                                                                key=lambda kv: int(kv[0])))
-    unscaled = (", taken as measured at N > 1 (the factor above is fitted on the one-process run and is not carried "
-                "into the ranks' configuration),")
-    return ("; every part was measured in the real runs' thread configuration, each in a process of its own, and "
-            "for workers sharing this host a step is a rank's step measured while all N ranks step at once on "
-            f"their share of the cores (ms, at strong scaling's per-worker batch: {steps}){unscaled} plus the "
-            "allreduce")

@@ -1,27 +1,15 @@
-"""REPORT.md's clock section (report_checks.py): the allreduce as a step pays it and the controller's alone,
-and the clock (its latency, rounds, steps and per-epoch work) stated wherever the
-clock is, its rows worked by hand."""
+"""REPORT.md's clock section (templates/clock.md, report_checks.clock_fields): the allreduce as a
+step pays it and the controller's alone, and the clock (its latency, rounds, steps and per-epoch
+work) stated wherever the clock is, its rows worked by hand."""
 import json
 
 import pytest
 
+from deepdensity.config import Config
 from deepdensity.study.report import paper_report as report
+from deepdensity.study.report.report_checks import clock_fields
+from deepdensity.utils.templates import fill
 from tests.support import ROOT
-
-
-def test_the_clock_names_the_allreduce_a_step_pays_and_the_controllers_alone():
-    from deepdensity.study.report.report_checks import _allreduce_times
-    measured = {"allreduce_seconds": {"1": 0.0, "2": 0.006, "4": 0.0125}, "allreduce_alone_seconds": {"2": 0.005, "4": 0.011},
-                "allreduce_latency_s": 0.004,
-                "controller": "gloo"}
-    said = _allreduce_times(measured)
-    assert "as a training step pays it" in said and "N=2: 6.00, N=4: 12.50" in said
-    assert said.endswith("Gloo's allreduce alone: N=2: 5.00, N=4: 11.00") and "the clock's a + c log2 n" in said
-    # a fit that found no latency says the paper's form
-    assert "the clock's c log2 n)" in _allreduce_times({**measured, "allreduce_latency_s": 0.0})
-    # MPI's, where the clock was taken under MPI
-    said = _allreduce_times({**measured, "allreduce_alone_seconds": {"2": 0.002}, "controller": "mpi"})
-    assert "ranks stepping together under MPI" in said and said.endswith("MPI's allreduce alone: N=2: 2.00")
 
 
 # A clock with the parts of the study committed at 2ab441d, fixed here so that the hand-worked
@@ -38,6 +26,27 @@ TIMING = {
     "real_steps_seconds": {"1": 1.21, "2": 3.6, "4": 8.9},
     "rounds": [{"real": {"1": 1.6, "2": 3.9, "4": 9.2}}, {"real": {"1": 1.5, "2": 4.2, "4": 9.3}}],
     "compute_scale": 1.0123340802771652, "clock_version": 5}
+
+
+def clock_section(timing: dict) -> str:
+    """templates/clock.md for a record of the default study's size with this clock, its lines joined."""
+    fields = clock_fields({"timing": timing, "n_train": 1844, "n_val": 256}, Config(batch_size=32))
+    return " ".join(fill("clock.md", runner="", **fields).split())
+
+
+def test_the_clock_names_the_allreduce_a_step_pays_and_the_controllers_alone():
+    measured = {**TIMING, "allreduce_seconds": {"1": 0.0, "2": 0.006, "4": 0.0125},
+                "allreduce_alone_seconds": {"2": 0.005, "4": 0.011}, "allreduce_latency_s": 0.004, "controller": "gloo"}
+    said = clock_section(measured)
+    assert ("Allreduce of 215,668 float32 gradients (ms), measured on this host, as a training step pays it (the step "
+            "with Horovod's allreduce less the step without, ranks stepping together under Gloo; the clock's a + c "
+            "log2 n): N=2: 6.00, N=4: 12.50; Gloo's allreduce alone: N=2: 5.00, N=4: 11.00.") in said
+    # a fit that found no latency says the paper's form, and no latency in the model's sentence
+    said = clock_section({**measured, "allreduce_latency_s": 0.0})
+    assert "the clock's c log2 n): N=2" in said and "latency a beside c log2 n" not in said
+    # MPI's, where the clock was taken under MPI
+    said = clock_section({**measured, "allreduce_alone_seconds": {"2": 0.002}, "controller": "mpi"})
+    assert "ranks stepping together under MPI" in said and said.endswith("MPI's allreduce alone: N=2: 2.00.")
 
 
 @pytest.mark.medium
