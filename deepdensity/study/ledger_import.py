@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 from deepdensity.scaling import policies
+from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import ledger
+from deepdensity.study.core.curves import passes_per_epoch
 from deepdensity.study.record import FORMAT
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
@@ -30,7 +32,9 @@ OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}   # records made befor
 
 def record_runs(record: dict) -> list:
     """[(run name, mode, n, settings, result or None, val_losses)] of every run a paper study's
-    record describes fully enough: sequential, 2 x eta, trained cells and the edge search's probes."""
+    record describes fully enough: sequential, 2 x eta, trained cells and the edge search's probes.
+    A cell that reached the target in epochs of more than one pass needs its passes to target: its
+    epochs would price it up to an epoch's passes too high."""
     eta, target, cap = record["eta"], record["target"], record["cap"]
     study, curves = record["study"], record.get("curves") or {}
     common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap,
@@ -49,7 +53,9 @@ def record_runs(record: dict) -> list:
             runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
                          {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
     for c in record["cells"]:
-        if c["n"] > 1 and c["run"] in curves and not c["run"].startswith("seq-"):
+        priced = c.get("passes_to_target") is not None or c["status"] != RunStatus.REACHED \
+            or passes_per_epoch(c["n"], record["settings"]["epoch_definition"]) == 1
+        if c["n"] > 1 and c["run"] in curves and not c["run"].startswith("seq-") and priced:
             runs.append((c["run"], c["mode"], c["n"], {**common, "seed": c["seed"]},
                          {"status": c["status"], "epochs": c["epochs"], "final_val_loss": c.get("final_val_loss"),
                           "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))

@@ -5,21 +5,19 @@ median over a cell's seeds a bar across them and a line from N to N, only where 
 reached the target; a seed that missed a cross in a strip of its own above, never at a value;
 N = 1 once, as the sequential runs, every mode's line starting from their median. Values are
 cells.seconds under a clock (passes under beyond_verdicts.PASSES), or the cells' own times where
-no clock is given. A seed whose passes are only a bound (`bounded`) is drawn open, with a line
-down to the fewest it can have taken.
+no clock is given.
 
 The beyond study's other figures are drawn here too, from the same pieces (`seeds`,
 `missed_strip`, `legend_keys`) and in the default study's manner (figures.py): one clock per time
 axis, named on it, and legends outside the axes."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study.core import clocks, curves
+from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import median_time
 from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.report.figures import clock_label, line_stretches, spot
@@ -33,22 +31,12 @@ SEQUENTIAL_LABEL = f"{SEQUENTIAL_ROW} (every mode)"
 # a dark edge on every dot and a light bar under them: seeds at one value stay countable on their median
 DOT = {"s": 20, "alpha": 0.9, "linewidths": 0.5}
 BAR = {"lw": 2.0, "alpha": 0.45, "solid_capstyle": "butt"}
-BOUND_LABEL = ("a seed validated once an epoch (open):\nepochs x N passes, an upper bound;\n"
-               "its line: down to (epochs - 1) x N + 1\npasses, the fewest it can have taken")
 
 
 def dark(color) -> tuple:
     """A darker shade of `color`, a dot's edge: it parts dots on their bar and keeps the dot's hue."""
     from matplotlib.colors import to_rgb
     return tuple(0.6 * v for v in to_rgb(color))
-
-
-def bounded(c, base) -> bool:
-    """Whether a cell's passes to target are only an upper bound: it reached the target but its
-    record keeps no passes, so they are taken as its epochs x the passes of an epoch
-    (cells.seconds_to_target), which, where an epoch is more than one pass and its run validated
-    once an epoch, can be up to an epoch's passes less one more than it took."""
-    return c.reached and c.passes_to_target is None and curves.passes_per_epoch(c.n, base.definition) > 1
 
 
 def values(cells: list, which, base) -> list:
@@ -61,36 +49,15 @@ def values(cells: list, which, base) -> list:
     return bv.values(cells, which, base)
 
 
-def least(cells: list, which, base) -> list:
-    """Each cell's (in seed order) least value under `which`: where its passes are a bound, at
-    (epochs - 1) x the passes of an epoch + 1 passes, the fewest its run can have taken; else its
-    value. A cell's own time (`which` None) is not priced by passes: its least is itself."""
-    if which is None:
-        return values(cells, None, base)
-
-    def fewest(c):
-        per = curves.passes_per_epoch(c.n, base.definition)
-        return dataclasses.replace(c, passes_to_target=float((c.epochs_to_target - 1) * per + 1))
-    return values([fewest(c) if bounded(c, base) else c for c in cells], which, base)
-
-
-def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple, low=None) -> Optional[float]:
+def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple) -> Optional[float]:
     """One group's seeds at positions `xs`: those that reached as dots on `ax`, those that missed
     (inf) as crosses on `strip` at `row` with "missed / seeds"; where every seed reached, the
     median as a bar from bar[0] to bar[1] under the dots (none for a lone seed: it is its dot).
-    `low`, each seed's least possible value (`least`): a seed above its own is only a bound, drawn
-    open with a line down to it. `strip` None: the misses are not drawn. Returns the median, else None."""
+    `strip` None: the misses are not drawn. Returns the median, else None."""
     color, marker = style
-    low = values if low is None else low
-    hit = [(x, v, lo) for x, v, lo in zip(xs, values, low) if math.isfinite(v)]
-    exact = [(x, v) for x, v, lo in hit if lo >= v]
-    bound = [(x, v, lo) for x, v, lo in hit if lo < v]
-    if exact:
-        ax.scatter(*zip(*exact), color=color, marker=marker, edgecolors=dark(color), zorder=4, **DOT)
-    if bound:
-        bx, by, blo = zip(*bound)
-        ax.vlines(bx, blo, by, color=color, lw=1.0, zorder=4)
-        ax.scatter(bx, by, facecolors="white", edgecolors=color, marker=marker, s=20, linewidths=1.2, zorder=5)
+    hit = [(x, v) for x, v in zip(xs, values) if math.isfinite(v)]
+    if hit:
+        ax.scatter(*zip(*hit), color=color, marker=marker, edgecolors=dark(color), zorder=4, **DOT)
     miss = [x for x, v in zip(xs, values) if not math.isfinite(v)]
     if miss and strip is not None:
         strip.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
@@ -102,14 +69,11 @@ def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple,
     return med
 
 
-def legend_keys(ax, bounds: bool, bar: bool = True, dot: bool = True) -> None:
-    """The legend's entries for what `seeds` draws: a seed (where one is drawn not open), a seed
-    whose passes are a bound (where one is drawn), the median bar (where some group has more than
-    one seed)."""
+def legend_keys(ax, bar: bool = True, dot: bool = True) -> None:
+    """The legend's entries for what `seeds` draws: a seed, the median bar (where some group has
+    more than one seed)."""
     if dot:
         ax.scatter([], [], color="gray", marker="o", edgecolors=dark("gray"), label="a seed (dot)", **DOT)
-    if bounds:
-        ax.scatter([], [], facecolors="white", edgecolors="gray", marker="o", s=20, linewidths=1.2, label=BOUND_LABEL)
     if bar:
         ax.plot([], [], color="gray", label="median over seeds (bar)", **BAR)
 
@@ -138,45 +102,45 @@ def sequential_cells(cells: list, modes: list) -> list:
 
 def _cell(ax, strip, cs: list, xs: list, which, base, style: tuple, row: int) -> tuple:
     """One cell's seeds at `xs` (`seeds`, a bar a little past the outer seeds on a log axis):
-    (median or None, a seed missed, a seed is drawn as a bound)."""
-    vals, low = values(cs, which, base), least(cs, which, base)
-    med = seeds(ax, strip, xs, vals, style, row, (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04), low)
-    return med, any(not math.isfinite(v) for v in vals), any(lo < v for lo, v in zip(low, vals))
+    (median or None, a seed missed)."""
+    vals = values(cs, which, base)
+    med = seeds(ax, strip, xs, vals, style, row, (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04))
+    return med, any(not math.isfinite(v) for v in vals)
 
 
 def _against_n(ax, strip, cells: list, modes: list, workers, which, base) -> tuple:
     """Every mode's seeds against N under `which`, medians joined from N to N, and N = 1 once
     (`sequential_cells`, the strip's first row), every mode's line starting from its median.
-    Returns (the strip's rows, a seed missed, a seed is drawn as a bound)."""
+    Returns (the strip's rows, a seed missed)."""
     seq = sequential_cells(cells, modes)
-    rows, missed, bounds, seq_med = ([SEQUENTIAL_ROW] if seq else []) + list(modes), False, False, None
+    rows, missed, seq_med = ([SEQUENTIAL_ROW] if seq else []) + list(modes), False, None
     if seq:
-        seq_med, missed, bounds = _cell(ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which,
-                                        base, SEQUENTIAL_STYLE, 0)
+        seq_med, missed = _cell(ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which, base,
+                                SEQUENTIAL_STYLE, 0)
         ax.plot([], [], color=SEQUENTIAL_STYLE[0], marker=SEQUENTIAL_STYLE[1], ms=5, lw=0, label=SEQUENTIAL_LABEL)
     for i, mode in enumerate(modes):
         style = policies.get(mode).style
         medians = [(1, seq_med)] if seq and cells_at(cells, mode, 1) else []
         for n in [n for n in workers if n > 1 and cells_at(cells, mode, n)]:
             cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
-            med, m, b = _cell(ax, strip, cs, [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))], which,
-                              base, style, rows.index(mode))
-            missed, bounds = missed or m, bounds or b
+            med, m = _cell(ax, strip, cs, [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))], which,
+                           base, style, rows.index(mode))
+            missed = missed or m
             medians.append((spot(n, i, len(modes)), med))
         stretches = line_stretches(medians)
         for stretch in stretches:
             ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
         ax.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2,
                 label=mode if stretches else f"{mode} (no cell reached on every seed)")
-    return rows, missed, bounds
+    return rows, missed
 
 
 def against_n_figure(path: Path, cells: list, modes: list, workers, which, base, plt, ylabel: str, title: str) -> None:
     """A value to target against N under `which` (`values`), every mode and seed: time (the
     studies' fig2) or passes (fig_passes)."""
     fig, (strip, ax) = plt.subplots(2, 1, figsize=(8.2, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.4, 4]})
-    rows, any_missed, bounds = _against_n(ax, strip, cells, modes, workers, which, base)
-    legend_keys(ax, bounds)
+    rows, any_missed = _against_n(ax, strip, cells, modes, workers, which, base)
+    legend_keys(ax)
     missed_strip(strip, rows, any_missed, f"{title}: every seed (dots), median (bar and line; only where every seed "
                                           "reached)\nabove: seeds that missed (x; missed / seeds)")
     strip.set_xscale("log")
@@ -198,22 +162,11 @@ def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, cl
                      "Time to target")
 
 
-def bounds_caption(cells: list, base) -> str:
-    """A caption's sentence on the seeds drawn open (`bounded`), where there are any; none where
-    `base` is None (the cells' own times, `values`: not priced by passes, so drawn as they are)."""
-    if base is None or not any(bounded(c, base) for c in cells):
-        return ""
-    return (" Open markers: seeds whose runs validated once an epoch, so that their passes are epochs x N, an upper "
-            "bound up to N - 1 passes too many (and their times are priced from it); the line under each reaches down "
-            "to (epochs - 1) x N + 1 passes, the fewest the run can have taken. A median over such seeds is a bound too.")
-
-
-def against_n_caption(cells: list, modes: list, base) -> str:
-    """The sentences of an against-N figure's caption on N = 1, drawn once (`sequential_cells`),
-    and on bounds (`bounds_caption`)."""
+def against_n_caption(cells: list, modes: list) -> str:
+    """The sentence of an against-N figure's caption on N = 1, drawn once (`sequential_cells`)."""
     seq = sequential_cells(cells, modes)
     if not seq:
-        return bounds_caption(cells, base)
+        return ""
     listed = ", ".join(str(c.seed) for c in seq)
     others = {}
     for m in modes:
@@ -224,7 +177,7 @@ def against_n_caption(cells: list, modes: list, base) -> str:
             f"(seeds {listed}), whose median every mode's line starts from")
     text += "".join(f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
                     for k, ms in others.items())
-    return text + "." + bounds_caption(cells, base)
+    return text + "."
 
 
 DATA_STYLE = {"full": ("tab:gray", "o"), "network": ("tab:blue", "s"), "random": ("tab:orange", "^")}
@@ -259,7 +212,7 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     """fig8: per (mode, N) of the filter, each data set's seeds in passes (left) and in seconds
     under `clock` (right). `groups` = [(mode, N, {data: (cells, TimeBase)})]."""
     fig, axes = plt.subplots(2, 2, figsize=(9.8, 5.4), sharex=True, gridspec_kw={"height_ratios": [1, 4]})
-    rows, bounds, bars = list(DATA_STYLE), False, False
+    rows, bars = list(DATA_STYLE), False
     for col, (which, label, title) in enumerate(((bv.PASSES, passes_axis(), "passes to target"),
                                                  (clock, time_axis(clock, wrap=True), "time to target"))):
         strip, ax = axes[0][col], axes[1][col]
@@ -271,11 +224,9 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
                 cs, base = by_data[data]
                 vals = bv.values(cs, which, base)
                 any_missed |= any(not math.isfinite(v) for v in vals)
-                bounds |= any(bounded(c, base) for c in cs)
                 x0 = gi + (di - 1) * 0.28
                 xs = [x0 + 0.2 * (j / max(1, len(vals) - 1) - 0.5) for j in range(len(vals))]
-                med = seeds(ax, strip, xs, vals, DATA_STYLE[data], di, (xs[0] - 0.03, xs[-1] + 0.03),
-                            least(cs, which, base))
+                med = seeds(ax, strip, xs, vals, DATA_STYLE[data], di, (xs[0] - 0.03, xs[-1] + 0.03))
                 bars |= med is not None and len(vals) > 1
         missed_strip(strip, rows, any_missed, title)
         ax.set_xticks(range(len(groups)), [f"{m}\nN = {n}" for m, n, _ in groups])
@@ -285,11 +236,10 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     for data, (color, marker) in DATA_STYLE.items():
         axes[1][1].scatter([], [], color=color, marker=marker, edgecolors=dark(color),
                            label=f"{data} data (a seed)", **DOT)
-    legend_keys(axes[1][1], bounds, bar=bars, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
+    legend_keys(axes[1][1], bar=bars, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
     axes[1][1].legend(**LEGEND_OUTSIDE)
-    fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots"
-                 + ("; open: passes only bounded" if bounds else "") + "), median (bar, where every seed reached);\n"
-                 "above: seeds that missed the target (x; missed / seeds)", fontsize=9)
+    fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots), median (bar, where every seed "
+                 "reached);\nabove: seeds that missed the target (x; missed / seeds)", fontsize=9)
     save_figure(fig, path)
 
 
@@ -316,7 +266,7 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
                 ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
         top.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2, label=rule_label(rule, base_batch))
     many = several_seeds(by_rule)
-    legend_keys(top, False, bar=many)
+    legend_keys(top, bar=many)
     missed_strip(strip, list(by_rule), any_missed, "")
     fig.suptitle("The sequential model: global batch against passes and time to target; every seed (dots), "
                  + ("median\n(bar and line, where every seed reached)" if many else "\none per batch and lr rule, a line "

@@ -42,7 +42,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     tables = _tables(out, study, cells)
     drawn = _figures(out, record, study, cells)
     fields = {**_report_fields(record, study, cfg, cells, claims, tables), "drawn": drawn}
-    fields["fig2_caption"] = _fig2_caption(cells, study, _verdicts_clock(record, cells))
+    fields["fig2_caption"] = _fig2_caption(cells, study)
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
@@ -145,10 +145,9 @@ FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (w
                 "above, never drawn at a time.")
 
 
-def _fig2_caption(cells: list, study: Study, timed: dict) -> str:
-    """Fig. 2's caption: what it draws, which runs its N = 1 is, and, where its times are priced
-    by passes (`timed`, _verdicts_clock), the seeds it draws open as bounds (against_n_caption)."""
-    return textwrap.fill(FIG2_CAPTION + against_n_caption(cells, study.modes, timed.get("base")), 110)
+def _fig2_caption(cells: list, study: Study) -> str:
+    """Fig. 2's caption: what it draws, and which runs its N = 1 is (against_n_caption)."""
+    return textwrap.fill(FIG2_CAPTION + against_n_caption(cells, study.modes), 110)
 
 
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:

@@ -122,17 +122,7 @@ def _time_tables(out: Path, b: Beyond) -> str:
     (out / "time_to_target.md").write_text(
         "Passes to target and time to target under the paper's clock (passes x s/pass), median (range) over seeds, "
         "with the efficiency T1 / (N TN) on the medians.\n\n" + table)
-    return table + _passes_note(b.every, b.base, "the default study's cells as this record holds them")
-
-
-def _passes_note(cells: list, base, whose: str) -> str:
-    """What to say where cells that reached the target carry no passes (a record made before they
-    were kept): their passes are epochs x the passes of an epoch, an upper bound."""
-    short = [c for c in cells if against_n.bounded(c, base)]
-    if not short:
-        return ""
-    return (f"\nPasses to target of {whose} are not in the record: they are taken as epochs x N, up to "
-            f"N - 1 passes more than a run took ({len(short)} runs; a record made now keeps them).\n")
+    return table
 
 
 def _fields(b: Beyond, judged: dict) -> dict:
@@ -162,7 +152,7 @@ def _fields(b: Beyond, judged: dict) -> dict:
                                          "allreduces / epoch", "global batches"], _communication_rows(b)),
         "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
         if fail_rows else "none",
-        "against_n_caption": against_n.against_n_caption(b.every, b.modes, b.base), "skipped": b.skipped,
+        "against_n_caption": against_n.against_n_caption(b.every, b.modes), "skipped": b.skipped,
         "grows_batch": any(policies.get(m).grows_batch for m in b.modes),
     }
 
@@ -293,14 +283,11 @@ def _filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
         tables.append(comparison_table(j, lambda k, mode=mode: f"{mode}, network vs {k}", "network"))
     table = md_table(["mode", "N", "data", "training cubes", "passes to target (per seed)", "passes, median",
                       "time to target (s, the paper's clock), median"], rows)
-    ran = [c for _, _, g in groups for cs, _ in g.values() for c in cs]
-    table += _passes_note(ran, b.base, "the filter's runs")
     return fill("filtering.md", helped=helped, judged=judged, pca=facts.get("pca_components"),
                 perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
                 eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
                 n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
-                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables),
-                bounds=against_n.bounds_caption(ran, b.base))
+                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables))
 
 
 def _sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:

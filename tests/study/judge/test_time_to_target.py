@@ -17,7 +17,6 @@ from deepdensity.scaling import policies, rules
 from deepdensity.study.core.cells import MISSED
 from deepdensity.study.judge import claims
 from deepdensity.study.record import study_of
-from deepdensity.study.report import against_n, paper_report as report
 from deepdensity.study.report.against_n import time_to_target_figure
 from deepdensity.study.report.figures import efficiency_figure, loss_curves
 from tests.support import ROOT
@@ -131,33 +130,6 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     want = sorted(t for mode in study.modes for n in study.workers if n > 1 or mode == study.modes[0]
                   for t in evidence.seconds(mode, n, evidence.clocks["paper"]) if math.isfinite(t))
     assert drawn == pytest.approx(want, rel=1e-9) and len(drawn) > 100
-
-
-def test_fig2_draws_seeds_whose_passes_are_a_bound_open_and_its_caption_says_so():
-    """Fig. 2 is the beyond study's drawing (against_n.py): a seed that kept no passes and
-    validated once an epoch (a study whose preset leaves validate_every_pass off, made here from
-    the tiny fixture by dropping its runs' passes at N > 1) is an open marker with a line down to
-    the fewest passes it can have taken, under the verdicts' clock, and the caption says what open
-    markers are; the cells' own times (no clock) are not priced by passes: no marker open."""
-    record = json.loads((FIXTURE / "study.json").read_text())
-    for c in record["cells"]:
-        if c["n"] > 1 and c["status"] == "reached_target":
-            c["passes_to_target"] = None
-    cells, study = claims.cells_of(record), study_of(record)
-    timed = report._verdicts_clock(record, cells)
-    # independent of against_n.bounded: reached, no passes kept, and more than one pass an epoch
-    # (the fixture's epochs are per_worker: N passes), as the record says
-    bound = [c for c in record["cells"] if c["status"] == "reached_target" and c.get("passes_to_target") is None
-             and c["n"] > 1 and record["settings"]["epoch_definition"] == "per_worker"]
-    ax = _fig2_axes(record, **timed)
-    opened = [x for call in ax.scatter.call_args_list if call.kwargs.get("facecolors") == "white" for x in call.args[0]]
-    lines = [(lo, hi) for call in ax.vlines.call_args_list for lo, hi in zip(call.args[1], call.args[2])]
-    assert len(opened) == len(lines) == len(bound) > 0 and all(lo < hi for lo, hi in lines)
-    assert against_n.BOUND_LABEL in [call.kwargs.get("label") for call in ax.scatter.call_args_list]
-    assert "Open markers" in report._fig2_caption(cells, study, timed)
-    own = _fig2_axes(record)
-    assert not own.vlines.called and all(call.kwargs.get("facecolors") != "white" for call in own.scatter.call_args_list)
-    assert "Open markers" not in report._fig2_caption(cells, study, {})
 
 
 def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(record):
