@@ -69,6 +69,10 @@ def test_the_plan_gives_the_last_studys_own_minutes_beside_its_wall_time(tiny):
         "  time: the last study of this preset took 5.7 min (0 runs trained and 99 reused, 2 at a time; its "
         "runs' own clocks add up to 127.3 min) on AMD EPYC (2 cores, generated 2026-11-25 15:30 UTC); finished "
         "runs in the runs folder are reused")
+    # a record that is not whole (its machine unknown) is not gone by, and the plan still prints
+    del earlier["environment"]["cores"]
+    assert plan_lines("tiny", study, "", "R", "O", earlier)[-1] == (
+        "  time: no earlier study of this preset to go by; the budget above bounds the extra seeds")
 
 
 def test_a_dry_run_prints_the_plan_and_trains_nothing(tiny, tmp_path, capsys):

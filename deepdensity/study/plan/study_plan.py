@@ -71,14 +71,21 @@ def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
     plan_lines). `earlier`: the last record of this preset, for its wall time, where it has one."""
     cells = study.trained_cells(bool(real_runner))
     fewest, most = run_counts(study, bool(real_runner))
-    try:
-        last = {"p": earlier["provenance"], "env": earlier["environment"]}
-    except (KeyError, TypeError):
-        last = None
     text = fill("plan.txt", name=name, study=study, real_runner=real_runner, runs=runs, out=out, executor=executor,
                 clock_minutes=CLOCK_MINUTES, cells=cells, cells_named=_cells(cells), seeds=_ns(study.seeds),
-                seq_seeds=_ns(study.sequential_seeds()), fewest=fewest, most=most, last=last)
+                seq_seeds=_ns(study.sequential_seeds()), fewest=fewest, most=most, last=_last_study(earlier))
     return text.splitlines()
+
+
+def _last_study(earlier: Optional[dict]) -> Optional[dict]:
+    """What the plan's time line says of the last study of this preset, from its record; None
+    where there is none, or it is not whole."""
+    try:
+        p, env = earlier["provenance"], earlier["environment"]
+        return {**{k: p[k] for k in ("wall_minutes", "trained", "reused", "parallel_runs", "runs_minutes", "generated")},
+                "cpu": env["cpu"], "cores": env["cores"]}
+    except (KeyError, TypeError):
+        return None
 
 
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
