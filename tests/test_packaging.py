@@ -24,7 +24,8 @@ def test_the_wheel_carries_what_a_study_needs_and_runs_outside_the_checkout(tmp_
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         z.extractall(site)
-    assert {"deepdensity/study/presets/default.yaml", "deepdensity/study/templates/report.md"} <= set(names)
+    assert {"deepdensity/study/presets/default.yaml", "deepdensity/study/templates/report.md",
+            "deepdensity/study/templates/plan.txt"} <= set(names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "deepdensity = deepdensity.cli:main" in (site / entry).read_text()
 
@@ -33,7 +34,7 @@ def test_the_wheel_carries_what_a_study_needs_and_runs_outside_the_checkout(tmp_
     # the unpacked wheel first on sys.path, so the checkout (an editable install) is not what runs
     code = ("import sys; sys.path.insert(0, sys.argv[1]);"
             "import deepdensity; assert deepdensity.__file__.startswith(sys.argv[1]), deepdensity.__file__;"
-            "from deepdensity.study.core.preset import load_study; from deepdensity.study.report.render import TEMPLATES;"
+            "from deepdensity.study.core.preset import load_study; from deepdensity.utils.templates import TEMPLATES;"
             "assert (TEMPLATES / 'report.md').is_file() and str(TEMPLATES).startswith(sys.argv[1]);"
             "name, study = load_study('default'); print(name, study.workers);"
             "from deepdensity.cli import main; sys.exit(main(['--help']))")
