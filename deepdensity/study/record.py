@@ -19,7 +19,7 @@ from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
 
-# 2: the lr search is "lr_search" and the beyond study's batch sweep "batch_sweep", both "sweep" in 1
+# the only format read back: a record of another is refused (rerender.py, ledger_import.py)
 FORMAT = 2
 # an absolute path as a record may hold it (a study run outside the checkout): after a space,
 # a bracket, a quote, a backtick or '=' (data_path=/x), or at the start, so that "s / epoch",

@@ -170,17 +170,10 @@ def describe_break_even(flips: list, grid=RHO_GRID) -> str:
     return "; ".join(f"{below} below rho = {rho:g}, {above} above" for rho, below, above in flips)
 
 
-# The host clock's model from the parts timing.json holds (measured by run/timing.py).
-# What the clock's parts mean. A runs folder's timing.json of another version is measured again
-# (the old one kept beside as timing-vK.json), never mixed with new runs; one without the key
-# is version 1. In version 4 the probes step on the study's own cubes; the allreduce at N is the
-# median of paired probes without and with it (probes.paired_allreduce), priced as
-# latency + per_doubling * log2 n fitted to N = 2 and 4 (combine_rounds);
-# the compute scale k is fitted on the real one-process run's steps (`steps_seconds`), the rest
-# of its epoch a per-epoch cost (step_scale_and_overhead). In version 5 the allreduce at
-# N comes from one launch timing run/timing.py's PAIRED_BLOCKS blocks of steps without and with it in turn
-# (rank_probes.paired_step_seconds), not from the difference of two launches' probes.
-# The model reads clocks of this version only; a record of another is refused (rerender.py).
+# The version of what the clock's parts mean (CHANGELOG.md says what each version changed).
+# The model reads clocks of this version only: a record of another is refused (rerender.py), and
+# a runs folder's timing.json of another, or without the key (version 1), is measured again
+# (run/timing.py; the old one kept beside as timing-vK.json), never mixed with new runs.
 CLOCK_VERSION = 5
 
 

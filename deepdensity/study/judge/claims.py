@@ -1,12 +1,8 @@
 """The paper's six claims judged by the rules fixed on 2026-11-26 before the full grid's runs
-(docs/decision-rules.md): the study's cells in, one row per claim out. Pure: no TensorFlow.
-
-  outcome, cell and a run's time: cells.py (MISSED and FAILED, Call, cell_rate, `seconds`).
-  time      two cells compared by a one-sided Mann-Whitney U test, a miss slower than every run
-            that reached, the comparisons of a claim corrected by Holm at ALPHA, with the
-            Hodges-Lehmann ratio of their times (contrasts.py).
-  claim     *reproduced*, *contradicted* or *inconclusive* (Verdict), by the table in
-            docs/decision-rules.md; the pooled contrasts beside them are contrasts.py's.
+(docs/decision-rules.md): the study's cells in, one row per claim out, each *reproduced*,
+*contradicted* or *inconclusive* (Verdict) by the table there. Pure: no TensorFlow. A cell, its
+outcome and its time are cells.py's; how two cells' times are compared, and the pooled contrasts
+beside the claims, contrasts.py's.
 
 A default study's record judged as its reports read it: the cells timed by passes on this host's
 clock (`cells_of`), the three clocks time claims are judged under (`clock_set`), the rules'

@@ -1,10 +1,11 @@
-"""How the study's cells are compared (docs/decision-rules.md). Two cells' times: a one-sided
-Mann-Whitney U test both ways with the Hodges-Lehmann ratio (`rank_test`), a claim's comparisons
-corrected by Holm (`holm_verdict`), and the fewest further seeds that could make one reject
-(`seeds_to_reject`, `more_for_ranks`). Beside the six claims (claims.py), what the runs say
-pooled: one mode's missed runs against another's (Fisher, one-sided), trends of the missed rate in log2 N,
-in the peak lr and in the global batch (Cochran-Armitage, one-sided), and warmup's claim as the
-runs have it (`warmup_holds_to`).
+"""How the study's cells are compared (docs/decision-rules.md). Two cells' times, for the claims
+(claims.py) and the beyond study's comparisons (beyond_verdicts.py): a one-sided Mann-Whitney U
+test both ways, a miss slower than every run that reached, with the Hodges-Lehmann ratio
+(`rank_test`), a claim's comparisons corrected by Holm at ALPHA (`holm_verdict`), and the fewest
+further seeds that could make one reject (`seeds_to_reject`, `more_for_ranks`). Beside the six
+claims, what the runs say pooled: one mode's missed runs against another's (Fisher, one-sided),
+trends of the missed rate in log2 N, in the peak lr and in the global batch (Cochran-Armitage,
+one-sided), and warmup's claim as the runs have it (`warmup_holds_to`).
 """
 from __future__ import annotations
 
@@ -99,11 +100,6 @@ def warmup_holds_to(v: Evidence) -> str:
     return f"{held}; {failed} ({', '.join(f'N = {n}: {c}' for n, c in calls.items())})"
 
 
-# Two cells' times compared, by the rules of docs/decision-rules.md (the claims of claims.py,
-# and the beyond study's comparisons, beyond_verdicts.py): a one-sided Mann-Whitney U test both
-# ways, a miss slower than every run that reached, with the Hodges-Lehmann ratio of the times
-# (`rank_test`); the comparisons of a claim corrected by Holm at ALPHA (`holm_verdict`); and the
-# fewest further seeds that could make a comparison reject (`seeds_to_reject`, `more_for_ranks`).
 ALPHA = 0.05
 
 

@@ -19,9 +19,9 @@ from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.utils.templates import fill
 
 
-# The clock's probes and real epochs (timing.py), alone on the host: version 4's three rounds
-# took 9.4 min on a 2-core AMD EPYC (a timing-only run of the default study's settings), version
-# 5's about 10.5 min (the clock's job under MPI, the same settings, one round disturbed).
+# The clock's probes and real epochs (timing.py), alone on the host: its three rounds took about
+# 10.5 min on a 2-core AMD EPYC (the clock's job under MPI, the default study's settings, one
+# round disturbed).
 CLOCK_MINUTES = (8, 12)
 
 

@@ -1,21 +1,12 @@
 """Which seeds the study runs, what one more seed of each unit runs (study_units), the cells
-those runs give (study_cells), and the units run again to check the study's rules and results.
-The preset's first seeds in every cell, then the sequential design of study_plan.py (more seeds
-for cells below max_seeds, within the time budget, up to max_seeds).
+those runs give (study_cells), and the units run again to check the study's rules and results
+(stall_check, isa_recheck, stack_recheck). The preset's first seeds in every cell, then the
+sequential design of study_plan.py (more seeds for cells below max_seeds, within the time budget,
+up to max_seeds).
 
 A *unit* is what one seed costs: ("strong",) is the sequential run, from which strong
 scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential run at
-2 x eta; (mode, N) one emulated (or real) multi-worker run.
-
-A *cell* is one Cell per mode, N and seed run so far, with its epochs and passes to target and its
-time to target: from the calibrated model of this host's epoch (clocks.host_clock), from each
-epoch's own rows where a run's batch or allreduces vary (adaptive, local), or from a real run's
-own clock.
-
-The checks, with more runs: the stall rule (the runs it stopped, continued to the cap with the
-rule off), the instruction-set check (the first seed of every trained unit again under another
-oneDNN ISA, every cell judged again on those runs) and the stack check (the same, on another
-venv's TensorFlow and Keras: repro --stack-check VENV)."""
+2 x eta; (mode, N) one emulated (or real) multi-worker run."""
 from __future__ import annotations
 
 import dataclasses

@@ -135,12 +135,6 @@ def figure1_slices(cfg, seq_run: Path) -> Optional[dict]:
     return {"inputs": [[[round(float(v), 6) for v in row] for row in c[g]] for c in x],
             "rendered": [[[round(float(v), 6) for v in row] for row in c[g]] for c in pred]}
 
-# The base lr of a study by default: the sequential model's edge of stability on this data, the
-# largest lr on a sqrt(2) grid that converges on every seed, below the collapse level (paper
-# section VI; docs/protocol.md, "The learning-rate premise"). The search runs the probes that
-# curves.py's edge_probe asks for, a speculative one beside each when two runs fit, and writes
-# its record to lr_sweep.json.
-
 # The stall rule's patience when the preset leaves it off; also the divergence criterion's.
 DEFAULT_PATIENCE = 3
 

@@ -9,7 +9,7 @@ The model is the paper's T_S + T_P / n + c log2 n built from parts measured here
 fixed cost and cost per sample, the evaluation's cost per cube, the allreduce of this model's
 gradients as a training step pays it at N = 2 and 4), each worker a device like this host; its
 communication term has a latency beside the paper's c log2 n, and each epoch pays its
-callbacks' epoch-end work once (both from version 4, below). Its compute parts are scaled by
+callbacks' epoch-end work once. Its compute parts are scaled by
 one factor so that the steps of its N = 1 epoch take what the real one-process epoch's steps
 took in the same invocation, and the rest of that real epoch is the per-epoch cost: T(1) and
 T(N) then come from the same model, and an efficiency T(1) / (N T(N)) carries no bias from
@@ -195,19 +195,13 @@ def _read_timing(path: Path):
         return None
 
 
-# Where the clock is measured: where the study's runs train, on this host under the local
-# executor, and as one Slurm job on a compute node under `--executor slurm` (issue 47: every stage
-# that trains, the clock's real `horovodrun -np 1/2/4` epochs included, runs as a job, never on
-# the login node the driver runs on).
-#
-# The job runs this module on the node,
-#     python -m deepdensity.study.run.timing --runs RUNS --n-train N --n-val N
-# which is measure_timing itself: it writes RUNS/timing.json (and, round by round,
-# timing-rounds.json) on the shared file system, and the driver reads timing.json when the job has
-# ended. The job goes through the runner's own job handling (SlurmRunner.job): recorded in
-# RUNS/.slurm/clock.json before and after sbatch, so that a driver started again attaches to it and
-# never submits it twice; near its time limit it is requeued, and the requeued job resumes at the
-# first round not yet kept. A timing.json of this clock version already there submits nothing.
+# The clock's Slurm job trains (its real `horovodrun -np 1/2/4` epochs), so like every stage that
+# trains it runs on a compute node, never on the login node the driver runs on. It writes
+# RUNS/timing.json (and, round by round, timing-rounds.json) on the shared file system, and the
+# driver reads timing.json when the job has ended. The job goes through the runner's own job
+# handling (SlurmRunner.job): recorded in RUNS/.slurm/clock.json before and after sbatch, so that a
+# driver started again attaches to it and never submits it twice; near its time limit it is
+# requeued, and the requeued job resumes at the first round not yet kept.
 CLOCK_JOB = "clock"                      # the job's name (dd-PRESET-clock) and its record (.slurm/clock.json)
 CLOCK_PROCESSES = max(*REAL_NS, *PROBE_NS)   # the most processes the clock runs at once: horovodrun -np 4
 
