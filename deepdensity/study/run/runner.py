@@ -157,7 +157,7 @@ class StudyRunner:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
         from deepdensity.config import load
         config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
-        data = self._identity(config["data_path"]) if Path(config["data_path"]).exists() else ""
+        data = self._data_hash(ledger.data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
         # a cap exported in the shell changes the path as much as one the study sets
         launcher = self._launcher()
         isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
@@ -270,23 +270,18 @@ class StudyRunner:
                   **{k: yaml.safe_load(str(v)) for k, v in settings.items()}}
         diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in resume_changes(saved, wanted, {})]
         data = wanted.get("data_path")
-        if data and Path(data).exists() and other_data(saved, self._fingerprint(data)):
+        if data and Path(data).exists() and other_data(saved, self._data_hash(data_fingerprint, data)):
             diffs.append(f"the data in {data} changed")
         if diffs:
             raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
                              f"({', '.join(diffs)}); delete it, or pass another --runs folder")
 
-    def _identity(self, path: str) -> str:
+    def _data_hash(self, of: Callable, path: str) -> str:
+        """`of(path)` (ledger.data_identity or data_fingerprint), computed once per data file."""
         with self._lock:
-            if ("identity", path) not in self._fingerprints:
-                self._fingerprints[("identity", path)] = ledger.data_identity(path)
-            return self._fingerprints[("identity", path)]
-
-    def _fingerprint(self, path: str) -> str:
-        with self._lock:
-            if path not in self._fingerprints:
-                self._fingerprints[path] = data_fingerprint(path)
-            return self._fingerprints[path]
+            if (of, path) not in self._fingerprints:
+                self._fingerprints[(of, path)] = of(path)
+            return self._fingerprints[(of, path)]
 
     def train_command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
         cmd = [self.python, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
