@@ -193,7 +193,7 @@ class StudyRunner:
             return
         saved = read_json(out / "config.json", "run's configuration")
         config = {**request["config"], **{k: saved[k] for k in ledger.STOPPING if k in saved}}
-        machine = self._machine()
+        machine = self._machine(request["isa_cap"])
         if any(e["key"] == request["key"] and e["stopping"] == ledger.stopping_of(config)
                and len(e["val_losses"]) == len(rows) and e["machine"].get("host") == machine["host"]
                for e in self.ledger.entries):
@@ -210,13 +210,12 @@ class StudyRunner:
             entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
         self.ledger.append(entry)
 
-    def _machine(self) -> dict:
+    def _machine(self, isa_cap: str) -> dict:
         if self.machine is None:
             from deepdensity.utils import machine
             isa = machine.onednn_isa()
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
-        cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
-        return {**self.machine, **({"isa_cap": cap} if cap else {})}
+        return {**self.machine, **({"isa_cap": isa_cap} if isa_cap else {})}
 
     def _set_aside_if_other_controller(self, out: Path) -> None:
         """A run of this name trained here under another controller is not this run (the
