@@ -295,11 +295,14 @@ class StudyRunner:
 
     def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""
-        other = StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
+        other = self._new(runner, parallel)
         other.ledger, other.may_train = self.ledger, self.may_train
         # one count of the invocation's runs: the checks' and real runs' siblings train too
         other.trained, other.reused = self.trained, self.reused
         return other
+
+    def _new(self, runner: Optional[str], parallel: int) -> "StudyRunner":
+        return StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an

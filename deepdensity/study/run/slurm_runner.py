@@ -58,13 +58,10 @@ class SlurmRunner(StudyRunner):
         self.submitter = submitter or Submitter(self.jobs, f"dd-{study_name}", options.retries, options.max_jobs)
         QueueJob.watcher._delay_s = options.poll_seconds
 
-    def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
+    def _new(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
-        other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
-                            self.submitter)
-        other.ledger, other.may_train = self.ledger, self.may_train
-        other.trained, other.reused = self.trained, self.reused      # one count of the invocation's runs
-        return other
+        return SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
+                           self.submitter)
 
     runs_as_jobs = True
 
