@@ -111,10 +111,7 @@ class StudyRunner:
                 self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
             if r["status"] != RunStatus.CAPPED or r["epochs"] >= int(settings.get("max_epochs", 0)):
-                with self._lock:
-                    self.reused.add(name)
-                    self.wall.setdefault(name, (r.get("seconds") or 0.0) + STARTUP_S)
-                return r
+                return self._reused(name, r)
         if not self.may_train:
             raise NotHeld(f"{name} ({mode} N = {n}, seed {settings.get('seed')}) is not in the ledger, and --no-train "
                           f"trains nothing")
@@ -148,10 +145,13 @@ class StudyRunner:
         if not run_folders.holds(out, entry, got["result"]):
             run_folders.wipe(out)
             ledger.materialize(out, entry, got, request["config"])
+        return self._reused(name, got["result"])
+
+    def _reused(self, name: str, result: dict) -> dict:
         with self._lock:
             self.reused.add(name)
-            self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
-        return got["result"]
+            self.wall.setdefault(name, (result.get("seconds") or 0.0) + STARTUP_S)
+        return result
 
     def _request(self, mode: str, n: int, settings: dict) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
