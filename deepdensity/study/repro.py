@@ -28,7 +28,6 @@ Finished runs are kept under runs/study-PRESET and skipped when the study is run
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shlex
 import sys
@@ -53,7 +52,7 @@ from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted, StudyError
-from deepdensity.utils.files import check_own_folder, json_with, mark_folder
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder, read_json_object
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -215,11 +214,8 @@ def _earlier_record(name: str, out: Path) -> Optional[dict]:
     """The last record of this preset, for the plan's time: the output folder's, else the
     committed one's; None when neither is readable."""
     for folder in (out, reports_folder(name, str(COMMITTED_REPORTS), out)):
-        try:
-            record = json.loads((folder / "study.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("preset") == name:
+        record = read_json_object(folder / "study.json")
+        if record is not None and record.get("preset") == name:
             return record
     return None
 

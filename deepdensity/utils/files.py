@@ -199,11 +199,18 @@ def remove_if_unused(folder) -> None:
 def json_with(path, keys: tuple) -> bool:
     """Is `path` a JSON object holding every one of `keys`? (How a folder made before the marks
     is told from a user's: by what the project wrote in it.)"""
-    import json
     if special_kind(path):          # a FIFO by that name would hold the check itself
         return False
+    held = read_json_object(path)
+    return held is not None and all(k in held for k in keys)
+
+
+def read_json_object(path) -> Optional[dict]:
+    """The JSON object in `path`; None where there is none, it cannot be read or parsed, or it
+    holds another JSON value."""
+    import json
     try:
         held = json.loads(Path(path).read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return False
-    return isinstance(held, dict) and all(k in held for k in keys)
+    except (OSError, ValueError):       # UnicodeDecodeError is a ValueError
+        return None
+    return held if isinstance(held, dict) else None

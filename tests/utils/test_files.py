@@ -86,3 +86,14 @@ def test_a_folder_made_for_a_refused_command_goes_with_its_mark_and_nothing_else
     (tmp_path / "used" / "config.json").write_text("{}")
     files.remove_if_unused(tmp_path / "used")
     assert sorted(p.name for p in (tmp_path / "used").iterdir()) == [".deepdensity", "config.json"]
+
+
+def test_a_json_object_is_read_and_anything_else_is_none(tmp_path):
+    (tmp_path / "object.json").write_text('{"job_id": "12"}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "cut.json").write_text('{"job_id": ')
+    (tmp_path / "latin1.json").write_bytes(b'{"a": "\xe9"}')
+    assert files.read_json_object(tmp_path / "object.json") == {"job_id": "12"}
+    for name in ("list.json", "cut.json", "latin1.json", "missing.json"):
+        assert files.read_json_object(tmp_path / name) is None, name
+    assert files.read_json_object(tmp_path) is None, "a folder"

@@ -73,7 +73,7 @@ def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
     verdict, ours = _all_named(v, mode, named, verdict, ours, settled)
     missing = [str(n) for n in named if n not in rates_]
     brief = _calls_brief(rates_) + (f"; not run at N = {', '.join(missing)}" if missing else "")
-    return verdict, ours, _more_for_rates(rates_, expect, against), (
+    return verdict, ours, _more_for_rates(rates_, expect), (
         brief, _nearest_the_line({n: (r, expect) for n, r in rates_.items()}))
 
 
@@ -98,7 +98,7 @@ def _complete(v: Evidence, cells: dict, verdict: str, ours: str) -> tuple:
                                          f"no verdict until they are run)")
 
 
-def _more_for_rates(rates_: dict, expect: str, against: str) -> str:
+def _more_for_rates(rates_: dict, expect: str) -> str:
     """Whether, and with how many more seeds, these cells' calls could still change: for a cell
     not yet called as the claim needs, the seeds (all going its way) that would call it so; for
     one already called, the seeds (all going the other way) that would unsettle it."""
@@ -150,8 +150,8 @@ def warmup_to_four(v: Evidence) -> dict:
         f = stats.fisher_greater(m_above, r_above, m_below, r_below)
         ours += (f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
                  f"Fisher one-sided p = {f['p']:.2g}")
-    parts = [p[len("yes: "):] for p in (_more_for_rates(rb, Call.CONVERGES, Call.FAILS),
-                                        _more_for_rates(ra, Call.FAILS, Call.CONVERGES)) if p != "-"]
+    parts = [p[len("yes: "):] for p in (_more_for_rates(rb, Call.CONVERGES), _more_for_rates(ra, Call.FAILS))
+             if p != "-"]
     more = "yes: " + "; ".join(parts) if parts else "-"
     return claim_row("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
                   "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more,
@@ -260,7 +260,7 @@ def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
     return claim_row("2 x eta diverges for the sequential model", "further increasing the lr diverges",
                   "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
                   ours, verdict,
-                  _more_for_rates({1: r}, Call.FAILS, Call.CONVERGES).replace("N = 1: ", "2 x eta: "),
+                  _more_for_rates({1: r}, Call.FAILS).replace("N = 1: ", "2 x eta: "),
                   (f"{r.call} at 2 x eta" if r.runs else "not run",
                    f"{r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}" if r.runs else "-"))
 

@@ -292,20 +292,26 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     isa = isa_to_check(s.study.isa_check, onednn_isa())
     if isa is None:
         return None
-    seed = s.study.seeds[0]
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
+    return {"isa": isa, **_first_seeds_again(s, proto, book, timing, modelled, runner, f"isa-{isa.lower()}-",
+                                              ("stability", f"with ONEDNN_MAX_CPU_ISA={isa}", f"runs under {isa}"))}
+
+
+def _first_seeds_again(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled, runner: StudyRunner,
+                       prefix: str, said: tuple) -> dict:
+    """The checks' first seed of every trained unit again on `runner`, its runs named `prefix`..., and the
+    study's cells with those runs in place of the originals; `said`: (what, how the runs differ, the label)."""
+    seed, seq_seed = s.study.seeds[0], s.study.sequential_seeds()[0]
     again = Book()
     again.results = dict(book.results)
     units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
-                        prefix=f"isa-{isa.lower()}-")
-    seq_seed = s.study.sequential_seeds()[0]
-    print(f"stability: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again with "
-          f"ONEDNN_MAX_CPU_ISA={isa}")
+                        prefix=prefix)
+    print(f"{said[0]}: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again {said[1]}")
     runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=f"runs under {isa}")
+                    for unit, job in units.items()], label=said[2])
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"isa": isa, "seed": seed, "sequential_seed": seq_seed, "cells": [dataclasses.asdict(c) for c in cells],
+    return {"seed": seed, "sequential_seed": seq_seed, "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(again)}
 
 
@@ -342,22 +348,13 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
     if not venv:
         return None
     other = venv_stack(venv)
-    seed, seq_seed = s.study.seeds[0], s.study.sequential_seeds()[0]
     label = f"TensorFlow {other['tensorflow']}, {other['keras']}"
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.python, runner.stack_check = other["python"], label
-    again = Book()
-    again.results = dict(book.results)
     prefix = "stack-tf" + other["tensorflow"].replace(".", "") + "-"
-    units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
-                        prefix=prefix)
-    print(f"stability across stacks: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) "
-          f"again on {label} ({venv})")
-    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=f"runs on TensorFlow {other['tensorflow']}")
-    cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"stack": label, "venv": venv, "seed": seed, "sequential_seed": seq_seed,
-            "cells": [dataclasses.asdict(c) for c in cells], "seq_2eta": seq_2eta_of(again)}
+    return {"stack": label, "venv": venv, **_first_seeds_again(
+        s, proto, book, timing, modelled, runner, prefix,
+        ("stability across stacks", f"on {label} ({venv})", f"runs on TensorFlow {other['tensorflow']}"))}
 
 
 def paper_parts(end) -> tuple:

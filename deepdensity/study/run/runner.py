@@ -111,10 +111,7 @@ class StudyRunner:
                 self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
             if r["status"] != RunStatus.CAPPED or r["epochs"] >= int(settings.get("max_epochs", 0)):
-                with self._lock:
-                    self.reused.add(name)
-                    self.wall.setdefault(name, (r.get("seconds") or 0.0) + STARTUP_S)
-                return r
+                return self._reused(name, r)
         if not self.may_train:
             raise NotHeld(f"{name} ({mode} N = {n}, seed {settings.get('seed')}) is not in the ledger, and --no-train "
                           f"trains nothing")
@@ -148,16 +145,19 @@ class StudyRunner:
         if not run_folders.holds(out, entry, got["result"]):
             run_folders.wipe(out)
             ledger.materialize(out, entry, got, request["config"])
+        return self._reused(name, got["result"])
+
+    def _reused(self, name: str, result: dict) -> dict:
         with self._lock:
             self.reused.add(name)
-            self.wall.setdefault(name, (got["result"].get("seconds") or 0.0) + STARTUP_S)
-        return got["result"]
+            self.wall.setdefault(name, (result.get("seconds") or 0.0) + STARTUP_S)
+        return result
 
     def _request(self, mode: str, n: int, settings: dict) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
         from deepdensity.config import load
         config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
-        data = self._identity(config["data_path"]) if Path(config["data_path"]).exists() else ""
+        data = self._data_hash(ledger.data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
         # a cap exported in the shell changes the path as much as one the study sets
         launcher = self._launcher()
         isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
@@ -193,7 +193,7 @@ class StudyRunner:
             return
         saved = read_json(out / "config.json", "run's configuration")
         config = {**request["config"], **{k: saved[k] for k in ledger.STOPPING if k in saved}}
-        machine = self._machine()
+        machine = self._machine(request["isa_cap"])
         if any(e["key"] == request["key"] and e["stopping"] == ledger.stopping_of(config)
                and len(e["val_losses"]) == len(rows) and e["machine"].get("host") == machine["host"]
                for e in self.ledger.entries):
@@ -210,13 +210,12 @@ class StudyRunner:
             entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
         self.ledger.append(entry)
 
-    def _machine(self) -> dict:
+    def _machine(self, isa_cap: str) -> dict:
         if self.machine is None:
             from deepdensity.utils import machine
             isa = machine.onednn_isa()
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
-        cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
-        return {**self.machine, **({"isa_cap": cap} if cap else {})}
+        return {**self.machine, **({"isa_cap": isa_cap} if isa_cap else {})}
 
     def _set_aside_if_other_controller(self, out: Path) -> None:
         """A run of this name trained here under another controller is not this run (the
@@ -270,23 +269,18 @@ class StudyRunner:
                   **{k: yaml.safe_load(str(v)) for k, v in settings.items()}}
         diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in resume_changes(saved, wanted, {})]
         data = wanted.get("data_path")
-        if data and Path(data).exists() and other_data(saved, self._fingerprint(data)):
+        if data and Path(data).exists() and other_data(saved, self._data_hash(data_fingerprint, data)):
             diffs.append(f"the data in {data} changed")
         if diffs:
             raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
                              f"({', '.join(diffs)}); delete it, or pass another --runs folder")
 
-    def _identity(self, path: str) -> str:
+    def _data_hash(self, of: Callable, path: str) -> str:
+        """`of(path)` (ledger.data_identity or data_fingerprint), computed once per data file."""
         with self._lock:
-            if ("identity", path) not in self._fingerprints:
-                self._fingerprints[("identity", path)] = ledger.data_identity(path)
-            return self._fingerprints[("identity", path)]
-
-    def _fingerprint(self, path: str) -> str:
-        with self._lock:
-            if path not in self._fingerprints:
-                self._fingerprints[path] = data_fingerprint(path)
-            return self._fingerprints[path]
+            if (of, path) not in self._fingerprints:
+                self._fingerprints[(of, path)] = of(path)
+            return self._fingerprints[(of, path)]
 
     def train_command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
         cmd = [self.python, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
@@ -301,11 +295,14 @@ class StudyRunner:
 
     def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""
-        other = StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
+        other = self._new(runner, parallel)
         other.ledger, other.may_train = self.ledger, self.may_train
         # one count of the invocation's runs: the checks' and real runs' siblings train too
         other.trained, other.reused = self.trained, self.reused
         return other
+
+    def _new(self, runner: Optional[str], parallel: int) -> "StudyRunner":
+        return StudyRunner(self.root, self.train_yaml, runner, parallel=parallel, say=self.say)
 
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an

@@ -38,7 +38,7 @@ from deepdensity.study.run.runner import StudyRunner
 from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
                                              result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
 from deepdensity.utils.errors import StudyError
-from deepdensity.utils.files import write_atomic
+from deepdensity.utils.files import read_json_object, write_atomic
 from deepdensity.utils.templates import fill
 
 EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, preemption)
@@ -59,13 +59,10 @@ class SlurmRunner(StudyRunner):
         self.submitter = submitter or Submitter(self.jobs, f"dd-{study_name}", options.retries, options.max_jobs)
         QueueJob.watcher._delay_s = options.poll_seconds
 
-    def sibling(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
+    def _new(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
-        other = SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
-                            self.submitter)
-        other.ledger, other.may_train = self.ledger, self.may_train
-        other.trained, other.reused = self.trained, self.reused      # one count of the invocation's runs
-        return other
+        return SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
+                           self.submitter)
 
     runs_as_jobs = True
 
@@ -76,7 +73,7 @@ class SlurmRunner(StudyRunner):
         """(exit status, log) of `cmd` run as the Slurm job `name` of `cpus` CPUs on one node:
         a job the last driver submitted under this name is attached to, never submitted again;
         one the scheduler ended is submitted again (`cmd --resume`), up to `retries` times."""
-        record = _read_record(self.jobs / f"{name}.json")
+        record = read_json_object(self.jobs / f"{name}.json") or {}
         attempt, job_id = self._live_job(record, name)
         while True:
             if not job_id:
@@ -101,7 +98,7 @@ class SlurmRunner(StudyRunner):
     def forget(self, name: str) -> None:
         """The job `name` ended and was read (a failure, said): the next driver submits it again
         instead of reading the same end (its earlier jobs stay on record)."""
-        record = _read_record(self.jobs / f"{name}.json")
+        record = read_json_object(self.jobs / f"{name}.json") or {}
         if record.get("job_id"):
             write_atomic(self.jobs / f"{name}.json", json.dumps({**record, "job_id": ""}))
 
@@ -131,7 +128,7 @@ class SlurmRunner(StudyRunner):
     def _submit(self, cmd: list, name: str, cpus: int, attempt: int) -> str:
         self.jobs.mkdir(parents=True, exist_ok=True)
         path = self.jobs / f"{name}.json"
-        jobs = _read_record(path).get("jobs", [])
+        jobs = (read_json_object(path) or {}).get("jobs", [])
 
         def before(token: str, index: int) -> None:           # written before sbatch
             write_atomic(path, json.dumps({"attempts": attempt - 1, "jobs": jobs, "command": cmd,
@@ -179,14 +176,6 @@ class SlurmRunner(StudyRunner):
         """The driver stops following its jobs; the jobs go on, and the next driver reattaches."""
         self._stopping.set()
         self.say(f"the Slurm jobs of this study go on; start the study again to follow them ({self.jobs})")
-
-
-def _read_record(path: Path) -> dict:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Optional[str], no_train: bool,

@@ -31,7 +31,7 @@ from deepdensity.study.core import clocks
 from deepdensity.utils import machine
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command, StudyError
-from deepdensity.utils.files import write_atomic
+from deepdensity.utils.files import read_json_object, write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
 REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
@@ -107,7 +107,7 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     written to ROUNDS_FILE at once, and an invocation that finds rounds there measured under
     the same settings (round_settings) measures only the rounds still missing."""
     path = root / "timing.json"
-    earlier = _read_timing(path)
+    earlier = read_json_object(path)
     if earlier is not None:
         version = earlier.get("clock_version", 1)
         if version == CLOCK_VERSION:
@@ -154,7 +154,7 @@ def kept_rounds(path: Path, settings: dict, say=print) -> list:
     """The rounds an interrupted invocation finished and wrote to `path` under these `settings`,
     at most ROUNDS of them; [] when there are none, or they were measured under other settings
     (said, naming what changed) or the file is not one this module wrote."""
-    held = _read_timing(path)
+    held = read_json_object(path)
     if not isinstance(held, dict) or not isinstance(held.get("rounds"), list) \
             or not all(isinstance(r, dict) and set(r) == ROUND_KEYS for r in held["rounds"]):
         return []
@@ -174,7 +174,7 @@ def kept_rounds(path: Path, settings: dict, say=print) -> list:
 def current_timing(root: Path):
     """The runs folder's timing.json when it is of this version of the clock, else None (none,
     unreadable, or of another version: measure_timing measures it again)."""
-    timing = _read_timing(root / "timing.json")
+    timing = read_json_object(root / "timing.json")
     return timing if clocks.is_current(timing) else None
 
 
@@ -185,14 +185,6 @@ def held_timing(root: Path) -> dict:
         raise StudyError(f"--no-train needs this runs folder's clock ({root / 'timing.json'}, version {CLOCK_VERSION}); "
                          f"run the study once without --no-train to measure it")
     return timing
-
-
-def _read_timing(path: Path):
-    """timing.json's contents, or None when there is none (or it is unreadable: measured again)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 # The clock's Slurm job trains (its real `horovodrun -np 1/2/4` epochs), so like every stage that

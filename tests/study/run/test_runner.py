@@ -163,6 +163,7 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
         check.trained.add("isa-avx2-seq-s0")
         check.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4})
         assert study.trained == {"isa-avx2-seq-s0"} and study.reused == {"seq-s0"}
+        assert type(check) is type(study), "a sibling is of its runner's kind (local, Slurm)"
 
 
 @pytest.mark.parametrize("saved, asked, aside_as", [
