@@ -295,21 +295,23 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
     return {"isa": isa, **_first_seeds_again(s, proto, book, timing, modelled, runner, f"isa-{isa.lower()}-",
-                                              ("stability", f"with ONEDNN_MAX_CPU_ISA={isa}", f"runs under {isa}"))}
+                                              check="stability", how=f"with ONEDNN_MAX_CPU_ISA={isa}",
+                                              label=f"runs under {isa}")}
 
 
 def _first_seeds_again(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled, runner: StudyRunner,
-                       prefix: str, said: tuple) -> dict:
+                       prefix: str, check: str, how: str, label: str) -> dict:
     """The checks' first seed of every trained unit again on `runner`, its runs named `prefix`..., and the
-    study's cells with those runs in place of the originals; `said`: (what, how the runs differ, the label)."""
+    study's cells with those runs in place of the originals; `check`, `how` the runs differ and the
+    runs' `label`, as the progress lines name them."""
     seed, seq_seed = s.study.seeds[0], s.study.sequential_seeds()[0]
     again = Book()
     again.results = dict(book.results)
     units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
                         prefix=prefix)
-    print(f"{said[0]}: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again {said[1]}")
+    print(f"{check}: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again {how}")
     runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=said[2])
+                    for unit, job in units.items()], label=label)
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
     return {"seed": seed, "sequential_seed": seq_seed, "cells": [dataclasses.asdict(c) for c in cells],
             "seq_2eta": seq_2eta_of(again)}
@@ -353,8 +355,8 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
     runner.python, runner.stack_check = other["python"], label
     prefix = "stack-tf" + other["tensorflow"].replace(".", "") + "-"
     return {"stack": label, "venv": venv, **_first_seeds_again(
-        s, proto, book, timing, modelled, runner, prefix,
-        ("stability across stacks", f"on {label} ({venv})", f"runs on TensorFlow {other['tensorflow']}"))}
+        s, proto, book, timing, modelled, runner, prefix, check="stability across stacks", how=f"on {label} ({venv})",
+        label=f"runs on TensorFlow {other['tensorflow']}")}
 
 
 def paper_parts(end) -> tuple:
