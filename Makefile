@@ -66,7 +66,7 @@ stack-of-venv:
 # setuptools below 81: TensorBoard imports pkg_resources, which setuptools 84 no longer ships
 # (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
 # .installed names the stack: a venv of another stack is not installed over (VENV=... picks another).
-$(VENV)/.installed: setup.py scripts/horovod.sh scripts/horovod/horovod-0.28.1-tf2.16+.patch
+$(VENV)/.installed: setup.py scripts/horovod.sh $(wildcard scripts/horovod/*.patch)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make install PYTHON=/path/to/python3.X' (the $(STACK) stack: Python $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)))"; exit 2; }
 	@$(PYTHON) -c 'import sys; lo, hi = (tuple(map(int, v.split("."))) for v in sys.argv[1:]); sys.exit(not lo <= sys.version_info[:2] <= hi)' $(PYTHONS) \
 	    || { echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'); the $(STACK) stack needs $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)): make install PYTHON=/path/to/python3.X" >&2; exit 2; }
