@@ -25,7 +25,9 @@ setup(
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},
     python_requires=">=3.10,<3.14",
     install_requires=[
-        "numpy<2",
+        # numpy 2 where TensorFlow takes it (the current stack, 2.21, asks for >= 1.26 and, on
+        # Python 3.13, ml-dtypes asks for >= 2.1); the paper-era extras below keep numpy below 2
+        "numpy>=1.23",
         "h5py>=3.8",
         "pydicom>=3",
         "PyYAML>=6",
@@ -43,8 +45,9 @@ setup(
         "cpu": ["tensorflow-cpu==2.21.0", "tensorboard==2.21.*"],   # and tf-keras with --no-deps (above)
         "gpu": ["tensorflow[and-cuda]==2.21.0", "tensorboard==2.21.*", "tf-keras==2.21.0"],
         # the paper-era stack, the committed study's: Python 3.10 or 3.11
-        "paper-cpu": ["tensorflow-cpu==2.15.1"],
-        "paper-gpu": ["tensorflow[and-cuda]==2.15.1"],
+        # TensorFlow 2.15 was built against numpy 1 and fails to import under numpy 2
+        "paper-cpu": ["tensorflow-cpu==2.15.1", "numpy<2"],
+        "paper-gpu": ["tensorflow[and-cuda]==2.15.1", "numpy<2"],
         "test": ["pytest>=7", "pytest-cov>=7"],     # pytest-cov: make coverage
     },
 )

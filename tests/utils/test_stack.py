@@ -53,7 +53,8 @@ def test_the_two_tested_stacks_are_supported():
     (with_(CURRENT, tensorflow="2.22.0", keras2="tf-keras 2.22.0", horovod_built_against="2.22.0"), "untested",
      "newer than the current stack"),
     (with_(CURRENT, tensorflow_dists=("tensorflow", "tensorflow-cpu")), "untested", "share one folder"),
-    (with_(CURRENT, python="3.13.1"), "untested", "was not run here"),
+    (with_(CURRENT, python="3.12.4"), "untested", "was not run here"),
+    (with_(CURRENT, python="3.13.1"), "supported", "the current stack"),
     (with_(PAPER, python="3.12.3"), "untested", "outside the paper stack's 3.10 to 3.11"),
     (with_(CURRENT, horovod="0.29.0"), "untested", "Horovod 0.29.0, not 0.28.1"),
 ])

@@ -1,0 +1,45 @@
+"""The synthetic cubes are the same arrays under numpy 1 (the paper-era stack) and numpy 2 (the
+current one), so that a study on either stack trains on the data the committed runs trained on.
+
+The references are not computed by the code under test in this process: the hash was taken
+under numpy 1.26.4 and numpy 2.4.6 (Python 3.11, AMD EPYC with AVX2, 2026-11-29: the same digest
+from both), and the collapse level is the committed study's own record, computed on AVX-512
+machines under numpy 1.26 when the study ran.
+
+What is hashed is the cubes, the arrays the runs read. The data identity the ledger keys runs by
+(ledger.data_identity) also hashes the cubes' float64 diameters, drawn through np.exp, whose
+float64 kernel is numpy's own SIMD code on AVX-512 and the C library's elsewhere (on this AVX2
+machine np.exp equals math.exp on 100,000 draws, under both numpys): that identity can differ
+between machines of another instruction set whatever the numpy (docs/install.md, "numpy 2")."""
+import hashlib
+import json
+
+import pytest
+
+from deepdensity.data.cubes import input_independent_loss, to_density
+from deepdensity.data.synth import synthesize
+from tests.support import ROOT
+
+# sha256 of the train cubes' then the validation cubes' float32 bytes, synthesize(96, 32, seed 0)
+TINY_CUBES = "75c0a8bacbb69c4f5a24ae202945f18165288cfd48bf908c29010c5fe9fc3ba9"
+
+
+def test_the_tiny_studys_cubes_are_the_arrays_numpy_1_and_numpy_2_both_made():
+    train, val = synthesize(96, 32, 0, progress=False)
+    assert (train.cubes.dtype.str, train.cubes.shape, val.cubes.shape) == ("<f4", (64, 16, 16, 16), (32, 16, 16, 16))
+    assert hashlib.sha256(train.cubes.tobytes() + val.cubes.tobytes()).hexdigest() == TINY_CUBES
+
+
+@pytest.mark.medium
+def test_the_default_studys_cubes_give_the_committed_studys_collapse_level():
+    """The default preset's 2100 cubes (5 s to make) against reports/study.json's
+    collapse level, the validation loss of rendering the training set's mean cube. Moving one
+    float32 value of the cubes by one ulp moved it by 7e-16 to 3e-12 relative (four values
+    tried); numpy 2's float64 log1p and pairwise mean move it by 1 ulp of its own (1e-16),
+    hence 1e-15: a change of the cubes shows unless it is a single ulp of one training value."""
+    record = json.loads((ROOT / "reports" / "study.json").read_text())
+    d = record["study"]["data"]
+    train, val = synthesize(d["n"], d["val"], d["seed"], progress=False)
+    assert (len(train.cubes), len(val.cubes)) == (record["n_train"], record["n_val"])
+    level = input_independent_loss(to_density(train.cubes)[0], to_density(val.cubes)[0])
+    assert level == pytest.approx(record["collapse_loss"], rel=1e-15, abs=0)
