@@ -49,14 +49,19 @@ def _nearest_the_line(expected: dict) -> str:
     """The cell a claim about cells' calls rests on, of {N: (its rate, the call the claim
     expects)}: the one whose interval lies least on the expected side of 0.5 (for a cell that
     should converge, 0.5 less its upper bound; for one that should fail, its lower bound less
-    0.5)."""
+    0.5). Both are one quantity, the exact lower bound of the runs on the expected side (by the
+    interval's symmetry, 0.5 - high(missed of runs) = low(runs - missed of runs) - 0.5), so that
+    two cells as near as each other (8 of 8 that should converge and 0 of 8 that should fail)
+    give the same number from the same arguments, not two roundings of it; such an exact tie
+    goes to the smaller N."""
     def inside(rate, expect) -> float:
-        return 0.5 - rate.high if expect == Call.CONVERGES else rate.low - 0.5
+        on_side = rate.runs - rate.missed if expect == Call.CONVERGES else rate.missed
+        return stats.missed_rate(on_side, rate.runs)[0] - 0.5
 
     run = {n: (r, expect) for n, (r, expect) in expected.items() if r.runs}
     if not run:
         return "-"
-    n, (r, _) = min(run.items(), key=lambda item: inside(*item[1]))
+    n, (r, _) = min(run.items(), key=lambda item: (inside(*item[1]), item[0]))
     return f"N = {n}: {r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}"
 
 

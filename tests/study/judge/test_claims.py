@@ -3,9 +3,10 @@
 seeds leave them open and say how many more could settle them."""
 import math
 
+import pytest
 from scipy import stats as sp
 
-from deepdensity.study.core.cells import Cell, Evidence, FAILED, MISSED, TimeBase
+from deepdensity.study.core.cells import Call, Cell, cell_rate, Evidence, FAILED, MISSED, TimeBase
 from deepdensity.study.judge import claims
 
 W = [1, 2, 4, 8, 16, 32]
@@ -178,7 +179,8 @@ def test_each_claim_names_its_cells_in_a_few_words_and_the_one_number_it_rests_o
     # 8 of 8 missed everywhere: the lower bound 0.025^(1/8), the same at every N, so the first
     assert linear["ours_brief"] == "fails at N = 2, 4, 8, 16, 32"
     assert linear["deciding"] == f"N = 2: 8 of 8 missed, 95% CI {0.025 ** (1 / 8):.2f}-1.00"
-    # warmup: 0 of 8 at N = 2, 4 lies 0.5 - 0.369 inside, 8 of 8 at N >= 8 0.631 - 0.5: N = 2 is nearer
+    # warmup: 0 of 8 at N = 2, 4 lies 0.5 - (1 - 0.025^(1/8)) inside, 8 of 8 at N >= 8
+    # 0.025^(1/8) - 0.5: the same distance exactly, a tie that goes to the smaller N
     warmup = got["Warmup converges only up to N = 4"]
     assert warmup["ours_brief"] == "converges at N = 2, 4; fails at N = 8, 16, 32"
     assert warmup["deciding"].startswith("N = 2: 0 of 8 missed")
@@ -204,3 +206,20 @@ def test_a_time_claims_number_is_its_least_clear_comparison_after_holm():
     assert got["ours_brief"] == "shorter in 14 of 15 comparisons after Holm"
     assert got["deciding"].startswith("least clear: N = 2 vs weak, ratio ") and got["deciding"].endswith(
         f"Holm p = {p:.2g}")
+
+
+def test_an_exact_tie_between_mirrored_cells_goes_to_the_smaller_n_whatever_their_order():
+    """0 of 8 missed that should converge and 8 of 8 that should fail lie exactly as far inside
+    (the exact interval is symmetric: 1 - 0.025^(1/8) and 0.025^(1/8)); the two floats once
+    rounded differently under numpy 1 and 2, which broke the tie either way. The rule is the
+    smaller N, in either order of the cells."""
+    from deepdensity.study.judge.claims import _nearest_the_line
+    converges, fails = cell_rate(0, 8), cell_rate(8, 8)
+    assert converges.high == pytest.approx(1 - 0.025 ** (1 / 8)) and fails.low == pytest.approx(0.025 ** (1 / 8))
+    for order in ([(8, (fails, Call.FAILS)), (2, (converges, Call.CONVERGES))],
+                  [(2, (converges, Call.CONVERGES)), (8, (fails, Call.FAILS))]):
+        assert _nearest_the_line(dict(order)).startswith("N = 2: 0 of 8 missed")
+    # and no tie: 1 of 8 that should converge lies nearer the line than 8 of 8 that should fail
+    nearer = cell_rate(1, 8)
+    assert _nearest_the_line({2: (converges, Call.CONVERGES), 8: (fails, Call.FAILS),
+                              4: (nearer, Call.CONVERGES)}).startswith("N = 4: 1 of 8 missed")
