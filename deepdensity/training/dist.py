@@ -86,7 +86,8 @@ class Horovod(Single):
     available = True
 
     def __init__(self):
-        # A host whose name resolves to loopback makes Gloo abort in init with no word of why.
+        # A host name that does not resolve (or resolves to loopback, for Gloo across hosts)
+        # makes hvd.init() abort with no word of why.
         check_hosts(os.environ)
         # Horovod: initialise the process group (a world of 1 without horovodrun).
         hvd.init()

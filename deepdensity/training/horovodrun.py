@@ -40,6 +40,7 @@ import threading
 from pathlib import Path
 
 from deepdensity.training import console, controllers, interrupts, relay
+from deepdensity.training.hosts import check_hosts
 from deepdensity.utils.args import version
 from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
                                      command)
@@ -266,6 +267,8 @@ def main(argv=None) -> int:
     if not cmd:
         raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
                         f"deepdensity launch -np 2 python train.py --mode weak")
+    # Horovod: a host name that does not resolve would end horovodrun and every rank in a silent abort
+    check_hosts({})
     # Horovod: MPI where built (horovodrun's default), --gloo or DEEPDENSITY_CONTROLLER=gloo for Gloo;
     # elastic on Gloo (controllers.py)
     options, controller_env, note = controllers.choose(options, os.environ, horovodrun_path())

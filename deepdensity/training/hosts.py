@@ -1,5 +1,6 @@
-"""What a multi-host Horovod launch needs from the hosts themselves, checked before
-hvd.init(), where a failure is a C++ abort with no word of its cause. Pure: no TensorFlow,
+"""What a Horovod launch needs from the hosts themselves, checked before hvd.init(), where a
+failure is a C++ abort with no word of its cause: a host name that resolves (every launch) and,
+for Gloo across hosts, one that does not resolve to loopback. Pure: no TensorFlow,
 no Horovod."""
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from deepdensity.utils.errors import UserError
 
 class HostSetupError(UserError):
     """A host set up so that Horovod's ranks cannot connect."""
+
+
+def unresolved_name_problem(hostname: Optional[Callable[[], str]] = None,
+                            resolve: Optional[Callable[[str], str]] = None) -> Optional[str]:
+    """Why hvd.init() will abort on this host whatever the controller and however many hosts,
+    or None: Horovod looks up the host's own name when it starts (Gloo's rendezvous and MPI's
+    both), and where the name resolves to nothing (a container or chroot whose /etc/hosts lacks
+    it) the process aborts inside init without a word."""
+    name = (hostname or socket.gethostname)()
+    try:
+        (resolve or socket.gethostbyname)(name)
+    except (OSError, UnicodeError):
+        return (f"this host's name {name!r} does not resolve to an address, and Horovod aborts in its "
+                f"init without it: add it to /etc/hosts (on one host '127.0.1.1 {name}' will do; across "
+                f"hosts, this host's address on the network they share) or to DNS, then run the same "
+                f"command again")
+    return None
 
 
 def loopback_name_problem(env: Mapping[str, str], hostname: Optional[Callable[[], str]] = None,
@@ -33,9 +51,8 @@ def loopback_name_problem(env: Mapping[str, str], hostname: Optional[Callable[[]
     name = (hostname or socket.gethostname)()
     try:
         address = (resolve or socket.gethostbyname)(name)
-    except OSError:
-        return (f"this host's name {name!r} does not resolve to an address; Horovod's Gloo needs it to "
-                f"resolve to this host's address on the network the ranks share (/etc/hosts or DNS)")
+    except (OSError, UnicodeError):
+        return unresolved_name_problem(lambda: name, resolve or socket.gethostbyname)
     if address.startswith("127.") or address == "::1":
         return (f"this host's name {name!r} resolves to {address}, a loopback address: Horovod's Gloo "
                 f"would give the other hosts that address and fail to connect. Map {name} to this host's "
@@ -44,7 +61,9 @@ def loopback_name_problem(env: Mapping[str, str], hostname: Optional[Callable[[]
 
 
 def check_hosts(env: Mapping[str, str]) -> None:
-    """Raise HostSetupError when the hosts cannot connect (loopback_name_problem)."""
-    problem = loopback_name_problem(env)
+    """Raise HostSetupError when Horovod cannot start on this host (unresolved_name_problem) or
+    the hosts cannot connect (loopback_name_problem). `deepdensity launch` asks before it starts
+    horovodrun, each rank before hvd.init()."""
+    problem = unresolved_name_problem() or loopback_name_problem(env)
     if problem:
         raise HostSetupError(problem)
