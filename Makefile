@@ -1,12 +1,14 @@
-# One-command set-up and tests. `make install` needs a C++ compiler, cmake and the Python of its
-# stack (these machines ran 3.11 only). The stacks (docs/install.md; deepdensity/utils/stack.py):
+# One-command set-up and tests. `make install` needs a C++ compiler (gcc 12 to 14 run) and the
+# Python of its stack with its venv module and headers (Debian/Ubuntu: apt-get install
+# python3-venv python3-dev g++ make git); CI runs 3.11 on Debian 12 and 3.13 on Debian 13
+# (docs/install.md, "Systems run"). The stacks (docs/install.md; deepdensity/utils/stack.py):
 #   make install            the current stack in .venv: TensorFlow 2.21 (CPU) with tf-keras 2.21
-#                           (Keras 2), Horovod 0.28.1 built with the project's patch
+#                           (Keras 2), numpy 2, Horovod 0.28.1 built with the project's patches
 #                           (scripts/horovod/), MPI beside Gloo (below); Python 3.10 to 3.13
 #                           (python3 by default)
 #   make install STACK=paper   in .venv-paper: the paper-era stack the committed study was
-#                           trained on: TensorFlow 2.15.1 with its Keras 2.15, Horovod 0.28.1 as
-#                           released; Python 3.10 or 3.11 (python3.11 by default). Every target
+#                           trained on: TensorFlow 2.15.1 with its Keras 2.15, numpy below 2,
+#                           Horovod 0.28.1's code as released (the compiler patch alone); Python 3.10 or 3.11 (python3.11 by default). Every target
 #                           takes STACK: make test STACK=paper
 #   make install STACK=existing   a venv (.venv-existing) that sees the TensorFlow and Horovod of
 #                           the interpreter PYTHON (a cluster module, NVIDIA's container) and

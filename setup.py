@@ -8,8 +8,8 @@ TF_USE_LEGACY_KERAS=1, which importing deepdensity sets). tf-keras asks for `ten
 beside tensorflow-cpu it goes in with --no-deps: `pip install .[cpu]` then
 `pip install --no-deps tf-keras==2.21.0`. Horovod is not listed: it must be compiled against
 the TensorFlow already in the environment, with the project's patch from TF 2.16 on, which
-pip cannot order: scripts/horovod.sh does it. Python 3.10 to 3.13 are admitted; these
-machines ran 3.11 only.
+pip cannot order: scripts/horovod.sh does it. Python 3.10 to 3.13 are admitted; CI runs 3.11
+(Debian 12) and 3.13 (Debian 13), docs/install.md "Systems run".
 """
 from setuptools import find_packages, setup
 
@@ -24,6 +24,13 @@ setup(
                   "deepdensity.model.kernels": ["render.cc"]},
     entry_points={"console_scripts": ["deepdensity = deepdensity.cli:main"]},
     python_requires=">=3.10,<3.14",
+    # admitted; CI runs 3.11 (Debian 12) and 3.13 (Debian 13); utils/stack.py says the same
+    classifiers=[
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+    ],
     install_requires=[
         # numpy 2 where TensorFlow takes it (the current stack, 2.21, asks for >= 1.26 and, on
         # Python 3.13, ml-dtypes asks for >= 2.1); the paper-era extras below keep numpy below 2

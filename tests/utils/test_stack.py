@@ -181,3 +181,23 @@ def test_pytests_own_process_has_keras_2():
     keras = stack.keras_of(tf)
     assert release(keras.split()[1])[:1] == (2,), keras
     assert keras.startswith("tf_keras") == (release(tf.__version__) >= (2, 16))
+
+
+def test_setup_py_the_readme_and_the_stacks_name_the_same_pythons():
+    """setup.py's classifiers and python_requires admit what the stacks admit, and the Pythons
+    the README says CI runs are the stacks' run_here (what --version calls supported)."""
+    import ast
+    import re
+    from deepdensity.utils.stack import STACKS
+    from tests.support import ROOT
+    call = next(n for n in ast.walk(ast.parse((ROOT / "setup.py").read_text()))
+                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ("classifiers", "python_requires")}
+    admitted = sorted({p for s in STACKS.values() for p in s.pythons}, key=lambda v: tuple(map(int, v.split("."))))
+    classified = [c.rsplit(" :: ", 1)[1] for c in kw["classifiers"] if c.startswith("Programming Language :: Python :: 3.")]
+    assert classified == admitted
+    assert kw["python_requires"] == f">={admitted[0]},<3.{int(admitted[-1].split('.')[1]) + 1}"
+    readme = (ROOT / "README.md").read_text()
+    said = re.search(r"Python 3\.10 to 3\.13 \(run in CI: 3\.11 on\s+# Debian 12, 3\.13 on Debian 13", readme)
+    assert said and admitted == ["3.10", "3.11", "3.12", "3.13"]
+    assert sorted({p for s in STACKS.values() for p in s.run_here}) == ["3.11", "3.13"]
