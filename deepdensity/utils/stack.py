@@ -40,7 +40,7 @@ STACKS = {
     "current": Stack("current", (2, 21), "tf-keras", True, ("3.10", "3.11", "3.12", "3.13"), ("3.11", "3.13"),
                      "TensorFlow 2.21 with tf-keras 2.21 (Keras 2), Horovod 0.28.1 with the project's patch"),
     "paper": Stack("paper", (2, 15), "keras", False, ("3.10", "3.11"), ("3.11",),
-                   "TensorFlow 2.15.1 with its Keras 2.15, Horovod 0.28.1 as released; the committed study's stack"),
+                   "TensorFlow 2.15.1 with its Keras 2.15, Horovod 0.28.1's code as released; the committed study's stack"),
 }
 HOROVOD = "0.28.1"
 # the pip names TensorFlow is published under; two of them in one environment share one folder
