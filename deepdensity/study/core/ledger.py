@@ -247,7 +247,7 @@ def read_entries(path: Path) -> list:
         problem = _entry_problem(e)
         if problem:
             raise LedgerError(f"{path}:{i}: {problem}; {REPAIR.replace('FILE', str(path))}")
-        entries.append(e)
+        entries.append(_keyed_by_its_stack(e))
     return entries
 
 
@@ -275,21 +275,51 @@ def _entry_problem(e) -> Optional[str]:
 
 def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,
              result: dict, rows: Optional[list], val_losses: list, machine: dict, revision: str,
-             source: str, stack: Optional[dict] = None) -> dict:
-    """One ledger line. `stack`: the TensorFlow and Keras that trained it, as its config.json's
-    "versions" say (None: not known; see `stack_of`)."""
+             source: str, stack: Optional[dict] = None, stack_check: str = "",
+             transport: Optional[str] = None) -> dict:
+    """One ledger line, keyed as run_key keys the request it answers (`stack_check` included, so
+    that a stack check's run is stored under its own key and answers only a stack check).
+    `stack`: the TensorFlow, Keras and numpy that trained it, as its config.json's "versions" say
+    (None: not known; see `stack_of`); `transport`: how its ranks' allreduces travelled, as its
+    config.json's "launch" says (None: one process, or not known)."""
     cfg = {k: v for k, v in config.items() if k != "data_path"}
-    return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data), "run": run, "mode": mode,
-            "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data, "config": cfg,
-            "stopping": stopping_of(config), "result": result,
+    return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data, stack_check), "run": run,
+            "mode": mode, "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data,
+            **({"stack_check": stack_check} if stack_check else {}),
+            **({"transport": transport} if transport else {}),
+            "config": cfg, "stopping": stopping_of(config), "result": result,
             "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
             "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
             "machine": machine, "revision": revision, "source": source,
-            **({"stack": {k: stack.get(k) for k in STACK_KEYS}} if stack else {}),
+            **({"stack": {k: stack.get(k) for k in STACK_KEYS if stack.get(k)}} if stack else {}),
             "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-STACK_KEYS = ("tensorflow", "keras")
+# the prefix design.stack_recheck gives its runs' names, and its label of the stack they ran on
+STACK_CHECK_RUN = "stack-tf"
+
+
+def stack_check_label(tensorflow: str, keras: str) -> str:
+    """The stack a stack check's runs are keyed by (design.stack_recheck): 'TensorFlow 2.21.0,
+    tf-keras 2.21.0', Keras as its distribution's name (config.json says the module's, tf_keras)."""
+    return f"TensorFlow {tensorflow}, {keras.replace('tf_keras', 'tf-keras')}"
+
+
+def _keyed_by_its_stack(e: dict) -> dict:
+    """An entry as it should have been written. Until 2026-11-29 entry_of left the stack out of
+    a stack check's key, so that the check's runs (named stack-tf<version>-...) were stored under
+    the default study's keys: they answered its requests, and every invocation that found them in
+    a runs folder recorded them again. Such an entry is read with its stack's key; the others as
+    they are."""
+    if (not e["run"].startswith(STACK_CHECK_RUN) or e.get("stack_check")
+            or not (e.get("stack") or {}).get("tensorflow") or not (e.get("stack") or {}).get("keras")):
+        return e
+    label = stack_check_label(e["stack"]["tensorflow"], e["stack"]["keras"])
+    return {**e, "stack_check": label,
+            "key": run_key(e["config"], e["mode"], e["n"], e["launcher"], e["isa_cap"], e["data"], label)}
+
+
+STACK_KEYS = ("tensorflow", "keras", "numpy")
 # Entries written before the ledger recorded the stack: every revision of setup.py until then
 # pinned tensorflow-cpu==2.15.1 (and tensorflow[and-cuda]==2.15.1), whose tf.keras is keras 2.15.0
 # (`git log -p -- setup.py`)
@@ -301,8 +331,8 @@ def stack_of(entry: dict) -> tuple:
     ledger recorded them, the pin of every revision then and recorded False."""
     recorded = entry.get("stack")
     if recorded:
-        return (*(recorded.get(k) or "?" for k in STACK_KEYS), True)
-    return (*(BEFORE_STACKS[k] for k in STACK_KEYS), False)
+        return (*(recorded.get(k) or "?" for k in ("tensorflow", "keras")), True)
+    return (*(BEFORE_STACKS[k] for k in ("tensorflow", "keras")), False)
 
 
 def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:

@@ -205,7 +205,9 @@ class StudyRunner:
         entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
                                 request["data"], config, result, rows, vals, machine,
                                 git_revision() if source == "trained" else "unknown", source,
-                                stack=saved.get("versions"))
+                                stack=saved.get("versions"), stack_check=self.stack_check,
+                                transport=(saved.get("launch") or {}).get("transport"))
+        assert entry["key"] == request["key"], (entry["key"], request["key"])
         if source != "trained":       # finished before: when its result was written, not now
             entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
         self.ledger.append(entry)

@@ -215,7 +215,7 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     assert len(ledger.read_entries(tmp_path / "second" / "ledger.jsonl")) == 2
     # each entry names the TensorFlow and Keras its run's config.json says it ran on
     assert [e["stack"] for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
-        [{"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}] * 2
+        [{"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4"}] * 2
     assert [ledger.stack_of(e) for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
         [("2.21.0", "tf_keras 2.21.0", True)] * 2
     # a run asked for with the weights it leaves behind is trained even when the ledger holds it
@@ -376,3 +376,62 @@ def test_where_the_runs_were_trained_names_their_tensorflow_and_keras():
     assert "| EPYC | AVX2 | 2.21.0 | tf_keras 2.21.0 | abc | t | 1 |" in text
     assert "\\* Not recorded in the ledger then" in text
     assert "Not recorded" not in where_runs_ran(record, cells[1:], [now])
+
+
+CHECKED = "TensorFlow 2.21.0, tf-keras 2.21.0"
+
+
+@pytest.mark.medium
+def test_two_stack_check_invocations_over_one_runs_folder_record_each_run_once(tmp_path):
+    """repro --stack-check twice over one runs folder: the second finds the first's run in the
+    folder and records nothing new (entry_of once stored the check's run under the default key,
+    so the check's own request never found it and every invocation added it again)."""
+    data = _tiny_data(tmp_path)
+    asked = {"seed": 0, "max_epochs": 64, "target_loss": 1.0}
+    own = tmp_path / "study" / "ledger.jsonl"
+    first = _runner(tmp_path / "study", data)
+    first.stack_check = CHECKED
+    first.run("stack-tf2210-weak-n2-s0", "weak", 2, asked)
+    again = CountingRunner(tmp_path / "study", tmp_path / "study" / "train.yaml", None)
+    again.ledger, again.stack_check = ledger.Ledger(own), CHECKED
+    again.run("stack-tf2210-weak-n2-s0", "weak", 2, asked)
+    entries = ledger.read_entries(own)
+    assert first.trainings == ["stack-tf2210-weak-n2-s0"] and again.trainings == []
+    assert len(entries) == 1 and entries[0]["stack_check"] == CHECKED
+    assert entries[0]["stack"] == {k: v for k, v in STACK_RAN.items() if k in ("tensorflow", "keras", "numpy")}
+    # a default-study request is not answered by the check's run: it trains its own
+    default = _runner(tmp_path / "default", data, own)
+    default.run("weak-n2-s0", "weak", 2, asked)
+    assert default.trainings == ["weak-n2-s0"]
+
+
+def test_a_stack_check_entry_written_under_the_default_key_is_read_under_its_stacks():
+    """The committed ledger's 17 stack-check entries were written under the default study's
+    keys: they are read under their stack's key, so that only a stack check finds them."""
+    cfg = {**{k: 0 for k in ledger.STOPPING}, "seed": 0, "base_lr": 0.001, "max_epochs": 64, "target_loss": 1.0}
+    old = ledger.entry_of("stack-tf2210-weak-n2-s0", "weak", 2, 0, "one process", "", "arrays:a", cfg,
+                          {"status": "reached_target", "epochs": 1}, None, [0.5], {"host": "h"}, "r", "trained",
+                          stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"})
+    default_key = ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:a")
+    assert old["key"] == default_key and "stack_check" not in old, "as entry_of wrote it before the fix"
+    read = ledger._keyed_by_its_stack(old)
+    assert read["key"] == ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:a", CHECKED) != default_key
+    assert read["stack_check"] == CHECKED
+    # a default-study run and an entry written with its stack's key are read as they are
+    plain = {**old, "run": "weak-n2-s0"}
+    assert ledger._keyed_by_its_stack(plain) is plain
+    right = ledger.entry_of("stack-tf2210-weak-n2-s0", "weak", 2, 0, "one process", "", "arrays:a", cfg,
+                            {"status": "reached_target", "epochs": 1}, None, [0.5], {"host": "h"}, "r", "trained",
+                            stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}, stack_check=CHECKED)
+    assert ledger._keyed_by_its_stack(right)["key"] == read["key"]
+
+
+def test_the_committed_ledger_reads_its_stack_check_runs_under_their_own_keys_and_no_other_key_moves():
+    from tests.support import ROOT
+    path = ROOT / "reports" / "ledger.jsonl"
+    raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    read = ledger.read_entries(path)
+    moved = [(a["run"], b.get("stack_check")) for a, b in zip(raw, read) if a["key"] != b["key"]]
+    assert len(moved) == 17 and all(run.startswith("stack-tf2210-") and label == CHECKED for run, label in moved)
+    default_keys = {e["key"] for e in read if not e["run"].startswith("stack-tf")}
+    assert not default_keys & {e["key"] for e in read if e["run"].startswith("stack-tf")}
