@@ -41,7 +41,8 @@ from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
+from deepdensity.study.run.design import (Book, run_first_seeds, run_more_seeds, run_second_look, stall_check,
+                                          study_cells, study_units)
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
@@ -275,11 +276,14 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
                            label="sequential runs")
     target, cap, calibration = calibrated_target(s, study, eta, seq[0])
     proto = Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
-    # 3. Every cell at the first seeds, then more seeds to cells below max_seeds (study_plan.py).
+    # 3. Every cell at the first seeds; the second look's seeds to the cells the first left open
+    #    (docs/decision-rules.md), or more seeds to cells below max_seeds (study_plan.py).
     book = Book()
     units = study_units(s, proto, real_strong=bool(options.runner), book=book,
                         double_eta=study.doubles_eta())
     run_first_seeds(s.runner, book, units, study.seeds, study.sequential_seeds())
+    if study.second_look_seeds:
+        print(f"second look: {run_second_look(s.runner, book, units, study)} ({s.elapsed()} so far)")
     modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
                                  definition=cfg.epoch_definition)
 

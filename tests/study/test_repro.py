@@ -76,7 +76,10 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
     for text, message in (("base_lr: fast\n", "base_lr must be 'edge', 'default_study' or a positive number"),
                           ("base_lr: -1\n", "base_lr must be"),
                           ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
-                          ("mode_workers: [1]\n", "mode_workers must map")):
+                          ("mode_workers: [1]\n", "mode_workers must map"),
+                          ("seeds: [0, 1]\nsecond_look_seeds: 2\n", "second_look_seeds must be 0 .* above the number"),
+                          ("second_look_seeds: 4\nsecond_look_confidence: 0.9\n", "between the first look's 0.95 and 1"),
+                          ("seeds: [0, 1]\nsecond_look_seeds: 4\nmax_seeds: 3\n", "a second look .* or the sequential")):
         bad.write_text(text)
         with pytest.raises(StudyError, match=message):
             load_study(str(bad))

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
@@ -138,6 +138,7 @@ def filter_n(cells: list, mode: str) -> Optional[int]:
 
 
 MISSED, FAILED = "missed within the cap", "collapsed or non-finite"
+FIRST_LOOK = 0.95        # the level of every cell's first look (docs/decision-rules.md)
 
 
 class Call:
@@ -159,21 +160,41 @@ class CellRate:
     call: str
     to_fail: Optional[int]
     to_converge: Optional[int]
+    confidence: float = FIRST_LOOK
+
+    @property
+    def ci(self) -> str:
+        """'95% CI 0.00-0.37': the interval with its level (97.5 % at a second look)."""
+        return f"{self.confidence * 100:g}% CI {self.low:.2f}-{self.high:.2f}"
 
     def __str__(self) -> str:
         if not self.runs:
             return "not run"
-        return (f"{self.missed} of {self.runs} missed ({self.missed / self.runs:.0%}, 95% CI "
-                f"{self.low:.2f}-{self.high:.2f}): {self.call}")
+        return f"{self.missed} of {self.runs} missed ({self.missed / self.runs:.0%}, {self.ci}): {self.call}"
 
 
-def cell_rate(missed: int, runs: int) -> CellRate:
+def cell_rate(missed: int, runs: int, confidence: float = FIRST_LOOK) -> CellRate:
     if not runs:
-        return CellRate(0, 0, 0.0, 1.0, Call.NOT_RUN, None, None)
-    low, high = stats.missed_rate(missed, runs)
+        return CellRate(0, 0, 0.0, 1.0, Call.NOT_RUN, None, None, confidence)
+    low, high = stats.missed_rate(missed, runs, confidence)
     call = Call.CONVERGES if high < 0.5 else Call.FAILS if low > 0.5 else Call.INCONCLUSIVE
-    more = stats.seeds_to_call(missed, runs)
-    return CellRate(runs, missed, low, high, call, more["to_fail"], more["to_converge"])
+    more = stats.seeds_to_call(missed, runs, confidence=confidence)
+    return CellRate(runs, missed, low, high, call, more["to_fail"], more["to_converge"], confidence)
+
+
+def two_looks(missed_by_seed: Sequence[bool], design: int, second_look: float) -> CellRate:
+    """A cell's rate and call from its runs' misses in seed order, by the rules of
+    docs/decision-rules.md: the first look is its first `design` seeds at 95 %; a cell called
+    there keeps that call (on those runs), and only a cell inconclusive there is judged on all
+    its runs at `second_look`'s level. Without a second look (0), or a design (0), or with no
+    run past the design's seeds, every run at 95 %."""
+    missed = list(missed_by_seed)
+    if not (design and second_look and len(missed) > design):
+        return cell_rate(sum(missed), len(missed))
+    first = cell_rate(sum(missed[:design]), design)
+    if first.call != Call.INCONCLUSIVE:
+        return first
+    return cell_rate(sum(missed), len(missed), second_look)
 
 
 @dataclass
@@ -186,6 +207,7 @@ class Evidence:
     clocks: dict = field(default_factory=dict)
     base: object = None                  # cells.TimeBase: n_train, n_val, epoch definition
     design: int = 0                      # the seeds the design gives every cell (0: not checked)
+    second_look: float = 0.0             # the second look's level (0: none; docs/decision-rules.md)
 
     def short(self, mode: str, ns) -> list:
         """The N of `ns` where `mode` has fewer runs than the design's seeds (a study in progress)."""
@@ -200,8 +222,15 @@ class Evidence:
         return outcome(c.status, c.final_val_loss, self.collapse_loss) == Outcome.FAILED
 
     def rate(self, mode: str, ns) -> CellRate:
-        runs = [c for c in self.cells if c.mode == mode and c.n in ns]
+        """One cell's rate by its two looks (`two_looks`); several N pooled, every run at 95 %."""
+        runs = sorted((c for c in self.cells if c.mode == mode and c.n in ns), key=lambda c: c.seed)
+        if len(set(ns)) == 1:
+            return self.looked(runs)
         return cell_rate(sum(self.missed(c) for c in runs), len(runs))
+
+    def looked(self, runs: list) -> CellRate:
+        """The rate of one cell's runs (in seed order) by its two looks."""
+        return two_looks([self.missed(c) for c in runs], self.design, self.second_look)
 
     def seconds(self, mode: str, n: int, clock, scale: float = 1.0) -> list:
         """Time to target per seed of (mode, N) under `clock` (times `scale`), inf where it missed."""

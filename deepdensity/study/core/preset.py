@@ -61,6 +61,12 @@ class Study:
     # budget_minutes (null: no more seeds).
     max_seeds: int = 0
     budget_minutes: Optional[float] = None
+    # The second look (docs/decision-rules.md, "Second look", fixed before its runs): every cell
+    # whose call was inconclusive at its first look (`seeds`) gets the next seeds up to this many
+    # in all, every one trained whatever the ones before show, and its call is made on all of
+    # them with exact intervals at second_look_confidence; no third look. 0: no second look.
+    second_look_seeds: int = 0
+    second_look_confidence: float = 0.975
     # Runs side by side: "auto" is the cores over each run's intra_op_threads.
     parallel_runs: object = "auto"
     # "edge": the sequential model's edge of stability found on this data (the paper's
@@ -117,6 +123,15 @@ class Study:
             (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
             (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
              f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),
+            (lambda: schema.is_int(self.second_look_seeds)
+             and (self.second_look_seeds == 0 or self.second_look_seeds > len(self.seeds)),
+             f"second_look_seeds must be 0 (no second look) or an integer above the number of seeds (the "
+             f"first look's), got {self.second_look_seeds!r}"),
+            (lambda: schema.is_number(self.second_look_confidence) and 0.95 < self.second_look_confidence < 1,
+             f"second_look_confidence must be a number between the first look's 0.95 and 1, got "
+             f"{self.second_look_confidence!r}"),
+            (lambda: not (self.second_look_seeds and self.max_seeds > len(self.seeds)),
+             "a preset has a second look (second_look_seeds) or the sequential design (max_seeds), not both"),
             (lambda: self.budget_minutes is None or (schema.is_number(self.budget_minutes)
                                                      and 0 < self.budget_minutes < math.inf),
              f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
-from deepdensity.study.core.cells import (Call, Cell, cell_rate, epoch_under, Evidence, FAILED, MISSED,
+from deepdensity.study.core.cells import (Call, Cell, epoch_under, Evidence, FAILED, MISSED,
                                           time_to_target, Verdict)
 from deepdensity.study.core.protocol_text import real_strong_summary, SEQUENTIAL_PROOF
 from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, pooled, rank_test, ratio_text
@@ -56,13 +56,13 @@ def _nearest_the_line(expected: dict) -> str:
     goes to the smaller N."""
     def inside(rate, expect) -> float:
         on_side = rate.runs - rate.missed if expect == Call.CONVERGES else rate.missed
-        return stats.missed_rate(on_side, rate.runs)[0] - 0.5
+        return stats.missed_rate(on_side, rate.runs, rate.confidence)[0] - 0.5
 
     run = {n: (r, expect) for n, (r, expect) in expected.items() if r.runs}
     if not run:
         return "-"
     n, (r, _) = min(run.items(), key=lambda item: (inside(*item[1]), item[0]))
-    return f"N = {n}: {r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}"
+    return f"N = {n}: {r.missed} of {r.runs} missed, {r.ci}"
 
 
 def _every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
@@ -256,8 +256,9 @@ def weak_efficiency(v: Evidence) -> dict:
 
 
 def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
-    cells = [_Run(r["status"], r.get("final_val_loss")) for r in seq_2eta]
-    r = cell_rate(sum(v.missed(c) for c in cells), len(cells))
+    cells = [_Run(r["status"], r.get("final_val_loss"))
+             for r in sorted(seq_2eta, key=lambda r: r.get("seed", 0))]
+    r = v.looked(cells)
     verdict = {Call.FAILS: Verdict.REPRODUCED, Call.CONVERGES: Verdict.CONTRADICTED}.get(r.call, Verdict.INCONCLUSIVE)
     ours = f"2 x eta: {r}"
     if 0 < len(cells) < v.design:
@@ -267,7 +268,7 @@ def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
                   ours, verdict,
                   _more_for_rates({1: r}, Call.FAILS).replace("N = 1: ", "2 x eta: "),
                   (f"{r.call} at 2 x eta" if r.runs else "not run",
-                   f"{r.missed} of {r.runs} missed, 95% CI {r.low:.2f}-{r.high:.2f}" if r.runs else "-"))
+                   f"{r.missed} of {r.runs} missed, {r.ci}" if r.runs else "-"))
 
 
 @dataclass(frozen=True)
@@ -364,7 +365,7 @@ def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
 def evidence_of(record: dict, cells: list, definition: str) -> Evidence:
     study = study_of(record)
     return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record), time_base(record),
-                    len(study.seeds))
+                    len(study.seeds), study.second_look_confidence if study.second_look_seeds else 0.0)
 
 
 def _real_strong_note(record: dict) -> str:

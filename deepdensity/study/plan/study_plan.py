@@ -5,6 +5,9 @@ earlier record of the same preset for its wall time; it trains nothing and impor
 Which cell gets the next seed, in a preset with a time budget (`next_in_line`): one more seed at a
 time to every cell below max_seeds, whatever its outcome so far, fewest seeds and then cheapest
 first; a rule that never spends seeds to settle one answer (docs/decision-rules.md, "Seeds").
+Which cells get a second look (`second_look`): every cell inconclusive at its first look, the
+next seeds up to the preset's second_look_seeds, all of them (docs/decision-rules.md, "Second
+look", fixed before its runs).
 What a seed still to run should take, in passes (`runs_like`, `passes_to_expect`): the one
 estimate behind the plan's missing runs and the report's cells below the design's seeds."""
 from __future__ import annotations
@@ -15,6 +18,7 @@ import statistics
 from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
+from deepdensity.study.core.cells import Call, cell_rate
 from deepdensity.study.core.preset import Study, SWEEP_STOPPING
 from deepdensity.utils.templates import fill
 
@@ -135,7 +139,8 @@ def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Option
         return None
     held, _ = _held_runs(study, entries, earlier)
     cap = earlier["cap"]
-    return _missing_cells(study, held, cap) + _missing_filter(study, held) + _missing_sweep(study, held, cap)
+    return (_missing_cells(study, held, cap) + _missing_second_look(study, held, cap, earlier)
+            + _missing_filter(study, held) + _missing_sweep(study, held, cap))
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
@@ -152,13 +157,13 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     held, pass_s = {}, {}
     for e in entries:
         b, rule = sweep.get(e["run"], (base, "eta"))
-        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1)
+        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1) * (2 if e["run"].startswith(SEQ_2ETA) else 1)
         if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
             continue
         got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
         if got is not None:
             held[e["run"]] = (e, got["result"])
-        if (seconds := ledger.seconds_a_pass(e)) is not None:
+        if (seconds := ledger.seconds_a_pass(e)) is not None and not e["run"].startswith(SEQ_2ETA):
             pass_s[e["run"]] = seconds
     return held, pass_s
 
@@ -181,6 +186,51 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
             if f"{mode}-n{n}-s{seed}" not in held:
                 known = runs_like(epochs, mode, n)
                 out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, cap),
+                            [r for _, r in known], not known))
+    return out
+
+
+SEQ_2ETA = "seq-2eta-s"     # the sequential runs at 2 x eta (design.study_units)
+
+
+def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of the second look's runs the ledger
+    does not hold: the cells inconclusive at their first look in the earlier record (its cells
+    and its runs at 2 x eta), at the seeds `second_look` gives them."""
+    if not study.second_look_seeds:
+        return []
+    first, seq_first = study.seeds, study.sequential_seeds()
+    by_cell = {}
+    for c in earlier.get("cells", []):
+        by_cell.setdefault((c["mode"], c["n"]), []).append((c["seed"], c["status"] == "reached_target"))
+
+    def first_look(cell: tuple, seeds: list) -> list:
+        return [r for seed, r in sorted(by_cell.get(cell, [])) if seed in seeds]
+    epochs = {}
+    for e, result in held.values():
+        if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
+            epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
+    out = []
+    for mode, n in study.trained_cells():
+        for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
+            if f"{mode}-n{n}-s{seed}" not in held:
+                known = runs_like(epochs, mode, n)
+                out.append(((f"second look {mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, cap),
+                            [r for _, r in known], not known))
+    # the sequential runs decide every strong cell (and N = 1): one open strong cell gives them seeds
+    strong = [first_look(cell, seq_first) for cell in sorted(by_cell) if cell[0] == policies.STRONG]
+    seq_passes = [(result["epochs"], name) for name, (_, result) in held.items() if re.fullmatch(r"seq-s\d+", name)]
+    for seed in second_look(strong, seq_first, study.second_look_seeds):
+        if f"seq-s{seed}" not in held:
+            out.append((("second look sequential runs", seed), passes_to_expect([x for x, _ in seq_passes], 1, cap),
+                        [r for _, r in seq_passes], not seq_passes))
+    if study.doubles_eta():
+        reached = [r["status"] == "reached_target" for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
+                   if r["seed"] in seq_first]
+        known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(SEQ_2ETA)]
+        for seed in second_look([reached], seq_first, study.second_look_seeds):
+            if f"{SEQ_2ETA}{seed}" not in held:
+                out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, cap),
                             [r for _, r in known], not known))
     return out
 
@@ -246,6 +296,28 @@ def unsettled(reached: Sequence[bool], max_seeds: int) -> Optional[str]:
     if len(reached) < MIN_SEEDS:
         return f"only {len(reached)} seed(s)"
     return f"{len(reached)} seeds: another narrows its missed rate's interval"
+
+
+def inconclusive(reached: Sequence[bool]) -> bool:
+    """Was a cell's look at these runs (their reached flags) inconclusive, by the first look's rule?"""
+    return bool(reached) and cell_rate(len(reached) - sum(reached), len(reached)).call == Call.INCONCLUSIVE
+
+
+def second_look(first_reached: Sequence[Sequence[bool]], first_seeds: Sequence[int], total: int) -> list:
+    """The seeds a unit gets at its second look: where the first look of any cell it decides
+    (each cell's reached flags at `first_seeds`, in seed order) was inconclusive, the next
+    total - len(first_seeds) integers after its first seeds, every one of them; none where each
+    of its cells was called, where the preset has no second look (total 0), or where a cell's
+    first look is not whole (a study in progress calls nothing)."""
+    design = len(first_seeds)
+    if not total or total <= design or not first_reached:
+        return []
+    if any(len(reached) != design for reached in first_reached):
+        return []
+    if not any(map(inconclusive, first_reached)):
+        return []
+    start = max(first_seeds) + 1
+    return list(range(start, start + total - design))
 
 
 def next_in_line(candidates: Iterable[tuple]) -> list:

@@ -6,6 +6,7 @@ the records hold them (result.json, the ledger), strings."""
 import math
 
 import pytest
+from scipy.stats import beta as sp_beta
 
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import cells
@@ -108,3 +109,47 @@ def test_a_cell_is_made_one_way_from_a_row_with_given_fields_over_it():
     assert (cell.final_val_loss, cell.passes_to_target) == (None, None), "absent where the row has none"
     with pytest.raises(TypeError):
         Cell.of({k: v for k, v in row.items() if k != "status"})
+
+
+# The second look (docs/decision-rules.md, "Second look"): the Clopper-Pearson bounds here come
+# from scipy's beta quantiles, not from stats.missed_rate.
+def _upper(missed, runs, level):
+    return 1.0 if missed == runs else sp_beta.ppf(1 - (1 - level) / 2, missed + 1, runs - missed)
+
+
+def _lower(missed, runs, level):
+    return 0.0 if missed == 0 else sp_beta.ppf((1 - level) / 2, missed, runs - missed + 1)
+
+
+@pytest.mark.parametrize("first, more", [(k, m) for k in range(9) for m in range(17)])
+def test_two_looks_call_each_cell_by_the_rule_fixed_before_the_second_looks_runs(first, more):
+    """Every first look of 8 (k missed) and every second look of 16 more (m missed): a cell
+    called at its first look keeps that call on its 8 runs at 95 %; an inconclusive one is
+    called on all 24 at 97.5 %."""
+    from deepdensity.study.core.cells import Call, two_looks
+    missed = [True] * first + [False] * (8 - first) + [True] * more + [False] * (16 - more)
+    got = two_looks(missed, 8, 0.975)
+    if _upper(first, 8, 0.95) < 0.5 or _lower(first, 8, 0.95) > 0.5:
+        assert (got.runs, got.missed, got.confidence) == (8, first, 0.95)
+        assert got.call == (Call.CONVERGES if first == 0 else Call.FAILS)
+    else:
+        total = first + more
+        want = (Call.CONVERGES if _upper(total, 24, 0.975) < 0.5 else
+                Call.FAILS if _lower(total, 24, 0.975) > 0.5 else Call.INCONCLUSIVE)
+        assert (got.runs, got.missed, got.confidence, got.call) == (24, total, 0.975, want)
+        assert got.high == pytest.approx(_upper(total, 24, 0.975), abs=1e-9)
+        assert str(got).startswith(f"{total} of 24 missed") and "97.5% CI" in str(got)
+
+
+def test_the_second_looks_cut_offs_are_those_the_rules_state():
+    """docs/decision-rules.md: at 24 runs and 97.5 %, a cell converges with at most 6 missed
+    and fails with at least 18."""
+    assert _upper(6, 24, 0.975) < 0.5 <= _upper(7, 24, 0.975)
+    assert _lower(18, 24, 0.975) > 0.5 >= _lower(17, 24, 0.975)
+
+
+def test_without_a_second_look_every_run_counts_at_95():
+    from deepdensity.study.core.cells import two_looks
+    got = two_looks([True] + [False] * 15, 8, 0.0)
+    assert (got.runs, got.missed, got.confidence) == (16, 1, 0.95) and "95% CI" in str(got)
+    assert two_looks([True] + [False] * 7, 8, 0.975).confidence == 0.95, "no run past the first look"

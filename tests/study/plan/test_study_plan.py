@@ -54,3 +54,45 @@ def test_the_hours_here_are_the_passes_at_their_seconds_over_the_runs_side_by_si
     assert hours_here([(3600, 2.0)], 1) == 2.0
     assert hours_here([(3600, 2.0)], 0) == 2.0, "no parallel count is one at a time"
     assert hours_here([], 2) == 0.0
+
+
+# The second look (docs/decision-rules.md, "Second look"): which cells, which seeds.
+@pytest.mark.parametrize("missed", range(9))
+def test_a_cell_gets_the_second_look_exactly_when_its_first_look_was_inconclusive(missed):
+    """8 seeds, k missed: 0 of 8 converges and 8 of 8 fails at 95 % (upper bound of 0/8 is
+    1 - 0.025^(1/8) = 0.37, lower of 8/8 is 0.025^(1/8) = 0.63); 1 to 7 are inconclusive."""
+    from deepdensity.study.plan.study_plan import second_look
+    reached = [False] * missed + [True] * (8 - missed)
+    got = second_look([reached], list(range(8)), 24)
+    assert got == ([] if missed in (0, 8) else list(range(8, 24)))
+
+
+def test_the_second_looks_seeds_follow_each_units_first_seeds_and_a_unit_goes_on_for_any_open_cell():
+    from deepdensity.study.plan.study_plan import second_look
+    called, open_ = [True] * 8, [True] * 7 + [False]
+    assert second_look([called], list(range(3, 11)), 24) == []
+    assert second_look([open_], list(range(3, 11)), 24) == list(range(11, 27)), "2 x eta: after its seeds 3-10"
+    assert second_look([called, open_, called], list(range(3, 11)), 24) == list(range(11, 27))
+    assert second_look([open_], list(range(8)), 0) == [], "no second look in the preset"
+    assert second_look([open_[:6]], list(range(8)), 24) == [], "a first look not whole calls nothing"
+    assert second_look([], list(range(8)), 24) == []
+
+
+def test_the_plan_lists_the_second_looks_runs_of_the_committed_study_and_no_other():
+    """The default preset against its committed record and ledger: the six cells inconclusive
+    at their first look, 16 seeds each, and nothing of the first look."""
+    import json
+    from deepdensity.study.core import ledger
+    from deepdensity.study.core.preset import load_study
+    from deepdensity.study.plan.study_plan import missing_runs
+    from tests.support import ROOT
+    _, study = load_study("default")
+    record = json.loads((ROOT / "reports" / "study.json").read_text())
+    missing = missing_runs(study, ledger.read_entries(ROOT / "reports" / "ledger.jsonl"), record)
+    by_group = {}
+    for (group, seed), passes, _, _ in missing:
+        by_group.setdefault(group, []).append(seed)
+        assert passes is not None and passes > 0
+    assert by_group == {**{f"second look {cell}": list(range(8, 24))
+                           for cell in ("weak N = 4", "linear N = 2", "linear N = 4", "warmup N = 4", "warmup N = 8")},
+                        "second look 2 x eta": list(range(11, 27))}

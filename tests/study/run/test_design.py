@@ -104,3 +104,61 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
     assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]
     assert book.results[("warmup", 32, 0)][1] == "warmup-n32-s0-to-cap"
     assert book.results[("linear", 16, 1)][1] == "linear-n16-s1", "a continued run that missed leaves the stopped one"
+
+
+class _LookRunner:
+    """What run_second_look asks of a runner: the ledger's entries, this machine, may_train and
+    run_all; the jobs record what they were asked and whether they could train."""
+
+    def __init__(self, isa: str, first_isa: str):
+        self.isa, self.may_train, self.asked = isa, True, []
+        self.ledger = type("L", (), {"entries": [{"run": f"weak-n4-s{s}", "isa_cap": "", "machine": {"onednn_isa": first_isa}}
+                                                  for s in range(8)]})()
+
+    def _machine(self, isa_cap):
+        return {"onednn_isa": self.isa}
+
+    def run_all(self, jobs, label=""):
+        return [job() for job in jobs]
+
+
+def _looked_book(misses_by_unit: dict):
+    from deepdensity.study.run.design import Book
+    book = Book()
+    for (mode, n), misses in misses_by_unit.items():
+        for seed in range(8):
+            book.results[(mode, n, seed)] = ({"status": "max_epochs" if seed < misses else "reached_target"},
+                                             f"{mode}-n{n}-s{seed}")
+            book.add((mode, n), seed, [f"{mode}-n{n}-s{seed}"], "first seeds of the preset")
+    return book
+
+
+@pytest.mark.parametrize("here, trains", [("AVX-512 DL Boost", True), ("AVX2", False)])
+def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_instruction_set(here, trains):
+    from deepdensity.study.core.preset import Study
+    from deepdensity.study.run.design import run_second_look
+    from deepdensity.study.run.runner import NotHeld
+    runner = _LookRunner(here, "AVX-512 DL Boost")
+    book = _looked_book({("weak", 4): 1, ("weak", 8): 0, ("linear", 8): 8})
+
+    def unit(mode, n):
+        def job(seed):
+            runner.asked.append((mode, n, seed))
+            if not runner.may_train:
+                raise NotHeld("not held")
+            return [f"{mode}-n{n}-s{seed}"]
+        return job
+
+    units = {u: unit(*u) for u in [("weak", 4), ("weak", 8), ("linear", 8)]}
+    study = Study(seeds=list(range(8)), second_look_seeds=24)
+    said = []
+    got = run_second_look(runner, book, units, study, say=said.append)
+    assert runner.asked == [("weak", 4, s) for s in range(8, 24)], "the open cell, all 16 seeds, no other"
+    assert runner.may_train, "as it was"
+    if trains:
+        assert got == "16 of its 16 runs" and book.seeds[("weak", 4)] == list(range(24)) and not said
+        assert book.why[(("weak", 4), 8)] == "second look: weak N = 4 inconclusive at its first look (1 of 8 missed)"
+    else:
+        assert got.startswith("0 of its 16 runs") and book.seeds[("weak", 4)] == list(range(8))
+        assert said and "not trained here" in said[0] and "AVX2" in said[0]
+    assert run_second_look(runner, book, units, Study(seeds=list(range(8)))) == "no second look in the preset"
