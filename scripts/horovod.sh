@@ -48,6 +48,12 @@ if ! "$cxx" -std=c++17 -fsyntax-only -I"$src/third_party/flatbuffers/include" \
          "apt-get install g++-12) and run: make install CC=gcc-12 CXX=g++-12" >&2
     exit 2
 fi
+# Horovod's build looks for cmake on PATH and, failing that, runs a `pip` that a venv's bin is
+# not on PATH to give: the venv's own cmake (make install puts it there from PyPI) is named to it,
+# so that a machine without a system cmake builds too (Debian 13's lane has none)
+if [ -z "${HOROVOD_CMAKE:-}" ] && [ -x "$venv/bin/cmake" ]; then
+    export HOROVOD_CMAKE="$(cd "$venv/bin" && pwd)/cmake"
+fi
 # a stale horovod (another TensorFlow, another controller) would be kept by pip as it is
 "$py" -m pip uninstall --quiet --yes horovod 2>/dev/null || true
 "$py" -m pip install --no-build-isolation --no-cache-dir "$src"
