@@ -66,7 +66,9 @@ stack-of-venv:
 	if [ -n "$$had" ] && [ "$$had" != "$(STACK)" ]; then echo "error: $(VENV) holds the $$had stack, not the $(STACK) one: make ... STACK=$$had, or pick another VENV=..., or rm -rf $(VENV) first" >&2; exit 2; fi
 
 # setuptools below 81: TensorBoard imports pkg_resources, which setuptools 84 no longer ships
-# (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does.
+# (`tensorboard --logdir runs` failed with ModuleNotFoundError) and 80 still does. cmake below 4,
+# which Horovod's build uses (scripts/horovod.sh): cmake 4 refuses its bundled gloo's
+# cmake_minimum_required below 3.5 ("Compatibility with CMake < 3.5 has been removed").
 # .installed names the stack: a venv of another stack is not installed over (VENV=... picks another).
 $(VENV)/.installed: setup.py scripts/horovod.sh $(wildcard scripts/horovod/*.patch)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make install PYTHON=/path/to/python3.X' (the $(STACK) stack: Python $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)))"; exit 2; }
@@ -83,7 +85,7 @@ ifeq ($(STACK),existing)
 	$(BIN)/deepdensity --version
 else
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13"
+	$(PY) -m pip install --quiet --upgrade "pip>=23" "setuptools>=65,<81" wheel "cmake>=3.13,<4"
 	$(PY) -m pip install --quiet -e ".[$(EXTRA),test]"
 	$(if $(KERAS_PIN),$(PY) -m pip install --quiet --no-deps "$(KERAS_PIN)")
 	env $(HOROVOD_ENV) $$(scripts/openmpi.sh "$(MPI)" "$(VENV)") $$(scripts/gpu_ops.sh "$(TF)" "$(VENV)") scripts/horovod.sh "$(VENV)"
