@@ -41,8 +41,8 @@ from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import (Book, run_first_seeds, run_more_seeds, run_second_look, stall_check,
-                                          study_cells, study_units)
+from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
+from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,

@@ -123,15 +123,7 @@ class Study:
             (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
             (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
              f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),
-            (lambda: schema.is_int(self.second_look_seeds)
-             and (self.second_look_seeds == 0 or self.second_look_seeds > len(self.seeds)),
-             f"second_look_seeds must be 0 (no second look) or an integer above the number of seeds (the "
-             f"first look's), got {self.second_look_seeds!r}"),
-            (lambda: schema.is_number(self.second_look_confidence) and 0.95 < self.second_look_confidence < 1,
-             f"second_look_confidence must be a number between the first look's 0.95 and 1, got "
-             f"{self.second_look_confidence!r}"),
-            (lambda: not (self.second_look_seeds and self.max_seeds > len(self.seeds)),
-             "a preset has a second look (second_look_seeds) or the sequential design (max_seeds), not both"),
+            *self._second_look_rules(),
             (lambda: self.budget_minutes is None or (schema.is_number(self.budget_minutes)
                                                      and 0 < self.budget_minutes < math.inf),
              f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),
@@ -158,6 +150,20 @@ class Study:
              f"stall_check must be an integer >= 0 (runs to continue to the cap), got {self.stall_check!r}"),
             (lambda: self.isa_check is None or self.isa_check in ISA_CHECKS,
              f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}"),
+        ]
+
+    def _second_look_rules(self) -> list:
+        """The checks of the second look's settings (docs/decision-rules.md, "Second look")."""
+        return [
+            (lambda: schema.is_int(self.second_look_seeds)
+             and (self.second_look_seeds == 0 or self.second_look_seeds > len(self.seeds)),
+             f"second_look_seeds must be 0 (no second look) or an integer above the number of seeds (the "
+             f"first look's), got {self.second_look_seeds!r}"),
+            (lambda: schema.is_number(self.second_look_confidence) and 0.95 < self.second_look_confidence < 1,
+             f"second_look_confidence must be a number between the first look's 0.95 and 1, got "
+             f"{self.second_look_confidence!r}"),
+            (lambda: not (self.second_look_seeds and self.max_seeds > len(self.seeds)),
+             "a preset has a second look (second_look_seeds) or the sequential design (max_seeds), not both"),
         ]
 
     @functools.cached_property
