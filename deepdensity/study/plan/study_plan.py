@@ -173,13 +173,19 @@ def _same_lr(recorded, lr: float) -> bool:
     return isinstance(recorded, (int, float)) and math.isclose(recorded, lr, rel_tol=1e-12)
 
 
-def _missing_cells(study: Study, held: dict, cap: int) -> list:
-    """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
-    ledger does not hold."""
+def _cell_epochs(held: dict) -> dict:
+    """{(mode, N): [(epochs, run name)]} of the held runs of the trained cells (runs_like's input)."""
     epochs = {}
     for e, result in held.values():
         if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
             epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
+    return epochs
+
+
+def _missing_cells(study: Study, held: dict, cap: int) -> list:
+    """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
+    ledger does not hold."""
+    epochs = _cell_epochs(held)
     out = []
     for mode, n in study.trained_cells():
         for seed in study.seeds:
@@ -206,10 +212,7 @@ def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> l
 
     def first_look(cell: tuple, seeds: list) -> list:
         return [r for seed, r in sorted(by_cell.get(cell, [])) if seed in seeds]
-    epochs = {}
-    for e, result in held.values():
-        if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
-            epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
+    epochs = _cell_epochs(held)
     out = []
     for mode, n in study.trained_cells():
         for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
