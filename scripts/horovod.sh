@@ -5,6 +5,8 @@
 # compiler or TensorFlow behind each:
 #   scripts/horovod/horovod-0.28.1-gcc13+.patch   on every stack: standard includes gcc 13 and 14
 #       no longer bring in for it, and flatbuffers' own fix for gcc 14; nothing Horovod does changes
+#   scripts/horovod/horovod-0.28.1-launcher.patch  on every stack: horovodrun asks the extension's
+#       library what was built in (MPI, Gloo) without importing TensorFlow, and mutes its checks
 #   scripts/horovod/horovod-0.28.1-tf2.16+.patch  against TensorFlow 2.16 or later (the current
 #       stack); against 2.15, the paper-era stack, Horovod's code is built as released.
 # Before the build, three of Horovod's sources are compiled (syntax only, a few seconds) with the
@@ -20,6 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 py="$venv/bin/python"
 compilers_patch="$here/horovod/horovod-0.28.1-gcc13+.patch"
 tf_patch="$here/horovod/horovod-0.28.1-tf2.16+.patch"
+launcher_patch="$here/horovod/horovod-0.28.1-launcher.patch"
 # the installed TensorFlow's version, read without importing it (tensorflow, tensorflow-cpu, ...)
 tf=$("$py" -c 'from deepdensity.utils.stack import found; print(found().tensorflow or "")')
 [ -n "$tf" ] || { echo "error: no TensorFlow in $venv to build Horovod against" >&2; exit 2; }
@@ -32,6 +35,8 @@ src="$work/horovod-0.28.1"
 apply() { (cd "$src" && git apply --verbose "$1" 2>&1 | sed 's/^/  /' >&2); }
 echo "Horovod 0.28.1: the project's patch for current compilers" >&2
 apply "$compilers_patch"
+echo "Horovod 0.28.1: the project's patch for horovodrun's build checks" >&2
+apply "$launcher_patch"
 if "$py" -c "import sys; from deepdensity.utils.stack import release; sys.exit(release('$tf') < (2, 16))"; then
     echo "Horovod 0.28.1: the project's patch for TensorFlow $tf" >&2
     apply "$tf_patch"

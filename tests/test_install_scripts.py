@@ -216,7 +216,8 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     with tarfile.open(tmp_path / "horovod-0.28.1.tar.gz") as sdist:
         sdist.extractall(tmp_path, filter="data")
     src = tmp_path / "horovod-0.28.1"
-    for name in ("horovod-0.28.1-gcc13+.patch", "horovod-0.28.1-tf2.16+.patch"):     # horovod.sh's order
+    for name in ("horovod-0.28.1-gcc13+.patch", "horovod-0.28.1-launcher.patch",   # horovod.sh's order
+                 "horovod-0.28.1-tf2.16+.patch"):
         patch = ROOT / "scripts" / "horovod" / name
         applied = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=src, capture_output=True, text=True)
         assert applied.returncode == 0, applied.stderr
@@ -225,6 +226,8 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     assert "hlo/builder/xla_builder.h" in (src / "horovod" / "tensorflow" / "xla_mpi_ops.cc").read_text()
     assert "#include <string>" in (src / "horovod" / "common" / "group_table.h").read_text()
     assert "#include <stdexcept>" in (src / "horovod" / "common" / "common.h").read_text()
+    util = (src / "horovod" / "common" / "util.py").read_text()
+    assert "def _c_api_without_framework(" in util and util.count("c_api_only=True)") == 5
     span = (src / "third_party" / "flatbuffers" / "include" / "flatbuffers" / "stl_emulation.h").read_text()
     assert "  size_type count_;" in span and "const size_type count_;" not in span
     # the sources gcc 13 and 14 stopped at compile (syntax only) with this machine's compiler

@@ -347,3 +347,49 @@ def test_rank_0s_interrupt_note_is_held_until_horovodrun_has_ended():
                          "[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[0]<stderr>:interrupted\n"]
     words.flush()
     assert len(said) == 5, "flushed once"
+
+
+# The check horovodrun runs before any rank (scripts/horovod/horovod-0.28.1-launcher.patch) asks
+# the extension's C API without importing TensorFlow (seconds and its log lines per launch); its
+# answers against those of the imported horovod.tensorflow, in a process of its own (TensorFlow
+# cannot be imported after its libraries were loaded that way).
+BUILT = ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built")
+BY_C_API = f"""
+import json, sys
+from horovod.common import util
+basics = util._c_api_without_framework("tensorflow")
+print(json.dumps({{"tensorflow imported": "tensorflow" in sys.modules,
+                  **{{n: bool(getattr(basics, n)()) for n in {BUILT}}}}}))
+"""
+BY_IMPORT = f"""
+import json
+import horovod.tensorflow as hvd
+print(json.dumps({{n: bool(getattr(hvd, n)()) for n in {BUILT}}}))
+"""
+
+
+@pytest.mark.medium
+def test_horovodruns_build_checks_answer_as_the_imported_extension_without_importing_tensorflow():
+    import json
+    last = lambda code: json.loads(run([sys.executable, "-c", code]).stdout.strip().splitlines()[-1])
+    by_c_api, by_import = last(BY_C_API), last(BY_IMPORT)
+    assert by_c_api.pop("tensorflow imported") is False
+    assert by_c_api == by_import
+    assert by_import["mpi_built"] or by_import["gloo_built"]      # make install builds one at least
+    from horovod.common import util                               # horovodrun's own calls, as it makes them
+    assert (util.mpi_built(), util.gloo_built()) == (by_import["mpi_built"], by_import["gloo_built"])
+
+
+@pytest.mark.slow
+def test_horovodrun_prints_nothing_of_tensorflows_before_the_ranks():
+    """The user's terminal (no TF_CPP_MIN_LOG_LEVEL): before the patch, the launcher's own check
+    printed absl's and TensorFlow's start-up lines ahead of any rank's."""
+    import os
+    import subprocess
+    from tests.support import horovodrun as horovodrun_path, users_env
+    env = {k: v for k, v in users_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    got = subprocess.run([horovodrun_path(), "-np", "1", "true"], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=os.getcwd())
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert not re.search(r"absl|cpu_feature_guard|oneDNN|tensorflow", got.stdout + got.stderr, re.I), \
+        got.stdout + got.stderr
