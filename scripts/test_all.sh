@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# make test-all: every test once, in two pytest processes side by side. tests/cluster's two-host,
-# elastic and Slurm tests spend much of their time waiting on daemons, the scheduler and
-# launchers, so they run in a lane of their own while the other tests use the CPU
-# (docs/performance.md#tests has what that gains). The cluster lane's output follows the
-# others'; the exit status is the others' if they failed, else the cluster lane's. Each lane has
-# its own temporary folder, new for each run (removed when both pass), so neither's processes or
-# files are the other's or another run's.
-#   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/cluster.xml and D/others.xml)
+# make test-all: every test once, in three pytest processes side by side:
+#   cluster   tests/cluster: the two-host, elastic and Slurm tests, which spend much of their
+#             time waiting on daemons, the scheduler and launchers;
+#   training  tests/training: runs, horovodrun and the interrupt chains;
+#   others    the rest (the study, tools, model, data, ...), whose output is shown as it comes.
+# One pytest used about one core of two (tests/training/test_train.py alone: 330 s of CPU in
+# 332 s), so two lanes of the CPU's tests and the cluster lane's waits keep both cores busy
+# (docs/performance.md#tests). The split is by folder, so that each folder's session fixtures
+# (the tiny study in tests/study, ...) are made once. The other lanes' output follows; the exit
+# status is the first failing lane's, in the order others, training, cluster. Each lane has its
+# own temporary folder, new for each run (removed when all pass), so that no lane's processes or
+# files are another's or another run's.
+#   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/LANE.xml for each lane)
 set -uo pipefail
 pytest=${1:?usage: scripts/test_all.sh PYTEST}
 base=$(mktemp -d "${TMPDIR:-/tmp}/test-all.XXXXXX")
-log="$base/cluster.log"
 junit() { [ -z "${JUNIT_DIR:-}" ] || echo "--junitxml=$JUNIT_DIR/$1.xml"; }
 start=$(date +%s)
 
 # A lane in the background. A script's background job starts with Ctrl-C ignored; the lane gets
-# it back, so that one Ctrl-C stops both lanes and each takes its daemons and namespaces down.
+# it back, so that one Ctrl-C stops every lane and each takes its daemons and namespaces down.
 lane() {
     "$(dirname "$pytest")/python" -c \
         'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
@@ -33,27 +37,37 @@ reap() {
     done
 }
 
-echo "make test-all: tests/cluster in a lane of its own beside the others (its output: $log, printed at the end)"
+echo "make test-all: tests/cluster and tests/training in lanes of their own beside the others" \
+     "(their output: $base/cluster.log and training.log, printed at the end)"
 lane -q -rs --durations=10 --basetemp="$base/cluster" -o cache_dir="$base/cluster-cache" $(junit cluster) \
-    tests/cluster > "$log" 2>&1
+    tests/cluster > "$base/cluster.log" 2>&1
 cluster=$!
-lane -q -rs --durations=30 --basetemp="$base/others" $(junit others) --ignore=tests/cluster tests
+lane -q -rs --durations=20 --basetemp="$base/training" -o cache_dir="$base/training-cache" $(junit training) \
+    tests/training > "$base/training.log" 2>&1
+training=$!
+lane -q -rs --durations=20 --basetemp="$base/others" $(junit others) \
+    --ignore=tests/cluster --ignore=tests/training tests
 others=$!
-trap ':' INT                                   # a Ctrl-C reaches both lanes; wait for both to end
-trap 'kill -TERM "$cluster" "$others" 2>/dev/null' TERM
-trap 'kill -HUP "$cluster" "$others" 2>/dev/null' HUP
+trap ':' INT                                   # a Ctrl-C reaches every lane; wait for all to end
+trap 'kill -TERM "$cluster" "$training" "$others" 2>/dev/null' TERM
+trap 'kill -HUP "$cluster" "$training" "$others" 2>/dev/null' HUP
 reap "$others"
 others_code=$reaped
+reap "$training"
+training_code=$reaped
 reap "$cluster"
 cluster_code=$reaped
-echo
-echo "make test-all: tests/cluster (ran beside the others):"
-cat "$log"
-echo "make test-all: both lanes done in $(( $(date +%s) - start )) s (tests/cluster exit $cluster_code," \
-     "the others exit $others_code)"
-if [ "$others_code" -ne 0 ] || [ "$cluster_code" -ne 0 ]; then
-    echo "make test-all: the tests' temporary folders are kept for a look: $base"
-    [ "$others_code" -ne 0 ] && exit "$others_code"
-    exit "$cluster_code"
-fi
+for name in training cluster; do
+    echo
+    echo "make test-all: tests/$name (ran beside the others):"
+    cat "$base/$name.log"
+done
+echo "make test-all: every lane done in $(( $(date +%s) - start )) s (the others exit $others_code," \
+     "tests/training exit $training_code, tests/cluster exit $cluster_code)"
+for code in "$others_code" "$training_code" "$cluster_code"; do
+    if [ "$code" -ne 0 ]; then
+        echo "make test-all: the tests' temporary folders are kept for a look: $base"
+        exit "$code"
+    fi
+done
 rm -rf "$base"
