@@ -43,7 +43,7 @@ setup(
         "scipy>=1.10",          # ndimage: trilinear resampling of scans
         "SimpleITK>=2.3",       # MetaImage (.mhd/.raw/.zraw, .mha), as LUNA16's own code reads it
         "scikit-learn>=1.3",    # PCA, t-SNE and DBSCAN of the data filter (Gahlot et al. 2020)
-        "submitit>=1.5.4,<1.6",  # the study's Slurm jobs (training/slurm_jobs.py leans on its executor's internals)
+        "submitit>=1.5.4,<1.6",  # the study's Slurm jobs (launch/slurm_jobs.py leans on its executor's internals)
         "jinja2>=3.1,<4",       # the study's reports: their text and display conditions (study/templates)
     ],
     extras_require={

@@ -30,7 +30,7 @@ if find_spec("tf_keras") is not None:
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # Horovod: a rank mpirun started (Horovod's MPI controller) yields its core while it waits for
-# the others, and writes its lines whole, each with its rank's tag (training/controllers.py).
-from deepdensity.training.controllers import under_mpirun  # noqa: E402
+# the others, and writes its lines whole, each with its rank's tag (launch/controllers.py).
+from deepdensity.launch.controllers import under_mpirun  # noqa: E402
 
 under_mpirun(os.environ)

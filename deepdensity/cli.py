@@ -8,7 +8,7 @@ import sys
 # command -> (module whose main(argv) runs it, one line of what it does)
 COMMANDS = {
     "train": ("deepdensity.training.cli", "train one run under a scaling policy (also: python train.py)"),
-    "launch": ("deepdensity.training.horovodrun", "horovodrun with one error line and the rank's exit code "
+    "launch": ("deepdensity.launch.horovodrun", "horovodrun with one error line and the rank's exit code "
                                                  "(deepdensity launch -np 2 python train.py ...)"),
     "data": ("deepdensity.data.cli", "make synthetic cubes, or cut cubes from DICOM / LUNA16 scans"),
     "repro": ("deepdensity.study.repro", "run the paper's scaling study and write its reports"),

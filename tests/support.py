@@ -17,7 +17,7 @@ CURRENT_TEST_IS_SLOW = False
 SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench",
                  "deepdensity train", "deepdensity repro", "deepdensity filter", "deepdensity bench",
                  "deepdensity.training.cli", "deepdensity.study.repro", "deepdensity.tools.filter",
-                 "deepdensity.perf.bench", "deepdensity launch", "deepdensity.training.horovodrun",
+                 "deepdensity.perf.bench", "deepdensity launch", "deepdensity.launch.horovodrun",
                  "deepdensity.perf.rank_probes")
 
 

@@ -214,7 +214,7 @@ def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
 
 # "local" is also the name of the study's executor that trains here (--executor local)
 EXECUTOR_LOCAL = {("deepdensity.study.plan.study_plan", "local"), ("deepdensity.study.repro", "local"),
-                  ("deepdensity.study.run.slurm_runner", "local"), ("deepdensity.training.slurm_jobs", "local")}
+                  ("deepdensity.study.run.slurm_runner", "local"), ("deepdensity.launch.slurm_jobs", "local")}
 
 
 def policy_name_literals(tree: ast.AST) -> list:
@@ -283,3 +283,39 @@ def test_the_study_is_in_stages_and_each_imports_only_earlier_ones():
     assert stages == set(MAY_IMPORT) | {"top"}
     assert stage_violations({name: internal_edges(name) for name in MODULES}) == []
 
+
+
+# The package's floors, lowest first: a module imports only from its own floor or lower ones, so
+# that each floor can be read, tested and reused without those above it. launch/ sits under
+# training/ (a training process uses its controllers, hosts and signals; a launcher never imports
+# what trains), and the study above everything it runs and reports.
+FLOORS = [{"utils"}, {"scaling"}, {"config"}, {"model", "data"}, {"launch"}, {"training"}, {"perf"}, {"tools"},
+          {"study"}, {"top"}]
+
+
+def floor_of(module: str) -> int:
+    """The floor of a package module (config.py is a floor of its own); the other top-level
+    modules (the package's __init__, the CLI, the command aliases) are the top floor."""
+    parts = module.split(".")
+    package = parts[1] if len(parts) > 1 and any(parts[1] in f for f in FLOORS) else "top"
+    return next(i for i, f in enumerate(FLOORS) if package in f)
+
+
+def floor_violations(graph: dict) -> list:
+    return [f"{a} (floor {floor_of(a)}) imports {b} (floor {floor_of(b)})"
+            for a in sorted(graph) for b in sorted(graph[a]) if floor_of(b) > floor_of(a)]
+
+
+def test_the_floor_checker_refuses_an_import_from_a_higher_floor():
+    # the checker itself must be able to fail: training reaching up into the study, and launch
+    # reaching up into training, are the two arrows the floors exist to forbid
+    assert floor_violations({"deepdensity.training.trainer": {"deepdensity.study.core.curves"}}) != []
+    assert floor_violations({"deepdensity.launch.relay": {"deepdensity.training.interrupts"}}) != []
+    assert floor_violations({"deepdensity.training.dist": {"deepdensity.launch.hosts"}}) == []
+    assert floor_of("deepdensity.cli") == floor_of("deepdensity") == len(FLOORS) - 1
+
+
+def test_every_package_has_a_floor_and_no_module_imports_from_a_higher_one():
+    packages = {n.split(".")[1] for n in MODULES if n.count(".") >= 2}
+    assert packages <= set().union(*FLOORS), f"a package without a floor: {packages - set().union(*FLOORS)}"
+    assert floor_violations({name: internal_edges(name) for name in MODULES}) == []

@@ -14,7 +14,7 @@ ENTRY_POINTS = [("deepdensity.training.cli", []), ("deepdensity.data.cli", []), 
                 ("deepdensity.study.repro", []), ("deepdensity.perf.bench", []), ("deepdensity.tools.encode", []),
                 ("deepdensity.tools.generate", []), ("deepdensity.tools.filter", []),
                 ("deepdensity.tools.plot", []), ("deepdensity.study.rerender", []), ("deepdensity.perf.rank_probes", []),
-                ("deepdensity.training.horovodrun", [])]
+                ("deepdensity.launch.horovodrun", [])]
 
 
 def help_text(module: str, sub: list, capsys) -> str:

@@ -18,8 +18,8 @@ import statistics
 
 from deepdensity.perf import rank_waits
 from deepdensity.perf.probes import printed_value, rank_probe, run_child
-from deepdensity.training import controllers
-from deepdensity.training.horovodrun import horovodrun_path
+from deepdensity.launch import controllers
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.utils.machine import cpu_model
 
 

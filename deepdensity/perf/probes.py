@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.training.horovodrun import horovodrun_path
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_metrics
 
 # the folder that holds the deepdensity package (a checkout or site-packages), for child processes

@@ -39,6 +39,7 @@ from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import load_study, Study
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
+from deepdensity.study.report.tensorboard_view import write_view
 from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
 from deepdensity.study.run.beyond import default_study_eta
 from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
@@ -153,7 +154,7 @@ def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[
     the study writes, builds or times anything (a dry run shows it instead)."""
     if options.executor != "slurm":
         return None
-    from deepdensity.training import slurm_jobs as slurm
+    from deepdensity.launch import slurm_jobs as slurm
     slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
     unavailable = None if options.no_train else slurm.clients_unavailable(
         slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
@@ -310,7 +311,6 @@ def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:
 
 def _tensorboard_view(runs: Path, out: Path) -> None:
     """The study in TensorBoard, one run per seed and a summary run (tensorboard_view.py)."""
-    from deepdensity.tools.tensorboard_view import write_view
     logdir = write_view(read_json(out / "study.json", "study's record"), runs, runs / "tensorboard")
     print(f"watch it: tensorboard --logdir {logdir}")
 

@@ -23,10 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.training import interrupts
+from deepdensity.utils.native_logs import native_log_pattern
 
-# absl's prefix: severity, MMDD, time, thread, file:line]; the first line absl writes unasked
-ABSL_LINE = r"^[{severities}][0-9]{{4}} [0-9:.]+ +[0-9]+ [^ ]+:[0-9]+] "
-ABSL_UNINITIALIZED = "WARNING: All log messages before absl::InitializeLog"
 _native_filter = None
 
 
@@ -44,18 +42,6 @@ def start() -> None:
     the command runs: interrupts.handling), TensorFlow's C++ log kept off the screen."""
     interrupts.hold_early()
     filter_native_logs()
-
-
-def native_log_pattern(level: Optional[str]) -> Optional[str]:
-    """The grep -E pattern of the absl lines TF_CPP_MIN_LOG_LEVEL=`level` silences (0: none,
-    1: INFO, 2: and WARNING, 3: and ERROR, as for TensorFlow's own lines); None for none."""
-    try:
-        n = min(max(int(level or 0), 0), 3)
-    except ValueError:
-        n = 0
-    if n == 0:
-        return None
-    return f"({ABSL_LINE.format(severities='IWE'[:n])}|^{ABSL_UNINITIALIZED})"
 
 
 def filter_native_logs() -> None:

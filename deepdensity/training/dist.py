@@ -12,8 +12,8 @@ import os
 
 import tensorflow as tf
 
-from deepdensity.training import controllers
-from deepdensity.training.hosts import check_hosts
+from deepdensity.launch import controllers
+from deepdensity.launch.hosts import check_hosts
 from deepdensity.utils.machine import drop_start_up_noise
 from deepdensity.utils.stack import require_patched_horovod
 

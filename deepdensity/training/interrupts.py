@@ -43,14 +43,9 @@ import threading
 import time
 from typing import Optional
 
-from deepdensity.utils.errors import (EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, Interrupted,
-                                     launcher_rank, launcher_size)
+from deepdensity.launch.signals import CODES, RELAYED, tidy_terminal
+from deepdensity.utils.errors import EXIT_SIGINT, LAUNCH_PREFIX_ENV, Interrupted, launcher_size
 
-# the signals that interrupt a run, and the exit status a shell reports for each
-CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM, signal.SIGHUP: EXIT_SIGHUP}
-# an interrupt `deepdensity launch` passed on through mpirun (the module's docstring); a rank
-# takes it only under launch, and exits 0 on it
-RELAYED = signal.SIGUSR1
 
 
 def _codes() -> dict:
@@ -251,18 +246,3 @@ def peers_gone(error: BaseException) -> bool:
     """Does `error` say that Horovod's other ranks are gone (under a launcher of several)?"""
     text = f"{type(error).__name__} {error}".lower()
     return launcher_size() > 1 and ("horovod" in text or "gloo" in text)
-
-
-def tidy_terminal(signum: int) -> None:
-    """On a terminal (rank 0's), the line the terminal echoed '^C' on is rewritten as '^C' alone:
-    a progress bar it was echoed after is erased, and the lines that follow start below it.
-    SIGTERM erases a bar only. Written to the file descriptor, not through sys.stderr, which the
-    interrupted code may be in the middle of writing."""
-    if launcher_rank() != 0:
-        return
-    try:
-        fd = sys.stderr.fileno()
-        if os.isatty(fd):
-            os.write(fd, b"\r\x1b[K" + (b"^C\n" if signum == signal.SIGINT else b""))
-    except (AttributeError, ValueError, OSError):
-        pass

@@ -69,7 +69,7 @@ class EpochBar(tf.keras.callbacks.Callback):
 def bar_width() -> Optional[int]:
     """The terminal's width less 3 columns, where the terminal echoes a Ctrl-C ('^C') after the
     bar: at the full width the echo wrapped to the next line, out of reach of the erasing of the
-    bar's line that puts '^C' on a line of its own (interrupts.tidy_terminal). None: tqdm's own."""
+    bar's line that puts '^C' on a line of its own (signals.tidy_terminal (launch/signals.py)). None: tqdm's own."""
     try:
         return max(20, os.get_terminal_size(sys.stderr.fileno()).columns - 3)
     except (AttributeError, ValueError, OSError):

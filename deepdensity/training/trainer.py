@@ -21,7 +21,8 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, check_regular_data, load_cubes, to_density
 from deepdensity.scaling import policies, rules
-from deepdensity.training import callbacks, controllers, dist, interrupts, run_folder, runs
+from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
+from deepdensity.launch import controllers
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import Training, fit
 from deepdensity.training.kit import PolicyKit

@@ -134,7 +134,7 @@ def shell_word(word) -> str:
                           for c in text) + "'"
 
 
-# set by `deepdensity launch` (training/horovodrun.py) for its ranks: how they were started
+# set by `deepdensity launch` (launch/horovodrun.py) for its ranks: how they were started
 LAUNCH_PREFIX_ENV = "DEEPDENSITY_LAUNCH_PREFIX"
 
 

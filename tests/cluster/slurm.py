@@ -160,7 +160,7 @@ class SlurmCluster(TwoHosts):
 
     def job(self, job_id: str) -> dict:
         """`scontrol show job` of a job the controller still remembers (MinJobAge), as fields."""
-        from deepdensity.training.sbatch_resubmit import parse_show_job
+        from deepdensity.launch.sbatch_resubmit import parse_show_job
         return parse_show_job(self.run(["scontrol", "show", "job", job_id]).stdout)
 
     def start(self, command: list, log: Path, env=None) -> subprocess.Popen:

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from deepdensity.perf import controller_figures
-from deepdensity.training import controllers
+from deepdensity.launch import controllers
 
 # samples/s each launch answers: one process, -np 2 under MPI, under Gloo, per round
 RATES = {"one": [100.0, 200.0, 100.0], "--mpi": [96.0, 180.0, 99.0], "--gloo": [80.0, 170.0, 81.0]}

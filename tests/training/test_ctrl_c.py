@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.training import controllers
+from deepdensity.launch import controllers
 from tests.support import ROOT, SMOKE, horovodrun
 from tests.training.terminal import Terminal, rank_pids, run_pids, screen
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from deepdensity.training import controllers
+from deepdensity.launch import controllers
 from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, launch, losses, run  # noqa: F401 (launch, losses: other modules import them from here)
 
 # Every test here launches horovodrun or trains in a subprocess.

@@ -104,7 +104,7 @@ def _alive(marker: str) -> list:
 def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, smoke_data):
     """A terminal's Ctrl-C reaches horovodrun and both ranks: rank 0 says once where the run
     stands, no rank is left running, and the folder resumes with each epoch once."""
-    from deepdensity.training import controllers
+    from deepdensity.launch import controllers
     from tests.support import horovodrun
     out = tmp_path / "hvd-run"
     # enough epochs to be interrupted in: a smoke epoch takes 0.15 s, and under MPI the whole

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from deepdensity.launch import signals
 from deepdensity.training import interrupts
 from deepdensity.utils.errors import Interrupted
 
@@ -115,7 +116,7 @@ def test_on_a_terminal_ctrl_c_gets_a_line_of_its_own(monkeypatch, signum, rank, 
     monkeypatch.setenv("HOROVOD_RANK", rank)
     with open(slave, "w") as tty:
         monkeypatch.setattr("sys.stderr", tty)
-        interrupts.tidy_terminal(signum)
+        signals.tidy_terminal(signum)
     os.set_blocking(master, False)
     try:
         got = os.read(master, 100)

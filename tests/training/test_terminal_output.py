@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from deepdensity.training.console import is_the_program, native_log_pattern
+from deepdensity.training.console import is_the_program
+from deepdensity.utils.native_logs import native_log_pattern
 from tests.support import ROOT, SMOKE
 from tests.training.terminal import Terminal, screen
 

@@ -92,7 +92,7 @@ class Study:
     # The stall rule checked with runs: the runs it stopped, trained again to the cap with the
     # rule off; every one at N >= 16, and a sample of this many of the others (0: not checked).
     stall_check: int = 0
-    # With --executor slurm: what each job asks for (training/slurm_jobs.py SlurmOptions: partition,
+    # With --executor slurm: what each job asks for (launch/slurm_jobs.py SlurmOptions: partition,
     # account, time, cpus_per_task, gpus_per_task, max_jobs, retries, poll_seconds, sbatch).
     slurm: dict = field(default_factory=dict)
 

@@ -175,8 +175,8 @@ class StudyRunner:
         """The controller the runner's processes run under ('mpi', 'gloo'); None for one process."""
         if not self.runner:
             return None
-        from deepdensity.training import controllers
-        from deepdensity.training.horovodrun import horovodrun_path
+        from deepdensity.launch import controllers
+        from deepdensity.launch.horovodrun import horovodrun_path
         options = shlex.split(self.runner.format(n=2))
         # DEEPDENSITY_CONTROLLER is read by `deepdensity launch` alone; plain horovodrun ignores it
         env = dict(os.environ) if "launch" in options and "deepdensity" in self.runner else {}

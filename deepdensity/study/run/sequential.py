@@ -19,7 +19,7 @@ from deepdensity.study.core import curves
 from deepdensity.study.core.preset import Study
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.session import Protocol, StudyRun
-from deepdensity.training.horovodrun import horovodrun_path
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.utils.files import write_atomic
 

@@ -161,7 +161,7 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     parallel = parallel_runs(study)
     if options.executor == "slurm":
         from deepdensity.study.run.slurm_runner import SlurmRunner
-        from deepdensity.training.slurm_jobs import SlurmOptions
+        from deepdensity.launch.slurm_jobs import SlurmOptions
         slurm = SlurmOptions.parse(study.slurm, options.slurm)
         runner = SlurmRunner(root, train_yaml, options.runner or None, slurm, runs_cfg.intra_op_threads, name)
         print(f"executor: Slurm, up to {slurm.max_jobs} jobs at once"

@@ -3,7 +3,7 @@ its plan (`plan_lines`).
 
 Each run (one cell, one seed) is one batch job that trains into its own run folder on the
 shared file system, exactly the command the local executor runs. The jobs go through
-submitit (training/slurm_jobs.py): it submits them (the runs that become ready together as one
+submitit (launch/slurm_jobs.py): it submits them (the runs that become ready together as one
 job array), and requeues a job before its time limit after the run checkpoints. Job state is
 read with `squeue` (submitit's own reader needs `sacct`, hence an accounting database, which
 small clusters often lack), and the driver decides the next seeds by the same rules as the
@@ -35,7 +35,7 @@ from typing import Optional
 
 from deepdensity.scaling import policies
 from deepdensity.study.run.runner import StudyRunner
-from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
+from deepdensity.launch.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
                                              result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import read_json_object, write_atomic
@@ -47,7 +47,7 @@ SQUEUE_PATIENCE_S = 600
 
 
 class SlurmRunner(StudyRunner):
-    """StudyRunner whose runs are Slurm batch jobs (submitit, training/slurm_jobs.py) instead of
+    """StudyRunner whose runs are Slurm batch jobs (submitit, launch/slurm_jobs.py) instead of
     local subprocesses."""
 
     def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], options: SlurmOptions,

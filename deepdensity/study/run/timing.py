@@ -82,8 +82,8 @@ def probes_controller() -> str:
     """The controller every horovodrun of the clock runs under (its probes and real epochs, and
     the study's real strong-scaling runs, all plain `horovodrun -np N`): MPI where Horovod was
     built with it, else Gloo."""
-    from deepdensity.training import controllers
-    from deepdensity.training.horovodrun import horovodrun_path
+    from deepdensity.launch import controllers
+    from deepdensity.launch.horovodrun import horovodrun_path
     return controllers.resolved([], {}, horovodrun_path())
 
 

@@ -14,9 +14,9 @@ from deepdensity.study.run import timing
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.study.run.timing import CLOCK_VERSION
-from deepdensity.training.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
+from deepdensity.launch.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
 from deepdensity.utils.errors import StudyError
-from tests.training.test_slurm_jobs import fake_command
+from tests.launch.test_slurm_jobs import fake_command
 
 TIMING = {"clock_version": CLOCK_VERSION, "compute_scale": 1.0}
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from deepdensity.study.run.slurm_runner import SlurmRunner
-from deepdensity.training.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
+from deepdensity.launch.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
                                              SlurmOptions, Submitter, TrainJob)
 from deepdensity.utils.errors import StudyError, UserError
 from tests.support import ROOT
-from tests.training.test_slurm_jobs import fake_command
+from tests.launch.test_slurm_jobs import fake_command
 
 
 def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):

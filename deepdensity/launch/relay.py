@@ -6,7 +6,7 @@ alone (SIGTERM and SIGHUP reach it alone anyway), and passes every interrupt on 
 - under Gloo, and under MPI before horovodrun has started mpirun, to horovodrun, whose handler
   SIGTERMs every rank and SIGKILLs a rank still running 5 s later (runner/gloo_run.py);
 - under MPI, as SIGUSR1 to mpirun, which forwards it to every rank on every host at once
-  (interrupts.RELAYED: a rank takes it as any interrupt and exits 0), again every half second
+  (signals.RELAYED: a rank takes it as any interrupt and exits 0), again every half second
   for a rank mpirun started since. mpirun's own answer to SIGINT or SIGTERM would SIGKILL a
   rank 2 s later, before a rank compiling its first step had said where the run stands. A job
   still running ESCALATE_AFTER_S after the interrupt gets mpirun's SIGTERM, which ends it.
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Optional
 
-from deepdensity.training import interrupts
+from deepdensity.launch import signals
 
 # how long a job may take to end after an interrupt before mpirun is asked to kill it: a rank
 # saves nothing after the signal (its checkpoint is the last epoch's), so this is the time to
@@ -71,11 +71,11 @@ def take_interrupts(passing_on: "Relay", on_interrupt) -> list:
 
     def on_signal(signum, frame):
         if not received:
-            interrupts.tidy_terminal(signum)
+            signals.tidy_terminal(signum)
         received.append(signum)
         on_interrupt()
         passing_on.start(signum)
-    for signum in interrupts.CODES:
+    for signum in signals.CODES:
         signal.signal(signum, on_signal)
     return received
 
@@ -99,7 +99,7 @@ class Relay:
             if mpirun is not None:
                 # Horovod: under MPI, every rank on every host at once, through mpirun
                 late = time.monotonic() > deadline
-                if not _send(mpirun, signal.SIGTERM if late else interrupts.RELAYED) or late:
+                if not _send(mpirun, signal.SIGTERM if late else signals.RELAYED) or late:
                     return                  # mpirun has ended, or ends the job now
             elif not told_horovodrun and self.proc.poll() is None and not _is_shell(self.proc.pid):
                 told_horovodrun = _send(self.proc.pid, to_horovodrun(signum))   # Gloo, or MPI not yet started

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from deepdensity.training import controllers, horovodrun
-from deepdensity.training.horovodrun import LauncherTraceback, launch_prefix, split_command
+from deepdensity.launch import controllers, horovodrun
+from deepdensity.launch.horovodrun import LauncherTraceback, launch_prefix, split_command
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
 from deepdensity.utils.files import mark_folder
 from tests.support import SMOKE, fed_through, run

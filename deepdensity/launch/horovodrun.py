@@ -39,9 +39,11 @@ import sys
 import threading
 from pathlib import Path
 
-from deepdensity.training import console, controllers, interrupts, relay
-from deepdensity.training.hosts import check_hosts
+from deepdensity.launch import controllers, relay
+from deepdensity.launch.signals import CODES as INTERRUPT_CODES
+from deepdensity.launch.hosts import check_hosts
 from deepdensity.utils.args import version
+from deepdensity.utils.native_logs import native_log_pattern
 from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
                                      command)
 
@@ -293,7 +295,7 @@ def main(argv=None) -> int:
     # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from
     # TensorFlow 2.17 on come through an absl that TF_CPP_MIN_LOG_LEVEL does not reach: dropped
     # here as a training process drops its own (console.py); the ranks' lines come tagged
-    native = console.native_log_pattern(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+    native = native_log_pattern(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
     native = re.compile(native) if native else None
     for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
         if native is None or not native.search(line):
@@ -328,7 +330,7 @@ def exit_code(code: int, rank_code, signals: list, early: bool) -> int:
         code = rank_code if rank_code > 0 else 128 - rank_code
     code = 128 - code if code < 0 else code
     if signals and (early or code in (EXIT_SIGINT, EXIT_SIGTERM)):
-        return interrupts.CODES.get(signals[0], code)
+        return INTERRUPT_CODES.get(signals[0], code)
     return code
 
 

@@ -1,4 +1,4 @@
-"""How `deepdensity launch` passes an interrupt on (training/relay.py), on real processes: the
+"""How `deepdensity launch` passes an interrupt on (launch/relay.py), on real processes: the
 search of horovodrun's process group, the signal each target is given, and a rank's exit status
 on the relayed signal. The whole chain under MPI and Gloo is tests/training/test_ctrl_c.py."""
 import os
@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 
-from deepdensity.training import interrupts, relay
+from deepdensity.launch import relay, signals
+from deepdensity.training import interrupts
 from deepdensity.training.cli import where_to_continue
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV
 
@@ -76,9 +77,9 @@ def test_the_relay_gives_horovodrun_the_signal_once_and_stops_when_the_job_has_e
 
 def test_a_rank_started_by_launch_takes_the_relayed_signal_as_an_interrupt_that_exits_0(monkeypatch):
     monkeypatch.delenv(LAUNCH_PREFIX_ENV, raising=False)
-    assert interrupts.RELAYED not in interrupts._codes()          # elsewhere SIGUSR1 is not ours
+    assert signals.RELAYED not in interrupts._codes()          # elsewhere SIGUSR1 is not ours
     monkeypatch.setenv(LAUNCH_PREFIX_ENV, "python -m deepdensity launch -np 2 ")
-    assert interrupts._codes()[interrupts.RELAYED] == 0
+    assert interrupts._codes()[signals.RELAYED] == 0
     assert interrupts._codes()[signal.SIGHUP] == 129 and interrupts._codes()[signal.SIGTERM] == 143
 
 

@@ -1,4 +1,4 @@
-"""A training command as a Slurm job (training/slurm_jobs.py): what it asks for, from the
+"""A training command as a Slurm job (launch/slurm_jobs.py): what it asks for, from the
 preset and --slurm, its time limit read as Slurm reads it, the run stopped and resumed
 around a requeue, and submission in job arrays; the study's Slurm executor is
 tests/study/run/test_slurm_runner.py, and both against a running cluster tests/cluster/test_slurm.py."""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.training.slurm_jobs import COMMENT, job_parameters, SlurmOptions, Submitter, TrainJob
+from deepdensity.launch.slurm_jobs import COMMENT, job_parameters, SlurmOptions, Submitter, TrainJob
 from deepdensity.utils.errors import UserError
 
 
@@ -99,7 +99,7 @@ def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp
 @pytest.mark.parametrize("text, hours", [("04:00:00", 4), ("90", 1.5), ("30:00", 0.5), ("1-00:00:00", 24),
                                          ("2-12", 60), ("1-06:30", 30.5), ("UNLIMITED", float("inf"))])
 def test_time_limits_read_as_slurm_reads_them(text, hours):
-    from deepdensity.training.slurm_jobs import time_hours
+    from deepdensity.launch.slurm_jobs import time_hours
     assert time_hours(text) == hours
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.tools.tensorboard_view import curve_points, view_series, write_view
+from deepdensity.study.report.tensorboard_view import curve_points, view_series, write_view
 from tests.training.test_tensorboard import free_port, get, wait_for_runs
 
 

@@ -1,5 +1,5 @@
 """The command that submits a job of scripts/slurm/train.sbatch again as it was submitted
-(training/sbatch_resubmit.py), from `scontrol show job` or the job's environment, and the script
+(launch/sbatch_resubmit.py), from `scontrol show job` or the job's environment, and the script
 itself run as slurmd runs it; the real thing is tests/cluster/test_slurm.py."""
 import shlex
 import subprocess
@@ -52,7 +52,7 @@ def checkout(tmp_path):
 
 
 def test_the_resubmit_command_names_the_submitted_script_with_every_option(checkout):
-    from deepdensity.training.sbatch_resubmit import parse_show_job, resubmit_command
+    from deepdensity.launch.sbatch_resubmit import parse_show_job, resubmit_command
     job = parse_show_job(SHOW_JOB.replace("CHECKOUT", str(checkout)))
     assert (job["JobName"], job["Comment"], job["Partition"]) == ("my run", "two words", "gpu")
     command = resubmit_command(job, ["--mode", "strong", "--out", "runs/my run"],
@@ -71,7 +71,7 @@ def test_the_resubmit_command_leaves_the_scripts_defaults_to_it(checkout):
     """A job submitted with nothing but -N and --ntasks: its default partition and time limit
     are carried (the next job gets the same even if the defaults change), the script's own
     job name, output file and one CPU a task are not repeated."""
-    from deepdensity.training.sbatch_resubmit import parse_show_job, resubmit_command
+    from deepdensity.launch.sbatch_resubmit import parse_show_job, resubmit_command
     text = (SHOW_JOB.replace("CHECKOUT", str(checkout)).replace("JobName=my run", "JobName=deepdensity")
             .replace("my run-4242.out", "x").replace(f"{checkout}/logs/x", f"{checkout}/slurm-4242.out")
             .replace("CPUs/Task=8", "CPUs/Task=1").replace("MailUser=me@lab MailType=END", "")
@@ -85,7 +85,7 @@ def test_the_resubmit_command_leaves_the_scripts_defaults_to_it(checkout):
 
 
 def test_a_relative_or_vanished_script_path_is_found_from_the_submit_folder(checkout, tmp_path):
-    from deepdensity.training.sbatch_resubmit import resubmit_command, submitted_script
+    from deepdensity.launch.sbatch_resubmit import resubmit_command, submitted_script
     assert submitted_script("scripts/slurm/train.sbatch --out r", ["--out", "r"], str(checkout)) == \
         str(checkout / "scripts/slurm/train.sbatch")
     # a Command= naming Slurm's spool copy, or a script since moved: the checkout's script
@@ -96,7 +96,7 @@ def test_a_relative_or_vanished_script_path_is_found_from_the_submit_folder(chec
 
 
 def test_inside_a_job_the_command_comes_from_scontrol_else_from_the_environment(checkout, tmp_path):
-    """`python -m deepdensity.training.sbatch_resubmit resubmit-command -- ARGS` as train.sbatch runs it, with
+    """`python -m deepdensity.launch.sbatch_resubmit resubmit-command -- ARGS` as train.sbatch runs it, with
     scontrol answering (a script on PATH printing a real record), then failing."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -107,10 +107,15 @@ def test_inside_a_job_the_command_comes_from_scontrol_else_from_the_environment(
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SLURM_JOB_ID": "4242",
            "SLURM_SUBMIT_DIR": str(checkout), "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_NUM_NODES": "2",
            "SLURM_NTASKS": "4", "PYTHON": sys.executable}
-    args = [sys.executable, "-m", "deepdensity.training.sbatch_resubmit", "resubmit-command", "--", "--out", "runs/my run"]
+    args = [sys.executable, "-m", "deepdensity.launch.sbatch_resubmit", "resubmit-command", "--", "--out", "runs/my run"]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, cwd=checkout)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "--time=1-02:00:00" in proc.stdout and proc.stdout.startswith(f"PYTHON={sys.executable} sbatch ")
+    # the module's path before it moved to launch/, which a job submitted earlier still runs
+    # (Slurm keeps the script as submitted): the same answer
+    old = subprocess.run([*args[:2], "deepdensity.training.sbatch_resubmit", *args[3:]], env=env, capture_output=True,
+                         text=True, cwd=checkout)
+    assert (old.returncode, old.stdout, old.stderr) == (0, proc.stdout, "")
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\n"
                                       "exit 1\n")
     proc = subprocess.run(args, env=env, capture_output=True, text=True, cwd=checkout)

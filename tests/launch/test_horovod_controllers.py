@@ -1,10 +1,10 @@
-"""Horovod's controller, MPI or Gloo (training/controllers.py): what check-build says was built,
+"""Horovod's controller, MPI or Gloo (launch/controllers.py): what check-build says was built,
 which controller a launch asks horovodrun for, what a run's record names, and mpirun's closing
 notice after a refusal (no process is started here)."""
 import pytest
 
-from deepdensity.training import controllers
-from deepdensity.training.controllers import MpirunNotice, asked_for, choose, controllers_in_check_build, of_this_run
+from deepdensity.launch import controllers
+from deepdensity.launch.controllers import MpirunNotice, asked_for, choose, controllers_in_check_build, of_this_run
 from deepdensity.utils.errors import UserError
 from tests.support import fed_through
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from deepdensity.training.hosts import HostSetupError, check_hosts, loopback_name_problem, unresolved_name_problem
+from deepdensity.launch.hosts import HostSetupError, check_hosts, loopback_name_problem, unresolved_name_problem
 from tests.support import SMOKE, run
 
 TWO_HOSTS = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "2"}
@@ -48,7 +48,7 @@ def test_a_name_resolving_to_the_cluster_address_is_fine():
 
 @pytest.mark.parametrize("address, refused", [("127.0.1.1", True), ("10.0.0.7", False)])
 def test_check_hosts_asks_this_host_and_raises_a_user_error(monkeypatch, address, refused):
-    import deepdensity.training.hosts as hosts
+    import deepdensity.launch.hosts as hosts
     monkeypatch.setattr(hosts.socket, "gethostbyname", resolving_to(address))
     if refused:
         with pytest.raises(HostSetupError, match="loopback"):
@@ -62,7 +62,7 @@ def test_check_hosts_asks_this_host_and_raises_a_user_error(monkeypatch, address
 def test_a_name_that_does_not_resolve_is_refused_on_one_host_and_under_mpi_too(monkeypatch, env):
     """hvd.init() aborts without a word on a host whose own name does not resolve, whatever the
     controller and however many hosts (seen in a Debian 13 chroot whose /etc/hosts lacked it)."""
-    import deepdensity.training.hosts as hosts
+    import deepdensity.launch.hosts as hosts
     monkeypatch.setattr(hosts.socket, "gethostname", lambda: "node9")
     monkeypatch.setattr(hosts.socket, "gethostbyname", resolving_to(None))
     with pytest.raises(HostSetupError) as refused:
