@@ -1,4 +1,4 @@
-"""Docs that cannot drift from the code: the README's help listing is the command table's,
+"""Docs that cannot drift from the code: the help listing in docs/commands.md is the command table's,
 the resumable settings in docs/training.md are the code's, and docs/layout.md names
 every module of the package (and no module that is gone), and the Slurm plan docs/cluster.md
 shows is what the committed study record gives. A change to one without the other
@@ -21,8 +21,8 @@ def fenced_after(text: str, first_line: str) -> str:
     return text[start:text.index("```", start)]
 
 
-def test_the_readme_help_listing_is_the_command_table():
-    assert fenced_after(README.read_text(), "$ deepdensity --help") == cli.usage() + "\n"
+def test_the_help_listing_in_the_docs_is_the_command_table():
+    assert fenced_after((ROOT / "docs" / "commands.md").read_text(), "$ deepdensity --help") == cli.usage() + "\n"
 
 
 def test_the_resumable_settings_in_the_docs_are_the_codes():
@@ -111,3 +111,29 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):
         line = next(line for line in printed if line.startswith(head))
         assert line + "\n" in documented, f"docs/cluster.md's {head.strip()!r} line should read:\n{line}"
+
+
+def readme_answer_rows() -> list:
+    """The rows of the README's table under "## The answer", as cells."""
+    text = README.read_text()
+    section = text[text.index("## The answer"):text.index("\n## ", text.index("## The answer") + 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| the paper's")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_the_readmes_answer_is_the_committed_reports_claims():
+    """The README's table of the six claims is reports/claims.json's (claim, the paper's result,
+    ours, the verdict), in its order: a study that moves a verdict moves the README with it."""
+    import json
+    claims = json.loads((ROOT / "reports" / "claims.json").read_text())
+    want = [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**"] for c in claims]
+    assert readme_answer_rows() == want, "README.md's table should read:\n" + "\n".join(
+        "| " + " | ".join(row) + " |" for row in want)
+
+
+def test_the_readme_is_one_screen_with_the_answer_and_the_commands_first():
+    lines = README.read_text().splitlines()
+    first = "\n".join(lines[:40])
+    assert len(lines) <= 100
+    assert "## The answer" in first and len(readme_answer_rows()) == 6
+    assert all(command in first for command in ("make install", "python train.py", "make repro"))
