@@ -115,3 +115,29 @@ def test_the_resume_command_names_the_launch_it_came_from(env, want, monkeypatch
     (tmp_path / "state.json").write_text('{"epoch": 2}')
     line = where_to_continue(str(tmp_path), ["--mode", "weak", "--out", str(tmp_path)])
     assert line.endswith(f"continue with: {want}python train.py --mode weak --out {tmp_path} --resume")
+
+
+# Every command's --help in one fresh process, in the command table's order: after each, which
+# of TensorFlow's modules are loaded. A command's help must not wait seconds for TensorFlow (nor
+# print its banners); the first command that loads it is the one to fix.
+HELP_IMPORTS = """
+import contextlib, io, json, sys
+from deepdensity import cli
+loaded = {}
+for name in cli.COMMANDS:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            cli.main([name, "--help"])
+        except SystemExit:
+            pass
+    loaded[name] = sorted(m for m in ("tensorflow", "tf_keras", "keras", "horovod.tensorflow") if m in sys.modules)
+print(json.dumps(loaded))
+"""
+
+
+def test_no_commands_help_imports_tensorflow():
+    import json
+    got = subprocess.run([sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    loaded = json.loads(got.stdout.strip().splitlines()[-1])
+    assert list(loaded) == list(cli.COMMANDS)
+    assert {name: mods for name, mods in loaded.items() if mods} == {}

@@ -146,7 +146,7 @@ def test_make_repro_passes_out_and_bench_writes_outside_the_reports():
 
 
 def test_bench_horovod_figures_go_into_the_out_file_beside_the_rest(tmp_path):
-    from deepdensity.perf.bench import _write_entry
+    from deepdensity.perf.bench_run import _write_entry
     out = tmp_path / "bench.json"
     out.write_text('{"steps": [1, 2]}')
     _write_entry(out, "horovod", {"ratio": 0.9})
