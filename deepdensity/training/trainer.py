@@ -286,7 +286,9 @@ def _describe(run: Launch, cfg: Config, cubes, n_train: int, n_val: int, steps: 
     """The run's arithmetic, printed at start-up (rank 0)."""
     p, say = run.p, run.say
     say(p.describe(cfg, steps))
-    say(f"data: {shown(cfg.data_path)}  train {n_train} cubes  val {n_val}  cube {cubes.grid_size}^{cubes.ndim}")
+    held = len(cubes.train)
+    used = f"  ({held} in the file; max_train_cubes = {cfg.max_train_cubes})" if n_train < held else ""
+    say(f"data: {shown(cfg.data_path)}  train {n_train} cubes{used}  val {n_val}  cube {cubes.grid_size}^{cubes.ndim}")
     say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
         f"{steps * p.global_batch / rules.pass_length(n_train, p.base_batch):g} pass(es) of "
         f"{rules.pass_length(n_train, p.base_batch)} cubes")

@@ -162,9 +162,13 @@ def test_ctrl_c_before_epoch_1_then_the_suggested_command_trains_the_run(tmp_pat
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # the interrupt lands once the run has written its start (config.json, an empty metrics.jsonl)
     # and before its first epoch ends: that epoch traces the model first, seconds after the files
+    started = []
     for line in proc.stdout:
+        started.append(line)
         if line.startswith("threads per process"):       # the last line before the files are written
             break
+    # the smoke settings train on 128 of the file's 256 cubes, and the run says why
+    assert any(" train 128 cubes  (256 in the file; max_train_cubes = 128)  val 64 " in x for x in started), started
     while proc.poll() is None and not (out / "metrics.jsonl").exists():
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
