@@ -388,18 +388,18 @@ def test_the_training_size_check_refuses_exactly_what_is_more_than_the_memory(mo
     indices (96 KiB): exactly 16875520 bytes. The check's memory is set here, so the boundary
     is exact on any host."""
     from deepdensity.config import ConfigError, load
-    from deepdensity.training import trainer
+    from deepdensity.training import preflight
     cfg = load(str(ROOT / "configs" / "smoke.yaml"), [f"data_path={smoke_data}"])
     need = 1024 * 16 ** 3 * 4 + 3 * 4 * 1024 * 8
     assert need == 16875520
-    monkeypatch.setattr(trainer, "memory_bytes", lambda: need)
-    trainer.check_sizes(cfg, "weak", 32)                       # fits: not a byte more is asked for
-    monkeypatch.setattr(trainer, "memory_bytes", lambda: need - 1)
+    monkeypatch.setattr(preflight, "memory_bytes", lambda: need)
+    preflight.check_sizes(cfg, "weak", 32)                       # fits: not a byte more is asked for
+    monkeypatch.setattr(preflight, "memory_bytes", lambda: need - 1)
     with pytest.raises(ConfigError, match=r"--emulate-workers 32 is more than this machine can hold: one process's "
                                           r"batch of 1024 cubes \(16 MiB\) and the run's sample order, 3 epochs of "
                                           r"4 steps of 1024 \(96 KiB\), need at least 16.1 MiB of memory; it has "
                                           r"16.1 MiB: at most about N = 31 fits"):
-        trainer.check_sizes(cfg, "weak", 32)
+        preflight.check_sizes(cfg, "weak", 32)
 
 
 def test_synth_refuses_more_cubes_than_memory_holds_naming_what_fits(monkeypatch, tmp_path, capsys):

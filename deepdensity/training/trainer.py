@@ -19,9 +19,9 @@ import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
-from deepdensity.data.cubes import DataError, check_regular_data, load_cubes, to_density
-from deepdensity.scaling import policies, rules
-from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
+from deepdensity.data.cubes import DataError, load_cubes, to_density
+from deepdensity.scaling import rules
+from deepdensity.training import callbacks, dist, interrupts, preflight, run_folder, runs
 from deepdensity.launch import controllers
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import Training, fit
@@ -29,9 +29,8 @@ from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch, launch
 from deepdensity.training.run_folder import RunError
 from deepdensity.training.runs import START_AFRESH, DamagedRun, read_json, read_metrics
-from deepdensity.utils.errors import launcher_size, shown
+from deepdensity.utils.errors import shown
 from deepdensity.utils.files import remove_if_unused
-from deepdensity.utils.machine import memory_bytes, size_text
 
 __all__ = ["train", "RunError"]
 
@@ -43,7 +42,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
     no empty output folder behind, nor the parents it made for it. `elastic`: under an elastic horovodrun, go on when workers
     leave (policies.elastic_problem says which runs can)."""
-    check_sizes(cfg, mode, emulate_workers, resume, elastic)
+    preflight.check_sizes(cfg, mode, emulate_workers, resume, elastic)
     run = launch(cfg, mode, out_dir, emulate_workers, verbose, elastic)
     made = _missing_folders(run.out)
     # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the
@@ -58,60 +57,6 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
                 for folder in made:          # the run folder first, then the parents made for it
                     remove_if_unused(folder)
             raise
-
-
-def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = False, elastic: bool = False) -> None:
-    """Before Horovod starts or anything is written: the policy's plan at this N and the data's
-    steps per epoch (the errors the run would meet later, after making its folder and its default
-    data), and what one process must hold against this machine's memory: one per-process batch
-    of float32 cubes, gathered whole before max_pass_batch slices it, and the sample order of
-    the run (int64, N passes of the data an epoch under per_worker epochs; built for all epochs
-    at once, but adaptive's one epoch at a time, and a resume's only for the epochs left, counted
-    here as one). Both are lower bounds of what the run holds, so a run refused here could never
-    have trained here (--emulate-workers 10^12 asked for hundreds of petabytes). Data that cannot
-    be sized from its metadata is left to the loader's checks."""
-    processes = launcher_size()
-    workers = processes if processes > 1 else emulate_workers
-    shape = _data_shape(cfg.data_path)
-    if workers < 1 or (emulate_workers > 1 and processes > 1) or elastic or shape is None:
-        return      # launch() and load_cubes() say what is wrong; an elastic run's N is real workers
-    n_train, voxels = shape
-    n_used = min(n_train, cfg.max_train_cubes or n_train)
-    try:
-        p = policies.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
-    except rules.PlanError as e:
-        raise ConfigError(str(e)) from None
-    try:
-        steps = rules.steps_per_epoch(n_used, p, cfg.epoch_definition)
-    except rules.PlanError as e:
-        raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
-    epochs = 1 if p.policy.grows_batch or resume else cfg.max_epochs
-    batch, order = p.per_process_batch * voxels * 4, epochs * steps * p.global_batch * 8
-    need, have = batch + order, memory_bytes()
-    if have is None or need <= have:
-        return
-    n_text = f"--emulate-workers {workers}" if emulate_workers > 1 else f"N = {workers}"
-    raise ConfigError(f"{n_text} is more than this machine can hold: one process's batch of "
-                      f"{p.per_process_batch} cubes ({size_text(batch)}) and the run's sample order, {epochs} "
-                      f"epoch{'s' if epochs > 1 else ''} of {steps} steps of {p.global_batch} ({size_text(order)}), "
-                      f"need at least {size_text(need)} of memory; it has {size_text(have)}: at most about "
-                      f"N = {max(1, int(workers * have / need))} fits")
-
-
-def _data_shape(path: str) -> Optional[tuple]:
-    """(training cubes, voxels of a cube) from a data file's metadata, or from the recipe of a
-    default data set not made yet; None when neither says (the loader then names the problem)."""
-    if not Path(path).exists():
-        recipe = synth.DEFAULT_DATA.get(path)
-        return (recipe[0] - recipe[1], 16 ** 3) if recipe else None    # write_synthetic's default cube
-    import h5py
-    check_regular_data(path)
-    try:
-        with h5py.File(path, "r") as f:
-            shape = f["train/cubes"].shape
-    except (OSError, KeyError, TypeError, ValueError, AttributeError):
-        return None
-    return (int(shape[0]), int(np.prod(shape[1:]))) if shape and len(shape) > 1 else None
 
 
 def _missing_folders(out: Optional[Path]) -> list:

@@ -1,6 +1,5 @@
 """The bench's and the probes' arithmetic (their timings are figures, printed by `make bench`, not
 tested), and the probes' entry point under horovodrun."""
-import re
 import sys
 
 import pytest

@@ -4,7 +4,6 @@ before the study starts, and the report judges every claim again with the re-run
 the instruction-set check."""
 import copy
 import json
-import os
 import sys
 from pathlib import Path
 
