@@ -31,7 +31,7 @@ PYTHON ?= python3
 PYTHONS := 3.10 3.13
 VENV   ?= .venv
 EXTRA  := $(TF)
-# setup.py's gpu extra holds tf-keras; beside tensorflow-cpu it goes in without its dependencies,
+# pyproject.toml's gpu extra holds tf-keras; beside tensorflow-cpu it goes in without its dependencies,
 # else pip adds `tensorflow` (572 MB) into the same folder
 KERAS_PIN := $(if $(filter cpu,$(TF)),tf-keras==2.21.0)
 else ifeq ($(STACK),existing)
@@ -70,7 +70,7 @@ stack-of-venv:
 # which Horovod's build uses (scripts/horovod.sh): cmake 4 refuses its bundled gloo's
 # cmake_minimum_required below 3.5 ("Compatibility with CMake < 3.5 has been removed").
 # .installed names the stack: a venv of another stack is not installed over (VENV=... picks another).
-$(VENV)/.installed: setup.py scripts/horovod.sh $(wildcard scripts/horovod/*.patch)
+$(VENV)/.installed: pyproject.toml scripts/horovod.sh $(wildcard scripts/horovod/*.patch)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make install PYTHON=/path/to/python3.X' (the $(STACK) stack: Python $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)))"; exit 2; }
 	@$(PYTHON) -c 'import sys; lo, hi = (tuple(map(int, v.split("."))) for v in sys.argv[1:]); sys.exit(not lo <= sys.version_info[:2] <= hi)' $(PYTHONS) \
 	    || { echo "error: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'); the $(STACK) stack needs $(word 1,$(PYTHONS)) to $(word 2,$(PYTHONS)): make install PYTHON=/path/to/python3.X" >&2; exit 2; }

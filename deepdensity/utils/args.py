@@ -16,7 +16,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def version() -> str:
-    """'deepdensity X.Y.Z' from the installed distribution (setup.py's version), then the
+    """'deepdensity X.Y.Z' from the installed distribution (pyproject.toml's version), then the
     Python, TensorFlow, Keras and Horovod found here and whether the project supports them
     (utils/stack.py)."""
     from importlib.metadata import PackageNotFoundError

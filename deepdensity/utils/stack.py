@@ -31,7 +31,7 @@ class Stack:
     tensorflow: tuple          # the release, (2, 21)
     keras2: str                # the distribution that is Keras 2 beside it
     horovod_patched: bool      # built with scripts/horovod/horovod-0.28.1-tf2.16+.patch
-    pythons: tuple             # what setup.py admits for it
+    pythons: tuple             # what pyproject.toml admits for it
     run_here: tuple            # the Pythons CI runs it on (docs/install.md, "Systems run")
     what: str
 

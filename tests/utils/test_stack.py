@@ -183,16 +183,15 @@ def test_pytests_own_process_has_keras_2():
     assert keras.startswith("tf_keras") == (release(tf.__version__) >= (2, 16))
 
 
-def test_setup_py_the_readme_and_the_stacks_name_the_same_pythons():
-    """setup.py's classifiers and python_requires admit what the stacks admit, and the Pythons
-    the README says CI runs are the stacks' run_here (what --version calls supported)."""
-    import ast
+def test_the_metadata_the_readme_and_the_stacks_name_the_same_pythons():
+    """pyproject.toml's classifiers and requires-python admit what the stacks admit, and the
+    Pythons the README says CI runs are the stacks' run_here (what --version calls supported)."""
     import re
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11's; 3.10 cannot read pyproject.toml here")
     from deepdensity.utils.stack import STACKS
     from tests.support import ROOT
-    call = next(n for n in ast.walk(ast.parse((ROOT / "setup.py").read_text()))
-                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
-    kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ("classifiers", "python_requires")}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    kw = {"classifiers": project["classifiers"], "python_requires": project["requires-python"]}
     admitted = sorted({p for s in STACKS.values() for p in s.pythons}, key=lambda v: tuple(map(int, v.split("."))))
     classified = [c.rsplit(" :: ", 1)[1] for c in kw["classifiers"] if c.startswith("Programming Language :: Python :: 3.")]
     assert classified == admitted
