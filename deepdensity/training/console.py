@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.training import interrupts
+from deepdensity.training import interrupts, launcher_watch
 from deepdensity.utils.native_logs import native_log_pattern
 
 _native_filter = None
@@ -39,8 +39,10 @@ def is_the_program(argv0: Optional[str] = None) -> bool:
 
 def start() -> None:
     """A training process's first step: Ctrl-C, SIGTERM and SIGHUP recorded from here on (taken once
-    the command runs: interrupts.handling), TensorFlow's C++ log kept off the screen."""
+    the command runs: interrupts.handling), a rank of plain mpirun watching its launcher
+    (launcher_watch.py), TensorFlow's C++ log kept off the screen."""
     interrupts.hold_early()
+    launcher_watch.start()
     filter_native_logs()
 
 

@@ -48,9 +48,21 @@ from deepdensity.utils.errors import EXIT_SIGINT, LAUNCH_PREFIX_ENV, Interrupted
 
 
 
+_relayed_taken = False       # a rank that watches its launcher (launcher_watch.py) takes RELAYED
+
+
 def _codes() -> dict:
     """The signals this process takes, with the exit status of each."""
-    return {**CODES, RELAYED: 0} if os.environ.get(LAUNCH_PREFIX_ENV) else CODES
+    return {**CODES, RELAYED: 0} if os.environ.get(LAUNCH_PREFIX_ENV) or _relayed_taken else CODES
+
+
+def take_relayed() -> None:
+    """From here RELAYED interrupts this process as under `deepdensity launch` (exit 0): what a
+    rank whose launcher is gone sends itself (launcher_watch.py)."""
+    global _relayed_taken
+    _relayed_taken = True
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(RELAYED, _on_signal)
 
 
 # How long a rank whose peers are gone waits for its own signal: horovodrun signals every rank at

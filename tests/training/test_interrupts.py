@@ -188,3 +188,62 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
     again = run(cmd)
     assert "reports written to" in again.stdout
     assert (tmp_path / "reports" / "REPORT.md").is_file() and not (runs / "reports.partial").exists()
+
+
+def _mpirun_of(launcher_pid: int) -> int:
+    """mpirun's pid: the child of the shell plain horovodrun became."""
+    children = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+# how the process a user started is stopped, one after another in a chain: a job runner's or
+# `timeout`'s SIGTERM to horovodrun (the shell it became), a closed terminal's SIGHUP to its
+# process group (the shell and mpirun; the ranks have groups of their own), SIGTERM to mpirun
+PLAIN_MPI_STOPS = [("SIGTERM to horovodrun", lambda pid: os.kill(pid, signal.SIGTERM)),
+                   ("SIGHUP to its group", lambda pid: os.killpg(pid, signal.SIGHUP)),
+                   ("SIGTERM to mpirun", lambda pid: os.kill(_mpirun_of(pid), signal.SIGTERM))]
+
+
+@pytest.mark.slow
+def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_continue(tmp_path, smoke_data):
+    """The README's own command under MPI: horovodrun becomes `/bin/sh -c mpirun ...`, and before
+    training/launcher_watch.py a SIGTERM to it left mpirun and both ranks training in the
+    background. Each stop of the chain: rank 0's one line with the command that continues the
+    run, no process of the run left within seconds; each continue pastes that command; the last,
+    left alone, ends at the cap with every epoch once."""
+    from deepdensity.launch import controllers
+    from tests.support import horovodrun
+    if "mpi" not in controllers.built(horovodrun()):
+        pytest.skip("Horovod is built without MPI here")
+    out = tmp_path / "plain-mpi"
+    cap = 40            # more than the chain uses up: each stop comes after the next epoch's line
+    venv_path = f"{Path(horovodrun()).parent}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "PATH": venv_path, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    cmd = ["horovodrun", "-np", "2", "python", "train.py", "--mode", "strong", "--config", SMOKE,
+           "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}", "--out", str(out)]
+    for how, stop in PLAIN_MPI_STOPS:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+                                start_new_session=True)
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if re.search(r"^\[1,0\]<stdout>:epoch +\d+ ", line):       # an epoch trained by this start
+                break
+        stop(proc.pid)
+        rest, _ = proc.communicate(timeout=120)
+        text = "".join(seen) + rest
+        deadline = time.time() + 10
+        while _alive(str(out)) and time.time() < deadline:
+            time.sleep(0.2)
+        assert _alive(str(out)) == [], f"{how}: a process of the run was left running\n{text}"
+        said = [x for x in text.splitlines() if "interrupted: at epoch" in x]
+        assert len(said) == 1 and said[0].startswith("[1,0]<stderr>:"), f"{how}:\n{text}"
+        cmd = shlex.split(said[0].split("continue with: ", 1)[1])
+        assert cmd[:4] == ["horovodrun", "-np", "2", "python"] and cmd[-1] == "--resume", cmd
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"stopped at the epoch cap ({cap}) after {cap} epochs" in again.stdout
+    epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, cap + 1)), "each epoch once, none lost, none twice"

@@ -1,0 +1,78 @@
+"""A rank of plain `horovodrun` under MPI whose launcher is gone.
+
+horovodrun replaces itself with `/bin/sh -c mpirun ...`, so the process a user, a job runner,
+`timeout` or a closing terminal signals is that shell: SIGTERM or SIGHUP ends it and left mpirun
+and the ranks training in the background until the epoch cap (docs/training.md). So a rank that
+mpirun started watches, from its first lines, mpirun (its parent) and mpirun's parent (the
+launcher: horovodrun's shell, or the user's own shell for a bare mpirun). When either is gone, the
+rank sends itself the relayed interrupt (launch/signals.py RELAYED) and takes it as the ranks of
+`deepdensity launch` take theirs: rank 0 writes where the run stands at the last whole epoch and
+prints the command that continues it, every rank exits 0 (a non-zero exit would start mpirun's
+kill of the ranks still saving), and mpirun ends with them. Under Gloo (horovodrun's own
+processes signal the ranks) and under `deepdensity launch` (which relays) nothing is watched.
+No TensorFlow here: it runs before TensorFlow is imported."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Mapping, Optional
+
+from deepdensity.launch.signals import RELAYED
+from deepdensity.training import interrupts
+from deepdensity.utils.errors import LAUNCH_PREFIX_ENV
+
+# the names an MPI launcher's process has (OpenMPI 4's mpirun and orterun, OpenMPI 5's prterun)
+MPI_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "prte"})
+POLL_S = 0.2        # the watch's period: the ranks notice within a fifth of a second of each other
+
+
+def parent_of(pid: int) -> Optional[int]:
+    """The parent's pid of a live process, from /proc (None where it is gone or unreadable)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])      # the name in ( ) may hold spaces
+
+
+def name_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def watched(env: Mapping[str, str], pid: Optional[int] = None) -> Optional[tuple]:
+    """(mpirun's pid, its parent's pid) for a rank that a plain MPI launcher started, else None:
+    not under MPI, under `deepdensity launch`, or with a parent that is not an MPI launcher
+    (orted on another host: rank 0's exit there ends the job)."""
+    if "OMPI_COMM_WORLD_SIZE" not in env or env.get(LAUNCH_PREFIX_ENV):
+        return None
+    mpirun = parent_of(pid or os.getpid())
+    if mpirun is None or name_of(mpirun) not in MPI_LAUNCHERS:
+        return None
+    launcher = parent_of(mpirun)
+    return (mpirun, launcher) if launcher and launcher > 1 else None
+
+
+def launcher_gone(pid: int, mpirun: int, launcher: int) -> bool:
+    """Has mpirun or its launcher ended? A process whose parent ends is given another parent."""
+    return parent_of(pid) != mpirun or parent_of(mpirun) != launcher
+
+
+def start(env: Mapping[str, str] = os.environ) -> bool:
+    """Watch this rank's launcher in a thread of its own (True), where there is one to watch."""
+    found = watched(env)
+    if found is None:
+        return False
+    interrupts.take_relayed()
+    pid = os.getpid()
+
+    def watch():
+        while not launcher_gone(pid, *found):
+            time.sleep(POLL_S)
+        os.kill(pid, RELAYED)
+    threading.Thread(target=watch, name="deepdensity-launcher-watch", daemon=True).start()
+    return True
