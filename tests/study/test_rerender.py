@@ -142,3 +142,21 @@ def test_a_record_without_a_kind_reads_as_the_papers_as_it_always_did():
 def test_each_kind_names_its_own_reports():
     assert rerender.PAPER.text_outputs() == report.TEXT_OUTPUTS
     assert rerender.BEYOND.text_outputs() == report_beyond.TEXT_OUTPUTS
+
+
+@pytest.mark.medium
+def test_a_beyond_report_rendered_over_an_earlier_one_keeps_only_its_own_files(tmp_path):
+    """The committed beyond study ran the filter and the batch sweep; rendered into a folder that
+    holds an earlier study's adaptive figure, a study that ran neither leaves none of fig7-fig9,
+    their JSON or the filter's figures behind; the committed record re-rendered keeps its own."""
+    beyond = ROOT / "reports" / "beyond"
+    record = json.loads((beyond / "study.json").read_text())
+    out = tmp_path / "reports"
+    shutil.copytree(beyond, out)
+    (out / "fig7.png").write_bytes((out / "fig8.png").read_bytes())      # an earlier study's adaptive figure
+    report_beyond.render_reports(out, {**record, "filtering": None, "batch_sweep": None})
+    stale = ("fig7.png", "fig8.png", "fig9.png", "filtering.json", "batch_sweep.json", "filter.embedding.png",
+             "filter.dropped.png")
+    assert [name for name in stale if (out / name).exists()] == []
+    report_beyond.render_reports(out, record)
+    assert all((out / name).exists() for name in ("fig8.png", "fig9.png", "filtering.json", "batch_sweep.json"))

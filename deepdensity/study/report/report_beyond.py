@@ -69,6 +69,8 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     study ran them. From `record` alone (`entries`, the ledger's, are the paper report's); its
     answers are in answers.json, so no claims are returned."""
     out.mkdir(parents=True, exist_ok=True)
+    for name in OPTIONAL_OUTPUTS + (() if record["filtering"] else FILTER_TOOL_FIGURES):
+        (out / name).unlink(missing_ok=True)
     b, plt = read(record), pyplot()
     judged = {m: bv.remedy(b.cells, m, b.study.workers, b.clocks, b.base) for m in policies.beyond() if m in b.modes}
     against_n.figures_against_n(out, b.every, b.modes, b.study.workers, b.clocks["paper"], b.base, plt)
@@ -83,6 +85,15 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     (out / "REPORT.md").write_text(text + sections)
     (out / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
     return []
+
+
+# what a beyond report writes only where its study ran that part (adaptive's growing batch, the
+# filter, the batch sweep); removed before each rendering, so that a folder rendered into before,
+# for a study that ran them, keeps none that this report does not describe
+OPTIONAL_OUTPUTS = ("fig7.png", "fig8.png", "filtering.json", "fig9.png", "batch_sweep.json")
+# the filter tool's own figures, copied in by the study's run (not drawn from the record): removed
+# only where the record holds no filtering
+FILTER_TOOL_FIGURES = ("filter.embedding.png", "filter.dropped.png")
 
 
 def answers_of(judged: dict) -> dict:
