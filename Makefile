@@ -115,7 +115,9 @@ $(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 #   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
 #                    assertions executed, coverage of deepdensity/, seconds by file)
 FAST := -m "not slow and not medium"
+# ruff's lint first (pyproject.toml [tool.ruff]: the rules that find mistakes), in a second
 test: install
+	$(BIN)/ruff check --quiet .
 	@start=$$(date +%s); $(BIN)/pytest -q $(FAST) tests; code=$$?; \
 	echo "make test: the fast tier in $$(( $$(date +%s) - start )) s (budget 90 s); the middle tier is make test-medium, everything make test-all"; \
 	exit $$code
@@ -129,6 +131,7 @@ test-smoke: install
 	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
 
 test-all: install
+	$(BIN)/ruff check --quiet .
 	scripts/test_all.sh $(BIN)/pytest
 
 # Debian's openssh-server, slurm-wlm and munge for tests/cluster, where missing (needs root and

@@ -17,7 +17,6 @@ from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.textfile import read_text
 
-
 XLA_CHOICES = ("coefficients", "step", "off")
 RENDERING_CHOICES = ("auto", "kernel", "tf")
 

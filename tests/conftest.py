@@ -6,7 +6,6 @@ import pytest
 # first, before any test module imports TensorFlow: deepdensity sets TF_USE_LEGACY_KERAS=1 where
 # tf_keras is installed, so that tf.keras is Keras 2 in pytest's own process too
 import deepdensity  # noqa: F401,E402
-
 from tests import support
 from tests.support import ROOT, SMOKE, launch, run
 

@@ -110,7 +110,7 @@ def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
 
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run.session import run_settings
-    from deepdensity.study.run.timing import round_settings, ROUNDS_FILE
+    from deepdensity.study.run.timing import ROUNDS_FILE, round_settings
     _, study = load_study(str(preset))
     runs.mkdir(parents=True, exist_ok=True)
     train_yaml = runs / "train.yaml"
@@ -150,7 +150,7 @@ class FakeRunner:
     def run(self, name, mode, n, settings, need_weights=False):
         import json
 
-        from deepdensity.scaling import rules     # here: importing the package sets TensorFlow's log level
+        from deepdensity.scaling import rules  # here: importing the package sets TensorFlow's log level
         self.calls.append((name, settings["max_epochs"]))
         out = self.root / name
         out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.support import ROOT
 from deepdensity.data import cli as data_cli
 from deepdensity.study import repro
 
@@ -17,6 +16,7 @@ from deepdensity.study import repro
 # handling is a process's, tested in tests/training/test_ctrl_c.py)
 from deepdensity.training import cli as train_cli
 from deepdensity.utils.files import mark_folder
+from tests.support import ROOT
 
 CSV_HEADER = "seriesuid,coordX,coordY,coordZ,diameter_mm\n"
 

@@ -93,9 +93,9 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     is a job). The job script's lines are the machine's paths and not compared."""
     import json
 
+    from deepdensity.launch.slurm_jobs import SlurmOptions
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run import slurm_runner
-    from deepdensity.launch.slurm_jobs import SlurmOptions
 
     name, study = load_study("default")
     options = SlurmOptions.parse(study.slurm, ["partition=short", "account=proj42", "time=02:00:00"])

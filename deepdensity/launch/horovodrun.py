@@ -39,12 +39,11 @@ import threading
 from pathlib import Path
 
 from deepdensity.launch import controllers, relay
-from deepdensity.launch.signals import CODES as INTERRUPT_CODES
 from deepdensity.launch.hosts import check_hosts
+from deepdensity.launch.signals import CODES as INTERRUPT_CODES
 from deepdensity.utils.args import version
+from deepdensity.utils.errors import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError, command
 from deepdensity.utils.native_logs import native_log_pattern
-from deepdensity.utils.errors import (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError,
-                                     command)
 
 USAGE = "deepdensity launch HOROVODRUN-OPTIONS [--] COMMAND..."
 # horovodrun's own last words when a process exited non-zero (Horovod 0.28, runner/gloo_run.py)

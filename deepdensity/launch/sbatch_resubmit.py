@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deepdensity.utils.errors import shell_word, UserError
-
+from deepdensity.utils.errors import UserError, shell_word
 
 # scripts/slurm/train.sbatch's own defaults: an option equal to them is not repeated
 SBATCH_SCRIPT = "scripts/slurm/train.sbatch"

@@ -33,10 +33,9 @@ from typing import Optional
 
 import submitit
 from submitit.core import utils as submitit_utils
-from submitit.slurm.slurm import _make_sbatch_string, SlurmExecutor, SlurmInfoWatcher, SlurmJob
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob, _make_sbatch_string
 
 from deepdensity.utils.errors import UserError
-
 
 # Slurm's job states in which the job is still to run, running, or to run again (requeued)
 LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING", "CONFIGURING", "PREEMPTED",

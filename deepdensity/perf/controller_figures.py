@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import statistics
 
-from deepdensity.perf import rank_waits
-from deepdensity.perf.probes import printed_value, rank_probe, run_child
 from deepdensity.launch import controllers
 from deepdensity.launch.horovodrun import horovodrun_path
+from deepdensity.perf import rank_waits
+from deepdensity.perf.probes import printed_value, rank_probe, run_child
 from deepdensity.utils.machine import cpu_model
 
 

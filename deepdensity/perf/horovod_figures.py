@@ -14,11 +14,17 @@ import time
 from pathlib import Path
 
 from deepdensity.config import load
-from deepdensity.perf import horovod_timeline, rank_waits
-from deepdensity.perf.probes import (allreduce_seconds, idle_cpu_share, printed_value, probe_step_seconds, rank_probe,
-                                     run_child)
-from deepdensity.training import dist
 from deepdensity.launch.horovodrun import horovodrun_path
+from deepdensity.perf import horovod_timeline, rank_waits
+from deepdensity.perf.probes import (
+    allreduce_seconds,
+    idle_cpu_share,
+    printed_value,
+    probe_step_seconds,
+    rank_probe,
+    run_child,
+)
+from deepdensity.training import dist
 
 SHORT_CYCLES_MS = (0.2, 1.0)            # Horovod cycles for the allreduce alone, beside the run's own
 

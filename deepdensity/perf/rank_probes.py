@@ -33,8 +33,8 @@ from deepdensity.perf.profile import random_cubes
 from deepdensity.perf.steps import median_seconds, trainable, training_step
 from deepdensity.training import dist
 from deepdensity.training.trainer import training_data
-from deepdensity.utils.files import write_atomic
 from deepdensity.utils.args import HelpFormatter, parser
+from deepdensity.utils.files import write_atomic
 
 
 def step_probe(cfg, backend, batches, steps: int, allreduce: bool = False, on_data: bool = False) -> dict:

@@ -14,8 +14,19 @@ import tensorflow as tf
 from deepdensity.config import XLA_CHOICES, load
 from deepdensity.model.autoencoder import build_model
 from deepdensity.model.layers import DeepDensity, covariance_cholesky, direct_log_mixture_density, grid_points
-from deepdensity.perf.profile import (GROUPS, busy_length, fit_loop, kernel_seconds, on_batch, op_group, op_intervals,
-                                      print_profiles, profiled, step_gaps, step_spans)
+from deepdensity.perf.profile import (
+    GROUPS,
+    busy_length,
+    fit_loop,
+    kernel_seconds,
+    on_batch,
+    op_group,
+    op_intervals,
+    print_profiles,
+    profiled,
+    step_gaps,
+    step_spans,
+)
 from deepdensity.perf.roof import machine_report, rendering_roof_ms, roof_report
 from deepdensity.perf.steps import paired_samples, paired_seconds, share_quartiles, trainable, training_step
 from deepdensity.scaling.rules import grad_slices

@@ -25,7 +25,7 @@ from deepdensity.study.core.curves import passes_per_epoch
 from deepdensity.study.record import FORMAT
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command, UserError
+from deepdensity.utils.errors import UserError, command
 
 OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}   # records made before the near-target allowance
 

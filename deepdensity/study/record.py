@@ -15,7 +15,7 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import TimeBase
-from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
 

@@ -37,23 +37,32 @@ from typing import Optional
 from deepdensity.config import load, read_mapping
 from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
-from deepdensity.study.core.preset import load_study, Study
+from deepdensity.study.core.preset import Study, load_study
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.report.tensorboard_view import write_view
-from deepdensity.study.rerender import holds_a_study_record, of_study, StudyEnd
+from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
 from deepdensity.study.run.beyond import default_study_eta
 from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
-from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.runner import unless_not_held
+from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
-from deepdensity.study.run.session import (COMMITTED_REPORTS, ledgers_to_read, parallel_runs, Protocol, publish,
-                                           reports_folder, start_study, StudyOptions, StudyRun,
-                                           write_ledger_and_publish)
+from deepdensity.study.run.session import (
+    COMMITTED_REPORTS,
+    Protocol,
+    StudyOptions,
+    StudyRun,
+    ledgers_to_read,
+    parallel_runs,
+    publish,
+    reports_folder,
+    start_study,
+    write_ledger_and_publish,
+)
 from deepdensity.study.run.timing import held_timing, study_clock
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command, EXIT_SIGINT, Interrupted, StudyError
+from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, StudyError, command
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder, read_json_object
 
 

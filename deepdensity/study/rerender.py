@@ -25,7 +25,7 @@ from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
 from deepdensity.study.record import FORMAT
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command, StudyError
+from deepdensity.utils.errors import StudyError, command
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder
 
 

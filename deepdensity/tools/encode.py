@@ -25,7 +25,6 @@ from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output, hdf5_atomic
 
 
-
 def cube_to_world(points: np.ndarray, centre_xyz: np.ndarray, grid_size: int, spacing_mm: float) -> np.ndarray:
     """World x, y, z (mm) of points (..., 3) in cube coordinates (array-axis order z, y, x):
     cell centre u = -1 + (2i + 1) / G lies (i - (G - 1) / 2) * spacing from the cube's centre,

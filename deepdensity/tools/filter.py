@@ -37,7 +37,6 @@ from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output, hdf5_atomic
 from deepdensity.utils.plots import pyplot, save_figure
 
-
 MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
 PERPLEXITY = 30.0        # t-SNE's usual value (van der Maaten and Hinton 2008; scikit-learn's default)
 PCA_COMPONENTS = 50      # t-SNE's usual first reduction

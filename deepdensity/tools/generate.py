@@ -31,7 +31,6 @@ from deepdensity.utils.files import check_output
 from deepdensity.utils.machine import check_fits_in_memory
 from deepdensity.utils.plots import pyplot, save_figure
 
-
 SCHEMES = ("interpolate", "perturb")
 
 

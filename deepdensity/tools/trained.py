@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from deepdensity.config import FIELDS, Config, ConfigError, apply
 from deepdensity.data.cubes import DataError, to_density
-from deepdensity.model.layers import covariance
 from deepdensity.model.autoencoder import build_model
+from deepdensity.model.layers import covariance
 from deepdensity.training.runs import DamagedRun, continue_command, read_json
 from deepdensity.utils.errors import shown
 

@@ -24,8 +24,8 @@ import tensorflow as tf
 
 from deepdensity.scaling import rules
 from deepdensity.scaling.policies import ScalingPlan
-from deepdensity.utils.files import write_atomic
 from deepdensity.scaling.rules import RunStatus
+from deepdensity.utils.files import write_atomic
 
 # Keys of metrics.jsonl that mode callbacks add to an epoch's row (through Keras's logs).
 ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "next_global_batch")

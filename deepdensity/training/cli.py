@@ -25,8 +25,16 @@ from deepdensity.scaling import policies
 from deepdensity.training import console, interrupts
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import (Interrupted, UserError, command, launcher_prefix, launcher_rank, launcher_size,
-                                     shell_word, shown)
+from deepdensity.utils.errors import (
+    Interrupted,
+    UserError,
+    command,
+    launcher_prefix,
+    launcher_rank,
+    launcher_size,
+    shell_word,
+    shown,
+)
 
 
 def main(argv=None) -> int:

@@ -46,8 +46,6 @@ from typing import Optional
 from deepdensity.launch.signals import CODES, RELAYED, tidy_terminal
 from deepdensity.utils.errors import EXIT_SIGINT, LAUNCH_PREFIX_ENV, Interrupted, launcher_size
 
-
-
 _relayed_taken = False       # a rank that watches its launcher (launcher_watch.py) takes RELAYED
 
 

@@ -18,12 +18,20 @@ import tensorflow as tf
 
 from deepdensity.config import Config
 from deepdensity.scaling import rules
+from deepdensity.scaling.rules import RunStatus
 from deepdensity.training.launch import Launch
-from deepdensity.training.runs import (RESUMABLE, START_AFRESH, DamagedRun, holds_nothing_to_resume, made_before_marks,
-                                       read_json, read_metrics, resume_changes)
+from deepdensity.training.runs import (
+    RESUMABLE,
+    START_AFRESH,
+    DamagedRun,
+    holds_nothing_to_resume,
+    made_before_marks,
+    read_json,
+    read_metrics,
+    resume_changes,
+)
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.files import atomic_path, check_own_folder, mark_folder, write_atomic
-from deepdensity.scaling.rules import RunStatus
 
 FINAL = (RunStatus.REACHED, RunStatus.DIVERGED, RunStatus.STALLED, RunStatus.COLLAPSED)
 

@@ -20,9 +20,9 @@ import tensorflow as tf
 from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
+from deepdensity.launch import controllers
 from deepdensity.scaling import rules
 from deepdensity.training import callbacks, dist, interrupts, preflight, run_folder, runs
-from deepdensity.launch import controllers
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import Training, fit
 from deepdensity.training.kit import PolicyKit

@@ -11,7 +11,6 @@ import os
 import sys
 from typing import Optional
 
-
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM, what a scheduler sends before it kills a job

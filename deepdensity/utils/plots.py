@@ -8,7 +8,6 @@ from pathlib import Path
 
 from deepdensity.utils.files import atomic_path
 
-
 LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize": 8, "borderaxespad": 0.0}
 
 

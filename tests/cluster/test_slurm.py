@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.study.run.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from deepdensity.launch.slurm_jobs import COMMENT, log_of
+from deepdensity.study.run.timing import CLOCK_VERSION, ROUNDS, ROUNDS_FILE
 from tests.cluster.hosts import NIC, leftovers
 from tests.cluster.slurm import NODES, SlurmCluster, slurm_unavailable_reason
 from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, seed_kept_rounds, tiny_clock, users_env

@@ -10,9 +10,9 @@ import pydicom
 import pytest
 from pydicom.data import get_testdata_file
 
-from tests.support import ROOT, run
-from deepdensity.data.ingest import annotations, dicom, geometry, metaimage_nifti, pipeline, synthetic_scans
 from deepdensity.data.cubes import DataError, load_cubes
+from deepdensity.data.ingest import annotations, dicom, geometry, metaimage_nifti, pipeline, synthetic_scans
+from tests.support import ROOT, run
 
 TESTDATA = Path(get_testdata_file("CT_small.dcm", download=False)).parent
 DIRTESTS = TESTDATA / "dicomdirtests"

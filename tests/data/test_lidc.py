@@ -7,10 +7,10 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.support import ROOT, run
-from deepdensity.data.ingest import annotations, geometry, pipeline, synthetic_scans
 from deepdensity.data import lidc
 from deepdensity.data.cubes import DataError
+from deepdensity.data.ingest import annotations, geometry, pipeline, synthetic_scans
+from tests.support import ROOT, run
 
 
 def axial_volume(shape=(40, 96, 96), spacing=(0.7, 0.7, 1.25), origin=(-35.0, -40.0, -120.0)):

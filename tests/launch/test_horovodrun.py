@@ -371,12 +371,14 @@ print(json.dumps({{n: bool(getattr(hvd, n)()) for n in {BUILT}}}))
 @pytest.mark.medium
 def test_horovodruns_build_checks_answer_as_the_imported_extension_without_importing_tensorflow():
     import json
-    last = lambda code: json.loads(run([sys.executable, "-c", code]).stdout.strip().splitlines()[-1])
+
+    def last(code: str) -> dict:
+        return json.loads(run([sys.executable, "-c", code]).stdout.strip().splitlines()[-1])
     by_c_api, by_import = last(BY_C_API), last(BY_IMPORT)
     assert by_c_api.pop("tensorflow imported") is False
     assert by_c_api == by_import
     assert by_import["mpi_built"] or by_import["gloo_built"]      # make install builds one at least
-    from horovod.common import util                               # horovodrun's own calls, as it makes them
+    from horovod.common import util  # horovodrun's own calls, as it makes them
     assert (util.mpi_built(), util.gloo_built()) == (by_import["mpi_built"], by_import["gloo_built"])
 
 
@@ -386,7 +388,9 @@ def test_horovodrun_prints_nothing_of_tensorflows_before_the_ranks():
     printed absl's and TensorFlow's start-up lines ahead of any rank's."""
     import os
     import subprocess
-    from tests.support import horovodrun as horovodrun_path, users_env
+
+    from tests.support import horovodrun as horovodrun_path
+    from tests.support import users_env
     env = {k: v for k, v in users_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     got = subprocess.run([horovodrun_path(), "-np", "1", "true"], env=env, capture_output=True, text=True,
                          timeout=120, cwd=os.getcwd())

@@ -9,7 +9,6 @@ import pytest
 
 from tests.support import ROOT
 
-
 # `scontrol show job` of a train.sbatch job as Slurm 22.05 prints it (several lines, not -o),
 # submitted from CHECKOUT as
 #   sbatch -p gpu -A proj42 --qos=high --time=1-02:00:00 -N 2 --ntasks-per-node=2 --cpus-per-task=8

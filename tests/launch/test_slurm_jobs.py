@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deepdensity.launch.slurm_jobs import COMMENT, job_parameters, SlurmOptions, Submitter, TrainJob
+from deepdensity.launch.slurm_jobs import COMMENT, SlurmOptions, Submitter, TrainJob, job_parameters
 from deepdensity.utils.errors import UserError
 
 

@@ -8,10 +8,17 @@ import tensorflow as tf
 
 from deepdensity.config import Config
 from deepdensity.model import layers
-from deepdensity.model.layers import (DeepDensity, correlation_pairs, covariance, direct_log_mixture_density,
-                                grid_monomials, grid_points, mixture_density,
-                                monomials)
 from deepdensity.model.autoencoder import build_model
+from deepdensity.model.layers import (
+    DeepDensity,
+    correlation_pairs,
+    covariance,
+    direct_log_mixture_density,
+    grid_monomials,
+    grid_points,
+    mixture_density,
+    monomials,
+)
 
 # Builds or fits TensorFlow models in this process: the middle tier (make test-medium).
 pytestmark = pytest.mark.medium

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from deepdensity.perf import controller_figures
 from deepdensity.launch import controllers
+from deepdensity.perf import controller_figures
 
 # samples/s each launch answers: one process, -np 2 under MPI, under Gloo, per round
 RATES = {"one": [100.0, 200.0, 100.0], "--mpi": [96.0, 180.0, 99.0], "--gloo": [80.0, 170.0, 81.0]}

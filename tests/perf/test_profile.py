@@ -4,9 +4,8 @@ written for a browser, and the fixed cost's arithmetic. (Its timings are figures
 import numpy as np
 import pytest
 
+from deepdensity.perf.profile import busy_length, chrome_trace, kernel_seconds, op_group, op_intervals, op_type_of
 from deepdensity.perf.step_figures import fixed_cost
-from deepdensity.perf.profile import (busy_length, chrome_trace, kernel_seconds, op_group, op_intervals,
-                                      op_type_of)
 
 
 @pytest.mark.parametrize("name, op_type", [

@@ -11,10 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support import ROOT, SMOKE, run
 from deepdensity.scaling import policies, rules
 from deepdensity.study.core import clocks
-
+from tests.support import ROOT, SMOKE, run
 
 
 # ------------------------------------------------------------------------------------
@@ -159,6 +158,7 @@ def _adam():
 def test_noise_step_reports_the_part_gradients_statistics():
     """One step of NoiseStep with 4 parts against GradientTape on each part separately."""
     import tensorflow as tf
+
     from deepdensity.model.steps import NoiseStep
     x, y = _data(16)
     model = _compiled(NoiseStep, _sgd(), 4)
@@ -425,9 +425,9 @@ def test_the_data_filter_takes_its_features_from_the_first_sequential_run(tmp_pa
     its cells take 0..7): the filter must read a run the study trained, seq-s3, not seq-s0."""
     import subprocess
 
-    from deepdensity.utils.errors import StudyError
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run import beyond
+    from deepdensity.utils.errors import StudyError
     _, study = load_study("beyond")
     assert study.sequential_seeds()[0] != study.seeds[0], "the case this test is about"
     asked = []

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from deepdensity.study import repro
-
 from deepdensity.study.core.preset import load_study
 from deepdensity.study.plan.study_plan import plan_lines, run_counts
 from deepdensity.study.run import session

@@ -10,11 +10,11 @@ import pytest
 
 from deepdensity.scaling import policies
 from deepdensity.study import rerender
-from deepdensity.study.core.preset import load_study, Study
+from deepdensity.study.core.preset import Study, load_study
 from deepdensity.study.record import FORMAT
-from deepdensity.study.report import paper_report as report, report_beyond
+from deepdensity.study.report import paper_report as report
+from deepdensity.study.report import report_beyond
 from tests.support import ROOT
-
 
 # A tiny study's record and reports (python -m deepdensity.repro on a 96-cube preset, then
 # `python -m deepdensity report --from tests/study/data/tiny-reports` after a rendering change).

@@ -6,11 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.support import ROOT, SMOKE, run
-from deepdensity.tools import encode
-from deepdensity.tools import generate
 from deepdensity.model.layers import grid_points, mixture_density
-
+from deepdensity.tools import encode, generate
+from tests.support import ROOT, SMOKE, run
 
 
 @pytest.mark.slow

@@ -7,10 +7,9 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.support import ROOT, SMOKE, run
-from deepdensity.tools import filter as filt
 from deepdensity.data.cubes import DataError, load_cubes
-
+from deepdensity.tools import filter as filt
+from tests.support import ROOT, SMOKE, run
 
 
 def train_one_epoch(data, out, *extra):

@@ -8,7 +8,6 @@ import pytest
 from tests.support import ROOT, SMOKE, run
 
 
-
 def train(*args, data, check=True):
     return run([sys.executable, str(ROOT / "train.py"), "--config", SMOKE,
                 "--set", f"data_path={data}", *args], check=check)

@@ -14,8 +14,8 @@ import pytest
 
 from deepdensity.config import Config, load
 from deepdensity.training.runs import continue_command, holds_nothing_to_resume
-from tests.support import ROOT, SMOKE, run
 from deepdensity.utils.files import mark_folder
+from tests.support import ROOT, SMOKE, run
 
 
 class FakeClock:

@@ -13,7 +13,6 @@ import numpy as np
 from deepdensity.data.cubes import DataError
 from deepdensity.utils.textfile import read_text
 
-
 ANNOTATION_COLUMNS = ("seriesuid", "coordX", "coordY", "coordZ", "diameter_mm")
 
 

@@ -13,7 +13,6 @@ import numpy as np
 from deepdensity.data.ingest.geometry import ScanError, Volume
 from deepdensity.utils.files import FOLDER_MARK, special_kind
 
-
 _DECODERS = {
     "1.2.840.10008.1.2.4.50": "pylibjpeg pylibjpeg-libjpeg", "1.2.840.10008.1.2.4.51": "pylibjpeg pylibjpeg-libjpeg",
     "1.2.840.10008.1.2.4.57": "pylibjpeg pylibjpeg-libjpeg", "1.2.840.10008.1.2.4.70": "pylibjpeg pylibjpeg-libjpeg",
@@ -28,7 +27,7 @@ def scan_dicom_folder(folder) -> tuple:
 
     Returns ({uid: [(path, dataset_without_pixels), ...]}, [(path, reason), ...] skipped).
     """
-    import pydicom                # here, not on top: 0.3 s that every other data command would pay
+    import pydicom  # here, not on top: 0.3 s that every other data command would pay
     from pydicom.errors import InvalidDicomError
     series, skipped = defaultdict(list), []
     for root, _, files in os.walk(folder):
@@ -58,7 +57,7 @@ def _is_localizer(ds) -> bool:
 
 def slice_hu(path) -> np.ndarray:
     """One image in HU: stored values * RescaleSlope + RescaleIntercept (per slice)."""
-    import pydicom                # here, not on top: see scan_dicom_folder
+    import pydicom  # here, not on top: see scan_dicom_folder
     ds = pydicom.dcmread(path)
     try:
         pixels = ds.pixel_array.astype(np.float32)

@@ -49,7 +49,7 @@ def scan_uid(path: Path) -> str:
 
 def _read_itk(path: Path, image_io: str, hint: str) -> Volume:
     """One volume through SimpleITK's `image_io`, its geometry and HU checked."""
-    import SimpleITK as sitk      # here, not on top: 0.3 s that every other data command would pay
+    import SimpleITK as sitk  # here, not on top: 0.3 s that every other data command would pay
 
     reader = sitk.ImageFileReader()
     reader.SetImageIO(image_io)
@@ -168,7 +168,7 @@ def write_metaimage(path, hu: np.ndarray, origin, spacing, direction) -> None:
 
 def write_nifti(path, hu: np.ndarray, origin, spacing, direction) -> None:
     """Write `hu[k, j, i]` (int16) as NIfTI through SimpleITK, geometry in ITK's frame (for tests and synth)."""
-    import SimpleITK as sitk      # here, not on top: see _read_itk
+    import SimpleITK as sitk  # here, not on top: see _read_itk
     image = sitk.GetImageFromArray(np.round(hu).astype(np.int16))
     image.SetOrigin([float(v) for v in origin])
     image.SetSpacing([float(v) for v in spacing])

@@ -41,7 +41,7 @@ def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos
                        rng: Optional[np.random.Generator] = None) -> list:
     """One CT image file per slice of hu[k, j, i]; with `rng`, shuffled random file names.
     Returns the SOPInstanceUID of each slice k."""
-    import pydicom                # here, not on top: 0.3 s that every other data command would pay
+    import pydicom  # here, not on top: 0.3 s that every other data command would pay
     from pydicom.dataset import FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
     folder = Path(folder)

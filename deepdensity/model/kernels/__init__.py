@@ -16,7 +16,6 @@ from pathlib import Path
 import tensorflow as tf
 
 
-
 def library_for(tf_version: str) -> Path:
     """The kernel built against TensorFlow `tf_version`: one per TensorFlow, so that the venvs
     of two stacks in one checkout keep their own; in lib/, out of the module path (build.py)."""

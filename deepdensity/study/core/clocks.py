@@ -41,7 +41,6 @@ from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import steps_per_epoch
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 
-
 PAPER, HOST, DEVICE = "paper", "host", "device"   # the names of the registry's clocks (JUDGED)
 RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))   # the break-even search's ratios
 

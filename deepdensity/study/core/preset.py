@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.config import apply, Config, ConfigError, read_mapping
+from deepdensity.config import Config, ConfigError, apply, read_mapping
 from deepdensity.scaling import policies, rules
 from deepdensity.utils import schema
 from deepdensity.utils.errors import StudyError

@@ -11,7 +11,6 @@ from typing import Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.utils.templates import fill
 
-
 # The default study's decision rules (docs/decision-rules.md), as its record names them
 RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled trend tests, three clocks"
 # When docs/decision-rules.md was committed (4ba81fe), before the full grid's runs began.

@@ -16,9 +16,8 @@ from typing import Callable, Optional
 
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
 from deepdensity.study.core import clocks, stats
-from deepdensity.study.core.cells import (Call, Cell, epoch_under, Evidence, FAILED, MISSED,
-                                          time_to_target, Verdict)
-from deepdensity.study.core.protocol_text import real_strong_summary, SEQUENTIAL_PROOF
+from deepdensity.study.core.cells import FAILED, MISSED, Call, Cell, Evidence, Verdict, epoch_under, time_to_target
+from deepdensity.study.core.protocol_text import SEQUENTIAL_PROOF, real_strong_summary
 from deepdensity.study.judge.contrasts import ALPHA, holm_verdict, more_for_ranks, pooled, rank_test, ratio_text
 from deepdensity.study.record import config_of, study_of, time_base
 

@@ -19,9 +19,8 @@ from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import Call, cell_rate
-from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.utils.templates import fill
-
 
 # The clock's probes and real epochs (timing.py), alone on the host: its three rounds took about
 # 10.5 min on a 2-core AMD EPYC (the clock's job under MPI, the default study's settings, one

@@ -24,7 +24,6 @@ from deepdensity.study.report.figures import clock_label, line_stretches, spot
 from deepdensity.study.report.render import cells_at
 from deepdensity.utils.plots import LEGEND_OUTSIDE, log_y_labels, plain_ticks, save_figure
 
-
 SEQUENTIAL_STYLE = ("0.3", "D")
 SEQUENTIAL_ROW = "sequential"
 SEQUENTIAL_LABEL = f"{SEQUENTIAL_ROW} (every mode)"

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study.core import clocks, curves as run_curves
+from deepdensity.study.core import clocks
+from deepdensity.study.core import curves as run_curves
 from deepdensity.study.core.cells import efficiency_table, seconds_of_passes, timed_under
 from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2
 from deepdensity.study.report.render import cells_at

@@ -11,7 +11,7 @@ from typing import Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import efficiency_table, failure_groups, failure_margins, failures, MISSED
+from deepdensity.study.core.cells import MISSED, efficiency_table, failure_groups, failure_margins, failures
 from deepdensity.study.core.preset import Study
 from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_table
 from deepdensity.study.judge import claims as claim_rules
@@ -20,12 +20,33 @@ from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
-from deepdensity.study.report.figures import (collapse_figure, efficiency_figure, figure1, loss_against_time_figure,
-                                              sweep_figure, warmup_figure)
-from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fmt, md_table, passes_listing,
-                                             target_source, time_range, write_csv)
-from deepdensity.study.report.report_checks import (clock_fields, host_latency, real_strong, rechecked, rules_when,
-                                                    where_runs_ran)
+from deepdensity.study.report.figures import (
+    collapse_figure,
+    efficiency_figure,
+    figure1,
+    loss_against_time_figure,
+    sweep_figure,
+    warmup_figure,
+)
+from deepdensity.study.report.render import (
+    cells_at,
+    cost_line,
+    epochs_listing,
+    fmt,
+    md_table,
+    passes_listing,
+    target_source,
+    time_range,
+    write_csv,
+)
+from deepdensity.study.report.report_checks import (
+    clock_fields,
+    host_latency,
+    real_strong,
+    rechecked,
+    rules_when,
+    where_runs_ran,
+)
 from deepdensity.utils.plots import pyplot
 from deepdensity.utils.templates import fill
 

@@ -16,7 +16,7 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.scaling import policies, rules
 from deepdensity.study.core import clocks
-from deepdensity.study.core.cells import Cell, efficiency_table, failures, median_time, TimeBase, timed_under
+from deepdensity.study.core.cells import Cell, TimeBase, efficiency_table, failures, median_time, timed_under
 from deepdensity.study.core.clocks import describe_allreduce
 from deepdensity.study.core.preset import Study
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
@@ -24,8 +24,16 @@ from deepdensity.study.judge import beyond_verdicts as bv
 from deepdensity.study.judge.contrasts import more_a_side, ratio_text
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report import against_n
-from deepdensity.study.report.render import (cells_at, cost_line, epochs_listing, fmt, md_table, target_source,
-                                             time_range, write_csv)
+from deepdensity.study.report.render import (
+    cells_at,
+    cost_line,
+    epochs_listing,
+    fmt,
+    md_table,
+    target_source,
+    time_range,
+    write_csv,
+)
 from deepdensity.utils.plots import pyplot
 from deepdensity.utils.templates import fill
 

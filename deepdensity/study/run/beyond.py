@@ -19,7 +19,7 @@ from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, time_to_target
-from deepdensity.study.core.preset import Study, SWEEP_STOPPING
+from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.design import timed
 from deepdensity.study.run.runner import StudyRunner

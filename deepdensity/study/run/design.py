@@ -22,14 +22,13 @@ from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import Cell, time_to_target
-from deepdensity.study.core.preset import isa_to_check, Study
+from deepdensity.study.core.preset import Study, isa_to_check
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import paper_keys, seq_2eta_of
 from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
 from deepdensity.study.run.sequential import figure1_slices, real_strong_runs, strong_from_sequential
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json, read_metrics
-
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)

@@ -28,6 +28,7 @@ from deepdensity.training.runs import data_fingerprint, other_data, read_json, r
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.stack import git_revision
 
+
 class NotHeld(StudyError):
     """A run the study asked for that neither the ledger nor the runs folder holds, in a study
     that trains nothing (repro --no-train)."""

@@ -13,13 +13,13 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
 from deepdensity.study.core.preset import Study
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.session import Protocol, StudyRun
-from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.training.runs import read_json, read_metrics
 from deepdensity.utils.files import write_atomic
 

@@ -21,9 +21,9 @@ import yaml
 
 from deepdensity.config import load
 from deepdensity.scaling import rules
-from deepdensity.study.core.ledger import Ledger, LEDGER_FILE
+from deepdensity.study.core.ledger import LEDGER_FILE, Ledger
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
-from deepdensity.study.run.runner import fmt_s, StudyRunner
+from deepdensity.study.run.runner import StudyRunner, fmt_s
 from deepdensity.utils import machine
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import mark_folder
@@ -160,8 +160,8 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = parallel_runs(study)
     if options.executor == "slurm":
-        from deepdensity.study.run.slurm_runner import SlurmRunner
         from deepdensity.launch.slurm_jobs import SlurmOptions
+        from deepdensity.study.run.slurm_runner import SlurmRunner
         slurm = SlurmOptions.parse(study.slurm, options.slurm)
         runner = SlurmRunner(root, train_yaml, options.runner or None, slurm, runs_cfg.intra_op_threads, name)
         print(f"executor: Slurm, up to {slurm.max_jobs} jobs at once"

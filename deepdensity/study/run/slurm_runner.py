@@ -33,10 +33,24 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.launch.slurm_jobs import (
+    COMMENT,
+    LEFT,
+    LIVE,
+    QueueJob,
+    SlurmOptions,
+    Submitter,
+    TrainJob,
+    find,
+    job_parameters,
+    log_of,
+    log_path,
+    result_of,
+    sbatch_text,
+    time_hours,
+)
 from deepdensity.scaling import policies
 from deepdensity.study.run.runner import StudyRunner
-from deepdensity.launch.slurm_jobs import (COMMENT, find, job_parameters, LEFT, LIVE, log_of, log_path, QueueJob,
-                                             result_of, sbatch_text, SlurmOptions, Submitter, time_hours, TrainJob)
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import read_json_object, write_atomic
 from deepdensity.utils.templates import fill
@@ -186,7 +200,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     where it has none), which the jobs and their cost are given for first. Submits nothing and
     writes nothing."""
     from deepdensity.study.plan.study_plan import CLOCK_MINUTES, run_counts
-    from deepdensity.study.run.timing import clock_cpus, CLOCK_JOB, CLOCK_PROCESSES, current_timing
+    from deepdensity.study.run.timing import CLOCK_JOB, CLOCK_PROCESSES, clock_cpus, current_timing
     jobs = SlurmRunner(runs, runs / "train.yaml", runner or None, options, study.runs.intra_op_threads, name)
     fewest, most = run_counts(study, bool(runner))
     launched = [] if runner else [(n, jobs.sibling("horovodrun -np {n}", 1).cpus(n)) for n in study.real_strong]

@@ -30,7 +30,7 @@ from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
 from deepdensity.utils import machine
 from deepdensity.utils.args import parser
-from deepdensity.utils.errors import command, StudyError
+from deepdensity.utils.errors import StudyError, command
 from deepdensity.utils.files import read_json_object, write_atomic
 
 REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out

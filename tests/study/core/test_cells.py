@@ -10,8 +10,16 @@ from scipy.stats import beta as sp_beta
 
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import cells
-from deepdensity.study.core.cells import (Cell, epoch_under, median_time, median_time_at, seconds, time_to_target,
-                                          TimeBase, timed_under)
+from deepdensity.study.core.cells import (
+    Cell,
+    TimeBase,
+    epoch_under,
+    median_time,
+    median_time_at,
+    seconds,
+    time_to_target,
+    timed_under,
+)
 
 
 @pytest.mark.parametrize("times, want", [

@@ -6,6 +6,7 @@ import pytest
 from deepdensity.scaling import rules
 from deepdensity.study.core import curves
 
+
 def derive_strong(passes, workers, target, cap, stall_patience=0, collapse_loss=0.0, collapse_patience=0,
                   stall_near=0.0, stall_near_patience=0):
     return curves.derive_strong(passes, workers, rules.StoppingRules(target, cap, stall_patience, stall_near,

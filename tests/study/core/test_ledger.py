@@ -206,7 +206,7 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     got = second.run("weak-n2-s0", "weak", 2, asked)
     assert second.trainings == [] and got["epochs"] == 6 and got["status"] == "reached_target"
     assert (tmp_path / "second" / "weak-n2-s0" / ledger.MARKER).is_file(), "the folder says where it came from"
-    assert [json.loads(l)["val_loss"] for l in (tmp_path / "second" / "weak-n2-s0" / "metrics.jsonl").open()] == \
+    assert [json.loads(row)["val_loss"] for row in (tmp_path / "second" / "weak-n2-s0" / "metrics.jsonl").open()] == \
         [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]
     # what the ledger cannot answer is trained: another seed, and a lower target
     second.run("weak-n2-s1", "weak", 2, {**asked, "seed": 1})
@@ -365,8 +365,9 @@ def test_an_entry_from_before_the_stack_was_recorded_reads_as_the_pin_of_then():
 
 
 def test_where_the_runs_were_trained_names_their_tensorflow_and_keras():
-    from deepdensity.study.report.report_checks import where_runs_ran
     from types import SimpleNamespace
+
+    from deepdensity.study.report.report_checks import where_runs_ran
     record = {"eta": Config().base_lr, "provenance": {"generated": "2099-01-01 00:00 UTC"}}
     then = {**_entry([2.0, 0.9], "reached_target"), "run": "a", "machine": {"cpu": "EPYC", "onednn_isa": "AVX2"}}
     now = {**then, "run": "b", "stack": {"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}}

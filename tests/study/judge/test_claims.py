@@ -6,7 +6,7 @@ import math
 import pytest
 from scipy import stats as sp
 
-from deepdensity.study.core.cells import Call, Cell, cell_rate, Evidence, FAILED, MISSED, TimeBase
+from deepdensity.study.core.cells import FAILED, MISSED, Call, Cell, Evidence, TimeBase, cell_rate
 from deepdensity.study.judge import claims
 
 W = [1, 2, 4, 8, 16, 32]

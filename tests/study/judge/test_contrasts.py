@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from deepdensity.study.core.cells import Evidence, MISSED, TimeBase
+from deepdensity.study.core.cells import MISSED, Evidence, TimeBase
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from tests.study.judge.test_claims import CLOCKS, COLLAPSE, W, papers_outcome
 

@@ -82,6 +82,7 @@ def test_the_plan_lists_the_second_looks_runs_of_the_committed_study_and_no_othe
     """The default preset against its committed record and ledger: the six cells inconclusive
     at their first look, 16 seeds each, and nothing of the first look."""
     import json
+
     from deepdensity.study.core import ledger
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.plan.study_plan import missing_runs

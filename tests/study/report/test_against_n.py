@@ -3,7 +3,8 @@ sequential cell's seeds once (against_n.py, the against-N drawing both studies s
 sweep's legend and caption name what it draws."""
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import Cell
-from deepdensity.study.report import against_n, against_n as figs
+from deepdensity.study.report import against_n
+from deepdensity.study.report import against_n as figs
 
 
 def cell(mode: str, n: int, seed: int, epochs: int = 10, passes=None, status: str = "reached_target") -> Cell:

@@ -1,9 +1,9 @@
 """What the figures of validation loss draw (figures.py, Figs. 3-5), read off the committed
 study's record."""
 import json
+from unittest import mock
 
 import pytest
-from unittest import mock
 
 from deepdensity.scaling import policies
 from deepdensity.study.judge import claims

@@ -11,7 +11,6 @@ from deepdensity.study.report.report_checks import clock_fields
 from deepdensity.utils.templates import fill
 from tests.support import ROOT
 
-
 # A clock with the parts of the study committed at 2ab441d, fixed here so that the hand-worked
 # rows below do not move when the committed report is measured again.
 TIMING = {

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from deepdensity.study.run.design import Book, FIRST, run_first_seeds, run_more_seeds, stall_check
+from deepdensity.study.run.design import FIRST, Book, run_first_seeds, run_more_seeds, stall_check
 from deepdensity.study.run.runner import StudyRunner
 
 
@@ -136,8 +136,8 @@ def _looked_book(misses_by_unit: dict):
 @pytest.mark.parametrize("here, trains", [("AVX-512 DL Boost", True), ("AVX2", False)])
 def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_instruction_set(here, trains):
     from deepdensity.study.core.preset import Study
-    from deepdensity.study.run.second_look import run_second_look
     from deepdensity.study.run.runner import NotHeld
+    from deepdensity.study.run.second_look import run_second_look
     runner = _LookRunner(here, "AVX-512 DL Boost")
     book = _looked_book({("weak", 4): 1, ("weak", 8): 0, ("linear", 8): 8})
 

@@ -150,8 +150,8 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
     """The instruction-set and stall checks and the real strong-scaling runs go through sibling
     runners; the record's "trained N run(s)" must count them (a study that trained only its
     AVX2 check said "trained 0 run(s)")."""
-    from deepdensity.study.run.slurm_runner import SlurmRunner
     from deepdensity.launch.slurm_jobs import SlurmOptions
+    from deepdensity.study.run.slurm_runner import SlurmRunner
     data = tmp_path / "data.h5"
     data.write_bytes(b"the study's cubes")
     train_yaml = tmp_path / "train.yaml"

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from submitit.core.utils import JobPaths, cloudpickle_dump
 
+from deepdensity.launch.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
 from deepdensity.study.run import timing
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.study.run.timing import CLOCK_VERSION
-from deepdensity.launch.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
 from deepdensity.utils.errors import StudyError
 from tests.launch.test_slurm_jobs import fake_command
 

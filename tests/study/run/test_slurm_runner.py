@@ -10,12 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from deepdensity.launch.slurm_jobs import (
+    COMMENT,
+    LEFT,
+    QueueJob,
+    QueueWatcher,
+    SlurmOptions,
+    Submitter,
+    TrainJob,
+    find,
+    job_parameters,
+)
 from deepdensity.study.run.slurm_runner import SlurmRunner
-from deepdensity.launch.slurm_jobs import (COMMENT, find, job_parameters, LEFT, QueueJob, QueueWatcher,
-                                             SlurmOptions, Submitter, TrainJob)
 from deepdensity.utils.errors import StudyError, UserError
-from tests.support import ROOT
 from tests.launch.test_slurm_jobs import fake_command
+from tests.support import ROOT
 
 
 def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):
@@ -47,6 +56,7 @@ def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch
     resubmitted. Slurm's commands are replaced here by scripts on PATH that answer as squeue
     does (the real ones are exercised in tests/cluster/test_slurm.py)."""
     import os
+
     from submitit.core.utils import JobPaths, cloudpickle_dump
     calls = tmp_path / "calls"
     # fails twice (controller away), then says the job has left the controller

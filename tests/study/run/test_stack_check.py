@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from deepdensity.study.core import ledger
-
 from deepdensity.study.report import paper_report as report
 from deepdensity.study.run.design import venv_stack
 from deepdensity.study.run.runner import StudyRunner
