@@ -63,5 +63,7 @@ def filter_native_logs() -> None:
     os.dup2(_native_filter.stdin.fileno(), 2)
     _native_filter.stdin.close()
     encoding, errors = sys.stderr.encoding or "utf-8", sys.stderr.errors or "backslashreplace"
+    # under mpirun a line must be one write: mpirun tags each chunk it reads, and a printed line
+    # whose newline came apart ended "... --resume[1,0]<stderr>:" (controllers.under_mpirun)
     sys.stderr = io.TextIOWrapper(io.FileIO(own, "w"), encoding=encoding, errors=errors, line_buffering=True,
-                                  write_through=True)
+                                  write_through="OMPI_COMM_WORLD_SIZE" not in os.environ)
