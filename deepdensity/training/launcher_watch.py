@@ -3,8 +3,9 @@
 horovodrun replaces itself with `/bin/sh -c mpirun ...`, so the process a user, a job runner,
 `timeout` or a closing terminal signals is that shell: SIGTERM or SIGHUP ends it and left mpirun
 and the ranks training in the background until the epoch cap (docs/training.md). So a rank that
-mpirun started watches, from its first lines, mpirun (its parent) and mpirun's parent (the
-launcher: horovodrun's shell, or the user's own shell for a bare mpirun). When either is gone, the
+horovodrun started under mpirun watches, from its first lines, mpirun (its parent) and the shell
+horovodrun became (mpirun's parent). A bare mpirun is not watched: its parent is the user's own
+shell, which `nohup mpirun ... &` is meant to outlive. When either is gone, the
 rank sends itself the relayed interrupt (launch/signals.py RELAYED) and takes it as the ranks of
 `deepdensity launch` take theirs: rank 0 writes where the run stands at the last whole epoch and
 prints the command that continues it, every rank exits 0 (a non-zero exit would start mpirun's
@@ -44,17 +45,30 @@ def name_of(pid: int) -> str:
         return ""
 
 
+def command_of(pid: int) -> list:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def is_horovodruns_shell(argv: list) -> bool:
+    """Is this the shell plain horovodrun became: `/bin/sh -c 'mpirun ...'` (horovod/runner/mpi_run.py)?"""
+    return len(argv) >= 3 and Path(argv[0]).name in ("sh", "bash", "dash") and argv[1] == "-c" \
+        and argv[2].lstrip().split(" ", 1)[0] in MPI_LAUNCHERS
+
+
 def watched(env: Mapping[str, str], pid: Optional[int] = None) -> Optional[tuple]:
-    """(mpirun's pid, its parent's pid) for a rank that a plain MPI launcher started, else None:
-    not under MPI, under `deepdensity launch`, or with a parent that is not an MPI launcher
-    (orted on another host: rank 0's exit there ends the job)."""
+    """(mpirun's pid, horovodrun's shell's pid) for a rank that plain horovodrun started under
+    mpirun, else None: not under MPI, under `deepdensity launch`, under a bare mpirun, or with a
+    parent that is not an MPI launcher (orted on another host: rank 0's exit there ends the job)."""
     if "OMPI_COMM_WORLD_SIZE" not in env or env.get(LAUNCH_PREFIX_ENV):
         return None
     mpirun = parent_of(pid or os.getpid())
     if mpirun is None or name_of(mpirun) not in MPI_LAUNCHERS:
         return None
     launcher = parent_of(mpirun)
-    return (mpirun, launcher) if launcher and launcher > 1 else None
+    return (mpirun, launcher) if launcher and launcher > 1 and is_horovodruns_shell(command_of(launcher)) else None
 
 
 def launcher_gone(pid: int, mpirun: int, launcher: int) -> bool:

@@ -15,30 +15,41 @@ RANK = ("import json, os; from deepdensity.training import launcher_watch as w; 
         "print(json.dumps([os.getppid(), w.watched(os.environ)]))")
 
 
-def _rank_under(tmp_path, name: str, env: dict) -> tuple:
-    """(the stand-in launcher's pid, what the rank's `watched` said) for a rank started by a
-    script called `name`, itself started by this test's process."""
+def _rank_under(tmp_path, name: str, env: dict, shell: bool = True) -> tuple:
+    """[the stand-in launcher's pid, what the rank's `watched` said] for a rank
+    started by a script called `name`, itself started as horovodrun starts mpirun (`/bin/sh -c
+    'mpirun ...'`, a second command keeping the shell from replacing itself), or directly."""
     launcher = tmp_path / name
     launcher.write_text(f"#!/bin/sh\n{sys.executable} -c \"$RANK\"\n")
     launcher.chmod(0o755)
-    got = subprocess.run([str(launcher)], env={**env, "RANK": RANK, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=60)
+    env = {**env, "RANK": RANK, "PYTHONPATH": str(ROOT), "PATH": f"{tmp_path}:{env.get('PATH', '/usr/bin:/bin')}"}
+    args = ["/bin/sh", "-c", f"{name} --tag-output -np 2; true"] if shell else [str(launcher)]
+    got = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     assert got.returncode == 0, got.stderr
-    parent, said = json.loads(got.stdout.strip().splitlines()[-1])
-    return parent, said
+    return json.loads(got.stdout.strip().splitlines()[-1])
 
 
-def test_a_rank_of_mpirun_watches_mpirun_and_its_launcher(tmp_path):
-    mpirun, said = _rank_under(tmp_path, "mpirun", {**os.environ, "OMPI_COMM_WORLD_SIZE": "2"})
-    assert said == [mpirun, os.getpid()]
+def test_a_rank_of_horovodruns_mpirun_watches_mpirun_and_horovodruns_shell(tmp_path):
+    mpirun, watched = _rank_under(tmp_path, "mpirun", {**os.environ, "OMPI_COMM_WORLD_SIZE": "2"})
+    assert watched is not None and watched[0] == mpirun
+    assert watched[1] not in (os.getpid(), mpirun)          # the shell between this test and mpirun
 
 
-def test_nothing_is_watched_off_mpi_under_launch_or_under_another_parent(tmp_path):
+def test_nothing_is_watched_off_mpi_under_launch_under_a_bare_mpirun_or_another_parent(tmp_path):
     plain = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_SIZE", LAUNCH_PREFIX_ENV)}
+    mpi = {**plain, "OMPI_COMM_WORLD_SIZE": "2"}
     assert _rank_under(tmp_path, "mpirun", plain)[1] is None                                     # Gloo, one process
-    assert _rank_under(tmp_path, "mpirun", {**plain, "OMPI_COMM_WORLD_SIZE": "2",
-                                            LAUNCH_PREFIX_ENV: "deepdensity launch -np 2"})[1] is None
-    assert _rank_under(tmp_path, "orted-like", {**plain, "OMPI_COMM_WORLD_SIZE": "2"})[1] is None
+    assert _rank_under(tmp_path, "mpirun", {**mpi, LAUNCH_PREFIX_ENV: "deepdensity launch -np 2"})[1] is None
+    assert _rank_under(tmp_path, "mpirun", mpi, shell=False)[1] is None         # a bare mpirun: nohup's to keep
+    assert _rank_under(tmp_path, "orted-like", mpi)[1] is None
+
+
+def test_horovodruns_shell_is_told_from_other_shells():
+    assert launcher_watch.is_horovodruns_shell(["/bin/sh", "-c", "mpirun --allow-run-as-root --tag-output -np 2"])
+    assert launcher_watch.is_horovodruns_shell(["/bin/bash", "-c", "  prterun -np 2"])
+    assert not launcher_watch.is_horovodruns_shell(["-bash"])
+    assert not launcher_watch.is_horovodruns_shell(["/bin/sh", "-c", "python train.py"])
+    assert not launcher_watch.is_horovodruns_shell(["/bin/sh", "script.sh", "mpirun"])
 
 
 def test_the_launcher_is_gone_once_it_ends_and_not_before(tmp_path):
