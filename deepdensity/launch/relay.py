@@ -23,6 +23,7 @@ import time
 from typing import Optional
 
 from deepdensity.launch import signals
+from deepdensity.launch.procs import MPI_LAUNCHERS, SHELLS, name_of, stat_of
 
 # how long a job may take to end after an interrupt before mpirun is asked to kill it: a rank
 # saves nothing after the signal (its checkpoint is the last epoch's), so this is the time to
@@ -30,7 +31,6 @@ from deepdensity.launch import signals
 # KillWait default is the same 30 s)
 ESCALATE_AFTER_S = 30.0
 RESEND_EVERY_S = 0.5
-MPIRUN_NAMES = ("mpirun", "orterun", "mpiexec", "prterun")
 
 
 def to_horovodrun(signum: int) -> int:
@@ -43,22 +43,15 @@ def group_members(pgid: int) -> list:
     """(pid, command name) of every process in process group `pgid`, from /proc."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:                   # ended meanwhile
-            continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if int(rest[2]) == pgid and rest[0] != "Z":      # fields after the name: state, ppid, pgrp
-            found.append((int(entry), name))
+        stat = stat_of(entry) if entry.isdigit() else None         # None: ended meanwhile
+        if stat is not None and int(stat[1][2]) == pgid and stat[1][0] != "Z":
+            found.append((int(entry), stat[0]))
     return found
 
 
 def mpirun_of(pgid: int) -> Optional[int]:
     """The pid of the mpirun in horovodrun's process group `pgid`, or None (Gloo, or not yet)."""
-    return next((pid for pid, name in group_members(pgid) if name in MPIRUN_NAMES), None)
+    return next((pid for pid, name in group_members(pgid) if name in MPI_LAUNCHERS), None)
 
 
 def take_interrupts(passing_on: "Relay", on_interrupt) -> list:
@@ -108,11 +101,7 @@ class Relay:
 
 def _is_shell(pid: int) -> bool:
     """Has horovodrun become the shell that starts mpirun?"""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() in ("sh", "dash", "bash")
-    except OSError:
-        return False
+    return name_of(pid) in SHELLS
 
 
 def _send(pid: int, signum: int) -> bool:

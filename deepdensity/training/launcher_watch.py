@@ -20,41 +20,17 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from deepdensity.launch.procs import MPI_LAUNCHERS, SHELLS, command_of, name_of, parent_of
 from deepdensity.launch.signals import RELAYED
 from deepdensity.training import interrupts
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV
 
-# the names an MPI launcher's process has (OpenMPI 4's mpirun and orterun, OpenMPI 5's prterun)
-MPI_LAUNCHERS = frozenset({"mpirun", "mpiexec", "orterun", "prterun", "prte"})
 POLL_S = 0.2        # the watch's period: the ranks notice within a fifth of a second of each other
-
-
-def parent_of(pid: int) -> Optional[int]:
-    """The parent's pid of a live process, from /proc (None where it is gone or unreadable)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])      # the name in ( ) may hold spaces
-
-
-def name_of(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def command_of(pid: int) -> list:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return []
 
 
 def is_horovodruns_shell(argv: list) -> bool:
     """Is this the shell plain horovodrun became: `/bin/sh -c 'mpirun ...'` (horovod/runner/mpi_run.py)?"""
-    return len(argv) >= 3 and Path(argv[0]).name in ("sh", "bash", "dash") and argv[1] == "-c" \
+    return len(argv) >= 3 and Path(argv[0]).name in SHELLS and argv[1] == "-c" \
         and argv[2].lstrip().split(" ", 1)[0] in MPI_LAUNCHERS
 
 

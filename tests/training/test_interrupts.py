@@ -211,7 +211,8 @@ def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_conti
     training/launcher_watch.py a SIGTERM to it left mpirun and both ranks training in the
     background. Each stop of the chain: rank 0's one line with the command that continues the
     run, no process of the run left within seconds; each continue pastes that command; the last,
-    left alone, ends at the cap with every epoch once."""
+    left alone, ends at the cap with every epoch once. It trains a run of its own: the shared
+    smoke run is finished, and this one must be stopped three times on the way."""
     from deepdensity.launch import controllers
     from tests.support import horovodrun
     if "mpi" not in controllers.built(horovodrun()):
