@@ -100,16 +100,27 @@ def resubmit_command(job: dict, args: list, env) -> str:
     # default (slurm-%j.out in the working folder) is left to the script
     out, err = value("StdOut"), value("StdErr")
     default_out = os.path.join(work_dir, SBATCH_OUTPUT.replace("%j", job_id)) if job_id else ""
-    as_pattern = (lambda path: re.sub(rf"(?<![0-9]){job_id}(?![0-9])", "%j", path)) if job_id else str  # noqa: E731
     if out and out != default_out:
-        add("--output", as_pattern(out))
+        add("--output", output_pattern(out, job_id))
     if err and err != out:
-        add("--error", as_pattern(err))
+        add("--error", output_pattern(err, job_id))
     if value("StdIn") not in ("", "/dev/null"):
         add("--input", value("StdIn"))
     add("--chdir", work_dir)       # train.py is relative to it: the command works pasted anywhere
     knobs = [f"{k}={shell_word(env[k])}" for k in SBATCH_ENV if env.get(k)]
     return " ".join([*knobs, "sbatch", *(shell_word(o) for o in opts), shell_word(script)])
+
+
+def output_pattern(path: str, job_id: str) -> str:
+    """A job's output file (`scontrol show job`'s StdOut, %j already replaced) as the pattern it
+    was given with: the job id back to %j in the file's name only. Slurm does not make an output
+    file's folder, so a folder named after the job id would have had to exist before the id was
+    known; a digit of the id in a folder's name (/tmp/test-all.2Y1ppb with job 1) is the
+    folder's own."""
+    if not job_id:
+        return path
+    folder, name = os.path.split(path)
+    return os.path.join(folder, re.sub(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])", "%j", name))
 
 
 def _resource_options(value) -> list:

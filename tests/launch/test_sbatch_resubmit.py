@@ -191,3 +191,15 @@ def test_train_sbatch_runs_the_ranks_under_gloo_unless_horovod_args_names_a_cont
                           env=env, capture_output=True, text=True, timeout=60)
     args = [line[5:] for line in proc.stdout.splitlines() if line.startswith("arg: ")]
     assert args[:len(want)] == want and args[len(want):] == [sys.executable, "train.py", "--out", "r"], proc.stdout
+
+
+def test_only_the_output_files_name_gets_its_job_id_back_as_percent_j():
+    """CI's temporary folder /tmp/test-all.2Y1ppb held job 1's log: the 1 in the folder's name
+    became %j, and the resubmitted job's log went to a folder that did not exist (Slurm then runs
+    nothing). Slurm makes no output folder, so only the file's name can hold the job id."""
+    from deepdensity.launch.sbatch_resubmit import output_pattern
+    assert output_pattern("/tmp/test-all.2Y1ppb/c/job-1.log", "1") == "/tmp/test-all.2Y1ppb/c/job-%j.log"
+    assert output_pattern("/runs/42/slurm-42.out", "42") == "/runs/42/slurm-%j.out"
+    assert output_pattern("/runs/job-421.out", "42") == "/runs/job-421.out", "another number holding the id"
+    assert output_pattern("/runs/a_7_b_7.log", "7") == "/runs/a_%j_b_%j.log"
+    assert output_pattern("/runs/log.txt", "") == "/runs/log.txt"
