@@ -125,7 +125,7 @@ test: install
 test-medium: install
 	$(BIN)/pytest -q -m "medium and not slow" tests
 
-# the fast tier and the tests marked smoke: a second stack's check (.ci/run: STACK=paper)
+# the fast tier and the tests marked smoke: a second stack's check (Debian 13's in .ci/run; STACK=paper)
 test-smoke: install
 	@start=$$(date +%s); $(BIN)/pytest -q -rs -m "smoke or not (slow or medium)" tests; code=$$?; \
 	echo "make test-smoke: $(STACK) stack ($(VENV)) in $$(( $$(date +%s) - start )) s"; exit $$code
