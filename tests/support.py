@@ -45,6 +45,13 @@ def assert_keras2(config: dict) -> None:
     assert top == ("tf_keras" if release(versions["tensorflow"]) >= (2, 16) else "keras"), versions
 
 
+def prose(text: str) -> str:
+    """A rendered report's text with every line break and run of spaces as one space: what a
+    Markdown reader shows of it, whatever width its prose was wrapped to (report/render.py's
+    wrap_prose); table rows read as they are."""
+    return " ".join(text.split())
+
+
 def run(args, cwd=ROOT, timeout=600, check=True):
     """Run a command with this interpreter's environment; returns CompletedProcess.
     A training or Horovod command is refused in a test not marked slow, so that the fast

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from deepdensity.study import rerender
-from tests.support import assert_keras2, run
+from tests.support import assert_keras2, prose, run
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_the_study_writes_every_report_and_names_its_target(tiny_study):
     for name in ("table1.md", "table1.csv", "table2.md", "table2.csv", "REPORT.md", "claims.json", "study.json",
                  "fig1.png", "fig2.png", "fig4.png", "fig5.png", "fig_efficiency.png", "fig_collapse.png"):
         assert (tiny_study.reports / name).stat().st_size > 0, name
-    text = (tiny_study.reports / "REPORT.md").read_text()
+    text = prose((tiny_study.reports / "REPORT.md").read_text())
     assert "## Decision rules" in text and "## Seeds run, and why" in text and "oneDNN ISA" in text
     table1 = (tiny_study.reports / "table1.csv").read_text().splitlines()
     assert table1[1].endswith("100.00,100.00") and "105.17" in table1[2]
@@ -57,7 +57,7 @@ def test_the_clock_and_its_real_strong_run_follow_the_sequential_path(tiny_study
     assert all(t > 0 for t in [measured["eval"], *(v for k in ("steps", "shared", "real", "real_steps")
                                                    for v in measured[k].values())]), measured
     assert (timing["rounds"][2] == timing["rounds"][0]) == (tiny_study.kept_rounds == 3), "the third round measured here"
-    text = (tiny_study.reports / "REPORT.md").read_text()
+    text = prose((tiny_study.reports / "REPORT.md").read_text())
     assert "| 2 | " in text.split("## The clock")[1].split("## Table I")[0], "real -np 2 beside the model"
     # strong scaling run for real at N = 2 follows the sequential path: the same passes to target
     real = study["real_strong"]
@@ -75,14 +75,14 @@ def test_the_isa_check_trains_seed_0_of_every_unit_again_below_this_machines_isa
     prefix = f"isa-{check['isa'].lower()}-"
     assert {c["run"] for c in check["cells"] if c["seed"] == 0} == {prefix + name for name in (
         "seq-s0", "weak-n2-s0", "linear-n2-s0", "warmup-n2-s0")}
-    text = (tiny_study.reports / "REPORT.md").read_text()
+    text = prose((tiny_study.reports / "REPORT.md").read_text())
     assert f"capped at {check['isa']}" in text and "cells had the same outcome" in text
 
 
 def test_the_target_is_calibrated_on_seeds_of_its_own(tiny_study):
     study = record(tiny_study.reports)
     assert study["calibration"]["source"] == "calibration seeds" and study["calibration"]["seeds"] == [7]
-    assert "median of what the sequential runs of calibration seeds 7" in (tiny_study.reports / "REPORT.md").read_text()
+    assert "median of what the sequential runs of calibration seeds 7" in prose((tiny_study.reports / "REPORT.md").read_text())
 
 
 def test_the_reports_render_again_from_their_record_alone(tiny_study):
@@ -95,7 +95,7 @@ def test_a_second_invocation_reuses_every_finished_run(tiny_study):
     again = tiny_study.root / "reports-again"
     second = run(tiny_study.command(reports=again))
     assert "[run " not in second.stdout, "every run finished earlier is reused"
-    assert "trained 0 run(s)" in (again / "REPORT.md").read_text()
+    assert "trained 0 run(s)" in prose((again / "REPORT.md").read_text())
 
 
 def test_the_beyond_study_writes_its_answer_and_every_table(tiny_beyond):

@@ -4,6 +4,7 @@ I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Optional
@@ -37,6 +38,8 @@ from deepdensity.study.report.render import (
     passes_listing,
     target_source,
     time_range,
+    top_level_parts,
+    wrap_prose,
     write_csv,
 )
 from deepdensity.study.report.report_checks import (
@@ -70,7 +73,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     fields.update(warmup_holds_to=warmup_holds_to(evidence), stall_check=record.get("stall_check"),
                   where_runs_ran=where_runs_ran(record, cells, entries or []), REACHED=RunStatus.REACHED,
                   PER_WORKER=rules.PER_WORKER)
-    (out / "REPORT.md").write_text(fill("report.md", **fields))
+    (out / "REPORT.md").write_text(wrap_prose(fill("report.md", **fields)))
     (out / "claims.json").write_text(json.dumps(claims, indent=2) + "\n")
     return claims
 
@@ -182,12 +185,7 @@ def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
     isa, stack = record.get("isa_check"), record.get("stack_check")     # a seed run again, or None
     others = [c for c in clocks.JUDGED if c.name != clocks.PAPER]
-    claims_md = md_table(["claim", "paper", "rule", "ours", f"verdict ({clocks.label(clocks.PAPER)})",
-                          "failure = collapsed or non-finite", *(c.label for c in others), "break-even (rho)",
-                          "could more seeds change it?"],
-                         [[c["claim"], c["paper"], c["rule"], c["ours"], f"**{c['verdict']}**",
-                           c["verdict_sensitivity"], *(c["verdicts"][o.name] for o in others), c["break_even"],
-                           c["more_seeds"]] for c in claims])
+    claims_md = "\n".join(claim_section(c, others) for c in claims)
     answers = md_table(["claim", "paper", "ours", "verdict", "the number it rests on"],
                        [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims])
     return {"answers_table": answers, "interim": _interim(p), "name": record["preset"],
@@ -199,6 +197,47 @@ def _header_fields(record: dict, claims: list) -> dict:
             "isa_check": isa, "stack_check": stack,
             "isa_again": isa and rechecked(record, claims, isa, f"under {isa['isa']}"),
             "stack_again": stack and rechecked(record, claims, stack, f"on TF {stack['stack'].split()[1].rstrip(',')}")}
+
+
+# A cell as the judge names it in its evidence: 'N = 4', 'N = 2 vs weak', '2 x eta'.
+_CELL = re.compile(r"^(N = \d+(?: vs [\w ]+)?|\d+ x eta): ")
+
+
+def claim_section(c: dict, others: list) -> str:
+    """One claim of the Claims section: its verdict, the paper's words and the rule, the verdict
+    under the other clocks and the other definition of failure, then its evidence cell by cell
+    beside whether more seeds could change it, and the evidence that is no cell's below."""
+    judged = md_table(["judged under", "verdict"],
+                      [[f"{clocks.label(clocks.PAPER)} (the verdict)", f"**{c['verdict']}**"],
+                       ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
+                       *([o.label, c["verdicts"][o.name]] for o in others),
+                       ["break-even (rho)", c["break_even"]]])
+    ours, notes = {}, []
+    for part in top_level_parts(c["ours"]):
+        cell = _CELL.match(part)
+        if cell:
+            ours[cell.group(1)] = part[cell.end():]
+        else:
+            notes.append(part)
+    more, more_lead = {}, c["more_seeds"]
+    lead, sep, rest = c["more_seeds"].partition(": ")
+    if sep and _CELL.match(rest):
+        more_lead = lead
+        for part in top_level_parts(rest):
+            cell = _CELL.match(part)
+            more[cell.group(1) if cell else part] = part[cell.end():] if cell else ""
+    blocks = [f"### {c['claim']}: **{c['verdict']}**", f"- the paper: {c['paper']}\n- the rule: {c['rule']}",
+              judged.rstrip("\n")]
+    if ours or more:
+        blocks.append(md_table(["cell", "ours", "could more seeds change it?"],
+                               [[cell, ours.get(cell, "-"), more.get(cell, "-")] for cell in {**ours, **more}])
+                      .rstrip("\n"))
+    if notes:
+        text = "; ".join(notes)
+        blocks.append(f"{text[0].upper()}{text[1:]}.")
+    if more_lead != "yes":
+        blocks.append(f"Could more seeds change it? {more_lead} (the table's last column).")
+    return "\n\n".join(blocks) + "\n"
 
 
 def _interim(provenance: dict) -> bool:
@@ -281,7 +320,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:
     workers = study.workers
-    conv_rows = [[m] + [epochs_listing(cells, m, n) or "not run" for n in workers] for m in study.modes]
+    conv_rows = [[m, n, epochs_listing(cells, m, n) or "not run"] for m in study.modes for n in workers]
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(cells)]
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     eta = record["eta"]
@@ -289,7 +328,7 @@ def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> di
                         [[b, f"{lr:g} x eta = {lr * eta:.4g}", sched, ", ".join(modes), runs, missed,
                           f"{missed / runs:.0%}"] for b, lr, sched, modes, runs, missed in groups])
     return {"table1": tables[0], "table2": tables[1],
-            "convergence_table": md_table(["mode"] + [f"N={n}" for n in workers], conv_rows),
+            "convergence_table": md_table(["mode", "N", "epochs to target per seed"], conv_rows),
             "target_6": fmt(record["target"], 6), "collapse_6": fmt(record["collapse_loss"], 6),
             "failures_table": md_table(["mode", "N", "seed", "status", "epochs run", "last val_loss"], fail_rows)
             if fail_rows else "none\n",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import math
+import re
+import textwrap
 from pathlib import Path
 
 from deepdensity.study.core.cells import median_time
@@ -20,6 +22,45 @@ def md_table(header, rows) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+# A report's prose is wrapped to this width, so that a terminal shows it as written; tables,
+# headings and code keep their lines (a Markdown table row cannot be broken).
+PROSE_WIDTH = 110
+_KEEP = re.compile(r"^(\||#|    |```)")
+
+
+def wrap_prose(md: str, width: int = PROSE_WIDTH) -> str:
+    """Markdown with each prose line longer than `width` wrapped at spaces: a list item's lines
+    after its first indented under its text; table rows, headings, indented and fenced code as
+    they are. The rendered Markdown reads the same (a paragraph's line breaks are spaces)."""
+    out, fenced = [], False
+    for line in md.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or len(line) <= width or _KEEP.match(line):
+            out.append(line)
+            continue
+        lead = re.match(r"^(\s*(?:[-*] |\d+\. )?)", line).group(1)
+        out.extend(textwrap.wrap(line, width, subsequent_indent=" " * len(lead), break_long_words=False,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
+
+
+def top_level_parts(text: str, sep: str = "; ") -> list:
+    """`text` split at each `sep` outside parentheses: the items of a judge's evidence line
+    ('N = 2: 3 of 8 missed (38%, 95% CI 0.09-0.76): inconclusive; N = 4: ...')."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i = i + len(sep)
+            continue
+        i += 1
+    parts.append(text[start:])
+    return [p for p in parts if p]
 
 
 def write_csv(path: Path, header, rows) -> None:

@@ -65,3 +65,26 @@ def test_no_committed_report_or_record_names_a_folder_of_the_machine_that_made_i
     assert {"study.json", "ledger.jsonl", "REPORT.md"} <= {p.name for p in committed}
     named = {p.relative_to(ROOT).as_posix(): machine_paths(p.read_text()) for p in committed}
     assert {p: paths for p, paths in named.items() if paths} == {}
+
+
+LONGEST_LINE = 400          # characters: issue 68's bound for any line of REPORT.md
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(ROOT).as_posix())
+def test_a_terminal_shows_every_line_and_each_claim_has_a_section_of_short_tables(folder):
+    """No line of REPORT.md past 400 characters (before, the Claims table's rows ran past 2,000),
+    and each claim of claims.json, in order, a section of its own: its verdict, then a table of
+    its cells, each row the cell's evidence beside whether more seeds could change it."""
+    if not (folder / "REPORT.md").is_file():
+        pytest.skip(f"no report committed in {folder}")
+    text = (folder / "REPORT.md").read_text()
+    claims = json.loads((folder / "claims.json").read_text())
+    assert max(len(line) for line in text.splitlines()) <= LONGEST_LINE
+    section = text.split("## Claims", 1)[1].split("\n## ", 1)[0]
+    heads = [line for line in section.splitlines() if line.startswith("### ")]
+    assert heads == [f"### {c['claim']}: **{c['verdict']}**" for c in claims]
+    for claim, part in zip(claims, section.split("\n### ")[1:]):
+        cells = first_table(part.split("| cell | ours |", 1)[1].join(["| cell | ours |", ""]))
+        assert cells, claim["claim"]
+        # each cell's evidence is the judge's own words for it, after its name
+        assert all(f"{row[0]}: {row[1]}" in claim["ours"] for row in cells), claim["claim"]

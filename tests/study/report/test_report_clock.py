@@ -9,7 +9,7 @@ from deepdensity.config import Config
 from deepdensity.study.report import paper_report as report
 from deepdensity.study.report.report_checks import clock_fields
 from deepdensity.utils.templates import fill
-from tests.support import ROOT
+from tests.support import ROOT, prose
 
 # A clock with the parts of the study committed at 2ab441d, fixed here so that the hand-worked
 # rows below do not move when the committed report is measured again.
@@ -56,7 +56,7 @@ def test_the_clock_states_its_latency_rounds_steps_and_per_epoch_work_and_prices
     assert (record["n_train"], record["n_val"], record["settings"]["batch_size"]) == (1844, 256, 32)
     record["timing"] = TIMING
     report.render_reports(tmp_path, record)
-    text = (tmp_path / "REPORT.md").read_text()
+    text = prose((tmp_path / "REPORT.md").read_text())
     assert "an allreduce of 5.44 ms + 5.09 ms per doubling of N (none at N = 1)" in text
     assert "the paper's c log2 n alone cannot pass through both on this host" in text
     assert "this host's (rho = " in text and "plus a latency of 5.44 ms an allreduce" in text

@@ -8,6 +8,7 @@ import pytest
 
 from deepdensity.study.core.preset import isa_to_check
 from deepdensity.study.report import paper_report as report
+from tests.support import prose
 
 RECORD = json.loads((Path(__file__).parents[1] / "data" / "tiny-reports" / "study.json").read_text())
 
@@ -38,8 +39,8 @@ def test_every_claim_is_judged_again_with_the_re_run_seed(tmp_path):
     claims = report.render_reports(tmp_path / "out", record)
     text = (tmp_path / "out" / "REPORT.md").read_text()
     seed_0_cells = sum(c["seed"] == 0 for c in record["cells"])          # 8: 4 modes at N = 1, 2
-    assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome (reached, slow or failed)" in text
-    assert "capped at SSE41" in text and "with seed 0 under SSE41" in text
+    assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome (reached, slow or failed)" in prose(text)
+    assert "capped at SSE41" in prose(text) and "with seed 0 under SSE41" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("the same |", "**changed** |"))]
     assert len(rows) == len(claims), "one row a claim"
     # "the linear rule fails at every N > 1": 0 of 3 failed before; 1 of 3 under SSE41 moves its

@@ -14,6 +14,7 @@ from deepdensity.study.report import paper_report as report
 from deepdensity.study.run.design import venv_stack
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.errors import UserError
+from tests.support import prose
 
 RECORD = json.loads((Path(__file__).parents[1] / "data" / "tiny-reports" / "study.json").read_text())
 CURRENT = "TensorFlow 2.21.0, tf-keras 2.21.0"
@@ -83,14 +84,15 @@ def test_every_claim_is_judged_again_on_the_other_stack_beside_the_isa_check(tmp
                              "seq_2eta": record["seq_2eta"]}
     claims = report.render_reports(tmp_path, record)
     text = (tmp_path / "REPORT.md").read_text()
+    said = prose(text)
     at = text.index("Stability across stacks: seed 0 of every trained cell")
     assert text.index("Stability across machines") < at, "beside the instruction-set check, after it"
-    assert f"on {CURRENT} (`--stack-check .venv`)" in text
+    assert f"on {CURRENT} (`--stack-check .venv`)" in said
     seed_0_cells = sum(c["seed"] == 0 for c in record["cells"])
-    assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome" in text[at:]
+    assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome" in prose(text[at:])
     rows = [line for line in text[at:].splitlines() if line.startswith("| ")
             and line.endswith(("the same |", "**changed** |"))]
     assert len(rows) == len(claims) and "with seed 0 on TF 2.21.0" in text[at:]
     record.pop("stack_check")
     report.render_reports(tmp_path / "none", record)
-    assert "Stability across stacks: not checked for any verdict" in (tmp_path / "none" / "REPORT.md").read_text()
+    assert "Stability across stacks: not checked for any verdict" in prose((tmp_path / "none" / "REPORT.md").read_text())
