@@ -278,7 +278,7 @@ def _seeds_short(record: dict, study: Study) -> str:
     listing = "; ".join(f"{'2 x eta' if m == '2eta' else f'{m} N = {n}'}: {want - k} of {want} seeds run"
                         for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
-            f"{listing}. A claim that they could still change says so in its row")
+            f"{listing}. A claim that they could still change says so in its section")
 
 
 def _rules_fields(record: dict, study: Study) -> dict:

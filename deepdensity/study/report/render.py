@@ -18,7 +18,7 @@ def fmt(x, digits=2, missing="NaN") -> str:
 
 def md_table(header, rows) -> str:
     """A Markdown table, cells as given. Not tabulate's: it pads every column to its widest cell,
-    and a claims table's cells run to hundreds of characters."""
+    and an evidence cell can run to hundreds of characters."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
