@@ -207,6 +207,11 @@ def parse_set(items) -> dict:
         # or the spaces at either end, and a message would then name another path than the
         # user's. A quoted value ('...' or "...") is still read as YAML reads it.
         updates[key] = raw if isinstance(value, str) and raw[:1] not in ("'", '"') else value
+        # YAML 1.1 reads on/off/yes/no as booleans: the word is kept, so that a setting that
+        # takes text gets it (--set xla=off, as docs/performance.md says) and a true-or-false
+        # setting still reads it as one (schema)
+        if isinstance(value, bool) and raw.strip().lower() in schema.BOOLEAN_WORDS:
+            updates[key] = raw.strip()
     return updates
 
 

@@ -62,12 +62,17 @@ def coerce(key: str, hint, value: Any, error: type) -> Any:
     return value                            # lists, mappings, object: the rules check them
 
 
+# YAML 1.1's words for true and false besides those (config.parse_set keeps them as given)
+TRUE_WORDS = ("yes", "on")
+BOOLEAN_WORDS = (*TRUE_WORDS, "no", "off")
+
+
 def _scalar(key: str, typ: type, value: Any, error: type) -> Any:
     if typ is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
+        if isinstance(value, str) and value.lower() in (*BOOLEAN_WORDS, "true", "false", "1", "0"):
+            return value.lower() in ("true", "1", *TRUE_WORDS)
         raise error(f"{key} expects true or false, got {value!r}")
     if typ is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -91,6 +96,9 @@ def _scalar(key: str, typ: type, value: Any, error: type) -> Any:
         raise error(f"{key} expects a number, got {value!r}")
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return str(value)
+    if isinstance(value, bool):             # YAML 1.1 read on/off/yes/no as one; the word is lost
+        raise error(f"{key} expects a string, got {value!r} (YAML reads off, on, yes and no as true or false: "
+                    f"quote the word, {key}: 'off')")
     raise error(f"{key} expects a string, got {value!r}")
 
 
