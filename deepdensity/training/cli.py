@@ -101,6 +101,10 @@ def _main(argv) -> int:
         if args.out and not args.quiet:
             print(f"run folder: {args.out} (--out to choose another, --no-save for none)")
         argv = [*(sys.argv[1:] if argv is None else argv), "--out", str(args.out)] if args.out else argv
+    # the sizes first, before TensorFlow is imported: a run too big for this process is refused
+    # in one line at once (preflight.py), a dry run included
+    from deepdensity.training.preflight import check_sizes
+    check_sizes(cfg, args.mode, args.emulate_workers, args.resume, args.elastic)
     if args.dry_run:
         if launcher_rank() == 0:     # Horovod: rank 0 alone prints
             print("\n".join(dry_run_lines(cfg, args.mode, args.emulate_workers, args.out, args.resume)))

@@ -1,6 +1,6 @@
 """What a run is checked for before Horovod starts or anything is written: the policy's plan at
 this N, the data's steps per epoch, and the memory one process must hold (trainer.py calls it
-first). No TensorFlow here."""
+first; memory.py the model's part). No TensorFlow here."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +12,10 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import check_regular_data
 from deepdensity.scaling import policies, rules
+from deepdensity.training import memory
 from deepdensity.utils.errors import launcher_size, shown
 from deepdensity.utils.machine import memory_bytes, size_text
+from deepdensity.utils.stack import found, release
 
 
 def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = False, elastic: bool = False) -> None:
@@ -45,6 +47,10 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
     batch, order = p.per_process_batch * voxels * 4, epochs * steps * p.global_batch * 8
     need, have = batch + order, memory_bytes()
     if have is None or need <= have:
+        per_pass = p.per_process_batch // rules.grad_slices(p.per_process_batch, cfg.max_pass_batch)
+        refused = memory.check(cfg, per_pass, need, release(found().tensorflow), _what_fits)
+        if refused:
+            raise ConfigError(refused)
         return
     n_text = f"--emulate-workers {workers}" if emulate_workers > 1 else f"N = {workers}"
     raise ConfigError(f"{n_text} is more than this machine can hold: one process's batch of "
@@ -52,6 +58,13 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
                       f"epoch{'s' if epochs > 1 else ''} of {steps} steps of {p.global_batch} ({size_text(order)}), "
                       f"need at least {size_text(need)} of memory; it has {size_text(have)}: at most about "
                       f"N = {max(1, int(workers * have / need))} fits")
+
+
+def _what_fits(xla_on_new_tf: bool) -> str:
+    return ("lower n_components, or the samples of a pass (batch_size, or max_pass_batch where one process "
+            "emulates workers)" + (", or --set xla=off (XLA's compiled coefficients reserve more on TensorFlow "
+                                   "2.16 and later)" if xla_on_new_tf else "")
+            + "; docs/performance.md#memory")
 
 
 def data_shape(path: str) -> Optional[tuple]:

@@ -22,6 +22,7 @@ from deepdensity.scaling.rules import RunStatus
 from deepdensity.training.launch import Launch
 from deepdensity.training.runs import (
     RESUMABLE,
+    RUNNING_MARK,
     START_AFRESH,
     DamagedRun,
     holds_nothing_to_resume,
@@ -121,6 +122,7 @@ def start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
     metrics lines of epochs its checkpoint does not cover, and config.json takes the resumable
     settings it goes on under (a raised max_epochs, the stall rule turned off), so that it says
     what the run continues with. Returns the kept val_losses."""
+    write_atomic(out / RUNNING_MARK, json.dumps({"pid": os.getpid()}))
     if initial_epoch == 0:
         write_atomic(out / "config.json", json.dumps(run_config, indent=2))
         (out / "metrics.jsonl").write_text("")
@@ -131,6 +133,14 @@ def start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
         write_atomic(out / "config.json", json.dumps(now, indent=2))
     kept = keep_rows_up_to(out, initial_epoch)
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
+
+
+def ended(out: Path) -> None:
+    """The run's process ends in a way Python sees: the next invocation has nothing to warn of
+    (a folder that never was, or went, has no mark to remove, and the error that ended the run
+    is the one to show)."""
+    with contextlib.suppress(OSError):
+        (out / RUNNING_MARK).unlink()
 
 
 def keep_rows_up_to(out: Path, epoch: int) -> list:

@@ -139,6 +139,23 @@ def holds_nothing_to_resume(out) -> bool:
         return False
 
 
+# Written by rank 0 when a run starts in its folder and removed when its process ends in any
+# way Python sees (finished, interrupted, refused, an error): found by the next invocation, it
+# says that the last one ended without a word (TensorFlow's std::bad_alloc abort, a SIGKILL).
+RUNNING_MARK = ".running"
+
+
+def died_unsaid(out) -> Optional[str]:
+    """The line that tells the user the last run in `out` ended without a word, or None (no
+    such end, or it finished an epoch: --resume then continues it as usual)."""
+    out = Path(out)
+    if not (out / RUNNING_MARK).exists() or not holds_nothing_to_resume(out):
+        return None
+    return (f"{out}: the last run here ended without a word before finishing its first epoch (a crash: out of "
+            f"memory, where TensorFlow aborts with std::bad_alloc, or a kill); starting it again; if it dies "
+            f"again: fewer n_components, a smaller batch or --set xla=off (docs/performance.md#memory)")
+
+
 def continue_command(run_dir, saved: dict) -> str:
     """The command that continues the run in `run_dir` (or starts it again there when no epoch
     was checkpointed) as its config.json (`saved`) describes it: its mode, its N (horovodrun's

@@ -50,6 +50,8 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     # the second one's rmdir failed with "No such file or directory" instead of the real error)
     with contextlib.ExitStack() as lock:
         run.ranks.chief_check(lambda: lock.enter_context(runs.locked(run.out)), run.writes)
+        if run.writes:
+            lock.callback(run_folder.ended, run.out)
         try:
             return _train_in(cfg, run, resume, emulate_workers, verbose)
         except (ConfigError, DataError, RunError, DamagedRun):
@@ -134,6 +136,8 @@ def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
     folder and that the resume keeps the run's settings; None for a new run."""
     def check() -> Optional[dict]:
         state = run_folder.check_out_dir(run.out, resume)
+        if runs.died_unsaid(run.out):
+            run.say(runs.died_unsaid(run.out))
         if resume and state is None:
             run.say(f"nothing to resume in {run.out}; starting a new run there")
         if state:

@@ -1,0 +1,123 @@
+"""What one training process needs of memory, at least, and what it may use: checked by
+preflight.py before anything is written, so that a model too big for the machine, for the
+process's address-space limit (`ulimit -v`) or for its cgroup (a Slurm job's or a container's
+memory limit) is refused in one line instead of ending in TensorFlow's C++ `std::bad_alloc`
+abort. No TensorFlow here.
+
+The need is a lower bound, so that a run refused could never have trained here: what the run
+holds for certain (one process's batch, its sample order, the heads' weights with their
+gradient and Adam's two slots) and the rendering's working set, which grows with the batch
+and the components, at the growth measured on each stack by `python -m
+deepdensity.perf.memory_probe` (docs/performance.md#memory), and, where the rendering stores a
+(B, K, V) tensor (rendering: tf, xla: step), that tensor once."""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from deepdensity.utils.machine import memory_bytes, size_text
+
+# Per sample and mixture component, the rendering's working set (the per-component algebra on
+# (B, K, n, n) float64 tensors, forward and backward, and the heads' outputs): the growth of
+# the process's peak between K = 10,000 and 20,000 at a batch of 32, less the weights' part,
+# measured on the 2-core AMD EPYC machine (docs/performance.md#memory). XLA's compiled
+# coefficients on TensorFlow 2.16 and later (TF 2.21 measured) reserve more address space than
+# TensorFlow 2.15's or the same ops without XLA.
+PER_SAMPLE_COMPONENT = {        # (XLA-compiled on TF >= 2.16): (address space, resident), bytes
+    True: (2010, 1480),
+    False: (1600, 1370),
+}
+# What TensorFlow itself holds before any of the above (the intercept of the same
+# measurements, lowered for a machine of fewer cores, whose allocator keeps fewer arenas)
+BASE = (1.9e9, 0.5e9)           # (address space, resident), bytes
+BYTES_A_WEIGHT = 16             # float32 weight, its gradient, Adam's two slots
+VOXELS = 16 ** 3
+
+
+@dataclass(frozen=True)
+class Limit:
+    bytes: int
+    what: str                   # "this machine's memory", "the address-space limit (ulimit -v)", ...
+    address_space: bool         # held against the virtual size, not the resident one
+
+
+def limits() -> list:
+    """What this process may use: the machine's memory, the soft address-space limit and the
+    cgroup's memory limit, those that are set."""
+    found = []
+    memory = memory_bytes()
+    if memory:
+        found.append(Limit(memory, "this machine's memory", False))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft not in (resource.RLIM_INFINITY, -1):
+        found.append(Limit(soft, "the process's address-space limit (ulimit -v)", True))
+    cgroup = cgroup_limit()
+    if cgroup:
+        found.append(Limit(cgroup, "its cgroup's memory limit (a job's or a container's)", False))
+    return found
+
+
+def cgroup_limit(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> Optional[int]:
+    """The memory limit of this process's cgroup (v2: memory.max; v1: memory.limit_in_bytes, its
+    'no limit' being a number near 2^63), or None where there is none or it cannot be read."""
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = root / path.lstrip("/") / "memory.max"
+        elif "memory" in controllers.split(","):
+            candidate = root / "memory" / path.lstrip("/") / "memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            text = candidate.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2 ** 60:
+            return int(text)
+    return None
+
+
+def heads_weights(n_components: int, latent_dim: int, ndim: int = 3) -> int:
+    """The weights of the heads (alpha, mu, sigma, rho: (n^2 + 3n + 2) / 2 numbers a component,
+    each a Dense of latent_dim inputs and a bias): most of the model when K is large."""
+    return n_components * (ndim * ndim + 3 * ndim + 2) // 2 * (latent_dim + 1)
+
+
+def rendering_need(cfg, batch: int, xla_on_new_tf: bool) -> tuple:
+    """(address space, resident) bytes the rendering and the heads need at least at a pass of
+    `batch` samples."""
+    per = PER_SAMPLE_COMPONENT[xla_on_new_tf]
+    weights = heads_weights(cfg.n_components, cfg.latent_dim) * BYTES_A_WEIGHT
+    stored = batch * cfg.n_components * VOXELS * 4 if (cfg.rendering == "tf" or cfg.xla == "step") else 0
+    return tuple(batch * cfg.n_components * p + weights + stored for p in per)
+
+
+def on_a_gpu() -> bool:
+    """Will TensorFlow find a GPU (its working set is then the device's, not this host's)?"""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible not in ("", "-1") and Path("/dev/nvidia0").exists()
+
+
+def check(cfg, batch: int, held: int, tf_release: tuple, say_instead) -> Optional[str]:
+    """The one line that refuses the run, or None when it fits: `batch` the samples of one pass
+    (the per-process batch, or its max_pass_batch slices), `held` the bytes the run holds besides
+    (its batch of cubes and its sample order), `say_instead(need, limit)` what to change."""
+    xla_on_new_tf = cfg.xla == "coefficients" and tf_release >= (2, 16)
+    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, xla_on_new_tf)
+    for limit in limits():
+        need = held + (BASE[0] + address if limit.address_space else BASE[1] + resident)
+        if need > limit.bytes:
+            return (f"n_components = {cfg.n_components} at {batch} samples a pass needs at least "
+                    f"{size_text(need)} of {'address space' if limit.address_space else 'memory'} "
+                    f"(TensorFlow's own {size_text(BASE[0] if limit.address_space else BASE[1])}, the rendering and "
+                    f"the heads' weights {size_text(address if limit.address_space else resident)}, the cubes and "
+                    f"sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; "
+                    + say_instead(xla_on_new_tf))
+    return None
