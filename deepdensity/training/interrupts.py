@@ -182,11 +182,13 @@ def handling(restore: bool = True):
 
 
 def _lost_raise_unsaid(hook):
-    """sys.unraisablehook less the handler's Interrupted raised where Python cannot raise (a
-    weakref callback, a __del__), which it printed as "Exception ignored in ..." with a
-    traceback; take_pending raises it again at the run's next point."""
+    """sys.unraisablehook less what a signal caused where Python cannot raise (a weakref
+    callback, a __del__), which it printed as "Exception ignored in ..." with a traceback: the
+    handler's Interrupted itself, and, once a signal was received, any error, as `settle` takes
+    the error that ends the run (the handler's raise inside the import machinery's lock
+    callbacks came back as CPython's SystemError). take_pending raises it at the run's next point."""
     def quiet(unraisable):
-        if not isinstance(unraisable.exc_value, Interrupted):
+        if not isinstance(unraisable.exc_value, Interrupted) and _state.signum is None:
             hook(unraisable)
     return quiet
 

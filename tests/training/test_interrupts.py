@@ -248,3 +248,31 @@ def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_conti
     assert f"stopped at the epoch cap ({cap}) after {cap} epochs" in again.stdout
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert epochs == list(range(1, cap + 1)), "each epoch once, none lost, none twice"
+
+
+def _importing_tensorflow(pid: int) -> bool:
+    """Has the process begun importing TensorFlow (its library mapped)?"""
+    try:
+        return "libtensorflow" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.0, 0.4, 1.2, 2.5])
+def test_ctrl_c_while_the_process_imports_tensorflow_is_one_interrupted_line(tmp_path, smoke_data, after):
+    """Issue 70: a Ctrl-C that landed inside an import came back as CPython's SystemError in 1
+    of 15 interrupts of a chain. Ctrl-C at moments after TensorFlow's library is mapped, while
+    its modules (and TensorFlow's own imports of others) are still being imported: the one
+    interrupted line, exit 130, no traceback and no "Exception ignored"."""
+    out = tmp_path / "run"
+    proc = start(out, smoke_data)
+    deadline = time.monotonic() + 120
+    while not _importing_tensorflow(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    lines = [x for x in stderr.splitlines() if x.strip() and not TF_LOG_LINE.match(x)]
+    assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr and "Error" not in stderr, stderr

@@ -4,6 +4,7 @@ where Python swallowed the first raise, without a word; and an error after a sig
 gone just before it, is the interrupt."""
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -81,6 +82,38 @@ def test_a_raise_python_swallowed_is_raised_again_at_the_next_point_without_a_wo
                 assert interrupts.pending() == 143
             # the end of the window is a point that takes it
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+class FailsInDelAfterTheSignal:
+    """What CPython reported when the handler raised inside the import machinery's lock
+    callbacks: another error, the handler's Interrupted as its context."""
+    def __del__(self):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        except Interrupted as e:
+            raise SystemError("returned a result with an exception set") from e
+
+
+def test_an_error_python_swallowed_after_a_signal_is_not_printed_either(monkeypatch):
+    """Python's hook for what it cannot raise, as `handling` finds it, records what reaches it
+    (pytest's own hook would turn it into a warning, not print it)."""
+    reached = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reached.append(type(u.exc_value).__name__))
+    with interrupts.handling():
+        with pytest.raises(Interrupted):
+            with interrupts.opened():
+                FailsInDelAfterTheSignal()
+    assert reached == []
+    # with no signal received, such an error is the program's own, and shown
+    with interrupts.handling():
+        SystemErrorInDel()
+    assert reached == ["SystemError"]
+
+
+class SystemErrorInDel:
+    def __del__(self):
+        raise SystemError("a bug of its own")
 
 
 def test_after_a_signal_any_error_is_the_interrupt_and_is_raised_no_more():
