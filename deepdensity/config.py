@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 import yaml
 
+from deepdensity.scaling.policies import PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS
 from deepdensity.scaling.rules import EPOCH_DEFINITIONS
 from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError
@@ -52,12 +53,12 @@ class Config:
     corr_max: float = 0.95
 
     # --- optimisation (paper section VI) -----------------------------------------------------
-    batch_size: int = 32                        # base batch B of the sequential model
-    base_lr: float = 0.00105                    # eta
+    batch_size: int = PAPER_BATCH               # base batch B of the sequential model
+    base_lr: float = PAPER_LR                   # eta
     beta_1: float = 0.9
     beta_2: float = 0.999
     epsilon: float = 1e-8                       # the paper's; tf.keras would use 1e-7
-    warmup_epochs: int = 5
+    warmup_epochs: int = PAPER_WARMUP_EPOCHS
     max_epochs: int = 400
     target_loss: float = 0.0016384
     seed: int = 0

@@ -25,6 +25,9 @@ from typing import Optional
 
 from deepdensity.scaling.rules import PlanError, divisors, local_syncs_per_epoch
 
+# The paper's sequential model (section VI): base batch B, eta, the warmup's epochs (config.py's defaults)
+PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS = 32, 0.00105, 5
+
 
 @dataclass(frozen=True)
 class ScalingPlan:
@@ -99,7 +102,8 @@ class Policy:
         """Does the lr change from batch to batch in this epoch (so it is set every batch)?"""
         return False
 
-    def plan(self, workers: int, base_batch: int = 32, base_lr: float = 0.00105, warmup_epochs: int = 5,
+    def plan(self, workers: int, base_batch: int = PAPER_BATCH, base_lr: float = PAPER_LR,
+             warmup_epochs: int = PAPER_WARMUP_EPOCHS,
              processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
         """Global batch, per-worker batch and lr on `workers` workers.
 
@@ -234,7 +238,8 @@ def large_batch() -> tuple:
     return tuple(n for n, p in _REGISTRY.items() if p.in_paper and not p.splits_batch)
 
 
-def plan(mode: str, workers: int, base_batch: int = 32, base_lr: float = 0.00105, warmup_epochs: int = 5,
+def plan(mode: str, workers: int, base_batch: int = PAPER_BATCH, base_lr: float = PAPER_LR,
+         warmup_epochs: int = PAPER_WARMUP_EPOCHS,
          processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
     """`get(mode).plan(...)`: the plan of the policy named `mode` on `workers` workers."""
     return get(mode).plan(workers, base_batch, base_lr, warmup_epochs, processes, uneven)

@@ -22,6 +22,7 @@ from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import ledger
 from deepdensity.study.core.curves import passes_per_epoch
+from deepdensity.study.core.preset import DOUBLE_ETA_RUN
 from deepdensity.study.record import FORMAT
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
@@ -48,7 +49,7 @@ def record_runs(record: dict) -> list:
                                              "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                          None, curve["val_loss"]))
     for r in record.get("seq_2eta") or []:
-        name = f"seq-2eta-s{r['seed']}"
+        name = f"{DOUBLE_ETA_RUN}{r['seed']}"
         if name in curves:
             runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
                          {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))

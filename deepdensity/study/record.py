@@ -15,7 +15,7 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import TimeBase
-from deepdensity.study.core.preset import SWEEP_STOPPING, Study
+from deepdensity.study.core.preset import DOUBLE_ETA, SWEEP_STOPPING, Study
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
 
@@ -89,7 +89,7 @@ def cell_runs(book) -> set:
 def seq_2eta_of(book) -> list:
     """The sequential runs at 2 x eta of a study's book, as the record keeps them."""
     return [{"seed": sd, "status": r["status"], "epochs": r["epochs"], "final_val_loss": _finite(r.get("final_val_loss"))}
-            for (m, _, sd), (r, _) in sorted(book.results.items()) if m == "2eta"]
+            for (m, _, sd), (r, _) in sorted(book.results.items()) if m == DOUBLE_ETA]
 
 
 def study_record(kind: str, end, own: dict, other_runs=frozenset()) -> dict:

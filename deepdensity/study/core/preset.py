@@ -33,6 +33,10 @@ def isa_to_check(setting: Optional[str], machine_isa: str) -> Optional[str]:
 # at b = 1024 it would stop a run after 3 steps without a new best (docs/beyond.md, amendment
 # of 2026-11-27). collapse_loss 0 turns the collapse rule off.
 SWEEP_STOPPING = {"stall_patience": 0, "collapse_loss": 0.0}
+# The sequential model at twice eta (the paper's last claim): its unit and cell's mode name, and
+# the name of its runs before their seed
+DOUBLE_ETA = "2eta"
+DOUBLE_ETA_RUN = "seq-2eta-s"
 
 # Beneath a preset's `train`: the study's runs go side by side, each on one intra-op thread
 # unless the preset says otherwise (deterministic kernels repeat bit for bit at a thread count).

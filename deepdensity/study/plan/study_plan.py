@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import Call, cell_rate
-from deepdensity.study.core.preset import SWEEP_STOPPING, Study
+from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
 from deepdensity.utils.templates import fill
 
 # The clock's probes and real epochs (timing.py), alone on the host: its three rounds took about
@@ -156,13 +156,13 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     held, pass_s = {}, {}
     for e in entries:
         b, rule = sweep.get(e["run"], (base, "eta"))
-        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1) * (2 if e["run"].startswith(SEQ_2ETA) else 1)
+        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1) * (2 if e["run"].startswith(DOUBLE_ETA_RUN) else 1)
         if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
             continue
         got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
         if got is not None:
             held[e["run"]] = (e, got["result"])
-        if (seconds := ledger.seconds_a_pass(e)) is not None and not e["run"].startswith(SEQ_2ETA):
+        if (seconds := ledger.seconds_a_pass(e)) is not None and not e["run"].startswith(DOUBLE_ETA_RUN):
             pass_s[e["run"]] = seconds
     return held, pass_s
 
@@ -195,7 +195,6 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
     return out
 
 
-SEQ_2ETA = "seq-2eta-s"     # the sequential runs at 2 x eta (design.study_units)
 
 
 def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> list:
@@ -229,9 +228,9 @@ def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> l
     if study.doubles_eta():
         reached = [r["status"] == "reached_target" for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
                    if r["seed"] in seq_first]
-        known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(SEQ_2ETA)]
+        known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(DOUBLE_ETA_RUN)]
         for seed in second_look([reached], seq_first, study.second_look_seeds):
-            if f"{SEQ_2ETA}{seed}" not in held:
+            if f"{DOUBLE_ETA_RUN}{seed}" not in held:
                 out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, cap),
                             [r for _, r in known], not known))
     return out

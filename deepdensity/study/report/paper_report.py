@@ -13,7 +13,7 @@ from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks
 from deepdensity.study.core.cells import MISSED, efficiency_table, failure_groups, failure_margins, failures
-from deepdensity.study.core.preset import Study
+from deepdensity.study.core.preset import DOUBLE_ETA, Study
 from deepdensity.study.core.protocol_text import PAPER_TABLE1, PAPER_TABLE2, protocol_table
 from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
@@ -261,8 +261,8 @@ def _seeds_short(record: dict, study: Study) -> str:
         if c["n"] > 1 and c["run"].startswith(f"{c['mode']}-n"):
             runs.setdefault((c["mode"], c["n"]), []).append(c)
     for r in record.get("seq_2eta") or []:
-        runs.setdefault(("2eta", 1), []).append({**r, "n": 1})
-    cells = study.trained_cells() + ([("2eta", 1)] if study.doubles_eta() else [])
+        runs.setdefault((DOUBLE_ETA, 1), []).append({**r, "n": 1})
+    cells = study.trained_cells() + ([(DOUBLE_ETA, 1)] if study.doubles_eta() else [])
     short = [(m, n, want - len(runs.get((m, n), []))) for m, n in cells if len(runs.get((m, n), [])) < want]
     if not short:
         return ""
@@ -275,7 +275,7 @@ def _seeds_short(record: dict, study: Study) -> str:
     cost = (f"about {total:.0f} passes, {study_plan.hours_here([(total, pass_s)], parallel):.1f} h here at "
             f"{pass_s:.2f} s a pass (this study's runs' own clocks), {parallel} at a time" if pass_s
             else f"about {total:.0f} passes")
-    listing = "; ".join(f"{'2 x eta' if m == '2eta' else f'{m} N = {n}'}: {want - k} of {want} seeds run"
+    listing = "; ".join(f"{'2 x eta' if m == DOUBLE_ETA else f'{m} N = {n}'}: {want - k} of {want} seeds run"
                         for m, n, k in short)
     return (f". Cells below the design's {want} seeds, which `make repro` adds from where the ledger stops ({cost}): "
             f"{listing}. A claim that they could still change says so in its section")
@@ -304,7 +304,7 @@ def _rules_fields(record: dict, study: Study) -> dict:
 def _unit_label(unit: str) -> str:
     if unit == policies.SEQUENTIAL:
         return "sequential runs (strong scaling at every N, N = 1 of every mode)"
-    if unit == "2eta":
+    if unit == DOUBLE_ETA:
         return "sequential runs at 2 x eta"
     mode, n = unit.split()
     return f"{mode} N = {n}"

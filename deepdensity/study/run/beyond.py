@@ -115,8 +115,8 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
                 vals = sequential_path(runner, seed, eta, cap)
             status, epochs = judge(vals) or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, policies.STRONG, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
-                                            "seed": seed, "batch_size": b, **SWEEP_STOPPING})
+        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
+                                                "seed": seed, "batch_size": b, **SWEEP_STOPPING})
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
                              label="batch sweep")
@@ -131,7 +131,7 @@ def beyond_parts(end) -> tuple:
     `end`: rerender.StudyEnd)."""
     s, proto, cells, timing, modelled = end.s, end.proto, end.cells, end.timing, end.modelled
     eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
-    earlier = _default_study_cells(Path(end.options.compare_with), eta, target, modelled, modelled(policies.STRONG, 1),
+    earlier = _default_study_cells(Path(end.options.compare_with), eta, target, modelled, modelled(policies.SEQUENTIAL, 1),
                                    s.study.workers)
     filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
     if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record

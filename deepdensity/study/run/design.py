@@ -22,7 +22,7 @@ from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import clocks, curves
 from deepdensity.study.core.cells import Cell, time_to_target
-from deepdensity.study.core.preset import Study, isa_to_check
+from deepdensity.study.core.preset import DOUBLE_ETA, DOUBLE_ETA_RUN, Study, isa_to_check
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import paper_keys, seq_2eta_of
 from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
@@ -33,7 +33,7 @@ from deepdensity.training.runs import read_json, read_metrics
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
 # Units whose runs are sequential (one worker): they take the study's sequential seeds.
-SEQUENTIAL_UNITS = (SEQUENTIAL_UNIT, ("2eta",))
+SEQUENTIAL_UNITS = (SEQUENTIAL_UNIT, (DOUBLE_ETA,))
 
 
 class Book:
@@ -58,8 +58,8 @@ class Book:
         """The (mode, N) whose outcome a unit's seeds decide."""
         if unit == SEQUENTIAL_UNIT:
             return sorted({(m, n) for m, n, _ in self.results if m == policies.SEQUENTIAL})
-        if unit == ("2eta",):
-            return [("2eta", 1)]
+        if unit == (DOUBLE_ETA,):
+            return [(DOUBLE_ETA, 1)]
         return [unit]
 
 
@@ -157,7 +157,7 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
 
     units = {(policies.STRONG,): sequential}
     if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
-        units[("2eta",)] = lambda seed: cell("2eta", 1, seed, f"seq-2eta-s{seed}",
+        units[(DOUBLE_ETA,)] = lambda seed: cell(DOUBLE_ETA, 1, seed, f"{DOUBLE_ETA_RUN}{seed}",
                                              {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
     for mode, n in study.trained_cells(real_strong):
         units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
@@ -265,8 +265,8 @@ def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
     chosen = sorted([x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check])
 
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
-        lr = 2 * proto.eta if mode == "2eta" else proto.eta       # the 2 x eta cell: the sequential model
-        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == "2eta" else mode, n,
+        lr = 2 * proto.eta if mode == DOUBLE_ETA else proto.eta       # the 2 x eta cell: the sequential model
+        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == DOUBLE_ETA else mode, n,
                          {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0},
                          continue_from=name)     # from its last checkpoint: the same path, not its epochs again
         return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
