@@ -21,18 +21,22 @@ from typing import Optional
 from deepdensity.utils.machine import memory_bytes, size_text
 
 # Per sample and mixture component, the rendering's working set (the per-component algebra on
-# (B, K, n, n) float64 tensors, forward and backward, and the heads' outputs): the growth of
-# the process's peak between K = 10,000 and 20,000 at a batch of 32, less the weights' part,
-# measured on the 2-core AMD EPYC machine (docs/performance.md#memory). XLA's compiled
-# coefficients on TensorFlow 2.16 and later (TF 2.21 measured) reserve more address space than
-# TensorFlow 2.15's or the same ops without XLA.
-PER_SAMPLE_COMPONENT = {        # (XLA-compiled on TF >= 2.16): (address space, resident), bytes
-    True: (2010, 1480),
-    False: (1600, 1370),
+# (B, K, n, n) float64 tensors, forward and backward, and the heads' outputs), by TensorFlow
+# release (2.16 and later?): (address space, resident) bytes, from the growth of the process's
+# peak between two K at a batch of 32, less the weights' part, on the 2-core AMD EPYC machine
+# (docs/performance.md#memory). Both releases reserve about 2.7 KB of address space a sample and
+# component at large K, XLA or not; under an address-space limit below it TF 2.15 trains on
+# (K = 100,000 under 7.63 GiB) and TF 2.21 aborts in std::bad_alloc, so 2.21's need is its
+# reservation and 2.15's no more than what it keeps resident (about 1.4 KB). The resident
+# growth is the least measured on either (TF 2.21 without XLA, between K = 10,000 and 20,000).
+PER_SAMPLE_COMPONENT = {
+    True: (2680, 1130),
+    False: (1390, 1130),
 }
-# What TensorFlow itself holds before any of the above (the intercept of the same
-# measurements, lowered for a machine of fewer cores, whose allocator keeps fewer arenas)
-BASE = (1.9e9, 0.5e9)           # (address space, resident), bytes
+# What TensorFlow itself holds before any of the above: below the intercepts of the same
+# measurements, for a machine of fewer cores, whose allocator keeps fewer arenas, so that the
+# need stays below every peak measured
+BASE = (1.5e9, 0.5e9)           # (address space, resident), bytes
 BYTES_A_WEIGHT = 16             # float32 weight, its gradient, Adam's two slots
 VOXELS = 16 ** 3
 
@@ -90,10 +94,10 @@ def heads_weights(n_components: int, latent_dim: int, ndim: int = 3) -> int:
     return n_components * (ndim * ndim + 3 * ndim + 2) // 2 * (latent_dim + 1)
 
 
-def rendering_need(cfg, batch: int, xla_on_new_tf: bool) -> tuple:
+def rendering_need(cfg, batch: int, new_tf: bool) -> tuple:
     """(address space, resident) bytes the rendering and the heads need at least at a pass of
-    `batch` samples."""
-    per = PER_SAMPLE_COMPONENT[xla_on_new_tf]
+    `batch` samples, on TensorFlow 2.16 or later (`new_tf`) or before."""
+    per = PER_SAMPLE_COMPONENT[new_tf]
     weights = heads_weights(cfg.n_components, cfg.latent_dim) * BYTES_A_WEIGHT
     stored = batch * cfg.n_components * VOXELS * 4 if (cfg.rendering == "tf" or cfg.xla == "step") else 0
     return tuple(batch * cfg.n_components * p + weights + stored for p in per)
@@ -105,12 +109,11 @@ def on_a_gpu() -> bool:
     return visible not in ("", "-1") and Path("/dev/nvidia0").exists()
 
 
-def check(cfg, batch: int, held: int, tf_release: tuple, say_instead) -> Optional[str]:
+def check(cfg, batch: int, held: int, tf_release: tuple, instead: str) -> Optional[str]:
     """The one line that refuses the run, or None when it fits: `batch` the samples of one pass
     (the per-process batch, or its max_pass_batch slices), `held` the bytes the run holds besides
-    (its batch of cubes and its sample order), `say_instead(need, limit)` what to change."""
-    xla_on_new_tf = cfg.xla == "coefficients" and tf_release >= (2, 16)
-    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, xla_on_new_tf)
+    (its batch of cubes and its sample order), `instead` what to change."""
+    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16))
     for limit in limits():
         need = held + (BASE[0] + address if limit.address_space else BASE[1] + resident)
         if need > limit.bytes:
@@ -118,6 +121,5 @@ def check(cfg, batch: int, held: int, tf_release: tuple, say_instead) -> Optiona
                     f"{size_text(need)} of {'address space' if limit.address_space else 'memory'} "
                     f"(TensorFlow's own {size_text(BASE[0] if limit.address_space else BASE[1])}, the rendering and "
                     f"the heads' weights {size_text(address if limit.address_space else resident)}, the cubes and "
-                    f"sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; "
-                    + say_instead(xla_on_new_tf))
+                    f"sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; {instead}")
     return None

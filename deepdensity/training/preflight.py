@@ -48,7 +48,7 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
     need, have = batch + order, memory_bytes()
     if have is None or need <= have:
         per_pass = p.per_process_batch // rules.grad_slices(p.per_process_batch, cfg.max_pass_batch)
-        refused = memory.check(cfg, per_pass, need, release(found().tensorflow), _what_fits)
+        refused = memory.check(cfg, per_pass, need, release(found().tensorflow), WHAT_FITS)
         if refused:
             raise ConfigError(refused)
         return
@@ -60,11 +60,9 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
                       f"N = {max(1, int(workers * have / need))} fits")
 
 
-def _what_fits(xla_on_new_tf: bool) -> str:
-    return ("lower n_components, or the samples of a pass (batch_size, or max_pass_batch where one process "
-            "emulates workers)" + (", or --set xla=off (XLA's compiled coefficients reserve more on TensorFlow "
-                                   "2.16 and later)" if xla_on_new_tf else "")
-            + "; docs/performance.md#memory")
+# what a run refused for its memory can change
+WHAT_FITS = ("lower n_components, or the samples of a pass (batch_size, or max_pass_batch where one process "
+             "emulates workers); docs/performance.md#memory")
 
 
 def data_shape(path: str) -> Optional[tuple]:

@@ -153,7 +153,7 @@ def died_unsaid(out) -> Optional[str]:
         return None
     return (f"{out}: the last run here ended without a word before finishing its first epoch (a crash: out of "
             f"memory, where TensorFlow aborts with std::bad_alloc, or a kill); starting it again; if it dies "
-            f"again: fewer n_components, a smaller batch or --set xla=off (docs/performance.md#memory)")
+            f"again: fewer n_components or a smaller batch (docs/performance.md#memory)")
 
 
 def continue_command(run_dir, saved: dict) -> str:
