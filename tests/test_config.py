@@ -132,9 +132,9 @@ def test_on_off_yes_and_no_reach_a_text_setting_as_written_and_a_switch_as_true_
     own words) was refused as 'xla expects a string, got False'. On the command line the word is
     kept; in a file, where the word is already lost, the error says to quote it."""
     assert parse_set(["xla=off", "b=ON", "c=yes", "d=true"]) == {"xla": "off", "b": "ON", "c": "yes", "d": True}
-    assert load("configs/smoke.yaml", ["xla=off"]).xla == "off"
+    assert load(str(ROOT / "configs" / "smoke.yaml"), ["xla=off"]).xla == "off"
     for word, expected in (("on", True), ("off", False), ("yes", True), ("no", False), ("true", True)):
-        assert load("configs/smoke.yaml", [f"validate_every_pass={word}"]).validate_every_pass is expected, word
+        assert load(str(ROOT / "configs" / "smoke.yaml"), [f"validate_every_pass={word}"]).validate_every_pass is expected, word
 
 
 def test_a_text_setting_yaml_read_as_a_boolean_says_to_quote_it(tmp_path):

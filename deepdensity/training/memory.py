@@ -38,7 +38,6 @@ PER_SAMPLE_COMPONENT = {
 # need stays below every peak measured
 BASE = (1.5e9, 0.5e9)           # (address space, resident), bytes
 BYTES_A_WEIGHT = 16             # float32 weight, its gradient, Adam's two slots
-VOXELS = 16 ** 3
 
 
 @dataclass(frozen=True)
@@ -65,27 +64,32 @@ def limits() -> list:
 
 
 def cgroup_limit(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> Optional[int]:
-    """The memory limit of this process's cgroup (v2: memory.max; v1: memory.limit_in_bytes, its
-    'no limit' being a number near 2^63), or None where there is none or it cannot be read."""
+    """The memory limit of this process's cgroup, the least of its own and its parents' (a Slurm
+    job's limit is on job_N, its steps' and tasks' groups below it say 'max'): v2's memory.max,
+    v1's memory.limit_in_bytes (whose 'no limit' is a number near 2^63). None where none is set
+    or none can be read."""
     try:
         lines = own.read_text().splitlines()
     except OSError:
         return None
+    found = []
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
-            candidate = root / path.lstrip("/") / "memory.max"
+            base, name = root, "memory.max"
         elif "memory" in controllers.split(","):
-            candidate = root / "memory" / path.lstrip("/") / "memory.limit_in_bytes"
+            base, name = root / "memory", "memory.limit_in_bytes"
         else:
             continue
-        try:
-            text = candidate.read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 2 ** 60:
-            return int(text)
-    return None
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):         # the group itself, then each parent
+            try:
+                text = (base.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < 2 ** 60:
+                found.append(int(text))
+    return min(found) if found else None
 
 
 def heads_weights(n_components: int, latent_dim: int, ndim: int = 3) -> int:
@@ -94,12 +98,13 @@ def heads_weights(n_components: int, latent_dim: int, ndim: int = 3) -> int:
     return n_components * (ndim * ndim + 3 * ndim + 2) // 2 * (latent_dim + 1)
 
 
-def rendering_need(cfg, batch: int, new_tf: bool) -> tuple:
+def rendering_need(cfg, batch: int, new_tf: bool, voxels: int = 16 ** 3) -> tuple:
     """(address space, resident) bytes the rendering and the heads need at least at a pass of
-    `batch` samples, on TensorFlow 2.16 or later (`new_tf`) or before."""
-    per = PER_SAMPLE_COMPONENT[new_tf]
+    `batch` samples, on TensorFlow 2.16 or later (`new_tf`) or before. The working set's growth
+    was measured on 16^3 cubes: a smaller cube's is taken as that share of it."""
+    per = [p * min(1.0, voxels / 16 ** 3) for p in PER_SAMPLE_COMPONENT[new_tf]]
     weights = heads_weights(cfg.n_components, cfg.latent_dim) * BYTES_A_WEIGHT
-    stored = batch * cfg.n_components * VOXELS * 4 if (cfg.rendering == "tf" or cfg.xla == "step") else 0
+    stored = batch * cfg.n_components * voxels * 4 if (cfg.rendering == "tf" or cfg.xla == "step") else 0
     return tuple(batch * cfg.n_components * p + weights + stored for p in per)
 
 
@@ -109,11 +114,11 @@ def on_a_gpu() -> bool:
     return visible not in ("", "-1") and Path("/dev/nvidia0").exists()
 
 
-def check(cfg, batch: int, held: int, tf_release: tuple, instead: str) -> Optional[str]:
+def check(cfg, batch: int, held: int, tf_release: tuple, instead: str, voxels: int = 16 ** 3) -> Optional[str]:
     """The one line that refuses the run, or None when it fits: `batch` the samples of one pass
     (the per-process batch, or its max_pass_batch slices), `held` the bytes the run holds besides
     (its batch of cubes and its sample order), `instead` what to change."""
-    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16))
+    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16), voxels)
     for limit in limits():
         need = held + (BASE[0] + address if limit.address_space else BASE[1] + resident)
         if need > limit.bytes:

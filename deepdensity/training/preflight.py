@@ -48,7 +48,7 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
     need, have = batch + order, memory_bytes()
     if have is None or need <= have:
         per_pass = p.per_process_batch // rules.grad_slices(p.per_process_batch, cfg.max_pass_batch)
-        refused = memory.check(cfg, per_pass, need, release(found().tensorflow), WHAT_FITS)
+        refused = memory.check(cfg, per_pass, need, release(found().tensorflow), WHAT_FITS, voxels)
         if refused:
             raise ConfigError(refused)
         return

@@ -25,6 +25,7 @@ from deepdensity.training.runs import (
     RUNNING_MARK,
     START_AFRESH,
     DamagedRun,
+    died_unsaid,
     holds_nothing_to_resume,
     made_before_marks,
     read_json,
@@ -122,7 +123,6 @@ def start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
     metrics lines of epochs its checkpoint does not cover, and config.json takes the resumable
     settings it goes on under (a raised max_epochs, the stall rule turned off), so that it says
     what the run continues with. Returns the kept val_losses."""
-    write_atomic(out / RUNNING_MARK, json.dumps({"pid": os.getpid()}))
     if initial_epoch == 0:
         write_atomic(out / "config.json", json.dumps(run_config, indent=2))
         (out / "metrics.jsonl").write_text("")
@@ -133,6 +133,15 @@ def start_files(out: Path, initial_epoch: int, run_config: dict) -> list:
         write_atomic(out / "config.json", json.dumps(now, indent=2))
     kept = keep_rows_up_to(out, initial_epoch)
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in kept]
+
+
+def claim(out: Path) -> Optional[str]:
+    """Mark `out` as trained in by this process, which `ended` undoes when it ends in a way
+    Python sees; returns the line that says the last process here ended without a word, if it
+    did (runs.died_unsaid)."""
+    died = died_unsaid(out)
+    write_atomic(out / RUNNING_MARK, json.dumps({"pid": os.getpid()}))
+    return died
 
 
 def ended(out: Path) -> None:

@@ -56,6 +56,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
             return _train_in(cfg, run, resume, emulate_workers, verbose)
         except (ConfigError, DataError, RunError, DamagedRun):
             if run.is_chief:
+                run_folder.ended(run.out)
                 for folder in made:          # the run folder first, then the parents made for it
                     remove_if_unused(folder)
             raise
@@ -136,8 +137,9 @@ def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
     folder and that the resume keeps the run's settings; None for a new run."""
     def check() -> Optional[dict]:
         state = run_folder.check_out_dir(run.out, resume)
-        if runs.died_unsaid(run.out):
-            run.say(runs.died_unsaid(run.out))
+        died = run_folder.claim(run.out)
+        if died:
+            run.say(died)
         if resume and state is None:
             run.say(f"nothing to resume in {run.out}; starting a new run there")
         if state:

@@ -34,6 +34,14 @@ def test_the_cgroups_limit_is_read_from_v2_and_v1_and_none_is_no_limit(tmp_path)
     (root / "memory" / "job_7" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     assert memory.cgroup_limit(root, own) is None
     assert memory.cgroup_limit(root, tmp_path / "missing") is None
+    # Slurm's v2 tree: the job's limit on job_9, its step's and task's groups below it at 'max'
+    own.write_text("0::/system.slice/slurmstepd.scope/job_9/step_0/user/task_0\n")
+    task = root / "system.slice" / "slurmstepd.scope" / "job_9" / "step_0" / "user" / "task_0"
+    task.mkdir(parents=True)
+    for group in (task, task.parent, task.parent.parent):
+        (group / "memory.max").write_text("max\n")
+    (root / "system.slice" / "slurmstepd.scope" / "job_9" / "memory.max").write_text("2147483648\n")
+    assert memory.cgroup_limit(root, own) == 2 * 2 ** 30
 
 
 def test_the_address_space_limit_is_one_of_the_limits_where_it_is_set():
@@ -66,6 +74,9 @@ def test_the_estimate_adds_what_a_run_holds_worked_by_hand(monkeypatch):
     stored = load(str(SMOKE), ["n_components=100000", "rendering=tf"])
     assert memory.rendering_need(stored, 32, False)[0] - memory.rendering_need(cfg, 32, False)[0] == \
         32 * 100_000 * 4096 * 4
+    # on 8^3 cubes the working set is an eighth of 16^3's (the growth measured there, scaled)
+    small = memory.rendering_need(cfg, 32, True, voxels=8 ** 3)[0] - 100_000 * 10 * 17 * 16
+    assert small == 32 * 100_000 * 2680 / 8
     # the paper's model at its batch fits anywhere TensorFlow does
     assert memory.check(load(None, []), 32, 2 ** 20, (2, 21), "") is None
     # a GPU holds the rendering: only TensorFlow's own and what the run holds are counted here

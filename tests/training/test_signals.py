@@ -87,11 +87,14 @@ def test_a_raise_python_swallowed_is_raised_again_at_the_next_point_without_a_wo
 class FailsInDelAfterTheSignal:
     """What CPython reported when the handler raised inside the import machinery's lock
     callbacks: another error, the handler's Interrupted as its context."""
+    raised = []
+
     def __del__(self):
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
         except Interrupted as e:
+            FailsInDelAfterTheSignal.raised.append("SystemError")
             raise SystemError("returned a result with an exception set") from e
 
 
@@ -104,7 +107,7 @@ def test_an_error_python_swallowed_after_a_signal_is_not_printed_either(monkeypa
         with pytest.raises(Interrupted):
             with interrupts.opened():
                 FailsInDelAfterTheSignal()
-    assert reached == []
+    assert FailsInDelAfterTheSignal.raised == ["SystemError"] and reached == []
     # with no signal received, such an error is the program's own, and shown
     with interrupts.handling():
         SystemErrorInDel()

@@ -38,6 +38,7 @@ import numpy as np
 from scipy import optimize
 
 from deepdensity.scaling import policies, rules
+from deepdensity.scaling.policies import PAPER_BATCH
 from deepdensity.scaling.rules import steps_per_epoch
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 
@@ -53,7 +54,7 @@ class Clock:
     per_sample_s: float
     allreduce_per_doubling_s: float
     eval_per_sample_s: float
-    base_batch: int = 32
+    base_batch: int = PAPER_BATCH
     allreduce_latency_s: float = 0.0      # an allreduce's cost at any N > 1; the paper's form has none
     epoch_overhead_s: float = 0.0         # the callbacks' epoch-end work, once an epoch at every N
 

@@ -201,6 +201,9 @@ def _header_fields(record: dict, claims: list) -> dict:
 
 # A cell as the judge names it in its evidence: 'N = 4', 'N = 2 vs weak', '2 x eta'.
 _CELL = re.compile(r"^(N = \d+(?: vs [\w ]+)?|\d+ x eta): ")
+# a parenthesis closing a claim's evidence, after its last cell: '... p = 0.00019 (one-sided
+# Mann-Whitney, Holm over 15 of 15)', '... (not run at N = 32)'
+_TRAILING_NOTE = re.compile(r" \(([^()]*(?:\([^()]*\)[^()]*)*)\)$")
 
 
 def claim_section(c: dict, others: list) -> str:
@@ -213,7 +216,11 @@ def claim_section(c: dict, others: list) -> str:
                        *([o.label, c["verdicts"][o.name]] for o in others),
                        ["break-even (rho)", c["break_even"]]])
     ours, notes = {}, []
-    for part in top_level_parts(c["ours"]):
+    parts = top_level_parts(c["ours"])
+    tail = _TRAILING_NOTE.search(parts[-1]) if parts else None
+    if tail and _CELL.match(parts[-1]):         # the claim's own note after its last cell: not that cell's
+        parts[-1], notes = parts[-1][:tail.start()], [tail.group(1)]
+    for part in parts:
         cell = _CELL.match(part)
         if cell:
             ours[cell.group(1)] = part[cell.end():]
@@ -235,8 +242,8 @@ def claim_section(c: dict, others: list) -> str:
     if notes:
         text = "; ".join(notes)
         blocks.append(f"{text[0].upper()}{text[1:]}.")
-    if more_lead != "yes":
-        blocks.append(f"Could more seeds change it? {more_lead} (the table's last column).")
+    if more_lead not in ("yes", "-"):
+        blocks.append(f"Could more seeds change it? {more_lead}" + (" (the table's last column)." if more else "."))
     return "\n\n".join(blocks) + "\n"
 
 

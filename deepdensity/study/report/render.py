@@ -28,6 +28,7 @@ def md_table(header, rows) -> str:
 # headings and code keep their lines (a Markdown table row cannot be broken).
 PROSE_WIDTH = 110
 _KEEP = re.compile(r"^(\||#|    |```)")
+_BLOCK_START = re.compile(r"^([-+*] |\d+[.)] |#|>|\|)")
 
 
 def wrap_prose(md: str, width: int = PROSE_WIDTH) -> str:
@@ -42,8 +43,17 @@ def wrap_prose(md: str, width: int = PROSE_WIDTH) -> str:
             out.append(line)
             continue
         lead = re.match(r"^(\s*(?:[-*] |\d+\. )?)", line).group(1)
-        out.extend(textwrap.wrap(line, width, subsequent_indent=" " * len(lead), break_long_words=False,
-                                 break_on_hyphens=False))
+        wrapped = textwrap.wrap(line, width, subsequent_indent=" " * len(lead), break_long_words=False,
+                                break_on_hyphens=False)
+        for part in wrapped:
+            # a line may not begin with what Markdown reads as a list, a heading, a quote or a
+            # table ('+ c log2 n' became a bullet): its first word goes back up a line
+            while out and part is not wrapped[0] and _BLOCK_START.match(part.strip() + " "):
+                head, _, part = part.strip().partition(" ")
+                out[-1] += " " + head
+                part = " " * len(lead) + part if part else ""
+            if part:
+                out.append(part)
     return "\n".join(out)
 
 
@@ -53,7 +63,7 @@ def top_level_parts(text: str, sep: str = "; ") -> list:
     parts, depth, start, i = [], 0, 0, 0
     while i < len(text):
         ch = text[i]
-        depth += (ch == "(") - (ch == ")")
+        depth = max(0, depth + (ch == "(") - (ch == ")"))
         if depth == 0 and text.startswith(sep, i):
             parts.append(text[start:i])
             start = i = i + len(sep)

@@ -34,3 +34,16 @@ def test_evidence_splits_at_top_level_separators_only():
     assert top_level_parts(text) == ["N = 2: 3 of 8 missed (38%, 95% CI 0.09-0.76): inconclusive",
                                      "N > 1 is derived (a; b (c; d))", "run for real: done"]
     assert top_level_parts("") == [] and top_level_parts("one") == ["one"]
+
+
+def test_no_wrapped_line_begins_as_markdown_would_read_a_list_a_heading_a_quote_or_a_table():
+    """A line that began '+ c log2 n' rendered as a bullet and lost its '+'. At every width,
+    the words read back as written and no line after the first begins with a block marker."""
+    text = ("the clock's a + c log2 n fits, the speedup - 1 at N = 2, step 12. then # of ranks > 1 and "
+            "| pipes | in prose, 3) a closing count and * a star ") * 3
+    for width in range(20, 90):
+        lines = wrap_prose(text, width).split("\n")
+        assert " ".join(" ".join(lines).split()) == " ".join(text.split()), width
+        starts = [line for line in lines[1:] if line.lstrip()[:2] in ("+ ", "- ", "* ", "# ", "> ", "| ")
+                  or line.lstrip().split(" ")[0].rstrip(".)").isdigit() and line.lstrip().split(" ")[0][-1] in ".)"]
+        assert starts == [], (width, starts)
