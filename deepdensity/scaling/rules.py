@@ -150,6 +150,12 @@ def slice_weight(global_batch: int, rank: int, processes: int) -> float:
     return processes * (hi - lo) / global_batch
 
 
+def workers(processes: int, emulate_workers: int) -> int:
+    """N, the workers a run stands for: the launcher's processes, or --emulate-workers where one
+    process emulates them (both above 1 is refused where the run starts, training/launch.py)."""
+    return processes if processes > 1 else emulate_workers
+
+
 def grad_slices(per_process_batch: int, max_pass_batch: int) -> int:
     """How many equal slices a process cuts its batch into so that no forward/backward
     pass holds more than `max_pass_batch` samples (0 = no limit): the smallest divisor of

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from deepdensity.config import load
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 from deepdensity.training import console, interrupts
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
 from deepdensity.utils.args import parser
@@ -140,7 +140,6 @@ def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
     """What a run would do, without starting Horovod or training: the settings that differ from the
     defaults (the paper's), the policy's arithmetic at the launcher's N, the data, the folder."""
     from deepdensity.config import Config
-    from deepdensity.scaling import rules
     from deepdensity.scaling.policies import plan
     workers = _workers(emulated)
     p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, launcher_size())   # PlanError: one line
@@ -184,7 +183,7 @@ def _default_out(mode: str, emulated: int):
 
 def _workers(emulated: int) -> int:
     """N: the launcher's processes, or --emulate-workers in one process."""
-    return launcher_size() if launcher_size() > 1 else emulated
+    return rules.workers(launcher_size(), emulated)
 
 
 def where_to_continue(out, argv) -> str:

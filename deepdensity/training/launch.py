@@ -9,7 +9,7 @@ from typing import Optional
 import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError
-from deepdensity.scaling import policies
+from deepdensity.scaling import policies, rules
 from deepdensity.scaling.policies import ScalingPlan
 from deepdensity.scaling.rules import PlanError
 from deepdensity.training import dist, interrupts
@@ -64,8 +64,8 @@ def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int,
     if elastic and not backend.elastic_launched():
         raise ConfigError("--elastic needs an elastic launch: horovodrun -np N --min-np M --max-np N "
                           "--host-discovery-script SCRIPT ... (docs/cluster.md)")
-    workers = emulate_workers if emulate_workers > 1 else processes
-    return as_launch(cfg, mode, backend, threads, workers, Path(out_dir) if out_dir else None, verbose, elastic)
+    return as_launch(cfg, mode, backend, threads, rules.workers(processes, emulate_workers),
+                     Path(out_dir) if out_dir else None, verbose, elastic)
 
 
 def quiet_python_logs(rank: int) -> None:

@@ -29,7 +29,7 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
     have trained here (--emulate-workers 10^12 asked for hundreds of petabytes). Data that cannot
     be sized from its metadata is left to the loader's checks."""
     processes = launcher_size()
-    workers = processes if processes > 1 else emulate_workers
+    workers = rules.workers(processes, emulate_workers)
     shape = data_shape(cfg.data_path)
     if workers < 1 or (emulate_workers > 1 and processes > 1) or elastic or shape is None:
         return      # launch() and load_cubes() say what is wrong; an elastic run's N is real workers

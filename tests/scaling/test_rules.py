@@ -316,3 +316,9 @@ def test_the_collapse_rule_would_not_have_ended_a_run_that_reached_the_target():
     assert stopped >= 5, "the check must see collapsed runs to mean anything"
 
 
+
+
+def test_n_is_the_launchers_processes_or_the_emulated_workers_in_one_process():
+    """One function says N for the CLI's dry run, the preflight check and the per-process plan."""
+    from deepdensity.scaling.rules import workers
+    assert [workers(p, e) for p, e in ((1, 1), (1, 8), (4, 1), (2, 1), (32, 1))] == [1, 8, 4, 2, 32]
