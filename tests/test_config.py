@@ -140,7 +140,7 @@ def test_on_off_yes_and_no_reach_a_text_setting_as_written_and_a_switch_as_true_
 def test_a_text_setting_yaml_read_as_a_boolean_says_to_quote_it(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("xla: off\n")
-    with pytest.raises(ConfigError, match=r"xla expects a string, got False \(YAML reads off.*quote the word, xla: 'off'\)"):
+    with pytest.raises(ConfigError, match=r"xla expects a string, got False \(YAML reads true, false, on, off.*quote the word, as in xla: 'off'\)"):
         load(str(path))
     path.write_text("xla: 'off'\n")
     assert load(str(path)).xla == "off"

@@ -97,8 +97,8 @@ def _scalar(key: str, typ: type, value: Any, error: type) -> Any:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, bool):             # YAML 1.1 read on/off/yes/no as one; the word is lost
-        raise error(f"{key} expects a string, got {value!r} (YAML reads off, on, yes and no as true or false: "
-                    f"quote the word, {key}: 'off')")
+        raise error(f"{key} expects a string, got {value!r} (YAML reads true, false, on, off, yes and no as "
+                    f"true or false: quote the word, as in {key}: 'off')")
     raise error(f"{key} expects a string, got {value!r}")
 
 

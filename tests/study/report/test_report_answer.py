@@ -84,6 +84,7 @@ def test_a_terminal_shows_every_line_and_each_claim_has_a_section_of_short_table
     heads = [line for line in section.splitlines() if line.startswith("### ")]
     assert heads == [f"### {c['claim']}: **{c['verdict']}**" for c in claims]
     for claim, part in zip(claims, section.split("\n### ")[1:]):
+        assert "| cell | ours |" in part, f"no table of cells under {claim['claim']}"
         cells = first_table(part.split("| cell | ours |", 1)[1].join(["| cell | ours |", ""]))
         assert cells, claim["claim"]
         # each cell's evidence is the judge's own words for it, after its name
