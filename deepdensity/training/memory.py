@@ -118,13 +118,14 @@ def check(cfg, batch: int, held: int, tf_release: tuple, instead: str, voxels: i
     """The one line that refuses the run, or None when it fits: `batch` the samples of one pass
     (the per-process batch, or its max_pass_batch slices), `held` the bytes the run holds besides
     (its batch of cubes and its sample order), `instead` what to change."""
-    address, resident = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16), voxels)
+    model = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16), voxels)
     for limit in limits():
-        need = held + (BASE[0] + address if limit.address_space else BASE[1] + resident)
+        kind = 0 if limit.address_space else 1          # which of the (address space, resident) pairs
+        need = held + BASE[kind] + model[kind]
         if need > limit.bytes:
             return (f"n_components = {cfg.n_components} at {batch} samples a pass needs at least "
-                    f"{size_text(need)} of {'address space' if limit.address_space else 'memory'} "
-                    f"(TensorFlow's own {size_text(BASE[0] if limit.address_space else BASE[1])}, the rendering and "
-                    f"the heads' weights {size_text(address if limit.address_space else resident)}, the cubes and "
-                    f"sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; {instead}")
+                    f"{size_text(need)} of {('address space', 'memory')[kind]} (TensorFlow's own "
+                    f"{size_text(BASE[kind])}, the rendering and the heads' weights {size_text(model[kind])}, "
+                    f"the cubes and sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; "
+                    f"{instead}")
     return None

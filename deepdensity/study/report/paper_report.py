@@ -215,24 +215,17 @@ def claim_section(c: dict, others: list) -> str:
                        ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
                        *([o.label, c["verdicts"][o.name]] for o in others),
                        ["break-even (rho)", c["break_even"]]])
-    ours, notes = {}, []
     parts = top_level_parts(c["ours"])
     tail = _TRAILING_NOTE.search(parts[-1]) if parts else None
     if tail and _CELL.match(parts[-1]):         # the claim's own note after its last cell: not that cell's
-        parts[-1], notes = parts[-1][:tail.start()], [tail.group(1)]
-    for part in parts:
-        cell = _CELL.match(part)
-        if cell:
-            ours[cell.group(1)] = part[cell.end():]
-        else:
-            notes.append(part)
+        parts[-1:] = [parts[-1][:tail.start()], tail.group(1)]
+    ours, notes = _by_cell(parts)
     more, more_lead = {}, c["more_seeds"]
     lead, sep, rest = c["more_seeds"].partition(": ")
     if sep and _CELL.match(rest):
         more_lead = lead
-        for part in top_level_parts(rest):
-            cell = _CELL.match(part)
-            more[cell.group(1) if cell else part] = part[cell.end():] if cell else ""
+        more, loose = _by_cell(top_level_parts(rest))
+        more.update(dict.fromkeys(loose, ""))
     blocks = [f"### {c['claim']}: **{c['verdict']}**", f"- the paper: {c['paper']}\n- the rule: {c['rule']}",
               judged.rstrip("\n")]
     if ours or more:
@@ -245,6 +238,18 @@ def claim_section(c: dict, others: list) -> str:
     if more_lead not in ("yes", "-"):
         blocks.append(f"Could more seeds change it? {more_lead}" + (" (the table's last column)." if more else "."))
     return "\n\n".join(blocks) + "\n"
+
+
+def _by_cell(parts: list) -> tuple:
+    """({cell: its text} of the parts that name a cell, [the parts that do not])."""
+    cells, rest = {}, []
+    for part in parts:
+        cell = _CELL.match(part)
+        if cell:
+            cells[cell.group(1)] = part[cell.end():]
+        else:
+            rest.append(part)
+    return cells, rest
 
 
 def _interim(provenance: dict) -> bool:

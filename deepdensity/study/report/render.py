@@ -45,10 +45,10 @@ def wrap_prose(md: str, width: int = PROSE_WIDTH) -> str:
         lead = re.match(r"^(\s*(?:[-*] |\d+\. )?)", line).group(1)
         wrapped = textwrap.wrap(line, width, subsequent_indent=" " * len(lead), break_long_words=False,
                                 break_on_hyphens=False)
-        for part in wrapped:
+        for i, part in enumerate(wrapped):
             # a line may not begin with what Markdown reads as a list, a heading, a quote or a
             # table ('+ c log2 n' became a bullet): its first word goes back up a line
-            while out and part is not wrapped[0] and _BLOCK_START.match(part.strip() + " "):
+            while i and _BLOCK_START.match(part.strip() + " "):
                 head, _, part = part.strip().partition(" ")
                 out[-1] += " " + head
                 part = " " * len(lead) + part if part else ""
