@@ -38,7 +38,7 @@ import sys
 import threading
 from pathlib import Path
 
-from deepdensity.launch import controllers, relay
+from deepdensity.launch import continuing, controllers, relay
 from deepdensity.launch.hosts import check_hosts
 from deepdensity.launch.signals import CODES as INTERRUPT_CODES
 from deepdensity.utils.args import version
@@ -307,12 +307,11 @@ def main(argv=None) -> int:
     refusal.flush()
     mpirun.flush()
     last_words.flush()          # after anything mpirun's notice held: the note is the last line
-    early = bool(signals) and not (launcher.ranks_seen or exits.ranks_seen)
-    if early:
-        # Horovod: horovodrun was stopped before any rank said a word, so none said where the run stands
-        print(f"interrupted before the workers started: start again with the same command: "
-              f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
-    return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, early or launcher.rank_interrupted)
+    # Horovod: a job whose rank 0 did not say where the run stands (continuing.py)
+    interrupted = signals and (launcher.rank_interrupted or continuing.say_where_it_stands(
+        argv, cmd, launch_prefix(options), spoke=launcher.ranks_seen or exits.ranks_seen))
+    return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, bool(interrupted))
+
 
 
 def _write_stdout(line: bytes) -> None:

@@ -13,7 +13,6 @@ Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything els
 """
 import atexit
 import errno
-import json
 import os
 import shutil
 import sys
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 from deepdensity.config import load
+from deepdensity.launch import continuing
 from deepdensity.scaling import policies, rules
 from deepdensity.training import console, interrupts
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
@@ -170,10 +170,6 @@ def _training_cubes(path: str):
     return len(load_cubes(path).train)
 
 
-# set by scripts/slurm/train.sbatch under REQUEUE=1: the job that puts itself back in the queue
-REQUEUE_JOB_ENV = "DEEPDENSITY_REQUEUE_JOB"
-
-
 def _default_out(mode: str, emulated: int):
     """A new run folder runs/MODE-nN-YYYYmmdd-HHMMSS for rank 0 (a suffix when taken); None elsewhere."""
     if launcher_rank() != 0:
@@ -190,31 +186,19 @@ def where_to_continue(out, argv) -> str:
     """The epoch a run folder holds and the command that continues it; for a run stopped before
     its first checkpoint, the command that starts it again there (the same one: the folder
     it left is taken as empty, runs.holds_nothing_to_resume). A Slurm job that requeues itself
-    (REQUEUE_JOB_ENV) says so instead of a command."""
+    (continuing.REQUEUE_JOB_ENV) says so instead of a command."""
     if not out:
         return "nothing was saved (no --out)"
-    state = Path(out) / "state.json"
     words = list(sys.argv[1:] if argv is None else argv)
     # Horovod: the run was saved by N ranks; it resumes under the same launch (a batch script
-    # such as scripts/slurm/train.sbatch names itself in DEEPDENSITY_RELAUNCH)
-    relaunch = os.environ.get("DEEPDENSITY_RELAUNCH")
-    launch = f"{relaunch} " if relaunch else f"{launcher_prefix()}python train.py "
-    try:
-        epoch = json.loads(state.read_text())["epoch"] + 1
-    except (OSError, ValueError, KeyError, TypeError):
-        if holds_nothing_to_resume(out):
-            return (f"no epoch finished, so {shown(out)} holds nothing to resume; " + _goes_on(
-                "starts it again", f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
-        epoch = None
-    again = " ".join(shell_word(w) for w in words + ([] if "--resume" in words else ["--resume"]))
-    if epoch is None:     # an epoch's metrics row without its checkpoint: --resume starts it afresh
-        return f"no epoch was checkpointed in {shown(out)}; " + _goes_on("starts it again there",
-                                                                          f"start again there with: {launch}{again}")
-    return f"at epoch {epoch}, checkpointed in {out}; " + _goes_on("continues it", f"continue with: {launch}{again}")
-
-
-def _goes_on(requeued_does: str, command: str) -> str:
-    """How the run goes on: a Slurm job that requeues itself (REQUEUE_JOB_ENV) `requeued_does`,
-    else the user runs `command`."""
-    job = os.environ.get(REQUEUE_JOB_ENV)
-    return f"Slurm job {job} requeues itself and {requeued_does}" if job else command
+    # such as scripts/slurm/train.sbatch names itself in continuing.RELAUNCH_ENV)
+    epoch = continuing.checkpointed_epoch(out)
+    if epoch is not None:
+        return continuing.at_checkpoint(out, epoch, words, launcher_prefix())
+    launch = continuing.relaunch(launcher_prefix())
+    if holds_nothing_to_resume(out):
+        return (f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.goes_on(
+            "starts it again", f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
+    # an epoch's metrics row without its checkpoint: --resume starts it afresh
+    return f"no epoch was checkpointed in {shown(out)}; " + continuing.goes_on(
+        "starts it again there", f"start again there with: {launch}{continuing.resumed_words(words)}")

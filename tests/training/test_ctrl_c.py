@@ -183,11 +183,17 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
     told = after[1:] if signum == INT and launch else after
     assert not (signum == INT and launch) or after[0] == "", said
     ranks = [line for line in told if RANK_LINE.match(line)]
-    early = launch and not ranks          # an interrupt before horovodrun started a rank
-    if early:
+    early = launch and not ranks          # an interrupt before any rank spoke: launch's own line
+    if early and not (out / "state.json").exists():
         assert len(told) == 1 and told[0].startswith("interrupted before the workers started"), said
-        assert term.code == EXIT[signum] and not (out / "state.json").exists() and rows(out) == [], said
+        assert term.code == EXIT[signum] and rows(out) == [], said
         return shlex.split(told[0].split("start again with the same command: ", 1)[1])
+    if early:       # a resumed run's: rank 0's words, from its checkpoint (launch/continuing.py)
+        assert len(told) == 1 and told[0].startswith("interrupted: at epoch "), said
+        assert term.code == EXIT[signum], said
+        check_nothing_left(out)
+        check_the_folder(out, told[0])
+        return shlex.split(told[0].split("continue with: ", 1)[1])
     # the launcher passes the interrupt on to the ranks a moment after it came: an epoch that
     # ended meanwhile still prints its line, a resume that finished restoring its own; then rank
     # 0's one line, its last

@@ -1,0 +1,97 @@
+"""The words that say where an interrupted run stands and how it goes on.
+
+Rank 0 writes them as it stops (training/cli.py, `where_to_continue`). `deepdensity launch` writes
+them from the run folder when no rank did: under Gloo horovodrun SIGKILLs a rank 5 s after its
+SIGTERM (runner/common/util/safe_shell_exec.py), and on a loaded host rank 0 can be killed before
+it reaches a point that takes the signal. Its last checkpoint is on disk either way (state.json is
+replaced whole, utils/files.py), so the folder says what the rank would have said.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+from deepdensity.utils.errors import shell_word
+
+# set by scripts/slurm/train.sbatch under REQUEUE=1: the job that puts itself back in the queue
+REQUEUE_JOB_ENV = "DEEPDENSITY_REQUEUE_JOB"
+# set by a batch script (scripts/slurm/train.sbatch) to the command that submits it again
+RELAUNCH_ENV = "DEEPDENSITY_RELAUNCH"
+
+
+def checkpointed_epoch(out) -> Optional[int]:
+    """The number of epochs the run folder `out` holds checkpointed (state.json), or None."""
+    try:
+        return json.loads((Path(out) / "state.json").read_text())["epoch"] + 1
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def relaunch(launcher: str) -> str:
+    """What goes in front of train.py's own words to run it again: the batch script's command
+    (RELAUNCH_ENV), else `launcher` (e.g. 'horovodrun -np 2 ', '' for one process) and train.py."""
+    again = os.environ.get(RELAUNCH_ENV)
+    return f"{again} " if again else f"{launcher}python train.py "
+
+
+def goes_on(requeued_does: str, command: str) -> str:
+    """How the run goes on: a Slurm job that requeues itself (REQUEUE_JOB_ENV) `requeued_does`,
+    else the user runs `command`."""
+    job = os.environ.get(REQUEUE_JOB_ENV)
+    return f"Slurm job {job} requeues itself and {requeued_does}" if job else command
+
+
+def resumed_words(words: list) -> str:
+    """train.py's words, quoted for a shell, with --resume."""
+    return " ".join(shell_word(w) for w in list(words) + ([] if "--resume" in words else ["--resume"]))
+
+
+def at_checkpoint(out, epoch: int, words: list, launcher: str) -> str:
+    """A run checkpointed at `epoch`: where it stands, and the command that continues it."""
+    return (f"at epoch {epoch}, checkpointed in {out}; "
+            + goes_on("continues it", f"continue with: {relaunch(launcher)}{resumed_words(words)}"))
+
+
+def out_of(words: list) -> Optional[str]:
+    """The run folder train.py's `words` name with --out (the last one, as argparse takes it)."""
+    found = None
+    for i, word in enumerate(words):
+        if word == "--out" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--out="):
+            found = word.split("=", 1)[1]
+    return found
+
+
+def unsaid_line(command: list, launcher: str) -> Optional[str]:
+    """The line rank 0 would have written for the interrupted `command` (`python train.py ...` or
+    `python -m deepdensity train ...`), read from its run folder's checkpoint; None for another
+    command, or a folder without a checkpoint (nothing there to continue)."""
+    start = next((i + 1 for i, w in enumerate(command) if Path(w).name == "train.py"), None)
+    if start is None:
+        start = next((i + 3 for i in range(len(command)) if command[i:i + 3] == ["-m", "deepdensity", "train"]), None)
+    words = command[start:] if start is not None else []
+    out = out_of(words)
+    epoch = checkpointed_epoch(out) if out else None
+    return None if epoch is None else "interrupted: " + at_checkpoint(out, epoch, words, launcher)
+
+
+def say_where_it_stands(argv: list, cmd: list, launcher: str, spoke: bool) -> bool:
+    """For `deepdensity launch argv` (running `cmd` with `launcher` as its prefix), interrupted
+    and no rank said where the run stands: rank 0's words from the run folder's checkpoint, or,
+    for a job whose ranks never spoke, that it starts again with the same command. Returns
+    whether a line was printed."""
+    # Horovod: under Gloo horovodrun SIGKILLs a rank 5 s after its SIGTERM, which on a loaded host
+    # can come before rank 0 said where the run stands: its checkpoint does
+    unsaid = unsaid_line(cmd, launcher)
+    if unsaid:
+        print(unsaid, file=sys.stderr)
+    elif not spoke:
+        # Horovod: horovodrun was stopped before any rank said a word
+        print(f"interrupted before the workers started: start again with the same command: "
+              f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
+    return bool(unsaid) or not spoke
