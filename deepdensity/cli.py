@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from deepdensity.utils.args import version
+
 # command -> (module whose main(argv) runs it, one line of what it does)
 COMMANDS = {
     "train": ("deepdensity.training.cli", "train one run under a scaling policy (also: python train.py)"),
@@ -36,7 +38,6 @@ def main(argv=None) -> int:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] == "--version":
-        from deepdensity.utils.args import version
         print(version())
         return 0
     name, rest = argv[0], argv[1:]

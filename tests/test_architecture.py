@@ -157,6 +157,87 @@ def test_pure_modules_import_no_framework(pure):
         todo += internal_edges(n)
 
 
+FRAMEWORKS = ("tensorflow", "tf_keras", "keras", "horovod")
+
+
+def function_level_imports(source: str) -> list:
+    """(line, [modules], the comment on its line and those above it in its block of imports) of
+    every import statement inside a function."""
+    lines, found = source.splitlines(), []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                i = node.lineno - 1
+                said = [lines[i].partition("#")[2]]
+                # the comments above it, across the imports of its block (one reason for all)
+                while i > 0 and (lines[i - 1].strip().startswith(("#", "import ", "from ")) or not lines[i - 1].strip()):
+                    i -= 1
+                    said.append(lines[i])
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                found.append((node.lineno, mods, " ".join(said)))
+    return found
+
+
+def brings_a_framework(sources: dict, module: str, seen=None) -> bool:
+    """Does importing `module` (its packages' __init__ first) import TensorFlow, Keras or Horovod,
+    through its module-level imports and theirs? `sources`: module name -> source."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    parents = [".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)]
+    tree = ast.parse(sources[module])
+    inside = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(fn)}
+    imported = [m for node in ast.walk(tree) if id(node) not in inside
+                for m in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                          [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                          if isinstance(node, ast.ImportFrom) else [])]
+    if any(m.split(".")[0] in FRAMEWORKS for m in imported):
+        return True
+    ours = {m if m in sources else m.rpartition(".")[0] for m in imported if m.startswith("deepdensity")}
+    return any(brings_a_framework(sources, m, seen) for m in [*parents, *ours] if m in sources)
+
+
+def function_import_violations(sources: dict) -> list:
+    """Function-level imports of the package's own modules that keep no framework out of their
+    module, or do not say so (a comment naming TensorFlow on the line or right above it)."""
+    bad = []
+    for name, source in sorted(sources.items()):
+        for line, mods, said in function_level_imports(source):
+            ours = sorted({m if m in sources else m.rpartition(".")[0] for m in mods if m.startswith("deepdensity")}
+                          & set(sources), key=len, reverse=True)
+            if not ours:
+                continue
+            keeps_out = not brings_a_framework(sources, name) and any(
+                brings_a_framework(sources, m) for m in ours)
+            if not keeps_out or "TensorFlow" not in said:
+                bad.append(f"{name}:{line} imports {ours[0]} in a function "
+                           + ("and says not why" if keeps_out else "though it keeps no TensorFlow out"))
+    return bad
+
+
+def test_the_function_import_checker_refuses_an_import_that_keeps_nothing_out_or_says_not_why():
+    sources = {"deepdensity": "", "deepdensity.light": "import json\n", "deepdensity.heavy": "import tensorflow\n",
+               "deepdensity.cli": "def main():\n    # TensorFlow: --help needs none\n    from deepdensity import heavy\n"}
+    assert function_import_violations(sources) == []
+    silent = {**sources, "deepdensity.cli": "def main():\n    from deepdensity import heavy\n"}
+    assert function_import_violations(silent) == ["deepdensity.cli:2 imports deepdensity.heavy in a function and says not why"]
+    light = {**sources, "deepdensity.cli": "def main():\n    from deepdensity.light import json  # TensorFlow\n"}
+    assert function_import_violations(light) == \
+        ["deepdensity.cli:2 imports deepdensity.light in a function though it keeps no TensorFlow out"]
+    heavy_already = {**sources, "deepdensity.cli": "import tensorflow\n\n\ndef main():\n    from deepdensity import heavy  # TensorFlow\n"}
+    assert function_import_violations(heavy_already) != []
+
+
+def test_a_function_level_import_only_keeps_tensorflow_out_of_a_command_and_says_so():
+    """A module imports at its top, where a reader looks; inside a function only what would bring
+    TensorFlow (Keras, Horovod) into a command that does not need it, with that reason beside it."""
+    assert function_import_violations({name: path.read_text() for name, path in MODULES.items()}) == []
+
+
 def test_no_function_is_longer_than_sixty_lines():
     long = []
     for name, path in MODULES.items():

@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
 @command
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    # imported once the flags are read: --help and a refused flag need no TensorFlow
+    # TensorFlow once the flags are read: --help and a refused flag need none
     from deepdensity.perf.bench_run import run
     return run(args)
 

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deepdensity.config import load
+
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"     # the settings the tests train
 
 
@@ -32,15 +34,12 @@ def peaks() -> dict:
 
 def one(components: int, batch: int, xla: str) -> dict:
     """One training step of the smoke settings with `components` at `batch`, in this process."""
+    # TensorFlow in the child that measures (its import is part of the peak): the parent that
+    # starts one child for each K imports none (tf.keras is Keras 2: deepdensity/__init__.py)
     import numpy as np
-
-    # isort: off
-    import deepdensity  # noqa: F401  (first: it makes tf.keras Keras 2)
     import tensorflow as tf
-    # isort: on
     imported = peaks()
-    from deepdensity.config import load
-    from deepdensity.model.autoencoder import build_model, for_training, make_adam
+    from deepdensity.model.autoencoder import build_model, for_training, make_adam  # TensorFlow: as above
     cfg = load(str(SMOKE), [f"n_components={components}", f"xla={xla}"])
     model = for_training(build_model(cfg))
     model.compile(optimizer=make_adam(cfg, cfg.base_lr), loss="msle")

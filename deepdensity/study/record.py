@@ -18,6 +18,7 @@ from deepdensity.study.core.cells import TimeBase
 from deepdensity.study.core.preset import DOUBLE_ETA, SWEEP_STOPPING, Study
 from deepdensity.study.core.protocol_text import RULES_VERSION
 from deepdensity.training.runs import read_metrics
+from deepdensity.utils.stack import git_revision
 
 # the only format read back: a record of another is refused (rerender.py, ledger_import.py)
 FORMAT = 2
@@ -58,7 +59,6 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
     """What every study's record holds: the preset, settings, eta and target, the clock, the
     seeds and why, the machine and how the record was made. `other_runs`: the names of runs
     besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
-    from deepdensity.utils.stack import git_revision
     run_names = cell_runs(book) | set(other_runs)
     wall = time.perf_counter() - s.t_start
     return {

@@ -35,14 +35,24 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load, read_mapping
+from deepdensity.launch import slurm_jobs
 from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import Study, load_study
 from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
 from deepdensity.study.report.tensorboard_view import write_view
 from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
+from deepdensity.study.run import slurm_runner
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import Book, run_first_seeds, run_more_seeds, stall_check, study_cells, study_units
+from deepdensity.study.run.design import (
+    Book,
+    run_first_seeds,
+    run_more_seeds,
+    stall_check,
+    study_cells,
+    study_units,
+    venv_stack,
+)
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
@@ -58,7 +68,7 @@ from deepdensity.study.run.session import (
     start_study,
     write_ledger_and_publish,
 )
-from deepdensity.study.run.timing import held_timing, study_clock
+from deepdensity.study.run.timing import clock_cpus, current_timing, held_timing, study_clock
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
@@ -151,7 +161,6 @@ def _check_stack_check(options: StudyOptions) -> None:
     if options.runner or options.executor == "slurm":
         raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
                          "--executor slurm")
-    from deepdensity.study.run.design import venv_stack
     other = venv_stack(options.stack_check)
     print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
           f"({options.stack_check}), after the study's own runs")
@@ -163,9 +172,8 @@ def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[
     the study writes, builds or times anything (a dry run shows it instead)."""
     if options.executor != "slurm":
         return None
-    from deepdensity.launch import slurm_jobs as slurm
-    slurm_options = slurm.SlurmOptions.parse(study.slurm, options.slurm)
-    unavailable = None if options.no_train else slurm.clients_unavailable(
+    slurm_options = slurm_jobs.SlurmOptions.parse(study.slurm, options.slurm)
+    unavailable = None if options.no_train else slurm_jobs.clients_unavailable(
         slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
     if unavailable and not options.dry_run:
         raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
@@ -177,7 +185,6 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
-    from deepdensity.study.run.timing import clock_cpus, current_timing
     threads = study.runs.intra_op_threads
     per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
     clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
@@ -194,10 +201,9 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
     for line in missing_lines(study, entries, earlier, parallel_runs(study)):
         print(line)
     if slurm_check is not None:
-        from deepdensity.study.run import slurm_runner as slurm
         slurm_options, unavailable = slurm_check
         missing = missing_runs(study, entries, earlier)
-        for line in slurm.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
+        for line in slurm_runner.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
                                      earlier, None if missing is None else len(missing)):
             print(line)
 

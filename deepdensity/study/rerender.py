@@ -8,12 +8,10 @@ report/paper_report.py's REPORT.md, claims and Tables I-II); BEYOND the modes pa
 data filter and the batch sweep (run/beyond.beyond_parts; report/report_beyond.py).
 Which kind a study or a record is, is decided here alone (of_study, of_record); `make repro`
 (repro.run_study) and `deepdensity report` ask the kind to finish a study, render its reports or
-name its text outputs. The operations import their modules when called: `deepdensity report` on
-a paper record imports none of the beyond study's."""
+name its text outputs."""
 from __future__ import annotations
 
 import difflib
-import importlib
 import json
 import sys
 import tempfile
@@ -22,11 +20,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from deepdensity.scaling import policies
-from deepdensity.study.core import clocks
-from deepdensity.study.record import FORMAT
+from deepdensity.study.core import clocks, ledger
+from deepdensity.study.record import FORMAT, study_record
+from deepdensity.study.report import paper_report, report_beyond
+from deepdensity.study.run import beyond, design
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import StudyError, command
-from deepdensity.utils.files import check_own_folder, json_with, mark_folder
+from deepdensity.utils.files import check_own_folder, json_with, mark_folder, write_atomic
 
 
 def rerender(folder: Path, out: Path, mark: bool = False) -> list:
@@ -58,7 +58,7 @@ def rerender(folder: Path, out: Path, mark: bool = False) -> list:
 
 def text_outputs(folder: Path) -> tuple:
     """The text reports a folder's record renders (its kind's: the default study's, or the beyond study's)."""
-    return of_record(json.loads((folder / "study.json").read_text())).text_outputs()
+    return of_record(json.loads((folder / "study.json").read_text())).text_outputs
 
 
 def holds_a_study_record(reports: Path) -> bool:
@@ -123,43 +123,34 @@ class StudyEnd:
 @dataclass(frozen=True)
 class StudyKind:
     """A kind of study, in the one pipeline both kinds share (plan, run, clock, record, reports):
-    its name (the record's "kind"), what it asks besides the cells (`parts`, a run-stage function
-    of the StudyEnd giving the record's own keys and the runs besides the cells') and how it
-    answers (`report`, the module whose render_reports renders a record, TEXT_OUTPUTS its text)."""
+    its name (the record's "kind"), what it asks besides the cells (`parts`: the run stage, from
+    the StudyEnd to the record's own keys and the runs besides the cells') and how it answers
+    (`render_reports`: a record's reports into a folder, returning the claims judged; the text
+    files it writes, `text_outputs`)."""
     name: str
-    parts: str                  # module:function of the run stage
-    report: str                 # the report module
+    parts: Callable
+    render_reports: Callable
+    text_outputs: tuple
     reads_ledger: bool = False  # whether its reports read the ledger's entries (where each run came from)
 
     def finish(self, end: StudyEnd) -> None:
         """The study's record written to its staging folder (study.json) and its reports rendered there."""
-        from deepdensity.study.record import study_record
-        module, function = self.parts.split(":")
-        own, other_runs = getattr(importlib.import_module(module), function)(end)
+        own, other_runs = self.parts(end)
         record = study_record(self.name, end, own, other_runs)
         _write_record(end.s.out, record)
-        for c in self._reports().render_reports(end.s.out, record, end.s.runner.ledger.entries):
+        for c in self.render_reports(end.s.out, record, end.s.runner.ledger.entries):
             print(f"  {c['verdict']:>13}: {c['claim']}")
 
     def render(self, out: Path, record: dict, folder: Path) -> list:
         """The reports of `record` (read from `folder`, beside its ledger) rendered into `out`;
         returns the claims judged (the paper's; a beyond study answers in answers.json)."""
-        from deepdensity.study.core import ledger
         entries = ledger.read_entries(folder / ledger.LEDGER_FILE) if self.reads_ledger else None
-        return self._reports().render_reports(out, record, entries)
-
-    def text_outputs(self) -> tuple:
-        """The text files render writes; `deepdensity report --check` compares exactly these."""
-        return self._reports().TEXT_OUTPUTS
-
-    def _reports(self):
-        # imported when used: `deepdensity report` on a paper record imports none of the beyond study's
-        return importlib.import_module(self.report)
+        return self.render_reports(out, record, entries)
 
 
-PAPER = StudyKind("paper", "deepdensity.study.run.design:paper_parts", "deepdensity.study.report.paper_report",
+PAPER = StudyKind("paper", design.paper_parts, paper_report.render_reports, paper_report.TEXT_OUTPUTS,
                   reads_ledger=True)
-BEYOND = StudyKind("beyond", "deepdensity.study.run.beyond:beyond_parts", "deepdensity.study.report.report_beyond")
+BEYOND = StudyKind("beyond", beyond.beyond_parts, report_beyond.render_reports, report_beyond.TEXT_OUTPUTS)
 
 
 def of_study(study) -> StudyKind:
@@ -173,5 +164,4 @@ def of_record(record: dict) -> StudyKind:
 
 
 def _write_record(out: Path, record: dict) -> None:
-    from deepdensity.utils.files import write_atomic
     write_atomic(out / "study.json", json.dumps(record, indent=1))

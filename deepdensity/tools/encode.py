@@ -56,6 +56,7 @@ def main(argv=None) -> int:
 
 
 def write_params(args) -> None:
+    # TensorFlow once the flags are read: --help and a refused flag need none
     from deepdensity.tools.trained import TrainedRun
     splits = ("train", "val") if args.split == "all" else (args.split,)
     # only the split asked for must hold cubes: a file prepared with --val 0 encodes its training split

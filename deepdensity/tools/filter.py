@@ -208,6 +208,7 @@ def run_filter(args) -> str:
     cubes = load_cubes(data)
     n = len(cubes.train)
     check_perplexity(n, args.perplexity, str(data))
+    # TensorFlow once the data and the flags are checked: --help and bad input need none
     from deepdensity.tools.trained import TrainedRun
     run = TrainedRun(args.run, cubes.train.shape[1], cubes.train.ndim - 1)
     params, _ = run.encode_cubes(cubes.train, args.batch, progress=sys.stderr.isatty())

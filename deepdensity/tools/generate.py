@@ -95,6 +95,7 @@ def _cube_voxels(path) -> int:
 
 
 def generate(args) -> None:
+    # TensorFlow once the flags are read: --help and a refused flag need none
     import tensorflow as tf
 
     from deepdensity.tools.trained import TrainedRun, batches

@@ -19,10 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from deepdensity.config import load
+from deepdensity.config import Config, load
+from deepdensity.data.cubes import load_cubes
 from deepdensity.launch import continuing
 from deepdensity.scaling import policies, rules
+from deepdensity.scaling.policies import plan
 from deepdensity.training import console, interrupts
+from deepdensity.training.preflight import check_sizes
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import (
@@ -103,7 +106,6 @@ def _main(argv) -> int:
         argv = [*(sys.argv[1:] if argv is None else argv), "--out", str(args.out)] if args.out else argv
     # the sizes first, before TensorFlow is imported: a run too big for this process is refused
     # in one line at once (preflight.py), a dry run included
-    from deepdensity.training.preflight import check_sizes
     check_sizes(cfg, args.mode, args.emulate_workers, args.resume, args.elastic)
     if args.dry_run:
         if launcher_rank() == 0:     # Horovod: rank 0 alone prints
@@ -118,7 +120,7 @@ def _train(cfg, args, argv) -> None:
     try:
         interrupts.take_pending()       # a signal received so far is taken here
         with interrupts.opened():       # importing TensorFlow takes seconds: a signal cuts it short
-            from deepdensity.training.trainer import train
+            from deepdensity.training.trainer import train  # TensorFlow: --help, --dry-run and bad input need none
         train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
               verbose=not args.quiet, elastic=args.elastic)
     except BaseException as e:
@@ -139,8 +141,6 @@ def _train(cfg, args, argv) -> None:
 def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
     """What a run would do, without starting Horovod or training: the settings that differ from the
     defaults (the paper's), the policy's arithmetic at the launcher's N, the data, the folder."""
-    from deepdensity.config import Config
-    from deepdensity.scaling.policies import plan
     workers = _workers(emulated)
     p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, launcher_size())   # PlanError: one line
     defaults = Config().to_dict()
@@ -166,7 +166,6 @@ def _training_cubes(path: str):
     """How many training cubes a data file holds (None when it is not there yet)."""
     if not Path(path).is_file():
         return None
-    from deepdensity.data.cubes import load_cubes
     return len(load_cubes(path).train)
 
 

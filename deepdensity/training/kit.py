@@ -8,6 +8,8 @@ needs it: the fit's feeds, to `callbacks`, whose adaptive callback grows the fee
 from __future__ import annotations
 
 from deepdensity.config import Config
+from deepdensity.model.autoencoder import for_training
+from deepdensity.model.steps import LocalStep, NoiseStep
 from deepdensity.scaling import rules
 from deepdensity.training import adaptive, callbacks
 
@@ -21,17 +23,14 @@ class PolicyKit:
     def synchronous_step(self, model, p):
         """The paper's step: one update of the averaged gradient, in slices of at most
         max_pass_batch samples (Horovod's DistributedOptimizer averages across processes)."""
-        from deepdensity.model.autoencoder import for_training
         return for_training(model, rules.grad_slices(p.per_process_batch, self.cfg.max_pass_batch))
 
     def noise_step(self, model, p):
         """A synchronous step that also measures the gradient's noise (adaptive)."""
-        from deepdensity.model.steps import NoiseStep
         return self._by_hand(NoiseStep, model, p)
 
     def local_step(self, model, p):
         """One step per worker on its own weights (local SGD)."""
-        from deepdensity.model.steps import LocalStep
         return self._by_hand(LocalStep, model, p)
 
     def _by_hand(self, step_class, model, p):

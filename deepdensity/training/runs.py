@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from deepdensity.utils.errors import UserError
+from deepdensity.config import FIELDS, Config, parse_set
+from deepdensity.data.cubes import data_fingerprint as of_the_files_read
+from deepdensity.utils.errors import UserError, horovodrun_prefix, shell_word
 from deepdensity.utils.files import json_with
 
 
@@ -99,7 +101,6 @@ def data_fingerprint(path) -> str:
     links (cubes.data_fingerprint): two files with this fingerprint hold the same cubes. A
     resume, or a study reusing a run, on a file at the same path with other content is then
     seen (reading 30 MB of cubes takes a tenth of a second)."""
-    from deepdensity.data.cubes import data_fingerprint as of_the_files_read
     return of_the_files_read(path)
 
 
@@ -165,8 +166,6 @@ def continue_command(run_dir, saved: dict) -> str:
     --elastic run continues under the elastic horovodrun it was started with, which config.json
     does not record (its -np is the size it started at). A run horovodrun ran under Gloo goes
     on with --gloo: on a build with MPI, horovodrun's default is MPI."""
-    from deepdensity.config import FIELDS, Config
-    from deepdensity.utils.errors import horovodrun_prefix, shell_word
     defaults = Config().to_dict()
     words = ["--mode", str(saved["mode"]), "--out", os.fspath(run_dir), "--resume"]
     if saved.get("elastic"):
@@ -190,7 +189,6 @@ def _set_value(key: str, value) -> str:
     """`value` written so that `--set key=...` reads it back: text as it is (quoted as JSON
     when --set would read it as something else: 'true', '3'), anything else as JSON, which
     YAML reads (lists, numbers, null)."""
-    from deepdensity.config import parse_set
     if isinstance(value, str):
         return value if parse_set([f"{key}={value}"])[key] == value else json.dumps(value)
     return json.dumps(value)

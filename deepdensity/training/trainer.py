@@ -21,6 +21,7 @@ from deepdensity.config import Config, ConfigError
 from deepdensity.data import synth
 from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.launch import controllers
+from deepdensity.model.autoencoder import build_model, make_adam
 from deepdensity.scaling import rules
 from deepdensity.training import callbacks, dist, interrupts, preflight, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
@@ -31,6 +32,7 @@ from deepdensity.training.run_folder import RunError
 from deepdensity.training.runs import START_AFRESH, DamagedRun, read_json, read_metrics
 from deepdensity.utils.errors import shown
 from deepdensity.utils.files import remove_if_unused
+from deepdensity.utils.stack import keras_of
 
 __all__ = ["train", "RunError"]
 
@@ -172,7 +174,6 @@ def _run_config(cfg: Config, run: Launch, emulate_workers: int, steps: int, n_tr
 def _versions() -> dict:
     import platform
 
-    from deepdensity.utils.stack import keras_of
 
     return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras_of(tf),
             "numpy": np.__version__,
@@ -183,7 +184,6 @@ def _versions() -> dict:
 def _compiled_model(cfg: Config, run: Launch, kit: PolicyKit, cubes, steps: int) -> tuple:
     """(model with the training step its policy asks of `kit`, optimizer), compiled, optimizer
     slots made."""
-    from deepdensity.model.autoencoder import build_model, make_adam
 
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from deepdensity.utils import stack
+from deepdensity.utils.errors import UserError
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The docstring's examples kept as written; ' (default: X)' after every flag's help that
@@ -22,7 +25,6 @@ def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
-    from deepdensity.utils import stack
     try:
         own = f"deepdensity {installed('deepdensity')}"
     except PackageNotFoundError:           # run from a checkout that was never installed
@@ -53,7 +55,6 @@ class CheckedParser(argparse.ArgumentParser):
     message instead, so the check cannot live in `type=`.)"""
 
     def parse_args(self, args=None, namespace=None):
-        from deepdensity.utils.errors import UserError
         ns = super().parse_args(args, namespace)
         seed = getattr(ns, "seed", None)
         if seed is not None and not 0 <= seed < SEED_LIMIT:

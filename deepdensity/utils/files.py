@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from deepdensity.utils.errors import UserError, shown
+
 
 @contextlib.contextmanager
 def atomic_path(path, suffix: str = ".tmp"):
@@ -83,7 +85,6 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
     """`out` as a Path, once it is safe to write: not one of `inputs` (an output equal to an
     input would destroy what it is computed from), ending in `suffix` if one is asked for, and
     not an existing file unless `force` (a data set runs were trained on is not replaced silently)."""
-    from deepdensity.utils.errors import UserError, shown
     out = Path(out)
     if suffix and out.suffix != suffix:
         raise UserError(f"--out {shown(out)} must end in {suffix}")
@@ -160,7 +161,6 @@ def check_own_folder(folder, flag: str, kind: str, earlier: Optional[Callable] =
     `earlier(folder)` recognises by what the project wrote there. Anywhere else its files would
     land among someone else's and replace theirs (a config.json, a weights.h5 of the user's),
     so it is refused in one line, before anything is written. Nothing is written here."""
-    from deepdensity.utils.errors import UserError, shown
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{flag} {shown(folder)} is a file, not a folder; pass a new or empty folder")

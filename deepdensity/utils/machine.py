@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.utils.errors import UserError
+
 # A convolution makes oneDNN print the instruction set it dispatches to ("isa:Intel AVX2").
 _PROBE = ("import tensorflow as tf; tf.nn.conv3d(tf.ones((1, 4, 4, 4, 1)), tf.ones((2, 2, 2, 1, 1)), "
           "[1, 1, 1, 1, 1], 'SAME')")
@@ -120,7 +122,6 @@ def check_fits_in_memory(need: float, what: str, instead=None, error=None) -> No
     (`need`: a lower bound, in bytes, of what `what` holds at once, so that what is refused could
     never have run here). `instead(memory)` says what would fit. Nothing is checked where the
     machine's memory is unknown."""
-    from deepdensity.utils.errors import UserError
     have = memory_bytes()
     if have is not None and need > have:
         raise (error or UserError)(f"{what} needs at least {size_text(need)} of memory, more than this "

@@ -139,11 +139,6 @@ def test_a_record_without_a_kind_reads_as_the_papers_as_it_always_did():
     assert rerender.of_record({}) is rerender.PAPER and rerender.of_record({"kind": "other"}) is rerender.PAPER
 
 
-def test_each_kind_names_its_own_reports():
-    assert rerender.PAPER.text_outputs() == report.TEXT_OUTPUTS
-    assert rerender.BEYOND.text_outputs() == report_beyond.TEXT_OUTPUTS
-
-
 @pytest.mark.medium
 def test_a_beyond_report_rendered_over_an_earlier_one_keeps_only_its_own_files(tmp_path):
     """The committed beyond study ran the filter and the batch sweep; rendered into a folder that

@@ -18,6 +18,7 @@ import statistics
 from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
+from deepdensity.study.core import ledger
 from deepdensity.study.core.cells import Call, cell_rate
 from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
 from deepdensity.utils.templates import fill
@@ -146,7 +147,6 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
     sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
     sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
-    from deepdensity.study.core import ledger
     stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
                 "collapse_loss": earlier["collapse_loss"] if study.runs.collapse_patience else 0.0,
                 **{k: getattr(study.runs, k) for k in ("stall_patience", "stall_near", "stall_near_patience",

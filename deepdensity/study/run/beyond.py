@@ -18,7 +18,7 @@ from typing import Optional
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
-from deepdensity.study.core.cells import Cell, time_to_target
+from deepdensity.study.core.cells import Cell, filter_n, time_to_target
 from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.design import timed
@@ -35,7 +35,6 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     data filtered by the first sequential run (python -m deepdensity.filter) and on
     the random control; same validation set, target and seeds. The full-data runs are the
     default study's when it has them (their times modelled again here), else run here."""
-    from deepdensity.study.core.cells import filter_n
     if not study.filter_modes:
         return None
     root, seeds = runner.root, study.seeds

@@ -29,6 +29,8 @@ from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
 from deepdensity.study.run.sequential import figure1_slices, real_strong_runs, strong_from_sequential
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json, read_metrics
+from deepdensity.utils.errors import UserError
+from deepdensity.utils.machine import onednn_isa
 
 FIRST = "first seeds of the preset"
 SEQUENTIAL_UNIT = (policies.SEQUENTIAL,)
@@ -287,7 +289,6 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
     """The preset's isa_check: the first seed of every trained unit run again with oneDNN and the
     rendering kernel capped at another instruction set, and the study's cells with those runs in
     place of the originals (the report judges every claim again on them); None when not asked."""
-    from deepdensity.utils.machine import onednn_isa
     isa = isa_to_check(s.study.isa_check, onednn_isa())
     if isa is None:
         return None
@@ -323,7 +324,6 @@ def venv_stack(venv: str) -> dict:
     import json
     import subprocess
 
-    from deepdensity.utils.errors import UserError
     python = Path(venv) / "bin" / "python"
     if not python.is_file():
         raise UserError(f"--stack-check {venv}: no {python}; name a venv made by make install (e.g. .venv-paper)")

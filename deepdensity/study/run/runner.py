@@ -21,10 +21,14 @@ from typing import Callable, Optional
 
 import yaml
 
+from deepdensity.config import Config, load
+from deepdensity.launch import controllers
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves, ledger
 from deepdensity.study.run import run_folders
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
+from deepdensity.utils import machine
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.stack import git_revision
 
@@ -156,7 +160,6 @@ class StudyRunner:
 
     def _request(self, mode: str, n: int, settings: dict) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
-        from deepdensity.config import load
         config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
         data = self._data_hash(ledger.data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
         # a cap exported in the shell changes the path as much as one the study sets
@@ -176,8 +179,6 @@ class StudyRunner:
         """The controller the runner's processes run under ('mpi', 'gloo'); None for one process."""
         if not self.runner:
             return None
-        from deepdensity.launch import controllers
-        from deepdensity.launch.horovodrun import horovodrun_path
         options = shlex.split(self.runner.format(n=2))
         # DEEPDENSITY_CONTROLLER is read by `deepdensity launch` alone; plain horovodrun ignores it
         env = dict(os.environ) if "launch" in options and "deepdensity" in self.runner else {}
@@ -215,7 +216,6 @@ class StudyRunner:
 
     def _machine(self, isa_cap: str) -> dict:
         if self.machine is None:
-            from deepdensity.utils import machine
             isa = machine.onednn_isa()
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
         return {**self.machine, **({"isa_cap": isa_cap} if isa_cap else {})}
@@ -242,7 +242,6 @@ class StudyRunner:
         epochs again. A run that ends where it did under both is left as it is; one that the
         rules now in force would have ended sooner is refused, as the runner cannot cut a folder.
         A run stopped at its cap is left to the cap's own rule (extended when asked for more)."""
-        from deepdensity.config import Config, load
         wanted = ledger.stopping_of(load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict())
         saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults
         if all(saved[k] == wanted[k] for k in ledger.STOPPING):

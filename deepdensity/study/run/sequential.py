@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.data.cubes import load_cubes, to_density
 from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
@@ -124,7 +125,7 @@ def figure1_slices(cfg, seq_run: Path) -> Optional[dict]:
     from the ledger, in a study that trains nothing)."""
     if not (seq_run / "weights.h5").is_file():
         return None
-    from deepdensity.data.cubes import load_cubes, to_density
+    # TensorFlow for Figure 1's slices alone: the plan, the dry run and --no-train's reports need none
     from deepdensity.model.autoencoder import build_model
     cubes = load_cubes(cfg.data_path)
     x, _ = to_density(cubes.val[:FIG1_CUBES])

@@ -20,10 +20,14 @@ from typing import Optional
 import yaml
 
 from deepdensity.config import load
+from deepdensity.data.cubes import input_independent_loss, load_cubes, to_density
+from deepdensity.data.synth import write_synthetic
+from deepdensity.launch.slurm_jobs import SlurmOptions
 from deepdensity.scaling import rules
 from deepdensity.study.core.ledger import LEDGER_FILE, Ledger
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
 from deepdensity.study.run.runner import StudyRunner, fmt_s
+from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.utils import machine
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import mark_folder
@@ -85,6 +89,7 @@ class StudyRun:
     def environment(self) -> dict:
         """Versions as the first sequential run recorded them, and the machine named (CPU, cores,
         oneDNN's ISA, the rendering the runs' `rendering` setting picks here): the record's."""
+        # TensorFlow only when a study records its machine: the dry run and the plan need none
         from deepdensity.model import kernels
         from deepdensity.model.layers import uses_kernel
         saved = json.loads((self.root / f"seq-s{self.study.sequential_seeds()[0]}" / "config.json").read_text())
@@ -160,8 +165,6 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     print(f"collapse level: val_loss {collapse_loss:.6g} (the training set's mean cube for every input)")
     parallel = parallel_runs(study)
     if options.executor == "slurm":
-        from deepdensity.launch.slurm_jobs import SlurmOptions
-        from deepdensity.study.run.slurm_runner import SlurmRunner
         slurm = SlurmOptions.parse(study.slurm, options.slurm)
         runner = SlurmRunner(root, train_yaml, options.runner or None, slurm, runs_cfg.intra_op_threads, name)
         print(f"executor: Slurm, up to {slurm.max_jobs} jobs at once"
@@ -198,7 +201,6 @@ def ledgers_to_read(name: str, options: StudyOptions, root: Path) -> list:
 
 def _study_data(root: Path, name: str, d: dict) -> Path:
     """The study's synthetic data set, written once per runs folder."""
-    from deepdensity.data.synth import write_synthetic
     data_path = root / "data.h5"
     if not data_path.exists():
         print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")
@@ -210,7 +212,6 @@ def _study_data(root: Path, name: str, d: dict) -> Path:
 def _data_facts(cfg) -> tuple:
     """(n_train, n_val, collapse loss): the split sizes the runs train on, and the
     validation loss of rendering the training set's mean cube for every input."""
-    from deepdensity.data.cubes import input_independent_loss, load_cubes, to_density
     cubes = load_cubes(cfg.data_path)
     train, val = cubes.train[: cfg.max_train_cubes or None], cubes.val
     if cfg.intensity_scaling == "density":

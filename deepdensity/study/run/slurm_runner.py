@@ -50,7 +50,9 @@ from deepdensity.launch.slurm_jobs import (
     time_hours,
 )
 from deepdensity.scaling import policies
+from deepdensity.study.plan.study_plan import CLOCK_MINUTES, run_counts
 from deepdensity.study.run.runner import StudyRunner
+from deepdensity.study.run.timing import CLOCK_JOB, CLOCK_PROCESSES, clock_cpus, current_timing
 from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import read_json_object, write_atomic
 from deepdensity.utils.templates import fill
@@ -199,8 +201,6 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
     whether this host can submit them. `missing`: the count of the plan's "missing runs" line (None
     where it has none), which the jobs and their cost are given for first. Submits nothing and
     writes nothing."""
-    from deepdensity.study.plan.study_plan import CLOCK_MINUTES, run_counts
-    from deepdensity.study.run.timing import CLOCK_JOB, CLOCK_PROCESSES, clock_cpus, current_timing
     jobs = SlurmRunner(runs, runs / "train.yaml", runner or None, options, study.runs.intra_op_threads, name)
     fewest, most = run_counts(study, bool(runner))
     launched = [] if runner else [(n, jobs.sibling("horovodrun -np {n}", 1).cpus(n)) for n in study.real_strong]

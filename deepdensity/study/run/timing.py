@@ -25,6 +25,9 @@ import os
 import sys
 from pathlib import Path
 
+from deepdensity.config import load
+from deepdensity.launch import controllers
+from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.perf import probes
 from deepdensity.scaling import policies
 from deepdensity.study.core import clocks
@@ -82,8 +85,6 @@ def probes_controller() -> str:
     """The controller every horovodrun of the clock runs under (its probes and real epochs, and
     the study's real strong-scaling runs, all plain `horovodrun -np N`): MPI where Horovod was
     built with it, else Gloo."""
-    from deepdensity.launch import controllers
-    from deepdensity.launch.horovodrun import horovodrun_path
     return controllers.resolved([], {}, horovodrun_path())
 
 
@@ -116,6 +117,7 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
         say(f"timing: {path} came from version {version} of the clock, this is version {CLOCK_VERSION}: "
             f"measured again ({kept.name} keeps the old one)")
         path.replace(kept)
+    # TensorFlow only when the clock measures: a held timing.json and the dry run need none
     from deepdensity.model.autoencoder import build_model
     settings = round_settings(train_yaml)
     rounds = kept_rounds(root / ROUNDS_FILE, settings, say)
@@ -244,7 +246,6 @@ def main(argv=None) -> int:
                     help="(a job submitted again: the rounds kept in timing-rounds.json are resumed either way)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)      # the job's log shows each round as it goes
-    from deepdensity.config import load
     root = Path(args.runs)
     train_yaml = root / "train.yaml"
     if not train_yaml.is_file():
