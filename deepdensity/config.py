@@ -12,8 +12,9 @@ from typing import Optional, Tuple
 
 import yaml
 
-from deepdensity.scaling.policies import PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS
-from deepdensity.scaling.rules import EPOCH_DEFINITIONS
+from deepdensity.scaling import policies
+from deepdensity.scaling.policies import PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS, ScalingPlan
+from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PlanError
 from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError
 from deepdensity.utils.textfile import read_text
@@ -183,6 +184,18 @@ class Config:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def run_plan(cfg: Config, mode: str, workers: int, processes: Optional[int] = None,
+             uneven: bool = False) -> ScalingPlan:
+    """The plan of one run, the one place it is made (the per-process plan, the checks before a
+    run, the dry run): the policy `mode` at N = `workers` (scaling.rules.workers) with this
+    config's B, eta and warmup, over `processes` launched processes; `uneven`: an elastic run's
+    N need not divide B. A policy that cannot apply is one line (ConfigError)."""
+    try:
+        return policies.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes, uneven)
+    except PlanError as e:
+        raise ConfigError(str(e)) from None
 
 
 def apply(cfg: Config, updates: dict, source: str) -> Config:

@@ -36,16 +36,16 @@ def record_runs(record: dict) -> list:
     record describes fully enough: sequential, 2 x eta, trained cells and the edge search's probes.
     A cell that reached the target in epochs of more than one pass needs its passes to target: its
     epochs would price it up to an epoch's passes too high."""
-    eta, target, cap = record["eta"], record["target"], record["cap"]
+    eta, target, max_epochs = record["eta"], record["target"], record["cap"]
     study, curves = record["study"], record.get("curves") or {}
-    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": cap,
+    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": max_epochs,
               **({"collapse_loss": repr(record["collapse_loss"])} if study["train"].get("collapse_patience") else {})}
-    seq_passes = study["calibration_epochs"] + max(study["workers"])
+    seq_max_epochs = study["calibration_epochs"] + max(study["workers"])
     runs = []
     for name, curve in sorted(curves.items()):
         if name.startswith("seq-s"):
             seed = int(name[len("seq-s"):])
-            runs.append((name, policies.STRONG, 1, {"base_lr": repr(eta), "max_epochs": seq_passes, "target_loss": 0.0,
+            runs.append((name, policies.STRONG, 1, {"base_lr": repr(eta), "max_epochs": seq_max_epochs, "target_loss": 0.0,
                                              "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                          None, curve["val_loss"]))
     for r in record.get("seq_2eta") or []:

@@ -61,9 +61,10 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
     besides the cells' (a beyond study's filter and sweep), counted in the runs' minutes."""
     run_names = cell_runs(book) | set(other_runs)
     wall = time.perf_counter() - s.t_start
+    # "cap": the epoch cap, max_epochs, under the name every record has had (the format's key)
     return {
         "format": FORMAT, "kind": kind, "decision_rules": RULES_VERSION, "preset": s.name, "study": dataclasses.asdict(s.study),
-        "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.cap,
+        "settings": proto.cfg.to_dict(), "eta": proto.eta, "target": proto.target, "cap": proto.max_epochs,
         "calibration": proto.calibration,
         "collapse_loss": s.collapse_loss, "n_train": s.n_train, "n_val": s.n_val, "runner": runner or "",
         "seed_reasons": [{"unit": " ".join(map(str, unit)), "seed": seed, "why": why}

@@ -285,13 +285,13 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
     # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
-    seq_passes = study.calibration_epochs + max(study.workers)
-    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_passes,
+    seq_max_epochs = study.calibration_epochs + max(study.workers)
+    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_max_epochs,
                                               need_weights=i == 0 and not options.no_train)
                             for i, sd in enumerate(study.sequential_seeds())],
                            label="sequential runs")
-    target, cap, calibration = calibrated_target(s, study, eta, seq[0])
-    proto = Protocol(eta, target, cap, seq_passes, cfg, s.collapse_loss, calibration)
+    target, max_epochs, calibration = calibrated_target(s, study, eta, seq[0])
+    proto = Protocol(eta, target, max_epochs, seq_max_epochs, cfg, s.collapse_loss, calibration)
     # 3. Every cell at the first seeds; the second look's seeds to the cells the first left open
     #    (docs/decision-rules.md), or more seeds to cells below max_seeds (study_plan.py).
     book = Book()

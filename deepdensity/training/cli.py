@@ -19,11 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from deepdensity.config import Config, load
+from deepdensity.config import Config, load, run_plan
 from deepdensity.data.cubes import load_cubes
 from deepdensity.launch import continuing
 from deepdensity.scaling import policies, rules
-from deepdensity.scaling.policies import plan
 from deepdensity.training import console, interrupts
 from deepdensity.training.preflight import check_sizes
 from deepdensity.training.runs import holds_nothing_to_resume, new_run_folder, runs_root
@@ -142,7 +141,7 @@ def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
     """What a run would do, without starting Horovod or training: the settings that differ from the
     defaults (the paper's), the policy's arithmetic at the launcher's N, the data, the folder."""
     workers = _workers(emulated)
-    p = plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, launcher_size())   # PlanError: one line
+    p = run_plan(cfg, mode, workers, launcher_size())
     defaults = Config().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != defaults.get(k)}
     lines = ["dry run: nothing is trained or written",

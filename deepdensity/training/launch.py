@@ -8,7 +8,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from deepdensity.config import Config, ConfigError
+from deepdensity.config import Config, ConfigError, run_plan
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.policies import ScalingPlan
 from deepdensity.scaling.rules import PlanError
@@ -90,10 +90,7 @@ def as_launch(cfg: Config, mode: str, backend, threads: int, workers: int, out: 
     """This process's part in the run at the world size Horovod reports now."""
     rank, processes = backend.rank(), backend.size()
     # Horovod: scale batch and lr by the policy (all arithmetic lives in scaling/policies.py).
-    try:
-        p = policies.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes, uneven=elastic)
-    except PlanError as e:
-        raise ConfigError(str(e)) from None
+    p = run_plan(cfg, mode, workers, processes, uneven=elastic)
     silent = lambda *a, **k: None  # noqa: E731
     say = print if (verbose and rank == 0) else silent
     tell = print if rank == 0 else silent

@@ -8,10 +8,10 @@ from typing import Optional
 
 import numpy as np
 
-from deepdensity.config import Config, ConfigError
+from deepdensity.config import Config, ConfigError, run_plan
 from deepdensity.data import synth
 from deepdensity.data.cubes import check_regular_data
-from deepdensity.scaling import policies, rules
+from deepdensity.scaling import rules
 from deepdensity.training import memory
 from deepdensity.utils.errors import launcher_size, shown
 from deepdensity.utils.machine import memory_bytes, size_text
@@ -35,10 +35,7 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
         return      # launch() and load_cubes() say what is wrong; an elastic run's N is real workers
     n_train, voxels = shape
     n_used = min(n_train, cfg.max_train_cubes or n_train)
-    try:
-        p = policies.plan(mode, workers, cfg.batch_size, cfg.base_lr, cfg.warmup_epochs, processes)
-    except rules.PlanError as e:
-        raise ConfigError(str(e)) from None
+    p = run_plan(cfg, mode, workers, processes)
     try:
         steps = rules.steps_per_epoch(n_used, p, cfg.epoch_definition)
     except rules.PlanError as e:

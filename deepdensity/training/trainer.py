@@ -23,7 +23,7 @@ from deepdensity.data.cubes import DataError, load_cubes, to_density
 from deepdensity.launch import controllers
 from deepdensity.model.autoencoder import build_model, make_adam
 from deepdensity.scaling import rules
-from deepdensity.training import callbacks, dist, interrupts, preflight, run_folder, runs
+from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
 from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import Training, fit
 from deepdensity.training.kit import PolicyKit
@@ -44,7 +44,6 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
     no empty output folder behind, nor the parents it made for it. `elastic`: under an elastic horovodrun, go on when workers
     leave (policies.elastic_problem says which runs can)."""
-    preflight.check_sizes(cfg, mode, emulate_workers, resume, elastic)
     run = launch(cfg, mode, out_dir, emulate_workers, verbose, elastic)
     made = _missing_folders(run.out)
     # rank 0 alone writes the run folder, so it alone holds its lock and alone removes the

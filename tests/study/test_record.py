@@ -15,7 +15,7 @@ def test_a_beyond_record_names_no_folder_of_the_machine_that_made_it(tmp_path):
     s = SimpleNamespace(name="beyond", study=load_study("beyond")[1], root=runs, out=reports, n_train=1844,
                         n_val=256, collapse_loss=0.005, t_start=time.perf_counter(), environment=lambda: {},
                         runner=SimpleNamespace(trained=set(), reused=set(), parallel=1))
-    end = SimpleNamespace(s=s, proto=SimpleNamespace(cfg=Config(), eta=0.001, target=0.002, cap=8, calibration=None),
+    end = SimpleNamespace(s=s, proto=SimpleNamespace(cfg=Config(), eta=0.001, target=0.002, max_epochs=8, calibration=None),
                           book=SimpleNamespace(runs={}, why={}), cells=[], timing={}, stopped="the design's seeds",
                           options=SimpleNamespace(runner=""))
     facts = {"run": str(runs / "seq-s3"), "source": str(runs / "data.h5"), "clusters": 34, "kind": "network"}

@@ -45,11 +45,11 @@ def time_phrase(cfg) -> str:
     return f"passes to target ({read}) x the seconds of a pass ({epoch})"
 
 
-def protocol_table(study, cfg, n_train: int, n_val: int, target: float, cap: int, eta: float,
+def protocol_table(study, cfg, n_train: int, n_val: int, target: float, max_epochs: int, eta: float,
                    sweep: Optional[dict], runner: str) -> str:
     """REPORT.md's table "protocol: paper vs ours" (templates/protocol.md): a row per point the
     paper states (section VI), with every difference and its reason."""
-    return fill("protocol.md", study=study, cfg=cfg, n_train=n_train, n_val=n_val, target=target, cap=cap, eta=eta,
+    return fill("protocol.md", study=study, cfg=cfg, n_train=n_train, n_val=n_val, target=target, max_epochs=max_epochs, eta=eta,
                 sweep=sweep, runner=runner, time_phrase=time_phrase(cfg), PER_WORKER=rules.PER_WORKER,
                 WARMUP=policies.WARMUP)
 

@@ -106,7 +106,7 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     if missing is None:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
     _, pass_s = _held_runs(study, entries, earlier)
-    cap = earlier["cap"]
+    max_epochs = earlier["cap"]
     if not missing:
         return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
                 f"{_uncounted(study)}"]
@@ -122,7 +122,7 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
         cost += (f", {hours_here(priced, parallel):.1f} h here at {statistics.median_low(every):.2f} s a pass{by_batch} "
                  f"and {parallel} at a time")
     if at_cap:
-        cost += f"; {at_cap} of them taken at the cap ({cap} epochs), no run of their kind being on record"
+        cost += f"; {at_cap} of them taken at the cap ({max_epochs} epochs), no run of their kind being on record"
     if unknown:
         cost += f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
     by_group = {}
@@ -138,9 +138,9 @@ def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Option
     if not earlier or "eta" not in earlier:
         return None
     held, _ = _held_runs(study, entries, earlier)
-    cap = earlier["cap"]
-    return (_missing_cells(study, held, cap) + _missing_second_look(study, held, cap, earlier)
-            + _missing_filter(study, held) + _missing_sweep(study, held, cap))
+    max_epochs = earlier["cap"]
+    return (_missing_cells(study, held, max_epochs) + _missing_second_look(study, held, max_epochs, earlier)
+            + _missing_filter(study, held) + _missing_sweep(study, held, max_epochs))
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
@@ -181,7 +181,7 @@ def _cell_epochs(held: dict) -> dict:
     return epochs
 
 
-def _missing_cells(study: Study, held: dict, cap: int) -> list:
+def _missing_cells(study: Study, held: dict, max_epochs: int) -> list:
     """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
     ledger does not hold."""
     epochs = _cell_epochs(held)
@@ -190,14 +190,14 @@ def _missing_cells(study: Study, held: dict, cap: int) -> list:
         for seed in study.seeds:
             if f"{mode}-n{n}-s{seed}" not in held:
                 known = runs_like(epochs, mode, n)
-                out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, cap),
+                out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
                             [r for _, r in known], not known))
     return out
 
 
 
 
-def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> list:
+def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dict) -> list:
     """((group, seed), passes, runs alike, taken at the cap) of the second look's runs the ledger
     does not hold: the cells inconclusive at their first look in the earlier record (its cells
     and its runs at 2 x eta), at the seeds `second_look` gives them."""
@@ -216,14 +216,14 @@ def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> l
         for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
             if f"{mode}-n{n}-s{seed}" not in held:
                 known = runs_like(epochs, mode, n)
-                out.append(((f"second look {mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, cap),
+                out.append(((f"second look {mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
                             [r for _, r in known], not known))
     # the sequential runs decide every strong cell (and N = 1): one open strong cell gives them seeds
     strong = [first_look(cell, seq_first) for cell in sorted(by_cell) if cell[0] == policies.STRONG]
     seq_passes = [(result["epochs"], name) for name, (_, result) in held.items() if re.fullmatch(r"seq-s\d+", name)]
     for seed in second_look(strong, seq_first, study.second_look_seeds):
         if f"seq-s{seed}" not in held:
-            out.append((("second look sequential runs", seed), passes_to_expect([x for x, _ in seq_passes], 1, cap),
+            out.append((("second look sequential runs", seed), passes_to_expect([x for x, _ in seq_passes], 1, max_epochs),
                         [r for _, r in seq_passes], not seq_passes))
     if study.doubles_eta():
         reached = [r["status"] == "reached_target" for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
@@ -231,7 +231,7 @@ def _missing_second_look(study: Study, held: dict, cap: int, earlier: dict) -> l
         known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(DOUBLE_ETA_RUN)]
         for seed in second_look([reached], seq_first, study.second_look_seeds):
             if f"{DOUBLE_ETA_RUN}{seed}" not in held:
-                out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, cap),
+                out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, max_epochs),
                             [r for _, r in known], not known))
     return out
 
@@ -258,7 +258,7 @@ def _missing_filter(study: Study, held: dict) -> list:
     return out
 
 
-def _missing_sweep(study: Study, held: dict, cap: int) -> list:
+def _missing_sweep(study: Study, held: dict, max_epochs: int) -> list:
     """((group, seed), passes, runs alike, taken at the cap) of the batch sweep's runs not held
     (one pass an epoch)."""
     runs = _sweep_runs(study)
@@ -269,7 +269,7 @@ def _missing_sweep(study: Study, held: dict, cap: int) -> list:
         known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
         same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
         out.append(((f"batch sweep b = {b} at {rule}", seed),
-                    passes_to_expect([x for x, _ in known], 1, cap), [r for _, r in known] or same_batch,
+                    passes_to_expect([x for x, _ in known], 1, max_epochs), [r for _, r in known] or same_batch,
                     not known))
     return out
 
@@ -335,14 +335,14 @@ def runs_like(by_cell: dict, mode: str, n: int) -> list:
     return by_cell[(mode, below[0])] if below else []
 
 
-def passes_to_expect(epochs: list, passes_an_epoch: Optional[int], cap: Optional[int] = None) -> Optional[int]:
+def passes_to_expect(epochs: list, passes_an_epoch: Optional[int], max_epochs: Optional[int] = None) -> Optional[int]:
     """The passes a run still to do is expected to take: the median of the epochs its like runs
     took (`epochs`), `passes_an_epoch` passes each; without such runs the cap's epochs, or None
     where there is no cap either (not estimated). The median, and its lower value for an even
     count, so that one run stopped at the cap does not set the estimate and it is a run's own
     count of epochs."""
     if not epochs:
-        return None if cap is None else cap * passes_an_epoch
+        return None if max_epochs is None else max_epochs * passes_an_epoch
     return statistics.median_low(epochs) * passes_an_epoch
 
 

@@ -325,7 +325,7 @@ def _unit_label(unit: str) -> str:
 def _settings_fields(record: dict, study: Study, cfg) -> dict:
     return {"n_train": record["n_train"], "n_val": record["n_val"], "cfg": cfg, "env": record["environment"],
             "target": f"{record['target']:.6g}", "target_source": target_source(record, study.calibration_epochs),
-            "real_strong": real_strong(record), "cap": record["cap"], "collapse_loss": record["collapse_loss"],
+            "real_strong": real_strong(record), "max_epochs": record["cap"], "collapse_loss": record["collapse_loss"],
             "eta": record["eta"], "lr_search": record["lr_search"],
             "parallel_runs": record["provenance"]["parallel_runs"]}
 

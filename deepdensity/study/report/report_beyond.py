@@ -161,7 +161,7 @@ def _fields(b: Beyond, judged: dict) -> dict:
         "edge_seeds_among_strong": bool(set(seq) & set(b.study.edge_seeds)), "answer": _answer(b, judged),
         "batch": cfg.batch_size, "theta": f"{cfg.adaptive_theta:g}", "local_steps": cfg.local_steps,
         "eta": f"{r['eta']:.6g}", "target": f"{r['target']:.6g}",
-        "target_source": target_source(r, b.study.calibration_epochs), "cap": r["cap"],
+        "target_source": target_source(r, b.study.calibration_epochs), "max_epochs": r["cap"],
         "earlier_note": without_machine_paths(r["earlier"]["note"]), "step_fixed_ms": f"{host.step_fixed_s * 1e3:.2f}",
         "per_sample_ms": f"{host.per_sample_s * 1e3:.3f}", "allreduce": describe_allreduce(r["timing"]),
         "serial_share": f"{s:.3f}", "paper_rho": f"{rho:.3f}", "host_rho": f"{host.rho:.3f}",

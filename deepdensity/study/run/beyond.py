@@ -91,7 +91,7 @@ def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
             "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
 
 
-def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, cap: int, n_val: int,
+def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, max_epochs: int, n_val: int,
                 timing: dict) -> list:
     """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
     scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
@@ -108,13 +108,13 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
         if b == cfg.batch_size:                        # both rules give eta: the sequential run
             def judge(losses):
-                return curves.derive_strong(losses, 1, rules.StoppingRules(target, cap, **SWEEP_STOPPING))
+                return curves.derive_strong(losses, 1, rules.StoppingRules(target, max_epochs, **SWEEP_STOPPING))
             vals = val_losses(runner.root / nm)
             if judge(vals) is None:      # ended where the cells' rules decided every N: grown to the cap
-                vals = sequential_path(runner, seed, eta, cap)
+                vals = sequential_path(runner, seed, eta, max_epochs)
             status, epochs = judge(vals) or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": cap,
+        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": max_epochs,
                                                 "seed": seed, "batch_size": b, **SWEEP_STOPPING})
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
@@ -129,7 +129,7 @@ def beyond_parts(end) -> tuple:
     the filter and the batch sweep, what a beyond study asks besides its cells (rerender.BEYOND;
     `end`: rerender.StudyEnd)."""
     s, proto, cells, timing, modelled = end.s, end.proto, end.cells, end.timing, end.modelled
-    eta, target, cap, cfg = proto.eta, proto.target, proto.cap, proto.cfg
+    eta, target, max_epochs, cfg = proto.eta, proto.target, proto.max_epochs, proto.cfg
     earlier = _default_study_cells(Path(end.options.compare_with), eta, target, modelled, modelled(policies.SEQUENTIAL, 1),
                                    s.study.workers)
     filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
@@ -137,7 +137,7 @@ def beyond_parts(end) -> tuple:
         for fig in filtering["figures"]:
             if Path(fig).exists():
                 shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
-    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, cap, s.n_val, timing)
+    sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, max_epochs, s.n_val, timing)
     # the filter's and the sweep's own runs (not the default study's, whose rows name it)
     others = {row["run"] for row in (sweep_rows or []) + (filtering["rows"] if filtering else [])
               if (s.root / row["run"]).is_dir()}

@@ -143,7 +143,7 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
 
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_passes, workers, proto.stopping(),
+        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_max_epochs, workers, proto.stopping(),
                                                prefix)
         for n, (status, epochs) in derived.items():
             last = curves.sample_epoch_losses(vals, n)[epochs - 1]

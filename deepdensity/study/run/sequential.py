@@ -30,14 +30,14 @@ def val_losses(run_dir: Path) -> list:
     return [math.inf if m["val_loss"] is None else m["val_loss"] for m in read_metrics(run_dir)]
 
 
-def sequential_path(runner: "StudyRunner", seed: int, lr: float, passes: int, prefix: str = "",
+def sequential_path(runner: "StudyRunner", seed: int, lr: float, max_epochs: int, prefix: str = "",
                     need_weights: bool = False) -> list:
-    """The sequential run of one seed, `passes` passes long (target 0, no stopping rule):
+    """The sequential run of one seed, `max_epochs` passes long (target 0, no stopping rule):
     the reference path every strong-scaling N follows. A shorter finished run is extended.
     `prefix`: of the run's name, for the same run under other conditions (the ISA check).
     `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
     name = f"{prefix}seq-s{seed}"
-    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": passes, "target_loss": 0.0,
+    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": max_epochs, "target_loss": 0.0,
                                    "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                need_weights=need_weights)
     return val_losses(runner.root / name)
@@ -86,33 +86,33 @@ def calibrated_target(s: StudyRun, study: Study, eta: float, first_seed_losses: 
     if study.target_loss is not None:
         return study.target_loss, 4 * E, {"source": "preset"}
     if not study.calibration_seeds:
-        target, cap = curves.calibrate_target(first_seed_losses, E)
-        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {cap} epochs")
-        return target, cap, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
+        target, max_epochs = curves.calibrate_target(first_seed_losses, E)
+        print(f"target: val_loss {target:.6g}, the first seed's sequential run's after {E} epochs; cap {max_epochs} epochs")
+        return target, max_epochs, {"source": "first seed", "seeds": [study.sequential_seeds()[0]], "losses": [target]}
     runs = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, E) for sd in study.calibration_seeds],
                             label="calibration runs")
-    target, cap = curves.calibrate_target_median(runs, E)
+    target, max_epochs = curves.calibrate_target_median(runs, E)
     ends = [vals[E - 1] for vals in runs]
     print(f"target: val_loss {target:.6g}, the median of calibration seeds {study.calibration_seeds} after {E} "
-          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {cap} epochs")
-    return target, cap, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
+          f"epochs ({', '.join(f'{v:.6g}' for v in ends)}); cap {max_epochs} epochs")
+    return target, max_epochs, {"source": "calibration seeds", "seeds": list(study.calibration_seeds), "losses": ends}
 
 
-def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_passes: int, workers,
+def strong_from_sequential(runner: "StudyRunner", seed: int, lr: float, first_max_epochs: int, workers,
                            stopping: rules.StoppingRules, prefix: str = "") -> tuple:
     """({N: (status, epochs)}, the sequential run's per-pass validation losses): strong scaling
     read off the sequential run (curves.derive_strong, `stopping` applied at its own epochs),
     extended until every N is decided."""
-    passes = first_passes
+    max_epochs = first_max_epochs
     while True:
-        vals = sequential_path(runner, seed, lr, passes, prefix)
+        vals = sequential_path(runner, seed, lr, max_epochs, prefix)
         decided = {n: curves.derive_strong(vals, n, stopping) for n in workers}
         undecided = [n for n, d in decided.items() if d is None]
         if not undecided:
             return decided, vals
-        if len(vals) < passes:     # the sequential run itself stopped (non-finite loss)
+        if len(vals) < max_epochs:     # the sequential run itself stopped (non-finite loss)
             return {n: d or (RunStatus.DIVERGED, -(-len(vals) // n)) for n, d in decided.items()}, vals
-        passes += max(undecided)
+        max_epochs += max(undecided)
 
 
 
@@ -140,10 +140,10 @@ def figure1_slices(cfg, seq_run: Path) -> Optional[dict]:
 DEFAULT_PATIENCE = 3
 
 
-def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, seeds,
+def find_edge(runner: StudyRunner, base_lr: float, max_epochs: int, patience: int, seeds,
               collapse_loss: Optional[float], say=print) -> tuple:
     """The sequential model's edge of stability: the largest lr on the grid
-    base_lr * sqrt(2)^k that converges over `epochs` epochs (rules.diverges, with the
+    base_lr * sqrt(2)^k that converges over `max_epochs` epochs (rules.diverges, with the
     collapse level) for every seed (curves.edge_probe). Returns (edge lr, one row per probe).
     With room for two runs, the probe the search would ask next if this one converges runs
     beside it; an outcome the search did not need cannot move the edge (curves.edge_index
@@ -153,7 +153,7 @@ def find_edge(runner: StudyRunner, base_lr: float, epochs: int, patience: int, s
     def probe_run(probe: tuple) -> bool:
         k, i = probe
         lr, name = base_lr * curves.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
-        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": epochs, "target_loss": 0.0,
+        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": max_epochs, "target_loss": 0.0,
                                        "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
         vals = val_losses(runner.root / name)
         diverges = rules.diverges(vals, patience, collapse_loss)

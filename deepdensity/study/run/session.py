@@ -106,21 +106,21 @@ class Protocol:
     """What every cell of one study shares: eta, the target, the cap, the settings."""
     eta: float
     target: float
-    cap: int
-    seq_passes: int                  # the sequential runs' length: E + max(N) passes
+    max_epochs: int
+    seq_max_epochs: int                  # the sequential runs' length: E + max(N) passes
     cfg: object                      # the runs' Config, eta included
     collapse_loss: float = 0.0       # the data's collapse level, where collapse_patience stops a run
     calibration: Optional[dict] = None   # what set the target (sequential.calibrated_target)
 
     def common(self) -> dict:
         collapse = {"collapse_loss": repr(self.collapse_loss)} if self.cfg.collapse_patience else {}
-        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.cap, **collapse}
+        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.max_epochs, **collapse}
 
     def stopping(self) -> rules.StoppingRules:
         """The stopping rules every cell's runs apply: the settings' stall and collapse rules, at
         this study's target, cap and collapse level (the collapse rule off where its patience is)."""
         level = self.collapse_loss if self.cfg.collapse_patience else 0.0
-        return dataclasses.replace(rules.StoppingRules.of(self.cfg), target_loss=self.target, max_epochs=self.cap,
+        return dataclasses.replace(rules.StoppingRules.of(self.cfg), target_loss=self.target, max_epochs=self.max_epochs,
                                    collapse_loss=level)
 
 

@@ -43,8 +43,8 @@ def test_a_missing_seed_is_priced_by_its_cells_runs_else_the_modes_largest_n_bel
 def test_the_passes_to_expect_are_the_median_epochs_times_the_passes_an_epoch():
     assert s.passes_to_expect([3, 9, 5], 4) == 20               # median 5 epochs, 4 passes each
     assert s.passes_to_expect([3, 64, 5, 64], 2) == 10          # even count: the lower middle, 5
-    assert s.passes_to_expect([7], 1, cap=64) == 7
-    assert s.passes_to_expect([], 8, cap=64) == 512             # no like run: the cap
+    assert s.passes_to_expect([7], 1, max_epochs=64) == 7
+    assert s.passes_to_expect([], 8, max_epochs=64) == 512             # no like run: the cap
     assert s.passes_to_expect([], None) is None                 # neither: not estimated
 
 

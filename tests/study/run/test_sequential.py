@@ -42,8 +42,8 @@ def test_the_cells_stopping_rules_are_the_settings_at_the_studys_target_cap_and_
     from deepdensity.study.run.session import Protocol
     cfg = Config(target_loss=0.5, max_epochs=400, stall_patience=3, stall_near=0.1, stall_near_patience=9,
                  collapse_patience=2)
-    got = Protocol(eta=0.001, target=0.002, cap=24, seq_passes=40, cfg=cfg, collapse_loss=0.0049).stopping()
+    got = Protocol(eta=0.001, target=0.002, max_epochs=24, seq_max_epochs=40, cfg=cfg, collapse_loss=0.0049).stopping()
     assert got == StoppingRules(0.002, 24, 3, 0.1, 9, 0.0049, 2), "the study's target, cap and collapse level"
-    off = Protocol(eta=0.001, target=0.002, cap=24, seq_passes=40, cfg=Config(collapse_patience=0),
+    off = Protocol(eta=0.001, target=0.002, max_epochs=24, seq_max_epochs=40, cfg=Config(collapse_patience=0),
                    collapse_loss=0.0049).stopping()
     assert (off.collapse_loss, off.collapse_patience) == (0.0, 0), "no collapse level where the rule is off"
