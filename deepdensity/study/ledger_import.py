@@ -38,20 +38,20 @@ def record_runs(record: dict) -> list:
     epochs would price it up to an epoch's passes too high."""
     eta, target, max_epochs = record["eta"], record["target"], record["cap"]
     study, curves = record["study"], record.get("curves") or {}
-    common = {"base_lr": repr(eta), "target_loss": repr(target), "max_epochs": max_epochs,
-              **({"collapse_loss": repr(record["collapse_loss"])} if study["train"].get("collapse_patience") else {})}
+    common = {"base_lr": eta, "target_loss": target, "max_epochs": max_epochs,
+              **({"collapse_loss": record["collapse_loss"]} if study["train"].get("collapse_patience") else {})}
     seq_max_epochs = study["calibration_epochs"] + max(study["workers"])
     runs = []
     for name, curve in sorted(curves.items()):
         if name.startswith("seq-s"):
             seed = int(name[len("seq-s"):])
-            runs.append((name, policies.STRONG, 1, {"base_lr": repr(eta), "max_epochs": seq_max_epochs, "target_loss": 0.0,
+            runs.append((name, policies.STRONG, 1, {"base_lr": eta, "max_epochs": seq_max_epochs, "target_loss": 0.0,
                                              "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                          None, curve["val_loss"]))
     for r in record.get("seq_2eta") or []:
         name = f"{DOUBLE_ETA_RUN}{r['seed']}"
         if name in curves:
-            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": repr(2 * eta)},
+            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": 2 * eta},
                          {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
     for c in record["cells"]:
         priced = c.get("passes_to_target") is not None or c["status"] != RunStatus.REACHED \
@@ -62,7 +62,7 @@ def record_runs(record: dict) -> list:
                           "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
     sweep = record.get("lr_search") or {}
     for p in sweep.get("probes") or []:
-        runs.append((p["run"], policies.STRONG, 1, {"base_lr": repr(p["lr"]), "max_epochs": sweep["epochs"],
+        runs.append((p["run"], policies.STRONG, 1, {"base_lr": p["lr"], "max_epochs": sweep["epochs"],
                                                     "target_loss": 0.0, "seed": p["seed"],
                                                     "stall_patience": sweep["patience"], "collapse_patience": 0},
                      None, p["val_losses"]))
@@ -77,7 +77,7 @@ def import_record(record: dict, runs_folder: Path, source: str, say=print) -> li
     revision = record["provenance"]["revision"]
     entries, skipped = [], []
     for name, mode, n, settings, result, vals in record_runs(record):
-        request = probe._request(mode, n, {**settings, **OLD_STALL})
+        request = probe._request(probe.ask(name, mode, n, {**settings, **OLD_STALL}))
         if not request["data"]:
             raise UserError(f"{request['config']['data_path']} (the data {runs_folder / 'train.yaml'} names) does not "
                             f"exist from here; run this from the folder the study runs in")

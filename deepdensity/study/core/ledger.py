@@ -16,6 +16,7 @@ training code changes what a run with the same settings computes.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -35,8 +36,7 @@ FORMAT = 1
 TRAINING_VERSION = 1
 LEDGER_FILE = "ledger.jsonl"
 MARKER = "from_ledger.json"      # in a run folder written from the ledger, not trained here
-STOPPING = ("max_epochs", "target_loss", "stall_patience", "stall_near", "stall_near_patience",
-            "collapse_loss", "collapse_patience")
+STOPPING = tuple(f.name for f in dataclasses.fields(rules.StoppingRules))    # declared there alone
 NOT_IN_KEY = ("data_path",) + STOPPING
 ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
             "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio", "grad_noise", "grad_sq",

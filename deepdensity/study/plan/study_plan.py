@@ -12,6 +12,7 @@ What a seed still to run should take, in passes (`runs_like`, `passes_to_expect`
 estimate behind the plan's missing runs and the report's cells below the design's seeds."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -21,6 +22,7 @@ from deepdensity.scaling import policies
 from deepdensity.study.core import ledger
 from deepdensity.study.core.cells import Call, cell_rate
 from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
+from deepdensity.study.core.request import cells_stopping
 from deepdensity.utils.templates import fill
 
 # The clock's probes and real epochs (timing.py), alone on the host: its three rounds took about
@@ -147,10 +149,7 @@ def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
     sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
     sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
-    stopping = {"max_epochs": earlier["cap"], "target_loss": earlier["target"],
-                "collapse_loss": earlier["collapse_loss"] if study.runs.collapse_patience else 0.0,
-                **{k: getattr(study.runs, k) for k in ("stall_patience", "stall_near", "stall_near_patience",
-                                                       "collapse_patience")}}
+    stopping = dataclasses.asdict(cells_stopping(study.runs, earlier["target"], earlier["cap"], earlier["collapse_loss"]))
     base = study.runs.batch_size
     sweep = {name: (b, rule) for name, b, rule, _ in _sweep_runs(study)}
     held, pass_s = {}, {}

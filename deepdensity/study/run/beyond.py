@@ -114,7 +114,7 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
                 vals = sequential_path(runner, seed, eta, max_epochs)
             status, epochs = judge(vals) or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": repr(lr), "target_loss": repr(target), "max_epochs": max_epochs,
+        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": lr, "target_loss": target, "max_epochs": max_epochs,
                                                 "seed": seed, "batch_size": b, **SWEEP_STOPPING})
 
     results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],

@@ -160,7 +160,7 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
     units = {(policies.STRONG,): sequential}
     if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
         units[(DOUBLE_ETA,)] = lambda seed: cell(DOUBLE_ETA, 1, seed, f"{DOUBLE_ETA_RUN}{seed}",
-                                             {"base_lr": repr(2 * proto.eta)}, train_mode=policies.STRONG)
+                                             {"base_lr": 2 * proto.eta}, train_mode=policies.STRONG)
     for mode, n in study.trained_cells(real_strong):
         units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
                                              mode, n)
@@ -269,7 +269,7 @@ def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
         lr = 2 * proto.eta if mode == DOUBLE_ETA else proto.eta       # the 2 x eta cell: the sequential model
         r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == DOUBLE_ETA else mode, n,
-                         {**proto.common(), "seed": seed, "base_lr": repr(lr), "stall_patience": 0},
+                         {**proto.common(), "seed": seed, "base_lr": lr, "stall_patience": 0},
                          continue_from=name)     # from its last checkpoint: the same path, not its epochs again
         return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
                 "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],

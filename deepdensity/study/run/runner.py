@@ -26,6 +26,7 @@ from deepdensity.launch import controllers
 from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves, ledger
+from deepdensity.study.core.request import RunRequest, resolve
 from deepdensity.study.run import run_folders
 from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
 from deepdensity.utils import machine
@@ -83,9 +84,14 @@ class StudyRunner:
         left = self.budget_end - now
         return spent + (f", {fmt_s(left)} of the budget left" if left > 0 else ", the budget is spent")
 
+    def ask(self, name: str, mode: str, n: int, settings: dict) -> RunRequest:
+        """The run `name` with `settings` (Python values, beyond the runs folder's train.yaml),
+        resolved once into the Config it trains with."""
+        return resolve(load(str(self.train_yaml)), name, mode, n, settings)
+
     def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False,
             continue_from: Optional[str] = None) -> dict:
-        """Run `name` with `settings`; a run the ledger holds is reused (its folder written from
+        """Run `name` with `settings` (self.ask); a run the ledger holds is reused (its folder written from
         the ledger, ledger.py), a finished run in the folder is reused, and one that stopped at
         its epoch cap is resumed when asked for more epochs (the sequential runs grow this way),
         as is one a stall rule ended that the study no longer asks for (_reopen_if_stopped_early).
@@ -95,7 +101,8 @@ class StudyRunner:
         checkpoint (continuation) instead of from epoch 0."""
         out = self.root / name
         result_path = out / "result.json"
-        request = self._request(mode, n, settings) if self.ledger is not None else None
+        asked = self.ask(name, mode, n, settings)
+        request = self._request(asked) if self.ledger is not None else None
         self._set_aside_if_other_controller(out)
         trained_here = (out / "state.json").exists()      # its checkpoint: trained here
         # a run trained in this folder is used as before (reused, extended or resumed); the
@@ -109,16 +116,16 @@ class StudyRunner:
         if continue_from and not out.exists():
             run_folders.continuation(self.root / continue_from, out)
         if result_path.exists():
-            self._refuse_stale(out, settings)             # before the ledger: a stale run never takes a new key
-            self._reopen_if_stopped_early(out, settings)
+            self._refuse_stale(out, asked)             # before the ledger: a stale run never takes a new key
+            self._reopen_if_stopped_early(out, asked)
         if result_path.exists():
             if request is not None:
                 self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
-            if r["status"] != RunStatus.CAPPED or r["epochs"] >= int(settings.get("max_epochs", 0)):
+            if r["status"] != RunStatus.CAPPED or r["epochs"] >= asked.config.max_epochs:
                 return self._reused(name, r)
         if not self.may_train:
-            raise NotHeld(f"{name} ({mode} N = {n}, seed {settings.get('seed')}) is not in the ledger, and --no-train "
+            raise NotHeld(f"{name} ({mode} N = {n}, seed {asked.config.seed}) is not in the ledger, and --no-train "
                           f"trains nothing")
         with self._lock:
             self.trained.add(name)
@@ -126,11 +133,11 @@ class StudyRunner:
             k = self._started
         self.say(f"[run {k}] {name}: {mode} N={n} "
                  f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
-                 f"up to {settings.get('max_epochs', '?')} epochs); {self._clock()}")
+                 f"up to {asked.config.max_epochs} epochs); {self._clock()}")
         t = time.perf_counter()
         # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
         # stopped before its first one (train.py says so; without --resume it would refuse)
-        proc = self._train(self.train_command(name, mode, n, settings, resume=out.exists() and any(out.iterdir())), name, n)
+        proc = self._train(self.train_command(asked, resume=out.exists() and any(out.iterdir())), name, n)
         with self._lock:
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - t
         if proc[0] != 0:
@@ -158,9 +165,9 @@ class StudyRunner:
             self.wall.setdefault(name, (result.get("seconds") or 0.0) + STARTUP_S)
         return result
 
-    def _request(self, mode: str, n: int, settings: dict) -> dict:
+    def _request(self, asked: RunRequest) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
-        config = load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict()
+        mode, n, config = asked.mode, asked.n, asked.config.to_dict()
         data = self._data_hash(ledger.data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
         # a cap exported in the shell changes the path as much as one the study sets
         launcher = self._launcher()
@@ -235,14 +242,14 @@ class StudyRunner:
         if run_folders.take_back(out, now):
             self.say(f"{out.name}: the run trained here under {now} earlier, set aside since, is back in its folder")
 
-    def _reopen_if_stopped_early(self, out: Path, settings: dict) -> None:
+    def _reopen_if_stopped_early(self, out: Path, asked: RunRequest) -> None:
         """A finished run that a stopping rule no longer asked for ended (a stall rule turned
         off: docs/beyond.md, amendment of 2026-11-27) is reopened at its last checkpoint, so
         that it trains on to where the rules now in force end it: the same path, not its
         epochs again. A run that ends where it did under both is left as it is; one that the
         rules now in force would have ended sooner is refused, as the runner cannot cut a folder.
         A run stopped at its cap is left to the cap's own rule (extended when asked for more)."""
-        wanted = ledger.stopping_of(load(str(self.train_yaml), [f"{k}={v}" for k, v in settings.items()]).to_dict())
+        wanted = ledger.stopping_of(asked.config.to_dict())
         saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults
         if all(saved[k] == wanted[k] for k in ledger.STOPPING):
             return
@@ -263,12 +270,14 @@ class StudyRunner:
                  f"continued from its last checkpoint")
         run_folders.reopen(out)
 
-    def _refuse_stale(self, out: Path, settings: dict) -> None:
+    def _refuse_stale(self, out: Path, asked: RunRequest) -> None:
         """A finished run is reused only if it ran with the settings the study asks for now, on
         the same data; otherwise StudyError names the differences (never a stale result)."""
         saved = read_json(out / "config.json", "run's configuration")
-        wanted = {**(yaml.safe_load(self.train_yaml.read_text()) or {}),
-                  **{k: yaml.safe_load(str(v)) for k, v in settings.items()}}
+        # what train.yaml and the run set (a setting left at its default is not compared: a
+        # default that changed since would make every earlier run stale)
+        named = {**(yaml.safe_load(self.train_yaml.read_text()) or {}), **dict(asked.settings)}
+        wanted = {k: v for k, v in asked.config.to_dict().items() if k in named}
         diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in resume_changes(saved, wanted, {})]
         data = wanted.get("data_path")
         if data and Path(data).exists() and other_data(saved, self._data_hash(data_fingerprint, data)):
@@ -284,16 +293,15 @@ class StudyRunner:
                 self._fingerprints[(of, path)] = of(path)
             return self._fingerprints[(of, path)]
 
-    def train_command(self, name: str, mode: str, n: int, settings: dict, resume: bool) -> list:
-        cmd = [self.python, "-m", "deepdensity", "train", "--mode", mode, "--config", str(self.train_yaml),
-               "--out", str(self.root / name), "--quiet"]
+    def train_command(self, asked: RunRequest, resume: bool) -> list:
+        cmd = [self.python, "-m", "deepdensity", "train", "--mode", asked.mode, "--config", str(self.train_yaml),
+               "--out", str(self.root / asked.name), "--quiet"]
         if resume:
             cmd.append("--resume")      # a run killed mid-way, or extended, continues from its checkpoint
-        for k, v in settings.items():
-            cmd += ["--set", f"{k}={v}"]
+        cmd += asked.set_words()
         if self.runner:
-            return shlex.split(self.runner.format(n=n)) + cmd
-        return cmd + (["--emulate-workers", str(n)] if n > 1 else [])
+            return shlex.split(self.runner.format(n=asked.n)) + cmd
+        return cmd + (["--emulate-workers", str(asked.n)] if asked.n > 1 else [])
 
     def sibling(self, runner: Optional[str], parallel: int) -> "StudyRunner":
         """A runner of the same kind (local, Slurm) for the same study with another launcher."""

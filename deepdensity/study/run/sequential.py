@@ -37,7 +37,7 @@ def sequential_path(runner: "StudyRunner", seed: int, lr: float, max_epochs: int
     `prefix`: of the run's name, for the same run under other conditions (the ISA check).
     `need_weights`: trained here even when the ledger holds it (Fig. 1 reads its weights)."""
     name = f"{prefix}seq-s{seed}"
-    runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": max_epochs, "target_loss": 0.0,
+    runner.run(name, policies.STRONG, 1, {"base_lr": lr, "max_epochs": max_epochs, "target_loss": 0.0,
                                    "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                need_weights=need_weights)
     return val_losses(runner.root / name)
@@ -153,7 +153,7 @@ def find_edge(runner: StudyRunner, base_lr: float, max_epochs: int, patience: in
     def probe_run(probe: tuple) -> bool:
         k, i = probe
         lr, name = base_lr * curves.EDGE_STEP ** k, f"edge-k{k:+d}-s{seeds[i]}"
-        runner.run(name, policies.STRONG, 1, {"base_lr": repr(lr), "max_epochs": max_epochs, "target_loss": 0.0,
+        runner.run(name, policies.STRONG, 1, {"base_lr": lr, "max_epochs": max_epochs, "target_loss": 0.0,
                                        "seed": seeds[i], "stall_patience": patience, "collapse_patience": 0})
         vals = val_losses(runner.root / name)
         diverges = rules.diverges(vals, patience, collapse_loss)

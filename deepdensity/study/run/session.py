@@ -6,7 +6,6 @@ reports folder only when complete (publish).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
@@ -26,6 +25,7 @@ from deepdensity.launch.slurm_jobs import SlurmOptions
 from deepdensity.scaling import rules
 from deepdensity.study.core.ledger import LEDGER_FILE, Ledger
 from deepdensity.study.core.preset import RUN_DEFAULTS, Study
+from deepdensity.study.core.request import cells_stopping
 from deepdensity.study.run.runner import StudyRunner, fmt_s
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.utils import machine
@@ -113,15 +113,13 @@ class Protocol:
     calibration: Optional[dict] = None   # what set the target (sequential.calibrated_target)
 
     def common(self) -> dict:
-        collapse = {"collapse_loss": repr(self.collapse_loss)} if self.cfg.collapse_patience else {}
-        return {"base_lr": repr(self.eta), "target_loss": repr(self.target), "max_epochs": self.max_epochs, **collapse}
+        collapse = {"collapse_loss": self.collapse_loss} if self.cfg.collapse_patience else {}
+        return {"base_lr": self.eta, "target_loss": self.target, "max_epochs": self.max_epochs, **collapse}
 
     def stopping(self) -> rules.StoppingRules:
         """The stopping rules every cell's runs apply: the settings' stall and collapse rules, at
         this study's target, cap and collapse level (the collapse rule off where its patience is)."""
-        level = self.collapse_loss if self.cfg.collapse_patience else 0.0
-        return dataclasses.replace(rules.StoppingRules.of(self.cfg), target_loss=self.target, max_epochs=self.max_epochs,
-                                   collapse_loss=level)
+        return cells_stopping(self.cfg, self.target, self.max_epochs, self.collapse_loss)
 
 
 def write_ledger_and_publish(s: StudyRun, out: Path) -> None:

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.config import Config
 from deepdensity.launch.slurm_jobs import (
     COMMENT,
     LEFT,
@@ -50,6 +51,7 @@ from deepdensity.launch.slurm_jobs import (
     time_hours,
 )
 from deepdensity.scaling import policies
+from deepdensity.study.core.request import RunRequest
 from deepdensity.study.plan.study_plan import CLOCK_MINUTES, run_counts
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.timing import CLOCK_JOB, CLOCK_PROCESSES, clock_cpus, current_timing
@@ -219,7 +221,7 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
                 bounded=hours != float("inf"), reserved=reserved, how=how,
                 last_minutes=last_minutes, jobs=jobs, example=example,
                 script=[line for line in jobs.batch_script(example, 1).splitlines() if line],
-                command=shlex.join(jobs.train_command(example, policies.STRONG, 1, {}, resume=False)))
+                command=shlex.join(jobs.train_command(RunRequest(example, policies.STRONG, 1, Config(), ()), resume=False)))
     return text.splitlines()
 
 

@@ -90,7 +90,7 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
                     ("2eta", 1, 3): (stalled, "seq-2eta-s3"), ("strong", 8, 3): (stalled, "seq-s3"),
                     ("weak", 8, 0): ({"status": "reached_target", "epochs": 9}, "weak-n8-s0")}
     s = SimpleNamespace(study=SimpleNamespace(stall_check=3), runner=Runner(), root=tmp_path)
-    proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": repr(0.002), "target_loss": "1.0", "max_epochs": 64})
+    proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": 0.002, "target_loss": 1.0, "max_epochs": 64})
     rows = stall_check(s, proto, book)
     asked = {a[0]: a for a in s.runner.asked}
     assert [a[2] for a in s.runner.asked] == sorted(a[2] for a in s.runner.asked), \
@@ -100,7 +100,7 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
         "every one at N >= 16, then 3 of the others spread over their cells; never strong"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
     assert all(a[5] + "-to-cap" == name for name, a in asked.items()), "each from the run the rule stopped"
-    assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == repr(0.004)
+    assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == 0.004
     assert [r["status"] for r in rows if r["run"] == "warmup-n32-s0-to-cap"] == ["reached_target"]
     assert book.results[("warmup", 32, 0)][1] == "warmup-n32-s0-to-cap"
     assert book.results[("linear", 16, 1)][1] == "linear-n16-s1", "a continued run that missed leaves the stopped one"

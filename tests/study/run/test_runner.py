@@ -36,12 +36,12 @@ def test_a_finished_run_is_reused_only_with_the_same_settings_and_data(tmp_path)
     train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
     _finished_run(tmp_path / "runs", data)
     runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
-    asked = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4}
+    asked = {"base_lr": 0.002, "seed": 0, "max_epochs": 4}
     assert runner.run("seq-s0", "strong", 1, asked)["epochs"] == 3 and runner.reused == {"seq-s0"}
     with pytest.raises(StudyError, match=r"seed 0 -> 1"):
         runner.run("seq-s0", "strong", 1, {**asked, "seed": 1})
     with pytest.raises(StudyError, match=r"base_lr 0.002 -> 0.003"):
-        runner.run("seq-s0", "strong", 1, {**asked, "base_lr": repr(0.003)})
+        runner.run("seq-s0", "strong", 1, {**asked, "base_lr": 0.003})
     data.write_bytes(b"other cubes, same path")
     with pytest.raises(StudyError, match="the data in .*data.h5 changed"):
         StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None).run("seq-s0", "strong", 1, asked)
@@ -101,7 +101,7 @@ def test_a_finished_run_the_rules_now_in_force_would_cut_sooner_is_refused(tmp_p
     run = _finished_run(tmp_path / "runs", data, stall_patience=0, target_loss=0.2, max_epochs=6)
     _with_curve(run, "reached_target", [0.9, 0.5, 0.6, 0.7, 0.1])
     runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
-    asked = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 6}
+    asked = {"base_lr": 0.002, "seed": 0, "max_epochs": 6}
     assert runner.run("seq-s0", "strong", 1, {**asked, "stall_patience": 0})["epochs"] == 5, "the same rules: reused"
     with pytest.raises(StudyError, match="end it stalled at epoch 4"):
         runner.run("seq-s0", "strong", 1, {**asked, "stall_patience": 2})
@@ -121,7 +121,7 @@ def test_a_run_stopped_by_a_rule_no_longer_asked_for_is_left_whole_when_nothing_
     runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
     runner.may_train = False
     with pytest.raises(NotHeld, match="no longer asked for"):
-        runner.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 6, "stall_patience": 0})
+        runner.run("seq-s0", "strong", 1, {"base_lr": 0.002, "seed": 0, "max_epochs": 6, "stall_patience": 0})
     assert json.loads((run / "result.json").read_text())["status"] == "stalled"
     assert json.loads((run / "state.json").read_text())["status"] == "stalled"
 
@@ -161,7 +161,7 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
                   SlurmRunner(tmp_path / "runs", train_yaml, None, SlurmOptions(), 1, "tiny")):
         check = study.sibling(None, 1)
         check.trained.add("isa-avx2-seq-s0")
-        check.run("seq-s0", "strong", 1, {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4})
+        check.run("seq-s0", "strong", 1, {"base_lr": 0.002, "seed": 0, "max_epochs": 4})
         assert study.trained == {"isa-avx2-seq-s0"} and study.reused == {"seq-s0"}
         assert type(check) is type(study), "a sibling is of its runner's kind (local, Slurm)"
 
@@ -186,7 +186,7 @@ def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reuse
     run = _finished_run(tmp_path / "runs", data, **{"world_size": 2, **saved})
     runner = StudyRunner(tmp_path / "runs", train_yaml, asked, say=lambda *a: None)
     runner.may_train = False
-    asked_settings = {"base_lr": repr(0.002), "seed": 0, "max_epochs": 4}
+    asked_settings = {"base_lr": 0.002, "seed": 0, "max_epochs": 4}
     if aside_as is None:
         assert runner.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and runner.reused == {"seq-s0"}
         return

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from deepdensity.config import Config
 from deepdensity.study.core import ledger
+from deepdensity.study.core.request import RunRequest
 from deepdensity.study.report import paper_report as report
 from deepdensity.study.run.design import venv_stack
 from deepdensity.study.run.runner import StudyRunner
@@ -32,10 +34,10 @@ def test_the_checks_runs_are_keyed_by_their_stack_and_no_other_run_is():
 def test_a_run_on_another_venv_starts_with_its_python_and_sets_its_own_keras(tmp_path, monkeypatch):
     runner = StudyRunner(tmp_path, tmp_path / "train.yaml", None)
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    assert runner.train_command("r", "weak", 2, {}, False)[0] == sys.executable
+    assert runner.train_command(RunRequest("r", "weak", 2, Config(), ()), False)[0] == sys.executable
     assert runner._environment()["TF_USE_LEGACY_KERAS"] == "1"
     runner.python = "/elsewhere/.venv-paper/bin/python"
-    assert runner.train_command("r", "weak", 2, {}, False)[0] == "/elsewhere/.venv-paper/bin/python"
+    assert runner.train_command(RunRequest("r", "weak", 2, Config(), ()), False)[0] == "/elsewhere/.venv-paper/bin/python"
     # TensorFlow 2.15 given the driver's TF_USE_LEGACY_KERAS=1 would look for a tf_keras it lacks
     assert "TF_USE_LEGACY_KERAS" not in runner._environment()
 
