@@ -1,15 +1,16 @@
-"""Interrupts of a run under `horovodrun -np 2` (issues 47 and 55), 30 in all, at moments spread
-over a run: while the ranks import TensorFlow or start Horovod, before the first step, during
-the first step's compilation, during steps, validation and checkpoints, while a resumed run
-restores. Ctrl-C typed on a terminal, SIGTERM as a scheduler sends it to the launcher alone,
+"""Interrupts of a run under `horovodrun -np 2` (issues 47, 55 and 70), 38 in all, at moments
+spread over a run: while the ranks import TensorFlow or start Horovod, before the first step,
+during the first step's compilation, during steps, validation and checkpoints, while a resumed
+run restores. Ctrl-C typed on a terminal, SIGTERM as a scheduler sends it to the launcher alone,
 SIGHUP as a closed ssh session does. Each time: no traceback and no noise from any rank, rank 1
-silent, rank 0's one line says where the run stands and the command that continues it, the
-signal's exit status, no process of the run left, a run folder whose rows and checkpoint agree.
+silent, rank 0's one line says where the run stands and the command that continues it, no
+process of the run left, a run folder whose rows and checkpoint agree.
 The interrupts form chains, each one run on the command the one before printed, as pasted by a
 user; the last command, left to finish, ends with the losses of the same run never interrupted.
-Plain horovodrun's chain is Ctrl-C under Gloo (docs/training.md says why SIGTERM and SIGHUP
-need `deepdensity launch`); launch's chains run under MPI, the build's default, and under Gloo,
-and also show '^C' on a line of its own and nothing after rank 0's line."""
+Plain horovodrun's chains: Ctrl-C under Gloo (docs/training.md says why SIGTERM and SIGHUP need
+`deepdensity launch` there), and Ctrl-C, SIGTERM and SIGHUP under MPI, the build's default, where
+the ranks notice their launcher is gone. launch's chains run under MPI and under Gloo, and also
+show the signal's exit status, '^C' on a line of its own and nothing after rank 0's line."""
 import json
 import os
 import re
@@ -64,18 +65,29 @@ LAUNCH_MPI = [(INT, ("start", 1.0)), (TERM, ("ranks", 1.0)), (TERM, BEFORE_STEPS
               (INT, EPOCHS_ON[4]), (TERM, RESTORING[1]), (HUP, EPOCHS_ON[6]), (TERM, ("ranks", 2.0)),
               (INT, EPOCHS_ON[3]), (TERM, CHECKPOINTS[0]), (HUP, EPOCHS_ON[5])]
 LAUNCH_GLOO = [(TERM, BEFORE_STEPS[1]), (HUP, EPOCHS_ON[1]), (INT, RESTORING[0])]
-# two chains, one per controller: under Gloo plain horovodrun's, then the same run continued under
-# `deepdensity launch --gloo` (a user who switches launchers); under MPI launch's
+# plain horovodrun under MPI, the README's own command (issue 70): a Ctrl-C typed on its terminal,
+# SIGTERM and SIGHUP to the process the user started (the shell horovodrun became), from the
+# ranks' start to a resumed run's restore; the ranks notice their launcher is gone
+# (training/launcher_watch.py)
+PLAIN_MPI = [(INT, RANKS_IMPORTING[0]), (TERM, BEFORE_STEPS[1]), (HUP, EPOCHS_ON[0]), (TERM, CHECKPOINTS[0]),
+             (INT, RESTORING[0]), (TERM, EPOCHS_ON[3]), (HUP, RESTORING[1]), (TERM, EPOCHS_ON[5])]
+# three chains: under Gloo plain horovodrun's, then the same run continued under `deepdensity
+# launch --gloo` (a user who switches launchers); under MPI launch's, and plain horovodrun's
 CHAINS = {"gloo": [("horovodrun", *m) for m in PLAIN] + [("launch", *m) for m in LAUNCH_GLOO],
-          "mpi": [("launch", *m) for m in LAUNCH_MPI]}
+          "mpi": [("launch", *m) for m in LAUNCH_MPI],
+          "plain-mpi": [("horovodrun", *m) for m in PLAIN_MPI]}
+CONTROLLER = {"gloo": "gloo", "mpi": "mpi", "plain-mpi": "mpi"}
 
 
-def test_the_chains_hold_thirty_interrupts_at_every_moment_eight_sigterms_under_mpi():
+def test_the_chains_hold_interrupts_at_every_moment_and_eight_to_plain_horovodrun_under_mpi():
     every = [m for chain in CHAINS.values() for m in chain]
-    assert len(every) == 30
+    assert len(every) == 38
     assert {k for _, _, (k, *_) in every} == {"start", "ranks", "line", "file"}
-    assert {s for s, _ in LAUNCH_MPI} == {s for s, _ in LAUNCH_GLOO} == {INT, TERM, HUP}
+    assert {s for s, _ in LAUNCH_MPI} == {s for s, _ in LAUNCH_GLOO} == {s for s, _ in PLAIN_MPI} == {INT, TERM, HUP}
     assert sum(s == TERM for s, _ in LAUNCH_MPI) >= 8
+    # plain horovodrun under MPI: at least 8, start-up and mid-epoch included (issue 70)
+    assert len(PLAIN_MPI) >= 8 and RANKS_IMPORTING[0] in [m for _, m in PLAIN_MPI]
+    assert {m for _, m in PLAIN_MPI} & set(EPOCHS_ON[1:]), "an interrupt inside an epoch"
 
 
 def user_env() -> dict:
@@ -103,11 +115,11 @@ LAUNCH_WORDS = ["python", "-m", "deepdensity", "launch"]
 
 
 def start_words(launcher: str, controller: str) -> list:
-    """The words that start a command: plain horovodrun (under Gloo) or launch, and the controller."""
+    """The words that start a command: plain horovodrun or launch, and the controller."""
     if controller == "mpi" and "mpi" not in controllers.built(horovodrun()):
         pytest.skip("this Horovod was built without MPI")
     if launcher == "horovodrun":
-        return plain_start()
+        return plain_start() if controller == "gloo" else ["horovodrun"]      # MPI: its default where built
     return LAUNCH_WORDS if controller == "mpi" else [*LAUNCH_WORDS, "--gloo"]
 
 
@@ -168,8 +180,10 @@ def lines_after(term: Terminal, signum: int, written: int) -> tuple:
     return lines, lines[len(seen) - (0 if whole or not seen else 1):]
 
 
-def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launch: bool) -> list:
-    """What the interrupt printed, checked; returns the command it says continues the run."""
+def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launch: bool, mpi: bool = False) -> list:
+    """What the interrupt printed, checked; returns the command it says continues the run.
+    `mpi`: plain horovodrun under MPI, whose mpirun forwards a rank's stdout and stderr apart, so
+    that rank 0's line can come before its last epochs' lines."""
     lines, after = lines_after(term, signum, written)
     said = "\n".join(lines[-40:])
     noise = [line for line in lines if RANK_LINE.match(line) and NOISE.search(RANK_LINE.match(line)[2])]
@@ -197,6 +211,16 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
     # the launcher passes the interrupt on to the ranks a moment after it came: an epoch that
     # ended meanwhile still prints its line, a resume that finished restoring its own; then rank
     # 0's one line, its last
+    if mpi and not launch:
+        said_where = [line for line in ranks if INTERRUPTED.match(line)]
+        assert len(said_where) == 1, said
+        epochs, last = [line for line in ranks if line not in said_where], said_where[0]
+        assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
+        assert [line for line in told if not RANK_LINE.match(line)] == [], f"exit {term.code}:\n{said}"
+        check_nothing_left(out)
+        check_the_folder(out, last)
+        return shlex.split(last.split("continue with: ", 1)[1] if "continue with: " in last
+                           else last.split("start again with the same command: ", 1)[1])
     *epochs, last = ranks
     assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
     assert INTERRUPTED.match(last), said
@@ -235,11 +259,11 @@ def check_the_folder(out: Path, line: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("controller", list(CHAINS))
+@pytest.mark.parametrize("name", list(CHAINS))
 def test_an_interrupt_at_any_moment_ends_cleanly_and_the_printed_command_continues_the_run(
-        tmp_path, smoke_data, uninterrupted, controller):
+        tmp_path, smoke_data, uninterrupted, name):
     out = tmp_path / "run"
-    chain = CHAINS[controller]
+    chain, controller = CHAINS[name], CONTROLLER[name]
     command = [*start_words(chain[0][0], controller), "-np", "2", *train_words(smoke_data, out)]
     for n, (launcher, signum, moment) in enumerate(chain):
         start, launch = start_words(launcher, controller), launcher == "launch"
@@ -247,13 +271,13 @@ def test_an_interrupt_at_any_moment_ends_cleanly_and_the_printed_command_continu
             command = [*start, *command[command.index("-np"):]]
         term, written = interrupt(command, signum, moment, out)
         try:
-            command = check_the_ending(term, signum, written, out, launch)
+            command = check_the_ending(term, signum, written, out, launch, mpi=name == "plain-mpi")
         except (AssertionError, StopIteration, IndexError) as e:
             raise AssertionError(f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under "
                                  f"{launcher} at {moment}: {e}") from None
         # rank 0's line names the controller horovodrun ran the ranks under: Gloo (its default
-        # only where the build has no MPI)
-        printed = start if launch else ["horovodrun", "--gloo"]
+        # only where the build has no MPI), or MPI, horovodrun's default where built
+        printed = start if launch else ["horovodrun", "--gloo"] if controller == "gloo" else ["horovodrun", "-np"]
         assert command[:len(printed)] == printed and command[-1] in ("--resume", str(out)), command
     done = Terminal(command, ROOT, user_env(), columns=WIDE)
     assert done.finish(900) == 0, done.raw[-3000:]

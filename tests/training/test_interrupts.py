@@ -197,11 +197,11 @@ def _mpirun_of(launcher_pid: int) -> int:
     return int(children[0])
 
 
-# how the process a user started is stopped, one after another in a chain: a job runner's or
-# `timeout`'s SIGTERM to horovodrun (the shell it became), a closed terminal's SIGHUP to its
-# process group (the shell and mpirun; the ranks have groups of their own), SIGTERM to mpirun
-PLAIN_MPI_STOPS = [("SIGTERM to horovodrun", lambda pid: os.kill(pid, signal.SIGTERM)),
-                   ("SIGHUP to its group", lambda pid: os.killpg(pid, signal.SIGHUP)),
+# how the process a user started is stopped, one after the other: a closed terminal's SIGHUP to
+# its process group (the shell horovodrun became and mpirun; the ranks have groups of their
+# own), SIGTERM to mpirun. A SIGTERM or SIGHUP to horovodrun alone, and Ctrl-C, at eight moments:
+# tests/training/test_ctrl_c.py's plain-mpi chain
+PLAIN_MPI_STOPS = [("SIGHUP to its group", lambda pid: os.killpg(pid, signal.SIGHUP)),
                    ("SIGTERM to mpirun", lambda pid: os.kill(_mpirun_of(pid), signal.SIGTERM))]
 
 
@@ -212,7 +212,7 @@ def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_conti
     background. Each stop of the chain: rank 0's one line with the command that continues the
     run, no process of the run left within seconds; each continue pastes that command; the last,
     left alone, ends at the cap with every epoch once. It trains a run of its own: the shared
-    smoke run is finished, and this one must be stopped three times on the way."""
+    smoke run is finished, and this one must be stopped twice on the way."""
     from deepdensity.launch import controllers
     from tests.support import horovodrun
     if "mpi" not in controllers.built(horovodrun()):

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
-from deepdensity.config import Config, apply
+from deepdensity.config import Config, ConfigError, apply
 from deepdensity.scaling.rules import StoppingRules
 
 
@@ -29,9 +29,9 @@ class RunRequest:
         return StoppingRules.of(self.config)
 
     def set_words(self) -> list:
-        """The run's settings as train.py's `--set` words: a float by its repr, which reads back
-        as the same float, anything else as written."""
-        return [w for k, v in self.settings for w in ("--set", f"{k}={v!r}" if isinstance(v, float) else f"{k}={v}")]
+        """The run's settings as train.py's `--set` words: a float (numpy's too) by the repr of
+        the Python float, which reads back as the same float; anything else as written."""
+        return [w for k, v in self.settings for w in ("--set", f"{k}={float(v)!r}" if isinstance(v, float) else f"{k}={v}")]
 
 
 def cells_stopping(cfg: Config, target: float, max_epochs: int, collapse_loss: float) -> StoppingRules:
@@ -44,4 +44,8 @@ def cells_stopping(cfg: Config, target: float, max_epochs: int, collapse_loss: f
 def resolve(base: Config, name: str, mode: str, n: int, settings: Mapping) -> RunRequest:
     """The run `name` (policy `mode` at N = `n`) with `settings` over `base` (the runs folder's
     train.yaml); a setting the schema refuses is a ConfigError naming the run."""
-    return RunRequest(name, mode, n, apply(base, dict(settings), f"the study's run {name}"), tuple(settings.items()))
+    try:
+        config = apply(base, dict(settings), f"the study's run {name}")
+    except ConfigError as e:
+        raise ConfigError(f"the study's run {name}: {e}") from None
+    return RunRequest(name, mode, n, config, tuple(settings.items()))
