@@ -68,16 +68,30 @@ def out_of(words: list) -> Optional[str]:
 
 
 def unsaid_line(command: list, launcher: str) -> Optional[str]:
-    """The line rank 0 would have written for the interrupted `command` (`python train.py ...` or
-    `python -m deepdensity train ...`), read from its run folder's checkpoint; None for another
-    command, or a folder without a checkpoint (nothing there to continue)."""
+    """The line rank 0 would have written for the interrupted `command` (`python train.py ...`,
+    `python -m deepdensity train ...` or `deepdensity train ...`), read from its run folder's
+    checkpoint; None for another command, a folder without a checkpoint (nothing there to
+    continue) or a run that had finished."""
     start = next((i + 1 for i, w in enumerate(command) if Path(w).name == "train.py"), None)
     if start is None:
         start = next((i + 3 for i in range(len(command)) if command[i:i + 3] == ["-m", "deepdensity", "train"]), None)
+    if start is None:
+        start = next((i + 2 for i in range(len(command) - 1)
+                      if Path(command[i]).name == "deepdensity" and command[i + 1] == "train"), None)
     words = command[start:] if start is not None else []
     out = out_of(words)
-    epoch = checkpointed_epoch(out) if out else None
+    epoch = checkpointed_epoch(out) if out and not finished(out) else None
     return None if epoch is None else "interrupted: " + at_checkpoint(out, epoch, words, launcher)
+
+
+def finished(out) -> bool:
+    """Has the run in `out` ended (its result.json written, its state no longer "running")? A
+    signal that came after that interrupted nothing."""
+    try:
+        state = json.loads((Path(out) / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and state.get("status") != "running" and (Path(out) / "result.json").exists()
 
 
 def say_where_it_stands(argv: list, cmd: list, launcher: str, spoke: bool) -> bool:

@@ -278,8 +278,6 @@ def main(argv=None) -> int:
     # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
     # process alone, which passes every interrupt on (relay.py); no terminal input, which a
     # process outside the foreground group may not read
-    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, process_group=0)
     ended = threading.Event()
     last_words = LastWords(sys.stderr.write)
     mpirun = controllers.MpirunNotice(last_words.write)       # Horovod: mpirun's notice, under MPI
@@ -287,7 +285,11 @@ def main(argv=None) -> int:
     launcher = LauncherTraceback(lambda line: refusal.feed(line, functools.partial(mpirun.feed, line)))
     exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
                                                    functools.partial(_write_stdout, line)))
-    signals = relay.take_interrupts(relay.Relay(proc, ended), launcher.quiet)
+    passing_on = relay.Relay(ended)
+    signals = relay.take_interrupts(passing_on, launcher.quiet)
+    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, process_group=0)
+    passing_on.attach(proc)
     stdout_reader = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     stdout_reader.start()
     # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from

@@ -75,10 +75,19 @@ def take_interrupts(passing_on: "Relay", on_interrupt) -> list:
 
 class Relay:
     """Passes the first interrupt launch receives on to the job of horovodrun `proc`, which runs
-    in a process group of its own, until `ended` is set (horovodrun's output closed)."""
+    in a process group of its own, until `ended` is set (horovodrun's output closed). Made, and
+    its handlers set (take_interrupts), before horovodrun starts, so that no signal falls between
+    the two (it left horovodrun running on its own); `attach` gives it horovodrun once started."""
 
-    def __init__(self, proc, ended: threading.Event):
+    def __init__(self, ended: threading.Event, proc=None):
         self.proc, self.ended, self.started = proc, ended, False
+        self.attached = threading.Event()
+        if proc is not None:
+            self.attached.set()
+
+    def attach(self, proc) -> None:
+        self.proc = proc
+        self.attached.set()
 
     def start(self, signum: int) -> None:
         if not self.started:
@@ -86,6 +95,7 @@ class Relay:
             threading.Thread(target=self._pass_on, args=(signum,), name="deepdensity-relay", daemon=True).start()
 
     def _pass_on(self, signum: int) -> None:
+        self.attached.wait()                  # a signal before horovodrun started: passed on once it has
         deadline, told_horovodrun, mpirun = time.monotonic() + ESCALATE_AFTER_S, False, None
         while not self.ended.is_set():
             mpirun = mpirun or mpirun_of(self.proc.pid)      # found once: its pid stays the job's

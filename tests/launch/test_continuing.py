@@ -39,11 +39,12 @@ def checkpointed(folder, epoch_index: int):
     ["python", "train.py", "--mode", "weak", "--out", "OUT"],
     ["/usr/bin/python3", "/home/u/deepdensity/train.py", "--mode", "weak", "--out=OUT"],
     ["python", "-m", "deepdensity", "train", "--mode", "weak", "--out", "OUT"],
+    ["/venv/bin/deepdensity", "train", "--mode", "weak", "--out", "OUT"],
 ])
 def test_launch_says_what_rank_0_would_have_said_from_the_checkpoint(tmp_path, command):
     out = checkpointed(tmp_path / "run", 3)
     command = [w.replace("OUT", str(out)) for w in command]
-    words = command[command.index("train") + 1:] if "train" in command else command[2:]
+    words = command[command.index("train") + 1:] if "train" in command else command[command.index("--mode"):]
     line = continuing.unsaid_line(command, "python -m deepdensity launch -np 2 ")
     # rank 0's own words for the same folder and launch (training/cli.py), with its prefix
     rank0 = where_to_continue(out, words)
@@ -63,6 +64,18 @@ def test_without_a_checkpoint_or_a_training_command_launch_says_nothing_of_a_run
     out = checkpointed(tmp_path / "run", 0)
     assert continuing.unsaid_line(["python", "other.py", "--out", str(out)], "") is None
     assert continuing.out_of(["--out", "a", "--out=b"]) == "b" and continuing.out_of(["--out"]) is None
+
+
+def test_a_run_that_had_finished_was_not_interrupted(tmp_path):
+    """A signal after the ranks finished (result.json written, the state's status final): launch
+    says nothing of continuing it; a run resumed from such a state says where it stands again
+    once its first new checkpoint is "running"."""
+    out = checkpointed(tmp_path / "run", 5)
+    (out / "result.json").write_text('{"status": "max_epochs", "epochs": 6}')
+    (out / "state.json").write_text('{"epoch": 5, "checkpoint": "ckpt/epoch-0006", "status": "max_epochs"}')
+    assert continuing.unsaid_line(["python", "train.py", "--out", str(out)], "") is None
+    (out / "state.json").write_text('{"epoch": 6, "checkpoint": "ckpt/epoch-0007", "status": "running"}')
+    assert continuing.unsaid_line(["python", "train.py", "--out", str(out)], "").startswith("interrupted: at epoch 7, ")
 
 
 def test_a_requeueing_job_says_so_as_rank_0_would(tmp_path, monkeypatch):

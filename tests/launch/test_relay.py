@@ -69,7 +69,28 @@ def test_the_relay_gives_horovodrun_the_signal_once_and_stops_when_the_job_has_e
     proc = subprocess.Popen([sys.executable, "-c", code], process_group=0, stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)                     # its handler in place
     ended = threading.Event()
-    relay.Relay(proc, ended).start(signal.SIGHUP)
+    relay.Relay(ended, proc).start(signal.SIGHUP)
+    out, _ = proc.communicate(timeout=20)
+    ended.set()
+    assert out.strip() == "1"
+
+
+def test_a_signal_that_came_before_horovodrun_started_is_passed_on_once_it_has():
+    """launch sets its handlers before it starts horovodrun (a SIGTERM between the two had left
+    horovodrun running on its own): the relay holds the signal until it is given horovodrun."""
+    code = ("import signal, sys, time\n"
+            "got = []\n"
+            "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
+            "print('ready', flush=True)\n"
+            "deadline = time.time() + 3\n"
+            "while time.time() < deadline: time.sleep(0.01)\n"
+            "print(len(got))\n")
+    ended = threading.Event()
+    passing_on = relay.Relay(ended)
+    passing_on.start(signal.SIGTERM)              # the signal first
+    proc = subprocess.Popen([sys.executable, "-c", code], process_group=0, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"          # its handler in place
+    passing_on.attach(proc)
     out, _ = proc.communicate(timeout=20)
     ended.set()
     assert out.strip() == "1"

@@ -202,12 +202,15 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
         assert len(told) == 1 and told[0].startswith("interrupted before the workers started"), said
         assert term.code == EXIT[signum] and rows(out) == [], said
         return shlex.split(told[0].split("start again with the same command: ", 1)[1])
-    if early:       # a resumed run's: rank 0's words, from its checkpoint (launch/continuing.py)
-        assert len(told) == 1 and told[0].startswith("interrupted: at epoch "), said
-        assert term.code == EXIT[signum], said
+    if launch and told and told[-1].startswith("interrupted: at epoch "):
+        # no rank said where the run stands (a resumed run's ranks still starting, or rank 0
+        # killed before its line): launch says it in rank 0's words, from the checkpoint
+        # (launch/continuing.py)
+        assert not [line for line in ranks if not (EPOCH_LINE.match(line) or RESUMED.match(line))], said
+        assert [line for line in told if not RANK_LINE.match(line)] == [told[-1]] and term.code == EXIT[signum], said
         check_nothing_left(out)
-        check_the_folder(out, told[0])
-        return shlex.split(told[0].split("continue with: ", 1)[1])
+        check_the_folder(out, told[-1])
+        return shlex.split(told[-1].split("continue with: ", 1)[1])
     # the launcher passes the interrupt on to the ranks a moment after it came: an epoch that
     # ended meanwhile still prints its line, a resume that finished restoring its own; then rank
     # 0's one line, its last

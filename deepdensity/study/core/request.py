@@ -46,6 +46,6 @@ def resolve(base: Config, name: str, mode: str, n: int, settings: Mapping) -> Ru
     train.yaml); a setting the schema refuses is a ConfigError naming the run."""
     try:
         config = apply(base, dict(settings), f"the study's run {name}")
-    except ConfigError as e:
-        raise ConfigError(f"the study's run {name}: {e}") from None
+    except ConfigError as e:          # the schema names the run; Config's own checks do not
+        raise ConfigError(str(e) if name in str(e) else f"the study's run {name}: {e}") from None
     return RunRequest(name, mode, n, config, tuple(settings.items()))
