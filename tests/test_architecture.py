@@ -181,38 +181,44 @@ def function_level_imports(source: str) -> list:
     return found
 
 
-def brings_a_framework(sources: dict, module: str, seen=None) -> bool:
-    """Does importing `module` (its packages' __init__ first) import TensorFlow, Keras or Horovod,
-    through its module-level imports and theirs? `sources`: module name -> source."""
-    seen = set() if seen is None else seen
-    if module in seen:
-        return False
-    seen.add(module)
-    parents = [".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)]
-    tree = ast.parse(sources[module])
+def module_level_imports(source: str) -> list:
+    """The modules a source imports outside its functions (`from a import b` as a and a.b)."""
+    tree = ast.parse(source)
     inside = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(fn)}
-    imported = [m for node in ast.walk(tree) if id(node) not in inside
-                for m in ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                          [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                          if isinstance(node, ast.ImportFrom) else [])]
-    if any(m.split(".")[0] in FRAMEWORKS for m in imported):
-        return True
-    ours = {m if m in sources else m.rpartition(".")[0] for m in imported if m.startswith("deepdensity")}
-    return any(brings_a_framework(sources, m, seen) for m in [*parents, *ours] if m in sources)
+    return [m for node in ast.walk(tree) if id(node) not in inside
+            for m in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                      [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                      if isinstance(node, ast.ImportFrom) else [])]
+
+
+def frameworks_brought(sources: dict) -> set:
+    """The modules of `sources` (name -> source) whose import, their packages' __init__ first,
+    imports TensorFlow, Keras or Horovod through their module-level imports and theirs."""
+    edges, direct = {}, set()
+    for name, source in sources.items():
+        imported = module_level_imports(source)
+        direct |= {name} if any(m.split(".")[0] in FRAMEWORKS for m in imported) else set()
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        ours = {m if m in sources else m.rpartition(".")[0] for m in imported if m.startswith("deepdensity")}
+        edges[name] = {m for m in [*parents, *ours] if m in sources and m != name}
+    brought, grown = set(direct), True
+    while grown:                      # to a fixed point: a module importing one that brings them
+        more = {n for n, e in edges.items() if n not in brought and e & brought}
+        brought, grown = brought | more, bool(more)
+    return brought
 
 
 def function_import_violations(sources: dict) -> list:
     """Function-level imports of the package's own modules that keep no framework out of their
     module, or do not say so (a comment naming TensorFlow on the line or right above it)."""
-    bad = []
+    bad, brought = [], frameworks_brought(sources)
     for name, source in sorted(sources.items()):
         for line, mods, said in function_level_imports(source):
             ours = sorted({m if m in sources else m.rpartition(".")[0] for m in mods if m.startswith("deepdensity")}
                           & set(sources), key=len, reverse=True)
             if not ours:
                 continue
-            keeps_out = not brings_a_framework(sources, name) and any(
-                brings_a_framework(sources, m) for m in ours)
+            keeps_out = name not in brought and any(m in brought for m in ours)
             if not keeps_out or "TensorFlow" not in said:
                 bad.append(f"{name}:{line} imports {ours[0]} in a function "
                            + ("and says not why" if keeps_out else "though it keeps no TensorFlow out"))

@@ -82,8 +82,9 @@ def test_a_signal_that_came_before_horovodrun_started_is_passed_on_once_it_has()
             "got = []\n"
             "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
             "print('ready', flush=True)\n"
-            "deadline = time.time() + 3\n"
-            "while time.time() < deadline: time.sleep(0.01)\n"
+            "deadline = time.time() + 10\n"
+            "while not got and time.time() < deadline: time.sleep(0.01)\n"
+            "time.sleep(0.6)\n"                     # a second signal would come within the relay's 0.5 s
             "print(len(got))\n")
     ended = threading.Event()
     passing_on = relay.Relay(ended)
