@@ -5,6 +5,7 @@ Imports are read with `ast`, function-level ones included, so a cycle hidden ins
 function (the kind that works until someone moves an import to the top) still counts.
 """
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "deepdensity"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 400
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(source: str) -> ast.AST:
+    """A module's tree, parsed once for all the checks below (they only read it)."""
+    return ast.parse(source)
 
 
 def module_name(path: Path) -> str:
@@ -24,7 +31,7 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 def imports_of(path: Path):
     """(imported module, [names]) for every import statement anywhere in the file."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path.read_text())):
         if isinstance(node, ast.Import):
             for a in node.names:
                 yield a.name, []
@@ -131,7 +138,7 @@ def test_nothing_outside_dist_touches_horovod():
     backend (`dist.setup()`'s Single or Horovod), so that a run without Horovod, or another
     launcher, changes one module."""
     offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != "deepdensity.training.dist"
-                 for line in horovod_handles(ast.parse(path.read_text()))]
+                 for line in horovod_handles(parsed(path.read_text()))]
     assert offenders == []
 
 
@@ -164,7 +171,7 @@ def function_level_imports(source: str) -> list:
     """(line, [modules], the comment on its line and those above it in its block of imports) of
     every import statement inside a function."""
     lines, found = source.splitlines(), []
-    for fn in ast.walk(ast.parse(source)):
+    for fn in ast.walk(parsed(source)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(fn):
@@ -183,7 +190,7 @@ def function_level_imports(source: str) -> list:
 
 def module_level_imports(source: str) -> list:
     """The modules a source imports outside its functions (`from a import b` as a and a.b)."""
-    tree = ast.parse(source)
+    tree = parsed(source)
     inside = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(fn)}
     return [m for node in ast.walk(tree) if id(node) not in inside
             for m in ([a.name for a in node.names] if isinstance(node, ast.Import) else
@@ -247,7 +254,7 @@ def test_a_function_level_import_only_keeps_tensorflow_out_of_a_command_and_says
 def test_no_function_is_longer_than_sixty_lines():
     long = []
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION_LINES:
@@ -295,7 +302,7 @@ def test_no_module_but_the_registry_interprets_a_policy_by_its_name():
     in scaling/policies.py; a comparison with a policy's name elsewhere is a policy decided
     outside it, the habit that made a new policy touch ten files."""
     offenders = [f"{name}:{line}" for name, path in MODULES.items() if name != REGISTRY
-                 for line in mode_comparisons(ast.parse(path.read_text()))]
+                 for line in mode_comparisons(parsed(path.read_text()))]
     assert offenders == []
 
 
@@ -324,7 +331,7 @@ def test_the_study_names_policies_only_through_the_registry():
     new policy silently misses; the study names one through scaling/policies.py's constants or
     asks the registry (policies.paper(), policies.beyond(), ...)."""
     offenders = [f"{name}:{line} {text!r}" for name, path in MODULES.items() if name.startswith("deepdensity.study")
-                 for line, text in policy_name_literals(ast.parse(path.read_text()))
+                 for line, text in policy_name_literals(parsed(path.read_text()))
                  if (name, text) not in EXECUTOR_LOCAL]
     assert offenders == []
 
