@@ -275,9 +275,6 @@ def main(argv=None) -> int:
     if note:
         print(note, file=sys.stderr)
     env = {**controller_env, **os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
-    # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
-    # process alone, which passes every interrupt on (relay.py); no terminal input, which a
-    # process outside the foreground group may not read
     ended = threading.Event()
     last_words = LastWords(sys.stderr.write)
     mpirun = controllers.MpirunNotice(last_words.write)       # Horovod: mpirun's notice, under MPI
@@ -286,7 +283,10 @@ def main(argv=None) -> int:
     exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
                                                    functools.partial(_write_stdout, line)))
     passing_on = relay.Relay(ended)
-    signals = relay.take_interrupts(passing_on, launcher.quiet)
+    signals = relay.take_interrupts(passing_on, launcher.quiet)      # set before horovodrun starts
+    # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
+    # process alone, which passes every interrupt on (relay.py); no terminal input, which a
+    # process outside the foreground group may not read
     proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, process_group=0)
     passing_on.attach(proc)
@@ -313,7 +313,6 @@ def main(argv=None) -> int:
     interrupted = signals and (launcher.rank_interrupted or continuing.say_where_it_stands(
         argv, cmd, launch_prefix(options), spoke=launcher.ranks_seen or exits.ranks_seen))
     return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, bool(interrupted))
-
 
 
 def _write_stdout(line: bytes) -> None:
