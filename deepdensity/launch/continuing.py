@@ -23,12 +23,25 @@ REQUEUE_JOB_ENV = "DEEPDENSITY_REQUEUE_JOB"
 RELAUNCH_ENV = "DEEPDENSITY_RELAUNCH"
 
 
+def _state(out) -> Optional[dict]:
+    """The run folder's state.json, or None where it has none that reads."""
+    try:
+        state = json.loads((Path(out) / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _epochs(state: Optional[dict]) -> Optional[int]:
+    try:
+        return state["epoch"] + 1
+    except (KeyError, TypeError):
+        return None
+
+
 def checkpointed_epoch(out) -> Optional[int]:
     """The number of epochs the run folder `out` holds checkpointed (state.json), or None."""
-    try:
-        return json.loads((Path(out) / "state.json").read_text())["epoch"] + 1
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return _epochs(_state(out))
 
 
 def relaunch(launcher: str) -> str:
@@ -45,9 +58,14 @@ def goes_on(requeued_does: str, command: str) -> str:
     return f"Slurm job {job} requeues itself and {requeued_does}" if job else command
 
 
+def quoted(words: list) -> str:
+    """train.py's words, quoted for a shell."""
+    return " ".join(shell_word(w) for w in words)
+
+
 def resumed_words(words: list) -> str:
     """train.py's words, quoted for a shell, with --resume."""
-    return " ".join(shell_word(w) for w in list(words) + ([] if "--resume" in words else ["--resume"]))
+    return quoted(list(words) + ([] if "--resume" in words else ["--resume"]))
 
 
 def at_checkpoint(out, epoch: int, words: list, launcher: str) -> str:
@@ -72,26 +90,16 @@ def unsaid_line(command: list, launcher: str) -> Optional[str]:
     `python -m deepdensity train ...` or `deepdensity train ...`), read from its run folder's
     checkpoint; None for another command, a folder without a checkpoint (nothing there to
     continue) or a run that had finished."""
-    start = next((i + 1 for i, w in enumerate(command) if Path(w).name == "train.py"), None)
-    if start is None:
-        start = next((i + 3 for i in range(len(command)) if command[i:i + 3] == ["-m", "deepdensity", "train"]), None)
-    if start is None:
-        start = next((i + 2 for i in range(len(command) - 1)
-                      if Path(command[i]).name == "deepdensity" and command[i + 1] == "train"), None)
-    words = command[start:] if start is not None else []
+    words = next((command[i + 1:] for i, w in enumerate(command) if Path(w).name == "train.py"
+                  or (w == "train" and i and Path(command[i - 1]).name == "deepdensity")), [])
     out = out_of(words)
-    epoch = checkpointed_epoch(out) if out and not finished(out) else None
+    state = _state(out) if out else None
+    # a run that had ended (its state no longer "running", its result.json written) was not
+    # interrupted: the signal came after it
+    if state is None or (state.get("status") != "running" and (Path(out) / "result.json").exists()):
+        return None
+    epoch = _epochs(state)
     return None if epoch is None else "interrupted: " + at_checkpoint(out, epoch, words, launcher)
-
-
-def finished(out) -> bool:
-    """Has the run in `out` ended (its result.json written, its state no longer "running")? A
-    signal that came after that interrupted nothing."""
-    try:
-        state = json.loads((Path(out) / "state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(state, dict) and state.get("status") != "running" and (Path(out) / "result.json").exists()
 
 
 def say_where_it_stands(argv: list, cmd: list, launcher: str, spoke: bool) -> bool:

@@ -79,11 +79,8 @@ class Relay:
     its handlers set (take_interrupts), before horovodrun starts, so that no signal falls between
     the two (it left horovodrun running on its own); `attach` gives it horovodrun once started."""
 
-    def __init__(self, ended: threading.Event, proc=None):
-        self.proc, self.ended, self.started = proc, ended, False
-        self.attached = threading.Event()
-        if proc is not None:
-            self.attached.set()
+    def __init__(self, ended: threading.Event):
+        self.proc, self.ended, self.started, self.attached = None, ended, False, threading.Event()
 
     def attach(self, proc) -> None:
         self.proc = proc

@@ -34,7 +34,6 @@ from deepdensity.utils.errors import (
     launcher_prefix,
     launcher_rank,
     launcher_size,
-    shell_word,
     shown,
 )
 
@@ -196,7 +195,7 @@ def where_to_continue(out, argv) -> str:
     launch = continuing.relaunch(launcher_prefix())
     if holds_nothing_to_resume(out):
         return (f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.goes_on(
-            "starts it again", f"start again with the same command: {launch}{' '.join(shell_word(w) for w in words)}"))
+            "starts it again", f"start again with the same command: {launch}{continuing.quoted(words)}"))
     # an epoch's metrics row without its checkpoint: --resume starts it afresh
     return f"no epoch was checkpointed in {shown(out)}; " + continuing.goes_on(
         "starts it again there", f"start again there with: {launch}{continuing.resumed_words(words)}")

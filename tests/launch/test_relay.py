@@ -69,7 +69,9 @@ def test_the_relay_gives_horovodrun_the_signal_once_and_stops_when_the_job_has_e
     proc = subprocess.Popen([sys.executable, "-c", code], process_group=0, stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)                     # its handler in place
     ended = threading.Event()
-    relay.Relay(ended, proc).start(signal.SIGHUP)
+    passing_on = relay.Relay(ended)
+    passing_on.attach(proc)
+    passing_on.start(signal.SIGHUP)
     out, _ = proc.communicate(timeout=20)
     ended.set()
     assert out.strip() == "1"

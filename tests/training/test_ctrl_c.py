@@ -206,33 +206,27 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
         # no rank said where the run stands (a resumed run's ranks still starting, or rank 0
         # killed before its line): launch says it in rank 0's words, from the checkpoint
         # (launch/continuing.py)
-        assert not [line for line in ranks if not (EPOCH_LINE.match(line) or RESUMED.match(line))], said
-        assert [line for line in told if not RANK_LINE.match(line)] == [told[-1]] and term.code == EXIT[signum], said
-        check_nothing_left(out)
-        check_the_folder(out, told[-1])
-        return shlex.split(told[-1].split("continue with: ", 1)[1])
-    # the launcher passes the interrupt on to the ranks a moment after it came: an epoch that
-    # ended meanwhile still prints its line, a resume that finished restoring its own; then rank
-    # 0's one line, its last
-    if mpi and not launch:
+        epochs, last = ranks, told[-1]
+        assert [line for line in told if not RANK_LINE.match(line)] == [last] and term.code == EXIT[signum], said
+    elif mpi and not launch:
+        # plain horovodrun under MPI: rank 0's one line, wherever mpirun put it among the epochs'
         said_where = [line for line in ranks if INTERRUPTED.match(line)]
         assert len(said_where) == 1, said
         epochs, last = [line for line in ranks if line not in said_where], said_where[0]
-        assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
         assert [line for line in told if not RANK_LINE.match(line)] == [], f"exit {term.code}:\n{said}"
-        check_nothing_left(out)
-        check_the_folder(out, last)
-        return shlex.split(last.split("continue with: ", 1)[1] if "continue with: " in last
-                           else last.split("start again with the same command: ", 1)[1])
-    *epochs, last = ranks
-    assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
-    assert INTERRUPTED.match(last), said
-    if launch:
-        assert told == ranks and term.code == EXIT[signum], f"exit {term.code}:\n{said}"
     else:
-        assert all(HOROVODRUN_END.match(line) for line in told[told.index(last) + 1:]), said
-        # 1 from its RuntimeError, or 0 when horovodrun lost the ranks' 143 (docs/training.md)
-        assert term.code in (0, 1), said
+        # the launcher passes the interrupt on to the ranks a moment after it came: an epoch
+        # that ended meanwhile still prints its line, a resume that finished restoring its own;
+        # then rank 0's one line, its last
+        *epochs, last = ranks
+        assert INTERRUPTED.match(last), said
+        if launch:
+            assert told == ranks and term.code == EXIT[signum], f"exit {term.code}:\n{said}"
+        else:
+            assert all(HOROVODRUN_END.match(line) for line in told[told.index(last) + 1:]), said
+            # 1 from its RuntimeError, or 0 when horovodrun lost the ranks' 143 (docs/training.md)
+            assert term.code in (0, 1), said
+    assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
     check_nothing_left(out)
     check_the_folder(out, last)
     words = re.split(r"continue with: |start again with the same command: ", last, maxsplit=1)[1]

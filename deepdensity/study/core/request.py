@@ -24,10 +24,6 @@ class RunRequest:
     config: Config           # train.yaml with this run's settings
     settings: tuple          # ((field, value), ...): what the study set beyond train.yaml, in its order
 
-    @property
-    def stopping(self) -> StoppingRules:
-        return StoppingRules.of(self.config)
-
     def set_words(self) -> list:
         """The run's settings as train.py's `--set` words: a float (numpy's too) by the repr of
         the Python float, which reads back as the same float; anything else as written."""
