@@ -8,8 +8,9 @@ from deepdensity.training import interrupts
 
 if __name__ == "__main__":
     # first, before the imports that take seconds: a Ctrl-C or SIGTERM from here on ends the run
-    # in one line (training/interrupts.py); then TensorFlow's C++ log kept off the screen
-    interrupts.hold_early()
+    # in one line, at once while it imports (training/interrupts.py); then TensorFlow's C++ log
+    # kept off the screen
+    interrupts.hold_early(sys.argv[1:])
     from deepdensity.training import console
     console.start()
     from deepdensity.training.cli import main

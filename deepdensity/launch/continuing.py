@@ -74,6 +74,18 @@ def at_checkpoint(out, epoch: int, words: list, launcher: str) -> str:
             + goes_on("continues it", f"continue with: {relaunch(launcher)}{resumed_words(words)}"))
 
 
+def before_the_run(words: list, launcher: str) -> str:
+    """Where a run stands when interrupted before it began (its process still importing, nothing
+    of its own written yet): the checkpoint its --out folder holds from an earlier start, if
+    any, else nothing done; and the command that goes on."""
+    out = out_of(words)
+    epoch = checkpointed_epoch(out) if out else None
+    if epoch is not None:
+        return at_checkpoint(out, epoch, words, launcher)
+    return "no epoch finished; " + goes_on(
+        "starts it again", f"start again with the same command: {relaunch(launcher)}{quoted(words)}")
+
+
 def out_of(words: list) -> Optional[str]:
     """The run folder train.py's `words` name with --out (the last one, as argparse takes it)."""
     found = None

@@ -54,6 +54,7 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         if not interrupts.stuck():
             atexit._run_exitfuncs()
+        interrupts.stay_for_rank_0(code)      # Horovod: or mpirun may drop rank 0's line
         os._exit(code)
     return code
 

@@ -276,3 +276,43 @@ def test_ctrl_c_while_the_process_imports_tensorflow_is_one_interrupted_line(tmp
     lines = [x for x in stderr.splitlines() if x.strip() and not TF_LOG_LINE.match(x)]
     assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr and "Error" not in stderr, stderr
+
+
+# a rank's first lines as train.py's, then 60 s that stand for its imports: calls into C (as
+# TensorFlow's library loads, 0.3-1.2 s here) that hold a signal back until they return
+RANK_IMPORTING = """
+import signal, sys, time
+from deepdensity.training import interrupts
+interrupts.hold_early(sys.argv[1:])
+print("importing", flush=True)
+for _ in range(1200):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    time.sleep(0.05)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+"""
+
+
+@pytest.mark.slow
+def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_time(tmp_path):
+    """Issue 70, seen in CI: Ctrl-C to plain horovodrun under MPI while the ranks imported, and
+    nothing but '^C' on the screen. mpirun, interrupted, SIGTERMs its ranks 1 s later, and once it
+    has seen one end it drops what the others write: rank 1, done first, took rank 0's line with
+    it (interrupts.stay_for_rank_0). Ten interrupts of a real mpirun whose ranks each take the
+    signal up to 0.05 s late: rank 0's line every time, and nothing else."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun here")
+    out = tmp_path / "run"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
+           "PYTHONPATH": str(ROOT)}
+    said = []
+    for _ in range(10):
+        proc = subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+                                 "-c", RANK_IMPORTING, "--mode", "strong", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+        started = [proc.stdout.readline() for _ in range(2)]
+        assert all("importing" in x for x in started), started
+        proc.send_signal(signal.SIGINT)
+        said.append(proc.communicate(timeout=60)[0])
+    line = ("interrupted: no epoch finished; start again with the same command: "
+            f"horovodrun -np 2 python train.py --mode strong --out {out}")
+    assert [text.strip() for text in said] == [line] * 10

@@ -1,9 +1,10 @@
 """How a training process takes Ctrl-C and SIGTERM (training/interrupts.py), in this process:
 at once outside held sections, after them inside; while a call blocks in another thread; again
 where Python swallowed the first raise, without a word; and an error after a signal, or a peer
-gone just before it, is the interrupt."""
+gone just before it, is the interrupt. In a process of its own: while train.py imports, at once."""
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 from deepdensity.launch import signals
 from deepdensity.training import interrupts
 from deepdensity.utils.errors import Interrupted
+from tests.support import ROOT
 
 
 def signal_soon(signum=signal.SIGTERM, after=0.2) -> threading.Timer:
@@ -160,3 +162,49 @@ def test_on_a_terminal_ctrl_c_gets_a_line_of_its_own(monkeypatch, signum, rank, 
         got = b""
     os.close(master)
     assert got == written.replace(b"\n", b"\r\n")     # the terminal's own newline translation
+
+
+# train.py's first lines, then 60 s that stand for its imports (about 0.3 s here, seconds on a
+# loaded host); the signal is sent once the handlers are in place
+WHILE_IMPORTING = """
+import os, signal, sys, time
+from deepdensity.training import interrupts
+interrupts.hold_early(sys.argv[1:])
+os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+time.sleep(60)
+print("the imports went on", file=sys.stderr)
+"""
+NOT_A_LAUNCH = ("HOROVOD_", "OMPI_", "PMI_", "DEEPDENSITY_")
+
+
+@pytest.mark.parametrize("launcher, signum, code, said", [
+    ({}, signal.SIGTERM, 143, "interrupted: no epoch finished; start again with the same command: "
+                              "python train.py --mode strong --out {out}"),
+    ({}, signal.SIGINT, 130, "interrupted: at epoch 3, checkpointed in {out}; continue with: "
+                             "python train.py --mode strong --out {out} --resume"),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, signal.SIGHUP, 129,
+     "interrupted: no epoch finished; start again with the same command: "
+     "horovodrun -np 2 python train.py --mode strong --out {out}"),
+    ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}, signal.SIGTERM, 143, ""),
+    # deepdensity launch's relayed interrupt: exit 0 (a non-zero one starts mpirun's kill)
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+      "DEEPDENSITY_LAUNCH_PREFIX": "python -m deepdensity launch -np 2 "}, signals.RELAYED, 0,
+     "interrupted: at epoch 3, checkpointed in {out}; continue with: "
+     "python -m deepdensity launch -np 2 python train.py --mode strong --out {out} --resume"),
+])
+def test_while_train_py_imports_a_signal_ends_it_at_once_in_its_one_line(tmp_path, launcher, signum, code, said):
+    """Issue 70: mpirun SIGKILLs a rank 2 s after a Ctrl-C reaches it, and a rank still importing
+    its modules on a loaded host took the signal only after them, and died without a word. Before
+    the run has written anything, the signal ends the process at once, rank 0 saying where the
+    run stands (from the checkpoint an earlier start left, where there is one) and the command
+    that goes on; the other ranks in silence."""
+    out = tmp_path / "run"
+    if "checkpointed" in said:
+        out.mkdir()
+        (out / "state.json").write_text('{"epoch": 2, "status": "running"}')
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(NOT_A_LAUNCH)}, **launcher,
+           "SIGNAL": str(int(signum)), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", WHILE_IMPORTING, "--mode", "strong", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stderr) == (code, said.format(out=out) + "\n" if said else ""), proc.stderr
+    assert proc.stdout == ""
