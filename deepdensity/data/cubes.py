@@ -1,4 +1,4 @@
-"""Nodule cubes on disk: the HDF5 layout, its writer and its loader.
+"""Nodule cubes on disk: the HDF5 layout and its loader.
 
 HDF5 layout (format "deepdensity-cubes", version 1), written by `synth` and by the
 DICOM / LUNA16 ingestion alike:
@@ -13,12 +13,11 @@ DICOM / LUNA16 ingestion alike:
     /val/...          the same, for the validation cubes (256 in the paper)
 
 
-The commands that make such files are in deepdensity/data/cli.py.
+The writer is in deepdensity/data/writer.py, the fingerprint of the files a run read in
+deepdensity/data/fingerprint.py, and the commands that make such files in deepdensity/data/cli.py.
 """
 from __future__ import annotations
 
-import datetime
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import h5py
 import numpy as np
 
 from deepdensity.utils.errors import UserError, one_line, shell_word, shown
-from deepdensity.utils.files import hdf5_atomic, is_hdf5_lock_error, special_kind
+from deepdensity.utils.files import is_hdf5_lock_error, special_kind
 
 FORMAT = "deepdensity-cubes"
 FORMAT_VERSION = 1
@@ -39,62 +38,6 @@ UNIT_SLACK = 1e-6
 
 class DataError(UserError):
     """Unusable data: reported as one line naming the file and the fix, exit status 2."""
-
-
-# --------------------------------------------------------------------------------------
-# Writing
-# --------------------------------------------------------------------------------------
-def hu_to_unit(hu: np.ndarray, window=HU_WINDOW) -> np.ndarray:
-    lo, hi = window
-    return np.clip((hu - lo) / (hi - lo), 0.0, 1.0).astype(np.float32)
-
-
-@dataclass
-class Split:
-    cubes: np.ndarray                 # (N, G, G, G) float32
-    seriesuid: np.ndarray             # (N,) str
-    world_xyz: np.ndarray             # (N, 3) float64
-    diameter_mm: np.ndarray           # (N,) float64
-    extra: Optional[dict] = None      # more per-cube columns, e.g. the synthetic kind
-
-    def take(self, idx) -> "Split":
-        extra = {k: v[idx] for k, v in (self.extra or {}).items()}
-        return Split(self.cubes[idx], self.seriesuid[idx], self.world_xyz[idx],
-                     self.diameter_mm[idx], extra)
-
-
-def write_cubes(path, train: Split, val: Split, attrs: dict) -> None:
-    """Write the layout above atomically: a crash or a full disk never leaves a half-written file."""
-    with hdf5_atomic(path) as f:
-        f.attrs.update({
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **attrs,
-        })
-        for name, split in (("train", train), ("val", val)):
-            g = f.create_group(name)
-            # an empty split (prepare --val 0) cannot be chunked one cube at a time
-            packed = dict(compression="gzip", compression_opts=4, shuffle=True,
-                          chunks=(1,) + split.cubes.shape[1:]) if len(split.cubes) else {}
-            g.create_dataset("cubes", data=split.cubes.astype(np.float32), **packed)
-            g.create_dataset("seriesuid", data=np.asarray(split.seriesuid, dtype=object), dtype=h5py.string_dtype())
-            g.create_dataset("world_xyz", data=np.asarray(split.world_xyz, np.float64))
-            g.create_dataset("diameter_mm", data=np.asarray(split.diameter_mm, np.float64))
-            for k, v in (split.extra or {}).items():
-                v = np.asarray(v)
-                g.create_dataset(k, data=v.astype(object) if v.dtype.kind == "U" else v,
-                                 dtype=h5py.string_dtype() if v.dtype.kind in "UO" else None)
-
-
-def check_geometry(cube: int, spacing_mm: float, window=None) -> None:
-    """The cube size, voxel spacing and HU window a command is asked for, or a DataError."""
-    if cube < 4:
-        raise DataError(f"--cube must be at least 4, got {cube}")
-    if not 0 < spacing_mm < float("inf"):
-        raise DataError(f"--spacing must be a finite number of mm > 0, got {spacing_mm}")
-    if window is not None and not (-float("inf") < window[0] < window[1] < float("inf")):
-        raise DataError(f"--window LO HI needs finite LO < HI (HU), got {list(window)}")
-
 
 
 # --------------------------------------------------------------------------------------
@@ -118,7 +61,7 @@ class Cubes:
 def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", "val")) -> Cubes:
     """Read and check a cubes file; every problem is a DataError saying what to do. `need`:
     the splits that must hold cubes (training needs both; encoding one split only that one).
-    The file's structure is checked before a value is read (_check_structure)."""
+    The file's structure is checked before a value is read (check_structure)."""
     path, name = Path(path), shown(path)       # name: the path as given, a newline seen as one
     made = path if path.suffix == ".h5" else path.with_suffix(".h5")    # synth writes .h5 files only
     make = f"make one with: python -m deepdensity.data synth --out {shell_word(made)}" + (
@@ -130,7 +73,7 @@ def load_cubes(path, expect_grid: Optional[int] = None, need: tuple = ("train", 
         raise DataError(f"data file {name} is not an HDF5 file; {make}")
     try:
         with h5py.File(path, "r") as f:
-            _check_structure(f, name, make)
+            check_structure(f, name, make)
             attrs = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in f.attrs.items()}
             arrays = {split: f[split]["cubes"][...] for split in ("train", "val")}
     except OSError as e:
@@ -176,6 +119,14 @@ def _unreadable(path: Path, e: OSError) -> str:
             f"re-create it with the command that made it (its created_by attribute says which)")
 
 
+def check_regular_data(path) -> None:
+    """A data path that is a folder, a FIFO, a socket or a device is refused in one line before
+    anything opens it (HDF5 would wait on a FIFO for a writer that never comes)."""
+    kind = special_kind(path)
+    if kind:
+        raise DataError(f"data file {shown(path)} is {kind}, not a file; set data_path to an HDF5 file of cubes")
+
+
 def read_columns(path, split: str) -> dict:
     """The per-cube columns beside a split's cubes (seriesuid, world_xyz, diameter_mm, ...),
     those the file has; call after load_cubes has checked the file. A column of the layout in
@@ -200,9 +151,9 @@ def read_columns(path, split: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# Structure: what load_cubes checks before it reads a value
+# Structure: what load_cubes checks before it reads a value (and the files fingerprint.py digests)
 # --------------------------------------------------------------------------------------
-def _check_structure(f: h5py.File, name: str, make: str) -> list:
+def check_structure(f: h5py.File, name: str, make: str) -> list:
     """The file's objects as the layout names them, or a DataError naming the object: every
     link leads somewhere; /train and /val are groups of datasets only; the cubes are real
     numbers; values stored in other files (a virtual dataset's sources, external raw files)
@@ -337,43 +288,8 @@ def _holds(path: Path, dataset: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Fingerprint: which data a run trained on
+# Densities: what the model is trained on
 # --------------------------------------------------------------------------------------
-def check_regular_data(path) -> None:
-    """A data path that is a folder, a FIFO, a socket or a device is refused in one line before
-    anything opens it (HDF5 would wait on a FIFO for a writer that never comes)."""
-    kind = special_kind(path)
-    if kind:
-        raise DataError(f"data file {shown(path)} is {kind}, not a file; set data_path to an HDF5 file of cubes")
-
-
-def data_files(path) -> list:
-    """The files the cubes of data file `path` are read from: `path`, then those its splits
-    reach through external links, virtual datasets and external raw storage. Just `path` when
-    its structure is broken (load_cubes then says how)."""
-    check_regular_data(path)
-    try:
-        with h5py.File(path, "r") as f:
-            return _check_structure(f, shown(path), "")
-    except (OSError, DataError):
-        return [Path(path)]
-
-
-def data_fingerprint(path) -> str:
-    """'size:sha256' of the data file's bytes, then '+size:sha256' of every other file its cubes
-    are read from (data_files): replacing a file an external link points to changes it. A file
-    that links to nothing keeps the fingerprint it had before links were followed."""
-    return "+".join(_file_digest(p) for p in data_files(path))
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return f"{os.path.getsize(path)}:{h.hexdigest()}"
-
-
 def to_density(cubes: np.ndarray) -> tuple:
     """Scale each cube so its voxels integrate to 1 over [-1, 1]^n (cell volume (2/G)^n).
 

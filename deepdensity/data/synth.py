@@ -6,7 +6,8 @@ import sys
 
 import numpy as np
 
-from deepdensity.data.cubes import HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
+from deepdensity.data.cubes import HU_WINDOW, DataError
+from deepdensity.data.writer import Split, check_geometry, hu_to_unit, write_cubes
 
 NODULE_KINDS = ("solid", "part_solid", "ground_glass", "lobulated")
 # Rough LUNA16 mix of appearances; solid nodules dominate.

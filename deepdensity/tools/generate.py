@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepdensity.data.cubes import DataError, Split, check_regular_data, load_cubes, read_columns, write_cubes
+from deepdensity.data.cubes import DataError, check_regular_data, load_cubes, read_columns
+from deepdensity.data.writer import Split, write_cubes
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import FIELDS, Config, parse_set
-from deepdensity.data.cubes import data_fingerprint as of_the_files_read
+from deepdensity.data.fingerprint import data_fingerprint as of_the_files_read
 from deepdensity.utils.errors import UserError, horovodrun_prefix, shell_word
 from deepdensity.utils.files import json_with
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from deepdensity.data import cubes as data
-from deepdensity.data import synth
+from deepdensity.data import fingerprint, synth, writer
 
 
 def test_synth_is_deterministic_and_extends(tmp_path):
@@ -17,7 +17,7 @@ def test_synth_is_deterministic_and_extends(tmp_path):
     cube0, *_ = synth.synth_cube(np.random.default_rng([3, 0]))
     all_ids = np.concatenate([a_train.seriesuid, a_val.seriesuid])
     all_cubes = np.concatenate([a_train.cubes, a_val.cubes])
-    np.testing.assert_array_equal(all_cubes[list(all_ids).index("synthetic.3.0")], data.hu_to_unit(cube0))
+    np.testing.assert_array_equal(all_cubes[list(all_ids).index("synthetic.3.0")], writer.hu_to_unit(cube0))
 
 
 def test_synth_looks_like_windowed_ct_with_a_nodule_in_the_middle():
@@ -37,7 +37,7 @@ def test_synth_looks_like_windowed_ct_with_a_nodule_in_the_middle():
 def test_write_and_load_round_trip(tmp_path):
     train, val = synth.synthesize(30, 6, seed=1, progress=False)
     path = tmp_path / "x.h5"
-    data.write_cubes(path, train, val, {"cube_size": 16, "source": "synthetic"})
+    writer.write_cubes(path, train, val, {"cube_size": 16, "source": "synthetic"})
     assert [p.name for p in tmp_path.iterdir()] == ["x.h5"], "no temporary file left behind"
     c = data.load_cubes(path)
     assert c.train.shape == (24, 16, 16, 16) and c.val.shape == (6, 16, 16, 16)
@@ -51,7 +51,7 @@ def test_write_and_load_round_trip(tmp_path):
 def test_failed_write_leaves_nothing(tmp_path):
     train, val = synth.synthesize(10, 2, seed=1, progress=False)
     with pytest.raises(Exception):
-        data.write_cubes(tmp_path / "x.h5", train, val, {"bad": object()})
+        writer.write_cubes(tmp_path / "x.h5", train, val, {"bad": object()})
     assert list(tmp_path.iterdir()) == []
 
 
@@ -84,7 +84,7 @@ def test_load_errors(tmp_path):
         data.load_cubes(good, expect_grid=16)
     trunc = tmp_path / "trunc.h5"
     train, val = synth.synthesize(30, 6, seed=1, progress=False)
-    data.write_cubes(trunc, train, val, {})
+    writer.write_cubes(trunc, train, val, {})
     raw = trunc.read_bytes()
     trunc.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(data.DataError):
@@ -215,13 +215,13 @@ def _sha(path):
 def test_a_self_contained_file_keeps_the_fingerprint_of_its_bytes(tmp_path):
     """Runs recorded before links were followed name their data by 'size:sha256' of the file."""
     path = tmp_path / "d.h5"
-    data.write_cubes(path, data.Split(_unit(40), np.array(["a"] * 40, object), np.zeros((40, 3)), np.ones(40)),
-                     data.Split(_unit(8, 1), np.array(["b"] * 8, object), np.zeros((8, 3)), np.ones(8)), {})
-    assert data.data_files(path) == [path]
-    assert data.data_fingerprint(path) == _sha(path)
+    writer.write_cubes(path, writer.Split(_unit(40), np.array(["a"] * 40, object), np.zeros((40, 3)), np.ones(40)),
+                       writer.Split(_unit(8, 1), np.array(["b"] * 8, object), np.zeros((8, 3)), np.ones(8)), {})
+    assert fingerprint.data_files(path) == [path]
+    assert fingerprint.data_fingerprint(path) == _sha(path)
     with h5py.File(path, "a") as f:            # a soft link stays in the file: nothing else is read
         f["val/again"] = h5py.SoftLink("/val/cubes")
-    assert data.data_files(path) == [path] and data.data_fingerprint(path) == _sha(path)
+    assert fingerprint.data_files(path) == [path] and fingerprint.data_fingerprint(path) == _sha(path)
 
 
 def test_cubes_behind_an_external_link_are_read_and_fingerprinted(tmp_path):
@@ -229,14 +229,14 @@ def test_cubes_behind_an_external_link_are_read_and_fingerprinted(tmp_path):
         f["cubes"] = _unit(8, 1)
     main = _linked(tmp_path, h5py.ExternalLink("other.h5", "/cubes"))
     np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
-    assert data.data_files(main) == [main, tmp_path / "other.h5"]
-    before = data.data_fingerprint(main)
+    assert fingerprint.data_files(main) == [main, tmp_path / "other.h5"]
+    before = fingerprint.data_fingerprint(main)
     assert before == f"{_sha(main)}+{_sha(tmp_path / 'other.h5')}"
     main_bytes = main.read_bytes()
     with h5py.File(tmp_path / "other.h5", "w") as f:     # other cubes, same size, main.h5 untouched
         f["cubes"] = _unit(8, 2)
     assert main.read_bytes() == main_bytes
-    assert data.data_fingerprint(main) != before
+    assert fingerprint.data_fingerprint(main) != before
 
 
 def test_a_virtual_dataset_is_read_and_its_source_fingerprinted(tmp_path):
@@ -249,11 +249,11 @@ def test_a_virtual_dataset_is_read_and_its_source_fingerprinted(tmp_path):
         del f["val/cubes"]
         f.create_virtual_dataset("val/cubes", layout, fillvalue=0)
     np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
-    before = data.data_fingerprint(main)
+    before = fingerprint.data_fingerprint(main)
     assert before == f"{_sha(main)}+{_sha(tmp_path / 'src.h5')}"
     with h5py.File(tmp_path / "src.h5", "w") as f:
         f["x"] = _unit(8, 2)
-    assert data.data_fingerprint(main) != before
+    assert fingerprint.data_fingerprint(main) != before
 
 
 def test_external_raw_storage_is_read_from_the_current_folder_and_fingerprinted(tmp_path, monkeypatch):
@@ -264,16 +264,16 @@ def test_external_raw_storage_is_read_from_the_current_folder_and_fingerprinted(
         del f["val/cubes"]
         f.create_dataset("val/cubes", shape=(8, 16, 16, 16), dtype="f4", external=[("val.raw", 0, 8 * 16 ** 3 * 4)])
     np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
-    before = data.data_fingerprint(main)
+    before = fingerprint.data_fingerprint(main)
     assert before == f"{_sha(main)}+{_sha(tmp_path / 'val.raw')}"
     _unit(8, 2).tofile(tmp_path / "val.raw")
-    assert data.data_fingerprint(main) != before
+    assert fingerprint.data_fingerprint(main) != before
 
 
 def test_a_broken_file_is_fingerprinted_by_its_own_bytes_and_refused_by_the_loader(tmp_path):
     """The fingerprint may be taken before the loader runs; it does not fail first."""
     main = _linked(tmp_path, h5py.ExternalLink("gone.h5", "/cubes"))
-    assert data.data_fingerprint(main) == _sha(main)
+    assert fingerprint.data_fingerprint(main) == _sha(main)
     with pytest.raises(data.DataError, match="/val/cubes is an external link to /cubes in gone.h5"):
         data.load_cubes(main)
 

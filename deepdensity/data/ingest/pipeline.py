@@ -23,11 +23,12 @@ import numpy as np
 from tqdm import tqdm
 
 from deepdensity.data import lidc
-from deepdensity.data.cubes import HU_WINDOW, DataError, Split, check_geometry, hu_to_unit, write_cubes
+from deepdensity.data.cubes import HU_WINDOW, DataError
 from deepdensity.data.ingest.annotations import read_annotations
 from deepdensity.data.ingest.dicom import read_dicom_series, scan_dicom_folder
 from deepdensity.data.ingest.geometry import ScanError, Volume, check_hu, cut_cube
 from deepdensity.data.ingest.metaimage_nifti import read_volume, scan_uid
+from deepdensity.data.writer import Split, check_geometry, hu_to_unit, write_cubes
 from deepdensity.utils.files import atomic_path
 
 
