@@ -26,6 +26,13 @@ from deepdensity.utils.machine import check_fits_in_memory
 def _parser() -> argparse.ArgumentParser:
     ap = parser(__doc__, "python -m deepdensity.data")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    _add_synth(sub)
+    _add_prepare(sub)
+    _add_synth_scans(sub)
+    return ap
+
+
+def _add_synth(sub) -> None:
     s = sub.add_parser("synth", formatter_class=HelpFormatter, help="write synthetic LUNA-like nodule cubes to HDF5")
     s.add_argument("--out", required=True, help="output .h5 path")
     s.add_argument("--n", type=int, default=2100, help="number of cubes (paper: 2100 nodules)")
@@ -34,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--cube", type=int, default=16, help="cube edge in voxels")
     s.add_argument("--spacing", type=float, default=1.0, help="voxel spacing, mm")
     s.add_argument("--force", action="store_true", help="replace --out if it exists")
+
+
+def _add_prepare(sub) -> None:
     pr = sub.add_parser("prepare", formatter_class=HelpFormatter, help="cut nodule cubes from DICOM series, LUNA16 or NIfTI volumes")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--dicom", help="folder of DICOM files (any names, any order, mixed series)")
@@ -55,13 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--force", action="store_true", help="replace --out if it exists")
     pr.add_argument("--assume-hu", action="store_true",
                     help="read DICOM slices without RescaleSlope/RescaleIntercept as HU already (else skipped)")
+
+
+def _add_synth_scans(sub) -> None:
     sd = sub.add_parser("synth-scans", formatter_class=HelpFormatter, help="write synthetic CT scans (DICOM, .mhd or .nii.gz) and annotations.csv")
     sd.add_argument("--out", required=True, help="output folder")
     sd.add_argument("--n", type=int, default=3, help="number of scans")
     sd.add_argument("--seed", type=int, default=0, help="seeds the scans' anatomy and nodules")
     sd.add_argument("--format", choices=("dicom", "mhd", "nifti"), default="dicom",
                     help="DICOM series (with LIDC-style readings), LUNA16's MetaImage or NIfTI")
-    return ap
 
 
 @command
@@ -81,14 +93,7 @@ def main(argv=None) -> int:
             readings = " (each with an LIDC-style readings.xml)" if args.format == "dicom" else ""
             print(f"wrote {args.n} synthetic {args.format} scan(s){readings} and {csv_path}")
         elif args.cmd == "synth":
-            # the cubes and their train/val copies are in memory together before the file is written
-            per_cube = 2 * args.cube ** 3 * 4
-            check_fits_in_memory(args.n * per_cube, f"synth --n {args.n} of {args.cube}^3 cubes",
-                                 lambda have: f"at most about --n {have // per_cube} fits", error=DataError)
-            train, val = write_synthetic(args.out, args.n, args.val, args.seed, args.cube, args.spacing,
-                                         progress=sys.stderr.isatty())
-            print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "
-                  f"of {args.cube}^3 (seed {args.seed})")
+            _synth(args)
     except KeyboardInterrupt:
         if args.cmd != "prepare":
             raise
@@ -100,6 +105,18 @@ def main(argv=None) -> int:
             _print_summary(e.summary, "")
         raise
     return 0
+
+
+def _synth(args) -> None:
+    """synth: write the synthetic cubes, once it is known that they fit in memory."""
+    # the cubes and their train/val copies are in memory together before the file is written
+    per_cube = 2 * args.cube ** 3 * 4
+    check_fits_in_memory(args.n * per_cube, f"synth --n {args.n} of {args.cube}^3 cubes",
+                         lambda have: f"at most about --n {have // per_cube} fits", error=DataError)
+    train, val = write_synthetic(args.out, args.n, args.val, args.seed, args.cube, args.spacing,
+                                 progress=sys.stderr.isatty())
+    print(f"wrote {args.out}: {len(train.cubes)} train + {len(val.cubes)} val cubes "
+          f"of {args.cube}^3 (seed {args.seed})")
 
 
 def _print_summary(summary, written_to: str) -> None:

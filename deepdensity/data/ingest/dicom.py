@@ -143,6 +143,22 @@ def read_dicom_series(uid: str, items: list, assume_hu: bool = False) -> tuple:
         raise ScanError(f"{where}: fewer than 2 axial images; not a volume")
     row, col = main_orient[:3], main_orient[3:]
     normal = np.cross(row, col)
+    kept, positions, gaps = _in_stack_order(where, kept, normal)
+    slices = [slice_hu(p) for p, _ in kept]
+    if len({s.shape for s in slices}) != 1:
+        raise ScanError(f"{where}: images of different sizes in one series")
+    first = kept[0][1]
+    ps = list(_vector(first, "PixelSpacing", 2, where, kept[0][0]))
+    vol = Volume(np.stack(slices).astype(np.float32), positions[0],
+                 np.array([ps[1], ps[0], float(gaps.mean())]), np.stack([row, col, normal], axis=1),
+                 uid=uid, source=str(Path(kept[0][0]).parent),
+                 slice_uids=tuple(str(ds.SOPInstanceUID) for _, ds in kept))
+    return vol, notes
+
+
+def _in_stack_order(where: str, kept: list, normal: np.ndarray) -> tuple:
+    """The images in order along the stack's normal, their positions and the gaps between them;
+    a ScanError for duplicate slices, a gantry tilt or missing slices (uneven gaps)."""
     positions = np.array([_vector(ds, "ImagePositionPatient", 3, where, p) for p, ds in kept])
     order = np.argsort(positions @ normal)
     kept, positions = [kept[i] for i in order], positions[order]
@@ -158,13 +174,4 @@ def read_dicom_series(uid: str, items: list, assume_hu: bool = False) -> tuple:
     if gaps.max() - gaps.min() > max(0.01 * gaps.mean(), 1e-3):
         raise ScanError(f"{where}: non-uniform slice spacing ({gaps.min():.3g} to {gaps.max():.3g} mm): "
                         f"slices are missing; copy the whole series")
-    slices = [slice_hu(p) for p, _ in kept]
-    if len({s.shape for s in slices}) != 1:
-        raise ScanError(f"{where}: images of different sizes in one series")
-    first = kept[0][1]
-    ps = list(_vector(first, "PixelSpacing", 2, where, kept[0][0]))
-    vol = Volume(np.stack(slices).astype(np.float32), positions[0],
-                 np.array([ps[1], ps[0], float(gaps.mean())]), np.stack([row, col, normal], axis=1),
-                 uid=uid, source=str(Path(kept[0][0]).parent),
-                 slice_uids=tuple(str(ds.SOPInstanceUID) for _, ds in kept))
-    return vol, notes
+    return kept, positions, gaps

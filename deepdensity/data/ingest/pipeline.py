@@ -144,14 +144,9 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     for uid in sorted(set(notes) - seen):
         what = "the XML readings" if lidc_xml else f"{len(notes[uid])} annotation(s)"
         summary.skipped.append(("nodule", f"{what} of {uid}: no scan with that seriesuid"))
+    attrs = _file_attrs(annotations, luna, nifti, cube, spacing_mm, window, seed, lidc_xml, assume_hu, summary)
     try:
-        _write_split(out, per_series, n_val, seed, summary, {
-            "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
-            "source": "luna16" if luna else "nifti" if nifti else "dicom", "created_by": "python -m deepdensity.data prepare",
-            "scans_read": summary.scans_read, "seed": seed,
-            "annotations": "lidc-xml" if lidc_xml else str(annotations),
-            "assume_hu": bool(assume_hu),
-        }, cube)
+        _write_split(out, per_series, n_val, seed, summary, attrs, cube)
     except NotEnoughNodules:
         summary.nodules_written = 0
         cache.clear()               # the same settings would give the same verdict: nothing to keep
@@ -251,6 +246,18 @@ def _cut_scan(vol: Volume, nodules, cube, spacing_mm, window, summary) -> tuple:
         padded_count += padded
         rows.append((hu_to_unit(hu, window), np.asarray(xyz, float), float(diameter)))
     return rows, padded_count
+
+
+def _file_attrs(annotations, luna, nifti, cube, spacing_mm, window, seed, lidc_xml, assume_hu,
+                summary: Summary) -> dict:
+    """The data file's attributes beside the layout's own: how prepare made it, from what."""
+    return {
+        "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
+        "source": "luna16" if luna else "nifti" if nifti else "dicom", "created_by": "python -m deepdensity.data prepare",
+        "scans_read": summary.scans_read, "seed": seed,
+        "annotations": "lidc-xml" if lidc_xml else str(annotations),
+        "assume_hu": bool(assume_hu),
+    }
 
 
 def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary, attrs: dict, cube: int) -> None:
