@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import yaml
 
 from deepdensity.scaling import policies
-from deepdensity.scaling.policies import PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS, ScalingPlan
+from deepdensity.scaling.policy import PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS, ScalingPlan
 from deepdensity.scaling.rules import EPOCH_DEFINITIONS, PlanError
 from deepdensity.utils import schema
 from deepdensity.utils.errors import UserError

@@ -23,7 +23,7 @@ from typing import Optional
 import tensorflow as tf
 
 from deepdensity.scaling import rules
-from deepdensity.scaling.policies import ScalingPlan
+from deepdensity.scaling.policy import ScalingPlan
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.utils.files import write_atomic
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError, run_plan
 from deepdensity.scaling import policies, rules
-from deepdensity.scaling.policies import ScalingPlan
+from deepdensity.scaling.policy import ScalingPlan
 from deepdensity.scaling.rules import PlanError
 from deepdensity.training import dist, interrupts
 from deepdensity.training.agree import Ranks

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import optimize
 
 from deepdensity.scaling import policies, rules
-from deepdensity.scaling.policies import PAPER_BATCH
+from deepdensity.scaling.policy import PAPER_BATCH
 from deepdensity.scaling.rules import steps_per_epoch
 from deepdensity.study.core.protocol_text import PAPER_TABLE1
 
