@@ -40,24 +40,13 @@ from pathlib import Path
 
 from deepdensity.launch import continuing, controllers, relay
 from deepdensity.launch.hosts import check_hosts
+from deepdensity.launch.launcher_output import RANK_LINE, LastWords, LauncherTraceback, ProcessExits
 from deepdensity.launch.signals import CODES as INTERRUPT_CODES
 from deepdensity.utils.args import version
-from deepdensity.utils.errors import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError, command
+from deepdensity.utils.errors import EXIT_SIGINT, EXIT_SIGTERM, LAUNCH_PREFIX_ENV, UserError, command
 from deepdensity.utils.native_logs import native_log_pattern
 
 USAGE = "deepdensity launch HOROVODRUN-OPTIONS [--] COMMAND..."
-# horovodrun's own last words when a process exited non-zero (Horovod 0.28, runner/gloo_run.py)
-LAUNCHER_FAILURE = "RuntimeError: Horovod detected that one or more processes exited with non-zero status"
-# what horovodrun prints on stdout for a process that exited non-zero (gloo_run.py: _exec_command)
-PROCESS_EXIT = re.compile(rb"^Process (\d+) exit with status code (-?\d+)\.\r?\n?$")
-# what a rank wrote, as the launcher tags it: Gloo's [rank], mpirun --tag-output's [job,rank]
-RANK_LINE = re.compile(r"^\[\d+(?:,\d+)?\]<std(?:out|err)>:(.*)", re.S)
-PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of Process (\d+)\.\r?\n?$")
-# horovodrun prints those notes from one thread per process, and print() writes the newline
-# apart: two at once come out as one line, then an empty one ("Process 0 exit … 143.Process 1 exit …")
-JOINED_NOTES = re.compile(rb"(?<=\.)(?=Process \d+ exit with status code|Terminating remaining workers)")
-# exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
-EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
 # horovodrun's own refusals before it starts a rank (Horovod 0.28, runner/launch.py, driver/,
 # elastic/): the cause above its traceback, the traceback's last line, a thread's traceback
 SSH_FAILED = re.compile(r"^ssh not successful for host (\S+?):?\s*$")
@@ -67,8 +56,6 @@ TRACEBACK_START = ("Traceback (most recent call last):", "Exception in thread ")
 JOB_SHUT_DOWN = "Job has been shutdown"
 # horovodrun's argparse refusing its own options (then its usage, which says less)
 OPTIONS_REFUSED = re.compile(r"^horovodrun: error: (.*)")
-# rank 0's interrupt note, its last line (utils/errors.py: "interrupted: at epoch 10, checkpointed in ...")
-RANK0_INTERRUPTED = re.compile(r"^\[(?:\d+,)?0\]<stderr>:interrupted\b")
 # mpirun's closing notice (controllers.MpirunNotice): a rank ran, so nothing was refused at the start
 MPIRUN_NOTICE = ("Primary job", "mpirun detected", "mpirun noticed")
 
@@ -87,60 +74,6 @@ def split_command(argv: list) -> tuple:
         return argv[:cut], argv[cut + 1:]
     cut = next((i for i, word in enumerate(argv) if is_command_start(word)), len(argv))
     return argv[:cut], argv[cut:]
-
-
-class LauncherTraceback:
-    """Passes horovodrun's stderr on line by line, less the launcher's own traceback for a
-    process that exited non-zero; keeps that process's exit code. A traceback starts at the
-    start of a line (the ranks' lines carry a '[rank]<stderr>:' prefix), so it is held back
-    until it shows whose it is: the launcher's ends in LAUNCHER_FAILURE and the process's name
-    and exit code; any other is passed on whole."""
-
-    def __init__(self, write):
-        self.write, self.held, self.exit_code, self.in_failure = write, [], None, False
-        # after a Ctrl-C horovodrun's own lines go (a traceback or a fatal error of its start-up cut
-        # short, its exit report): rank 0's line says where the run stands, or launch says it
-        self.quiet_own = False
-        self.ranks_seen = self.rank_interrupted = False
-
-    def quiet(self) -> None:
-        """From now on horovodrun's own lines go (an interrupt came)."""
-        self.quiet_own = True
-
-    def feed(self, line: str) -> None:
-        if self.in_failure:
-            if line.startswith("Exit code:") and line.split(":", 1)[1].strip().lstrip("-").isdigit():
-                self.exit_code = int(line.split(":", 1)[1])
-                return
-            if line.startswith("Process name:") or not line.strip():
-                return
-            self.in_failure = False
-        if self.held:
-            if line.startswith(LAUNCHER_FAILURE):
-                self.held, self.in_failure = [], True
-                return
-            if line.startswith(" "):              # a frame of the traceback held back
-                self.held.append(line)
-                return
-            self.flush()
-        if line.startswith("Traceback (most recent call last):"):
-            self.held = [line]
-        else:
-            self._say(line)
-
-    def flush(self) -> None:
-        for line in self.held:
-            self._say(line)
-        self.held = []
-
-    def _say(self, line: str) -> None:
-        rank = RANK_LINE.match(line)
-        if rank:
-            self.ranks_seen = True
-            self.rank_interrupted = self.rank_interrupted or rank[1].startswith("interrupted")
-        elif self.quiet_own:
-            return
-        self.write(line)
 
 
 class StartRefusal:
@@ -257,16 +190,7 @@ def horovodrun_path() -> str:
 @command
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(f"usage: {USAGE}\n\n" + __doc__.split("\n", 1)[1].strip())
-        raise SystemExit(0)
-    if argv[:1] == ["--version"]:
-        print(version())
-        raise SystemExit(0)
-    options, cmd = split_command(argv)
-    if not cmd:
-        raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
-                        f"deepdensity launch -np 2 python train.py --mode weak")
+    options, cmd = _options_and_command(argv)
     # Horovod: a host name that does not resolve would end horovodrun and every rank in a silent abort
     check_hosts({})
     # Horovod: MPI where built (horovodrun's default), --gloo or DEEPDENSITY_CONTROLLER=gloo for Gloo;
@@ -284,22 +208,11 @@ def main(argv=None) -> int:
                                                    functools.partial(_write_stdout, line)))
     passing_on = relay.Relay(ended)
     signals = relay.take_interrupts(passing_on, launcher.quiet)      # set before horovodrun starts
-    # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
-    # process alone, which passes every interrupt on (relay.py); no terminal input, which a
-    # process outside the foreground group may not read
-    proc = subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, process_group=0)
+    proc = _start_horovodrun(options, cmd, env)
     passing_on.attach(proc)
     stdout_reader = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
     stdout_reader.start()
-    # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from
-    # TensorFlow 2.17 on come through an absl that TF_CPP_MIN_LOG_LEVEL does not reach: dropped
-    # here as a training process drops its own (console.py); the ranks' lines come tagged
-    native = native_log_pattern(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
-    native = re.compile(native) if native else None
-    for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
-        if native is None or not native.search(line):
-            launcher.feed(line)
+    _pass_on_stderr(proc, launcher)
     ended.set()
     launcher.flush()
     code, _ = proc.wait(), stdout_reader.join()
@@ -313,6 +226,43 @@ def main(argv=None) -> int:
     interrupted = signals and (launcher.rank_interrupted or continuing.say_where_it_stands(
         argv, cmd, launch_prefix(options), spoke=launcher.ranks_seen or exits.ranks_seen))
     return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, bool(interrupted))
+
+
+def _options_and_command(argv: list) -> tuple:
+    """(horovodrun's options, the command) of launch's words (split_command); --help and
+    --version are answered here, and words without a command refused."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: {USAGE}\n\n" + __doc__.split("\n", 1)[1].strip())
+        raise SystemExit(0)
+    if argv[:1] == ["--version"]:
+        print(version())
+        raise SystemExit(0)
+    options, cmd = split_command(argv)
+    if not cmd:
+        raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
+                        f"deepdensity launch -np 2 python train.py --mode weak")
+    return options, cmd
+
+
+def _start_horovodrun(options: list, cmd: list, env: dict) -> subprocess.Popen:
+    """horovodrun started on `cmd`, its stdout and stderr piped to this process."""
+    # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
+    # process alone, which passes every interrupt on (relay.py); no terminal input, which a
+    # process outside the foreground group may not read
+    return subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, process_group=0)
+
+
+def _pass_on_stderr(proc: subprocess.Popen, launcher: LauncherTraceback) -> None:
+    """horovodrun's stderr, line by line as it comes, to `launcher`, until horovodrun closes it."""
+    # horovodrun's own process imports TensorFlow (MPI's build check), whose start-up lines from
+    # TensorFlow 2.17 on come through an absl that TF_CPP_MIN_LOG_LEVEL does not reach: dropped
+    # here as a training process drops its own (console.py); the ranks' lines come tagged
+    native = native_log_pattern(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+    native = re.compile(native) if native else None
+    for line in io.TextIOWrapper(proc.stderr, errors="replace", newline=""):
+        if native is None or not native.search(line):
+            launcher.feed(line)
 
 
 def _write_stdout(line: bytes) -> None:
@@ -330,63 +280,6 @@ def exit_code(code: int, rank_code, signals: list, early: bool) -> int:
     if signals and (early or code in (EXIT_SIGINT, EXIT_SIGTERM)):
         return INTERRUPT_CODES.get(signals[0], code)
     return code
-
-
-class LastWords:
-    """Passes the ranks' stderr on, less rank 0's interrupt note, which it holds until
-    horovodrun has ended (flush). The note is the rank's last line, but mpirun forwards a
-    rank's stdout and stderr on channels of their own and does not keep their order: under MPI
-    "interrupted: at epoch 10, ..." came out before the rank's lines of epochs 7 to 10."""
-
-    def __init__(self, write):
-        self.write_on, self.held = write, []
-
-    def write(self, line: str) -> None:
-        if RANK0_INTERRUPTED.match(line):
-            self.held.append(line)
-        else:
-            self.write_on(line)
-
-    def flush(self) -> None:
-        for line in self.held:
-            self.write_on(line)
-        self.held = []
-
-
-class ProcessExits:
-    """Passes horovodrun's stdout on, less its notes on a process that exited with a code its
-    own last line explains (EXPLAINED: rank 0's error line, or where an interrupted run stands):
-    'Process 0 exit with status code 143.' and 'Terminating remaining workers after failure of
-    Process 0.' Others stay: a rank that crashed is named."""
-
-    def __init__(self, write):
-        self.write, self.explained, self.ranks_seen, self.ended = write, set(), False, False
-        self.newlines_owed = 0          # the empty lines that follow notes printed as one line
-
-    def feed(self, line: bytes) -> None:
-        if self.newlines_owed and line.strip() == b"":
-            self.newlines_owed -= 1
-            return
-        if RANK_LINE.match(line.decode(errors="replace")):     # a rank's own words are never split
-            self._feed_one(line)
-            return
-        notes = JOINED_NOTES.split(line)
-        self.newlines_owed += len(notes) - 1
-        for note in notes[:-1]:
-            self._feed_one(note + b"\n")
-        self._feed_one(notes[-1])
-
-    def _feed_one(self, line: bytes) -> None:
-        self.ranks_seen = self.ranks_seen or RANK_LINE.match(line.decode(errors="replace")) is not None
-        ended = PROCESS_EXIT.match(line)
-        self.ended = self.ended or ended is not None
-        if ended and int(ended[2]) in EXPLAINED:
-            self.explained.add(ended[1])
-            return
-        failed = PROCESS_FAILURE.match(line)
-        if failed and failed[1] in self.explained:
-            return
-        self.write(line)
 
 
 if __name__ == "__main__":

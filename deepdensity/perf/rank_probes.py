@@ -32,7 +32,7 @@ from deepdensity.perf.probes import REPORT_ENV
 from deepdensity.perf.profile import random_cubes
 from deepdensity.perf.steps import median_seconds, trainable, training_step
 from deepdensity.training import dist
-from deepdensity.training.trainer import training_data
+from deepdensity.training.run_data import training_data
 from deepdensity.utils.args import HelpFormatter, parser
 from deepdensity.utils.files import write_atomic
 

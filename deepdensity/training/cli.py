@@ -11,6 +11,7 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
+import argparse
 import atexit
 import errno
 import os
@@ -70,26 +71,7 @@ def _command(argv) -> int:
 
 
 def _main(argv) -> int:
-    # the spelling the user typed: python train.py, or deepdensity train (python -m deepdensity train)
-    ap = parser(__doc__, "train.py" if Path(sys.argv[0]).name == "train.py" else "deepdensity train")
-    ap.add_argument("--mode", required=True, choices=policies.names(),
-                    help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)")
-    ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
-    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); "
-                                  "default: a new runs/MODE-nN-DATE-TIME/ (runs/: $DEEPDENSITY_RUNS if set), "
-                                  "printed at the start")
-    ap.add_argument("--no-save", action="store_true", help="write no run folder (a quick try)")
-    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-    ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
-                    help="one process following the optimisation path of N Horovod workers")
-    ap.add_argument("--elastic", action="store_true",
-                    help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
-                         "(needs epoch_definition: global; docs/cluster.md)")
-    ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="print the settings, the policy's arithmetic, the data and the run folder; train nothing")
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.resume and not args.out:
         ap.error("--resume needs --out")
@@ -112,6 +94,30 @@ def _main(argv) -> int:
         return 0
     _train(cfg, args, argv)
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    # the spelling the user typed: python train.py, or deepdensity train (python -m deepdensity train)
+    ap = parser(__doc__, "train.py" if Path(sys.argv[0]).name == "train.py" else "deepdensity train")
+    ap.add_argument("--mode", required=True, choices=policies.names(),
+                    help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)")
+    ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
+    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); "
+                                  "default: a new runs/MODE-nN-DATE-TIME/ (runs/: $DEEPDENSITY_RUNS if set), "
+                                  "printed at the start")
+    ap.add_argument("--no-save", action="store_true", help="write no run folder (a quick try)")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
+                    help="one process following the optimisation path of N Horovod workers")
+    ap.add_argument("--elastic", action="store_true",
+                    help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
+                         "(needs epoch_definition: global; docs/cluster.md)")
+    ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the settings, the policy's arithmetic, the data and the run folder; train nothing")
+    return ap
 
 
 def _train(cfg, args, argv) -> None:

@@ -3,24 +3,20 @@
 Everything a run leaves behind is in its output folder, written by rank 0 only and each file
 atomically: config.json, metrics.jsonl, result.json, weights.h5, and a checkpoint after every
 epoch so that `--resume` continues a killed run. The pieces: launch.py (who this process is
-and the policy's plan), run_folder.py (the folder and resume), feeds.py (the data), fit.py
+and the policy's plan), run_folder.py (the folder and resume), resuming.py (a resume's checks),
+run_data.py (the data set), run_config.py (config.json), feeds.py (the data as tf.data), fit.py
 (the fit loop and its callbacks), elastic.py (a changing N), agree.py (what ranks agree on).
 """
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
 from deepdensity.config import Config, ConfigError
-from deepdensity.data import synth
-from deepdensity.data.cubes import DataError, load_cubes, to_density
-from deepdensity.launch import controllers
+from deepdensity.data.cubes import DataError
 from deepdensity.model.autoencoder import build_model, make_adam
 from deepdensity.scaling import rules
 from deepdensity.training import callbacks, dist, interrupts, run_folder, runs
@@ -28,11 +24,13 @@ from deepdensity.training.elastic import fit_elastic
 from deepdensity.training.fit import Training, fit
 from deepdensity.training.kit import PolicyKit
 from deepdensity.training.launch import Launch, launch
+from deepdensity.training.resuming import check_same_data, open_folder, resumed_line
+from deepdensity.training.run_config import run_config
+from deepdensity.training.run_data import make_default_data, training_data
 from deepdensity.training.run_folder import RunError
-from deepdensity.training.runs import START_AFRESH, DamagedRun, read_json, read_metrics
+from deepdensity.training.runs import DamagedRun, read_json, read_metrics
 from deepdensity.utils.errors import shown
 from deepdensity.utils.files import remove_if_unused
-from deepdensity.utils.stack import keras_of
 
 __all__ = ["train", "RunError"]
 
@@ -73,28 +71,20 @@ def _missing_folders(out: Optional[Path]) -> list:
 
 
 def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verbose: bool) -> dict:
-    state = _open_folder(cfg, run, resume)
+    state = open_folder(cfg, run, resume)
     if run_folder.finished(state, cfg, run):
         run.say(f"{run.out} holds a finished run; nothing to do (see {run.out}/result.json)")
         return read_json(run.out / "result.json", "finished run's result") if run.is_chief else {}
-    _make_default_data(cfg.data_path, run)
+    make_default_data(cfg.data_path, run)
     # a Ctrl-C or SIGTERM is taken between the steps of the start (interrupts.py)
     interrupts.take_pending()
-    # the data by its content, not its path (hosts may keep their copies in other places)
-    run.ranks.require_same({**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": run.p.mode,
-                            "emulate_workers": emulate_workers, "data_fingerprint":
-                            runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None})
-    cubes, train_x, val_x = training_data(cfg, run.say)
-    try:
-        steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
-    except rules.PlanError as e:
-        raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
+    cubes, train_x, val_x, steps = _data_and_steps(cfg, run, emulate_workers)
     interrupts.take_pending()
     kit = PolicyKit(cfg, run.backend)          # what the policy's hooks build, for the whole run
     model, optimizer = _compiled_model(cfg, run, kit, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
-    run.ranks.chief_check(lambda: _check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
+    run.ranks.chief_check(lambda: check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
                           bool(state))
     initial_epoch, elapsed_before = run_folder.resume_point(ckpt, run, state)
     interrupts.take_pending()
@@ -106,7 +96,7 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     if initial_epoch > cfg.max_epochs:         # before the folder takes the resume's settings
         raise RunError(f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
                        f"{cfg.max_epochs}; raise max_epochs to train further")
-    val_history = run_folder.start_files(run.out, initial_epoch, _run_config(
+    val_history = run_folder.start_files(run.out, initial_epoch, run_config(
         cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
     if initial_epoch and run.writes:
         run.say(resumed_line(run.out, initial_epoch, state, len(val_history)))
@@ -118,66 +108,34 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         return run_folder.save_run(model, record, run, state)
     t = Training(cfg=cfg, run=run, model=model, record=record, data=(train_x, val_x), ckpt=ckpt, steps=steps,
                  kit=kit, verbose=verbose)
+    return _fit_and_save(t, initial_epoch, state)
+
+
+def _data_and_steps(cfg: Config, run: Launch, emulate_workers: int) -> tuple:
+    """(cubes file, training cubes, validation cubes, steps per epoch), once every rank is known
+    to run the same settings on the same data."""
+    # the data by its content, not its path (hosts may keep their copies in other places)
+    run.ranks.require_same({**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": run.p.mode,
+                            "emulate_workers": emulate_workers, "data_fingerprint":
+                            runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None})
+    cubes, train_x, val_x = training_data(cfg, run.say)
+    try:
+        steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
+    except rules.PlanError as e:
+        raise ConfigError(f"{shown(cfg.data_path)}: {e}") from None
+    return cubes, train_x, val_x, steps
+
+
+def _fit_and_save(t: Training, initial_epoch: int, state: Optional[dict]) -> dict:
+    """Fit from `initial_epoch` to the run's end (elastic: across changes of N), then save the
+    weights and the result; returns result.json's content."""
     interrupts.take_pending()
+    run = t.run
     if run.elastic:
         run, saved = fit_elastic(t, initial_epoch)
     else:
         saved = fit(t, initial_epoch, state)
-    return run_folder.save_run(model, record, run, saved)
-
-
-def resumed_line(out: Path, initial_epoch: int, state: dict, rows: int) -> str:
-    """What a resumed run says it restored, in one line (rank 0, before its first epoch)."""
-    return (f"resumed from epoch {initial_epoch} of {out}: weights and optimizer state from "
-            f"{state['checkpoint']}, {rows} epoch{'' if rows == 1 else 's'} of metrics.jsonl, "
-            f"{state['elapsed_s']:.1f} s on the run's clock")
-
-
-def _open_folder(cfg: Config, run: Launch, resume: bool) -> Optional[dict]:
-    """The state to resume from (rank 0, which alone reads the folder), after checking the
-    folder and that the resume keeps the run's settings; None for a new run."""
-    def check() -> Optional[dict]:
-        state = run_folder.check_out_dir(run.out, resume)
-        died = run_folder.claim(run.out)
-        if died:
-            run.say(died)
-        if resume and state is None:
-            run.say(f"nothing to resume in {run.out}; starting a new run there")
-        if state:
-            run_folder.check_resume(run.out, run_folder.resume_identity(cfg, run))
-        return state
-    return run.ranks.chief_check(check, run.writes)
-
-
-def _check_same_data(cfg: Config, out: Path, n_train: int, n_val: int, fingerprint: Optional[str]) -> None:
-    """A resume continues on the data the run started on (same split sizes, same content)."""
-    run_folder.check_resume(out, {"n_train": n_train, "n_val": n_val})
-    if runs.other_data(read_json(out / "config.json", "run's configuration"), fingerprint):
-        raise RunError(f"{out} was trained on other data than {shown(cfg.data_path)} holds now (its content "
-                       f"changed); a resume continues the same optimisation path: {START_AFRESH}")
-
-
-def _run_config(cfg: Config, run: Launch, emulate_workers: int, steps: int, n_train: int, n_val: int,
-                fingerprint: Optional[str]) -> dict:
-    """config.json: the settings, the policy's arithmetic, the data and the software."""
-    p = run.p
-    return {**cfg.to_dict(), "mode": p.mode, "world_size": run.processes, "workers": run.workers,
-            "emulated": emulate_workers > 1, "global_batch": p.global_batch,
-            "per_worker_batch": p.per_worker_batch, "per_process_batch": p.per_process_batch,
-            "lr": p.peak_lr, "steps_per_epoch": steps, "n_train": n_train, "n_val": n_val,
-            "threads_per_process": run.threads, "data_fingerprint": fingerprint, "elastic": run.elastic,
-            # Horovod: the controller and transport the launcher gave the ranks (none: one process)
-            "launch": controllers.of_this_run(dict(os.environ)), "versions": _versions()}
-
-
-def _versions() -> dict:
-    import platform
-
-
-    return {"python": platform.python_version(), "tensorflow": tf.__version__, "keras": keras_of(tf),
-            "numpy": np.__version__,
-            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-            "gpus": len(tf.config.list_physical_devices("GPU")), "horovod": dist.horovod_version()}
+    return run_folder.save_run(t.model, t.record, run, saved)
 
 
 def _compiled_model(cfg: Config, run: Launch, kit: PolicyKit, cubes, steps: int) -> tuple:
@@ -200,36 +158,6 @@ def _compiled_model(cfg: Config, run: Launch, kit: PolicyKit, cubes, steps: int)
                   jit_compile=cfg.xla == "step")
     dist.create_slots(model, optimizer)
     return model, optimizer
-
-
-def _make_default_data(path: str, run: Launch) -> None:
-    """A data set the shipped settings name (synth.DEFAULT_DATA) that does not exist yet is
-    made: deterministic, written by rank 0 alone while the other workers wait."""
-    recipe = synth.DEFAULT_DATA.get(path)
-    if not run.ranks.any(run.is_chief and recipe is not None and not Path(path).exists()):
-        return
-    if run.is_chief:
-        n, n_val, seed = recipe
-        run.tell(f"making the default data set {path}: {n} synthetic cubes, {n_val} of them for validation, "
-                 f"seed {seed} (python -m deepdensity.data synth --out {path} --n {n} --val {n_val} --seed {seed})")
-        with interrupts.opened():         # seconds of NumPy, written atomically: a signal cuts it short
-            synth.write_synthetic(path, n, n_val, seed, progress=run.say is print and sys.stderr.isatty())
-    run.ranks.wait_for_chief()      # Horovod: the others wait here until rank 0's file is complete
-
-
-def training_data(cfg: Config, say=print) -> tuple:
-    """(cubes file, training cubes, validation cubes) as the model sees them (also the study's
-    clock's step probe, whose steps cost what the real runs' steps cost only on the same data)."""
-    cubes = load_cubes(cfg.data_path)
-    train_x, val_x = cubes.train, cubes.val
-    if cfg.max_train_cubes:
-        train_x = train_x[: cfg.max_train_cubes]
-    if cfg.intensity_scaling == "density":
-        train_x, empty_train = to_density(train_x)
-        val_x, empty_val = to_density(val_x)
-        if empty_train + empty_val:
-            say(f"warning: {empty_train + empty_val} cubes hold no mass (all air); used a uniform density")
-    return cubes, train_x, val_x
 
 
 def _describe(run: Launch, cfg: Config, cubes, n_train: int, n_val: int, steps: int, grad_slices: int) -> None:

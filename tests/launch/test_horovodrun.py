@@ -5,7 +5,8 @@ import sys
 import pytest
 
 from deepdensity.launch import controllers, horovodrun
-from deepdensity.launch.horovodrun import LauncherTraceback, launch_prefix, split_command
+from deepdensity.launch.horovodrun import launch_prefix, split_command
+from deepdensity.launch.launcher_output import LastWords, LauncherTraceback, ProcessExits
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV, launcher_prefix
 from deepdensity.utils.files import mark_folder
 from tests.support import SMOKE, fed_through, run
@@ -110,7 +111,7 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
 
 def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
     said = []
-    exits = horovodrun.ProcessExits(said.append)
+    exits = ProcessExits(said.append)
     for line in (b"[0]<stdout>:epoch    1  loss 0.1\n", b"Process 0 exit with status code 143.\n",
                  b"Process 1 exit with status code 2.\n", b"Terminating remaining workers after failure of Process 1.\n",
                  b"Process 2 exit with status code 139.\n", b"Terminating remaining workers after failure of Process 2.\n"):
@@ -123,7 +124,7 @@ def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
     """Two of its per-process threads printing at once (seen in CI): one line, then the empty
     line print() wrote apart. Each note is judged on its own; the empty line goes with them."""
     said = []
-    exits = horovodrun.ProcessExits(said.append)
+    exits = ProcessExits(said.append)
     for line in (b"[0]<stderr>:interrupted: at epoch 12\n",
                  b"Process 0 exit with status code 143.Process 1 exit with status code 143.\n", b"\n",
                  b"Process 0 exit with status code 143.Process 2 exit with status code 139.\n", b"\n", b"\n"):
@@ -336,7 +337,7 @@ def test_rank_0s_interrupt_note_is_held_until_horovodrun_has_ended():
     rank's last epoch lines (seen under MPI). Held to the end, it is the last line again, under
     either tag; rank 1's lines and rank 0's other stderr lines pass at once."""
     said = []
-    words = horovodrun.LastWords(said.append)
+    words = LastWords(said.append)
     for line in ("[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[1,1]<stderr>:a warning\n",
                  "[1,0]<stderr>:error: no such file\n", "[0]<stderr>:interrupted\n"):
         words.write(line)

@@ -36,9 +36,6 @@ from typing import Optional
 from deepdensity.config import Config
 from deepdensity.launch.slurm_jobs import (
     COMMENT,
-    LEFT,
-    LIVE,
-    QueueJob,
     SlurmOptions,
     Submitter,
     TrainJob,
@@ -50,6 +47,7 @@ from deepdensity.launch.slurm_jobs import (
     sbatch_text,
     time_hours,
 )
+from deepdensity.launch.slurm_queue import LEFT, LIVE, QueueJob
 from deepdensity.scaling import policies
 from deepdensity.study.core.request import RunRequest
 from deepdensity.study.plan.study_plan import CLOCK_MINUTES, run_counts

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from submitit.core.utils import JobPaths, cloudpickle_dump
 
-from deepdensity.launch.slurm_jobs import QueueJob, QueueWatcher, SlurmOptions
+from deepdensity.launch.slurm_jobs import SlurmOptions
+from deepdensity.launch.slurm_queue import QueueJob, QueueWatcher
 from deepdensity.study.run import timing
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.slurm_runner import SlurmRunner

@@ -12,15 +12,13 @@ import pytest
 
 from deepdensity.launch.slurm_jobs import (
     COMMENT,
-    LEFT,
-    QueueJob,
-    QueueWatcher,
     SlurmOptions,
     Submitter,
     TrainJob,
     find,
     job_parameters,
 )
+from deepdensity.launch.slurm_queue import LEFT, QueueJob, QueueWatcher
 from deepdensity.study.run.slurm_runner import SlurmRunner
 from deepdensity.utils.errors import StudyError, UserError
 from tests.launch.test_slurm_jobs import fake_command
