@@ -40,6 +40,13 @@ def record_runs(record: dict) -> list:
     study, curves = record["study"], record.get("curves") or {}
     common = {"base_lr": eta, "target_loss": target, "max_epochs": max_epochs,
               **({"collapse_loss": record["collapse_loss"]} if study["train"].get("collapse_patience") else {})}
+    return [*_sequential_runs(record, curves), *_double_eta_runs(record, curves, common),
+            *_cell_runs(record, curves, common), *_probe_runs(record)]
+
+
+def _sequential_runs(record: dict, curves: dict) -> list:
+    """The sequential runs (record_runs), trained to the calibration's epochs and every N's."""
+    eta, study = record["eta"], record["study"]
     seq_max_epochs = study["calibration_epochs"] + max(study["workers"])
     runs = []
     for name, curve in sorted(curves.items()):
@@ -48,11 +55,23 @@ def record_runs(record: dict) -> list:
             runs.append((name, policies.STRONG, 1, {"base_lr": eta, "max_epochs": seq_max_epochs, "target_loss": 0.0,
                                              "seed": seed, "stall_patience": 0, "collapse_patience": 0},
                          None, curve["val_loss"]))
+    return runs
+
+
+def _double_eta_runs(record: dict, curves: dict, common: dict) -> list:
+    """The sequential runs at 2 x eta (record_runs) whose curves the record holds."""
+    runs = []
     for r in record.get("seq_2eta") or []:
         name = f"{DOUBLE_ETA_RUN}{r['seed']}"
         if name in curves:
-            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": 2 * eta},
+            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": 2 * record["eta"]},
                          {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
+    return runs
+
+
+def _cell_runs(record: dict, curves: dict, common: dict) -> list:
+    """The trained cells' runs at N > 1 (record_runs) that the record prices fully enough."""
+    runs = []
     for c in record["cells"]:
         priced = c.get("passes_to_target") is not None or c["status"] != RunStatus.REACHED \
             or passes_per_epoch(c["n"], record["settings"]["epoch_definition"]) == 1
@@ -60,13 +79,16 @@ def record_runs(record: dict) -> list:
             runs.append((c["run"], c["mode"], c["n"], {**common, "seed": c["seed"]},
                          {"status": c["status"], "epochs": c["epochs"], "final_val_loss": c.get("final_val_loss"),
                           "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
-    sweep = record.get("lr_search") or {}
-    for p in sweep.get("probes") or []:
-        runs.append((p["run"], policies.STRONG, 1, {"base_lr": p["lr"], "max_epochs": sweep["epochs"],
-                                                    "target_loss": 0.0, "seed": p["seed"],
-                                                    "stall_patience": sweep["patience"], "collapse_patience": 0},
-                     None, p["val_losses"]))
     return runs
+
+
+def _probe_runs(record: dict) -> list:
+    """The edge search's probes (record_runs), each at its own lr."""
+    sweep = record.get("lr_search") or {}
+    return [(p["run"], policies.STRONG, 1, {"base_lr": p["lr"], "max_epochs": sweep["epochs"], "target_loss": 0.0,
+                                            "seed": p["seed"], "stall_patience": sweep["patience"],
+                                            "collapse_patience": 0},
+             None, p["val_losses"]) for p in sweep.get("probes") or []]
 
 
 def import_record(record: dict, runs_folder: Path, source: str, say=print) -> list:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from deepdensity.scaling import policies, rules
-from deepdensity.study.core import clocks
+from deepdensity.study.core import speedup
 from tests.support import ROOT, SMOKE, run
 
 
@@ -301,8 +301,8 @@ def test_epoch_seconds_of_a_row_is_the_speedup_model_for_the_papers_modes(mode, 
     parts = dict(step_fixed_s=0.0135, per_sample_s=0.00124, allreduce_per_doubling_s=0.0057, eval_per_sample_s=0.00094)
     p = policies.plan(mode, n, 32)
     steps = rules.steps_per_epoch(1844, p)
-    by_row = clocks.epoch_seconds(steps, p.per_worker_batch, steps, n, 256, **parts)
-    assert by_row == pytest.approx(clocks.epoch_seconds_model(p, 1844, 256, **parts), rel=1e-12)
+    by_row = speedup.epoch_seconds(steps, p.per_worker_batch, steps, n, 256, **parts)
+    assert by_row == pytest.approx(speedup.epoch_seconds_model(p, 1844, 256, **parts), rel=1e-12)
     # by hand: steps x (fixed + per-sample x b + allreduce x log2 n) + evaluation shared by n
     assert by_row == pytest.approx(steps * (0.0135 + 0.00124 * p.per_worker_batch + 0.0057 * math.log2(n))
                                    + 0.00094 * 256 / n, rel=1e-12)
@@ -311,8 +311,8 @@ def test_epoch_seconds_of_a_row_is_the_speedup_model_for_the_papers_modes(mode, 
 def test_local_pays_three_gradient_allreduces_every_h_steps():
     args = dict(n=8, n_val=256, step_fixed_s=0.01, per_sample_s=0.001, allreduce_per_doubling_s=0.005,
                 eval_per_sample_s=0.0)
-    every_step = clocks.epoch_seconds(456, 4, 456, **args)
-    local = clocks.epoch_seconds(456, 4, rules.local_syncs_per_epoch(456, 4), allreduce_size=3.0, **args)
+    every_step = speedup.epoch_seconds(456, 4, 456, **args)
+    local = speedup.epoch_seconds(456, 4, rules.local_syncs_per_epoch(456, 4), allreduce_size=3.0, **args)
     assert every_step - local == pytest.approx((456 - 3 * 114) * 0.005 * 3, rel=1e-12)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from deepdensity.study import rerender
 from deepdensity.study.core import clocks
-from deepdensity.study.judge import claims
+from deepdensity.study.judge import call_claims, claims
 
 FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 
@@ -16,8 +16,8 @@ FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 def every_mode_ran(v, seq_2eta) -> dict:
     """A dummy claim: every (mode, N) cell of the study holds a run."""
     ran = sorted({c.mode for c in v.cells})
-    return claims.claim_row("Every mode ran (a dummy claim)", "-", "a cell of each mode holds a run",
-                            f"modes run: {', '.join(ran)}", "reproduced", "-", (f"{len(ran)} modes ran", "-"))
+    return call_claims.claim_row("Every mode ran (a dummy claim)", "-", "a cell of each mode holds a run",
+                                 f"modes run: {', '.join(ran)}", "reproduced", "-", (f"{len(ran)} modes ran", "-"))
 
 
 @pytest.mark.medium

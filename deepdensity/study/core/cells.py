@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves, stats
-from deepdensity.study.core.clocks import efficiency
+from deepdensity.study.core.speedup import efficiency
 
 
 @dataclass

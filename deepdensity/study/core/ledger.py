@@ -12,7 +12,8 @@ does not (the run ended earlier than it would now), the run is trained again.
 
 The key leaves out the data's path (the data is named by its bytes' fingerprint) and the
 stopping rules (replayed instead), and holds TRAINING_VERSION: bump it when a change to the
-training code changes what a run with the same settings computes.
+training code changes what a run with the same settings computes. A ledger file's lines, and what
+a crash leaves of one, are ledger_lines.py's.
 """
 from __future__ import annotations
 
@@ -29,10 +30,9 @@ from typing import Iterable, Optional
 from deepdensity.scaling import rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
-from deepdensity.utils.errors import UserError
+from deepdensity.study.core.ledger_lines import FORMAT, end_the_last_line, entries_in
 from deepdensity.utils.files import mark_folder, write_atomic
 
-FORMAT = 1
 TRAINING_VERSION = 1
 LEDGER_FILE = "ledger.jsonl"
 MARKER = "from_ledger.json"      # in a run folder written from the ledger, not trained here
@@ -186,14 +186,7 @@ class Ledger:
         with self._lock:
             self.own.parent.mkdir(parents=True, exist_ok=True)
             with open(self.own, "a+b") as f:     # one line per run: a crash loses at most the line being written
-                f.seek(0)
-                text = f.read()
-                if text and not text.endswith(b"\n"):
-                    tail = text[text.rfind(b"\n") + 1:]
-                    if _whole(tail):              # a whole entry that lacks its newline (an edited file): kept
-                        f.write(b"\n")
-                    else:                         # a line a crash cut short: dropped, as read_entries does
-                        f.truncate(text.rfind(b"\n") + 1)
+                end_the_last_line(f)
                 f.seek(0, os.SEEK_END)
                 f.write(line.encode())
                 f.flush()
@@ -212,13 +205,6 @@ class Ledger:
         return len(kept)
 
 
-def _whole(line: bytes) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
-        return False
-
-
 def _identity(e: dict) -> tuple:
     """What makes an entry another one: its run, rules, length, and where and when it ran."""
     return (e["mode"], e["n"], e["seed"], e["run"], e["key"], json.dumps(e["stopping"], sort_keys=True),
@@ -226,51 +212,9 @@ def _identity(e: dict) -> tuple:
 
 
 def read_entries(path: Path) -> list:
-    """The entries of a ledger file ([] when missing); a last line cut short by a crash is dropped,
-    any other unreadable line is named."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    text = path.read_text()
-    lines = text.split("\n")
-    if not text.endswith("\n") and not _whole(lines[-1].encode()):
-        lines = lines[:-1]                      # a line a crash cut short
-    entries = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            e = json.loads(line)
-        except ValueError:
-            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged: "
-                              f"{REPAIR.replace('FILE', str(path))}") from None
-        problem = _entry_problem(e)
-        if problem:
-            raise LedgerError(f"{path}:{i}: {problem}; {REPAIR.replace('FILE', str(path))}")
-        entries.append(_keyed_by_its_stack(e))
-    return entries
-
-
-class LedgerError(UserError):
-    """A ledger file that cannot be read as one: one error line naming the file, the line and
-    what is wrong, and what to do."""
-
-
-ENTRY_FIELDS = {"key": str, "mode": str, "n": int, "seed": int, "stopping": dict, "result": dict,
-                "val_losses": list}
-REPAIR = "restore it (git checkout -- FILE for the committed one) or delete the line"
-
-
-def _entry_problem(e) -> Optional[str]:
-    """What keeps a parsed line from being a ledger entry, or None."""
-    if not isinstance(e, dict) or e.get("format") != FORMAT:
-        return f"not a ledger entry of format {FORMAT}"
-    wrong = [k for k, kind in ENTRY_FIELDS.items() if not isinstance(e.get(k), kind)]
-    if wrong:
-        return f"an entry without a valid {', '.join(wrong)}"
-    if not isinstance(e["result"].get("status"), str):
-        return "an entry whose result has no status"
-    return None
+    """The entries of a ledger file ([] when missing), its lines checked (ledger_lines.entries_in),
+    each read as it should have been written (_keyed_by_its_stack)."""
+    return [_keyed_by_its_stack(e) for e in entries_in(path)]
 
 
 def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,

@@ -102,6 +102,11 @@ class Study:
 
     def rules(self) -> list:
         """The checks of a preset, in order (each may rely on the ones before)."""
+        return [*self._data_rules(), *self._seed_rules(), *self._second_look_rules(), *self._budget_rules(),
+                *self._mode_rules(), *self._check_rules()]
+
+    def _data_rules(self) -> list:
+        """The checks of the data, the runs' settings and the target."""
         d = self.data
         return [
             (lambda: isinstance(d, dict), f"data must be a mapping like {{n: 2100, val: 256, seed: 0}}, got {d!r}"),
@@ -115,6 +120,11 @@ class Study:
              f"calibration_epochs must be an integer >= 1, got {self.calibration_epochs!r}"),
             (lambda: self.target_loss is None or 0 <= self.target_loss < math.inf,
              f"target_loss must be null (calibrate) or a finite number >= 0, got {self.target_loss!r}"),
+        ]
+
+    def _seed_rules(self) -> list:
+        """The checks of the workers and of every list of seeds."""
+        return [
             *_integer_list("workers", self.workers, 1),
             (lambda: 1 in self.workers, "workers must include 1 (the sequential baseline)"),
             *_integer_list("seeds", self.seeds, 0),
@@ -127,12 +137,21 @@ class Study:
             (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
             (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
              f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),
-            *self._second_look_rules(),
+        ]
+
+    def _budget_rules(self) -> list:
+        """The checks of the invocation's minutes and of the runs side by side."""
+        return [
             (lambda: self.budget_minutes is None or (schema.is_number(self.budget_minutes)
                                                      and 0 < self.budget_minutes < math.inf),
              f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),
             (lambda: self.parallel_runs == "auto" or (schema.is_int(self.parallel_runs) and self.parallel_runs >= 1),
              f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}"),
+        ]
+
+    def _mode_rules(self) -> list:
+        """The checks of the modes, their base lr and the N each runs at."""
+        return [
             (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(policies.names()),
              f"modes must be a non-empty list of {', '.join(policies.names())}, got {self.modes!r}"),
             (lambda: not policies.goes_beyond_the_paper(self.modes) or policies.SEQUENTIAL in self.modes,
@@ -145,6 +164,12 @@ class Study:
                and 1 in ns,
                f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
               for mode, ns in (self.mode_workers.items() if isinstance(self.mode_workers, dict) else ())],
+        ]
+
+    def _check_rules(self) -> list:
+        """The checks of what the study runs beside its cells: filtered data, the batch sweep, the
+        stall rule's and the instruction set's checks."""
+        return [
             (lambda: isinstance(self.filter_modes, list) and set(self.filter_modes) <= set(policies.large_batch())
              and len(set(self.filter_modes)) == len(self.filter_modes),
              f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from deepdensity.config import Config
-from deepdensity.study.core import ledger
+from deepdensity.study.core import ledger, ledger_lines
 from deepdensity.study.run.runner import StudyRunner
 
 # what a run's config.json says it ran on (training/trainer.py `_versions`)
@@ -92,7 +92,7 @@ def test_the_ledger_file_survives_a_crash_and_names_damage(tmp_path):
     book.append(_entry([4.0, 2.0, 0.9], "reached_target"))     # the next run after the crash
     assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3], "the cut line dropped, not glued"
     path.write_text(path.read_text() + "not json\n")
-    with pytest.raises(ledger.LedgerError, match=r"ledger.jsonl:3: not a JSON line"):
+    with pytest.raises(ledger_lines.LedgerError, match=r"ledger.jsonl:3: not a JSON line"):
         ledger.read_entries(path)
 
 

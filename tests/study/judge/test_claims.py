@@ -213,7 +213,7 @@ def test_an_exact_tie_between_mirrored_cells_goes_to_the_smaller_n_whatever_thei
     (the exact interval is symmetric: 1 - 0.025^(1/8) and 0.025^(1/8)); the two floats once
     rounded differently under numpy 1 and 2, which broke the tie either way. The rule is the
     smaller N, in either order of the cells."""
-    from deepdensity.study.judge.claims import _nearest_the_line
+    from deepdensity.study.judge.call_claims import _nearest_the_line
     converges, fails = cell_rate(0, 8), cell_rate(8, 8)
     assert converges.high == pytest.approx(1 - 0.025 ** (1 / 8)) and fails.low == pytest.approx(0.025 ** (1 / 8))
     for order in ([(8, (fails, Call.FAILS)), (2, (converges, Call.CONVERGES))],
