@@ -39,7 +39,8 @@ from deepdensity.launch import slurm_jobs
 from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import Study, load_study
-from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
+from deepdensity.study.plan.missing import missing_lines, missing_runs
+from deepdensity.study.plan.study_plan import plan_lines
 from deepdensity.study.report.tensorboard_view import write_view
 from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
 from deepdensity.study.run import slurm_runner
