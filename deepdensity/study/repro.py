@@ -45,15 +45,8 @@ from deepdensity.study.report.tensorboard_view import write_view
 from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
 from deepdensity.study.run import slurm_runner
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import (
-    Book,
-    run_first_seeds,
-    run_more_seeds,
-    stall_check,
-    study_cells,
-    study_units,
-    venv_stack,
-)
+from deepdensity.study.run.design import run_first_seeds, run_more_seeds, stall_check, study_units, venv_stack
+from deepdensity.study.run.outcomes import Book, study_cells
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path

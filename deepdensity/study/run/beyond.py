@@ -21,7 +21,7 @@ from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, filter_n, time_to_target
 from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.record import beyond_keys
-from deepdensity.study.run.design import timed
+from deepdensity.study.run.outcomes import timed
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.sequential import sequential_path, val_losses
 from deepdensity.training.runs import read_json

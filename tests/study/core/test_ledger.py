@@ -304,7 +304,8 @@ def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_
 
 @pytest.mark.medium
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
-    from deepdensity.study.run.design import Book, run_first_seeds
+    from deepdensity.study.run.design import run_first_seeds
+    from deepdensity.study.run.outcomes import Book
     from deepdensity.study.run.runner import NotHeld
     data = _tiny_data(tmp_path)
     first = _runner(tmp_path / "first", data)
