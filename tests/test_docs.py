@@ -103,7 +103,7 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     monkeypatch.chdir(tmp_path)
     # the plan's count of missing runs, as repro gives it: against the committed ledger
     from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
-    from deepdensity.study.plan.study_plan import missing_runs
+    from deepdensity.study.plan.missing import missing_runs
     missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
     printed = slurm_runner.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
                                       len(missing))

@@ -27,6 +27,7 @@ Finished runs are kept under runs/study-PRESET and skipped when the study is run
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shlex
@@ -35,24 +36,18 @@ from pathlib import Path
 from typing import Optional
 
 from deepdensity.config import load, read_mapping
-from deepdensity.launch import slurm_jobs
 from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
 from deepdensity.study.core.preset import Study, load_study
-from deepdensity.study.plan.study_plan import missing_lines, missing_runs, plan_lines
+from deepdensity.study.plan.missing import missing_lines, missing_runs
+from deepdensity.study.plan.study_plan import plan_lines
 from deepdensity.study.report.tensorboard_view import write_view
+from deepdensity.study.repro_checks import check_runner, check_stack_check, slurm_clients
 from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
 from deepdensity.study.run import slurm_runner
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import (
-    Book,
-    run_first_seeds,
-    run_more_seeds,
-    stall_check,
-    study_cells,
-    study_units,
-    venv_stack,
-)
+from deepdensity.study.run.design import run_first_seeds, run_more_seeds, stall_check, study_units
+from deepdensity.study.run.outcomes import Book, study_cells
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.second_look import run_second_look
 from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
@@ -68,7 +63,7 @@ from deepdensity.study.run.session import (
     start_study,
     write_ledger_and_publish,
 )
-from deepdensity.study.run.timing import clock_cpus, current_timing, held_timing, study_clock
+from deepdensity.study.run.timing import held_timing, study_clock
 from deepdensity.training import console
 from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
@@ -78,6 +73,39 @@ from deepdensity.utils.files import check_own_folder, json_with, mark_folder, re
 
 @command(os_hint="pass other --runs / --out folders")
 def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
+    if _is_the_program():
+        # the driver's own TensorFlow (Fig. 1's inference) logs through an absl no setting reaches
+        console.filter_native_logs()
+    name, study = load_study(args.preset)
+    runs = Path(args.runs or runs_root() / f"study-{name}")
+    out = reports_folder(name, args.out, runs)
+    check_own_folder(runs, "--runs", "runs", runs_before_marks)
+    check_own_folder(out, "--out", "reports", holds_a_study_record)
+    options = _options(args)
+    check_runner(options.runner)
+    check_stack_check(options)
+    slurm_check = slurm_clients(study, options, runs)
+    _print_plan(name, study, options, runs, out, slurm_check)
+    if options.dry_run and slurm_check and slurm_check[1]:     # the plan above, then the refusal a run would meet
+        raise StudyError(f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
+                         f"run exits 2 (without --executor slurm it trains on this host)")
+    if options.dry_run:
+        return 0
+    # One study per runs folder: a second one would train the same run folders twice.
+    with locked(runs, holder_is="another study", instead="pass another --runs folder"):
+        mark_folder(runs, "runs")
+        try:
+            return run_study(name, study, options, runs, out)
+        except KeyboardInterrupt as e:
+            raise Interrupted(getattr(e, "code", EXIT_SIGINT),
+                              f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
+                              f"{_invocation(argv)}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command's flags (--help shows the module's docstring above them)."""
     ap = parser(__doc__, "python -m deepdensity.repro")
     ap.add_argument("--preset", default="default", help="deepdensity/study/presets/NAME.yaml, or a path")
     ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'; none: one process emulates N workers")
@@ -98,6 +126,13 @@ def main(argv=None) -> int:
                     help="train nothing: the reports from the runs the ledger and the runs folder hold (and the "
                          "runs folder's clock, timing.json); each cell's missing seeds are listed with their cost")
     ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
+    _where_runs_train(ap)
+    return ap
+
+
+def _where_runs_train(ap: argparse.ArgumentParser) -> None:
+    """The flags of where and on which stack the runs train: --executor with its Slurm options,
+    and --stack-check's other venv."""
     ap.add_argument("--executor", choices=("local", "slurm"), default="local",
                     help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)")
     ap.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
@@ -107,35 +142,6 @@ def main(argv=None) -> int:
                     help="stability across stacks: seed 0 of every trained cell again with VENV's Python, TensorFlow "
                          "and Keras (e.g. .venv-paper or .venv, made by make install STACK=...), every claim judged "
                          "again on those runs, reported beside the instruction-set check (docs/install.md)")
-    args = ap.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # progress lines must show up while runs go on
-    if _is_the_program():
-        # the driver's own TensorFlow (Fig. 1's inference) logs through an absl no setting reaches
-        console.filter_native_logs()
-    name, study = load_study(args.preset)
-    runs = Path(args.runs or runs_root() / f"study-{name}")
-    out = reports_folder(name, args.out, runs)
-    check_own_folder(runs, "--runs", "runs", runs_before_marks)
-    check_own_folder(out, "--out", "reports", holds_a_study_record)
-    options = _options(args)
-    _check_runner(options.runner)
-    _check_stack_check(options)
-    slurm_check = _slurm_clients(study, options, runs)
-    _print_plan(name, study, options, runs, out, slurm_check)
-    if options.dry_run and slurm_check and slurm_check[1]:     # the plan above, then the refusal a run would meet
-        raise StudyError(f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
-                         f"run exits 2 (without --executor slurm it trains on this host)")
-    if options.dry_run:
-        return 0
-    # One study per runs folder: a second one would train the same run folders twice.
-    with locked(runs, holder_is="another study", instead="pass another --runs folder"):
-        mark_folder(runs, "runs")
-        try:
-            return run_study(name, study, options, runs, out)
-        except KeyboardInterrupt as e:
-            raise Interrupted(getattr(e, "code", EXIT_SIGINT),
-                              f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
-                              f"{_invocation(argv)}") from None
 
 
 def _is_the_program() -> bool:
@@ -151,44 +157,6 @@ def _options(args) -> StudyOptions:
                         compare_with=args.compare_with or str(_default_study_reports()), ledgers=tuple(args.ledger),
                         out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm),
                         stack_check=args.stack_check)
-
-
-def _check_stack_check(options: StudyOptions) -> None:
-    """--stack-check VENV: one-process runs on this host, from a venv that answers for its stack
-    (checked before the plan, so that a wrong VENV is one line, not an error after the study)."""
-    if not options.stack_check:
-        return
-    if options.runner or options.executor == "slurm":
-        raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
-                         "--executor slurm")
-    other = venv_stack(options.stack_check)
-    print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
-          f"({options.stack_check}), after the study's own runs")
-
-
-def _slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[tuple]:
-    """(options, why this host cannot submit or None) under --executor slurm, else None. Slurm's
-    clients are checked first: a host that cannot submit the jobs is told so in one line before
-    the study writes, builds or times anything (a dry run shows it instead)."""
-    if options.executor != "slurm":
-        return None
-    slurm_options = slurm_jobs.SlurmOptions.parse(study.slurm, options.slurm)
-    unavailable = None if options.no_train else slurm_jobs.clients_unavailable(
-        slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
-    if unavailable and not options.dry_run:
-        raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
-    return slurm_options, unavailable
-
-
-def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: Path) -> int:
-    """The CPUs of the largest job the study submits, which Slurm is asked to accept before
-    anything starts: the clock's (horovodrun -np 4) unless the runs folder holds its timing.json,
-    a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
-    threads or cpus_per_task."""
-    threads = study.runs.intra_op_threads
-    per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
-    clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
-    return max([per_rank * n for n in (1, *([max(study.workers)] if runner else study.real_strong))] + clock)
 
 
 def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out: Path,
@@ -247,21 +215,6 @@ def _invocation(argv) -> str:
     return f"`{command}`"
 
 
-def _check_runner(runner: Optional[str]) -> None:
-    """A --runner template must name the worker count as {n} and nothing else in braces."""
-    if not runner:
-        return
-    try:
-        filled = runner.format(n=2)
-        shlex.split(filled)
-    except (KeyError, IndexError, ValueError) as e:
-        raise StudyError(f"--runner {runner!r} is not a template with {{n}} for the worker count ({e!r}), "
-                         f"e.g. 'horovodrun -np {{n}}'") from None
-    if filled == runner:
-        raise StudyError(f"--runner {runner!r} does not use {{n}}: every cell would run on the same workers; "
-                         f"e.g. 'horovodrun -np {{n}}'")
-
-
 def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: Path) -> int:
     """The study of a preset, from the edge of stability to the reports: rendered into a
     staging folder in the runs folder and published into `out` only when complete, so that
@@ -272,16 +225,11 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     #    the runs that follow share it side by side.
     timing = study_clock(s, cfg) if not options.no_train else held_timing(s.root)
     # 1. The base lr: the sequential model's edge of stability (paper section VI), or fixed.
-    if study.base_lr == "edge" or options.lr_sweep:
-        eta, sweep = edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
-        if options.lr_sweep:
-            publish(s.out, out)
-            print(f"lr_sweep.json written to {out}")
-            return 0
-    elif study.base_lr == "default_study":
-        eta, sweep = default_study_eta(Path(options.compare_with)), None
-    else:
-        eta, sweep = float(study.base_lr), None
+    eta, sweep = _base_lr(s, study, options, cfg)
+    if options.lr_sweep:
+        publish(s.out, out)
+        print(f"lr_sweep.json written to {out}")
+        return 0
     cfg = load(str(s.train_yaml), [f"base_lr={eta!r}"])
     # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
@@ -312,6 +260,16 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     print(f"reports written to {out} ({s.elapsed()} this invocation)")
     _tensorboard_view(runs, out)
     return 0
+
+
+def _base_lr(s: StudyRun, study: Study, options: StudyOptions, cfg) -> tuple:
+    """(eta, the lr search or None): the sequential model's edge of stability, searched where the
+    preset asks for it or under --lr-sweep; else the default study's eta, or the preset's own."""
+    if study.base_lr == "edge" or options.lr_sweep:
+        return edge_of_stability(s.runner, study, cfg, s.collapse_loss, s.out)
+    if study.base_lr == "default_study":
+        return default_study_eta(Path(options.compare_with)), None
+    return float(study.base_lr), None
 
 
 def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:

@@ -1,6 +1,7 @@
 """What a study will do before it does it: the plan `repro` prints first (and alone, with
---dry-run), and the seeding rule behind it. Pure: it reads the preset and, when there is one, an
-earlier record of the same preset for its wall time; it trains nothing and imports no TensorFlow.
+--dry-run; its line of the runs the ledger does not hold yet: missing.py), and the seeding rule
+behind it. Pure: it reads the preset and, when there is one, an earlier record of the same preset
+for its wall time; it trains nothing and imports no TensorFlow.
 
 Which cell gets the next seed, in a preset with a time budget (`next_in_line`): one more seed at a
 time to every cell below max_seeds, whatever its outcome so far, fewest seeds and then cheapest
@@ -12,17 +13,12 @@ What a seed still to run should take, in passes (`runs_like`, `passes_to_expect`
 estimate behind the plan's missing runs and the report's cells below the design's seeds."""
 from __future__ import annotations
 
-import dataclasses
-import math
-import re
 import statistics
 from typing import Iterable, Optional, Sequence
 
 from deepdensity.scaling import policies
-from deepdensity.study.core import ledger
 from deepdensity.study.core.cells import Call, cell_rate
-from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
-from deepdensity.study.core.request import cells_stopping
+from deepdensity.study.core.preset import Study
 from deepdensity.utils.templates import fill
 
 # The clock's probes and real epochs (timing.py), alone on the host: its three rounds took about
@@ -50,24 +46,16 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
     first = len(study.seeds)
     most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
     fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
-             + len(study.filter_modes) * first * 3 + len(_sweep_runs(study)))
+             + len(study.filter_modes) * first * 3 + len(sweep_runs(study)))
     return units * first + fixed, units * most_seeds + fixed
 
 
-def _sweep_runs(study: Study) -> list:
+def sweep_runs(study: Study) -> list:
     """(run name, batch, lr rule, seed) of the batch sweep's runs (beyond.batch_sweep): every
     sequential seed at every batch but the base one, whose run is the sequential run itself."""
     base = study.runs.batch_size
     return [(f"batch-b{b}-{rule}-s{seed}", b, rule, seed) for seed in study.sequential_seeds() for b in study.batch_sweep
             if b != base for rule in ("eta", policies.LINEAR)]
-
-
-def _filter_runs(study: Study) -> list:
-    """(name pattern, mode, variant, seed) of the data filter's runs on filtered and random data
-    (beyond.filter_experiment); their N is picked from the default study's cells, so the
-    pattern leaves it open. The full-data runs are the default study's."""
-    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant, seed)
-            for mode in study.filter_modes for seed in study.seeds for variant in ("network", "random")]
 
 
 def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
@@ -92,196 +80,6 @@ def _last_study(earlier: Optional[dict]) -> Optional[dict]:
                 "cpu": env["cpu"], "cores": env["cores"]}
     except (KeyError, TypeError):
         return None
-
-
-def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
-    """The runs the ledger does not hold yet, and what they should take here: the trained cells'
-    seeds, the data filter's and the batch sweep's runs, looked up by run name among the
-    ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
-    target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
-    ledger.answer). Passes a missing run needs come from runs of its kind on
-    record (passes_to_expect; a cell: the cell's, else the mode's largest N below,
-    runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
-    is not known either); seconds a pass from the runs on record (their own clocks), of its
-    batch for the sweep."""
-    missing = missing_runs(study, entries, earlier)
-    if missing is None:
-        return ["  missing runs: no earlier record of this preset to name eta and the target by"]
-    _, pass_s = _held_runs(study, entries, earlier)
-    max_epochs = earlier["cap"]
-    if not missing:
-        return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
-                f"{_uncounted(study)}"]
-    every = sorted(pass_s.values())
-    priced = [(passes, statistics.median_low([pass_s[r] for r in like if r in pass_s] or every))
-              for _, passes, like, _ in missing if passes is not None] if every else []
-    total = sum(passes for _, passes, _, _ in missing if passes is not None)
-    unknown = sum(passes is None for _, passes, _, _ in missing)
-    at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
-    cost = f"about {total:.0f} passes"
-    if priced:
-        by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
-        cost += (f", {hours_here(priced, parallel):.1f} h here at {statistics.median_low(every):.2f} s a pass{by_batch} "
-                 f"and {parallel} at a time")
-    if at_cap:
-        cost += f"; {at_cap} of them taken at the cap ({max_epochs} epochs), no run of their kind being on record"
-    if unknown:
-        cost += f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
-    by_group = {}
-    for (group, seed), _, _, _ in missing:
-        by_group.setdefault(group, []).append(seed)
-    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{g} seeds {_ns(s)}" for g, s in by_group.items())
-            + f"; not counted here: {_uncounted(study)}"]
-
-
-def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
-    """The runs missing_lines counts, as ((group, seed), passes, runs like it, taken at the cap),
-    or None without an earlier record of this preset (no eta or target to look them up by)."""
-    if not earlier or "eta" not in earlier:
-        return None
-    held, _ = _held_runs(study, entries, earlier)
-    max_epochs = earlier["cap"]
-    return (_missing_cells(study, held, max_epochs) + _missing_second_look(study, held, max_epochs, earlier)
-            + _missing_filter(study, held) + _missing_sweep(study, held, max_epochs))
-
-
-def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
-    """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
-    sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
-    sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
-    stopping = dataclasses.asdict(cells_stopping(study.runs, earlier["target"], earlier["cap"], earlier["collapse_loss"]))
-    base = study.runs.batch_size
-    sweep = {name: (b, rule) for name, b, rule, _ in _sweep_runs(study)}
-    held, pass_s = {}, {}
-    for e in entries:
-        b, rule = sweep.get(e["run"], (base, "eta"))
-        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1) * (2 if e["run"].startswith(DOUBLE_ETA_RUN) else 1)
-        if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
-            continue
-        got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
-        if got is not None:
-            held[e["run"]] = (e, got["result"])
-        if (seconds := ledger.seconds_a_pass(e)) is not None and not e["run"].startswith(DOUBLE_ETA_RUN):
-            pass_s[e["run"]] = seconds
-    return held, pass_s
-
-
-def _same_lr(recorded, lr: float) -> bool:
-    """Is a ledger entry's base_lr this lr? (An lr search's entry may hold a name, not a number.)"""
-    return isinstance(recorded, (int, float)) and math.isclose(recorded, lr, rel_tol=1e-12)
-
-
-def _cell_epochs(held: dict) -> dict:
-    """{(mode, N): [(epochs, run name)]} of the held runs of the trained cells (runs_like's input)."""
-    epochs = {}
-    for e, result in held.values():
-        if e["run"] == f"{e['mode']}-n{e['n']}-s{e['seed']}":
-            epochs.setdefault((e["mode"], e["n"]), []).append((result["epochs"], e["run"]))
-    return epochs
-
-
-def _missing_cells(study: Study, held: dict, max_epochs: int) -> list:
-    """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
-    ledger does not hold."""
-    epochs = _cell_epochs(held)
-    out = []
-    for mode, n in study.trained_cells():
-        for seed in study.seeds:
-            if f"{mode}-n{n}-s{seed}" not in held:
-                known = runs_like(epochs, mode, n)
-                out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
-                            [r for _, r in known], not known))
-    return out
-
-
-
-
-def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dict) -> list:
-    """((group, seed), passes, runs alike, taken at the cap) of the second look's runs the ledger
-    does not hold: the cells inconclusive at their first look in the earlier record (its cells
-    and its runs at 2 x eta), at the seeds `second_look` gives them."""
-    if not study.second_look_seeds:
-        return []
-    first, seq_first = study.seeds, study.sequential_seeds()
-    by_cell = {}
-    for c in earlier.get("cells", []):
-        by_cell.setdefault((c["mode"], c["n"]), []).append((c["seed"], c["status"] == "reached_target"))
-
-    def first_look(cell: tuple, seeds: list) -> list:
-        return [r for seed, r in sorted(by_cell.get(cell, [])) if seed in seeds]
-    epochs = _cell_epochs(held)
-    out = []
-    for mode, n in study.trained_cells():
-        for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
-            if f"{mode}-n{n}-s{seed}" not in held:
-                known = runs_like(epochs, mode, n)
-                out.append(((f"second look {mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
-                            [r for _, r in known], not known))
-    # the sequential runs decide every strong cell (and N = 1): one open strong cell gives them seeds
-    strong = [first_look(cell, seq_first) for cell in sorted(by_cell) if cell[0] == policies.STRONG]
-    seq_passes = [(result["epochs"], name) for name, (_, result) in held.items() if re.fullmatch(r"seq-s\d+", name)]
-    for seed in second_look(strong, seq_first, study.second_look_seeds):
-        if f"seq-s{seed}" not in held:
-            out.append((("second look sequential runs", seed), passes_to_expect([x for x, _ in seq_passes], 1, max_epochs),
-                        [r for _, r in seq_passes], not seq_passes))
-    if study.doubles_eta():
-        reached = [r["status"] == "reached_target" for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
-                   if r["seed"] in seq_first]
-        known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(DOUBLE_ETA_RUN)]
-        for seed in second_look([reached], seq_first, study.second_look_seeds):
-            if f"{DOUBLE_ETA_RUN}{seed}" not in held:
-                out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, max_epochs),
-                            [r for _, r in known], not known))
-    return out
-
-
-def _missing_filter(study: Study, held: dict) -> list:
-    """((group, seed), passes or None, runs alike, False) of the data filter's runs not held.
-    Their N, picked from the default study, and their passes are read off the filter's runs on
-    record of the same mode (its data first); without any, neither is known (None)."""
-    runs = _filter_runs(study)
-    found = {(mode, variant): [] for _, mode, variant, _ in runs}
-    for pattern, mode, variant, _ in runs:
-        for name, (e, result) in held.items():
-            if pattern.fullmatch(name):
-                found[(mode, variant)].append((result["epochs"], e["n"], name))
-    out = []
-    for pattern, mode, variant, seed in runs:
-        if any(pattern.fullmatch(name) for name in held):
-            continue
-        known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
-        n = known[0][1] if known else None
-        passes = passes_to_expect([x for x, _, _ in known], n)
-        out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
-                    [r for _, _, r in known], False))
-    return out
-
-
-def _missing_sweep(study: Study, held: dict, max_epochs: int) -> list:
-    """((group, seed), passes, runs alike, taken at the cap) of the batch sweep's runs not held
-    (one pass an epoch)."""
-    runs = _sweep_runs(study)
-    out = []
-    for name, b, rule, seed in runs:
-        if name in held:
-            continue
-        known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
-        same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
-        out.append(((f"batch sweep b = {b} at {rule}", seed),
-                    passes_to_expect([x for x, _ in known], 1, max_epochs), [r for _, r in known] or same_batch,
-                    not known))
-    return out
-
-
-def _uncounted(study: Study) -> str:
-    """The runs besides the trained cells' preset seeds that the missing line does not look up."""
-    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
-              "the target's calibration runs"] + ["the lr search"] * (study.base_lr == "edge")
-    others += ["seeds past the preset's"] * (study.max_seeds > len(study.seeds))
-    others += ["strong scaling for real"] * bool(study.real_strong)
-    others += ["the filter's full-data runs (the default study's)"] * bool(study.filter_modes)
-    others += ["the stall and instruction-set checks' runs"]
-    return ", ".join(others) + " (each reused where the ledger or the runs folder holds it)"
 
 
 # below this many seeds a cell is reported as short of seeds, whatever its outcomes

@@ -21,7 +21,7 @@ from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, filter_n, time_to_target
 from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.record import beyond_keys
-from deepdensity.study.run.design import timed
+from deepdensity.study.run.outcomes import timed
 from deepdensity.study.run.runner import StudyRunner
 from deepdensity.study.run.sequential import sequential_path, val_losses
 from deepdensity.training.runs import read_json
@@ -37,7 +37,23 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     default study's when it has them (their times modelled again here), else run here."""
     if not study.filter_modes:
         return None
-    root, seeds = runner.root, study.seeds
+    root = runner.root
+    filtered, random_ctl = _filtered_data(root, study, say)
+    rows, jobs = _filter_jobs(study, common, earlier_cells, own_cells, modelled,
+                              (("network", filtered), ("random", random_ctl)))
+    results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
+                             label="filter runs")
+    for (facts, nm, mode, n, _), r in zip(jobs, results):
+        rows.append({**facts, **timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
+                                     curves.passes_per_epoch(n, study.runs.epoch_definition))})
+    rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
+    return {"rows": rows, "filter": _filter_facts(filtered), "figures": [filtered.with_suffix(".embedding.png"),
+                                                                         filtered.with_suffix(".dropped.png")]}
+
+
+def _filtered_data(root: Path, study: Study, say=print) -> tuple:
+    """(filtered data, random control) of the runs folder's data.h5: the data filtered by the
+    features of the first sequential run (python -m deepdensity.tools.filter), made once."""
     data, filtered = root / "data.h5", root / "data.filtered.h5"
     random_ctl = filtered.with_suffix(".random.h5")
     # the first sequential run the study trained (its seeds may be apart from the cells')
@@ -45,18 +61,27 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
     if not (filtered.exists() and random_ctl.exists()):
         say(f"filter: features of {features} -> {filtered}")
         proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(features),
-                               "--data", str(data), "--out", str(filtered), "--seed", str(seeds[0]), "--force"],
+                               "--data", str(data), "--out", str(filtered), "--seed", str(study.seeds[0]), "--force"],
                               capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
             raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         say(proc.stdout.strip())
-    rows, jobs = [], []            # jobs: (row facts, run name, mode, n, settings), run side by side
+    return filtered, random_ctl
+
+
+def _filter_jobs(study: Study, common: dict, earlier_cells: list, own_cells: list, modelled,
+                 variants: tuple) -> tuple:
+    """(rows, jobs) of the filter experiment: the rows of the full-data runs the default study
+    holds (earlier_cells), and the runs to train, as (row facts, run name, mode, n, settings) run
+    side by side: the full-data runs it does not hold and every run on each of `variants`
+    ((variant, data path))."""
+    rows, jobs = [], []
     for mode in study.filter_modes:
         source = earlier_cells if any(c.mode == mode for c in earlier_cells) else own_cells
         n = filter_n(source, mode)
         if n is None:
             raise StudyError(f"filter_modes: {mode} ran at no N > 1, neither here nor in --compare-with's cells")
-        for seed in seeds:
+        for seed in study.seeds:
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
                 rows.append(_earlier_full_row(full[0], modelled, curves.passes_per_epoch(
@@ -64,21 +89,18 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
             else:
                 jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
                              {**common, "seed": seed}))
-            for variant, path in (("network", filtered), ("random", random_ctl)):
+            for variant, path in variants:
                 jobs.append(({"mode": mode, "n": n, "seed": seed, "data": variant}, f"{mode}-n{n}-{variant}-s{seed}",
                              mode, n, {**common, "seed": seed, "data_path": str(path)}))
-    results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
-                             label="filter runs")
-    for (facts, nm, mode, n, _), r in zip(jobs, results):
-        rows.append({**facts, **timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                     curves.passes_per_epoch(n, study.runs.epoch_definition))})
-    rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
+    return rows, jobs
+
+
+def _filter_facts(filtered: Path) -> dict:
+    """What the filter tool wrote of its choice into the filtered data (its filter_* attributes)."""
     import h5py
     with h5py.File(filtered, "r") as f:
-        facts = {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
-                 if k.startswith("filter_")}
-    return {"rows": rows, "filter": facts, "figures": [filtered.with_suffix(".embedding.png"),
-                                                       filtered.with_suffix(".dropped.png")]}
+        return {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
+                if k.startswith("filter_")}
 
 
 def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:

@@ -8,6 +8,7 @@ On an interrupt every live run is sent SIGTERM, checkpoints, and is waited for.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -19,19 +20,17 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Optional
 
-import yaml
-
-from deepdensity.config import Config, load
+from deepdensity.config import load
 from deepdensity.launch import controllers
 from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling.rules import RunStatus
-from deepdensity.study.core import curves, ledger
+from deepdensity.study.core import ledger
 from deepdensity.study.core.request import RunRequest, resolve
 from deepdensity.study.run import run_folders
-from deepdensity.training.runs import data_fingerprint, other_data, read_json, read_metrics, resume_changes
+from deepdensity.study.run.finished_runs import ledger_entry, refuse_stale, set_aside_if_other_controller, stopped_early
+from deepdensity.training.runs import data_fingerprint, read_json
 from deepdensity.utils import machine
 from deepdensity.utils.errors import StudyError
-from deepdensity.utils.stack import git_revision
 
 
 class NotHeld(StudyError):
@@ -100,10 +99,9 @@ class StudyRunner:
         when neither the ledger nor the folder holds `name`, it starts from that run's last
         checkpoint (continuation) instead of from epoch 0."""
         out = self.root / name
-        result_path = out / "result.json"
         asked = self.ask(name, mode, n, settings)
         request = self._request(asked) if self.ledger is not None else None
-        self._set_aside_if_other_controller(out)
+        set_aside_if_other_controller(out, self.controller(), self.say)
         trained_here = (out / "state.json").exists()      # its checkpoint: trained here
         # a run trained in this folder is used as before (reused, extended or resumed); the
         # ledger fills folders without one, unless the run's weights are needed
@@ -115,18 +113,35 @@ class StudyRunner:
             run_folders.wipe(out)
         if continue_from and not out.exists():
             run_folders.continuation(self.root / continue_from, out)
-        if result_path.exists():
-            self._refuse_stale(out, asked)             # before the ledger: a stale run never takes a new key
-            self._reopen_if_stopped_early(out, asked)
-        if result_path.exists():
-            if request is not None:
-                self._record(out, name, mode, n, request, "runs folder")     # finished before the ledger knew it
-            r = read_json(result_path, "finished run's result")
-            if r["status"] != RunStatus.CAPPED or r["epochs"] >= asked.config.max_epochs:
-                return self._reused(name, r)
+        held = self._from_folder(out, asked, request)
+        if held is not None:
+            return held
         if not self.may_train:
             raise NotHeld(f"{name} ({mode} N = {n}, seed {asked.config.seed}) is not in the ledger, and --no-train "
                           f"trains nothing")
+        return self._train_asked(out, asked, request)
+
+    def _from_folder(self, out: Path, asked: RunRequest, request: Optional[dict]) -> Optional[dict]:
+        """The run's result from the finished run its folder holds, once checked against the run
+        asked for (and recorded in the ledger where it is not yet); None where the folder holds
+        none, or one stopped at its epoch cap short of the epochs asked for now (it trains on)."""
+        result_path = out / "result.json"
+        if result_path.exists():
+            # before the ledger: a stale run never takes a new key
+            refuse_stale(out, asked, self.train_yaml, functools.partial(self._data_hash, data_fingerprint))
+            self._reopen_if_stopped_early(out, asked)
+        if result_path.exists():
+            if request is not None:
+                self._record(out, asked, request, "runs folder")     # finished before the ledger knew it
+            r = read_json(result_path, "finished run's result")
+            if r["status"] != RunStatus.CAPPED or r["epochs"] >= asked.config.max_epochs:
+                return self._reused(asked.name, r)
+        return None
+
+    def _train_asked(self, out: Path, asked: RunRequest, request: Optional[dict]) -> dict:
+        """Train the run asked for in `out` (one training subprocess, `_train`), record it in the
+        ledger and return its result."""
+        name, mode, n = asked.name, asked.mode, asked.n
         with self._lock:
             self.trained.add(name)
             self._started += 1
@@ -144,8 +159,8 @@ class StudyRunner:
             tail = "\n".join(proc[1].strip().splitlines()[-15:])
             raise StudyError(f"run {name} failed (exit {proc[0]}):\n{tail}")
         if request is not None:
-            self._record(out, name, mode, n, request, "trained")
-        return read_json(result_path, "run's result")
+            self._record(out, asked, request, "trained")
+        return read_json(out / "result.json", "run's result")
 
     def _from_ledger(self, out: Path, name: str, request: dict) -> Optional[dict]:
         """The run's result replayed from the ledger, its folder written from the entry; None
@@ -191,35 +206,11 @@ class StudyRunner:
         env = dict(os.environ) if "launch" in options and "deepdensity" in self.runner else {}
         return controllers.resolved(options, env, horovodrun_path())
 
-    def _record(self, out: Path, name: str, mode: str, n: int, request: dict, source: str) -> None:
-        """The finished run in `out` as a ledger entry, once for this machine (a run another
-        machine's entry also answers is still added: where each run was trained is kept).
-        `source`: "trained" here and now, or "runs folder" (finished before; revision unknown)."""
-        result = read_json(out / "result.json", "run's result")
-        rows = read_metrics(out)
-        if len(rows) != result["epochs"]:
-            self.say(f"ledger: {out} holds {len(rows)} metrics rows for {result['epochs']} epochs; not recorded")
-            return
-        saved = read_json(out / "config.json", "run's configuration")
-        config = {**request["config"], **{k: saved[k] for k in ledger.STOPPING if k in saved}}
-        machine = self._machine(request["isa_cap"])
-        if any(e["key"] == request["key"] and e["stopping"] == ledger.stopping_of(config)
-               and len(e["val_losses"]) == len(rows) and e["machine"].get("host") == machine["host"]
-               for e in self.ledger.entries):
-            return
-        vals = [r["val_loss"] for r in rows]
-        per_epoch = curves.passes_per_epoch(n, curves.epoch_definition(config))
-        result = {**result, "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
-                  if result["status"] == RunStatus.REACHED else None}
-        entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
-                                request["data"], config, result, rows, vals, machine,
-                                git_revision() if source == "trained" else "unknown", source,
-                                stack=saved.get("versions"), stack_check=self.stack_check,
-                                transport=(saved.get("launch") or {}).get("transport"))
-        assert entry["key"] == request["key"], (entry["key"], request["key"])
-        if source != "trained":       # finished before: when its result was written, not now
-            entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
-        self.ledger.append(entry)
+    def _record(self, out: Path, asked: RunRequest, request: dict, source: str) -> None:
+        """The finished run in `out` added to the ledger, once for this machine (ledger_entry)."""
+        entry = ledger_entry(out, asked, request, source, self.ledger, self._machine, self.stack_check, self.say)
+        if entry is not None:
+            self.ledger.append(entry)
 
     def _machine(self, isa_cap: str) -> dict:
         if self.machine is None:
@@ -227,64 +218,19 @@ class StudyRunner:
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
         return {**self.machine, **({"isa_cap": isa_cap} if isa_cap else {})}
 
-    def _set_aside_if_other_controller(self, out: Path) -> None:
-        """A run of this name trained here under another controller is not this run (the
-        allreduce's order of summing changes its path; the ledger keeps it under its own): it is
-        set aside, not reused and not deleted, and this one trains or comes from the ledger. One
-        set aside earlier under the controller asked for now comes back."""
-        now = self.controller()
-        if not now:
-            return
-        had = run_folders.other_controller(out, now)
-        if had:
-            aside = run_folders.set_aside(out, had)
-            self.say(f"{out.name}: trained here under {had}, asked for under {now}; the {had} run is kept in {aside}")
-        if run_folders.take_back(out, now):
-            self.say(f"{out.name}: the run trained here under {now} earlier, set aside since, is back in its folder")
-
     def _reopen_if_stopped_early(self, out: Path, asked: RunRequest) -> None:
-        """A finished run that a stopping rule no longer asked for ended (a stall rule turned
-        off: docs/beyond.md, amendment of 2026-11-27) is reopened at its last checkpoint, so
-        that it trains on to where the rules now in force end it: the same path, not its
-        epochs again. A run that ends where it did under both is left as it is; one that the
-        rules now in force would have ended sooner is refused, as the runner cannot cut a folder.
-        A run stopped at its cap is left to the cap's own rule (extended when asked for more)."""
-        wanted = ledger.stopping_of(asked.config.to_dict())
-        saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults
-        if all(saved[k] == wanted[k] for k in ledger.STOPPING):
+        """A finished run that a stopping rule no longer asked for ended (finished_runs.stopped_early)
+        is reopened at its last checkpoint, so that it trains on to where the rules now in force
+        end it: the same path, not its epochs again."""
+        r = stopped_early(out, asked)
+        if r is None:
             return
-        r = read_json(out / "result.json", "finished run's result")
-        if r["status"] == RunStatus.CAPPED:       # extended (or not) by max_epochs, as before
-            return
-        vals = [row["val_loss"] for row in read_metrics(out)]
-        now = ledger.replay({"val_losses": vals, "result": r}, wanted)
-        if now == (r["status"], r["epochs"]):
-            return
-        if now is not None:
-            raise StudyError(f"{out} holds a run that ended {r['status']} at epoch {r['epochs']}; the stopping rules "
-                             f"asked for now end it {now[0]} at epoch {now[1]}: delete it, or pass another --runs folder")
         if not self.may_train:
             raise NotHeld(f"{out.name} ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for, and "
                           f"--no-train trains nothing")
         self.say(f"{out.name}: ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for; "
                  f"continued from its last checkpoint")
         run_folders.reopen(out)
-
-    def _refuse_stale(self, out: Path, asked: RunRequest) -> None:
-        """A finished run is reused only if it ran with the settings the study asks for now, on
-        the same data; otherwise StudyError names the differences (never a stale result)."""
-        saved = read_json(out / "config.json", "run's configuration")
-        # what train.yaml and the run set (a setting left at its default is not compared: a
-        # default that changed since would make every earlier run stale)
-        named = {**(yaml.safe_load(self.train_yaml.read_text()) or {}), **dict(asked.settings)}
-        wanted = {k: v for k, v in asked.config.to_dict().items() if k in named}
-        diffs = [f"{k} {old!r} -> {new!r}" for k, old, new in resume_changes(saved, wanted, {})]
-        data = wanted.get("data_path")
-        if data and Path(data).exists() and other_data(saved, self._data_hash(data_fingerprint, data)):
-            diffs.append(f"the data in {data} changed")
-        if diffs:
-            raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
-                             f"({', '.join(diffs)}); delete it, or pass another --runs folder")
 
     def _data_hash(self, of: Callable, path: str) -> str:
         """`of(path)` (ledger.data_identity or data_fingerprint), computed once per data file."""

@@ -6,7 +6,8 @@ import functools
 
 from deepdensity.study.core.preset import Study
 from deepdensity.study.plan import study_plan
-from deepdensity.study.run.design import Book, held_or_none
+from deepdensity.study.run.design import held_or_none
+from deepdensity.study.run.outcomes import Book
 from deepdensity.study.run.runner import StudyRunner
 
 

@@ -228,7 +228,7 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
 
 def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     from deepdensity.study.core.preset import Study
-    from deepdensity.study.plan import study_plan as plan
+    from deepdensity.study.plan import missing as plan
     study = Study(workers=[1, 2, 4], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002,
                   train={"stall_patience": 3})
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
@@ -254,7 +254,7 @@ def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs_the_ledger_does_n
     for every sequential seed (the base batch's run is the sequential run). A filter run is
     not taken for a cell's run of the same mode, N and seed."""
     from deepdensity.study.core.preset import Study
-    from deepdensity.study.plan import study_plan as plan
+    from deepdensity.study.plan import missing as plan
     study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002, calibration_seeds=[100],
                   train={"stall_patience": 3}, filter_modes=["weak"], batch_sweep=[16, 32])
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
@@ -285,7 +285,7 @@ def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_
     (docs/beyond.md, amendment of 2026-11-27): a sweep run the stall rule ended is missing,
     while a cell's run the same rule ended is held."""
     from deepdensity.study.core.preset import Study
-    from deepdensity.study.plan import study_plan as plan
+    from deepdensity.study.plan import missing as plan
     study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0], base_lr=0.002, calibration_seeds=[100],
                   train={"stall_patience": 3}, batch_sweep=[16, 32])
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
@@ -304,7 +304,8 @@ def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_
 
 @pytest.mark.medium
 def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_rest(tmp_path):
-    from deepdensity.study.run.design import Book, run_first_seeds
+    from deepdensity.study.run.design import run_first_seeds
+    from deepdensity.study.run.outcomes import Book
     from deepdensity.study.run.runner import NotHeld
     data = _tiny_data(tmp_path)
     first = _runner(tmp_path / "first", data)

@@ -85,7 +85,7 @@ def test_the_plan_lists_the_second_looks_runs_of_the_committed_study_and_no_othe
 
     from deepdensity.study.core import ledger
     from deepdensity.study.core.preset import load_study
-    from deepdensity.study.plan.study_plan import missing_runs
+    from deepdensity.study.plan.missing import missing_runs
     from tests.support import ROOT
     _, study = load_study("default")
     record = json.loads((ROOT / "reports" / "study.json").read_text())

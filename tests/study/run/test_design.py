@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from deepdensity.study.run.design import FIRST, Book, run_first_seeds, run_more_seeds, stall_check
+from deepdensity.study.run.design import FIRST, run_first_seeds, run_more_seeds, stall_check
+from deepdensity.study.run.outcomes import Book
 from deepdensity.study.run.runner import StudyRunner
 
 
@@ -123,7 +124,7 @@ class _LookRunner:
 
 
 def _looked_book(misses_by_unit: dict):
-    from deepdensity.study.run.design import Book
+    from deepdensity.study.run.outcomes import Book
     book = Book()
     for (mode, n), misses in misses_by_unit.items():
         for seed in range(8):
