@@ -21,14 +21,8 @@ from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
 from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
-from deepdensity.study.report.figures import (
-    collapse_figure,
-    efficiency_figure,
-    figure1,
-    loss_against_time_figure,
-    sweep_figure,
-    warmup_figure,
-)
+from deepdensity.study.report.figures import collapse_figure, efficiency_figure, figure1, sweep_figure
+from deepdensity.study.report.loss_figures import loss_against_time_figure, warmup_figure
 from deepdensity.study.report.render import (
     cells_at,
     cost_line,
