@@ -95,7 +95,7 @@ def test_fig4_and_fig5_are_linked_and_described_only_where_drawn(tmp_path, monke
     record = json.loads((FIXTURE / "study.json").read_text())
 
     def captions(drawn: set) -> tuple:
-        monkeypatch.setattr(report, "_figures", lambda *args: drawn)
+        monkeypatch.setattr(report, "draw_figures", lambda *args: drawn)
         report.render_reports(tmp_path, record)
         text = (tmp_path / "REPORT.md").read_text()
         return text, [line[:6] for line in text[text.index("Collapse: share"):].splitlines() if line.startswith("Fig. ")]

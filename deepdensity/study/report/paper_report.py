@@ -1,11 +1,10 @@
 """The default study's reports, rendered from its record (reports/study.json) alone: Tables
-I-II, the figures, claims.json and REPORT.md (templates/report.md), each next to the paper's.
-`render_reports(out, record)` is all `make repro` and `deepdensity report --from` call."""
+I-II, the figures (paper_figures.py), claims.json and REPORT.md (templates/report.md; its Claims
+section claim_sections.py's), each next to the paper's. `render_reports(out, record)` is all
+`make repro` and `deepdensity report --from` call."""
 from __future__ import annotations
 
 import json
-import re
-import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -19,16 +18,9 @@ from deepdensity.study.judge import claims as claim_rules
 from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evidence_of, record_runner
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.plan import study_plan
-from deepdensity.study.record import config_of, study_of, time_base, without_machine_paths
-from deepdensity.study.report.against_n import against_n_caption, time_to_target_figure
-from deepdensity.study.report.figures import (
-    collapse_figure,
-    efficiency_figure,
-    figure1,
-    loss_against_time_figure,
-    sweep_figure,
-    warmup_figure,
-)
+from deepdensity.study.record import config_of, study_of, without_machine_paths
+from deepdensity.study.report.claim_sections import claim_section
+from deepdensity.study.report.paper_figures import draw_figures, fig2_caption
 from deepdensity.study.report.render import (
     cells_at,
     cost_line,
@@ -38,7 +30,6 @@ from deepdensity.study.report.render import (
     passes_listing,
     target_source,
     time_range,
-    top_level_parts,
     wrap_prose,
     write_csv,
 )
@@ -50,7 +41,6 @@ from deepdensity.study.report.report_checks import (
     rules_when,
     where_runs_ran,
 )
-from deepdensity.utils.plots import pyplot
 from deepdensity.utils.templates import fill
 
 # The files render_reports writes; `deepdensity report --check` (rerender.py) compares exactly these.
@@ -64,9 +54,9 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
     study, cfg, cells = study_of(record), config_of(record), cells_of(record)
     claims = claims_of(record, cells, record["seq_2eta"])
     tables = _tables(out, study, cells)
-    drawn = _figures(out, record, study, cells)
+    drawn = draw_figures(out, record, study, cells)
     fields = {**_report_fields(record, study, cfg, cells, claims, tables), "drawn": drawn}
-    fields["fig2_caption"] = _fig2_caption(cells, study)
+    fields["fig2_caption"] = fig2_caption(cells, study)
     fields["rules_when"] = rules_when(record, cells, entries or [])
     evidence = evidence_of(record, cells, MISSED)
     fields["contrasts_table"] = md_table(["contrast", "missed / runs", "estimate", "p"], contrasts(evidence))
@@ -113,67 +103,6 @@ def _times_are(clock: str) -> str:
             "(REPORT.md, 'The clock'), each worker its own device; not wall time.")
 
 
-def figure_names() -> tuple:
-    """Every figure the default study's reports may hold: the renderer owns these files, and
-    removes one it did not draw this time (an earlier render's, now stale)."""
-    paper = tuple(sorted({policies.get(m).paper_figure for m in policies.names()} - {""}))
-    return ("fig1.png", "fig2.png", "fig3.png", "fig_efficiency.png", "fig_collapse.png", "fig6.png") + paper
-
-
-def _figures(out: Path, record: dict, study: Study, cells: list) -> set:
-    """Draws the figures the record has data for; removes those of figure_names it did not
-    draw. Returns the names drawn."""
-    plt, drawn = pyplot(), {"fig2.png", "fig_efficiency.png", "fig_collapse.png"}
-    # fig2 on the clock the verdicts are given under (the paper's), named on its axis; the
-    # efficiencies on the tables' clock and on that one, a panel each
-    paper = _verdicts_clock(record, cells)
-    time_to_target_figure(out / "fig2.png", cells, study.modes, study.workers, plt, **paper)
-    efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
-    warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
-    if warmup8:
-        warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,
-                      missed={c.run: c.status for c in warmup8 if not c.reached})
-        drawn.add("fig3.png")
-    groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
-    collapse_figure(out / "fig_collapse.png", groups, plt)
-    for mode in [m for m in study.modes if policies.get(m).paper_figure]:
-        policy = policies.get(mode)
-        loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
-                                 record["target"], derived=policy.follows_sequential_path and not record["runner"],
-                                 definition=config_of(record).epoch_definition, plt=plt)
-        drawn.add(policy.paper_figure)
-    if record.get("fig1"):             # None: no weights of the first sequential run were at hand
-        figure1(out / "fig1.png", record["fig1"], plt)
-        drawn.add("fig1.png")
-    if record["lr_search"]:
-        sweep_figure(out / "fig6.png", record["lr_search"], plt)
-        drawn.add("fig6.png")
-    for name in set(figure_names()) - drawn:
-        (out / name).unlink(missing_ok=True)
-    return drawn
-
-
-def _verdicts_clock(record: dict, cells: list) -> dict:
-    """The clock and time base (`clock`, `base`) Fig. 2 and fig_efficiency's second panel draw
-    under: the paper's, the verdicts', where times are modelled; none where they are real runs'
-    own or the record has no clock."""
-    if "timing" not in record or record_runner(cells):
-        return {}
-    return {"clock": clock_set(record)["paper"],
-            "base": time_base(record)}
-
-
-FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
-                "the verdicts' clock; passes x its seconds a pass), every seed a dot and the median over seeds a bar "
-                "and line where every seed reached the target; the seeds that missed it are crosses in the panel "
-                "above, never drawn at a time.")
-
-
-def _fig2_caption(cells: list, study: Study) -> str:
-    """Fig. 2's caption: what it draws, and which runs its N = 1 is (against_n_caption)."""
-    return textwrap.fill(FIG2_CAPTION + against_n_caption(cells, study.modes), 110)
-
-
 def _report_fields(record: dict, study: Study, cfg, cells: list, claims: list, tables: tuple) -> dict:
     """The fields of templates/report.md; `tables` are Tables I and II in markdown."""
     return {**_header_fields(record, claims), **_rules_fields(record, study),
@@ -197,59 +126,6 @@ def _header_fields(record: dict, claims: list) -> dict:
             "isa_check": isa, "stack_check": stack,
             "isa_again": isa and rechecked(record, claims, isa, f"under {isa['isa']}"),
             "stack_again": stack and rechecked(record, claims, stack, f"on TF {stack['stack'].split()[1].rstrip(',')}")}
-
-
-# A cell as the judge names it in its evidence: 'N = 4', 'N = 2 vs weak', '2 x eta'.
-_CELL = re.compile(r"^(N = \d+(?: vs [\w ]+)?|\d+ x eta): ")
-# a parenthesis closing a claim's evidence, after its last cell: '... p = 0.00019 (one-sided
-# Mann-Whitney, Holm over 15 of 15)', '... (not run at N = 32)'
-_TRAILING_NOTE = re.compile(r" \(([^()]*(?:\([^()]*\)[^()]*)*)\)$")
-
-
-def claim_section(c: dict, others: list) -> str:
-    """One claim of the Claims section: its verdict, the paper's words and the rule, the verdict
-    under the other clocks and the other definition of failure, then its evidence cell by cell
-    beside whether more seeds could change it, and the evidence that is no cell's below."""
-    judged = md_table(["judged under", "verdict"],
-                      [[f"{clocks.label(clocks.PAPER)} (the verdict)", f"**{c['verdict']}**"],
-                       ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
-                       *([o.label, c["verdicts"][o.name]] for o in others),
-                       ["break-even (rho)", c["break_even"]]])
-    parts = top_level_parts(c["ours"])
-    tail = _TRAILING_NOTE.search(parts[-1]) if parts else None
-    if tail and _CELL.match(parts[-1]):         # the claim's own note after its last cell: not that cell's
-        parts[-1:] = [parts[-1][:tail.start()], tail.group(1)]
-    ours, notes = _by_cell(parts)
-    more, more_lead = {}, c["more_seeds"]
-    lead, sep, rest = c["more_seeds"].partition(": ")
-    if sep and _CELL.match(rest):
-        more_lead = lead
-        more, loose = _by_cell(top_level_parts(rest))
-        more.update(dict.fromkeys(loose, ""))
-    blocks = [f"### {c['claim']}: **{c['verdict']}**", f"- the paper: {c['paper']}\n- the rule: {c['rule']}",
-              judged.rstrip("\n")]
-    if ours or more:
-        blocks.append(md_table(["cell", "ours", "could more seeds change it?"],
-                               [[cell, ours.get(cell, "-"), more.get(cell, "-")] for cell in {**ours, **more}])
-                      .rstrip("\n"))
-    if notes:
-        text = "; ".join(notes)
-        blocks.append(f"{text[0].upper()}{text[1:]}.")
-    if more_lead not in ("yes", "-"):
-        blocks.append(f"Could more seeds change it? {more_lead}" + (" (the table's last column)." if more else "."))
-    return "\n\n".join(blocks) + "\n"
-
-
-def _by_cell(parts: list) -> tuple:
-    """({cell: its text} of the parts that name a cell, [the parts that do not])."""
-    cells, rest = {}, []
-    for part in parts:
-        cell = _CELL.match(part)
-        if cell:
-            cells[cell.group(1)] = part[cell.end():]
-        else:
-            rest.append(part)
-    return cells, rest
 
 
 def _interim(provenance: dict) -> bool:

@@ -18,7 +18,8 @@ from deepdensity.study.core.cells import MISSED
 from deepdensity.study.judge import claims
 from deepdensity.study.record import study_of
 from deepdensity.study.report.against_n import time_to_target_figure
-from deepdensity.study.report.figures import efficiency_figure, loss_curves
+from deepdensity.study.report.figures import efficiency_figure
+from deepdensity.study.report.loss_figures import loss_curves
 from tests.support import ROOT
 
 REPORTS = ROOT / "reports"

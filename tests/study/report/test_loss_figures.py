@@ -1,4 +1,4 @@
-"""What the figures of validation loss draw (figures.py, Figs. 3-5), read off the committed
+"""What the figures of validation loss draw (loss_figures.py, Figs. 3-5), read off the committed
 study's record."""
 import json
 from unittest import mock
@@ -7,7 +7,7 @@ import pytest
 
 from deepdensity.scaling import policies
 from deepdensity.study.judge import claims
-from deepdensity.study.report.figures import warmup_figure
+from deepdensity.study.report.loss_figures import warmup_figure
 from deepdensity.study.report.render import cells_at
 from tests.support import ROOT
 
