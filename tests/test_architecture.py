@@ -13,6 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "deepdensity"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 400
+MAX_TRAINER_LINES = 250     # trainer.py reads as the steps of one run (issue 69); its pieces live beside it
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,6 +269,11 @@ def test_no_module_is_longer_than_four_hundred_lines():
     long = [f"{name}: {n} lines" for name, path in MODULES.items()
             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
     assert long == []
+
+
+def test_the_trainer_reads_as_the_steps_of_one_run_in_at_most_250_lines():
+    n = len(MODULES["deepdensity.training.trainer"].read_text().splitlines())
+    assert n <= MAX_TRAINER_LINES, f"training/trainer.py: {n} lines"
 
 
 REGISTRY = "deepdensity.scaling.policies"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from deepdensity.utils.errors import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM
+from deepdensity.launch.controllers import EXPLAINED
 
 # horovodrun's own last words when a process exited non-zero (Horovod 0.28, runner/gloo_run.py)
 LAUNCHER_FAILURE = "RuntimeError: Horovod detected that one or more processes exited with non-zero status"
@@ -17,8 +17,6 @@ PROCESS_FAILURE = re.compile(rb"^Terminating remaining workers after failure of 
 # horovodrun prints those notes from one thread per process, and print() writes the newline
 # apart: two at once come out as one line, then an empty one ("Process 0 exit … 143.Process 1 exit …")
 JOINED_NOTES = re.compile(rb"(?<=\.)(?=Process \d+ exit with status code|Terminating remaining workers)")
-# exit codes a rank's own last line explains: a refusal (its error line), an interrupt (where the run stands)
-EXPLAINED = (EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM)
 # rank 0's interrupt note, its last line (utils/errors.py: "interrupted: at epoch 10, checkpointed in ...")
 RANK0_INTERRUPTED = re.compile(r"^\[(?:\d+,)?0\]<stderr>:interrupted\b")
 

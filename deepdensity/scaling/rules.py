@@ -1,7 +1,7 @@
 """The scaling rules of Cunha et al. (HPML 2018), section IV and VI, as pure functions:
 epochs, the sample stream, slices and stopping. What each policy decides (batch and lr as
 functions of N) is in policies.py, which builds on these; the study's own mathematics (the
-speedup model, reading a run's curve) is in deepdensity/study/core/clocks.py and curves.py.
+speedup model, reading a run's curve) is in deepdensity/study/core/speedup.py and curves.py.
 
 No TensorFlow and no Horovod here, so that every rule can be tested exhaustively and
 reused by the study driver without starting a framework.

@@ -110,7 +110,7 @@ class StudyEnd:
     """What a study holds when its cells are assembled (repro.run_study), for its kind to finish it."""
     s: Any                      # session.StudyRun
     proto: Any                  # session.Protocol
-    book: Any                   # design.Book
+    book: Any                   # outcomes.Book
     cells: list
     timing: dict
     modelled: Callable          # (mode, n) -> seconds an epoch on this study's clock

@@ -98,7 +98,7 @@ def resume_changes(saved: dict, wanted: dict, defaults: dict) -> list:
 
 def data_fingerprint(path) -> str:
     """'size:sha256' of a data file's bytes, and of every file its cubes are read from through
-    links (cubes.data_fingerprint): two files with this fingerprint hold the same cubes. A
+    links (fingerprint.data_fingerprint): two files with this fingerprint hold the same cubes. A
     resume, or a study reusing a run, on a file at the same path with other content is then
     seen (reading 30 MB of cubes takes a tenth of a second)."""
     return of_the_files_read(path)

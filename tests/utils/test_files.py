@@ -63,7 +63,7 @@ def test_a_project_folder_of_another_kind_is_refused_by_its_name(tmp_path, kind,
 
 
 def test_a_run_folder_written_before_the_marks_is_recognised_by_its_config(tmp_path):
-    """What trainer.run_config wrote into config.json since the first version: the settings,
+    """What run_config.run_config wrote into config.json since the first version: the settings,
     and the run's mode and N. A run's temporaries (atomic writes cut by a kill) are its own."""
     from deepdensity.training.runs import made_before_marks
     old = user_folder(tmp_path, "old", {

@@ -62,7 +62,7 @@ def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sa
                         allreduce_per_doubling_s: float, eval_per_sample_s: float,
                         definition: str = rules.PER_WORKER, allreduce_latency_s: float = 0.0,
                         epoch_overhead_s: float = 0.0) -> float:
-    """Seconds of one epoch of plan `p` (policies.ScalingPlan) on p.workers workers, each its
+    """Seconds of one epoch of plan `p` (policy.ScalingPlan) on p.workers workers, each its
     own device, built from per-step parts:
 
         steps * (step_fixed + per_sample * per_worker_batch + allreduce(n))

@@ -13,7 +13,7 @@ from deepdensity.config import Config
 from deepdensity.study.core import ledger, ledger_lines
 from deepdensity.study.run.runner import StudyRunner
 
-# what a run's config.json says it ran on (training/trainer.py `_versions`)
+# what a run's config.json says it ran on (training/run_config.py `versions`)
 STACK_RAN = {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4",
              "horovod": "0.28.1"}
 STOP = {"max_epochs": 64, "target_loss": 1.0, "stall_patience": 3, "stall_near": 0.0, "stall_near_patience": 0,

@@ -311,7 +311,7 @@ def test_the_break_even_is_where_the_recomputed_verdict_changes():
 
 def test_locals_pass_is_priced_from_what_its_runs_did():
     """Under this host's clock, local's epoch is the one the study modelled epoch by epoch from the
-    same rows (design.modelled_from_rows): its allreduces every H steps, each of 3 gradients."""
+    same rows (outcomes.modelled_from_rows): its allreduces every H steps, each of 3 gradients."""
     from deepdensity.study.core.cells import Cell
     from deepdensity.study.judge import beyond_verdicts as bv
     record = load()
