@@ -115,9 +115,11 @@ $(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 #   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
 #                    assertions executed, coverage of deepdensity/, seconds by file)
 FAST := -m "not slow and not medium"
-# ruff's lint first (pyproject.toml [tool.ruff]: the rules that find mistakes), in a second
+# ruff first (pyproject.toml [tool.ruff]: the lint rules that find mistakes, and the layout ruff
+# format gives), in a second
 test: install
 	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
 	@start=$$(date +%s); $(BIN)/pytest -q $(FAST) tests; code=$$?; \
 	echo "make test: the fast tier in $$(( $$(date +%s) - start )) s (budget 90 s); the middle tier is make test-medium, everything make test-all"; \
 	exit $$code
@@ -132,6 +134,7 @@ test-smoke: install
 
 test-all: install
 	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
 	scripts/test_all.sh $(BIN)/pytest
 
 # Debian's openssh-server, slurm-wlm and munge for tests/cluster, where missing (needs root and

@@ -2,6 +2,7 @@
 """Train the DeepDensity autoencoder: `python train.py --mode weak`, or under Horovod
 `horovodrun -np 8 python train.py --mode weak`. The same as `deepdensity train`; the flags
 are in deepdensity/training/cli.py (`python train.py --help`)."""
+
 import sys
 
 from deepdensity.training import interrupts
@@ -12,6 +13,8 @@ if __name__ == "__main__":
     # kept off the screen
     interrupts.hold_early(sys.argv[1:])
     from deepdensity.training import console
+
     console.start()
     from deepdensity.training.cli import main
+
     sys.exit(main())

@@ -1,5 +1,6 @@
 """deepdensity: Cunha et al. (HPML 2018), strong vs weak scaling of a 3D Gaussian-mixture
 autoencoder, in tf.keras + Horovod. The layout: docs/layout.md."""
+
 import os
 
 # TensorFlow 2.15's x86 wheels turn oneDNN on by default only on CPUs with AVX-512-class

@@ -1,4 +1,5 @@
 """`python -m deepdensity <command> [args]`: see deepdensity/cli.py."""
+
 import sys
 
 from deepdensity.cli import main

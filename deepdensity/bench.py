@@ -1,5 +1,6 @@
 """`python -m deepdensity.bench`, kept for the commands users already run: the same as
 `deepdensity bench` (deepdensity/perf/bench.py)."""
+
 import sys
 
 from deepdensity.perf.bench import main

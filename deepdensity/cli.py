@@ -1,5 +1,6 @@
 """`deepdensity <command> [args]` and `python -m deepdensity <command> [args]`: every tool
 of the project behind one entry. `deepdensity <command> --help` shows a command's flags."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,8 +11,10 @@ from deepdensity.utils.args import version
 # command -> (module whose main(argv) runs it, one line of what it does)
 COMMANDS = {
     "train": ("deepdensity.training.cli", "train one run under a scaling policy (also: python train.py)"),
-    "launch": ("deepdensity.launch.horovodrun", "horovodrun with one error line and the rank's exit code "
-                                                 "(deepdensity launch -np 2 python train.py ...)"),
+    "launch": (
+        "deepdensity.launch.horovodrun",
+        "horovodrun with one error line and the rank's exit code (deepdensity launch -np 2 python train.py ...)",
+    ),
     "data": ("deepdensity.data.cli", "make synthetic cubes, or cut cubes from DICOM / LUNA16 scans"),
     "repro": ("deepdensity.study.repro", "run the paper's scaling study and write its reports"),
     "report": ("deepdensity.study.rerender", "render a study's reports again from its study.json, without training"),
@@ -25,8 +28,7 @@ COMMANDS = {
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: deepdensity <command> [args]    (or: python -m deepdensity <command> [args])", "",
-             "commands:"]
+    lines = ["usage: deepdensity <command> [args]    (or: python -m deepdensity <command> [args])", "", "commands:"]
     lines += [f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()]
     lines += ["", "`deepdensity <command> --help` lists a command's flags and their defaults; --version the version."]
     return "\n".join(lines)
@@ -42,7 +44,6 @@ def main(argv=None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"error: no command {name!r}; choose one of {', '.join(COMMANDS)} (deepdensity --help)",
-              file=sys.stderr)
+        print(f"error: no command {name!r}; choose one of {', '.join(COMMANDS)} (deepdensity --help)", file=sys.stderr)
         return 2
     return importlib.import_module(COMMANDS[name][0]).main(rest)

@@ -3,6 +3,7 @@
 Defaults are the paper's settings where the paper gives them (section VI); the rest
 are this implementation's choices, each with the reason next to it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,14 +40,14 @@ class Config:
     max_train_cubes: int = 0
 
     # --- model (paper section V and VI) -------------------------------------------------
-    n_components: int = 50                      # K
+    n_components: int = 50  # K
     conv_filters: Tuple[int, ...] = (32, 32, 32)
     conv_kernels: Tuple[int, ...] = (7, 5, 3)
     # The paper does not say how the encoder downsamples; stride 2 in every conv layer
     # halves the grid each time (16 -> 8 -> 4 -> 2) at an eighth of the cost of pooling
     # after stride-1 convs, which matters for a study of hundreds of runs.
     conv_strides: Tuple[int, ...] = (2, 2, 2)
-    latent_dim: int = 64                        # size l of y in eq. (9); not given in the paper
+    latent_dim: int = 64  # size l of y in eq. (9); not given in the paper
     # Standard deviations are sigma_min + (1 - sigma_min) * sigmoid(.): bounded away from 0
     # so every covariance is well conditioned; 0.05 is 0.4 voxel at 16^3 over [-1, 1].
     sigma_min: float = 0.05
@@ -54,11 +55,11 @@ class Config:
     corr_max: float = 0.95
 
     # --- optimisation (paper section VI) -----------------------------------------------------
-    batch_size: int = PAPER_BATCH               # base batch B of the sequential model
-    base_lr: float = PAPER_LR                   # eta
+    batch_size: int = PAPER_BATCH  # base batch B of the sequential model
+    base_lr: float = PAPER_LR  # eta
     beta_1: float = 0.9
     beta_2: float = 0.999
-    epsilon: float = 1e-8                       # the paper's; tf.keras would use 1e-7
+    epsilon: float = 1e-8  # the paper's; tf.keras would use 1e-7
     warmup_epochs: int = PAPER_WARMUP_EPOCHS
     max_epochs: int = 400
     target_loss: float = 0.0016384
@@ -140,54 +141,71 @@ class Config:
 
     def rules(self) -> list:
         """Every field's range (schema.build tests them in order); NaN fails every comparison."""
-        return [(lambda ok=ok: ok, msg) for ok, msg in [
-            (self.n_components >= 1, "n_components must be >= 1"),
-            (len(self.conv_filters) == len(self.conv_kernels) == len(self.conv_strides),
-             "conv_filters, conv_kernels and conv_strides must have the same length"),
-            (all(v >= 1 for v in self.conv_filters + self.conv_kernels + self.conv_strides),
-             "conv_filters, conv_kernels and conv_strides must be positive"),
-            (self.latent_dim >= 1, "latent_dim must be >= 1"),
-            (0 < self.sigma_min < 1, "sigma_min must be in (0, 1)"),
-            (0 <= self.corr_max < 1, "corr_max must be in [0, 1)"),
-            (self.batch_size >= 1, "batch_size must be >= 1"),
-            (0 < self.base_lr < math.inf, "base_lr must be a finite number > 0"),
-            (0 <= self.beta_1 < 1, "beta_1 must be in [0, 1)"),
-            (0 <= self.beta_2 < 1, "beta_2 must be in [0, 1)"),
-            (0 < self.epsilon < math.inf, "epsilon must be a finite number > 0"),
-            (0 <= self.seed < 2 ** 32, "seed must be in [0, 2^32): NumPy and TensorFlow seeds are unsigned"),
-            (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
-            (self.max_epochs >= 1, "max_epochs must be >= 1"),
-            (0 <= self.target_loss < math.inf, "target_loss must be a finite number >= 0"),
-            (self.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
-            (self.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
-            (self.allreduce_groups >= 0,
-             "allreduce_groups must be >= 0 (0 = Horovod's default, no explicit groups)"),
-            (self.horovod_cycle_ms >= 0, "horovod_cycle_ms must be >= 0 (0 = Horovod's default)"),
-            (self.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
-            (self.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
-            (self.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
-            (self.rendering in RENDERING_CHOICES, f"rendering must be one of {', '.join(RENDERING_CHOICES)}"),
-            (not (self.rendering == "kernel" and self.xla == "step"),
-             "rendering: kernel cannot run under xla: step (XLA compiles TensorFlow ops only); use rendering: auto"),
-            (self.epoch_definition in EPOCH_DEFINITIONS,
-             f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}"),
-            (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
-            (0 <= self.stall_near < math.inf, "stall_near must be a finite fraction >= 0 (0 = off)"),
-            (self.stall_near == 0 or self.stall_near_patience >= self.stall_patience,
-             "stall_near_patience must be >= stall_patience: near the target the rule waits longer, never less"),
-            (0 <= self.collapse_loss < math.inf, "collapse_loss must be a finite number >= 0 (0 = off)"),
-            (self.collapse_patience >= 0, "collapse_patience must be >= 0 (0 = off)"),
-            (self.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
-            (0 < self.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
-            (self.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),
-        ]]
+        return [
+            (lambda ok=ok: ok, msg)
+            for ok, msg in [
+                (self.n_components >= 1, "n_components must be >= 1"),
+                (
+                    len(self.conv_filters) == len(self.conv_kernels) == len(self.conv_strides),
+                    "conv_filters, conv_kernels and conv_strides must have the same length",
+                ),
+                (
+                    all(v >= 1 for v in self.conv_filters + self.conv_kernels + self.conv_strides),
+                    "conv_filters, conv_kernels and conv_strides must be positive",
+                ),
+                (self.latent_dim >= 1, "latent_dim must be >= 1"),
+                (0 < self.sigma_min < 1, "sigma_min must be in (0, 1)"),
+                (0 <= self.corr_max < 1, "corr_max must be in [0, 1)"),
+                (self.batch_size >= 1, "batch_size must be >= 1"),
+                (0 < self.base_lr < math.inf, "base_lr must be a finite number > 0"),
+                (0 <= self.beta_1 < 1, "beta_1 must be in [0, 1)"),
+                (0 <= self.beta_2 < 1, "beta_2 must be in [0, 1)"),
+                (0 < self.epsilon < math.inf, "epsilon must be a finite number > 0"),
+                (0 <= self.seed < 2**32, "seed must be in [0, 2^32): NumPy and TensorFlow seeds are unsigned"),
+                (self.warmup_epochs >= 0, "warmup_epochs must be >= 0"),
+                (self.max_epochs >= 1, "max_epochs must be >= 1"),
+                (0 <= self.target_loss < math.inf, "target_loss must be a finite number >= 0"),
+                (self.max_train_cubes >= 0, "max_train_cubes must be >= 0 (0 = all)"),
+                (self.intra_op_threads >= 0, "intra_op_threads must be >= 0 (0 = automatic)"),
+                (
+                    self.allreduce_groups >= 0,
+                    "allreduce_groups must be >= 0 (0 = Horovod's default, no explicit groups)",
+                ),
+                (self.horovod_cycle_ms >= 0, "horovod_cycle_ms must be >= 0 (0 = Horovod's default)"),
+                (self.max_pass_batch >= 0, "max_pass_batch must be >= 0 (0 = no limit)"),
+                (self.intensity_scaling in ("density", "none"), "intensity_scaling must be 'density' or 'none'"),
+                (self.xla in XLA_CHOICES, f"xla must be one of {', '.join(XLA_CHOICES)}"),
+                (self.rendering in RENDERING_CHOICES, f"rendering must be one of {', '.join(RENDERING_CHOICES)}"),
+                (
+                    not (self.rendering == "kernel" and self.xla == "step"),
+                    "rendering: kernel cannot run under xla: step (XLA compiles TensorFlow ops only); "
+                    "use rendering: auto",
+                ),
+                (
+                    self.epoch_definition in EPOCH_DEFINITIONS,
+                    f"epoch_definition must be one of {', '.join(EPOCH_DEFINITIONS)}",
+                ),
+                (self.stall_patience >= 0, "stall_patience must be >= 0 (0 = off)"),
+                (0 <= self.stall_near < math.inf, "stall_near must be a finite fraction >= 0 (0 = off)"),
+                (
+                    self.stall_near == 0 or self.stall_near_patience >= self.stall_patience,
+                    "stall_near_patience must be >= stall_patience: near the target the rule waits longer, never less",
+                ),
+                (0 <= self.collapse_loss < math.inf, "collapse_loss must be a finite number >= 0 (0 = off)"),
+                (self.collapse_patience >= 0, "collapse_patience must be >= 0 (0 = off)"),
+                (self.tensorboard_images_every >= 0, "tensorboard_images_every must be >= 0 (0 = no images)"),
+                (0 < self.adaptive_theta < math.inf, "adaptive_theta must be a finite number > 0"),
+                (self.local_steps >= 1, "local_steps must be >= 1 (1 = average after every step)"),
+            ]
+        ]
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
-def run_plan(cfg: Config, mode: str, workers: int, processes: Optional[int] = None,
-             uneven: bool = False) -> ScalingPlan:
+def run_plan(
+    cfg: Config, mode: str, workers: int, processes: Optional[int] = None, uneven: bool = False
+) -> ScalingPlan:
     """The plan of one run, the one place it is made (the per-process plan, the checks before a
     run, the dry run): the policy `mode` at N = `workers` (scaling.rules.workers) with this
     config's B, eta and warmup, over `processes` launched processes; `uneven`: an elastic run's
@@ -211,7 +229,7 @@ def parse_set(items) -> dict:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, raw = item.split("=", 1)
         key = key.strip()
-        if not raw.strip():         # else an empty data_path was read as the folder '.'
+        if not raw.strip():  # else an empty data_path was read as the folder '.'
             raise ConfigError(f"--set {key}= gives {key} no value; write --set {key}=VALUE")
         try:
             value = yaml.safe_load(raw)
@@ -249,11 +267,13 @@ def _mapping_without_repeats(loader: _StrictLoader, node, deep: bool = False) ->
         try:
             hash(key)
         except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is not a setting name",
-                                                    key_node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is not a setting name", key_node.start_mark
+            ) from None
         if key in first:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (first on line {first[key] + 1})", key_node.start_mark)
+                None, None, f"key {key!r} is given twice (first on line {first[key] + 1})", key_node.start_mark
+            )
         first[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -268,7 +288,7 @@ def parse_yaml(text: str, where: str, error: type):
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        if isinstance(e, yaml.constructor.ConstructorError):      # valid YAML, but not what was meant
+        if isinstance(e, yaml.constructor.ConstructorError):  # valid YAML, but not what was meant
             raise error(f"{where}, {at}: {e.problem}") from None
         raise error(f"{where} is not valid YAML at {at}: {e.problem or e.context}") from None
     except yaml.YAMLError as e:

@@ -1,5 +1,6 @@
 """`python -m deepdensity.plot RUN ... --out curves.png`: the same as `deepdensity plot`
 (deepdensity/tools/plot.py)."""
+
 import sys
 
 from deepdensity.tools.plot import main

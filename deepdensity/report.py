@@ -1,5 +1,6 @@
 """`python -m deepdensity.report --from reports/`: the same as `deepdensity report`
 (deepdensity/study/rerender.py): render a study's reports again from its study.json."""
+
 import sys
 
 from deepdensity.study.rerender import main

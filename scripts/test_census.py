@@ -9,6 +9,7 @@ deepdensity/, and the distinct assertions the run executed: `assert` statements 
 no test reached (a skipped or deleted test) is not counted, so two runs compare by what they
 checked, not by what the files hold.
 """
+
 import argparse
 import ast
 import collections
@@ -22,7 +23,7 @@ def junit_counts(path: Path) -> tuple:
     outcomes, by_file, tests = collections.Counter(), collections.Counter(), []
     for case in ET.parse(path).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
-        outcome = ("failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed")
+        outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
         outcomes[outcome] += 1
         seconds = float(case.get("time", 0))
         module = case.get("classname", "").replace(".", "/") + ".py"
@@ -40,8 +41,11 @@ def assertion_lines(source: str) -> set:
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
                 call = item.context_expr
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
-                        and call.func.attr in ("raises", "warns"):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr in ("raises", "warns")
+                ):
                     lines.add(node.lineno)
     return lines
 
@@ -49,6 +53,7 @@ def assertion_lines(source: str) -> set:
 def coverage_figures(data_file: Path, root: Path) -> tuple:
     """(line coverage of deepdensity/ in %, distinct executed assertions in tests/)."""
     import coverage
+
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     cov = coverage.Coverage(data_file=str(data_file), source=[str(root / "deepdensity")])
@@ -77,17 +82,21 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     outcomes, by_file, tests = junit_counts(args.junit)
     total = sum(by_file.values())
-    print(f"tests: {sum(outcomes.values())} ({', '.join(f'{n} {k}' for k, n in sorted(outcomes.items()))}); "
-          f"{total:.0f} s in tests")
+    print(
+        f"tests: {sum(outcomes.values())} ({', '.join(f'{n} {k}' for k, n in sorted(outcomes.items()))}); "
+        f"{total:.0f} s in tests"
+    )
     if args.coverage:
         percent, asserted, files = coverage_figures(args.coverage, args.root.resolve())
-        print(f"coverage of deepdensity/: {percent:.1f} % of the statements of its {files} modules; "
-              f"distinct assertions executed: {asserted}")
+        print(
+            f"coverage of deepdensity/: {percent:.1f} % of the statements of its {files} modules; "
+            f"distinct assertions executed: {asserted}"
+        )
     print("\nslowest files (seconds, share):")
     for name, seconds in by_file.most_common(args.top):
         print(f"  {seconds:8.1f}  {100 * seconds / max(total, 1e-9):5.1f} %  {name}")
     print("\nslowest tests:")
-    for seconds, name in tests[:args.top]:
+    for seconds, name in tests[: args.top]:
         print(f"  {seconds:8.1f}  {name}")
     return 0
 

@@ -30,8 +30,22 @@ def pytest_runtest_setup(item):
 def smoke_data(tmp_path_factory):
     """The smoke config's data set, written once per test session."""
     path = tmp_path_factory.mktemp("data") / "smoke.h5"
-    run([sys.executable, "-m", "deepdensity.data", "synth", "--out", str(path), "--n", "320",
-         "--val", "64", "--seed", "0"])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "synth",
+            "--out",
+            str(path),
+            "--n",
+            "320",
+            "--val",
+            "64",
+            "--seed",
+            "0",
+        ]
+    )
     return path
 
 
@@ -41,8 +55,23 @@ def smoke_run(tmp_path_factory, smoke_data):
     scaling, one worker, the smoke model, one epoch on smoke_data. Trained once per session;
     a test that writes into a run folder copies this one first."""
     out = tmp_path_factory.mktemp("trained") / "run"
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-         f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--quiet"])
+    run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={smoke_data}",
+            "--set",
+            "max_epochs=1",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     return out
 
 
@@ -60,4 +89,5 @@ def one_process(tmp_path_factory, smoke_data):
             out = tmp_path_factory.mktemp("one-process") / "run"
             done[key] = (launch([], mode, out, smoke_data, *extra), out)
         return done[key]
+
     return reference

@@ -1,5 +1,6 @@
 """What several test modules share: the repository's root, the smoke config, a
 subprocess runner with this interpreter's environment, and a stand-in for the study's runner."""
+
 import os
 import shutil
 import subprocess
@@ -14,11 +15,24 @@ SMOKE = str(ROOT / "configs" / "smoke.yaml")
 CURRENT_TEST_IS_SLOW = False
 # What makes a command slow: training, a study, Horovod's launcher, in every spelling a user has
 # (train.py, python -m deepdensity train, python -m deepdensity.training.cli, ...).
-SLOW_COMMANDS = ("train.py", "horovodrun", "deepdensity.repro", "deepdensity.filter", "deepdensity.bench",
-                 "deepdensity train", "deepdensity repro", "deepdensity filter", "deepdensity bench",
-                 "deepdensity.training.cli", "deepdensity.study.repro", "deepdensity.tools.filter",
-                 "deepdensity.perf.bench", "deepdensity launch", "deepdensity.launch.horovodrun",
-                 "deepdensity.perf.rank_probes")
+SLOW_COMMANDS = (
+    "train.py",
+    "horovodrun",
+    "deepdensity.repro",
+    "deepdensity.filter",
+    "deepdensity.bench",
+    "deepdensity train",
+    "deepdensity repro",
+    "deepdensity filter",
+    "deepdensity bench",
+    "deepdensity.training.cli",
+    "deepdensity.study.repro",
+    "deepdensity.tools.filter",
+    "deepdensity.perf.bench",
+    "deepdensity launch",
+    "deepdensity.launch.horovodrun",
+    "deepdensity.perf.rank_probes",
+)
 
 
 def is_slow(args) -> bool:
@@ -39,6 +53,7 @@ def assert_keras2(config: dict) -> None:
     """The process that trained a run (its config.json) had Keras 2 as tf.keras: tf_keras from
     TensorFlow 2.16 on, TensorFlow's own keras 2.15 before."""
     from deepdensity.utils.stack import release
+
     versions = config["versions"]
     top, version = versions["keras"].split()
     assert release(version)[:1] == (2,), versions
@@ -61,14 +76,16 @@ def run(args, cwd=ROOT, timeout=600, check=True):
     env = {**users_env(), "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-                             f"stderr:\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
 def losses(out):
     """(loss, val_loss, lr) of each epoch of a run folder."""
     import json
+
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return [(r["loss"], r["val_loss"], r["lr"]) for r in rows]
 
@@ -76,18 +93,35 @@ def losses(out):
 def launch(prefix, mode, out, data, *extra):
     """Train the smoke config on `data` into `out`, under the launcher words `prefix` (none: one
     process); returns its losses."""
-    run(prefix + [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
-                  "--set", f"data_path={data}", "--out", str(out), "--quiet", *extra])
+    run(
+        prefix
+        + [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            mode,
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={data}",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
     return losses(out)
 
 
 def tiny_clock() -> dict:
     """The clock of a tiny study measured once (tests/study/data/tiny-reports), stamped with this
-    checkout's clock version (the fixture's own, until the clock changes): a tiny study whose runs folder holds it as timing.json measures no clock of
+    checkout's clock version (the fixture's own, until the clock changes): a tiny study whose runs folder
+    holds it as timing.json measures no clock of
     its own (the clock is not what such a test is about)."""
     import json
 
     from deepdensity.study.run.timing import CLOCK_VERSION
+
     record = json.loads((ROOT / "tests" / "study" / "data" / "tiny-reports" / "study.json").read_text())
     return {**record["timing"], "clock_version": CLOCK_VERSION}
 
@@ -99,10 +133,14 @@ def kept_round(timing: dict, n_val: int) -> dict:
     tiny presets' batch 32 over N), and the real epoch less its evaluation."""
     steps = timing["step_seconds"]
     real = timing["real_epoch_seconds"]
-    return {"steps": steps, "eval": timing["eval_per_sample_s"],
-            "shared": {n: steps[str(32 // int(n))] for n in ("2", "4")},
-            "allreduce": {n: timing["allreduce_seconds"][n] for n in ("2", "4")}, "real": real,
-            "real_steps": {n: s - timing["eval_per_sample_s"] * n_val for n, s in real.items()}}
+    return {
+        "steps": steps,
+        "eval": timing["eval_per_sample_s"],
+        "shared": {n: steps[str(32 // int(n))] for n in ("2", "4")},
+        "allreduce": {n: timing["allreduce_seconds"][n] for n in ("2", "4")},
+        "real": real,
+        "real_steps": {n: s - timing["eval_per_sample_s"] * n_val for n, s in real.items()},
+    }
 
 
 def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
@@ -118,6 +156,7 @@ def seed_kept_rounds(preset: Path, runs: Path, count: int) -> list:
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run.session import run_settings
     from deepdensity.study.run.timing import ROUNDS_FILE, round_settings
+
     _, study = load_study(str(preset))
     runs.mkdir(parents=True, exist_ok=True)
     train_yaml = runs / "train.yaml"
@@ -158,6 +197,7 @@ class FakeRunner:
         import json
 
         from deepdensity.scaling import rules  # here: importing the package sets TensorFlow's log level
+
         self.calls.append((name, settings["max_epochs"]))
         out = self.root / name
         out.mkdir(parents=True, exist_ok=True)
@@ -165,10 +205,11 @@ class FakeRunner:
         vals = []
         for e in range(int(settings["max_epochs"])):
             vals.append(self.curve(lr, settings["seed"], e))
-            if rules.StoppingRules(float(settings["target_loss"]), 10 ** 6, patience).reason(e, vals[-1], vals[-1], vals):
+            if rules.StoppingRules(float(settings["target_loss"]), 10**6, patience).reason(e, vals[-1], vals[-1], vals):
                 break
-        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n"
-                                                   for i, v in enumerate(vals)))
+        (out / "metrics.jsonl").write_text(
+            "".join(json.dumps({"epoch": i + 1, "val_loss": v}) + "\n" for i, v in enumerate(vals))
+        )
         return {"status": "max_epochs", "epochs": len(vals)}
 
 

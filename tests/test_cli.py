@@ -1,5 +1,6 @@
 """The command table: `deepdensity <command>` reaches every tool, every entry point answers
 --help, and every flag with a default shows it."""
+
 import importlib
 import subprocess
 import sys
@@ -9,12 +10,22 @@ import pytest
 from deepdensity import cli
 from tests.support import ROOT
 
-ENTRY_POINTS = [("deepdensity.training.cli", []), ("deepdensity.data.cli", []), ("deepdensity.data.cli", ["synth"]),
-                ("deepdensity.data.cli", ["prepare"]), ("deepdensity.data.cli", ["synth-scans"]),
-                ("deepdensity.study.repro", []), ("deepdensity.perf.bench", []), ("deepdensity.tools.encode", []),
-                ("deepdensity.tools.generate", []), ("deepdensity.tools.filter", []),
-                ("deepdensity.tools.plot", []), ("deepdensity.study.rerender", []), ("deepdensity.perf.rank_probes", []),
-                ("deepdensity.launch.horovodrun", [])]
+ENTRY_POINTS = [
+    ("deepdensity.training.cli", []),
+    ("deepdensity.data.cli", []),
+    ("deepdensity.data.cli", ["synth"]),
+    ("deepdensity.data.cli", ["prepare"]),
+    ("deepdensity.data.cli", ["synth-scans"]),
+    ("deepdensity.study.repro", []),
+    ("deepdensity.perf.bench", []),
+    ("deepdensity.tools.encode", []),
+    ("deepdensity.tools.generate", []),
+    ("deepdensity.tools.filter", []),
+    ("deepdensity.tools.plot", []),
+    ("deepdensity.study.rerender", []),
+    ("deepdensity.perf.rank_probes", []),
+    ("deepdensity.launch.horovodrun", []),
+]
 
 
 def help_text(module: str, sub: list, capsys) -> str:
@@ -33,18 +44,21 @@ def test_every_entry_point_answers_help(module, sub, capsys):
     help_text(module, sub, capsys)
 
 
-@pytest.mark.parametrize("module, sub, flags", [
-    ("deepdensity.tools.generate", [], ["--scheme", "--seed", "--batch", "--noise", "--t-min"]),
-    ("deepdensity.tools.encode", [], ["--split", "--batch"]),
-    ("deepdensity.perf.bench", [], ["--config", "--out", "--repeats", "--pairs"]),
-    ("deepdensity.training.cli", [], ["--emulate-workers"]),
-    ("deepdensity.data.cli", ["synth"], ["--n", "--val", "--seed", "--cube", "--spacing"]),
-    ("deepdensity.data.cli", ["synth-scans"], ["--n", "--seed", "--format"]),
-])
+@pytest.mark.parametrize(
+    "module, sub, flags",
+    [
+        ("deepdensity.tools.generate", [], ["--scheme", "--seed", "--batch", "--noise", "--t-min"]),
+        ("deepdensity.tools.encode", [], ["--split", "--batch"]),
+        ("deepdensity.perf.bench", [], ["--config", "--out", "--repeats", "--pairs"]),
+        ("deepdensity.training.cli", [], ["--emulate-workers"]),
+        ("deepdensity.data.cli", ["synth"], ["--n", "--val", "--seed", "--cube", "--spacing"]),
+        ("deepdensity.data.cli", ["synth-scans"], ["--n", "--seed", "--format"]),
+    ],
+)
 def test_flags_with_a_default_show_it(module, sub, flags, capsys):
     entries, current = {}, None
     for line in help_text(module, sub, capsys).splitlines():
-        if line.startswith("  -"):                   # a flag's entry starts; wrapped lines are indented more
+        if line.startswith("  -"):  # a flag's entry starts; wrapped lines are indented more
             current = line.split()[0].rstrip(",")
             entries[current] = line
         elif current and line.startswith("    "):
@@ -64,7 +78,7 @@ def test_python_m_deepdensity_lists_every_command_and_refuses_an_unknown_one():
     out = subprocess.run([sys.executable, "-m", "deepdensity", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0
     listed = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("  ")]
-    assert listed[:len(cli.COMMANDS)] == list(cli.COMMANDS)
+    assert listed[: len(cli.COMMANDS)] == list(cli.COMMANDS)
     bad = subprocess.run([sys.executable, "-m", "deepdensity", "trian"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no command 'trian'") and bad.stdout == ""
 
@@ -90,23 +104,31 @@ def test_the_command_table_answers_version():
 
 def test_train_help_names_the_spelling_used(capsys):
     help_text("deepdensity.training.cli", [], capsys)
-    text = subprocess.run([sys.executable, "-m", "deepdensity", "train", "--help"], capture_output=True, text=True,
-                          cwd=ROOT).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "deepdensity", "train", "--help"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
     assert text.startswith("usage: deepdensity train")
 
 
-@pytest.mark.parametrize("env, want", [
-    ({}, ""), ({"HOROVOD_SIZE": "1"}, ""), ({"HOROVOD_SIZE": "2"}, "horovodrun -np 2 "),
-    ({"OMPI_COMM_WORLD_SIZE": "4"}, "horovodrun -np 4 "), ({"PMI_SIZE": "8"}, "horovodrun -np 8 "),
-    ({"HOROVOD_SIZE": "4", "HOROVOD_CROSS_SIZE": "2"}, "horovodrun -np 4 -H HOST1:SLOTS,HOST2:SLOTS "),
-    # ranks horovodrun started under Gloo go on under Gloo: on a build with MPI, MPI is its default
-    ({"HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo"}, "horovodrun --gloo -np 2 "),
-])
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        ({}, ""),
+        ({"HOROVOD_SIZE": "1"}, ""),
+        ({"HOROVOD_SIZE": "2"}, "horovodrun -np 2 "),
+        ({"OMPI_COMM_WORLD_SIZE": "4"}, "horovodrun -np 4 "),
+        ({"PMI_SIZE": "8"}, "horovodrun -np 8 "),
+        ({"HOROVOD_SIZE": "4", "HOROVOD_CROSS_SIZE": "2"}, "horovodrun -np 4 -H HOST1:SLOTS,HOST2:SLOTS "),
+        # ranks horovodrun started under Gloo go on under Gloo: on a build with MPI, MPI is its default
+        ({"HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo"}, "horovodrun --gloo -np 2 "),
+    ],
+)
 def test_the_resume_command_names_the_launch_it_came_from(env, want, monkeypatch, tmp_path):
     """A run saved by two ranks resumes under horovodrun -np 2: pasted without it, the resume
     would be refused (its N differs)."""
     from deepdensity.training.cli import where_to_continue
     from deepdensity.utils.errors import launcher_prefix
+
     assert launcher_prefix(env) == want
     for key in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_CROSS_SIZE", "HOROVOD_CONTROLLER"):
         monkeypatch.delenv(key, raising=False)
@@ -137,6 +159,7 @@ print(json.dumps(loaded))
 
 def test_no_commands_help_imports_tensorflow():
     import json
+
     got = subprocess.run([sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, timeout=120, cwd=ROOT)
     loaded = json.loads(got.stdout.strip().splitlines()[-1])
     assert list(loaded) == list(cli.COMMANDS)

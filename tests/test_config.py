@@ -22,30 +22,33 @@ def test_yaml_then_set_overrides(tmp_path):
     assert c.conv_kernels == (3, 3, 3)
 
 
-@pytest.mark.parametrize("items, match", [
-    (["base_rl=0.1"], "unknown config key 'base_rl' \\(did you mean base_lr\\?\\)"),
-    (["batch_size=3.5"], "batch_size expects an integer"),
-    (["batch_size=many"], "batch_size expects an integer"),
-    (["base_lr=fast"], "base_lr expects a number"),
-    (["deterministic=maybe"], "expects true or false"),
-    (["conv_filters=[a]"], "conv_filters expects an integer"),
-    (["max_epochs"], "key=value"),
-    (["max_epochs=0"], "max_epochs must be >= 1"),
-    (["intensity_scaling=log"], "intensity_scaling must be"),
-    (["sigma_min=0"], "sigma_min must be in"),
-    (["xla=always"], "xla must be one of"),
-    (["max_pass_batch=-1"], "max_pass_batch must be >= 0"),
-    (["allreduce_groups=-1"], "allreduce_groups must be >= 0"),
-    (["horovod_cycle_ms=-1"], "horovod_cycle_ms must be >= 0"),
-    (["base_lr=.inf"], "base_lr must be a finite number > 0"),
-    (["base_lr=.nan"], "base_lr must be a finite number > 0"),
-    (["beta_1=1"], "beta_1 must be in \\[0, 1\\)"),
-    (["beta_2=-0.1"], "beta_2 must be in"),
-    (["epsilon=0"], "epsilon must be a finite number"),
-    (["seed=-1"], "seed must be in"),
-    (["target_loss=.inf"], "target_loss must be a finite number"),
-    (["corr_max=.nan"], "corr_max must be in"),
-])
+@pytest.mark.parametrize(
+    "items, match",
+    [
+        (["base_rl=0.1"], "unknown config key 'base_rl' \\(did you mean base_lr\\?\\)"),
+        (["batch_size=3.5"], "batch_size expects an integer"),
+        (["batch_size=many"], "batch_size expects an integer"),
+        (["base_lr=fast"], "base_lr expects a number"),
+        (["deterministic=maybe"], "expects true or false"),
+        (["conv_filters=[a]"], "conv_filters expects an integer"),
+        (["max_epochs"], "key=value"),
+        (["max_epochs=0"], "max_epochs must be >= 1"),
+        (["intensity_scaling=log"], "intensity_scaling must be"),
+        (["sigma_min=0"], "sigma_min must be in"),
+        (["xla=always"], "xla must be one of"),
+        (["max_pass_batch=-1"], "max_pass_batch must be >= 0"),
+        (["allreduce_groups=-1"], "allreduce_groups must be >= 0"),
+        (["horovod_cycle_ms=-1"], "horovod_cycle_ms must be >= 0"),
+        (["base_lr=.inf"], "base_lr must be a finite number > 0"),
+        (["base_lr=.nan"], "base_lr must be a finite number > 0"),
+        (["beta_1=1"], "beta_1 must be in \\[0, 1\\)"),
+        (["beta_2=-0.1"], "beta_2 must be in"),
+        (["epsilon=0"], "epsilon must be a finite number"),
+        (["seed=-1"], "seed must be in"),
+        (["target_loss=.inf"], "target_loss must be a finite number"),
+        (["corr_max=.nan"], "corr_max must be in"),
+    ],
+)
 def test_bad_settings_are_clear_errors(items, match):
     with pytest.raises(ConfigError, match=match):
         load(None, items)
@@ -56,11 +59,13 @@ def test_bad_yaml_files(tmp_path):
         load(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("seed: 1\nbase_lr: [1,\n")
-    with pytest.raises(ConfigError, match="not valid YAML at line 3, column 1: "):     # where the list was cut off
+    with pytest.raises(ConfigError, match="not valid YAML at line 3, column 1: "):  # where the list was cut off
         load(str(bad))
     twice = tmp_path / "twice.yaml"
     twice.write_text("base_lr: 0.001\nseed: 1\nbase_lr: 0.002\n")
-    with pytest.raises(ConfigError, match=r"twice.yaml, line 3, column 1: key 'base_lr' is given twice \(first on line 1\)"):
+    with pytest.raises(
+        ConfigError, match=r"twice.yaml, line 3, column 1: key 'base_lr' is given twice \(first on line 1\)"
+    ):
         load(str(twice))
     lst = tmp_path / "list.yaml"
     lst.write_text("- 1\n- 2\n")
@@ -72,13 +77,19 @@ def test_bad_yaml_files(tmp_path):
         load(str(unk))
 
 
-@pytest.mark.parametrize("content, match", [
-    ("# réglages\nbase_lr: 0.002\n".encode("latin-1"), "not UTF-8 text \\(byte 0xe9 at offset 3, perhaps Latin-1\\)"),
-    (b"\x89HDF\r\n\x1a\n\x00\x00rest", "is an HDF5 file, not text"),
-    ("base_lr: 0.002\n".encode("utf-16"), "is UTF-16 text"),
-    (b"1: 2\n", "key 1 is not a setting name"),
-    (b"[1, 2]: 3\n", "not valid YAML|is not a setting name"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (
+            "# réglages\nbase_lr: 0.002\n".encode("latin-1"),
+            "not UTF-8 text \\(byte 0xe9 at offset 3, perhaps Latin-1\\)",
+        ),
+        (b"\x89HDF\r\n\x1a\n\x00\x00rest", "is an HDF5 file, not text"),
+        ("base_lr: 0.002\n".encode("utf-16"), "is UTF-16 text"),
+        (b"1: 2\n", "key 1 is not a setting name"),
+        (b"[1, 2]: 3\n", "not valid YAML|is not a setting name"),
+    ],
+)
 def test_config_files_that_are_not_utf8_yaml_mappings(tmp_path, content, match):
     path = tmp_path / "c.yaml"
     path.write_bytes(content)
@@ -95,8 +106,13 @@ def test_a_yaml_file_with_a_byte_order_mark_is_read(tmp_path):
 
 
 def test_parse_set_reads_yaml_scalars():
-    assert parse_set(["a=1", "b=1.5", "c=true", "d=hello", "e=[1, 2]"]) == \
-        {"a": 1, "b": 1.5, "c": True, "d": "hello", "e": [1, 2]}
+    assert parse_set(["a=1", "b=1.5", "c=true", "d=hello", "e=[1, 2]"]) == {
+        "a": 1,
+        "b": 1.5,
+        "c": True,
+        "d": "hello",
+        "e": [1, 2],
+    }
 
 
 @pytest.mark.parametrize("raw", ["data/a\nb.h5", "data/a #1.h5", " data/lead.h5", "data/trail.h5 ", "tab\there.h5"])
@@ -119,6 +135,7 @@ def test_shipped_configs_load():
 def test_the_package_turns_onednn_on_unless_the_user_said_otherwise():
     import subprocess
     import sys
+
     code = "import os, deepdensity; print(os.environ['TF_ENABLE_ONEDNN_OPTS'])"
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     for given, expected in ((None, "1"), ("0", "0")):
@@ -134,13 +151,18 @@ def test_on_off_yes_and_no_reach_a_text_setting_as_written_and_a_switch_as_true_
     assert parse_set(["xla=off", "b=ON", "c=yes", "d=true"]) == {"xla": "off", "b": "ON", "c": "yes", "d": True}
     assert load(str(ROOT / "configs" / "smoke.yaml"), ["xla=off"]).xla == "off"
     for word, expected in (("on", True), ("off", False), ("yes", True), ("no", False), ("true", True)):
-        assert load(str(ROOT / "configs" / "smoke.yaml"), [f"validate_every_pass={word}"]).validate_every_pass is expected, word
+        assert (
+            load(str(ROOT / "configs" / "smoke.yaml"), [f"validate_every_pass={word}"]).validate_every_pass is expected
+        ), word
 
 
 def test_a_text_setting_yaml_read_as_a_boolean_says_to_quote_it(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("xla: off\n")
-    with pytest.raises(ConfigError, match=r"xla expects a string, got False \(YAML reads true, false, on, off.*quote the word, as in xla: 'off'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"xla expects a string, got False \(YAML reads true, false, on, off.*quote the word, as in xla: 'off'\)",
+    ):
         load(str(path))
     path.write_text("xla: 'off'\n")
     assert load(str(path)).xla == "off"

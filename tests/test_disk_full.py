@@ -1,5 +1,6 @@
 """A full disk is one line (what could not be written, how much is free), leaves no temporary
 file, and keeps what was complete. Shown on a small tmpfs, mounted for the test (root only)."""
+
 import contextlib
 import subprocess
 import sys
@@ -12,8 +13,9 @@ from tests.support import ROOT, SMOKE, run
 @contextlib.contextmanager
 def tmpfs(path, size: str):
     path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or 'not root'}): the disk-full cases need one")
     try:
@@ -25,6 +27,7 @@ def tmpfs(path, size: str):
 def test_synth_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys):
     """Before: HDF5 segfaulted in its clean-up (exit 139) and left its .tmp file behind."""
     from deepdensity.data import cli
+
     with tmpfs(tmp_path / "small", "1m") as small:
         assert cli.main(["synth", "--out", str(small / "s.h5"), "--n", "200", "--val", "20"]) == 2
         lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
@@ -34,13 +37,22 @@ def test_synth_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_run_resumes_after(tmp_path, smoke_data):
-    train = [sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-             f"data_path={smoke_data}", "--quiet"]
+    train = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--quiet",
+    ]
     with tmpfs(tmp_path / "small", "64m") as small:
         out = small / "run"
         run(train + ["--set", "max_epochs=1", "--out", str(out)])
         filler = small / "filler"
-        with open(filler, "wb") as f:           # fill the disk to the last few kB
+        with open(filler, "wb") as f:  # fill the disk to the last few kB
             try:
                 while True:
                     f.write(b"\0" * (1 << 16))

@@ -3,6 +3,7 @@ the resumable settings in docs/training.md are the code's, and docs/layout.md na
 every module of the package (and no module that is gone), and the Slurm plan docs/cluster.md
 shows is what the committed study record gives. A change to one without the other
 fails here, with the text to paste."""
+
 import re
 from pathlib import Path
 
@@ -18,7 +19,7 @@ PACKAGE = ROOT / "deepdensity"
 def fenced_after(text: str, first_line: str) -> str:
     """The rest of the code block whose first line is `first_line`."""
     start = text.index("```\n" + first_line + "\n") + len("```\n" + first_line + "\n")
-    return text[start:text.index("```", start)]
+    return text[start : text.index("```", start)]
 
 
 def test_the_help_listing_in_the_docs_is_the_command_table():
@@ -28,15 +29,17 @@ def test_the_help_listing_in_the_docs_is_the_command_table():
 def test_the_resumable_settings_in_the_docs_are_the_codes():
     text = (ROOT / "docs" / "training.md").read_text()
     start = text.index("<!-- resumable settings:")
-    block = text[text.index("\n", start) + 1:text.index("<!-- end of resumable settings -->")]
+    block = text[text.index("\n", start) + 1 : text.index("<!-- end of resumable settings -->")]
     want = "".join(f"  - `{key}`: {why}\n" for key, why in RESUMABLE.items())
     assert block.rstrip(" ") == want, f"docs/training.md should list:\n{want}"
 
 
 def layout_block() -> str:
     text = LAYOUT.read_text()
-    return fenced_after(text[text.index("# Layout"):], "train.py                  thin entry: python train.py / "
-                                                        "horovodrun ... python train.py")
+    return fenced_after(
+        text[text.index("# Layout") :],
+        "train.py                  thin entry: python train.py / horovodrun ... python train.py",
+    )
 
 
 def layout_sections(block: str = "") -> dict:
@@ -50,7 +53,7 @@ def layout_sections(block: str = "") -> dict:
             first = line.split()[0]
             current = first.split("/")[0] if "/" in first else ""
         elif not line.startswith("   "):
-            current = None              # train.py, deepdensity/: outside the package's folders
+            current = None  # train.py, deepdensity/: outside the package's folders
         if current is not None:
             sections[current] = sections.get(current, "") + line + "\n"
     return sections
@@ -62,8 +65,11 @@ def package_modules() -> list:
 
 def test_the_layout_names_every_module_in_its_own_folders_section():
     sections = layout_sections()
-    missing = [str(m) for m in package_modules()
-               if not re.search(rf"(?<![\w.]){re.escape(m.name)}", sections.get(m.parts[0] if len(m.parts) > 1 else "", ""))]
+    missing = [
+        str(m)
+        for m in package_modules()
+        if not re.search(rf"(?<![\w.]){re.escape(m.name)}", sections.get(m.parts[0] if len(m.parts) > 1 else "", ""))
+    ]
     assert missing == [], f"docs/layout.md does not name {', '.join(missing)} in its folder's section"
 
 
@@ -104,9 +110,11 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
     # the plan's count of missing runs, as repro gives it: against the committed ledger
     from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
     from deepdensity.study.plan.missing import missing_runs
+
     missing = missing_runs(study, read_entries(ROOT / "reports" / LEDGER_FILE), record)
-    printed = slurm_runner.plan_lines(name, study, options, Path("runs/study-default"), None, False, None, record,
-                                      len(missing))
+    printed = slurm_runner.plan_lines(
+        name, study, options, Path("runs/study-default"), None, False, None, record, len(missing)
+    )
     documented = (ROOT / "docs" / "cluster.md").read_text()
     for head in ("  Slurm jobs:", "  Slurm clock job:", "  Slurm cost:"):
         line = next(line for line in printed if line.startswith(head))
@@ -116,7 +124,7 @@ def test_the_slurm_plan_in_the_cluster_docs_is_what_the_committed_record_gives(t
 def readme_answer_rows() -> list:
     """The rows of the README's table under "## The answer", as cells."""
     text = README.read_text()
-    section = text[text.index("## The answer"):text.index("\n## ", text.index("## The answer") + 1)]
+    section = text[text.index("## The answer") : text.index("\n## ", text.index("## The answer") + 1)]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| the paper's")]
     return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
 
@@ -125,10 +133,12 @@ def test_the_readmes_answer_is_the_committed_reports_claims():
     """The README's table of the six claims is reports/claims.json's (claim, the paper's result,
     ours, the verdict), in its order: a study that moves a verdict moves the README with it."""
     import json
+
     claims = json.loads((ROOT / "reports" / "claims.json").read_text())
     want = [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**"] for c in claims]
     assert readme_answer_rows() == want, "README.md's table should read:\n" + "\n".join(
-        "| " + " | ".join(row) + " |" for row in want)
+        "| " + " | ".join(row) + " |" for row in want
+    )
 
 
 def test_the_readme_is_one_screen_with_the_answer_and_the_commands_first():

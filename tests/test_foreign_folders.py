@@ -4,6 +4,7 @@ pointed at a folder of the user's refuses in one line, exit 2, and leaves every 
 byte-identical. The tools that write files refuse every file they would write beside --out
 too (OUT.png, OUT.random.h5, the filter's figures). Each command is tried on every member of
 tests/support.USERS_FOLDERS."""
+
 import pytest
 
 from deepdensity.data import cli as data_cli
@@ -28,14 +29,18 @@ def refused(capsys, status: int, folder) -> str:
 
 
 COMMANDS = {
-    "train": lambda d, data, tmp: train_cli.main(["--mode", "strong", "--config", SMOKE, "--set",
-                                                  f"data_path={data}", "--out", str(d)]),
-    "train --resume": lambda d, data, tmp: train_cli.main(["--mode", "strong", "--config", SMOKE, "--set",
-                                                           f"data_path={data}", "--out", str(d), "--resume"]),
-    "repro --runs": lambda d, data, tmp: repro.main(["--preset", preset(tmp), "--runs", str(d),
-                                                     "--reports", str(tmp / "reports")]),
-    "repro --reports": lambda d, data, tmp: repro.main(["--preset", preset(tmp), "--runs", str(tmp / "runs"),
-                                                        "--reports", str(d)]),
+    "train": lambda d, data, tmp: train_cli.main(
+        ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}", "--out", str(d)]
+    ),
+    "train --resume": lambda d, data, tmp: train_cli.main(
+        ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}", "--out", str(d), "--resume"]
+    ),
+    "repro --runs": lambda d, data, tmp: repro.main(
+        ["--preset", preset(tmp), "--runs", str(d), "--reports", str(tmp / "reports")]
+    ),
+    "repro --reports": lambda d, data, tmp: repro.main(
+        ["--preset", preset(tmp), "--runs", str(tmp / "runs"), "--reports", str(d)]
+    ),
     "report --out": lambda d, data, tmp: rerender.main(["--from", str(ROOT / "reports"), "--out", str(d)]),
     "data synth-scans": lambda d, data, tmp: data_cli.main(["synth-scans", "--out", str(d), "--n", "1"]),
 }
@@ -44,7 +49,8 @@ COMMANDS = {
 @pytest.mark.parametrize("name", USERS_FOLDERS)
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_command_pointed_at_a_users_folder_refuses_and_leaves_it_byte_identical(
-        tmp_path, capsys, smoke_data, command, name):
+    tmp_path, capsys, smoke_data, command, name
+):
     folder = user_folder(tmp_path, name, USERS_FOLDERS[name])
     before = snapshot(folder)
     refused(capsys, COMMANDS[command](folder, smoke_data, tmp_path), folder)
@@ -52,12 +58,20 @@ def test_a_command_pointed_at_a_users_folder_refuses_and_leaves_it_byte_identica
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists(), "nothing written elsewhere"
 
 
-@pytest.mark.parametrize("tool, extra, beside", [
-    ("generate", ["--n", "4"], ".png"),
-    ("filter", [], ".random.h5"), ("filter", [], ".embedding.png"), ("filter", [], ".dropped.png")])
-def test_a_tool_refuses_a_users_file_where_it_would_write_one_beside_out(tool, extra, beside, smoke_data, tmp_path,
-                                                                         capsys):
+@pytest.mark.parametrize(
+    "tool, extra, beside",
+    [
+        ("generate", ["--n", "4"], ".png"),
+        ("filter", [], ".random.h5"),
+        ("filter", [], ".embedding.png"),
+        ("filter", [], ".dropped.png"),
+    ],
+)
+def test_a_tool_refuses_a_users_file_where_it_would_write_one_beside_out(
+    tool, extra, beside, smoke_data, tmp_path, capsys
+):
     import importlib
+
     main = importlib.import_module(f"deepdensity.tools.{tool}").main
     theirs = tmp_path / f"made{beside}"
     theirs.write_bytes(b"the user's own")

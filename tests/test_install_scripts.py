@@ -1,6 +1,7 @@
 """The scripts `make install` asks for Horovod's build variables. scripts/gpu_ops.sh (for TF=gpu),
 first: no GPU or CUDA is needed: the toolkit and NCCL are stand-in folders laid out as CUDA's and the
 nvidia-nccl-cu12 wheel's are, and the default search places are switched off."""
+
 import os
 import subprocess
 from pathlib import Path
@@ -15,8 +16,9 @@ SCRIPT = ROOT / "scripts" / "gpu_ops.sh"
 def gpu_ops(tf: str, venv, **env) -> subprocess.CompletedProcess:
     # no nvcc on PATH, no default places: only what the test lays out
     base = {"PATH": "/usr/bin:/bin", "CUDA_SEARCH": "", "NCCL_SEARCH": ""}
-    return subprocess.run(["bash", str(SCRIPT), tf, str(venv)], env={**base, **env}, capture_output=True,
-                          text=True, timeout=30)
+    return subprocess.run(
+        ["bash", str(SCRIPT), tf, str(venv)], env={**base, **env}, capture_output=True, text=True, timeout=30
+    )
 
 
 def toolkit(root):
@@ -53,9 +55,13 @@ def test_the_toolkit_and_the_venvs_nccl_wheel_give_the_nccl_build(tmp_path):
     cuda, nccl = toolkit(tmp_path / "cuda-12"), nccl_wheel(venv)
     proc = gpu_ops("gpu", venv, HOROVOD_CUDA_HOME=str(cuda))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["HOROVOD_GPU_OPERATIONS=NCCL", f"HOROVOD_CUDA_HOME={cuda}",
-                                   f"HOROVOD_NCCL_INCLUDE={nccl / 'include'}", f"HOROVOD_NCCL_LIB={nccl / 'lib'}",
-                                   "HOROVOD_NCCL_LINK=SHARED"]
+    assert proc.stdout.split() == [
+        "HOROVOD_GPU_OPERATIONS=NCCL",
+        f"HOROVOD_CUDA_HOME={cuda}",
+        f"HOROVOD_NCCL_INCLUDE={nccl / 'include'}",
+        f"HOROVOD_NCCL_LIB={nccl / 'lib'}",
+        "HOROVOD_NCCL_LINK=SHARED",
+    ]
     # Horovod's FindNCCL looks for libnccl.so; the wheel has the versioned name only
     assert os.readlink(nccl / "lib" / "libnccl.so") == "libnccl.so.2"
 
@@ -88,9 +94,14 @@ def test_a_system_nccl_without_its_development_link_is_left_alone(tmp_path):
 def test_paths_are_absolute_when_the_venv_is_given_relative(tmp_path):
     """make install passes VENV=.venv; pip builds Horovod elsewhere, so the paths must not be relative."""
     cuda, nccl = toolkit(tmp_path / "cuda"), nccl_wheel(tmp_path / ".venv")
-    proc = subprocess.run(["bash", str(SCRIPT), "gpu", ".venv"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=30, env={"PATH": "/usr/bin:/bin", "CUDA_SEARCH": "", "NCCL_SEARCH": "",
-                                           "HOROVOD_CUDA_HOME": str(cuda)})
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "gpu", ".venv"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "CUDA_SEARCH": "", "NCCL_SEARCH": "", "HOROVOD_CUDA_HOME": str(cuda)},
+    )
     assert f"HOROVOD_NCCL_INCLUDE={nccl / 'include'}" in proc.stdout.split(), proc.stdout + proc.stderr
 
 
@@ -123,22 +134,27 @@ def machine(tmp_path, uid=0, mpi=False, apt=None):
     bin_.mkdir()
     (bin_ / "head").symlink_to("/usr/bin/head")
     stand_in(bin_, "id", f"echo {uid}")
-    mpi_tools = (f'printf "#!/bin/sh\\necho \'{MPIRUN_VERSION}\'\\n" > {bin_}/mpirun; '
-                 f'printf "#!/bin/sh\\n" > {bin_}/mpicxx; /bin/chmod 755 {bin_}/mpirun {bin_}/mpicxx')
+    mpi_tools = (
+        f"printf \"#!/bin/sh\\necho '{MPIRUN_VERSION}'\\n\" > {bin_}/mpirun; "
+        f'printf "#!/bin/sh\\n" > {bin_}/mpicxx; /bin/chmod 755 {bin_}/mpirun {bin_}/mpicxx'
+    )
     if mpi:
         subprocess.run(["sh", "-c", mpi_tools], check=True)
     if apt is not None:
-        body = {"installs": f'case "$*" in *install*) {mpi_tools};; esac',
-                "fails": 'case "$*" in *install*) exit 100;; esac',
-                "no lists": f'case "$*" in update*) exit 100;; *install*) {mpi_tools};; esac',
-                "installs nothing": "true"}[apt]
+        body = {
+            "installs": f'case "$*" in *install*) {mpi_tools};; esac',
+            "fails": 'case "$*" in *install*) exit 100;; esac',
+            "no lists": f'case "$*" in update*) exit 100;; *install*) {mpi_tools};; esac',
+            "installs nothing": "true",
+        }[apt]
         stand_in(bin_, "apt-get", f'echo "$@" >> {tmp_path}/apt.log\n{body}')
     return bin_
 
 
 def openmpi(want, bin_) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/bash", str(OPENMPI), want, ".venv"], env={"PATH": str(bin_)},
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["/bin/bash", str(OPENMPI), want, ".venv"], env={"PATH": str(bin_)}, capture_output=True, text=True, timeout=30
+    )
 
 
 def apt_calls(tmp_path) -> list:
@@ -176,12 +192,15 @@ def test_an_mpi_setting_other_than_auto_or_off_is_refused(tmp_path):
     assert apt_calls(tmp_path) == [], "nothing installed for a value it does not know"
 
 
-@pytest.mark.parametrize("uid, apt, cause", [
-    (1000, "installs", "no mpicxx and mpirun on PATH"),              # not root: nothing installed
-    (0, None, "no mpicxx and mpirun on PATH"),                        # root without apt-get
-    (0, "fails", "apt-get install openmpi-bin libopenmpi-dev failed"),
-    (0, "installs nothing", "mpicxx or mpirun still missing after apt-get"),
-])
+@pytest.mark.parametrize(
+    "uid, apt, cause",
+    [
+        (1000, "installs", "no mpicxx and mpirun on PATH"),  # not root: nothing installed
+        (0, None, "no mpicxx and mpirun on PATH"),  # root without apt-get
+        (0, "fails", "apt-get install openmpi-bin libopenmpi-dev failed"),
+        (0, "installs nothing", "mpicxx or mpirun still missing after apt-get"),
+    ],
+)
 def test_without_mpi_horovod_builds_with_gloo_alone_and_says_why_in_one_line(tmp_path, uid, apt, cause):
     proc = openmpi("auto", machine(tmp_path, uid=uid, apt=apt))
     assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITHOUT_MPI=1\n"), "the install goes on, with Gloo"
@@ -198,8 +217,10 @@ def test_without_mpi_horovod_builds_with_gloo_alone_and_says_why_in_one_line(tmp
 def test_mpi_off_builds_gloo_alone_even_where_mpi_is_there(tmp_path):
     proc = openmpi("off", machine(tmp_path, mpi=True, apt="installs"))
     assert (proc.returncode, proc.stdout) == (0, "HOROVOD_WITHOUT_MPI=1\n")
-    assert proc.stderr == "note: Horovod is built with Gloo alone (MPI=off); for MPI beside it, run: rm .venv/.installed " \
-                          "&& make install\n"
+    assert (
+        proc.stderr == "note: Horovod is built with Gloo alone (MPI=off); for MPI beside it, run: rm .venv/.installed "
+        "&& make install\n"
+    )
     assert apt_calls(tmp_path) == []
 
 
@@ -209,15 +230,35 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     that no longer applies would stop `make install` (the download needs the package registry)."""
     import sys
     import tarfile
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "horovod",
-                          "--dest", str(tmp_path), "horovod==0.28.1"], capture_output=True, text=True, timeout=300)
+
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            "horovod",
+            "--dest",
+            str(tmp_path),
+            "horovod==0.28.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if got.returncode != 0:
         pytest.skip(f"the package registry did not give horovod 0.28.1: {got.stderr.strip()[-300:]}")
     with tarfile.open(tmp_path / "horovod-0.28.1.tar.gz") as sdist:
         sdist.extractall(tmp_path, filter="data")
     src = tmp_path / "horovod-0.28.1"
-    for name in ("horovod-0.28.1-gcc13+.patch", "horovod-0.28.1-launcher.patch",   # horovod.sh's order
-                 "horovod-0.28.1-tf2.16+.patch"):
+    for name in (
+        "horovod-0.28.1-gcc13+.patch",
+        "horovod-0.28.1-launcher.patch",  # horovod.sh's order
+        "horovod-0.28.1-tf2.16+.patch",
+    ):
         patch = ROOT / "scripts" / "horovod" / name
         applied = subprocess.run(["git", "apply", "--verbose", str(patch)], cwd=src, capture_output=True, text=True)
         assert applied.returncode == 0, applied.stderr
@@ -231,9 +272,17 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     span = (src / "third_party" / "flatbuffers" / "include" / "flatbuffers" / "stl_emulation.h").read_text()
     assert "  size_type count_;" in span and "const size_type count_;" not in span
     # the sources gcc 13 and 14 stopped at compile (syntax only) with this machine's compiler
-    probe = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", f"-I{src}/third_party/flatbuffers/include",
-                            *(str(src / "horovod" / "common" / f"{f}.cc") for f in ("group_table", "message", "common"))],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            "c++",
+            "-std=c++17",
+            "-fsyntax-only",
+            f"-I{src}/third_party/flatbuffers/include",
+            *(str(src / "horovod" / "common" / f"{f}.cc") for f in ("group_table", "message", "common")),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
 
 
@@ -244,16 +293,24 @@ def test_a_compiler_that_cannot_build_horovod_is_named_in_one_line_before_the_bu
     install in one line naming it, its first error and what to do, before anything is built or
     uninstalled (the download needs the package registry)."""
     import sys
+
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     (venv / "bin" / "python").chmod(0o755)
     cxx = tmp_path / "g++-99"
-    cxx.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'g++-99 (Stand-in) 99.1.0'; exit 0; }\n"
-                   "echo \"group_table.h:35:47: error: 'string' in namespace 'std' does not name a type\" >&2\nexit 1\n")
+    cxx.write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'g++-99 (Stand-in) 99.1.0'; exit 0; }\n"
+        "echo \"group_table.h:35:47: error: 'string' in namespace 'std' does not name a type\" >&2\nexit 1\n"
+    )
     cxx.chmod(0o755)
-    got = subprocess.run([str(ROOT / "scripts" / "horovod.sh"), str(venv)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "CXX": str(cxx), "PYTHONPATH": str(ROOT)})
+    got = subprocess.run(
+        [str(ROOT / "scripts" / "horovod.sh"), str(venv)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CXX": str(cxx), "PYTHONPATH": str(ROOT)},
+    )
     if "Could not find a version" in got.stderr or "No matching distribution" in got.stderr:
         pytest.skip(f"the package registry did not give horovod 0.28.1: {got.stderr.strip()[-300:]}")
     errors = [line for line in got.stderr.splitlines() if line.startswith("error:")]
@@ -274,22 +331,33 @@ def test_an_existing_stack_is_kept_as_it_is_and_judged(tmp_path):
     from importlib.metadata import distribution
 
     module = next(p for p in site.getsitepackages() if (Path(p) / "tensorflow").is_dir())
-    watched = {name: distribution(name)._path / "RECORD" for name in ("horovod", "tensorflow-cpu", "tensorflow")
-               if _installed(name)}
+    watched = {
+        name: distribution(name)._path / "RECORD"
+        for name in ("horovod", "tensorflow-cpu", "tensorflow")
+        if _installed(name)
+    }
     before = {name: path.stat().st_mtime_ns for name, path in watched.items()}
     venv = tmp_path / "venv"
     env = {**os.environ, "PYTHONPATH": module}
-    got = subprocess.run(["make", "install", "STACK=existing", f"VENV={venv}", f"PYTHON={sys._base_executable}",
-                          "KERNEL_BUILD=no"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    got = subprocess.run(
+        ["make", "install", "STACK=existing", f"VENV={venv}", f"PYTHON={sys._base_executable}", "KERNEL_BUILD=no"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     own = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     assert not [p.name for p in own.iterdir() if p.name.split("-")[0] in ("tensorflow", "horovod", "tf_keras")]
     assert {name: path.stat().st_mtime_ns for name, path in watched.items()} == before
     assert (venv / ".installed").read_text().strip() == "existing"
-    said = subprocess.run([str(venv / "bin" / "deepdensity"), "--version"], env=env, capture_output=True, text=True,
-                          timeout=60).stdout.splitlines()
+    said = subprocess.run(
+        [str(venv / "bin" / "deepdensity"), "--version"], env=env, capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()
     # what the module holds, read by pip's own metadata (not by utils/stack.py)
     from importlib.metadata import version
+
     tf = next(name for name in ("tensorflow-cpu", "tensorflow") if name in watched)
     assert said[2] == f"TensorFlow {version(tf)} ({tf})"
     assert said[4].startswith(f"Horovod {version('horovod')}, built against TensorFlow {version(tf)}")
@@ -298,6 +366,7 @@ def test_an_existing_stack_is_kept_as_it_is_and_judged(tmp_path):
 
 def _installed(name: str) -> bool:
     from importlib.metadata import PackageNotFoundError, distribution
+
     try:
         distribution(name)
         return True

@@ -1,5 +1,6 @@
 """Which data a run trained on: the files the cubes of a data file are read from (itself, then
 those its external links, virtual datasets and raw storage reach) and the digest of their bytes."""
+
 from __future__ import annotations
 
 import hashlib

@@ -19,6 +19,7 @@ From marks to nodules (docs/data.md, "LIDC-IDRI's readings"):
 - a group marked by at least `min_readers` different readers is a nodule: centre and
   diameter are the means over its marks.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,12 +40,12 @@ NAMESPACE = "http://www.nih.gov"
 class Roi:
     sop_uid: str
     z_mm: float
-    points_ij: np.ndarray          # (n, 2) column, row
+    points_ij: np.ndarray  # (n, 2) column, row
 
 
 @dataclass
 class Mark:
-    reader: int                    # index of the readingSession in its file
+    reader: int  # index of the readingSession in its file
     nodule_id: str
     rois: list
 
@@ -77,23 +78,23 @@ def read_xml(path) -> tuple:
     header = _children(root, "ResponseHeader")
     uid = _text(header[0], "SeriesInstanceUid") if header else None
     if not uid:
-        raise DataError(f"{path}: LIDC XML without ResponseHeader/SeriesInstanceUid; it cannot be matched "
-                        f"to a series")
+        raise DataError(f"{path}: LIDC XML without ResponseHeader/SeriesInstanceUid; it cannot be matched to a series")
     marks = []
     for reader, session in enumerate(_children(root, "readingSession")):
         for nodule in _children(session, "unblindedReadNodule"):
             rois = []
             for roi in _children(nodule, "roi"):
                 if (_text(roi, "inclusion") or "TRUE").upper() != "TRUE":
-                    continue               # an excluded region inside the outline
+                    continue  # an excluded region inside the outline
                 try:
                     z = float(_text(roi, "imageZposition"))
-                    pts = [(float(_text(e, "xCoord")), float(_text(e, "yCoord")))
-                           for e in _children(roi, "edgeMap")]
+                    pts = [(float(_text(e, "xCoord")), float(_text(e, "yCoord"))) for e in _children(roi, "edgeMap")]
                 except (TypeError, ValueError):
-                    raise DataError(f"{path}: a roi of nodule {_text(nodule, 'noduleID')!r} (reader "
-                                    f"{reader + 1}) has a missing or non-numeric imageZposition, xCoord or "
-                                    f"yCoord") from None
+                    raise DataError(
+                        f"{path}: a roi of nodule {_text(nodule, 'noduleID')!r} (reader "
+                        f"{reader + 1}) has a missing or non-numeric imageZposition, xCoord or "
+                        f"yCoord"
+                    ) from None
                 if pts:
                     rois.append(Roi(_text(roi, "imageSOP_UID") or "", z, np.array(pts)))
             marks.append(Mark(reader, _text(nodule, "noduleID") or "?", rois))
@@ -124,13 +125,15 @@ def mark_geometry(mark: Mark, vol) -> tuple:
     points, longest, notes = [], 0.0, []
     for roi in mark.rois:
         k = by_uid.get(roi.sop_uid)
-        if k is None:                       # not in the series: try its z position
+        if k is None:  # not in the series: try its z position
             nearest = int(np.argmin(np.abs(slice_z - roi.z_mm)))
             if abs(slice_z[nearest] - roi.z_mm) <= vol.spacing[2] / 2:
                 k = nearest
             else:
-                notes.append(f"reader {mark.reader + 1}, nodule {mark.nodule_id}: roi at z {roi.z_mm:g} mm "
-                             f"is on no slice of the series; dropped")
+                notes.append(
+                    f"reader {mark.reader + 1}, nodule {mark.nodule_id}: roi at z {roi.z_mm:g} mm "
+                    f"is on no slice of the series; dropped"
+                )
                 continue
         ijk = np.column_stack([roi.points_ij, np.full(len(roi.points_ij), k)])
         xyz = vol.index_to_world(ijk)
@@ -138,8 +141,16 @@ def mark_geometry(mark: Mark, vol) -> tuple:
         if len(xyz) > 1:
             longest = max(longest, float(np.max(np.linalg.norm(xyz[:, None] - xyz[None], axis=-1))))
     if not points:
-        return None, 0.0, notes + ([f"reader {mark.reader + 1}, nodule {mark.nodule_id}: no roi on this "
-                                    f"series; mark dropped"] if mark.rois else [])
+        return (
+            None,
+            0.0,
+            notes
+            + (
+                [f"reader {mark.reader + 1}, nodule {mark.nodule_id}: no roi on this series; mark dropped"]
+                if mark.rois
+                else []
+            ),
+        )
     allp = np.concatenate(points)
     return (allp.min(axis=0) + allp.max(axis=0)) / 2, longest, notes
 
@@ -171,8 +182,14 @@ def _groups(marks: list, min_diameter_mm: float) -> list:
     groups = defaultdict(list)
     for a in range(len(big)):
         groups[find(a)].append(big[a])
-    found = [(np.mean([c for _, c, _ in members], axis=0), float(np.mean([d for _, _, d in members])),
-              len({r for r, _, _ in members})) for members in groups.values()]
+    found = [
+        (
+            np.mean([c for _, c, _ in members], axis=0),
+            float(np.mean([d for _, _, d in members])),
+            len({r for r, _, _ in members}),
+        )
+        for members in groups.values()
+    ]
     return sorted(found, key=lambda n: tuple(n[0]))
 
 
@@ -203,7 +220,7 @@ def write_xml(path, series_uid: str, readers: list, vol, z_of_slice=None) -> Non
     the diameter is under 3 mm, as LIDC's readers mark small nodules). `z_of_slice(k)`
     gives imageZposition (default: the slice's world z)."""
     ET.register_namespace("", NAMESPACE)
-    q = lambda name: f"{{{NAMESPACE}}}{name}"       # noqa: E731
+    q = lambda name: f"{{{NAMESPACE}}}{name}"  # noqa: E731
     root = ET.Element(q("LidcReadMessage"))
     header = ET.SubElement(root, q("ResponseHeader"))
     ET.SubElement(header, q("SeriesInstanceUid")).text = series_uid
@@ -221,7 +238,7 @@ def write_xml(path, series_uid: str, readers: list, vol, z_of_slice=None) -> Non
                 slices = []
                 for k in range(vol.hu.shape[0]):
                     dz = (k - c[2]) * vol.spacing[2]
-                    r_mm = np.sqrt(max((d / 2) ** 2 - dz ** 2, 0.0))
+                    r_mm = np.sqrt(max((d / 2) ** 2 - dz**2, 0.0))
                     if r_mm < px:
                         continue
                     t = np.linspace(0, 2 * np.pi, 24, endpoint=False)

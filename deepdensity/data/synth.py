@@ -1,5 +1,6 @@
 """Synthetic LUNA-like nodule cubes: lung parenchyma, vessels, chest wall, one nodule of a
 LUNA-like kind and size, and correlated CT noise; deterministic for a seed."""
+
 from __future__ import annotations
 
 import sys
@@ -22,7 +23,7 @@ DEFAULT_DATA = {"data/synth.h5": (2100, 256, 0), "data/smoke.h5": (320, 64, 0)}
 def smooth_field(field: np.ndarray, sigma_vox: float) -> np.ndarray:
     """Periodic Gaussian blur through the FFT (fields here are small cubes)."""
     freqs = np.meshgrid(*[np.fft.fftfreq(s) for s in field.shape], indexing="ij")
-    k2 = sum(f ** 2 for f in freqs)
+    k2 = sum(f**2 for f in freqs)
     return np.real(np.fft.ifftn(np.fft.fftn(field) * np.exp(-2 * (np.pi * sigma_vox) ** 2 * k2)))
 
 
@@ -44,10 +45,10 @@ def synth_cube(rng: np.random.Generator, size: int = 16, spacing_mm: float = 1.0
     cube, log-uniform), and correlated CT noise.
     """
     axis = (np.arange(size) - (size - 1) / 2.0) * spacing_mm
-    grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)      # (G,G,G,3) mm
+    grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1)  # (G,G,G,3) mm
 
     hu = -860.0 + rng.normal(0, 15) + 40.0 * smooth_field(rng.normal(size=(size,) * 3), 2.0) * 3.0
-    for _ in range(rng.integers(0, 4)):                                      # vessels
+    for _ in range(rng.integers(0, 4)):  # vessels
         p = rng.uniform(-size / 2, size / 2, 3) * spacing_mm
         d = rng.normal(size=3)
         d /= np.linalg.norm(d)
@@ -84,7 +85,7 @@ def synth_cube(rng: np.random.Generator, size: int = 16, spacing_mm: float = 1.0
             density = inside * (rng.uniform(-600, -450) + 860) + core * (rng.uniform(-450, -400) + 860 + 400)
     hu = hu + density
 
-    if rng.uniform() < 0.2:                                                 # chest wall
+    if rng.uniform() < 0.2:  # chest wall
         normal = rng.normal(size=3)
         normal /= np.linalg.norm(normal)
         offset = radius + rng.uniform(0.0, 3.0)
@@ -96,8 +97,9 @@ def synth_cube(rng: np.random.Generator, size: int = 16, spacing_mm: float = 1.0
     return hu, kind, diameter, centre
 
 
-def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
-               spacing_mm: float = 1.0, progress: bool = True) -> tuple:
+def synthesize(
+    n: int, n_val: int = 256, seed: int = 0, size: int = 16, spacing_mm: float = 1.0, progress: bool = True
+) -> tuple:
     """`n` synthetic cubes split into train and validation. Deterministic for a seed:
     cube i depends only on (seed, i), so a larger n extends a smaller one."""
     if n < 2:
@@ -110,6 +112,7 @@ def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
     it = range(n)
     if progress:
         from tqdm import tqdm
+
         it = tqdm(it, desc="synth cubes", unit="cube", file=sys.stderr)
     for i in it:
         hu, kind, diameter, centre = synth_cube(np.random.default_rng([seed, i]), size, spacing_mm)
@@ -124,15 +127,35 @@ def synthesize(n: int, n_val: int = 256, seed: int = 0, size: int = 16,
     return all_cubes.take(np.sort(order[n_val:])), all_cubes.take(np.sort(order[:n_val]))
 
 
-def write_synthetic(path, n: int, n_val: int, seed: int, size: int = 16, spacing_mm: float = 1.0,
-                    progress: bool = False, created_by: str = "") -> tuple:
+def write_synthetic(
+    path,
+    n: int,
+    n_val: int,
+    seed: int,
+    size: int = 16,
+    spacing_mm: float = 1.0,
+    progress: bool = False,
+    created_by: str = "",
+) -> tuple:
     """`synthesize` written to `path` in the project's layout, with how it was made (the
     equivalent `data synth` command unless `created_by` names another); returns (train, val)."""
     train, val = synthesize(n, n_val, seed, size, spacing_mm, progress=progress)
-    write_cubes(path, train, val, {
-        "cube_size": size, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(HU_WINDOW),
-        "source": "synthetic", "seed": seed, "kinds": list(NODULE_KINDS), "kind_probs": list(KIND_PROBS),
-        "created_by": created_by or f"python -m deepdensity.data synth --n {n} --val {n_val} --seed {seed} "
-                                    f"--cube {size} --spacing {spacing_mm}",
-    })
+    write_cubes(
+        path,
+        train,
+        val,
+        {
+            "cube_size": size,
+            "ndim": 3,
+            "spacing_mm": spacing_mm,
+            "hu_window": list(HU_WINDOW),
+            "source": "synthetic",
+            "seed": seed,
+            "kinds": list(NODULE_KINDS),
+            "kind_probs": list(KIND_PROBS),
+            "created_by": created_by
+            or f"python -m deepdensity.data synth --n {n} --val {n_val} --seed {seed} "
+            f"--cube {size} --spacing {spacing_mm}",
+        },
+    )
     return train, val

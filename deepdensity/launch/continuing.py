@@ -6,6 +6,7 @@ SIGTERM (runner/common/util/safe_shell_exec.py), and on a loaded host rank 0 can
 it reaches a point that takes the signal. Its last checkpoint is on disk either way (state.json is
 replaced whole, utils/files.py), so the folder says what the rank would have said.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,9 @@ def resumed_words(words: list) -> str:
 
 def at_checkpoint(out, epoch: int, words: list, launcher: str) -> str:
     """A run checkpointed at `epoch`: where it stands, and the command that continues it."""
-    return (f"at epoch {epoch}, checkpointed in {out}; "
-            + goes_on("continues it", f"continue with: {relaunch(launcher)}{resumed_words(words)}"))
+    return f"at epoch {epoch}, checkpointed in {out}; " + goes_on(
+        "continues it", f"continue with: {relaunch(launcher)}{resumed_words(words)}"
+    )
 
 
 def before_the_run(words: list, launcher: str) -> str:
@@ -83,7 +85,8 @@ def before_the_run(words: list, launcher: str) -> str:
     if epoch is not None:
         return at_checkpoint(out, epoch, words, launcher)
     return "no epoch finished; " + goes_on(
-        "starts it again", f"start again with the same command: {relaunch(launcher)}{quoted(words)}")
+        "starts it again", f"start again with the same command: {relaunch(launcher)}{quoted(words)}"
+    )
 
 
 def out_of(words: list) -> Optional[str]:
@@ -102,8 +105,14 @@ def unsaid_line(command: list, launcher: str) -> Optional[str]:
     `python -m deepdensity train ...` or `deepdensity train ...`), read from its run folder's
     checkpoint; None for another command, a folder without a checkpoint (nothing there to
     continue) or a run that had finished."""
-    words = next((command[i + 1:] for i, w in enumerate(command) if Path(w).name == "train.py"
-                  or (w == "train" and i and Path(command[i - 1]).name == "deepdensity")), [])
+    words = next(
+        (
+            command[i + 1 :]
+            for i, w in enumerate(command)
+            if Path(w).name == "train.py" or (w == "train" and i and Path(command[i - 1]).name == "deepdensity")
+        ),
+        [],
+    )
     out = out_of(words)
     state = _state(out) if out else None
     # a run that had ended (its state no longer "running", its result.json written) was not
@@ -126,6 +135,9 @@ def say_where_it_stands(argv: list, cmd: list, launcher: str, spoke: bool) -> bo
         print(unsaid, file=sys.stderr)
     elif not spoke:
         # Horovod: horovodrun was stopped before any rank said a word
-        print(f"interrupted before the workers started: start again with the same command: "
-              f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}", file=sys.stderr)
+        print(
+            f"interrupted before the workers started: start again with the same command: "
+            f"{shlex.join(['python', '-m', 'deepdensity', 'launch', *argv])}",
+            file=sys.stderr,
+        )
     return bool(unsaid) or not spoke

@@ -17,6 +17,7 @@ the package's import). Horovod's mpirun is started with --allow-run-as-root
 
 No TensorFlow and no Horovod here: `built` asks horovodrun's interpreter.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,8 +56,9 @@ def built(horovodrun: str) -> frozenset:
     python = _interpreter(horovodrun)
     command = [python, "-c", _BUILT_PROBE] if python else [horovodrun, "--check-build"]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        )
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
     if not python:
@@ -74,15 +76,18 @@ def _interpreter(script: str) -> Optional[str]:
     except OSError:
         return None
     words = first[2:].split() if first.startswith("#!") else []
-    if words and Path(words[0]).name == "env":     # #!/usr/bin/env python3
+    if words and Path(words[0]).name == "env":  # #!/usr/bin/env python3
         words = words[1:]
     return shutil.which(words[0]) if words and Path(words[0]).name.startswith("python") else None
 
 
 def controllers_in_check_build(text: str) -> frozenset:
     """The controllers marked [X] under "Available Controllers:" in check-build's output."""
-    section = text.split("Available Controllers:", 1)[-1].split("Available Tensor Operations:", 1)[0] \
-        if "Available Controllers:" in text else ""
+    section = (
+        text.split("Available Controllers:", 1)[-1].split("Available Tensor Operations:", 1)[0]
+        if "Available Controllers:" in text
+        else ""
+    )
     return frozenset(m.lower() for m in re.findall(r"\[X\]\s+(\w+)", section)) & set(CONTROLLERS)
 
 
@@ -119,13 +124,20 @@ def choose(options: list, env: dict, horovodrun: str) -> tuple:
     if is_elastic(options):
         note = None
         if asked == "mpi":
-            note = ("note: elastic training runs on Gloo (Horovod's elastic driver has no MPI), "
-                    f"not under the MPI asked for ({'--mpi' if '--mpi' in options else CONTROLLER_ENV + '=mpi'})")
+            note = (
+                "note: elastic training runs on Gloo (Horovod's elastic driver has no MPI), "
+                f"not under the MPI asked for ({'--mpi' if '--mpi' in options else CONTROLLER_ENV + '=mpi'})"
+            )
         return [o for o in options if o != "--mpi"], {}, note
     if asked in CONTROLLERS and asked not in built(horovodrun):
-        raise UserError(f"this Horovod was built without {asked.upper()} (horovodrun --check-build); "
-                        + ("install OpenMPI and rebuild Horovod (rm .venv/.installed && make install), or run "
-                           "under Gloo (--gloo)" if asked == "mpi" else "rebuild it (make install)"))
+        raise UserError(
+            f"this Horovod was built without {asked.upper()} (horovodrun --check-build); "
+            + (
+                "install OpenMPI and rebuild Horovod (rm .venv/.installed && make install), or run under Gloo (--gloo)"
+                if asked == "mpi"
+                else "rebuild it (make install)"
+            )
+        )
     if asked and FLAGS[asked] not in options:
         options = [FLAGS[asked], *options]
     return options, dict(MPI_ENV), None
@@ -183,7 +195,7 @@ def lone_process_env(env) -> dict:
         return {}
     if env.get("SLURM_STEP_NUM_TASKS", "1") != "1":
         return {}
-    return {k: v for k, v in LONE_PROCESS_ENV.items() if k not in env}     # a user's CPU operations win
+    return {k: v for k, v in LONE_PROCESS_ENV.items() if k not in env}  # a user's CPU operations win
 
 
 def of_this_run(env: dict) -> dict:
@@ -193,21 +205,22 @@ def of_this_run(env: dict) -> dict:
     # HOROVOD_CONTROLLER=gloo is set by horovodrun's Gloo driver, elastic included, and by
     # lone_process_env in a process no launcher started (a world of one)
     if env.get("HOROVOD_CONTROLLER") == "gloo" and launched(env):
-        return {"controller": "gloo", "transport": "TCP (Gloo)",
-                "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "gloo")}
+        return {
+            "controller": "gloo",
+            "transport": "TCP (Gloo)",
+            "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "gloo"),
+        }
     size = next((env[k] for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if k in env), None)
     if size is None or int(size) < 2:
         return {"controller": None, "transport": None, "cpu_operations": None}
     local = env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS"))
-    transport = ("shared memory (one host)" if local == size
-                 else "shared memory within a host, TCP between hosts")
+    transport = "shared memory (one host)" if local == size else "shared memory within a host, TCP between hosts"
     if env.get("OMPI_MCA_btl"):
         transport += f", OpenMPI btl {env['OMPI_MCA_btl']}"
-    return {"controller": "mpi", "transport": transport,
-            "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "mpi")}
+    return {"controller": "mpi", "transport": transport, "cpu_operations": env.get("HOROVOD_CPU_OPERATIONS", "mpi")}
 
 
-MPIRUN_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")     # mpirun --tag-output: [job,rank]<stdout>:
+MPIRUN_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output: [job,rank]<stdout>:
 
 
 def joined_line(line: str) -> str:
@@ -216,7 +229,7 @@ def joined_line(line: str) -> str:
     print to an unbuffered stream, under_mpirun) or longer than its 4 KB reads comes as
     "[1,0]<stdout>:RANK_WAITS [[...[1,0]<stdout>:...]]"."""
     tag = MPIRUN_TAG.match(line)
-    return tag[0] + line[tag.end():].replace(tag[0], "") if tag else line
+    return tag[0] + line[tag.end() :].replace(tag[0], "") if tag else line
 
 
 class MpirunNotice:
@@ -229,6 +242,7 @@ class MpirunNotice:
     whole. exit_code: the code the notice named (mpirun exits with it too).
 
     A line is passed on joined (joined_line)."""
+
     RULE = re.compile(r"^-{20,}\s*$")
 
     def __init__(self, write):
@@ -249,7 +263,7 @@ class MpirunNotice:
         if code:
             self.exit_code = int(code[1])
         if "Primary job" in text and "non-zero exit code" in text:
-            self.pending = block          # held until the next block names the code
+            self.pending = block  # held until the next block names the code
         elif "exited with non-zero status" in text and code and int(code[1]) in EXPLAINED:
             self.pending = []
         else:

@@ -14,7 +14,8 @@ Ctrl-C, SIGTERM and SIGHUP are passed on to every rank, under MPI as under Gloo 
 the terminal's '^C' stands on a line of its own, rank 0's line (where the run stands) is the
 last, without horovodrun's 'Process N exit with status code 143.' notes, no process of the job
 is left, and the exit status is the signal's (130, 143, 129); an interrupt before horovodrun
-started any rank is one line instead of horovodrun's KeyboardInterrupt traceback. A job horovodrun refuses before it starts a rank (a host it cannot
+started any rank is one line instead of horovodrun's KeyboardInterrupt traceback. A job horovodrun refuses
+before it starts a rank (a host it cannot
 reach by ssh, a host discovery script that fails, a network interface it cannot find) is one
 `error:` line naming the host or the script and the cause, and exit 2.
 
@@ -25,6 +26,7 @@ DEEPDENSITY_CONTROLLER=gloo runs them under Gloo, and elastic jobs always are (c
 The command starts after `--`, or else at its first word that is a Python interpreter, a .py
 script or `deepdensity`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -71,7 +73,7 @@ def split_command(argv: list) -> tuple:
     that starts a command (is_command_start)."""
     if "--" in argv:
         cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
+        return argv[:cut], argv[cut + 1 :]
     cut = next((i for i, word in enumerate(argv) if is_command_start(word)), len(argv))
     return argv[:cut], argv[cut:]
 
@@ -139,7 +141,7 @@ def refusal_cause(lines: list, options: list) -> str:
     refused = next((m[1].strip() for m in map(OPTIONS_REFUSED.match, lines) if m), None)
     if refused:
         return f"horovodrun refused its options: {refused} (horovodrun --help lists them)"
-    above = []                      # horovodrun's lines above its first traceback
+    above = []  # horovodrun's lines above its first traceback
     for line in lines:
         if line.startswith(TRACEBACK_START):
             break
@@ -150,15 +152,25 @@ def refusal_cause(lines: list, options: list) -> str:
     ssh = next((m for m in map(SSH_FAILED.match, above) if m), None)
     if ssh:
         detail = "; ".join(line for line in above if not SSH_FAILED.match(line)) or "no reason given"
-        hosts = next((f"{flag} {option_value(options, flag)}" for flag in ("--hostfile", "-hostfile")
-                      if option_value(options, flag)), "-H")
-        return (f"horovodrun could not reach host {ssh[1]} by ssh: {detail} (every host of {hosts} must accept "
-                f"`ssh HOST true` without a password)")
+        hosts = next(
+            (
+                f"{flag} {option_value(options, flag)}"
+                for flag in ("--hostfile", "-hostfile")
+                if option_value(options, flag)
+            ),
+            "-H",
+        )
+        return (
+            f"horovodrun could not reach host {ssh[1]} by ssh: {detail} (every host of {hosts} must accept "
+            f"`ssh HOST true` without a password)"
+        )
     script = option_value(options, "--host-discovery-script")
     if script:
         detail = "; ".join(above) or (told[0] if told else "it printed nothing")
-        return (f"horovodrun's host discovery script {script} failed: {detail} (run it alone: it must print "
-                f"one host:slots line per host and exit 0)")
+        return (
+            f"horovodrun's host discovery script {script} failed: {detail} (run it alone: it must print "
+            f"one host:slots line per host and exit 0)"
+        )
     detail = told[-1] if told else (raised[-1] if raised else "no reason given")
     nic = option_value(options, "--network-interface")
     if nic and "interface" in detail.lower():
@@ -201,13 +213,14 @@ def main(argv=None) -> int:
     env = {**controller_env, **os.environ, LAUNCH_PREFIX_ENV: launch_prefix(options)}
     ended = threading.Event()
     last_words = LastWords(sys.stderr.write)
-    mpirun = controllers.MpirunNotice(last_words.write)       # Horovod: mpirun's notice, under MPI
+    mpirun = controllers.MpirunNotice(last_words.write)  # Horovod: mpirun's notice, under MPI
     refusal = StartRefusal()
     launcher = LauncherTraceback(lambda line: refusal.feed(line, functools.partial(mpirun.feed, line)))
-    exits = ProcessExits(lambda line: refusal.feed(line.decode(errors="replace"),
-                                                   functools.partial(_write_stdout, line)))
+    exits = ProcessExits(
+        lambda line: refusal.feed(line.decode(errors="replace"), functools.partial(_write_stdout, line))
+    )
     passing_on = relay.Relay(ended)
-    signals = relay.take_interrupts(passing_on, launcher.quiet)      # set before horovodrun starts
+    signals = relay.take_interrupts(passing_on, launcher.quiet)  # set before horovodrun starts
     proc = _start_horovodrun(options, cmd, env)
     passing_on.attach(proc)
     stdout_reader = threading.Thread(target=lambda: [exits.feed(line) for line in proc.stdout], daemon=True)
@@ -216,15 +229,25 @@ def main(argv=None) -> int:
     ended.set()
     launcher.flush()
     code, _ = proc.wait(), stdout_reader.join()
-    if code and not signals and not refusal.started and launcher.exit_code is None and not exits.ended \
-            and refusal.refused():
-        raise UserError(refusal.cause(options))    # Horovod: horovodrun refused the job before any rank ran
+    if (
+        code
+        and not signals
+        and not refusal.started
+        and launcher.exit_code is None
+        and not exits.ended
+        and refusal.refused()
+    ):
+        raise UserError(refusal.cause(options))  # Horovod: horovodrun refused the job before any rank ran
     refusal.flush()
     mpirun.flush()
-    last_words.flush()          # after anything mpirun's notice held: the note is the last line
+    last_words.flush()  # after anything mpirun's notice held: the note is the last line
     # Horovod: a job whose rank 0 did not say where the run stands (continuing.py)
-    interrupted = signals and (launcher.rank_interrupted or continuing.say_where_it_stands(
-        argv, cmd, launch_prefix(options), spoke=launcher.ranks_seen or exits.ranks_seen))
+    interrupted = signals and (
+        launcher.rank_interrupted
+        or continuing.say_where_it_stands(
+            argv, cmd, launch_prefix(options), spoke=launcher.ranks_seen or exits.ranks_seen
+        )
+    )
     return exit_code(code, launcher.exit_code or mpirun.exit_code, signals, bool(interrupted))
 
 
@@ -239,8 +262,10 @@ def _options_and_command(argv: list) -> tuple:
         raise SystemExit(0)
     options, cmd = split_command(argv)
     if not cmd:
-        raise UserError(f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
-                        f"deepdensity launch -np 2 python train.py --mode weak")
+        raise UserError(
+            f"no command to run in {shlex.join(argv)!r}; usage: {USAGE}, e.g. "
+            f"deepdensity launch -np 2 python train.py --mode weak"
+        )
     return options, cmd
 
 
@@ -249,8 +274,14 @@ def _start_horovodrun(options: list, cmd: list, env: dict) -> subprocess.Popen:
     # Horovod: horovodrun in a process group of its own, so that a terminal's Ctrl-C reaches this
     # process alone, which passes every interrupt on (relay.py); no terminal input, which a
     # process outside the foreground group may not read
-    return subprocess.Popen([horovodrun_path(), *options, *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, process_group=0)
+    return subprocess.Popen(
+        [horovodrun_path(), *options, *cmd],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        process_group=0,
+    )
 
 
 def _pass_on_stderr(proc: subprocess.Popen, launcher: LauncherTraceback) -> None:

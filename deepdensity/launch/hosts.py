@@ -2,6 +2,7 @@
 failure is a C++ abort with no word of its cause: a host name that resolves (every launch) and,
 for Gloo across hosts, one that does not resolve to loopback. Pure: no TensorFlow,
 no Horovod."""
+
 from __future__ import annotations
 
 import socket
@@ -14,8 +15,9 @@ class HostSetupError(UserError):
     """A host set up so that Horovod's ranks cannot connect."""
 
 
-def unresolved_name_problem(hostname: Optional[Callable[[], str]] = None,
-                            resolve: Optional[Callable[[str], str]] = None) -> Optional[str]:
+def unresolved_name_problem(
+    hostname: Optional[Callable[[], str]] = None, resolve: Optional[Callable[[str], str]] = None
+) -> Optional[str]:
     """Why hvd.init() will abort on this host whatever the controller and however many hosts,
     or None: Horovod looks up the host's own name when it starts (Gloo's rendezvous and MPI's
     both), and where the name resolves to nothing (a container or chroot whose /etc/hosts lacks
@@ -24,15 +26,18 @@ def unresolved_name_problem(hostname: Optional[Callable[[], str]] = None,
     try:
         (resolve or socket.gethostbyname)(name)
     except (OSError, UnicodeError):
-        return (f"this host's name {name!r} does not resolve to an address, and Horovod aborts in its "
-                f"init without it: add it to /etc/hosts (on one host '127.0.1.1 {name}' will do; across "
-                f"hosts, this host's address on the network they share) or to DNS, then run the same "
-                f"command again")
+        return (
+            f"this host's name {name!r} does not resolve to an address, and Horovod aborts in its "
+            f"init without it: add it to /etc/hosts (on one host '127.0.1.1 {name}' will do; across "
+            f"hosts, this host's address on the network they share) or to DNS, then run the same "
+            f"command again"
+        )
     return None
 
 
-def loopback_name_problem(env: Mapping[str, str], hostname: Optional[Callable[[], str]] = None,
-                          resolve: Optional[Callable[[str], str]] = None) -> Optional[str]:
+def loopback_name_problem(
+    env: Mapping[str, str], hostname: Optional[Callable[[], str]] = None, resolve: Optional[Callable[[str], str]] = None
+) -> Optional[str]:
     """Why Gloo will not connect the ranks of several hosts, or None.
 
     Horovod 0.28.1 connects each process set's Gloo context (the global set is always made)
@@ -54,9 +59,11 @@ def loopback_name_problem(env: Mapping[str, str], hostname: Optional[Callable[[]
     except (OSError, UnicodeError):
         return unresolved_name_problem(lambda: name, resolve or socket.gethostbyname)
     if address.startswith("127.") or address == "::1":
-        return (f"this host's name {name!r} resolves to {address}, a loopback address: Horovod's Gloo "
-                f"would give the other hosts that address and fail to connect. Map {name} to this host's "
-                f"address on the network the ranks share (/etc/hosts or DNS); see docs/cluster.md")
+        return (
+            f"this host's name {name!r} resolves to {address}, a loopback address: Horovod's Gloo "
+            f"would give the other hosts that address and fail to connect. Map {name} to this host's "
+            f"address on the network the ranks share (/etc/hosts or DNS); see docs/cluster.md"
+        )
     return None
 
 

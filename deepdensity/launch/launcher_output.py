@@ -1,6 +1,7 @@
 """horovodrun's output passed on as it comes, less what a rank's own lines already say: the launcher's
 traceback for a process that exited non-zero (LauncherTraceback), its notes on a process whose exit
 code its last line explains (ProcessExits); rank 0's interrupt note held to the last (LastWords)."""
+
 from __future__ import annotations
 
 import re
@@ -51,7 +52,7 @@ class LauncherTraceback:
             if line.startswith(LAUNCHER_FAILURE):
                 self.held, self.in_failure = [], True
                 return
-            if line.startswith(" "):              # a frame of the traceback held back
+            if line.startswith(" "):  # a frame of the traceback held back
                 self.held.append(line)
                 return
             self.flush()
@@ -104,13 +105,13 @@ class ProcessExits:
 
     def __init__(self, write):
         self.write, self.explained, self.ranks_seen, self.ended = write, set(), False, False
-        self.newlines_owed = 0          # the empty lines that follow notes printed as one line
+        self.newlines_owed = 0  # the empty lines that follow notes printed as one line
 
     def feed(self, line: bytes) -> None:
         if self.newlines_owed and line.strip() == b"":
             self.newlines_owed -= 1
             return
-        if RANK_LINE.match(line.decode(errors="replace")):     # a rank's own words are never split
+        if RANK_LINE.match(line.decode(errors="replace")):  # a rank's own words are never split
             self._feed_one(line)
             return
         notes = JOINED_NOTES.split(line)

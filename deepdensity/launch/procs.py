@@ -1,5 +1,6 @@
 """Processes as Linux's /proc shows them: what `deepdensity launch` relays to (relay.py) and what a
 rank of plain horovodrun watches (training/launcher_watch.py) are found the same way."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,7 @@ def stat_of(pid) -> Optional[tuple]:
         stat = Path(f"/proc/{pid}/stat").read_bytes().decode(errors="replace")
     except OSError:
         return None
-    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
 
 
 def parent_of(pid: int) -> Optional[int]:

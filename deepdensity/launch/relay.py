@@ -14,6 +14,7 @@ alone (SIGTERM and SIGHUP reach it alone anyway), and passes every interrupt on 
 horovodrun execs `/bin/sh -c 'mpirun ...'` under MPI (runner/mpi_run.py), so a signal to its
 pid reaches the shell, not mpirun: hence a search of horovodrun's process group.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,7 @@ def group_members(pgid: int) -> list:
     """(pid, command name) of every process in process group `pgid`, from /proc."""
     found = []
     for entry in os.listdir("/proc"):
-        stat = stat_of(entry) if entry.isdigit() else None         # None: ended meanwhile
+        stat = stat_of(entry) if entry.isdigit() else None  # None: ended meanwhile
         if stat is not None and int(stat[1][2]) == pgid and stat[1][0] != "Z":
             found.append((int(entry), stat[0]))
     return found
@@ -68,6 +69,7 @@ def take_interrupts(passing_on: "Relay", on_interrupt) -> list:
         received.append(signum)
         on_interrupt()
         passing_on.start(signum)
+
     for signum in signals.CODES:
         signal.signal(signum, on_signal)
     return received
@@ -92,17 +94,17 @@ class Relay:
             threading.Thread(target=self._pass_on, args=(signum,), name="deepdensity-relay", daemon=True).start()
 
     def _pass_on(self, signum: int) -> None:
-        self.attached.wait()                  # a signal before horovodrun started: passed on once it has
+        self.attached.wait()  # a signal before horovodrun started: passed on once it has
         deadline, told_horovodrun, mpirun = time.monotonic() + ESCALATE_AFTER_S, False, None
         while not self.ended.is_set():
-            mpirun = mpirun or mpirun_of(self.proc.pid)      # found once: its pid stays the job's
+            mpirun = mpirun or mpirun_of(self.proc.pid)  # found once: its pid stays the job's
             if mpirun is not None:
                 # Horovod: under MPI, every rank on every host at once, through mpirun
                 late = time.monotonic() > deadline
                 if not _send(mpirun, signal.SIGTERM if late else signals.RELAYED) or late:
-                    return                  # mpirun has ended, or ends the job now
+                    return  # mpirun has ended, or ends the job now
             elif not told_horovodrun and self.proc.poll() is None and not _is_shell(self.proc.pid):
-                told_horovodrun = _send(self.proc.pid, to_horovodrun(signum))   # Gloo, or MPI not yet started
+                told_horovodrun = _send(self.proc.pid, to_horovodrun(signum))  # Gloo, or MPI not yet started
             self.ended.wait(RESEND_EVERY_S)
 
 

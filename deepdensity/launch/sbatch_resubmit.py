@@ -3,6 +3,7 @@ which the run prints when interrupted: run inside the job by train.sbatch as
 `python -m deepdensity.launch.sbatch_resubmit resubmit-command -- ARGS`, it reads the job's
 options from `scontrol show job` (else from the job's environment) and writes them back as
 sbatch options (docs/cluster.md)."""
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ def parse_show_job(text: str) -> dict:
         key, sep, value = line.partition("=")
         if sep and key in _WHOLE_LINE:
             fields[key] = value.rstrip()
-        elif line.startswith("JobId=") and " JobName=" in line:     # a job name may hold spaces
+        elif line.startswith("JobId=") and " JobName=" in line:  # a job name may hold spaces
             head, _, name = line.partition(" JobName=")
             fields["JobId"], fields["JobName"] = head.split()[0].partition("=")[2], name
         else:
@@ -46,9 +47,16 @@ def parse_show_job(text: str) -> dict:
 
 def _fields_from_env(env) -> dict:
     """What the job's environment says of its submission, when scontrol cannot (no time limit)."""
-    names = {"Partition": "SLURM_JOB_PARTITION", "Account": "SLURM_JOB_ACCOUNT", "QOS": "SLURM_JOB_QOS",
-             "NumNodes": "SLURM_JOB_NUM_NODES", "NumTasks": "SLURM_NTASKS", "CPUs/Task": "SLURM_CPUS_PER_TASK",
-             "JobName": "SLURM_JOB_NAME", "JobId": "SLURM_JOB_ID"}
+    names = {
+        "Partition": "SLURM_JOB_PARTITION",
+        "Account": "SLURM_JOB_ACCOUNT",
+        "QOS": "SLURM_JOB_QOS",
+        "NumNodes": "SLURM_JOB_NUM_NODES",
+        "NumTasks": "SLURM_NTASKS",
+        "CPUs/Task": "SLURM_CPUS_PER_TASK",
+        "JobName": "SLURM_JOB_NAME",
+        "JobId": "SLURM_JOB_ID",
+    }
     fields = {k: env[v] for k, v in names.items() if env.get(v)}
     if env.get("SLURM_NTASKS_PER_NODE"):
         fields["NtasksPerN:B:S:C"] = f"{env['SLURM_NTASKS_PER_NODE']}:0:*:*"
@@ -95,6 +103,7 @@ def resubmit_command(job: dict, args: list, env) -> str:
     def add(flag: str, v: str) -> None:
         if v:
             opts.append(f"{flag}={v}")
+
     work_dir = value("WorkDir") or submit_dir
     # output files: the job's, its id back to %j (the next job writes its own); the script's
     # default (slurm-%j.out in the working folder) is left to the script
@@ -106,7 +115,7 @@ def resubmit_command(job: dict, args: list, env) -> str:
         add("--error", output_pattern(err, job_id))
     if value("StdIn") not in ("", "/dev/null"):
         add("--input", value("StdIn"))
-    add("--chdir", work_dir)       # train.py is relative to it: the command works pasted anywhere
+    add("--chdir", work_dir)  # train.py is relative to it: the command works pasted anywhere
     knobs = [f"{k}={shell_word(env[k])}" for k in SBATCH_ENV if env.get(k)]
     return " ".join([*knobs, "sbatch", *(shell_word(o) for o in opts), shell_word(script)])
 
@@ -130,9 +139,17 @@ def _resource_options(value) -> list:
     def add(flag: str, v: str) -> None:
         if v:
             opts.append(f"{flag}={v}")
-    for flag, key in (("--partition", "Partition"), ("--account", "Account"), ("--qos", "QOS"),
-                      ("--reservation", "Reservation"), ("--time", "TimeLimit"), ("--time-min", "TimeMin"),
-                      ("--nodes", "NumNodes"), ("--ntasks", "NumTasks")):
+
+    for flag, key in (
+        ("--partition", "Partition"),
+        ("--account", "Account"),
+        ("--qos", "QOS"),
+        ("--reservation", "Reservation"),
+        ("--time", "TimeLimit"),
+        ("--time-min", "TimeMin"),
+        ("--nodes", "NumNodes"),
+        ("--ntasks", "NumTasks"),
+    ):
         add(flag, value(key))
     per_node = value("NtasksPerN:B:S:C").split(":")[0]
     add("--ntasks-per-node", per_node if per_node not in ("", "0") else "")
@@ -140,20 +157,35 @@ def _resource_options(value) -> list:
     add("--cpus-per-task", cpus if cpus not in ("", "1") else "")
     for flag, key in (("--mem", "MinMemoryNode"), ("--mem-per-cpu", "MinMemoryCPU"), ("--tmp", "MinTmpDiskNode")):
         add(flag, value(key) if value(key) not in ("0", "0M") else "")
-    for flag, key in (("--gres", "TresPerNode"), ("--gpus", "TresPerJob"), ("--gpus-per-task", "TresPerTask"),
-                      ("--gpus-per-socket", "TresPerSocket"), ("--cpus-per-gpu", "CpusPerTres"),
-                      ("--mem-per-gpu", "MemPerTres")):
+    for flag, key in (
+        ("--gres", "TresPerNode"),
+        ("--gpus", "TresPerJob"),
+        ("--gpus-per-task", "TresPerTask"),
+        ("--gpus-per-socket", "TresPerSocket"),
+        ("--cpus-per-gpu", "CpusPerTres"),
+        ("--mem-per-gpu", "MemPerTres"),
+    ):
         add(flag, _tres(value(key), gres=flag == "--gres"))
-    for flag, key in (("--constraint", "Features"), ("--nodelist", "ReqNodeList"), ("--exclude", "ExcNodeList"),
-                      ("--licenses", "Licenses"), ("--network", "Network"), ("--comment", "Comment")):
+    for flag, key in (
+        ("--constraint", "Features"),
+        ("--nodelist", "ReqNodeList"),
+        ("--exclude", "ExcNodeList"),
+        ("--licenses", "Licenses"),
+        ("--network", "Network"),
+        ("--comment", "Comment"),
+    ):
         add(flag, value(key))
     if value("MailType") not in ("", "NONE"):
         add("--mail-type", value("MailType"))
         add("--mail-user", value("MailUser"))
     add("--nice", value("Nice") if value("Nice") not in ("", "0") else "")
     opts += ["--contiguous"] * (value("Contiguous") == "1") + ["--no-requeue"] * (value("Requeue") == "0")
-    opts += {"NO": ["--exclusive"], "USER": ["--exclusive=user"], "MCS": ["--exclusive=mcs"],
-             "YES": ["--oversubscribe"]}.get(value("OverSubscribe"), [])
+    opts += {
+        "NO": ["--exclusive"],
+        "USER": ["--exclusive=user"],
+        "MCS": ["--exclusive=mcs"],
+        "YES": ["--oversubscribe"],
+    }.get(value("OverSubscribe"), [])
     add("--job-name", value("JobName") if value("JobName") != SBATCH_JOB_NAME else "")
     return opts
 
@@ -163,12 +195,17 @@ def _tres(value: str, gres: bool) -> str:
     separated) as sbatch takes it: `gpu:2` for --gres, and for --gpus*, the GPU part alone."""
     parts = []
     for item in filter(None, value.split(",")):
-        item = item.split(":", 1)[1] if item.startswith("gres:") else item.split("/", 1)[1] \
-            if item.startswith("gres/") else item
+        item = (
+            item.split(":", 1)[1]
+            if item.startswith("gres:")
+            else item.split("/", 1)[1]
+            if item.startswith("gres/")
+            else item
+        )
         if gres:
             parts.append(item)
         elif item.startswith("gpu:"):
-            parts.append(item[len("gpu:"):])
+            parts.append(item[len("gpu:") :])
     return ",".join(parts)
 
 
@@ -186,16 +223,20 @@ def _main(argv: list) -> int:
     job = {}
     if env.get("SLURM_JOB_ID"):
         try:
-            proc = subprocess.run(["scontrol", "show", "job", env["SLURM_JOB_ID"]], capture_output=True, text=True,
-                                  timeout=60)
+            proc = subprocess.run(
+                ["scontrol", "show", "job", env["SLURM_JOB_ID"]], capture_output=True, text=True, timeout=60
+            )
             job = parse_show_job(proc.stdout) if proc.returncode == 0 else {}
         except (OSError, subprocess.TimeoutExpired):
             job = {}
     if not job.get("Command"):
-        print(f"deepdensity: warning: `scontrol show job {env.get('SLURM_JOB_ID', '')}` did not answer; the "
-              f"resubmit command carries the job's partition, account, nodes and tasks from its environment, "
-              f"not its time limit or other options", file=sys.stderr)
-        job = {**_fields_from_env(env), "WorkDir": os.getcwd(), **job}     # the job starts in its working folder
+        print(
+            f"deepdensity: warning: `scontrol show job {env.get('SLURM_JOB_ID', '')}` did not answer; the "
+            f"resubmit command carries the job's partition, account, nodes and tasks from its environment, "
+            f"not its time limit or other options",
+            file=sys.stderr,
+        )
+        job = {**_fields_from_env(env), "WorkDir": os.getcwd(), **job}  # the job starts in its working folder
     try:
         print(resubmit_command(job, args, env))
     except UserError as e:

@@ -1,6 +1,7 @@
 """What a launcher and its ranks agree on about interrupts: the signals that interrupt a run, the
 exit status of each, the signal `deepdensity launch` relays through mpirun, and the terminal's
 '^C' line. The ranks' handling is training/interrupts.py; the relaying is relay.py."""
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ executor runs); the job's result is its exit status. 90 s before the time limit 
 the job SIGUSR2 (submitit's `--signal`); submitit then calls TrainJob.checkpoint, which stops
 the run with SIGTERM (it checkpoints), and requeues the job (`scontrol requeue`): the same job
 id starts again and resumes the run from its checkpoint, up to `retries` times."""
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,8 @@ from submitit.slurm.slurm import _make_sbatch_string
 from deepdensity.launch.slurm_queue import QueueExecutor
 from deepdensity.utils.errors import UserError
 
-SIGNAL_BEFORE_END_S = 90      # Slurm's SIGUSR2 before the time limit: time to finish a step and checkpoint
-COMMENT = "deepdensity:"      # --comment of every submission, with a token the run's record holds
+SIGNAL_BEFORE_END_S = 90  # Slurm's SIGUSR2 before the time limit: time to finish a step and checkpoint
+COMMENT = "deepdensity:"  # --comment of every submission, with a token the run's record holds
 
 
 # A job's command runs as the one task of an srun step. mpirun, which horovodrun starts where
@@ -57,7 +58,7 @@ class TrainJob(submitit.helpers.Checkpointable):
         self._proc: Optional[subprocess.Popen] = None
 
     def __getstate__(self) -> dict:
-        return {"cmd": self.cmd, "env": self.env}          # never the live subprocess
+        return {"cmd": self.cmd, "env": self.env}  # never the live subprocess
 
     def __setstate__(self, state: dict) -> None:
         self.cmd, self.env, self._proc = state["cmd"], state["env"], None
@@ -65,8 +66,11 @@ class TrainJob(submitit.helpers.Checkpointable):
     def __call__(self) -> int:
         # Slurm signals every process of the job step: SIGUSR2 is for submitit (below), and would
         # kill the run (its default action); an ignored signal stays ignored across exec
-        self._proc = subprocess.Popen(self.cmd, env={**MPIRUN_IN_A_JOB_STEP, **os.environ, **self.env},
-                                      preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
+        self._proc = subprocess.Popen(
+            self.cmd,
+            env={**MPIRUN_IN_A_JOB_STEP, **os.environ, **self.env},
+            preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
+        )
         code = self._proc.wait()
         return 128 - code if code < 0 else code
 
@@ -87,13 +91,18 @@ def job_parameters(options, cpus: int, hours: float) -> dict:
     """submitit's parameters for a job of `cpus` CPUs and a time limit of `hours` with the
     study's options (its name apart: Submitter names it)."""
     extra = {"chdir": str(Path.cwd())}
-    for item in options.sbatch:                  # --key=value or --flag, as #SBATCH lines take them
+    for item in options.sbatch:  # --key=value or --flag, as #SBATCH lines take them
         key, sep, value = item[2:].partition("=")
         extra[key] = value if sep else True
-    params = {"time": 0 if hours == float("inf") else max(1, round(hours * 60)),
-              "ntasks_per_node": 1, "cpus_per_task": max(1, cpus), "signal_delay_s": SIGNAL_BEFORE_END_S,
-              # srun of Slurm 22.05 does not take the job's --cpus-per-task: the step would get 1 CPU
-              "srun_args": [f"--cpus-per-task={max(1, cpus)}"], "additional_parameters": extra}
+    params = {
+        "time": 0 if hours == float("inf") else max(1, round(hours * 60)),
+        "ntasks_per_node": 1,
+        "cpus_per_task": max(1, cpus),
+        "signal_delay_s": SIGNAL_BEFORE_END_S,
+        # srun of Slurm 22.05 does not take the job's --cpus-per-task: the step would get 1 CPU
+        "srun_args": [f"--cpus-per-task={max(1, cpus)}"],
+        "additional_parameters": extra,
+    }
     for key in ("partition", "account"):
         if getattr(options, key):
             params[key] = getattr(options, key)
@@ -104,7 +113,7 @@ def job_parameters(options, cpus: int, hours: float) -> dict:
 
 def sbatch_text(folder: Path, params: dict) -> str:
     """The batch script submitit submits with these parameters."""
-    folder = Path(folder).expanduser().absolute()          # as submitit's executor has it
+    folder = Path(folder).expanduser().absolute()  # as submitit's executor has it
     command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
     return _make_sbatch_string(command=command, folder=folder, **params)
 
@@ -120,9 +129,9 @@ def result_of(folder: Path, job_id: str) -> tuple:
         return None, "no result"
     if outcome == "success":
         return int(value), ""
-    if "UncompletedJobError" in str(value):       # requeued `retries` times and out of time again
+    if "UncompletedJobError" in str(value):  # requeued `retries` times and out of time again
         return None, str(value).strip().splitlines()[-1]
-    return 1, str(value)                          # TrainJob itself failed (the command could not start)
+    return 1, str(value)  # TrainJob itself failed (the command could not start)
 
 
 def log_path(folder: Path, job_id: str) -> Path:
@@ -177,7 +186,7 @@ class Submitter:
         for group in groups.values():
             try:
                 self._submit_group(group)
-            except BaseException as e:        # every waiting run hears of it, not only the leader
+            except BaseException as e:  # every waiting run hears of it, not only the leader
                 error = e
                 if isinstance(e, Exception):  # sbatch refused (submitit raises its output): one line
                     lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [repr(e)]
@@ -213,8 +222,9 @@ def find(token: str, index: int) -> Optional[str]:
     """The id of the job submitted with this token (task `index` of an array) that the
     controller still lists; '' when it lists none; None when squeue could not say."""
     try:
-        proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
@@ -230,15 +240,16 @@ def find(token: str, index: int) -> Optional[str]:
 @dataclass
 class SlurmOptions:
     """What every job of a study asks Slurm for; from the preset's `slurm:` and --slurm KEY=VALUE."""
+
     partition: str = ""
     account: str = ""
-    time: str = "04:00:00"           # a run of the default preset takes minutes; the paper preset's longest, hours
-    cpus_per_task: int = 0           # 0: the runs' intra_op_threads
+    time: str = "04:00:00"  # a run of the default preset takes minutes; the paper preset's longest, hours
+    cpus_per_task: int = 0  # 0: the runs' intra_op_threads
     gpus_per_task: int = 0
-    max_jobs: int = 64               # jobs queued or running at once
-    retries: int = 2                 # submissions again after the scheduler ended a run's job
+    max_jobs: int = 64  # jobs queued or running at once
+    retries: int = 2  # submissions again after the scheduler ended a run's job
     poll_seconds: float = 10.0
-    sbatch: list = field(default_factory=list)   # extra #SBATCH lines, e.g. ["--qos=short"]
+    sbatch: list = field(default_factory=list)  # extra #SBATCH lines, e.g. ["--qos=short"]
 
     @classmethod
     def parse(cls, preset: Optional[dict], overrides: list) -> "SlurmOptions":
@@ -257,23 +268,27 @@ class SlurmOptions:
         for key, value in values.items():
             default = getattr(options, key)
             try:
-                value = ([str(v) for v in value] if isinstance(default, list) else type(default)(value))
+                value = [str(v) for v in value] if isinstance(default, list) else type(default)(value)
             except (TypeError, ValueError):
                 raise UserError(f"slurm: {key} must be {type(default).__name__}, got {value!r}") from None
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
                 raise UserError(f"slurm: {key} must be >= 0, got {value!r}")
             setattr(options, key, value)
-        time_hours(options.time)                     # a time Slurm would refuse: said now, before anything
+        time_hours(options.time)  # a time Slurm would refuse: said now, before anything
         odd = [o for o in options.sbatch if not re.fullmatch(r"--[A-Za-z][\w-]*(=.*)?", o)]
-        if odd:                                      # submitit writes each as `#SBATCH --key=value`
+        if odd:  # submitit writes each as `#SBATCH --key=value`
             raise UserError(f"slurm: sbatch options are given as --key=value or --flag, got {odd[0]!r}")
         return options
 
     def resources(self, cpus: int) -> list:
         """What a job of `cpus` CPUs asks for, as sbatch options."""
-        return ([f"--partition={self.partition}"] * bool(self.partition) + [f"--account={self.account}"] * bool(self.account)
-                + [f"--time={self.time}", "--ntasks=1", f"--cpus-per-task={max(1, cpus)}"]
-                + [f"--gpus-per-task={self.gpus_per_task}"] * bool(self.gpus_per_task) + list(self.sbatch))
+        return (
+            [f"--partition={self.partition}"] * bool(self.partition)
+            + [f"--account={self.account}"] * bool(self.account)
+            + [f"--time={self.time}", "--ntasks=1", f"--cpus-per-task={max(1, cpus)}"]
+            + [f"--gpus-per-task={self.gpus_per_task}"] * bool(self.gpus_per_task)
+            + list(self.sbatch)
+        )
 
 
 def time_hours(text: str) -> float:
@@ -292,11 +307,11 @@ def time_hours(text: str) -> float:
     if not numbers or min(numbers) < 0 or len(parts) > 3 or (dash and not 1 <= len(parts) <= 3):
         raise UserError(f"slurm: time must be a Slurm time limit such as 04:00:00 or 1-00:00:00, got {text!r}")
     d = numbers[0]
-    if dash:                                            # D-HH, D-HH:MM, D-HH:MM:SS
+    if dash:  # D-HH, D-HH:MM, D-HH:MM:SS
         h, m, sec = (numbers[1:] + [0, 0])[:3]
-    elif len(parts) == 3:                               # HH:MM:SS
+    elif len(parts) == 3:  # HH:MM:SS
         h, m, sec = numbers[1:]
-    else:                                               # MM, MM:SS
+    else:  # MM, MM:SS
         h, (m, sec) = 0, (numbers[1:] + [0])[:2]
     hours = d * 24 + h + m / 60 + sec / 3600
     if hours <= 0:
@@ -309,23 +324,32 @@ def clients_unavailable(options: SlurmOptions, cpus: int) -> Optional[str]:
     controller answering, and a job with the study's options accepted (`sbatch --test-only`,
     which submits nothing); else why not, in one line."""
     import shutil
+
     missing = [c for c in ("sbatch", "squeue") if shutil.which(c) is None]
     if missing:
-        return (f"{' and '.join(f'`{c}`' for c in missing)} not found on PATH; run the study on a Slurm login node "
-                f"(docs/cluster.md), or without --executor slurm to train here")
+        return (
+            f"{' and '.join(f'`{c}`' for c in missing)} not found on PATH; run the study on a Slurm login node "
+            f"(docs/cluster.md), or without --executor slurm to train here"
+        )
     if shutil.which("srun") is None:
         return "`srun` not found on PATH (submitit starts each job's run with it); run the study on a Slurm login node"
     try:
         queue = subprocess.run(["squeue", "-h", "-o", "%i", "-j", "1"], capture_output=True, text=True, timeout=60)
         if queue.returncode != 0 and "Invalid job id" not in queue.stderr:
             return f"`squeue` does not answer: {_last_line(queue.stderr or queue.stdout)}"
-        test = subprocess.run(["sbatch", "--test-only", *options.resources(cpus), "--wrap", "true"],
-                              capture_output=True, text=True, timeout=60)
+        test = subprocess.run(
+            ["sbatch", "--test-only", *options.resources(cpus), "--wrap", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired as e:
         return f"`{e.cmd[0]}` did not answer within {e.timeout:.0f} s; is slurmctld up?"
     if test.returncode != 0:
-        return (f"Slurm refuses a job with the study's options "
-                f"({' '.join(options.resources(cpus))}): {_last_line(test.stderr or test.stdout)}")
+        return (
+            f"Slurm refuses a job with the study's options "
+            f"({' '.join(options.resources(cpus))}): {_last_line(test.stderr or test.stdout)}"
+        )
     return None
 
 

@@ -1,6 +1,7 @@
 """A Slurm job's state as `squeue` tells it, for submitit's jobs. submitit reads it with `sacct`,
 which needs Slurm's accounting database: without one a job the scheduler ended before it wrote its
 result (scancel, a node lost) stays UNKNOWN and is waited for forever (docs/cluster.md)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,23 @@ from typing import Optional
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
 # Slurm's job states in which the job is still to run, running, or to run again (requeued)
-LIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING", "CONFIGURING", "PREEMPTED",
-        "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "UNKNOWN"}
+LIVE = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "COMPLETING",
+    "CONFIGURING",
+    "PREEMPTED",
+    "SUSPENDED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+    "UNKNOWN",
+}
 # squeue answered and no longer lists the job: the controller has forgotten it (MinJobAge after its end)
 LEFT = "LEFT"
 
@@ -33,7 +49,7 @@ class QueueWatcher(SlurmInfoWatcher):
         return ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)] if ids else None
 
     def update_if_long_enough(self, mode: str) -> None:
-        with self._update_lock:                  # one squeue at a time for the driver's threads
+        with self._update_lock:  # one squeue at a time for the driver's threads
             super().update_if_long_enough(mode)
 
     def update(self) -> None:
@@ -64,11 +80,13 @@ class QueueWatcher(SlurmInfoWatcher):
 
 class QueueJob(SlurmJob):
     """submitit's Slurm job, its state read by QueueWatcher."""
+
     watcher = QueueWatcher(delay_s=10)
 
 
 class QueueExecutor(SlurmExecutor):
     """submitit's Slurm executor whose jobs are QueueJobs (arrays included)."""
+
     job_class = QueueJob
 
     def _internal_process_submissions(self, delayed_submissions: list) -> list:

@@ -1,4 +1,5 @@
 """The convolutional autoencoder of Cunha et al. (HPML 2018), section V and VI."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -22,23 +23,31 @@ def build_model(cfg: Config, grid_size: int = 16, ndim: int = 3, density_layer=D
     cube = tf.keras.Input(shape=(grid_size,) * ndim + (1,), name="cube")
     x = cube
     for i, (filters, kernel, stride) in enumerate(zip(cfg.conv_filters, cfg.conv_kernels, cfg.conv_strides)):
-        x = _CONV[ndim](filters, kernel, strides=stride, padding="same", activation="relu",
-                        name=f"conv{i + 1}")(x)
+        x = _CONV[ndim](filters, kernel, strides=stride, padding="same", activation="relu", name=f"conv{i + 1}")(x)
     x = tf.keras.layers.Flatten(name="flatten")(x)
     y = tf.keras.layers.Dense(cfg.latent_dim, activation="relu", name="latent")(x)
 
     alpha = tf.keras.layers.Dense(K, activation="softmax", name="alpha")(y)
-    mu = tf.keras.layers.Reshape((K, n), name="mu")(
-        tf.keras.layers.Dense(K * n, activation="tanh", name="mu_dense")(y))
+    mu = tf.keras.layers.Reshape((K, n), name="mu")(tf.keras.layers.Dense(K * n, activation="tanh", name="mu_dense")(y))
     sigma = tf.keras.layers.Reshape((K, n), name="sigma")(
-        tf.keras.layers.Dense(K * n, activation="sigmoid", name="sigma_dense")(y))
+        tf.keras.layers.Dense(K * n, activation="sigmoid", name="sigma_dense")(y)
+    )
     heads = [alpha, mu, sigma]
     if n > 1:
-        heads.append(tf.keras.layers.Reshape((K, n_correlations(n)), name="rho")(
-            tf.keras.layers.Dense(K * n_correlations(n), activation="sigmoid", name="rho_dense")(y)))
-    density = density_layer(grid_size, n, sigma_min=cfg.sigma_min, corr_max=cfg.corr_max,
-                            jit_coefficients=cfg.xla == "coefficients",
-                            rendering="tf" if cfg.xla == "step" else cfg.rendering, name="deep_density")(heads)
+        heads.append(
+            tf.keras.layers.Reshape((K, n_correlations(n)), name="rho")(
+                tf.keras.layers.Dense(K * n_correlations(n), activation="sigmoid", name="rho_dense")(y)
+            )
+        )
+    density = density_layer(
+        grid_size,
+        n,
+        sigma_min=cfg.sigma_min,
+        corr_max=cfg.corr_max,
+        jit_coefficients=cfg.xla == "coefficients",
+        rendering="tf" if cfg.xla == "step" else cfg.rendering,
+        name="deep_density",
+    )(heads)
     return tf.keras.Model(cube, density, name="deepdensity_autoencoder")
 
 
@@ -88,8 +97,9 @@ class SlicedStep(tf.keras.Model):
 
         # An explicit loop: Keras does not autograph train_step, and unrolling s slices
         # would trace the model s times.
-        _, total = tf.while_loop(lambda i, _: i < slices, add_slice,
-                                 (tf.constant(0), [tf.zeros_like(v) for v in variables]))
+        _, total = tf.while_loop(
+            lambda i, _: i < slices, add_slice, (tf.constant(0), [tf.zeros_like(v) for v in variables])
+        )
         self.optimizer.apply_gradients(zip([t / float(slices) for t in total], variables))
         return self.get_metrics_result()
 
@@ -97,5 +107,4 @@ class SlicedStep(tf.keras.Model):
 def make_adam(cfg: Config, lr: float) -> tf.keras.optimizers.Optimizer:
     # The legacy Adam keeps `lr` a plain variable that Horovod's DistributedOptimizer and
     # its LR callbacks have long handled; its update is the same Adam (Kingma & Ba).
-    return tf.keras.optimizers.legacy.Adam(learning_rate=lr, beta_1=cfg.beta_1,
-                                           beta_2=cfg.beta_2, epsilon=cfg.epsilon)
+    return tf.keras.optimizers.legacy.Adam(learning_rate=lr, beta_1=cfg.beta_1, beta_2=cfg.beta_2, epsilon=cfg.epsilon)

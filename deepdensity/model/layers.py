@@ -1,10 +1,11 @@
 """The DeepDensity layer of Cunha et al. (HPML 2018), section V, and its two pure parts.
 
-    covariance(sigma, rho)                 heads' raw outputs -> covariance matrices (eq. 6)
-    mixture_density(points, alpha, mu, cov) -> sum_k alpha_k N(x; mu_k, Sigma_k)  (eq. 7),
-                                           through the quadratic form: one small matmul
-    DeepDensity(grid_size, ndim)           renders the mixture on the regular grid over [-1, 1]^n
+covariance(sigma, rho)                 heads' raw outputs -> covariance matrices (eq. 6)
+mixture_density(points, alpha, mu, cov) -> sum_k alpha_k N(x; mu_k, Sigma_k)  (eq. 7),
+                                       through the quadratic form: one small matmul
+DeepDensity(grid_size, ndim)           renders the mixture on the regular grid over [-1, 1]^n
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,9 @@ def covariance_cholesky(sigma, rho, sigma_min: float = 0.05, corr_max: float = 0
     if ndim is None:
         raise ValueError("the last axis of sigma (n) must be known")
     if rho.shape[-1] != n_correlations(ndim):
-        raise ValueError(f"rho must have n(n-1)/2 = {n_correlations(ndim)} entries on its last axis, "
-                         f"got {rho.shape[-1]}")
+        raise ValueError(
+            f"rho must have n(n-1)/2 = {n_correlations(ndim)} entries on its last axis, got {rho.shape[-1]}"
+        )
     std = sigma_min + (1.0 - sigma_min) * sigma
     partial = (2.0 * rho - 1.0) * corr_max
     # Rows of the Cholesky factor of the correlation matrix from canonical partial
@@ -66,7 +68,7 @@ def covariance_cholesky(sigma, rho, sigma_min: float = 0.05, corr_max: float = 0
             used = used + tf.square(entry)
         # 1 - used = prod (1 - z^2) >= (1 - corr_max^2)^(n-1) > 0 analytically; the floor
         # only absorbs float rounding.
-        row.append(tf.sqrt(tf.maximum(1.0 - used, (1.0 - corr_max ** 2) ** i * 0.5)))
+        row.append(tf.sqrt(tf.maximum(1.0 - used, (1.0 - corr_max**2) ** i * 0.5)))
         row.extend([zeros] * (ndim - i - 1))
         rows.append(tf.stack(row, axis=-1))
     chol_corr = tf.stack(rows, axis=-2)
@@ -108,8 +110,12 @@ def monomials(points):
     """
     x = tf.cast(points, tf.float64)
     n = x.shape[-1]
-    cols = ([x[:, i] ** 2 for i in range(n)] + [x[:, i] * x[:, j] for i, j in correlation_pairs(n)]
-            + [x[:, i] for i in range(n)] + [tf.ones_like(x[:, 0])])
+    cols = (
+        [x[:, i] ** 2 for i in range(n)]
+        + [x[:, i] * x[:, j] for i, j in correlation_pairs(n)]
+        + [x[:, i] for i in range(n)]
+        + [tf.ones_like(x[:, 0])]
+    )
     return tf.stack(cols, axis=-1)
 
 
@@ -139,14 +145,17 @@ def quadratic_coefficients(alpha, mu, chol):
     mu = tf.cast(mu, tf.float64)
     ndim = chol.shape[-1]
     eye = tf.eye(ndim, batch_shape=tf.shape(chol)[:-2], dtype=tf.float64)
-    chol_inv = tf.linalg.triangular_solve(chol, eye, lower=True)               # L^-1
-    precision = tf.matmul(chol_inv, chol_inv, transpose_a=True)                # P
+    chol_inv = tf.linalg.triangular_solve(chol, eye, lower=True)  # L^-1
+    precision = tf.matmul(chol_inv, chol_inv, transpose_a=True)  # P
     p_mu = tf.linalg.matvec(precision, mu)
     a = tf.linalg.matvec(chol_inv, mu)
     const = _log_weight_and_norm(tf.cast(alpha, tf.float64), chol) - 0.5 * tf.reduce_sum(tf.square(a), -1)
-    cols = ([-0.5 * precision[..., i, i] for i in range(ndim)]
-            + [-precision[..., i, j] for i, j in correlation_pairs(ndim)]
-            + [p_mu[..., i] for i in range(ndim)] + [const])
+    cols = (
+        [-0.5 * precision[..., i, i] for i in range(ndim)]
+        + [-precision[..., i, j] for i, j in correlation_pairs(ndim)]
+        + [p_mu[..., i] for i in range(ndim)]
+        + [const]
+    )
     return tf.stack(cols, axis=-1)
 
 
@@ -159,9 +168,10 @@ def _sum_of_exponentials(coeffs, log_components, mono32):
     exponentials in one batched float32 matmul, d/dc_km = sum_v exp(.)_bkv g_bv x^m_v,
     instead of differentiating the float64 matmul (8 ms more at batch 32, K = 50, measured).
     """
+
     @tf.custom_gradient
     def render(c):
-        comps = tf.exp(log_components(c))                                      # (B, K, V)
+        comps = tf.exp(log_components(c))  # (B, K, V)
 
         def grad(upstream):
             return tf.cast(tf.matmul(comps, upstream[:, :, None] * mono32), tf.float64)
@@ -179,8 +189,8 @@ def render_mixture(mono, coeffs):
     """
     mono = tf.cast(mono, tf.float64)
     return _sum_of_exponentials(
-        coeffs, lambda c: tf.cast(tf.matmul(c, mono, transpose_b=True), tf.float32),
-        tf.cast(mono, tf.float32))
+        coeffs, lambda c: tf.cast(tf.matmul(c, mono, transpose_b=True), tf.float32), tf.cast(mono, tf.float32)
+    )
 
 
 def grid_monomials(grid_size: int, ndim: int):
@@ -194,7 +204,7 @@ def grid_monomials(grid_size: int, ndim: int):
     t = grid_points(grid_size, ndim).astype(np.float64) * grid_size
     ints = monomials(np.rint(t)).numpy()
     n_quad = ndim + n_correlations(ndim)
-    scale = np.array([grid_size ** -2.0] * n_quad + [1.0 / grid_size] * ndim + [1.0])
+    scale = np.array([grid_size**-2.0] * n_quad + [1.0 / grid_size] * ndim + [1.0])
     return tf.constant(ints, tf.float32), tf.constant(scale), tf.constant(np.abs(ints).max(axis=0))
 
 
@@ -214,14 +224,15 @@ def render_on_grid(grid, coeffs):
     ints, scale, bound = grid
 
     def log_components(c):
-        scaled = c * scale                                                    # (B, K, m)
+        scaled = c * scale  # (B, K, m)
         total = tf.reduce_sum(tf.abs(scaled) * bound, axis=-1, keepdims=True)
         exponent = tf.math.ceil(tf.math.log(tf.maximum(total, 1e-300)) / math.log(2.0)) - 22.0
         quantum = tf.pow(tf.constant(2.0, tf.float64), exponent)
         hi = tf.round(scaled / quantum) * quantum
         lo = scaled - hi
-        return (tf.matmul(tf.cast(hi, tf.float32), ints, transpose_b=True)
-                + tf.matmul(tf.cast(lo, tf.float32), ints, transpose_b=True))
+        return tf.matmul(tf.cast(hi, tf.float32), ints, transpose_b=True) + tf.matmul(
+            tf.cast(lo, tf.float32), ints, transpose_b=True
+        )
 
     return _sum_of_exponentials(coeffs, log_components, ints * tf.cast(scale, tf.float32))
 
@@ -253,16 +264,16 @@ def direct_log_mixture_density(points, alpha, mu, cov):
     chol = tf.linalg.cholesky(cov)
     eye = tf.eye(ndim, batch_shape=tf.shape(chol)[:-2], dtype=chol.dtype)
     chol_inv = tf.linalg.triangular_solve(chol, eye, lower=True)
-    z = tf.einsum("bkij,vj->bkvi", chol_inv, points) \
-        - tf.einsum("bkij,bkj->bki", chol_inv, mu)[:, :, None, :]             # (B, K, V, n)
+    z = (
+        tf.einsum("bkij,vj->bkvi", chol_inv, points) - tf.einsum("bkij,bkj->bki", chol_inv, mu)[:, :, None, :]
+    )  # (B, K, V, n)
     mahalanobis = tf.reduce_sum(tf.square(z), axis=-1)
     return tf.reduce_logsumexp(_log_weight_and_norm(alpha, chol)[..., None] - 0.5 * mahalanobis, axis=1)
 
 
 def _tensor_float_32_possible() -> bool:
     """TensorFloat-32 rounds float32 matmul inputs to 10 bits on Ampere and later GPUs."""
-    return bool(tf.config.list_logical_devices("GPU")) and \
-        tf.config.experimental.tensor_float_32_execution_enabled()
+    return bool(tf.config.list_logical_devices("GPU")) and tf.config.experimental.tensor_float_32_execution_enabled()
 
 
 def uses_kernel(rendering: str) -> bool:
@@ -270,12 +281,13 @@ def uses_kernel(rendering: str) -> bool:
     on a CPU with AVX2 or AVX-512 and no GPU (its x86-64 baseline is slower than TensorFlow's
     own AVX kernels; config.py, `rendering`). 'kernel' without a built kernel is an error."""
     if rendering == "kernel" and not kernels.available():
-        raise RuntimeError(f"rendering: kernel, but {kernels.LIBRARY} is not built or does not load; "
-                           f"run `python -m deepdensity.model.kernels.build` (make install does) or use rendering: auto")
+        raise RuntimeError(
+            f"rendering: kernel, but {kernels.LIBRARY} is not built or does not load; "
+            f"run `python -m deepdensity.model.kernels.build` (make install does) or use rendering: auto"
+        )
     if rendering != "auto":
         return rendering == "kernel"
-    return kernels.available() and kernels.isa() in ("avx2", "avx512") and \
-        not tf.config.list_logical_devices("GPU")
+    return kernels.available() and kernels.isa() in ("avx2", "avx512") and not tf.config.list_logical_devices("GPU")
 
 
 @tf.keras.utils.register_keras_serializable(package="deepdensity")
@@ -296,8 +308,16 @@ class DeepDensity(tf.keras.layers.Layer):
     No head output yields NaN or inf.
     """
 
-    def __init__(self, grid_size: int = 16, ndim: int = 3, sigma_min: float = 0.05,
-                 corr_max: float = 0.95, jit_coefficients: bool = True, rendering: str = "auto", **kwargs):
+    def __init__(
+        self,
+        grid_size: int = 16,
+        ndim: int = 3,
+        sigma_min: float = 0.05,
+        corr_max: float = 0.95,
+        jit_coefficients: bool = True,
+        rendering: str = "auto",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if rendering not in ("auto", "kernel", "tf"):
             raise ValueError(f"rendering must be 'auto', 'kernel' or 'tf', got {rendering!r}")
@@ -320,8 +340,7 @@ class DeepDensity(tf.keras.layers.Layer):
         # tiny ops on (B, K, n, n) tensors, which XLA fuses; XLA on the (B, K, V) part is
         # slower (`make bench`, the `xla` settings).
         coefficients = self._coefficients
-        self._coefficients_fn = (tf.function(coefficients, jit_compile=True) if self.jit_coefficients
-                                 else coefficients)
+        self._coefficients_fn = tf.function(coefficients, jit_compile=True) if self.jit_coefficients else coefficients
         self._use_kernel = uses_kernel(self.rendering)
         super().build(input_shape)
 
@@ -353,6 +372,12 @@ class DeepDensity(tf.keras.layers.Layer):
         return tf.TensorShape([input_shape[0][0]] + [self.grid_size] * self.ndim + [1])
 
     def get_config(self):
-        return {**super().get_config(), "grid_size": self.grid_size, "ndim": self.ndim,
-                "sigma_min": self.sigma_min, "corr_max": self.corr_max,
-                "jit_coefficients": self.jit_coefficients, "rendering": self.rendering}
+        return {
+            **super().get_config(),
+            "grid_size": self.grid_size,
+            "ndim": self.ndim,
+            "sigma_min": self.sigma_min,
+            "corr_max": self.corr_max,
+            "jit_coefficients": self.jit_coefficients,
+            "rendering": self.rendering,
+        }

@@ -17,6 +17,7 @@ Not Horovod's `backward_passes_per_step`, which accumulates the gradients of sev
 successive batches into one synchronous update: local SGD takes H *updates* between
 communications, on weights that drift apart until they are averaged.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -35,8 +36,16 @@ class ByHandStep(SlicedStep):
     `parts` of the `workers` N (default: all of them, as when it emulates them), and
     `average` is the mean over the processes (identity in one process)."""
 
-    def __init__(self, inputs, outputs, name=None, *, parts: int = 1, workers: Optional[int] = None,
-                 average: Callable[[list], list] = _identity):
+    def __init__(
+        self,
+        inputs,
+        outputs,
+        name=None,
+        *,
+        parts: int = 1,
+        workers: Optional[int] = None,
+        average: Callable[[list], list] = _identity,
+    ):
         super().__init__(inputs, outputs, name=name)
         self.parts = int(parts)
         self.workers = self.parts if workers is None else int(workers)
@@ -71,12 +80,15 @@ class NoiseStep(ByHandStep):
             with tf.GradientTape() as tape:
                 loss = self.compute_loss(x[lo:hi], y[lo:hi], self(x[lo:hi], training=True))
             grads = tape.gradient(loss, variables)
-            return (i + 1, [t + g for t, g in zip(total, grads)],
-                    part_sq + tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]))
+            return (
+                i + 1,
+                [t + g for t, g in zip(total, grads)],
+                part_sq + tf.add_n([tf.reduce_sum(tf.square(g)) for g in grads]),
+            )
 
         _, total, part_sq = tf.while_loop(
-            lambda i, *_: i < parts, add_part,
-            (tf.constant(0), [tf.zeros_like(v) for v in variables], tf.constant(0.0)))
+            lambda i, *_: i < parts, add_part, (tf.constant(0), [tf.zeros_like(v) for v in variables], tf.constant(0.0))
+        )
         # Horovod: every process holds `parts` equal parts, so the average of the process
         # averages is the average over all N workers, for the gradient and its spread alike.
         reduced = self.average([t / float(parts) for t in total] + [part_sq / float(parts)])
@@ -104,16 +116,16 @@ class LocalStep(ByHandStep):
         """The variables local SGD keeps per worker: weights and the optimizer's slots
         (Adam's two moments; none for plain SGD)."""
         opt = self.optimizer
-        return list(self.trainable_variables) + [opt.get_slot(v, s) for s in opt.get_slot_names()
-                                                 for v in self.trainable_variables]
+        return list(self.trainable_variables) + [
+            opt.get_slot(v, s) for s in opt.get_slot_names() for v in self.trainable_variables
+        ]
 
     def start_workers(self) -> None:
         """Give every emulated worker the model's current state (after a restore or broadcast)."""
         if self.parts == 1:
             return
         if self.stores is None:
-            self.stores = [tf.Variable(tf.stack([v] * self.parts), trainable=False)
-                           for v in self.state_variables()]
+            self.stores = [tf.Variable(tf.stack([v] * self.parts), trainable=False) for v in self.state_variables()]
         else:
             for v, s in zip(self.state_variables(), self.stores):
                 s.assign(tf.stack([v] * self.parts))
@@ -132,7 +144,7 @@ class LocalStep(ByHandStep):
         def worker_step(i):
             for v, s in zip(state, stores):
                 v.assign(s[i])
-            opt.iterations.assign(step)      # every worker takes the same step number
+            opt.iterations.assign(step)  # every worker takes the same step number
             lo, hi = i * width, (i + 1) * width
             with tf.GradientTape() as tape:
                 loss = self.compute_loss(x[lo:hi], y[lo:hi], self(x[lo:hi], training=True))

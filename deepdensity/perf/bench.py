@@ -25,6 +25,7 @@ the committed figures):
   - peak resident memory of weak N = 32 emulation (global batch 1024) at K = 50.
 Figures only: nothing here passes or fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,26 +36,34 @@ from deepdensity.utils.errors import command
 
 def _parser() -> argparse.ArgumentParser:
     ap = parser(__doc__, "python -m deepdensity.bench")
-    ap.add_argument("--config", default="configs/paper.yaml",
-                    help="the model's settings (the paper's)")
-    ap.add_argument("--repeats", type=int, default=20,
-                    help="timed repeats per figure, a quarter above batch 32")
+    ap.add_argument("--config", default="configs/paper.yaml", help="the model's settings (the paper's)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed repeats per figure, a quarter above batch 32")
     ap.add_argument("--quick", action="store_true", help="step times only (no Horovod, no memory runs)")
-    ap.add_argument("--out", default="runs/bench.json",
-                    help="the figures as JSON (default runs/bench.json; the committed ones are reports/bench.json)")
-    ap.add_argument("--horovod", action="store_true",
-                    help="only horovodrun -np 2 against one process (paired runs); written into --out's "
-                         "'horovod' entry, the rest of that file kept")
-    ap.add_argument("--profile", action="store_true",
-                    help="only where a step's time goes, at batch 1 and 32 (traces beside --out); written "
-                         "into --out's 'profiles' entry, the rest of that file kept")
-    ap.add_argument("--pairs", type=int, default=5,
-                    help="with --horovod or --controllers: paired runs A B A B ...")
-    ap.add_argument("--controllers", action="store_true",
-                    help="only horovodrun -np 2 against one process under MPI and under Gloo (rounds of "
-                         "--pairs); written into --out's 'controllers' entry, the rest of that file kept")
+    ap.add_argument(
+        "--out",
+        default="runs/bench.json",
+        help="the figures as JSON (default runs/bench.json; the committed ones are reports/bench.json)",
+    )
+    ap.add_argument(
+        "--horovod",
+        action="store_true",
+        help="only horovodrun -np 2 against one process (paired runs); written into --out's "
+        "'horovod' entry, the rest of that file kept",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="only where a step's time goes, at batch 1 and 32 (traces beside --out); written "
+        "into --out's 'profiles' entry, the rest of that file kept",
+    )
+    ap.add_argument("--pairs", type=int, default=5, help="with --horovod or --controllers: paired runs A B A B ...")
+    ap.add_argument(
+        "--controllers",
+        action="store_true",
+        help="only horovodrun -np 2 against one process under MPI and under Gloo (rounds of "
+        "--pairs); written into --out's 'controllers' entry, the rest of that file kept",
+    )
     return ap
-
 
 
 @command
@@ -62,6 +71,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     # TensorFlow once the flags are read: --help and a refused flag need none
     from deepdensity.perf.bench_run import run
+
     return run(args)
 
 

@@ -1,5 +1,6 @@
 """`deepdensity bench` once its flags are read (perf/bench.py): the figures it asks for,
 measured and written into --out."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.horovod:
         cfg = load(args.config, [])
-        figures = horovod_figures(args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms,
-                                  pairs=args.pairs)
+        figures = horovod_figures(
+            args.config, build_model(cfg, 16, 3).count_params(), cfg.horovod_cycle_ms, pairs=args.pairs
+        )
         print_horovod(figures)
         _write_entry(out, "horovod", figures)
         return 0
@@ -49,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _write_entry(out: Path, key: str, figures: dict) -> None:
     """Set one entry of a bench file, keeping the others (a full `make bench` writes them all)."""
     try:
@@ -59,4 +60,3 @@ def _write_entry(out: Path, key: str, figures: dict) -> None:
     report = report if isinstance(report, dict) else {}
     write_atomic(out, json.dumps({**report, key: figures}, indent=2))
     print(f"\nwritten: {out} ({key})")
-

@@ -8,6 +8,7 @@ INIT_FUSION_BUFFER (once), MEMCPY_IN_FUSION_BUFFER and MEMCPY_OUT_FUSION_BUFFER 
 tensors copied in and out), and the transfer itself (GLOO_ALLREDUCE with Gloo, MPI_ALLREDUCE,
 NCCL_ALLREDUCE, ...). Pure Python, no Horovod or TensorFlow: the bench parses a file.
 """
+
 from __future__ import annotations
 
 import collections
@@ -16,7 +17,7 @@ import statistics
 from pathlib import Path
 
 NEGOTIATION = "NEGOTIATE_ALLREDUCE"
-COPIES = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")   # every allreduce
+COPIES = ("MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER")  # every allreduce
 NOT_TRANSFER = (NEGOTIATION, "ALLREDUCE", "INIT_FUSION_BUFFER", *COPIES)  # INIT: once, at the first
 
 
@@ -38,7 +39,7 @@ def spans(events: list) -> dict:
             open_spans[e["pid"]].append((e["name"], e["ts"]))
         elif e.get("ph") == "E" and open_spans[e["pid"]]:
             name, start = open_spans[e["pid"]].pop()
-            found[name].append((e["ts"] - start) * 1e-6)   # the timeline's ts are microseconds
+            found[name].append((e["ts"] - start) * 1e-6)  # the timeline's ts are microseconds
     return dict(found)
 
 
@@ -51,10 +52,12 @@ def allreduce_phases_ms(events: list) -> dict:
     if NEGOTIATION not in found:
         return {}
     transfer = [name for name in found if name not in NOT_TRANSFER]
-    return {"negotiation_ms": statistics.median(found[NEGOTIATION]) * 1e3,
-            "fusion_copies_ms": sum(statistics.median(found[name]) for name in COPIES if name in found) * 1e3,
-            "transfer_ms": sum(statistics.median(found[name]) for name in transfer) * 1e3,
-            "transfer_activity": ",".join(sorted(transfer)),
-            "allreduce_ms": statistics.median(found["ALLREDUCE"]) * 1e3 if "ALLREDUCE" in found else None,
-            "tensors": len({e["pid"] for e in events if e.get("name") == NEGOTIATION}),
-            "allreduces": len(found[NEGOTIATION])}
+    return {
+        "negotiation_ms": statistics.median(found[NEGOTIATION]) * 1e3,
+        "fusion_copies_ms": sum(statistics.median(found[name]) for name in COPIES if name in found) * 1e3,
+        "transfer_ms": sum(statistics.median(found[name]) for name in transfer) * 1e3,
+        "transfer_activity": ",".join(sorted(transfer)),
+        "allreduce_ms": statistics.median(found["ALLREDUCE"]) * 1e3 if "ALLREDUCE" in found else None,
+        "tensors": len({e["pid"] for e in events if e.get("name") == NEGOTIATION}),
+        "allreduces": len(found[NEGOTIATION]),
+    }

@@ -8,6 +8,7 @@ TensorFlow and XLA setting, K, the batch, the model's weights, and the address s
 and resident set (VmHWM) after importing TensorFlow, after building the model and after the
 step, in bytes; then the growth per sample and component between the first two K, less the
 weights' part, as memory.py counts it."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from deepdensity.config import load
 
-SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"     # the settings the tests train
+SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"  # the settings the tests train
 
 
 def peaks() -> dict:
@@ -38,16 +39,26 @@ def one(components: int, batch: int, xla: str) -> dict:
     # starts one child for each K imports none (tf.keras is Keras 2: deepdensity/__init__.py)
     import numpy as np
     import tensorflow as tf
+
     imported = peaks()
     from deepdensity.model.autoencoder import build_model, for_training, make_adam  # TensorFlow: as above
+
     cfg = load(str(SMOKE), [f"n_components={components}", f"xla={xla}"])
     model = for_training(build_model(cfg))
     model.compile(optimizer=make_adam(cfg, cfg.base_lr), loss="msle")
     built = peaks()
     cubes = np.random.default_rng(0).random((batch, 16, 16, 16, 1), dtype=np.float32) * 0.01
     model.fit(cubes, cubes, batch_size=batch, epochs=1, verbose=0)
-    return {"tensorflow": tf.__version__, "xla": xla, "components": components, "batch": batch,
-            "weights": model.count_params(), "imported": imported, "built": built, "step": peaks()}
+    return {
+        "tensorflow": tf.__version__,
+        "xla": xla,
+        "components": components,
+        "batch": batch,
+        "weights": model.count_params(),
+        "imported": imported,
+        "built": built,
+        "step": peaks(),
+    }
 
 
 def main(argv=None) -> int:
@@ -55,24 +66,49 @@ def main(argv=None) -> int:
     ap.add_argument("--components", type=int, nargs="+", default=[10000, 20000])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--xla", default="coefficients", choices=["coefficients", "off"])
-    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)     # a child's own measurement
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child's own measurement
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.components[0], args.batch, args.xla)))
         return 0
     rows = []
     for k in args.components:
-        out = subprocess.run([sys.executable, "-m", "deepdensity.perf.memory_probe", "--one", "--components", str(k),
-                              "--batch", str(args.batch), "--xla", args.xla], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "deepdensity.perf.memory_probe",
+                "--one",
+                "--components",
+                str(k),
+                "--batch",
+                str(args.batch),
+                "--xla",
+                args.xla,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
     if len(rows) >= 2:
         a, b = rows[0], rows[1]
-        per_weight = (b["weights"] - a["weights"]) * 16         # weight, gradient, Adam's two slots
-        growth = {key: (b["step"][key] - a["step"][key] - per_weight) / (b["components"] - a["components"]) / args.batch
-                  for key in ("VmPeak", "VmHWM")}
-        print(json.dumps({"bytes a sample and component": {"address space": round(growth["VmPeak"]),
-                                                           "resident": round(growth["VmHWM"])}}))
+        per_weight = (b["weights"] - a["weights"]) * 16  # weight, gradient, Adam's two slots
+        growth = {
+            key: (b["step"][key] - a["step"][key] - per_weight) / (b["components"] - a["components"]) / args.batch
+            for key in ("VmPeak", "VmHWM")
+        }
+        print(
+            json.dumps(
+                {
+                    "bytes a sample and component": {
+                        "address space": round(growth["VmPeak"]),
+                        "resident": round(growth["VmHWM"]),
+                    }
+                }
+            )
+        )
     return 0
 
 

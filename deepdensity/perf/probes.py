@@ -16,6 +16,7 @@ measured:
 The launched processes run `python -m deepdensity.perf.rank_probes` (what each rank does is
 there). This module imports neither TensorFlow nor Horovod, so that the study can import it.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,13 @@ def run_child(args, env=None, timeout=None) -> subprocess.CompletedProcess:
     order, whatever mpirun's forwarding made of them on the way."""
     with tempfile.TemporaryDirectory(prefix="deepdensity-probe-") as folder:
         report = Path(folder) / "report.txt"
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(PACKAGE_PARENT), REPORT_ENV: str(report),
-               **(env or {})}
+        env = {
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": str(PACKAGE_PARENT),
+            REPORT_ENV: str(report),
+            **(env or {}),
+        }
         proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
         if report.exists():
             proc = subprocess.CompletedProcess(proc.args, proc.returncode, report.read_text(), proc.stderr)
@@ -71,8 +77,10 @@ def launched(n: int, probe: str, args: list, key: str, env: Optional[dict] = Non
     proc = run_child([horovodrun_path(), "-np", str(n)] + rank_probe(probe, *args), env, timeout=600)
     value = printed_value(proc, key)
     if proc.returncode or value is None:
-        raise RuntimeError(f"python -m {RANK_PROBES} {probe} {' '.join(map(str, args))} on {n} processes failed:\n"
-                           f"{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"python -m {RANK_PROBES} {probe} {' '.join(map(str, args))} on {n} processes failed:\n"
+            f"{proc.stderr[-2000:]}"
+        )
     return value
 
 
@@ -89,21 +97,38 @@ def idle_cpu_share(n: int, cycle_ms: float, seconds: float = 10.0) -> float:
     return launched(n, "idle", [seconds], "IDLE_CPU_SHARE", {"HOROVOD_CYCLE_TIME": f"{cycle_ms:g}"})
 
 
-def probe_step_seconds(cfg_path: str, n: int, batches, steps: int = 40, allreduce: bool = False,
-                       timeline: Optional[Path] = None, on_data: bool = False) -> tuple:
+def probe_step_seconds(
+    cfg_path: str,
+    n: int,
+    batches,
+    steps: int = 40,
+    allreduce: bool = False,
+    timeline: Optional[Path] = None,
+    on_data: bool = False,
+) -> tuple:
     """({batch: seconds of a step, the slowest rank's mean}, evaluation seconds per cube or None)
     measured on n processes of this host (`horovodrun -np n`, or one process, which also times
     evaluation), the ranks stepping at once; with `allreduce`, Horovod's allreduce of the
     gradients in the step; `on_data`, on the settings' own training cubes rather than random
     ones; with `timeline` (n > 1), Horovod's timeline written there."""
-    cmd = rank_probe("step", "--config", cfg_path, "--batches", ",".join(map(str, batches)), "--steps", steps) \
-        + (["--allreduce"] if allreduce else []) + (["--on-data"] if on_data else [])
-    launcher = ([horovodrun_path(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
-                if n > 1 else [])
+    cmd = (
+        rank_probe("step", "--config", cfg_path, "--batches", ",".join(map(str, batches)), "--steps", steps)
+        + (["--allreduce"] if allreduce else [])
+        + (["--on-data"] if on_data else [])
+    )
+    launcher = (
+        [horovodrun_path(), "-np", str(n)] + (["--timeline-filename", str(timeline)] if timeline else [])
+        if n > 1
+        else []
+    )
     proc = run_child(launcher + cmd, timeout=900)
     # under horovodrun rank 0's lines come as "[0]<stdout>:KEY ..."
-    found = [line[line.index(key):].split() for line in proc.stdout.splitlines()
-             for key in ("STEP_SECONDS", "EVAL_SECONDS_PER_SAMPLE") if key in line]
+    found = [
+        line[line.index(key) :].split()
+        for line in proc.stdout.splitlines()
+        for key in ("STEP_SECONDS", "EVAL_SECONDS_PER_SAMPLE")
+        if key in line
+    ]
     seconds = {int(w[1]): float(w[2]) for w in found if w[0] == "STEP_SECONDS"}
     evaluation = next((float(w[1]) for w in found if w[0] == "EVAL_SECONDS_PER_SAMPLE"), None)
     if proc.returncode or set(seconds) != set(batches):
@@ -119,9 +144,14 @@ def paired_allreduce(train_yaml: str, n: int, batch: int, pairs: int, steps: int
     the wait for the slowest rank and the transfer. Taken as the difference of two launches'
     40-step probes instead, the allreduce of -np 2 under MPI on a 2-core AMD EPYC came out at
     5.9, 9.1 and 11.5 ms in three rounds, against about 4.8 ms a real epoch's steps imply."""
-    proc = run_child([horovodrun_path(), "-np", str(n)] + rank_probe(
-        "paired-step", "--config", train_yaml, "--batch", batch, "--steps", steps, "--pairs", pairs), timeout=900)
-    found = [line[line.index(PAIRED_KEY) + len(PAIRED_KEY):] for line in proc.stdout.splitlines() if PAIRED_KEY in line]
+    proc = run_child(
+        [horovodrun_path(), "-np", str(n)]
+        + rank_probe("paired-step", "--config", train_yaml, "--batch", batch, "--steps", steps, "--pairs", pairs),
+        timeout=900,
+    )
+    found = [
+        line[line.index(PAIRED_KEY) + len(PAIRED_KEY) :] for line in proc.stdout.splitlines() if PAIRED_KEY in line
+    ]
     if proc.returncode or not found:
         raise RuntimeError(f"the paired step probe on {n} processes failed:\n{proc.stderr[-2000:]}")
     blocks = json.loads(found[0])
@@ -143,18 +173,43 @@ def real_epoch_seconds(out: Path, train_yaml: Path, eta: float, n: int, epochs: 
     epoch-end work (metrics.jsonl's `steps_seconds`). RuntimeError with the end of its stderr
     if the run fails."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "deepdensity", "train", "--mode", "strong", "--config", str(train_yaml),
-           "--out", str(out), "--quiet", "--set", f"base_lr={eta!r}", "--set", f"max_epochs={epochs}",
-           "--set", "target_loss=0", "--set", "stall_patience=0", "--set", "intra_op_threads=0",
-           # the paper's epoch validates once; the study's extra pass validations are its instrument
-           "--set", "validate_every_pass=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepdensity",
+        "train",
+        "--mode",
+        "strong",
+        "--config",
+        str(train_yaml),
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        f"base_lr={eta!r}",
+        "--set",
+        f"max_epochs={epochs}",
+        "--set",
+        "target_loss=0",
+        "--set",
+        "stall_patience=0",
+        "--set",
+        "intra_op_threads=0",
+        # the paper's epoch validates once; the study's extra pass validations are its instrument
+        "--set",
+        "validate_every_pass=false",
+    ]
     if n > 1:
         cmd = [horovodrun_path(), "-np", str(n)] + cmd
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
-                           + "\n".join(proc.stderr.strip().splitlines()[-10:]))
+        raise RuntimeError(
+            f"the real timing run on {n} process(es) failed (exit {proc.returncode}):\n"
+            + "\n".join(proc.stderr.strip().splitlines()[-10:])
+        )
     rows = read_metrics(out)
     secs = [r["seconds"] for r in rows]
-    return (statistics.median(b - a for a, b in zip(secs, secs[1:])),
-            statistics.median(r["steps_seconds"] for r in rows[1:]))
+    return (
+        statistics.median(b - a for a, b in zip(secs, secs[1:])),
+        statistics.median(r["steps_seconds"] for r in rows[1:]),
+    )

@@ -16,6 +16,7 @@ where in the step it falls (step_gaps: before the first kernel, between kernels,
 last). Each kernel's own time (an op's event lasts as long as the op, its intra-op shards
 included) is also summed per group of ops; that sum exceeds the busy time where ops overlap.
 """
+
 from __future__ import annotations
 
 import collections
@@ -74,8 +75,11 @@ def op_intervals(space) -> list:
     for plane in space.planes:
         for line in plane.lines:
             origin = line.timestamp_ns * 1000
-            found += [(origin + e.offset_ps, origin + e.offset_ps + e.duration_ps) for e in line.events
-                      if op_type_of(plane.event_metadata[e.metadata_id].name)]
+            found += [
+                (origin + e.offset_ps, origin + e.offset_ps + e.duration_ps)
+                for e in line.events
+                if op_type_of(plane.event_metadata[e.metadata_id].name)
+            ]
     return found
 
 
@@ -90,7 +94,7 @@ def busy_length(intervals) -> float:
     return total
 
 
-STEP_EVENT = "train_function"   # Keras' compiled step, as the Python thread calls it
+STEP_EVENT = "train_function"  # Keras' compiled step, as the Python thread calls it
 
 
 def step_spans(space) -> list:
@@ -100,8 +104,11 @@ def step_spans(space) -> list:
     for plane in space.planes:
         for line in plane.lines:
             origin = line.timestamp_ns * 1000
-            found += [(origin + e.offset_ps, origin + e.offset_ps + e.duration_ps) for e in line.events
-                      if plane.event_metadata[e.metadata_id].name == STEP_EVENT]
+            found += [
+                (origin + e.offset_ps, origin + e.offset_ps + e.duration_ps)
+                for e in line.events
+                if plane.event_metadata[e.metadata_id].name == STEP_EVENT
+            ]
     return sorted(found)
 
 
@@ -124,8 +131,12 @@ def step_gaps(spans, intervals) -> dict:
         after += end - last
         between += (last - first) - busy_length(inside)
     n = max(1, len(spans)) * 1e12
-    return {"before_first_kernel": before / n, "between_kernels": between / n, "after_last_kernel": after / n,
-            "step_call": called / n}
+    return {
+        "before_first_kernel": before / n,
+        "between_kernels": between / n,
+        "after_last_kernel": after / n,
+        "step_call": called / n,
+    }
 
 
 def chrome_trace(space) -> dict:
@@ -136,8 +147,17 @@ def chrome_trace(space) -> dict:
         for tid, line in enumerate(plane.lines):
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": line.name}})
             start_us = line.timestamp_ns / 1e3
-            events += [{"name": plane.event_metadata[e.metadata_id].name, "ph": "X", "pid": pid, "tid": tid,
-                        "ts": start_us + e.offset_ps / 1e6, "dur": e.duration_ps / 1e6} for e in line.events]
+            events += [
+                {
+                    "name": plane.event_metadata[e.metadata_id].name,
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": start_us + e.offset_ps / 1e6,
+                    "dur": e.duration_ps / 1e6,
+                }
+                for e in line.events
+            ]
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -145,6 +165,7 @@ def profiled(step, steps: int, trace: Path):
     """Run `step` `steps` times under TensorFlow's profiler; write its Chrome trace to `trace`
     (gzip) and return (the XSpace, profiled seconds per step)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         t = time.perf_counter()
@@ -184,12 +205,16 @@ def print_profiles(profiles: list) -> None:
     rows = [(f"step: {k}", [p["step_ms"][k] for p in profiles]) for k in profiles[0]["step_ms"]]
     rows += [("step under the profiler", [p["profiled_step_ms"] for p in profiles])]
     rows += [(f"kernels: {g}", [p["kernels_ms"][g] for p in profiles]) for g in GROUPS]
-    rows += [("kernels: all, summed", [sum(p["kernels_ms"].values()) for p in profiles]),
-             ("bound: kernels' busy time", [p["busy_ms"] for p in profiles]),
-             ("profiled step / bound", [p["profiled_over_busy"] for p in profiles])]
+    rows += [
+        ("kernels: all, summed", [sum(p["kernels_ms"].values()) for p in profiles]),
+        ("bound: kernels' busy time", [p["busy_ms"] for p in profiles]),
+        ("profiled step / bound", [p["profiled_over_busy"] for p in profiles]),
+    ]
     if all("step_gaps_ms" in p for p in profiles):
-        rows += [(f"profiled: {name.replace('_', ' ')}", [p["step_gaps_ms"][name] for p in profiles])
-                 for name in profiles[0]["step_gaps_ms"]]
+        rows += [
+            (f"profiled: {name.replace('_', ' ')}", [p["step_gaps_ms"][name] for p in profiles])
+            for name in profiles[0]["step_gaps_ms"]
+        ]
     for name, values in rows:
         print(f"{name:<34}" + "".join(f"{v:>12.2f}" for v in values))
     print("traces: " + ", ".join(p["trace"] for p in profiles) + " (chrome://tracing or ui.perfetto.dev)")

@@ -13,6 +13,7 @@
 Each rank has the thread share and the Horovod background thread a real run gives it
 (dist.setup); every figure is the slowest rank's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,23 +46,25 @@ def step_probe(cfg, backend, batches, steps: int, allreduce: bool = False, on_da
     train_x = val_x = None
     if on_data:
         _, train_x, val_x = training_data(cfg, say=lambda line: None)
-        train_x, val_x = train_x[..., None], val_x[..., None]     # the channel axis the model takes
+        train_x, val_x = train_x[..., None], val_x[..., None]  # the channel axis the model takes
     found = {"steps": rank_step_seconds(cfg, backend, batches, steps, allreduce, cubes=train_x)}
     if backend.size() == 1:
         found["eval"] = eval_seconds_per_sample(cfg, cubes=val_x)
     return found if backend.rank() == 0 else {}
 
 
-def rank_step_seconds(cfg, backend, batches, steps: int, allreduce: bool = False,
-                      cubes: Optional[np.ndarray] = None) -> dict:
+def rank_step_seconds(
+    cfg, backend, batches, steps: int, allreduce: bool = False, cubes: Optional[np.ndarray] = None
+) -> dict:
     """{per-process batch: seconds of one training step of the trainer's model} with every
     rank stepping at once: without allreduce, the compute of ranks sharing a host; with it
     (`allreduce`), the training step as it runs, gradients averaged by Horovod inside the step,
     each step waiting for the slowest rank. The slowest rank's mean over `steps` steps."""
     seconds = {}
     for b in batches:
-        step = training_step(trainable(cfg, b, backend=backend if allreduce else None), b, seed=backend.rank(),
-                             cubes=cubes)
+        step = training_step(
+            trainable(cfg, b, backend=backend if allreduce else None), b, seed=backend.rank(), cubes=cubes
+        )
         for _ in range(3):
             step()
         backend.allreduce_max(0.0)  # every rank starts the clock together
@@ -90,6 +93,7 @@ def paired_step_seconds(cfg, backend, batch: int, steps: int, pairs: int, cubes:
         for _ in range(steps):
             step()
         return backend.allreduce_max((time.perf_counter() - t) / steps)
+
     without, paid = [], []
     for k in range(pairs):
         if k % 2 == 0:
@@ -141,7 +145,7 @@ def rank_allreduce_calls(cfg, backend, batch: int, steps: int) -> list:
 
     def step() -> tuple:
         grads = gradients()
-        grads[-1].numpy()               # the backward pass done before the call is timed
+        grads[-1].numpy()  # the backward pass done before the call is timed
         called = time.perf_counter()
         grads = average(grads)
         grads[-1].numpy()
@@ -151,7 +155,7 @@ def rank_allreduce_calls(cfg, backend, batch: int, steps: int) -> list:
 
     for _ in range(3):
         step()
-    backend.allreduce_max(0.0)          # every rank starts together
+    backend.allreduce_max(0.0)  # every rank starts together
     return backend.gather([step() for _ in range(steps)])
 
 
@@ -196,15 +200,16 @@ def step_lines(args) -> tuple:
     # the automatic share of the cores, as the real timing runs have
     cfg = load(args.config, ["intra_op_threads=0"])
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
-    found = step_probe(cfg, backend, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce,
-                       args.on_data)
+    found = step_probe(
+        cfg, backend, [int(b) for b in args.batches.split(",")], args.steps, args.allreduce, args.on_data
+    )
     lines = [f"STEP_SECONDS {b} {seconds:.6f}" for b, seconds in found.get("steps", {}).items()]
     return backend, lines + ([f"EVAL_SECONDS_PER_SAMPLE {found['eval']:.8f}"] if "eval" in found else [])
 
 
 def paired_step_lines(args) -> tuple:
     """`paired-step`: (this process's backend, the lines rank 0 prints)."""
-    cfg = load(args.config, ["intra_op_threads=0"])     # each rank's share of the cores, as in training
+    cfg = load(args.config, ["intra_op_threads=0"])  # each rank's share of the cores, as in training
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
     _, train_x, _ = training_data(cfg, say=lambda line: None)
     without, paid = paired_step_seconds(cfg, backend, args.batch, args.steps, args.pairs, train_x[..., None])
@@ -220,7 +225,7 @@ def throughput_lines(args) -> tuple:
 
 def rank_waits_lines(args) -> tuple:
     """`rank-waits`: (this process's backend, the lines rank 0 prints)."""
-    cfg = load(args.config, ["intra_op_threads=0"])   # each rank's share of the cores, as in training
+    cfg = load(args.config, ["intra_op_threads=0"])  # each rank's share of the cores, as in training
     backend, _ = dist.setup(cfg.intra_op_threads, cfg.horovod_cycle_ms)
     return backend, ["RANK_WAITS " + json.dumps(rank_allreduce_calls(cfg, backend, args.batch, args.steps))]
 
@@ -240,8 +245,12 @@ def idle_lines(args) -> tuple:
 def _parser() -> argparse.ArgumentParser:
     ap = parser(__doc__, "python -m deepdensity.perf.rank_probes")
     probes = ap.add_subparsers(dest="probe", required=True)
-    for name, lines in (("step", step_lines), ("throughput", throughput_lines), ("rank-waits", rank_waits_lines),
-                        ("paired-step", paired_step_lines)):
+    for name, lines in (
+        ("step", step_lines),
+        ("throughput", throughput_lines),
+        ("rank-waits", rank_waits_lines),
+        ("paired-step", paired_step_lines),
+    ):
         p = probes.add_parser(name, formatter_class=HelpFormatter)
         p.set_defaults(lines=lines)
         p.add_argument("--config", default="configs/paper.yaml", help="the settings")
@@ -267,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     backend, lines = args.lines(args)
-    if backend.rank() == 0:          # Horovod: rank 0 alone reports
+    if backend.rank() == 0:  # Horovod: rank 0 alone reports
         for line in lines:
             print(line)
         report(lines)

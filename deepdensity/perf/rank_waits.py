@@ -15,6 +15,7 @@ records line up without correction. A step's allreduce then splits in two:
 
 Pure Python, no Horovod or TensorFlow: the bench and the tests pass it timestamps.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -40,8 +41,10 @@ def summary_ms(calls: list) -> dict:
     """The medians and means (ms) of split_steps over the recorded steps."""
     steps = split_steps(calls)
     waits, after = [w * 1e3 for w, _ in steps], [a * 1e3 for _, a in steps]
-    return {"steps": len(steps),
-            "wait_for_last_rank_ms_median": statistics.median(waits),
-            "wait_for_last_rank_ms_mean": statistics.fmean(waits),
-            "after_all_called_ms_median": statistics.median(after),
-            "after_all_called_ms_mean": statistics.fmean(after)}
+    return {
+        "steps": len(steps),
+        "wait_for_last_rank_ms_median": statistics.median(waits),
+        "wait_for_last_rank_ms_mean": statistics.fmean(waits),
+        "after_all_called_ms_median": statistics.median(after),
+        "after_all_called_ms_mean": statistics.fmean(after),
+    }

@@ -1,6 +1,7 @@
 """The roof of this host, for `make bench`: what the CPU, the instruction sets and the rendering
 in use are, and the best this host does at what a step is made of (a large float32 matmul, the
 model's first Conv3D, exponentials, memory bandwidth), against which the step is read."""
+
 from __future__ import annotations
 
 import os
@@ -16,12 +17,19 @@ from deepdensity.utils.machine import cpu_model, onednn_isa
 
 def machine_report(cfg) -> dict:
     """The CPU, the instruction sets in use and the rendering path, printed and returned."""
-    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "tensorflow": tf.__version__, "onednn_isa": onednn_isa(),
-               "kernel_isa": kernels.isa(),
-               "rendering": "kernel" if uses_kernel(cfg.rendering) else "tf"}
-    print(f"CPU: {machine['cpu']}, {machine['cpus']} cores; oneDNN: {machine['onednn_isa']}; rendering kernel: "
-          f"{machine['kernel_isa']}; XLA: the host's own (LLVM compiles for this CPU); TensorFlow "
-          f"{machine['tensorflow']}'s element-wise kernels: what its wheel was compiled for (AVX for 2.15's)")
+    machine = {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "onednn_isa": onednn_isa(),
+        "kernel_isa": kernels.isa(),
+        "rendering": "kernel" if uses_kernel(cfg.rendering) else "tf",
+    }
+    print(
+        f"CPU: {machine['cpu']}, {machine['cpus']} cores; oneDNN: {machine['onednn_isa']}; rendering kernel: "
+        f"{machine['kernel_isa']}; XLA: the host's own (LLVM compiles for this CPU); TensorFlow "
+        f"{machine['tensorflow']}'s element-wise kernels: what its wheel was compiled for (AVX for 2.15's)"
+    )
     print(f"rendering: {cfg.rendering} -> {machine['rendering']}")
     return machine
 
@@ -31,10 +39,12 @@ def roof_report(repeats: int) -> dict:
     roof = roof_gflops(repeats)
     roof["exp_per_s"] = exp_rates(repeats)
     roof["bandwidth_gb_s"] = bandwidth_gb_s(repeats)
-    print(f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
-          f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s; exponentials "
-          + ", ".join(f"{k} {v / 1e9:.2f} G/s" for k, v in roof["exp_per_s"].items())
-          + f"; memory {roof['bandwidth_gb_s']:.1f} GB/s (one thread copying 256 MB)")
+    print(
+        f"roof here: float32 matmul 2048^3 {roof['matmul_2048']:.0f} GFLOP/s, "
+        f"Conv3D 7^3 stride 2 at batch 32 {roof['conv3d_7x7x7_stride2_b32']:.0f} GFLOP/s; exponentials "
+        + ", ".join(f"{k} {v / 1e9:.2f} G/s" for k, v in roof["exp_per_s"].items())
+        + f"; memory {roof['bandwidth_gb_s']:.1f} GB/s (one thread copying 256 MB)"
+    )
     return roof
 
 
@@ -49,8 +59,8 @@ def roof_gflops(repeats: int) -> dict:
     conv(x)
     cf = tf.function(lambda: tf.reduce_sum(conv(x)))
     t_conv = median_seconds(lambda: cf().numpy(), repeats)
-    conv_flops = 32 * 2 * 8 ** 3 * 32 * 7 ** 3 * 1
-    return {"matmul_2048": 2 * n ** 3 / t_mm / 1e9, "conv3d_7x7x7_stride2_b32": conv_flops / t_conv / 1e9}
+    conv_flops = 32 * 2 * 8**3 * 32 * 7**3 * 1
+    return {"matmul_2048": 2 * n**3 / t_mm / 1e9, "conv3d_7x7x7_stride2_b32": conv_flops / t_conv / 1e9}
 
 
 def exp_rates(repeats: int) -> dict:
@@ -61,7 +71,7 @@ def exp_rates(repeats: int) -> dict:
     if kernels.available():
         reps = 200
         rates["kernel"] = reps * x.shape[0] / median_seconds(lambda: kernels.exp_sum(x, reps).numpy(), repeats)
-    big = tf.constant(np.tile(x.numpy(), 64))                    # 4 M floats: one call is long enough to time
+    big = tf.constant(np.tile(x.numpy(), 64))  # 4 M floats: one call is long enough to time
     for name, jit in (("xla", True), ("tensorflow", False)):
         fn = tf.function(lambda: tf.reduce_sum(tf.exp(big)), jit_compile=jit)
         rates[name] = big.shape[0] / median_seconds(lambda: fn().numpy(), repeats)

@@ -1,5 +1,6 @@
 """A training step of the trainer's model as a callable, and timing callables in turns: what
 every probe and figure of the bench times (probes.py, rank_probes.py, step_figures.py)."""
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,9 @@ def trainable(cfg, batch: int, layer=DeepDensity, backend=None):
     optimizer = make_adam(cfg, cfg.base_lr)
     if backend is not None:
         optimizer = backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
-                  jit_compile=cfg.xla == "step")
+    model.compile(
+        optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(), jit_compile=cfg.xla == "step"
+    )
     return model
 
 
@@ -50,9 +52,13 @@ def probe_batches(batch: int, seed: int = 0, cubes: Optional[np.ndarray] = None)
         x = random_cubes(batch, seed)
         return tf.data.Dataset.from_tensors((x, x)).repeat()
     order = np.roll(np.arange(len(cubes)), -seed * batch)
-    order = np.resize(order, max(len(order), batch))     # fewer cubes than a batch: taken again
-    return (tf.data.Dataset.from_tensor_slices(cubes[order]).batch(batch, drop_remainder=True)
-            .map(lambda x: (x, x)).repeat())
+    order = np.resize(order, max(len(order), batch))  # fewer cubes than a batch: taken again
+    return (
+        tf.data.Dataset.from_tensor_slices(cubes[order])
+        .batch(batch, drop_remainder=True)
+        .map(lambda x: (x, x))
+        .repeat()
+    )
 
 
 def paired_samples(fns: dict, repeats: int) -> dict:
@@ -66,7 +72,7 @@ def paired_samples(fns: dict, repeats: int) -> dict:
     samples = {name: [] for name in fns}
     names = list(fns)
     for i in range(repeats):
-        for name in (names if i % 2 == 0 else names[::-1]):
+        for name in names if i % 2 == 0 else names[::-1]:
             t = time.perf_counter()
             fns[name]()
             samples[name].append(time.perf_counter() - t)

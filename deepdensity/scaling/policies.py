@@ -18,6 +18,7 @@ Adding a policy is one subclass and `register` (docs/policies.md has a worked ex
         def peak_lr(self, base_lr, workers):
             return base_lr * math.sqrt(workers)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,9 +88,15 @@ def large_batch() -> tuple:
     return tuple(n for n, p in _REGISTRY.items() if p.in_paper and not p.splits_batch)
 
 
-def plan(mode: str, workers: int, base_batch: int = PAPER_BATCH, base_lr: float = PAPER_LR,
-         warmup_epochs: int = PAPER_WARMUP_EPOCHS,
-         processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
+def plan(
+    mode: str,
+    workers: int,
+    base_batch: int = PAPER_BATCH,
+    base_lr: float = PAPER_LR,
+    warmup_epochs: int = PAPER_WARMUP_EPOCHS,
+    processes: Optional[int] = None,
+    uneven: bool = False,
+) -> ScalingPlan:
     """`get(mode).plan(...)`: the plan of the policy named `mode` on `workers` workers."""
     return get(mode).plan(workers, base_batch, base_lr, warmup_epochs, processes, uneven)
 
@@ -104,9 +111,11 @@ def elastic_problem(mode: str, epoch_definition: str, emulate_workers: int = 1) 
     if problem:
         return problem
     if epoch_definition != "global":
-        return ("elastic training needs epoch_definition: global (--set epoch_definition=global): a "
-                "per_worker epoch is N passes of the data, so its length would change with N and strong "
-                "scaling would leave the sequential path")
+        return (
+            "elastic training needs epoch_definition: global (--set epoch_definition=global): a "
+            "per_worker epoch is N passes of the data, so its length would change with N and strong "
+            "scaling would leave the sequential path"
+        )
     if emulate_workers > 1:
         return "--elastic runs real Horovod workers; it cannot be combined with --emulate-workers"
     return None
@@ -119,30 +128,33 @@ def elastic_problem(mode: str, epoch_definition: str, emulate_workers: int = 1) 
 class Strong(Policy):
     """Global batch B split in N disjoint parts of B/N, lr eta (paper eq. 2 with B' = B).
     The global batches are the sequential run's, so any N follows its path."""
+
     name, label, style = "strong", "strong scaling", ("tab:blue", "o")
     summary = "global batch B split over N workers (B / N each), lr eta"
-    paper_figure = "fig4.png"           # the paper's Fig. 4
+    paper_figure = "fig4.png"  # the paper's Fig. 4
     splits_batch = True
     follows_sequential_path = True
 
     def can_split_unevenly(self) -> bool:
-        return True                     # the path is the sequential one whatever the parts
+        return True  # the path is the sequential one whatever the parts
 
 
 @register
 class Weak(Policy):
     """Every worker takes B (global B*N), lr eta."""
+
     name, label, style = "weak", "weak scaling", ("tab:orange", "s")
     summary = "B per worker (global B * N), lr eta"
-    paper_figure = "fig5.png"           # the paper's Fig. 5
+    paper_figure = "fig5.png"  # the paper's Fig. 5
 
 
 @register
 class Linear(Weak):
     """As weak, lr N*eta (Goyal et al.'s linear scaling rule)."""
+
     name, label, style = "linear", "linear rule", ("tab:red", "v")
     summary = "as weak, lr N * eta (Goyal et al.'s linear scaling rule)"
-    paper_figure = ""                   # the paper draws the loss against time for strong and weak only
+    paper_figure = ""  # the paper draws the loss against time for strong and weak only
 
     def peak_lr(self, base_lr: float, workers: int) -> float:
         return base_lr * workers
@@ -159,6 +171,7 @@ class Warmup(Linear):
 
     so the first batch runs at eta * (1 + (N-1)/(S*W)) and the last warmup batch at N*eta.
     After warmup the callback stops touching the lr, which stays at N*eta."""
+
     name, label, style = "warmup", "warmup", ("tab:green", "^")
     summary = "as linear, lr ramped per batch from ~eta to N * eta over warmup_epochs"
     schedule = "warmup"
@@ -185,34 +198,41 @@ class Warmup(Linear):
 # ------------------------------------------------------------------------------------
 class _BeyondPaper(Policy):
     in_paper = False
-    splits_batch = True                 # both start from strong scaling's batches and lr
+    splits_batch = True  # both start from strong scaling's batches and lr
     varies_by_epoch = True
     averages_in_optimizer = False
 
     def elastic_problem(self) -> Optional[str]:
-        return (f"{self.name} cannot be elastic: its per-step state (the growing batch, the workers' own "
-                f"weights) is not restored when workers change; use strong, weak, linear or warmup")
+        return (
+            f"{self.name} cannot be elastic: its per-step state (the growing batch, the workers' own "
+            f"weights) is not restored when workers change; use strong, weak, linear or warmup"
+        )
 
 
 @register
 class Adaptive(_BeyondPaper):
     """Starts as strong (global B, B/N each), lr eta; the per-worker batch then grows with the
     gradient's noise (rules.adaptive_batch) up to weak's B. The plan holds the start."""
+
     name, label, style = "adaptive", "adaptive batch", ("tab:purple", "D")
     summary = "starts as strong; the batch grows with the gradient's noise up to B per worker (De et al. 2017)"
     min_workers = 2
     grows_batch = True
 
     def too_few_workers(self, workers: int) -> str:
-        return ("adaptive estimates the gradient's variance from the spread of the N workers' "
-                "gradients, so it needs N >= 2 workers (one worker is the sequential model: "
-                "use --mode strong)")
+        return (
+            "adaptive estimates the gradient's variance from the spread of the N workers' "
+            "gradients, so it needs N >= 2 workers (one worker is the sequential model: "
+            "use --mode strong)"
+        )
 
     def describe(self, p: ScalingPlan, cfg, steps: Optional[int]) -> list:
         if cfg is None:
             return []
-        return [f"adaptive: the per-worker batch grows from {p.per_worker_batch} up to {cfg.batch_size} when the "
-                f"gradient's noise exceeds theta^2 = {cfg.adaptive_theta:g}^2 times its squared norm"]
+        return [
+            f"adaptive: the per-worker batch grows from {p.per_worker_batch} up to {cfg.batch_size} when the "
+            f"gradient's noise exceeds theta^2 = {cfg.adaptive_theta:g}^2 times its squared norm"
+        ]
 
     def training_model(self, kit, model, p: ScalingPlan):
         return kit.noise_step(model, p)
@@ -225,6 +245,7 @@ class Adaptive(_BeyondPaper):
 class Local(_BeyondPaper):
     """Strong's batches and lr, but workers average their weights every H steps instead of
     their gradients every step (rules.local_syncs_per_epoch)."""
+
     name, label, style = "local", "local SGD", ("tab:brown", "P")
     summary = "strong's batches; workers average weights and Adam moments every local_steps steps"
     broadcast_after_first_step = False
@@ -234,8 +255,10 @@ class Local(_BeyondPaper):
     def describe(self, p: ScalingPlan, cfg, steps: Optional[int]) -> list:
         if cfg is None or steps is None:
             return []
-        return [f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
-                f"({local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})"]
+        return [
+            f"local: {p.workers} workers average weights and Adam moments every {cfg.local_steps} steps "
+            f"({local_syncs_per_epoch(steps, cfg.local_steps)} allreduces per epoch instead of {steps})"
+        ]
 
     def training_model(self, kit, model, p: ScalingPlan):
         return kit.local_step(model, p)

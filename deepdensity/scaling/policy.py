@@ -1,6 +1,7 @@
 """What a scaling policy is: the base class (a synchronous data-parallel policy, whose parts the
 policies of policies.py override) and the ScalingPlan it computes for a run on N workers. Free
 of TensorFlow, as policies.py is: the study and the tables read plans without a framework."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ PAPER_BATCH, PAPER_LR, PAPER_WARMUP_EPOCHS = 32, 0.00105, 5
 @dataclass(frozen=True)
 class ScalingPlan:
     """What a policy asks of a run on N workers, computed once at start-up."""
+
     policy: "Policy"
     workers: int
     processes: int
@@ -52,21 +54,22 @@ class ScalingPlan:
 class Policy:
     """A synchronous data-parallel policy: every step, N workers average their gradients
     (Horovod's DistributedOptimizer) and apply one update. Subclasses override what differs."""
+
     name = ""
-    summary = ""                        # one line for --help and the docs' table
-    label = ""                          # how reports name it (defaults to `name`)
-    style = ("tab:gray", "x")           # colour and marker in the study's figures
-    in_paper = True                     # one of the paper's four (section IV)
-    paper_figure = ""                   # the paper's loss-against-time figure of it (reports draw ours beside it)
-    splits_batch = False                # the global batch B is split over N (else B per worker)
-    follows_sequential_path = False     # any N takes the sequential run's steps (strong scaling)
-    varies_by_epoch = False             # its batch or its allreduces change from epoch to epoch
-    averages_in_optimizer = True        # Horovod's DistributedOptimizer averages; else the step does
-    broadcast_after_first_step = True   # Horovod's broadcast callback; local SGD's first step is local
-    allreduce_size = 1.0                # floats per allreduce, in gradients (the clock's allreduce term)
-    grows_batch = False                 # the batch grows during the run (an epoch's feed is made at its start)
+    summary = ""  # one line for --help and the docs' table
+    label = ""  # how reports name it (defaults to `name`)
+    style = ("tab:gray", "x")  # colour and marker in the study's figures
+    in_paper = True  # one of the paper's four (section IV)
+    paper_figure = ""  # the paper's loss-against-time figure of it (reports draw ours beside it)
+    splits_batch = False  # the global batch B is split over N (else B per worker)
+    follows_sequential_path = False  # any N takes the sequential run's steps (strong scaling)
+    varies_by_epoch = False  # its batch or its allreduces change from epoch to epoch
+    averages_in_optimizer = True  # Horovod's DistributedOptimizer averages; else the step does
+    broadcast_after_first_step = True  # Horovod's broadcast callback; local SGD's first step is local
+    allreduce_size = 1.0  # floats per allreduce, in gradients (the clock's allreduce term)
+    grows_batch = False  # the batch grows during the run (an epoch's feed is made at its start)
     min_workers = 1
-    schedule = "constant"               # lr schedule, as the failure table names it
+    schedule = "constant"  # lr schedule, as the failure table names it
 
     # --- the arithmetic (pure) ---------------------------------------------------------
     def global_batch(self, base_batch: int, workers: int) -> int:
@@ -85,9 +88,15 @@ class Policy:
         """Does the lr change from batch to batch in this epoch (so it is set every batch)?"""
         return False
 
-    def plan(self, workers: int, base_batch: int = PAPER_BATCH, base_lr: float = PAPER_LR,
-             warmup_epochs: int = PAPER_WARMUP_EPOCHS,
-             processes: Optional[int] = None, uneven: bool = False) -> ScalingPlan:
+    def plan(
+        self,
+        workers: int,
+        base_batch: int = PAPER_BATCH,
+        base_lr: float = PAPER_LR,
+        warmup_epochs: int = PAPER_WARMUP_EPOCHS,
+        processes: Optional[int] = None,
+        uneven: bool = False,
+    ) -> ScalingPlan:
         """Global batch, per-worker batch and lr on `workers` workers.
 
         `processes` defaults to `workers`; with fewer processes (emulation) each process
@@ -99,18 +108,29 @@ class Policy:
         processes = _check_plan_inputs(workers, base_batch, base_lr, warmup_epochs, processes)
         if workers < self.min_workers:
             raise PlanError(self.too_few_workers(workers))
-        if self.splits_batch and base_batch % workers and not (uneven and self.can_split_unevenly()
-                                                               and processes == workers):
+        if (
+            self.splits_batch
+            and base_batch % workers
+            and not (uneven and self.can_split_unevenly() and processes == workers)
+        ):
             raise PlanError(
                 f"{self.name} splits the global batch of {base_batch} over {workers} workers, "
                 f"but {workers} does not divide {base_batch}; use a worker count that divides it "
-                f"(e.g. {', '.join(str(d) for d in divisors(base_batch))}) or change batch_size")
+                f"(e.g. {', '.join(str(d) for d in divisors(base_batch))}) or change batch_size"
+            )
         global_batch = base_batch if self.splits_batch else self.global_batch(base_batch, workers)
         return ScalingPlan(
-            policy=self, workers=workers, processes=processes, base_batch=base_batch, base_lr=base_lr,
-            global_batch=global_batch, per_worker_batch=-(-global_batch // workers),
-            per_process_batch=-(-global_batch // processes), peak_lr=self.peak_lr(base_lr, workers),
-            warmup_epochs=self.warmup_epochs(warmup_epochs))
+            policy=self,
+            workers=workers,
+            processes=processes,
+            base_batch=base_batch,
+            base_lr=base_lr,
+            global_batch=global_batch,
+            per_worker_batch=-(-global_batch // workers),
+            per_process_batch=-(-global_batch // processes),
+            peak_lr=self.peak_lr(base_lr, workers),
+            warmup_epochs=self.warmup_epochs(warmup_epochs),
+        )
 
     def too_few_workers(self, workers: int) -> str:
         return f"{self.name} needs N >= {self.min_workers} workers, got {workers}"

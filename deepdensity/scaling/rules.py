@@ -12,6 +12,7 @@ Vocabulary:
   processes  how many processes actually share one global batch (1 when emulating).
   base batch B = 32 and base lr eta = 0.00105 are the sequential model's settings.
 """
+
 from __future__ import annotations
 
 import enum
@@ -28,11 +29,12 @@ from deepdensity.utils.errors import UserError
 class RunStatus(enum.StrEnum):
     """How a run ended: what StoppingRules.reason answers, and the "status" of result.json, state.json
     and the study's ledger (the values are those strings, so every record reads the same)."""
+
     REACHED = "reached_target"
-    DIVERGED = "diverged"           # a non-finite loss
-    COLLAPSED = "collapsed"         # at the collapse level for collapse_patience epochs (collapsed)
-    STALLED = "stalled"             # no new best for stall_patience epochs (stalled)
-    CAPPED = "max_epochs"           # the epoch cap
+    DIVERGED = "diverged"  # a non-finite loss
+    COLLAPSED = "collapsed"  # at the collapse level for collapse_patience epochs (collapsed)
+    STALLED = "stalled"  # no new best for stall_patience epochs (stalled)
+    CAPPED = "max_epochs"  # the epoch cap
 
 
 class PlanError(UserError):
@@ -44,7 +46,7 @@ def divisors(n: int) -> list:
 
 
 EPOCH_DEFINITIONS = ("per_worker", "global")
-PER_WORKER = EPOCH_DEFINITIONS[0]        # the paper's, and a run's when its settings name none
+PER_WORKER = EPOCH_DEFINITIONS[0]  # the paper's, and a run's when its settings name none
 
 
 def pass_length(n_train: int, base_batch: int) -> int:
@@ -53,13 +55,14 @@ def pass_length(n_train: int, base_batch: int) -> int:
     with steps_per_epoch = samples // batch_size)."""
     length = n_train // base_batch * base_batch
     if length < 1:
-        raise PlanError(f"the training set has {n_train} cubes, fewer than one batch of {base_batch}; "
-                        f"use more data or a smaller batch_size")
+        raise PlanError(
+            f"the training set has {n_train} cubes, fewer than one batch of {base_batch}; "
+            f"use more data or a smaller batch_size"
+        )
     return length
 
 
-def steps_per_epoch(n_train: int, p, definition: str = "per_worker",
-                    global_batch: Optional[int] = None) -> int:
+def steps_per_epoch(n_train: int, p, definition: str = "per_worker", global_batch: Optional[int] = None) -> int:
     """Global steps of one epoch under an epoch definition.
 
     per_worker (the paper's, we believe): every worker processes one whole pass of
@@ -79,8 +82,9 @@ def steps_per_epoch(n_train: int, p, definition: str = "per_worker",
         if samples % gb and global_batch is None:  # cannot happen for the fixed policies; guards new ones
             raise PlanError(f"{p.workers} passes of the data are not whole global batches of {gb}")
         if samples < gb:
-            raise PlanError(f"{p.workers} passes of {samples // p.workers} cubes are less than one global "
-                            f"batch of {gb}")
+            raise PlanError(
+                f"{p.workers} passes of {samples // p.workers} cubes are less than one global batch of {gb}"
+            )
         return samples // gb
     steps = n_train // gb
     if steps < 1:
@@ -96,8 +100,9 @@ def pass_order(n_train: int, base_batch: int, k: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, k]).permutation(n_train)[: pass_length(n_train, base_batch)]
 
 
-def epoch_order(n_train: int, p, epoch: int, seed: int,
-                definition: str = "per_worker", global_batch: Optional[int] = None) -> np.ndarray:
+def epoch_order(
+    n_train: int, p, epoch: int, seed: int, definition: str = "per_worker", global_batch: Optional[int] = None
+) -> np.ndarray:
     """Sample indices of one epoch as a (steps, global_batch) array.
 
     per_worker: passes N*e .. N*(e+1)-1 of one stream that depends on (seed, pass) only,
@@ -114,8 +119,7 @@ def epoch_order(n_train: int, p, epoch: int, seed: int,
     steps = steps_per_epoch(n_train, p, definition, global_batch)
     if definition == "per_worker":
         first = p.workers * epoch
-        stream = np.concatenate([pass_order(n_train, p.base_batch, k, seed)
-                                 for k in range(first, first + p.workers)])
+        stream = np.concatenate([pass_order(n_train, p.base_batch, k, seed) for k in range(first, first + p.workers)])
     else:
         stream = np.random.default_rng([seed, epoch]).permutation(n_train)
     return stream[: steps * gb].reshape(steps, gb)
@@ -203,11 +207,11 @@ def adaptive_batch(per_worker_batch: int, noise: float, signal: float, theta: fl
         raise ValueError("batches must be >= 1")
     if not theta > 0:
         raise ValueError("theta must be positive")
-    if not (math.isfinite(noise) and math.isfinite(signal)) or noise <= theta ** 2 * signal:
+    if not (math.isfinite(noise) and math.isfinite(signal)) or noise <= theta**2 * signal:
         return per_worker_batch
     if signal <= 0:
         return max(per_worker_batch, max_per_worker)
-    grown = math.ceil(per_worker_batch * noise / (theta ** 2 * signal) - 1e-9)
+    grown = math.ceil(per_worker_batch * noise / (theta**2 * signal) - 1e-9)
     return max(per_worker_batch, min(grown, max_per_worker))
 
 
@@ -236,8 +240,9 @@ def validation_shard(n_val: int, rank: int, processes: int) -> tuple:
     return 0, n_val
 
 
-def stalled(val_losses: Sequence[float], patience: int, target_loss: float = 0.0, near: float = 0.0,
-            near_patience: int = 0) -> bool:
+def stalled(
+    val_losses: Sequence[float], patience: int, target_loss: float = 0.0, near: float = 0.0, near_patience: int = 0
+) -> bool:
     """A run that has plainly stopped improving: none of its last `patience` validation
     losses is below the best one before them. A loss that keeps going down, however
     slowly, sets a new best every epoch and never stalls; the paper's Fig. 3 (the loss
@@ -297,6 +302,7 @@ class StoppingRules:
     `collapse_patience` > 0, `stalled` when `stall_patience` > 0 (with `stall_near`'s allowance
     near the target, see stalled). One value serves the training callback, the ledger's replay
     and the study's derivations, so that all of them stop a run at the same epoch."""
+
     target_loss: float
     max_epochs: int
     stall_patience: int = 0
@@ -314,8 +320,9 @@ class StoppingRules:
             return cls(**{k: settings[k] for k in names})
         return cls(**{k: getattr(settings, k) for k in names})
 
-    def reason(self, epoch: int, loss: float, val_loss: float,
-               val_history: Sequence[float] = ()) -> Optional[RunStatus]:
+    def reason(
+        self, epoch: int, loss: float, val_loss: float, val_history: Sequence[float] = ()
+    ) -> Optional[RunStatus]:
         """Why the run stops after `epoch` (0-based, the epoch just finished), or None to go on;
         `val_history` holds the validation losses of every epoch so far, this one included."""
         if not (math.isfinite(loss) and math.isfinite(val_loss)):

@@ -11,6 +11,7 @@ from the same specification; the record holds no fingerprint of its own, so an i
 used only where the study's own eta and target, recomputed from runs trained here, are the
 record's to the last bit (the key holds eta, the answer the target).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ from deepdensity.study.run.runner import StudyRunner
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import UserError, command
 
-OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}   # records made before the near-target allowance
+OLD_STALL = {"stall_near": 0.0, "stall_near_patience": 0}  # records made before the near-target allowance
 
 
 def record_runs(record: dict) -> list:
@@ -38,10 +39,18 @@ def record_runs(record: dict) -> list:
     epochs would price it up to an epoch's passes too high."""
     eta, target, max_epochs = record["eta"], record["target"], record["cap"]
     study, curves = record["study"], record.get("curves") or {}
-    common = {"base_lr": eta, "target_loss": target, "max_epochs": max_epochs,
-              **({"collapse_loss": record["collapse_loss"]} if study["train"].get("collapse_patience") else {})}
-    return [*_sequential_runs(record, curves), *_double_eta_runs(record, curves, common),
-            *_cell_runs(record, curves, common), *_probe_runs(record)]
+    common = {
+        "base_lr": eta,
+        "target_loss": target,
+        "max_epochs": max_epochs,
+        **({"collapse_loss": record["collapse_loss"]} if study["train"].get("collapse_patience") else {}),
+    }
+    return [
+        *_sequential_runs(record, curves),
+        *_double_eta_runs(record, curves, common),
+        *_cell_runs(record, curves, common),
+        *_probe_runs(record),
+    ]
 
 
 def _sequential_runs(record: dict, curves: dict) -> list:
@@ -51,10 +60,24 @@ def _sequential_runs(record: dict, curves: dict) -> list:
     runs = []
     for name, curve in sorted(curves.items()):
         if name.startswith("seq-s"):
-            seed = int(name[len("seq-s"):])
-            runs.append((name, policies.STRONG, 1, {"base_lr": eta, "max_epochs": seq_max_epochs, "target_loss": 0.0,
-                                             "seed": seed, "stall_patience": 0, "collapse_patience": 0},
-                         None, curve["val_loss"]))
+            seed = int(name[len("seq-s") :])
+            runs.append(
+                (
+                    name,
+                    policies.STRONG,
+                    1,
+                    {
+                        "base_lr": eta,
+                        "max_epochs": seq_max_epochs,
+                        "target_loss": 0.0,
+                        "seed": seed,
+                        "stall_patience": 0,
+                        "collapse_patience": 0,
+                    },
+                    None,
+                    curve["val_loss"],
+                )
+            )
     return runs
 
 
@@ -64,8 +87,16 @@ def _double_eta_runs(record: dict, curves: dict, common: dict) -> list:
     for r in record.get("seq_2eta") or []:
         name = f"{DOUBLE_ETA_RUN}{r['seed']}"
         if name in curves:
-            runs.append((name, policies.STRONG, 1, {**common, "seed": r["seed"], "base_lr": 2 * record["eta"]},
-                         {k: r[k] for k in ("status", "epochs", "final_val_loss")}, curves[name]["val_loss"]))
+            runs.append(
+                (
+                    name,
+                    policies.STRONG,
+                    1,
+                    {**common, "seed": r["seed"], "base_lr": 2 * record["eta"]},
+                    {k: r[k] for k in ("status", "epochs", "final_val_loss")},
+                    curves[name]["val_loss"],
+                )
+            )
     return runs
 
 
@@ -73,22 +104,51 @@ def _cell_runs(record: dict, curves: dict, common: dict) -> list:
     """The trained cells' runs at N > 1 (record_runs) that the record prices fully enough."""
     runs = []
     for c in record["cells"]:
-        priced = c.get("passes_to_target") is not None or c["status"] != RunStatus.REACHED \
+        priced = (
+            c.get("passes_to_target") is not None
+            or c["status"] != RunStatus.REACHED
             or passes_per_epoch(c["n"], record["settings"]["epoch_definition"]) == 1
+        )
         if c["n"] > 1 and c["run"] in curves and not c["run"].startswith("seq-") and priced:
-            runs.append((c["run"], c["mode"], c["n"], {**common, "seed": c["seed"]},
-                         {"status": c["status"], "epochs": c["epochs"], "final_val_loss": c.get("final_val_loss"),
-                          "passes_to_target": c.get("passes_to_target")}, curves[c["run"]]["val_loss"]))
+            runs.append(
+                (
+                    c["run"],
+                    c["mode"],
+                    c["n"],
+                    {**common, "seed": c["seed"]},
+                    {
+                        "status": c["status"],
+                        "epochs": c["epochs"],
+                        "final_val_loss": c.get("final_val_loss"),
+                        "passes_to_target": c.get("passes_to_target"),
+                    },
+                    curves[c["run"]]["val_loss"],
+                )
+            )
     return runs
 
 
 def _probe_runs(record: dict) -> list:
     """The edge search's probes (record_runs), each at its own lr."""
     sweep = record.get("lr_search") or {}
-    return [(p["run"], policies.STRONG, 1, {"base_lr": p["lr"], "max_epochs": sweep["epochs"], "target_loss": 0.0,
-                                            "seed": p["seed"], "stall_patience": sweep["patience"],
-                                            "collapse_patience": 0},
-             None, p["val_losses"]) for p in sweep.get("probes") or []]
+    return [
+        (
+            p["run"],
+            policies.STRONG,
+            1,
+            {
+                "base_lr": p["lr"],
+                "max_epochs": sweep["epochs"],
+                "target_loss": 0.0,
+                "seed": p["seed"],
+                "stall_patience": sweep["patience"],
+                "collapse_patience": 0,
+            },
+            None,
+            p["val_losses"],
+        )
+        for p in sweep.get("probes") or []
+    ]
 
 
 def import_record(record: dict, runs_folder: Path, source: str, say=print) -> list:
@@ -101,21 +161,40 @@ def import_record(record: dict, runs_folder: Path, source: str, say=print) -> li
     for name, mode, n, settings, result, vals in record_runs(record):
         request = probe._request(probe.ask(name, mode, n, {**settings, **OLD_STALL}))
         if not request["data"]:
-            raise UserError(f"{request['config']['data_path']} (the data {runs_folder / 'train.yaml'} names) does not "
-                            f"exist from here; run this from the folder the study runs in")
+            raise UserError(
+                f"{request['config']['data_path']} (the data {runs_folder / 'train.yaml'} names) does not "
+                f"exist from here; run this from the folder the study runs in"
+            )
         config = request["config"]
-        differs = [k for k, v in record["settings"].items()
-                   if k not in ledger.NOT_IN_KEY + ("seed", "base_lr") and _plain(config.get(k)) != _plain(v)]
+        differs = [
+            k
+            for k, v in record["settings"].items()
+            if k not in ledger.NOT_IN_KEY + ("seed", "base_lr") and _plain(config.get(k)) != _plain(v)
+        ]
         if differs:
-            raise UserError(f"{source}: its runs' settings differ from {runs_folder / 'train.yaml'} in "
-                            f"{', '.join(differs)}; this record cannot be imported into this study")
-        entry = ledger.entry_of(name, mode, n, settings["seed"], request["launcher"], "", request["data"], config,
-                                dict(result or {"status": None, "epochs": len(vals)}, time_to_target_s=None,
-                                     seconds=None),
-                                None, [math.inf if v is None else v for v in vals], machine, revision, source,
-                                # a record from before the stack was recorded has no Keras: ledger.stack_of
-                                stack=record["environment"] if record["environment"].get("keras") else None)
-        entry["finished"] = record["provenance"]["generated"]    # no later than the record that holds it
+            raise UserError(
+                f"{source}: its runs' settings differ from {runs_folder / 'train.yaml'} in "
+                f"{', '.join(differs)}; this record cannot be imported into this study"
+            )
+        entry = ledger.entry_of(
+            name,
+            mode,
+            n,
+            settings["seed"],
+            request["launcher"],
+            "",
+            request["data"],
+            config,
+            dict(result or {"status": None, "epochs": len(vals)}, time_to_target_s=None, seconds=None),
+            None,
+            [math.inf if v is None else v for v in vals],
+            machine,
+            revision,
+            source,
+            # a record from before the stack was recorded has no Keras: ledger.stack_of
+            stack=record["environment"] if record["environment"].get("keras") else None,
+        )
+        entry["finished"] = record["provenance"]["generated"]  # no later than the record that holds it
         own = ledger.replay(entry, entry["stopping"])
         if own is None or (result is not None and own != (result["status"], result["epochs"])):
             skipped.append(f"{name} (recorded {result and (result['status'], result['epochs'])}, replayed {own})")
@@ -135,7 +214,9 @@ def _plain(v):
 def main(argv=None) -> int:
     ap = parser(__doc__, "python -m deepdensity.study.ledger_import")
     ap.add_argument("record", help="a study.json of a paper study (git show REV:reports/study.json > FILE)")
-    ap.add_argument("--runs", required=True, help="the runs folder of the study that will use them (its train.yaml, data.h5)")
+    ap.add_argument(
+        "--runs", required=True, help="the runs folder of the study that will use them (its train.yaml, data.h5)"
+    )
     ap.add_argument("--source", required=True, help="where the record came from, kept in each entry")
     ap.add_argument("--out", required=True, help="the ledger file to append to")
     args = ap.parse_args(argv)

@@ -25,6 +25,7 @@ How a cell (mode, N) is obtained without N devices:
 With --runner every cell is a real multi-worker run and its measured time to target is used.
 Finished runs are kept under runs/study-PRESET and skipped when the study is run again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,9 +89,11 @@ def main(argv=None) -> int:
     check_stack_check(options)
     slurm_check = slurm_clients(study, options, runs)
     _print_plan(name, study, options, runs, out, slurm_check)
-    if options.dry_run and slurm_check and slurm_check[1]:     # the plan above, then the refusal a run would meet
-        raise StudyError(f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
-                         f"run exits 2 (without --executor slurm it trains on this host)")
+    if options.dry_run and slurm_check and slurm_check[1]:  # the plan above, then the refusal a run would meet
+        raise StudyError(
+            f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
+            f"run exits 2 (without --executor slurm it trains on this host)"
+        )
     if options.dry_run:
         return 0
     # One study per runs folder: a second one would train the same run folders twice.
@@ -99,32 +102,52 @@ def main(argv=None) -> int:
         try:
             return run_study(name, study, options, runs, out)
         except KeyboardInterrupt as e:
-            raise Interrupted(getattr(e, "code", EXIT_SIGINT),
-                              f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with "
-                              f"{_invocation(argv)}") from None
+            raise Interrupted(
+                getattr(e, "code", EXIT_SIGINT),
+                f"finished runs are kept in {runs} and reused, {out} is unchanged; continue with {_invocation(argv)}",
+            ) from None
 
 
 def _parser() -> argparse.ArgumentParser:
     """The command's flags (--help shows the module's docstring above them)."""
     ap = parser(__doc__, "python -m deepdensity.repro")
     ap.add_argument("--preset", default="default", help="deepdensity/study/presets/NAME.yaml, or a path")
-    ap.add_argument("--runner", default="", help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'; none: one process emulates N workers")
-    ap.add_argument("--lr-sweep", action="store_true",
-                    help="only find the sequential model's edge of stability (lr_sweep.json)")
+    ap.add_argument(
+        "--runner",
+        default="",
+        help="launcher with {n}, e.g. 'horovodrun -np {n} -H ...'; none: one process emulates N workers",
+    )
+    ap.add_argument(
+        "--lr-sweep", action="store_true", help="only find the sequential model's edge of stability (lr_sweep.json)"
+    )
     ap.add_argument("--runs", help="runs folder (default: runs/study-PRESET; runs/: $DEEPDENSITY_RUNS if set)")
-    ap.add_argument("--out", "--reports", dest="out",
-                    help="where the reports go (default: RUNS/reports); `--out reports` updates the committed "
-                         "reports/ (reports/PRESET/ for a preset other than default), all at once at the end")
-    ap.add_argument("--compare-with",
-                    help="for adaptive/local: the default study's reports folder, whose weak, linear and warmup "
-                         "rows the report shows beside them (default: runs/study-default/reports if it holds a "
-                         "study, else reports/)")
-    ap.add_argument("--ledger", action="append", default=[], metavar="FILE",
-                    help="another ledger of finished runs to reuse (e.g. another machine's ledger.jsonl), repeatable; "
-                         "the runs folder's own and the committed reports/ledger.jsonl are always read")
-    ap.add_argument("--no-train", action="store_true",
-                    help="train nothing: the reports from the runs the ledger and the runs folder hold (and the "
-                         "runs folder's clock, timing.json); each cell's missing seeds are listed with their cost")
+    ap.add_argument(
+        "--out",
+        "--reports",
+        dest="out",
+        help="where the reports go (default: RUNS/reports); `--out reports` updates the committed "
+        "reports/ (reports/PRESET/ for a preset other than default), all at once at the end",
+    )
+    ap.add_argument(
+        "--compare-with",
+        help="for adaptive/local: the default study's reports folder, whose weak, linear and warmup "
+        "rows the report shows beside them (default: runs/study-default/reports if it holds a "
+        "study, else reports/)",
+    )
+    ap.add_argument(
+        "--ledger",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another ledger of finished runs to reuse (e.g. another machine's ledger.jsonl), repeatable; "
+        "the runs folder's own and the committed reports/ledger.jsonl are always read",
+    )
+    ap.add_argument(
+        "--no-train",
+        action="store_true",
+        help="train nothing: the reports from the runs the ledger and the runs folder hold (and the "
+        "runs folder's clock, timing.json); each cell's missing seeds are listed with their cost",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the plan (stages, runs, time) and stop")
     _where_runs_train(ap)
     return ap
@@ -133,15 +156,28 @@ def _parser() -> argparse.ArgumentParser:
 def _where_runs_train(ap: argparse.ArgumentParser) -> None:
     """The flags of where and on which stack the runs train: --executor with its Slurm options,
     and --stack-check's other venv."""
-    ap.add_argument("--executor", choices=("local", "slurm"), default="local",
-                    help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)")
-    ap.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
-                    help="a Slurm option over the preset's `slurm:` (partition, account, time, cpus_per_task, "
-                         "gpus_per_task, max_jobs, retries, poll_seconds, sbatch), repeatable")
-    ap.add_argument("--stack-check", metavar="VENV", default="",
-                    help="stability across stacks: seed 0 of every trained cell again with VENV's Python, TensorFlow "
-                         "and Keras (e.g. .venv-paper or .venv, made by make install STACK=...), every claim judged "
-                         "again on those runs, reported beside the instruction-set check (docs/install.md)")
+    ap.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="where the runs train: here, side by side, or as Slurm batch jobs (docs/cluster.md)",
+    )
+    ap.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Slurm option over the preset's `slurm:` (partition, account, time, cpus_per_task, "
+        "gpus_per_task, max_jobs, retries, poll_seconds, sbatch), repeatable",
+    )
+    ap.add_argument(
+        "--stack-check",
+        metavar="VENV",
+        default="",
+        help="stability across stacks: seed 0 of every trained cell again with VENV's Python, TensorFlow "
+        "and Keras (e.g. .venv-paper or .venv, made by make install STACK=...), every claim judged "
+        "again on those runs, reported beside the instruction-set check (docs/install.md)",
+    )
 
 
 def _is_the_program() -> bool:
@@ -153,14 +189,23 @@ def _is_the_program() -> bool:
 def _options(args) -> StudyOptions:
     """The options the library reads, from the parsed flags: --compare-with defaults to the
     default study's reports (_default_study_reports)."""
-    return StudyOptions(runner=args.runner, lr_sweep=args.lr_sweep, no_train=args.no_train,
-                        compare_with=args.compare_with or str(_default_study_reports()), ledgers=tuple(args.ledger),
-                        out=args.out, dry_run=args.dry_run, executor=args.executor, slurm=tuple(args.slurm),
-                        stack_check=args.stack_check)
+    return StudyOptions(
+        runner=args.runner,
+        lr_sweep=args.lr_sweep,
+        no_train=args.no_train,
+        compare_with=args.compare_with or str(_default_study_reports()),
+        ledgers=tuple(args.ledger),
+        out=args.out,
+        dry_run=args.dry_run,
+        executor=args.executor,
+        slurm=tuple(args.slurm),
+        stack_check=args.stack_check,
+    )
 
 
-def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out: Path,
-                slurm_check: Optional[tuple]) -> None:
+def _print_plan(
+    name: str, study: Study, options: StudyOptions, runs: Path, out: Path, slurm_check: Optional[tuple]
+) -> None:
     """The plan: the stages, the runs the ledger does not hold and their cost, the Slurm jobs."""
     earlier = _earlier_record(name, out)
     for line in plan_lines(name, study, options.runner, str(runs), str(out), earlier, executor=options.executor):
@@ -171,8 +216,17 @@ def _print_plan(name: str, study: Study, options: StudyOptions, runs: Path, out:
     if slurm_check is not None:
         slurm_options, unavailable = slurm_check
         missing = missing_runs(study, entries, earlier)
-        for line in slurm_runner.plan_lines(name, study, slurm_options, runs, options.runner, options.no_train, unavailable,
-                                     earlier, None if missing is None else len(missing)):
+        for line in slurm_runner.plan_lines(
+            name,
+            study,
+            slurm_options,
+            runs,
+            options.runner,
+            options.no_train,
+            unavailable,
+            earlier,
+            None if missing is None else len(missing),
+        ):
             print(line)
 
 
@@ -184,8 +238,9 @@ def runs_before_marks(runs: Path) -> bool:
         settings = read_mapping(runs / "train.yaml", "study settings", ValueError)
     except ValueError:
         settings = {}
-    return {"intra_op_threads", "deterministic", "data_path"} <= set(settings) \
-        or json_with(runs / "timing.json", ("clock_version",))
+    return {"intra_op_threads", "deterministic", "data_path"} <= set(settings) or json_with(
+        runs / "timing.json", ("clock_version",)
+    )
 
 
 def _default_study_reports() -> Path:
@@ -209,7 +264,7 @@ def _invocation(argv) -> str:
     """The command that continues an interrupted study (the same one; under make, its target)."""
     args = sys.argv[1:] if argv is None else list(argv)
     command = shlex.join(["python", "-m", "deepdensity.repro", *args])
-    target = os.environ.get("DEEPDENSITY_MAKE_TARGET")      # set by the Makefile's study targets
+    target = os.environ.get("DEEPDENSITY_MAKE_TARGET")  # set by the Makefile's study targets
     if target:
         return f"the same `make {target}` command (it ran `{command}`)"
     return f"`{command}`"
@@ -234,22 +289,32 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
     seq_max_epochs = study.calibration_epochs + max(study.workers)
-    seq = s.runner.run_all([functools.partial(sequential_path, s.runner, sd, eta, seq_max_epochs,
-                                              need_weights=i == 0 and not options.no_train)
-                            for i, sd in enumerate(study.sequential_seeds())],
-                           label="sequential runs")
+    seq = s.runner.run_all(
+        [
+            functools.partial(
+                sequential_path, s.runner, sd, eta, seq_max_epochs, need_weights=i == 0 and not options.no_train
+            )
+            for i, sd in enumerate(study.sequential_seeds())
+        ],
+        label="sequential runs",
+    )
     target, max_epochs, calibration = calibrated_target(s, study, eta, seq[0])
     proto = Protocol(eta, target, max_epochs, seq_max_epochs, cfg, s.collapse_loss, calibration)
     # 3. Every cell at the first seeds; the second look's seeds to the cells the first left open
     #    (docs/decision-rules.md), or more seeds to cells below max_seeds (study_plan.py).
     book = Book()
-    units = study_units(s, proto, real_strong=bool(options.runner), book=book,
-                        double_eta=study.doubles_eta())
+    units = study_units(s, proto, real_strong=bool(options.runner), book=book, double_eta=study.doubles_eta())
     run_first_seeds(s.runner, book, units, study.seeds, study.sequential_seeds())
     if study.second_look_seeds:
         print(f"second look: {run_second_look(s.runner, book, units, study)} ({s.elapsed()} so far)")
-    modelled = functools.partial(model_epoch, timing, n_train=s.n_train, n_val=s.n_val, base_batch=cfg.batch_size,
-                                 definition=cfg.epoch_definition)
+    modelled = functools.partial(
+        model_epoch,
+        timing,
+        n_train=s.n_train,
+        n_val=s.n_val,
+        base_batch=cfg.batch_size,
+        definition=cfg.epoch_definition,
+    )
 
     stopped = _more_seeds(s, book, units, options.no_train)
     checked = unless_not_held(lambda: stall_check(s, proto, book), None) if study.stall_check else None
@@ -276,8 +341,11 @@ def _more_seeds(s: StudyRun, book: Book, units: dict, no_train: bool) -> str:
     """More seeds within the preset's budget, if it has one; returns why the seeds stopped."""
     if no_train:
         return "--no-train: the runs the ledger held, no more"
-    stopped = run_more_seeds(s.runner, book, units, s.study.max_seeds, s.deadline()) \
-        if s.study.budget_minutes else "no time budget in the preset"
+    stopped = (
+        run_more_seeds(s.runner, book, units, s.study.max_seeds, s.deadline())
+        if s.study.budget_minutes
+        else "no time budget in the preset"
+    )
     print(f"seeds: the sequential design stopped at {stopped} ({s.elapsed()} so far)")
     return stopped
 

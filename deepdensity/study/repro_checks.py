@@ -1,6 +1,7 @@
 """A `repro` invocation's options checked before the study writes, builds or times anything: the
 --runner template, the --stack-check venv, and Slurm's clients under --executor slurm, each
 refused in one line rather than part-way through a study."""
+
 from __future__ import annotations
 
 import shlex
@@ -23,11 +24,15 @@ def check_runner(runner: Optional[str]) -> None:
         filled = runner.format(n=2)
         shlex.split(filled)
     except (KeyError, IndexError, ValueError) as e:
-        raise StudyError(f"--runner {runner!r} is not a template with {{n}} for the worker count ({e!r}), "
-                         f"e.g. 'horovodrun -np {{n}}'") from None
+        raise StudyError(
+            f"--runner {runner!r} is not a template with {{n}} for the worker count ({e!r}), "
+            f"e.g. 'horovodrun -np {{n}}'"
+        ) from None
     if filled == runner:
-        raise StudyError(f"--runner {runner!r} does not use {{n}}: every cell would run on the same workers; "
-                         f"e.g. 'horovodrun -np {{n}}'")
+        raise StudyError(
+            f"--runner {runner!r} does not use {{n}}: every cell would run on the same workers; "
+            f"e.g. 'horovodrun -np {{n}}'"
+        )
 
 
 def check_stack_check(options: StudyOptions) -> None:
@@ -36,11 +41,14 @@ def check_stack_check(options: StudyOptions) -> None:
     if not options.stack_check:
         return
     if options.runner or options.executor == "slurm":
-        raise StudyError("--stack-check trains its runs as one process on this host: not with --runner or "
-                         "--executor slurm")
+        raise StudyError(
+            "--stack-check trains its runs as one process on this host: not with --runner or --executor slurm"
+        )
     other = venv_stack(options.stack_check)
-    print(f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
-          f"({options.stack_check}), after the study's own runs")
+    print(
+        f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
+        f"({options.stack_check}), after the study's own runs"
+    )
 
 
 def slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[tuple]:
@@ -50,8 +58,13 @@ def slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[t
     if options.executor != "slurm":
         return None
     slurm_options = slurm_jobs.SlurmOptions.parse(study.slurm, options.slurm)
-    unavailable = None if options.no_train else slurm_jobs.clients_unavailable(
-        slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs))
+    unavailable = (
+        None
+        if options.no_train
+        else slurm_jobs.clients_unavailable(
+            slurm_options, _largest_job_cpus(study, slurm_options, options.runner, runs)
+        )
+    )
     if unavailable and not options.dry_run:
         raise StudyError(f"--executor slurm: {unavailable}; nothing was written")
     return slurm_options, unavailable
@@ -63,6 +76,6 @@ def _largest_job_cpus(study: Study, slurm_options, runner: Optional[str], runs: 
     a real strong-scaling run's, or under --runner a run at the largest N; each rank the runs'
     threads or cpus_per_task."""
     threads = study.runs.intra_op_threads
-    per_rank = max(1, slurm_options.cpus_per_task or threads)      # SlurmRunner.cpus: a rank's
+    per_rank = max(1, slurm_options.cpus_per_task or threads)  # SlurmRunner.cpus: a rank's
     clock = [] if current_timing(runs) is not None else [clock_cpus(slurm_options, threads)]
     return max([per_rank * n for n in (1, *([max(study.workers)] if runner else study.real_strong))] + clock)

@@ -9,6 +9,7 @@ data filter and the batch sweep (run/beyond.beyond_parts; report/report_beyond.p
 Which kind a study or a record is, is decided here alone (of_study, of_record); `make repro`
 (repro.run_study) and `deepdensity report` ask the kind to finish a study, render its reports or
 name its text outputs."""
+
 from __future__ import annotations
 
 import difflib
@@ -40,17 +41,21 @@ def rerender(folder: Path, out: Path, mark: bool = False) -> list:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
         raise StudyError(f"{record_path} is damaged (not UTF-8 text: {e.reason} at byte {e.start}); {redo}") from None
-    except ValueError as e:         # json.JSONDecodeError: cut short, or not JSON at all
+    except ValueError as e:  # json.JSONDecodeError: cut short, or not JSON at all
         raise StudyError(f"{record_path} is damaged (not whole JSON: {e}); {redo}") from None
     if not isinstance(record, dict):
         raise StudyError(f"{record_path} is damaged (a JSON {type(record).__name__}, not a mapping); {redo}")
     if record.get("format") != FORMAT:
-        raise StudyError(f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
-                         f"run the study again with `make repro`")
+        raise StudyError(
+            f"{record_path} is not a study record of format {FORMAT} (got {record.get('format')!r}); "
+            f"run the study again with `make repro`"
+        )
     if not clocks.is_current(record.get("timing")):
         clock = (record.get("timing") or {}).get("clock_version")
-        raise StudyError(f"{record_path} holds a clock of version {clock!r}; this code reads version "
-                         f"{clocks.CLOCK_VERSION} only: run the study again with `make repro`")
+        raise StudyError(
+            f"{record_path} holds a clock of version {clock!r}; this code reads version "
+            f"{clocks.CLOCK_VERSION} only: run the study again with `make repro`"
+        )
     if mark:
         mark_folder(out, "reports")
     return of_record(record).render(out, record, folder)
@@ -82,12 +87,16 @@ def differences(committed: Path, rendered: Path) -> list:
 
 @command(os_hint="pass another --out folder")
 def main(argv=None) -> int:
-    ap = parser("Render a study's reports again from its record (study.json), without training.",
-                "python -m deepdensity report")
+    ap = parser(
+        "Render a study's reports again from its record (study.json), without training.", "python -m deepdensity report"
+    )
     ap.add_argument("--from", dest="folder", required=True, help="a reports folder holding study.json, e.g. reports/")
     ap.add_argument("--out", help="where to write (default: the --from folder itself)")
-    ap.add_argument("--check", action="store_true",
-                    help="render into a temporary folder and compare with --from's reports; exit 1 if they differ")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="render into a temporary folder and compare with --from's reports; exit 1 if they differ",
+    )
     args = ap.parse_args(argv)
     folder = Path(args.folder)
     if args.check:
@@ -96,8 +105,11 @@ def main(argv=None) -> int:
             diffs = differences(folder, Path(tmp) / folder.name)
         for d in diffs:
             sys.stdout.write(d)
-        print(f"{len(diffs)} report(s) differ from what the code renders" if diffs else
-              f"the reports in {folder} are what the code renders from its study.json")
+        print(
+            f"{len(diffs)} report(s) differ from what the code renders"
+            if diffs
+            else f"the reports in {folder} are what the code renders from its study.json"
+        )
         return 1 if diffs else 0
     out = check_own_folder(args.out, "--out", "reports", holds_a_study_record) if args.out else folder
     rerender(folder, out, mark=bool(args.out))
@@ -108,16 +120,17 @@ def main(argv=None) -> int:
 @dataclass(frozen=True)
 class StudyEnd:
     """What a study holds when its cells are assembled (repro.run_study), for its kind to finish it."""
-    s: Any                      # session.StudyRun
-    proto: Any                  # session.Protocol
-    book: Any                   # outcomes.Book
+
+    s: Any  # session.StudyRun
+    proto: Any  # session.Protocol
+    book: Any  # outcomes.Book
     cells: list
     timing: dict
-    modelled: Callable          # (mode, n) -> seconds an epoch on this study's clock
-    stopped: str                # why the sequential design stopped adding seeds
-    sweep: Optional[dict]       # the lr search (the edge of stability), if this study ran it
-    checked: Optional[dict]     # the stall check, if the preset asks for one
-    options: Any                # session.StudyOptions
+    modelled: Callable  # (mode, n) -> seconds an epoch on this study's clock
+    stopped: str  # why the sequential design stopped adding seeds
+    sweep: Optional[dict]  # the lr search (the edge of stability), if this study ran it
+    checked: Optional[dict]  # the stall check, if the preset asks for one
+    options: Any  # session.StudyOptions
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,7 @@ class StudyKind:
     the StudyEnd to the record's own keys and the runs besides the cells') and how it answers
     (`render_reports`: a record's reports into a folder, returning the claims judged; the text
     files it writes, `text_outputs`)."""
+
     name: str
     parts: Callable
     render_reports: Callable
@@ -148,8 +162,9 @@ class StudyKind:
         return self.render_reports(out, record, entries)
 
 
-PAPER = StudyKind("paper", design.paper_parts, paper_report.render_reports, paper_report.TEXT_OUTPUTS,
-                  reads_ledger=True)
+PAPER = StudyKind(
+    "paper", design.paper_parts, paper_report.render_reports, paper_report.TEXT_OUTPUTS, reads_ledger=True
+)
 BEYOND = StudyKind("beyond", beyond.beyond_parts, report_beyond.render_reports, report_beyond.TEXT_OUTPUTS)
 
 

@@ -11,6 +11,7 @@ holds world positions (`world_xyz`, attribute `spacing_mm`, 3-D), also `mu_world
 `seriesuid`; and with `--density` the rendered density (B, G, G, G), which is what
 `layers.mixture_density(layers.grid_points(G, n), alpha, mu, cov)` gives back.
 """
+
 from __future__ import annotations
 
 import sys
@@ -58,6 +59,7 @@ def main(argv=None) -> int:
 def write_params(args) -> None:
     # TensorFlow once the flags are read: --help and a refused flag need none
     from deepdensity.tools.trained import TrainedRun
+
     splits = ("train", "val") if args.split == "all" else (args.split,)
     # only the split asked for must hold cubes: a file prepared with --val 0 encodes its training split
     cubes = load_cubes(args.data, need=() if args.split == "all" else splits)
@@ -67,9 +69,15 @@ def write_params(args) -> None:
     world = cubes.ndim == 3 and "spacing_mm" in cubes.attrs
     out = Path(args.out)
     with hdf5_atomic(out) as f:
-        f.attrs.update({"run": str(args.run), "data": str(args.data), "n_components": run.cfg.n_components,
-                        "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
-                                       "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm"})
+        f.attrs.update(
+            {
+                "run": str(args.run),
+                "data": str(args.data),
+                "n_components": run.cfg.n_components,
+                "coordinates": "mu, cov: cube coordinates in [-1, 1]^n, component d along array "
+                "axis d; mu_world_mm, cov_world_mm2: world x, y, z in mm",
+            }
+        )
         for split in splits:
             if not len(getattr(cubes, split)):
                 print(f"{split}: empty (prepared with --val 0?), nothing encoded")
@@ -77,10 +85,10 @@ def write_params(args) -> None:
             params, _ = run.encode_cubes(getattr(cubes, split), args.batch, args.density, sys.stderr.isatty())
             columns = read_columns(args.data, split)
             if world and "world_xyz" in columns:
-                params["mu_world_mm"] = cube_to_world(params["mu"], columns["world_xyz"], cubes.grid_size,
-                                                      float(cubes.attrs["spacing_mm"]))
-                params["cov_world_mm2"] = cov_to_world(params["cov"], cubes.grid_size,
-                                                       float(cubes.attrs["spacing_mm"]))
+                params["mu_world_mm"] = cube_to_world(
+                    params["mu"], columns["world_xyz"], cubes.grid_size, float(cubes.attrs["spacing_mm"])
+                )
+                params["cov_world_mm2"] = cov_to_world(params["cov"], cubes.grid_size, float(cubes.attrs["spacing_mm"]))
             g = f.create_group(split)
             for k, v in params.items():
                 g.create_dataset(k, data=v, compression="gzip" if v.ndim > 2 else None)

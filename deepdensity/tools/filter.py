@@ -22,6 +22,7 @@ as the point farthest below the chord from its first to its last point, Satopaa 
 2011), with k = min_samples - 1 other points so that exactly the points up to the knee are
 DBSCAN's core points. min_samples = 4, Ester et al.'s choice for 2-D data.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,9 @@ from deepdensity.utils.errors import command
 from deepdensity.utils.files import check_output, hdf5_atomic
 from deepdensity.utils.plots import pyplot, save_figure
 
-MIN_SAMPLES = 4          # Ester et al. (1996): MinPts = 4 for 2-D data
-PERPLEXITY = 30.0        # t-SNE's usual value (van der Maaten and Hinton 2008; scikit-learn's default)
-PCA_COMPONENTS = 50      # t-SNE's usual first reduction
+MIN_SAMPLES = 4  # Ester et al. (1996): MinPts = 4 for 2-D data
+PERPLEXITY = 30.0  # t-SNE's usual value (van der Maaten and Hinton 2008; scikit-learn's default)
+PCA_COMPONENTS = 50  # t-SNE's usual first reduction
 
 
 # ------------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def knee_index(curve: np.ndarray) -> int:
         raise ValueError("a knee needs a curve of at least 3 points")
     span = y[-1] - y[0]
     if span <= 0:
-        return len(y) - 1                          # flat: no knee, every point is as dense
+        return len(y) - 1  # flat: no knee, every point is as dense
     x = np.linspace(0.0, 1.0, len(y))
     return int(np.argmax(x - (y - y[0]) / span))
 
@@ -62,10 +63,11 @@ def k_distances(points: np.ndarray, min_samples: int) -> np.ndarray:
     """Each point's distance to its (min_samples - 1)-th nearest other point, sorted ascending:
     a point is a DBSCAN core point (min_samples counting itself) exactly when this is <= eps."""
     from sklearn.neighbors import NearestNeighbors
+
     if len(points) <= min_samples:
         raise DataError(f"{len(points)} points are too few for DBSCAN with min_samples {min_samples}")
     dist, _ = NearestNeighbors(n_neighbors=min_samples).fit(points).kneighbors(points)
-    return np.sort(dist[:, min_samples - 1])       # column 0 is the point itself
+    return np.sort(dist[:, min_samples - 1])  # column 0 is the point itself
 
 
 def eps_from_k_distances(points: np.ndarray, min_samples: int) -> float:
@@ -80,6 +82,7 @@ def embed(features: np.ndarray, seed: int, perplexity: float = PERPLEXITY) -> np
     """PCA to at most 50 dimensions, then t-SNE to 2-D (scikit-learn), seeded."""
     from sklearn.decomposition import PCA
     from sklearn.manifold import TSNE
+
     n, d = features.shape
     check_perplexity(n, perplexity, "the features")
     reduced = PCA(n_components=min(PCA_COMPONENTS, d, n), random_state=seed).fit_transform(features)
@@ -90,14 +93,17 @@ def check_perplexity(n: int, perplexity: float, what: str) -> None:
     """t-SNE weighs each point's neighbours to an effective number of `perplexity`, so it needs
     more points than that (scikit-learn's own condition)."""
     if n <= perplexity:
-        raise DataError(f"{what}: the training split has {n} cubes, too few for t-SNE with perplexity "
-                        f"{perplexity:g} (it needs more cubes than its perplexity); use more data or a "
-                        f"smaller --perplexity")
+        raise DataError(
+            f"{what}: the training split has {n} cubes, too few for t-SNE with perplexity "
+            f"{perplexity:g} (it needs more cubes than its perplexity); use more data or a "
+            f"smaller --perplexity"
+        )
 
 
 def noise_points(embedding: np.ndarray, min_samples: int = MIN_SAMPLES) -> tuple:
     """(DBSCAN labels with -1 for noise, eps) on the 2-D embedding, eps by the k-distance knee."""
     from sklearn.cluster import DBSCAN
+
     eps = eps_from_k_distances(embedding, min_samples)
     return DBSCAN(eps=eps, min_samples=min_samples).fit_predict(embedding), eps
 
@@ -118,8 +124,9 @@ def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> No
     Built in memory and written in one rename: never half a file, and a full disk is one line."""
     with h5py.File(src, "r") as f, hdf5_atomic(dst) as g:
         g.attrs.update(dict(f.attrs))
-        g.attrs.update({f"filter_{k}": v if isinstance(v, (int, float, str)) else json.dumps(v)
-                        for k, v in attrs.items()})
+        g.attrs.update(
+            {f"filter_{k}": v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in attrs.items()}
+        )
         n_train = f["train/cubes"].shape[0]
         keep = np.setdiff1d(np.arange(n_train), dropped)
         for split in f:
@@ -130,8 +137,11 @@ def write_filtered(src: Path, dst: Path, dropped: np.ndarray, attrs: dict) -> No
                 data = ds[...]
                 if split == "train" and data.ndim and data.shape[0] == n_train:
                     data = data[keep]
-                packed = dict(compression="gzip", compression_opts=4, shuffle=True,
-                              chunks=(1,) + data.shape[1:]) if name == "cubes" and len(data) else {}
+                packed = (
+                    dict(compression="gzip", compression_opts=4, shuffle=True, chunks=(1,) + data.shape[1:])
+                    if name == "cubes" and len(data)
+                    else {}
+                )
                 out.create_dataset(name, data=data, dtype=ds.dtype, **packed)
         g.create_dataset("filter/dropped_index", data=np.asarray(dropped, np.int64))
 
@@ -141,8 +151,9 @@ def figure_paths(out: Path) -> list:
     return [out.with_suffix(".embedding.png"), out.with_suffix(".dropped.png")]
 
 
-def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray,
-             dropped: np.ndarray) -> list:
+def _figures(
+    out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, cubes: np.ndarray, dropped: np.ndarray
+) -> list:
     plt = pyplot()
 
     paths = figure_paths(out)
@@ -154,8 +165,11 @@ def _figures(out: Path, embedding: np.ndarray, labels: np.ndarray, eps: float, c
         ax.scatter(pts[:, 0], pts[:, 1], s=4, color=cmap(i % 20))
     noise = embedding[labels == -1]
     ax.scatter(noise[:, 0], noise[:, 1], s=10, color="black", label=f"noise: {len(noise)} cubes dropped")
-    ax.set(title=f"t-SNE of the encoder's y: {len(clusters)} DBSCAN clusters (eps {eps:.3g})",
-           xlabel="t-SNE 1", ylabel="t-SNE 2")
+    ax.set(
+        title=f"t-SNE of the encoder's y: {len(clusters)} DBSCAN clusters (eps {eps:.3g})",
+        xlabel="t-SNE 1",
+        ylabel="t-SNE 2",
+    )
     ax.legend(loc="best", fontsize=8)
     save_figure(fig, paths[0])
 
@@ -195,9 +209,10 @@ def main(argv=None) -> int:
 
 def run_filter(args) -> str:
     data, out = Path(args.data), Path(args.out)
-    if args.min_samples < 2 or args.batch < 1 or not 0 < args.perplexity < float("inf") or not 0 <= args.seed < 2 ** 32:
-        raise DataError("--min-samples must be >= 2, --batch >= 1, --perplexity a positive number and "
-                        "--seed in [0, 2^32)")
+    if args.min_samples < 2 or args.batch < 1 or not 0 < args.perplexity < float("inf") or not 0 <= args.seed < 2**32:
+        raise DataError(
+            "--min-samples must be >= 2, --batch >= 1, --perplexity a positive number and --seed in [0, 2^32)"
+        )
     if out.suffix != ".h5":
         raise DataError(f"--out {out} must end in .h5 (the random control is written as OUT.random.h5)")
     if out.resolve() == data.resolve() or out.with_suffix(".random.h5").resolve() == data.resolve():
@@ -210,23 +225,36 @@ def run_filter(args) -> str:
     check_perplexity(n, args.perplexity, str(data))
     # TensorFlow once the data and the flags are checked: --help and bad input need none
     from deepdensity.tools.trained import TrainedRun
+
     run = TrainedRun(args.run, cubes.train.shape[1], cubes.train.ndim - 1)
     params, _ = run.encode_cubes(cubes.train, args.batch, progress=sys.stderr.isatty())
     embedding = embed(params["latent"].astype(np.float64), args.seed, args.perplexity)
     labels, eps = noise_points(embedding, args.min_samples)
     dropped = np.flatnonzero(labels == -1)
     clusters = len(set(labels.tolist()) - {-1})
-    common = {"source": str(data), "run": str(args.run), "features": "latent y (encoder, eq. 9)",
-              "pca_components": min(PCA_COMPONENTS, params["latent"].shape[1], n), "tsne_perplexity": args.perplexity,
-              "dbscan_min_samples": args.min_samples, "dbscan_eps": eps, "eps_rule": "knee of the k-distance curve",
-              "seed": args.seed, "n_train_before": n, "n_dropped": int(len(dropped)), "clusters": clusters}
+    common = {
+        "source": str(data),
+        "run": str(args.run),
+        "features": "latent y (encoder, eq. 9)",
+        "pca_components": min(PCA_COMPONENTS, params["latent"].shape[1], n),
+        "tsne_perplexity": args.perplexity,
+        "dbscan_min_samples": args.min_samples,
+        "dbscan_eps": eps,
+        "eps_rule": "knee of the k-distance curve",
+        "seed": args.seed,
+        "n_train_before": n,
+        "n_dropped": int(len(dropped)),
+        "clusters": clusters,
+    }
     write_filtered(data, out, dropped, {**common, "kind": "network"})
     control = random_drop(n, len(dropped), args.seed)
     write_filtered(data, out.with_suffix(".random.h5"), control, {**common, "kind": "random"})
     figs = _figures(out, embedding, labels, eps, cubes.train, dropped)
-    return (f"{n} training cubes: {clusters} clusters, {len(dropped)} noise ({100 * len(dropped) / n:.1f} %, "
-            f"eps {eps:.4g}) dropped -> {out} ({n - len(dropped)} train, {len(cubes.val)} val untouched); "
-            f"random control -> {out.with_suffix('.random.h5')}; figures {figs[0].name}, {figs[1].name}")
+    return (
+        f"{n} training cubes: {clusters} clusters, {len(dropped)} noise ({100 * len(dropped) / n:.1f} %, "
+        f"eps {eps:.4g}) dropped -> {out} ({n - len(dropped)} train, {len(cubes.val)} val untouched); "
+        f"random control -> {out.with_suffix('.random.h5')}; figures {figs[0].name}, {figs[1].name}"
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ The output is in the project's HDF5 layout: /train holds the generated cubes (se
 parameters, the seed, the run and the source file are the file's attributes; `OUT.png`
 shows real cubes next to generated ones. The same seed gives the same file.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,13 +36,20 @@ from deepdensity.utils.plots import pyplot, save_figure
 SCHEMES = ("interpolate", "perturb")
 
 
-def latent_draws(latents: np.ndarray, masses: np.ndarray, n: int, scheme: str, rng: np.random.Generator,
-                 noise: float = 0.1, t_min: float = 0.0) -> tuple:
+def latent_draws(
+    latents: np.ndarray,
+    masses: np.ndarray,
+    n: int,
+    scheme: str,
+    rng: np.random.Generator,
+    noise: float = 0.1,
+    t_min: float = 0.0,
+) -> tuple:
     """(y (n, l), mass (n,), sources [(a, b or None)]): the latent vectors to decode."""
     m = len(latents)
     a = rng.integers(0, m, n)
     if scheme == "interpolate":
-        b = (a + rng.integers(1, m, n)) % m if m > 1 else a          # another cube than a
+        b = (a + rng.integers(1, m, n)) % m if m > 1 else a  # another cube than a
         t = rng.uniform(t_min, 1.0 - t_min, n)[:, None]
         y = (1 - t) * latents[a] + t * latents[b]
         mass = (1 - t[:, 0]) * masses[a] + t[:, 0] * masses[b]
@@ -60,8 +68,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data", required=True, help="the cubes it was trained on (deepdensity HDF5)")
     ap.add_argument("--n", type=int, required=True, help="cubes to generate")
     ap.add_argument("--out", required=True, help="output .h5 (and OUT.png)")
-    ap.add_argument("--scheme", choices=SCHEMES, default="interpolate",
-                    help="how new latent vectors are drawn from the training cubes' (below)")
+    ap.add_argument(
+        "--scheme",
+        choices=SCHEMES,
+        default="interpolate",
+        help="how new latent vectors are drawn from the training cubes' (below)",
+    )
     ap.add_argument("--noise", type=float, default=0.1, help="perturb: noise in units of y's spread")
     ap.add_argument("--t-min", type=float, default=0.0, help="interpolate: t in [t_min, 1 - t_min]")
     ap.add_argument("--seed", type=int, default=0, help="the same seed gives the same file")
@@ -74,11 +86,15 @@ def main(argv=None) -> int:
         raise DataError("--n and --batch must be >= 1")
     if not (0 <= args.t_min < 0.5) or not (0 <= args.noise < float("inf")) or args.seed < 0:
         raise DataError("--t-min must be in [0, 0.5), --noise a finite number >= 0, --seed >= 0")
-    check_regular_data(args.data)        # before h5py opens it: a FIFO would hold it forever
+    check_regular_data(args.data)  # before h5py opens it: a FIFO would hold it forever
     voxels = _cube_voxels(args.data)
-    if voxels:   # the decoded cubes (float64, density times mass) and their float32 copy, held together
-        check_fits_in_memory(args.n * voxels * 12, f"generate --n {args.n} of {voxels}-voxel cubes",
-                             lambda have: f"at most about --n {have // (voxels * 12)} fits", error=DataError)
+    if voxels:  # the decoded cubes (float64, density times mass) and their float32 copy, held together
+        check_fits_in_memory(
+            args.n * voxels * 12,
+            f"generate --n {args.n} of {voxels}-voxel cubes",
+            lambda have: f"at most about --n {have // (voxels * 12)} fits",
+            error=DataError,
+        )
     generate(args)
     return 0
 
@@ -87,6 +103,7 @@ def _cube_voxels(path) -> int:
     """Voxels of one cube of a data file, from its metadata (0 when it cannot say: the loader
     then names the problem)."""
     import h5py
+
     try:
         with h5py.File(path, "r") as f:
             shape = f["train/cubes"].shape
@@ -100,13 +117,15 @@ def generate(args) -> None:
     import tensorflow as tf
 
     from deepdensity.tools.trained import TrainedRun, batches
+
     cubes = load_cubes(args.data)
     run = TrainedRun(args.run, cubes.grid_size, cubes.ndim)
     tf.keras.utils.set_random_seed(args.seed)
     params, masses = run.encode_cubes(cubes.train, args.batch)
     latents = params["latent"]
-    y, mass, sources = latent_draws(latents, masses, args.n, args.scheme, np.random.default_rng(args.seed),
-                                    args.noise, args.t_min)
+    y, mass, sources = latent_draws(
+        latents, masses, args.n, args.scheme, np.random.default_rng(args.seed), args.noise, args.t_min
+    )
     made = []
     for span in batches(args.n, args.batch):
         density = run.decoder(y[span].astype(np.float32), training=False).numpy()[..., 0]
@@ -115,19 +134,34 @@ def generate(args) -> None:
     uids = np.array([f"generated:{a}" if b is None else f"generated:{a}+{b}" for a, b in sources], dtype=object)
     train = Split(made, uids, np.full((args.n, 3), np.nan), np.full(args.n, np.nan))
     val_cols = read_columns(args.data, "val")
-    val = Split(cubes.val, val_cols.get("seriesuid", np.array(["?"] * len(cubes.val), dtype=object)),
-                val_cols.get("world_xyz", np.full((len(cubes.val), 3), np.nan)),
-                val_cols.get("diameter_mm", np.full(len(cubes.val), np.nan)))
+    val = Split(
+        cubes.val,
+        val_cols.get("seriesuid", np.array(["?"] * len(cubes.val), dtype=object)),
+        val_cols.get("world_xyz", np.full((len(cubes.val), 3), np.nan)),
+        val_cols.get("diameter_mm", np.full(len(cubes.val), np.nan)),
+    )
     attrs = {k: v for k, v in cubes.attrs.items() if k in ("cube_size", "ndim", "spacing_mm", "hu_window")}
-    attrs.update({"source": "generated", "created_by": "python -m deepdensity.generate",
-                  "generated_from": str(args.data), "run": str(args.run), "scheme": args.scheme,
-                  "noise": args.noise, "t_min": args.t_min, "seed": args.seed, "n": args.n,
-                  "val_split": "the source file's validation split, unchanged"})
+    attrs.update(
+        {
+            "source": "generated",
+            "created_by": "python -m deepdensity.generate",
+            "generated_from": str(args.data),
+            "run": str(args.run),
+            "scheme": args.scheme,
+            "noise": args.noise,
+            "t_min": args.t_min,
+            "seed": args.seed,
+            "n": args.n,
+            "val_split": "the source file's validation split, unchanged",
+        }
+    )
     write_cubes(args.out, train, val, attrs)
     figure = Path(f"{Path(args.out).with_suffix('')}.png")
     _figure(figure, cubes.train, made, sources)
-    print(f"wrote {args.out}: {args.n} generated cubes ({args.scheme}, seed {args.seed}) + "
-          f"{len(cubes.val)} validation cubes from {args.data}; {figure}")
+    print(
+        f"wrote {args.out}: {args.n} generated cubes ({args.scheme}, seed {args.seed}) + "
+        f"{len(cubes.val)} validation cubes from {args.data}; {figure}"
+    )
 
 
 def _figure(path: Path, real: np.ndarray, made: np.ndarray, sources: list, shown: int = 6) -> None:
@@ -141,8 +175,11 @@ def _figure(path: Path, real: np.ndarray, made: np.ndarray, sources: list, shown
     fig, axes = plt.subplots(shown, 3, figsize=(5.4, 1.8 * shown), squeeze=False)
     for r in range(shown):
         a, b = sources[r]
-        panels = [(real[a], f"real {a}"), (made[r], "generated"),
-                  (real[b], f"real {b}") if b is not None else (None, "")]
+        panels = [
+            (real[a], f"real {a}"),
+            (made[r], "generated"),
+            (real[b], f"real {b}") if b is not None else (None, ""),
+        ]
         for ax, (img, title) in zip(axes[r], panels):
             ax.axis("off")
             if img is not None:

@@ -6,6 +6,7 @@ amounts of data) line up; the target as a dashed line.
 
     python -m deepdensity.plot runs/s runs/w --out curves.png
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,11 @@ def data_note(runs: dict) -> str:
     """'' when every run trained on the same data; else a warning naming how many data sets."""
     seen = {(s.get("data_fingerprint") or s.get("data_path"), s.get("n_train")) for s, _ in runs.values()}
     seen.discard((None, None))
-    return "" if len(seen) <= 1 else (f"note: these runs trained on {len(seen)} different data sets; "
-                                       f"their losses do not compare")
+    return (
+        ""
+        if len(seen) <= 1
+        else (f"note: these runs trained on {len(seen)} different data sets; their losses do not compare")
+    )
 
 
 def load_run(folder: Path) -> tuple:
@@ -63,6 +67,7 @@ def draw(runs: dict, out: Path, note: str = "") -> None:
     """One row per x axis (epochs, passes), columns: losses and lr; one colour per run."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="col")
     targets = set()
     for i, (name, (settings, rows)) in enumerate(runs.items()):
@@ -82,7 +87,7 @@ def draw(runs: dict, out: Path, note: str = "") -> None:
         for ax in axes[:, 0]:
             ax.axhline(t, color="gray", ls="--", lw=1)
     for ax in axes[0]:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # epochs are whole
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
     axes[0, 0].set_title("training (dotted) and validation loss; target dashed")
     if note:
         fig.suptitle(note, color="firebrick", fontsize=9)

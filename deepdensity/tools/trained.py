@@ -2,6 +2,7 @@
 the paper's section V names, the encoder (cube -> latent y, eq. 9, and the mixture's
 parameters, eqs. 10-13) and the decoder (y -> rendered density), for `encode` and
 `generate`."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ class TrainedRun:
         try:
             self.model.load_weights(str(weights))
         except (ValueError, OSError) as e:
-            raise DataError(f"{weights} does not fit a model of {grid_size}^{ndim} cubes and this run's "
-                            f"settings ({str(e).splitlines()[0][:120]}); is --data the run's kind of data?") from None
+            raise DataError(
+                f"{weights} does not fit a model of {grid_size}^{ndim} cubes and this run's "
+                f"settings ({str(e).splitlines()[0][:120]}); is --data the run's kind of data?"
+            ) from None
         names = ["latent", "alpha", "mu", "sigma"] + (["rho"] if ndim > 1 else [])
         self.encoder = tf.keras.Model(self.model.input, [self.model.get_layer(n).output for n in names])
         self.decoder = self._decoder(ndim)
@@ -72,9 +75,11 @@ class TrainedRun:
         """(params, mass): `encode` over all `cubes` in batches of `batch` (and, with
         `density`, the rendered cubes), and each cube's mass (model_input)."""
         from tqdm import tqdm
+
         parts, masses = [], []
-        for span in tqdm(list(batches(len(cubes), batch)), desc="encode", unit="batch", disable=not progress,
-                         file=sys.stderr):
+        for span in tqdm(
+            list(batches(len(cubes), batch)), desc="encode", unit="batch", disable=not progress, file=sys.stderr
+        ):
             x, mass = self.model_input(cubes[span])
             out = self.encode(x)
             if density:
@@ -100,11 +105,15 @@ def _unfinished(run_dir: Path) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         epoch, status = 0, "running"
     if status != "running":
-        return (f"{name} holds no weights.h5, though its run ended ({status}): the weights were removed; "
-                f"train it again with another --out")
+        return (
+            f"{name} holds no weights.h5, though its run ended ({status}): the weights were removed; "
+            f"train it again with another --out"
+        )
     where = f"epoch {epoch} of {saved.get('max_epochs', '?')} checkpointed" if epoch else "no epoch checkpointed"
-    return (f"{name} holds no weights.h5: its training has not finished ({where}); finish it with: "
-            f"{continue_command(run_dir, saved)}")
+    return (
+        f"{name} holds no weights.h5: its training has not finished ({where}); finish it with: "
+        f"{continue_command(run_dir, saved)}"
+    )
 
 
 def batches(n: int, size: int):

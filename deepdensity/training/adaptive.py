@@ -21,6 +21,7 @@ Adaptive's pieces, and why each lives where it does:
 training/kit.py builds the step and the callback for the policy's hooks; feeds.py makes the
 feed for a policy whose batch grows (`grows_batch`) and hands its fit to `fit_by_epoch`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,15 +49,23 @@ class AdaptiveFeed:
 
     def index(self) -> np.ndarray:
         """This process's share of every global batch of the epoch: (steps, per_process_batch)."""
-        order = rules.epoch_order(self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition,
-                                  self.global_batch())
+        order = rules.epoch_order(
+            self.n_train, self.p, self.epoch, self.cfg.seed, self.cfg.epoch_definition, self.global_batch()
+        )
         return rules.shard_of_batch(order, self.rank, self.processes)
 
 
 def feed_of(cfg, run, n_train: int, initial_epoch: int) -> AdaptiveFeed:
     """This process's feed of a run (`run`: launch.Launch) from `initial_epoch` on."""
-    return AdaptiveFeed(n_train, run.p, cfg, run.rank, run.processes, initial_epoch,
-                        start_batch(run.out if run.is_chief else None, run.p, initial_epoch, run.ranks))
+    return AdaptiveFeed(
+        n_train,
+        run.p,
+        cfg,
+        run.rank,
+        run.processes,
+        initial_epoch,
+        start_batch(run.out if run.is_chief else None, run.p, initial_epoch, run.ranks),
+    )
 
 
 def start_batch(out: Optional[Path], p, initial_epoch: int, ranks) -> int:
@@ -75,8 +84,15 @@ def fit_by_epoch(model, feed: AdaptiveFeed, batches_of, val, cbs: list, record) 
     own index stream (`batches_of`, feeds.Feeds) and its own call of fit, which fixes steps per
     epoch; to the cap or until a callback stops the run (`record`: callbacks.RunRecord)."""
     while feed.epoch < feed.cfg.max_epochs and record.status is None:
-        model.fit(batches_of(feed.index()), validation_data=val, epochs=feed.epoch + 1,
-                  initial_epoch=feed.epoch, steps_per_epoch=feed.steps(), callbacks=cbs, verbose=0)
+        model.fit(
+            batches_of(feed.index()),
+            validation_data=val,
+            epochs=feed.epoch + 1,
+            initial_epoch=feed.epoch,
+            steps_per_epoch=feed.steps(),
+            callbacks=cbs,
+            verbose=0,
+        )
 
 
 class AdaptiveBatch(tf.keras.callbacks.Callback):
@@ -93,11 +109,17 @@ class AdaptiveBatch(tf.keras.callbacks.Callback):
         feed, n = self.feed, self.feed.p.workers
         noise = rules.gradient_noise(float(logs["grad_part_sq"]), float(logs["grad_sq"]), n)
         b = feed.per_worker_batch
-        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta,
-                                     self.cfg.batch_size)
-        logs.update(global_batch=b * n, steps=feed.steps(), allreduces=feed.steps(), grad_noise=noise,
-                    next_global_batch=grown * n)
+        grown = rules.adaptive_batch(b, noise, float(logs["grad_sq"]), self.cfg.adaptive_theta, self.cfg.batch_size)
+        logs.update(
+            global_batch=b * n,
+            steps=feed.steps(),
+            allreduces=feed.steps(),
+            grad_noise=noise,
+            next_global_batch=grown * n,
+        )
         if grown != b:
-            self.say(f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
-                     f"global batch {b * n} -> {grown * n}")
+            self.say(
+                f"epoch {epoch + 1}: gradient noise {noise:.3g} > theta^2 x {float(logs['grad_sq']):.3g}: "
+                f"global batch {b * n} -> {grown * n}"
+            )
         feed.per_worker_batch, feed.epoch = grown, epoch + 1

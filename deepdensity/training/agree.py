@@ -2,6 +2,7 @@
 through `Ranks`, so that the reason for each one (only rank 0 reads the run folder, only
 rank 0 writes the data, every rank must stop at the same epoch) is said in one place and
 one process runs them all as no-ops."""
+
 from __future__ import annotations
 
 from deepdensity.config import ConfigError
@@ -63,10 +64,12 @@ class Ranks:
         if self.size == 1:
             return
         every = self.backend.gather(settings)
-        differ = sorted({k for other in every for k in set(settings) | set(other)
-                         if other.get(k) != every[0].get(k)})
+        differ = sorted({k for other in every for k in set(settings) | set(other) if other.get(k) != every[0].get(k)})
         if differ:
-            shown = "; ".join(f"{k}: " + ", ".join(f"rank {r} {s.get(k)!r}" for r, s in enumerate(every))
-                              for k in differ)
-            raise ConfigError(f"the {self.size} ranks were started with different settings ({shown}); "
-                              f"start every rank with the same command, config and data")
+            shown = "; ".join(
+                f"{k}: " + ", ".join(f"rank {r} {s.get(k)!r}" for r, s in enumerate(every)) for k in differ
+            )
+            raise ConfigError(
+                f"the {self.size} ranks were started with different settings ({shown}); "
+                f"start every rank with the same command, config and data"
+            )

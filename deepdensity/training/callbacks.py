@@ -9,6 +9,7 @@ read are the same on every worker and every worker takes the same decision to st
 reads from another's work is the table `MUST_FOLLOW`, and `check_order` refuses a list that
 breaks it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -33,15 +34,19 @@ ROW_EXTRAS = ("global_batch", "steps", "allreduces", "grad_noise", "grad_sq", "n
 # {callback class name: the callbacks that, when in the same list, must come before it}, each
 # because it reads in its on_epoch_end what they write in theirs.
 MUST_FOLLOW = {
-    "MetricAverageCallback": ("Validate",),               # averages the val_loss Validate puts in logs
-    "EpochRow": ("MetricAverageCallback", "Validate",      # the losses, averaged over workers
-                 "AdaptiveBatch", "LocalSync"),            # a policy's batch facts, put in logs
-    "Stopping": ("EpochRow",),                             # the epoch's losses
-    "MetricsLog": ("EpochRow", "Stopping"),                # the row, final for the epoch
-    "Checkpoint": ("MetricsLog",),                         # state.json never ahead of metrics.jsonl
-    "EpochSummaries": ("EpochRow",),                       # the lr EpochRow puts in logs (TensorBoard)
-    "CommitEachEpoch": ("Stopping", "MetricsLog", "Checkpoint"),   # the epoch, written, then committed
-    "Progress": ("EpochRow", "Stopping", "Checkpoint", "CommitEachEpoch"),   # how the epoch ended
+    "MetricAverageCallback": ("Validate",),  # averages the val_loss Validate puts in logs
+    "EpochRow": (
+        "MetricAverageCallback",
+        "Validate",  # the losses, averaged over workers
+        "AdaptiveBatch",
+        "LocalSync",
+    ),  # a policy's batch facts, put in logs
+    "Stopping": ("EpochRow",),  # the epoch's losses
+    "MetricsLog": ("EpochRow", "Stopping"),  # the row, final for the epoch
+    "Checkpoint": ("MetricsLog",),  # state.json never ahead of metrics.jsonl
+    "EpochSummaries": ("EpochRow",),  # the lr EpochRow puts in logs (TensorBoard)
+    "CommitEachEpoch": ("Stopping", "MetricsLog", "Checkpoint"),  # the epoch, written, then committed
+    "Progress": ("EpochRow", "Stopping", "Checkpoint", "CommitEachEpoch"),  # how the epoch ended
 }
 # Callbacks that read the run record and so need EpochRow in the list at all.
 NEEDS_EPOCH_ROW = ("Stopping", "MetricsLog", "Checkpoint", "CommitEachEpoch", "Progress")
@@ -51,13 +56,16 @@ def check_order(cbs: list) -> list:
     """`cbs` unchanged, or ValueError naming the first callback placed before one it reads from."""
     names = [type(cb).__name__ for cb in cbs]
     for i, name in enumerate(names):
-        late = [m for m in MUST_FOLLOW.get(name, ()) if m in names[i + 1:]]
+        late = [m for m in MUST_FOLLOW.get(name, ()) if m in names[i + 1 :]]
         if late:
-            raise ValueError(f"callback {name} at {i} must come after {', '.join(late)}: it reads what they "
-                             f"write at the end of an epoch (callbacks.MUST_FOLLOW); order: {', '.join(names)}")
+            raise ValueError(
+                f"callback {name} at {i} must come after {', '.join(late)}: it reads what they "
+                f"write at the end of an epoch (callbacks.MUST_FOLLOW); order: {', '.join(names)}"
+            )
         if name in NEEDS_EPOCH_ROW and "EpochRow" not in names[:i]:
-            raise ValueError(f"callback {name} reads the epoch's row: put EpochRow before it; order: "
-                             f"{', '.join(names)}")
+            raise ValueError(
+                f"callback {name} reads the epoch's row: put EpochRow before it; order: {', '.join(names)}"
+            )
     return cbs
 
 
@@ -76,15 +84,20 @@ class RunRecord:
         self.val_history = list(val_history)
         self.status, self.time_to_target_s = None, None
         self.row, self.losses = {}, (math.nan, math.nan)
-        self.elastic = False                  # elastic rows also say how many workers trained them
-        self.pass_losses = []                 # [passes, val_loss] validated inside this epoch
-        self.epoch_seconds = None             # the last epoch's own seconds, from its start (the epoch line's)
+        self.elastic = False  # elastic rows also say how many workers trained them
+        self.pass_losses = []  # [passes, val_loss] validated inside this epoch
+        self.epoch_seconds = None  # the last epoch's own seconds, from its start (the epoch line's)
 
     def snapshot(self) -> dict:
         """What an elastic commit keeps of the record (the clock keeps running: time lost to a
         failure is wall time the run took)."""
-        return {"val_history": list(self.val_history), "status": self.status,
-                "time_to_target_s": self.time_to_target_s, "row": dict(self.row), "losses": self.losses}
+        return {
+            "val_history": list(self.val_history),
+            "status": self.status,
+            "time_to_target_s": self.time_to_target_s,
+            "row": dict(self.row),
+            "losses": self.losses,
+        }
 
     def restore(self, snapshot: dict, p: ScalingPlan, steps: int) -> None:
         """Back to a committed snapshot, under the plan of the workers there are now."""
@@ -94,7 +107,7 @@ class RunRecord:
         self.losses = tuple(snapshot["losses"])
 
     def start_clock(self) -> None:
-        if self.t0 is None:                   # adaptive calls fit once per epoch: one run, one clock
+        if self.t0 is None:  # adaptive calls fit once per epoch: one run, one clock
             self.t0 = time.perf_counter()
 
     def elapsed(self, now: Optional[float] = None) -> float:
@@ -107,12 +120,18 @@ class RunRecord:
         elif self.status == RunStatus.DIVERGED:
             what = "stopped: non-finite loss"
         elif self.status == RunStatus.COLLAPSED:
-            what = (f"stopped: val_loss at the collapse level {self.cfg.collapse_loss:g} for "
-                    f"{self.cfg.collapse_patience} epochs (collapsed)")
+            what = (
+                f"stopped: val_loss at the collapse level {self.cfg.collapse_loss:g} for "
+                f"{self.cfg.collapse_patience} epochs (collapsed)"
+            )
         elif self.status == RunStatus.STALLED:
-            near = self.cfg.stall_near and min(self.val_history, default=math.inf) <= self.cfg.target_loss * (1 + self.cfg.stall_near)
-            what = (f"stopped: no new best val_loss in "
-                    f"{self.cfg.stall_near_patience if near else self.cfg.stall_patience} epochs (stalled)")
+            near = self.cfg.stall_near and min(self.val_history, default=math.inf) <= self.cfg.target_loss * (
+                1 + self.cfg.stall_near
+            )
+            what = (
+                f"stopped: no new best val_loss in "
+                f"{self.cfg.stall_near_patience if near else self.cfg.stall_patience} epochs (stalled)"
+            )
         else:
             what = f"stopped at the epoch cap ({self.cfg.max_epochs})"
         epochs = self.row.get("epoch")
@@ -120,10 +139,17 @@ class RunRecord:
 
     def result(self) -> dict:
         """result.json's content."""
-        return {"status": self.status or RunStatus.CAPPED, "mode": self.p.mode, "workers": self.p.workers,
-                "epochs": self.row.get("epoch"), "time_to_target_s": self.time_to_target_s,
-                "final_val_loss": self.row.get("val_loss"), "final_loss": self.row.get("loss"),
-                "seconds": self.row.get("seconds"), "target_loss": self.cfg.target_loss}
+        return {
+            "status": self.status or RunStatus.CAPPED,
+            "mode": self.p.mode,
+            "workers": self.p.workers,
+            "epochs": self.row.get("epoch"),
+            "time_to_target_s": self.time_to_target_s,
+            "final_val_loss": self.row.get("val_loss"),
+            "final_loss": self.row.get("loss"),
+            "seconds": self.row.get("seconds"),
+            "target_loss": self.cfg.target_loss,
+        }
 
 
 class EpochRow(tf.keras.callbacks.Callback):
@@ -139,7 +165,7 @@ class EpochRow(tf.keras.callbacks.Callback):
         self.epoch_start, self.last_step_end = None, None
 
     def on_train_begin(self, logs=None):
-        self.record.start_clock()             # start mark of time to target
+        self.record.start_clock()  # start mark of time to target
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch_start, self.last_step_end = time.perf_counter(), None
@@ -148,19 +174,29 @@ class EpochRow(tf.keras.callbacks.Callback):
         self.last_step_end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = {} if logs is None else logs   # the same dict the later callbacks get
+        logs = {} if logs is None else logs  # the same dict the later callbacks get
         r = self.record
         now = time.perf_counter()
-        seconds = r.elapsed(now)              # stop mark: after this epoch's validation
+        seconds = r.elapsed(now)  # stop mark: after this epoch's validation
         r.epoch_seconds = now - self.epoch_start if self.epoch_start is not None else None
         loss, val_loss = float(logs.get("loss", math.nan)), float(logs.get("val_loss", math.nan))
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
-        logs["lr"] = lr                       # for TensorBoard (watch.py), which runs after this callback
+        logs["lr"] = lr  # for TensorBoard (watch.py), which runs after this callback
         r.losses = (loss, val_loss)
-        steps_seconds = (self.last_step_end - self.epoch_start
-                         if self.epoch_start is not None and self.last_step_end is not None else None)
-        r.row = {"epoch": epoch + 1, "loss": _finite(loss), "val_loss": _finite(val_loss), "lr": lr,
-                 "seconds": seconds, "steps_seconds": steps_seconds, **self._batch_facts(logs)}
+        steps_seconds = (
+            self.last_step_end - self.epoch_start
+            if self.epoch_start is not None and self.last_step_end is not None
+            else None
+        )
+        r.row = {
+            "epoch": epoch + 1,
+            "loss": _finite(loss),
+            "val_loss": _finite(val_loss),
+            "lr": lr,
+            "seconds": seconds,
+            "steps_seconds": steps_seconds,
+            **self._batch_facts(logs),
+        }
         if r.pass_losses:
             r.row["pass_val_losses"], r.pass_losses = r.pass_losses, []
 
@@ -245,7 +281,7 @@ class PassValidation(tf.keras.callbacks.Callback):
         total, count = 0.0, 0
         for x, y in self.val:
             n = int(x.shape[0])
-            total, count = total + float(self.loss_of(x, y)) * n, count + n   # a batch's loss is its mean
+            total, count = total + float(self.loss_of(x, y)) * n, count + n  # a batch's loss is its mean
         mean = self.average([tf.constant(total / max(count, 1), tf.float32)])[0]
         return _finite(float(mean))
 
@@ -302,12 +338,16 @@ class Checkpoint(tf.keras.callbacks.Callback):
         except tf.errors.OpError as e:
             if "No space left on device" not in str(e):
                 raise
-            for f in (self.out / "ckpt").glob(name + "[._]*"):    # this epoch's partial files; the last one stays
+            for f in (self.out / "ckpt").glob(name + "[._]*"):  # this epoch's partial files; the last one stays
                 shutil.rmtree(f) if f.is_dir() else f.unlink()
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.out / "ckpt")) from None
         prev = self.state.get("checkpoint")
-        self.state = {"epoch": epoch, "elapsed_s": self.record.row["seconds"],
-                      "checkpoint": os.path.relpath(path, self.out), "status": "running"}
+        self.state = {
+            "epoch": epoch,
+            "elapsed_s": self.record.row["seconds"],
+            "checkpoint": os.path.relpath(path, self.out),
+            "status": "running",
+        }
         write_atomic(self.out / "state.json", json.dumps(self.state))
         if prev and prev != self.state["checkpoint"]:
             for f in (self.out / "ckpt").glob(Path(prev).name + ".*"):
@@ -351,5 +391,6 @@ class LocalSync(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs["allreduces"] = rules.local_syncs_per_epoch(self.steps, self.local_steps) \
-                if self.model.workers > 1 else 0
+            logs["allreduces"] = (
+                rules.local_syncs_per_epoch(self.steps, self.local_steps) if self.model.workers > 1 else 0
+            )

@@ -11,6 +11,7 @@
 The number of workers comes from Horovod (or --emulate-workers), never from the config.
 Exit status: 0 trained (whatever the result status), 2 bad input, 1 anything else.
 """
+
 import argparse
 import atexit
 import errno
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         if not interrupts.stuck():
             atexit._run_exitfuncs()
-        interrupts.stay_for_rank_0(code)      # Horovod: or mpirun may drop rank 0's line
+        interrupts.stay_for_rank_0(code)  # Horovod: or mpirun may drop rank 0's line
         os._exit(code)
     return code
 
@@ -89,7 +90,7 @@ def _main(argv) -> int:
     # in one line at once (preflight.py), a dry run included
     check_sizes(cfg, args.mode, args.emulate_workers, args.resume, args.elastic)
     if args.dry_run:
-        if launcher_rank() == 0:     # Horovod: rank 0 alone prints
+        if launcher_rank() == 0:  # Horovod: rank 0 alone prints
             print("\n".join(dry_run_lines(cfg, args.mode, args.emulate_workers, args.out, args.resume)))
         return 0
     _train(cfg, args, argv)
@@ -99,48 +100,82 @@ def _main(argv) -> int:
 def _parser() -> argparse.ArgumentParser:
     # the spelling the user typed: python train.py, or deepdensity train (python -m deepdensity train)
     ap = parser(__doc__, "train.py" if Path(sys.argv[0]).name == "train.py" else "deepdensity train")
-    ap.add_argument("--mode", required=True, choices=policies.names(),
-                    help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)")
-    ap.add_argument("--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one setting, e.g. --set base_lr=0.002 (repeatable)")
-    ap.add_argument("--out", help="output folder (config.json, metrics.jsonl, result.json, weights.h5); "
-                                  "default: a new runs/MODE-nN-DATE-TIME/ (runs/: $DEEPDENSITY_RUNS if set), "
-                                  "printed at the start")
+    ap.add_argument(
+        "--mode",
+        required=True,
+        choices=policies.names(),
+        help="batch/lr policy: the paper's four (section IV), or one beyond it (docs/policies.md)",
+    )
+    ap.add_argument(
+        "--config", help="YAML file of settings that differ from the defaults (configs/paper.yaml, configs/smoke.yaml)"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set base_lr=0.002 (repeatable)",
+    )
+    ap.add_argument(
+        "--out",
+        help="output folder (config.json, metrics.jsonl, result.json, weights.h5); "
+        "default: a new runs/MODE-nN-DATE-TIME/ (runs/: $DEEPDENSITY_RUNS if set), "
+        "printed at the start",
+    )
     ap.add_argument("--no-save", action="store_true", help="write no run folder (a quick try)")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-    ap.add_argument("--emulate-workers", type=int, default=1, metavar="N",
-                    help="one process following the optimisation path of N Horovod workers")
-    ap.add_argument("--elastic", action="store_true",
-                    help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
-                         "(needs epoch_definition: global; docs/cluster.md)")
+    ap.add_argument(
+        "--emulate-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="one process following the optimisation path of N Horovod workers",
+    )
+    ap.add_argument(
+        "--elastic",
+        action="store_true",
+        help="go on when workers leave, under horovodrun --min-np/--max-np/--host-discovery-script "
+        "(needs epoch_definition: global; docs/cluster.md)",
+    )
     ap.add_argument("--quiet", action="store_true", help="no per-epoch output; the final status line is still printed")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="print the settings, the policy's arithmetic, the data and the run folder; train nothing")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the settings, the policy's arithmetic, the data and the run folder; train nothing",
+    )
     return ap
 
 
 def _train(cfg, args, argv) -> None:
     """Train as the flags say; an interrupt ends in one line that says where the run stands."""
     try:
-        interrupts.take_pending()       # a signal received so far is taken here
-        with interrupts.opened():       # importing TensorFlow takes seconds: a signal cuts it short
+        interrupts.take_pending()  # a signal received so far is taken here
+        with interrupts.opened():  # importing TensorFlow takes seconds: a signal cuts it short
             from deepdensity.training.trainer import train  # TensorFlow: --help, --dry-run and bad input need none
-        train(cfg, args.mode, args.out, resume=args.resume, emulate_workers=args.emulate_workers,
-              verbose=not args.quiet, elastic=args.elastic)
+        train(
+            cfg,
+            args.mode,
+            args.out,
+            resume=args.resume,
+            emulate_workers=args.emulate_workers,
+            verbose=not args.quiet,
+            elastic=args.elastic,
+        )
     except BaseException as e:
-        code = interrupts.settle(e)       # after a signal, whatever ended the run is its doing
+        code = interrupts.settle(e)  # after a signal, whatever ended the run is its doing
         if code is not None:
             interrupted = Interrupted(code)
             interrupted.args = (where_to_continue(args.out, argv),)
             raise interrupted from None
         if not isinstance(e, OSError) or e.errno != errno.ENOSPC:
             raise
-        free = shutil.disk_usage(args.out or ".").free / 2 ** 20 if Path(args.out or ".").exists() else None
-        raise UserError(f"{e.filename or args.out}: no space left on device"
-                        + (f" ({free:.0f} MB free there)" if free is not None else "")
-                        + "; the last complete checkpoint is kept: free some space; "
-                        + where_to_continue(args.out, argv).split("; ", 1)[-1]) from None
+        free = shutil.disk_usage(args.out or ".").free / 2**20 if Path(args.out or ".").exists() else None
+        raise UserError(
+            f"{e.filename or args.out}: no space left on device"
+            + (f" ({free:.0f} MB free there)" if free is not None else "")
+            + "; the last complete checkpoint is kept: free some space; "
+            + where_to_continue(args.out, argv).split("; ", 1)[-1]
+        ) from None
 
 
 def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
@@ -150,19 +185,24 @@ def dry_run_lines(cfg, mode: str, emulated: int, out, resume: bool) -> list:
     p = run_plan(cfg, mode, workers, launcher_size())
     defaults = Config().to_dict()
     changed = {k: v for k, v in cfg.to_dict().items() if v != defaults.get(k)}
-    lines = ["dry run: nothing is trained or written",
-             "settings that differ from the defaults (the paper's): "
-             + (", ".join(f"{k}={v!r}" for k, v in sorted(changed.items())) or "none"),
-             p.describe(cfg)]
+    lines = [
+        "dry run: nothing is trained or written",
+        "settings that differ from the defaults (the paper's): "
+        + (", ".join(f"{k}={v!r}" for k, v in sorted(changed.items())) or "none"),
+        p.describe(cfg),
+    ]
     n_train = _training_cubes(cfg.data_path)
     if n_train is None:
         lines.append(f"data: {shown(cfg.data_path)} (not there yet: the shipped settings' data is made on first use)")
     else:
         used = min(n_train, cfg.max_train_cubes or n_train)
         steps = rules.steps_per_epoch(used, p, cfg.epoch_definition)
-        lines.append(f"data: {shown(cfg.data_path)}, {n_train} training cubes"
-                     + (f" ({used} used: max_train_cubes)" if used < n_train else "") + f": {steps} steps an epoch "
-                     f"({cfg.epoch_definition} epochs), up to {cfg.max_epochs} epochs ({mode} N={workers})")
+        lines.append(
+            f"data: {shown(cfg.data_path)}, {n_train} training cubes"
+            + (f" ({used} used: max_train_cubes)" if used < n_train else "")
+            + f": {steps} steps an epoch "
+            f"({cfg.epoch_definition} epochs), up to {cfg.max_epochs} epochs ({mode} N={workers})"
+        )
     where = "nowhere (--no-save)" if out is None else f"{out} ({'resumed' if resume else 'new'})"
     return lines + [f"run folder: {where}"]
 
@@ -201,8 +241,10 @@ def where_to_continue(out, argv) -> str:
         return continuing.at_checkpoint(out, epoch, words, launcher_prefix())
     launch = continuing.relaunch(launcher_prefix())
     if holds_nothing_to_resume(out):
-        return (f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.goes_on(
-            "starts it again", f"start again with the same command: {launch}{continuing.quoted(words)}"))
+        return f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.goes_on(
+            "starts it again", f"start again with the same command: {launch}{continuing.quoted(words)}"
+        )
     # an epoch's metrics row without its checkpoint: --resume starts it afresh
     return f"no epoch was checkpointed in {shown(out)}; " + continuing.goes_on(
-        "starts it again there", f"start again there with: {launch}{continuing.resumed_words(words)}")
+        "starts it again there", f"start again there with: {launch}{continuing.resumed_words(words)}"
+    )

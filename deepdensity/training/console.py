@@ -12,6 +12,7 @@ C++ side's stderr (file descriptor 2) passes through `grep -v` of absl's line fo
 severities TF_CPP_MIN_LOG_LEVEL silences, while Python's own stderr keeps the real one (a
 terminal stays a terminal, and the progress bar with it).
 """
+
 from __future__ import annotations
 
 import io
@@ -33,8 +34,9 @@ def is_the_program(argv0: Optional[str] = None) -> bool:
     train), rather than a program that calls its main() (a test)? Only then is the process's
     stderr its to arrange."""
     prog = Path(sys.argv[0] if argv0 is None and sys.argv else argv0 or "")
-    return prog.name in ("train.py", "deepdensity") or (prog.name == "__main__.py"
-                                                         and prog.parent.name == "deepdensity")
+    return prog.name in ("train.py", "deepdensity") or (
+        prog.name == "__main__.py" and prog.parent.name == "deepdensity"
+    )
 
 
 def start() -> None:
@@ -58,12 +60,22 @@ def filter_native_logs() -> None:
         return
     sys.stderr.flush()
     own = os.dup(2)
-    _native_filter = subprocess.Popen([grep, "-a", "--line-buffered", "-v", "-E", pattern], stdin=subprocess.PIPE,
-                                      stdout=own, start_new_session=True, env={**os.environ, "LC_ALL": "C"})
+    _native_filter = subprocess.Popen(
+        [grep, "-a", "--line-buffered", "-v", "-E", pattern],
+        stdin=subprocess.PIPE,
+        stdout=own,
+        start_new_session=True,
+        env={**os.environ, "LC_ALL": "C"},
+    )
     os.dup2(_native_filter.stdin.fileno(), 2)
     _native_filter.stdin.close()
     encoding, errors = sys.stderr.encoding or "utf-8", sys.stderr.errors or "backslashreplace"
     # under mpirun a line must be one write: mpirun tags each chunk it reads, and a printed line
     # whose newline came apart ended "... --resume[1,0]<stderr>:" (controllers.under_mpirun)
-    sys.stderr = io.TextIOWrapper(io.FileIO(own, "w"), encoding=encoding, errors=errors, line_buffering=True,
-                                  write_through="OMPI_COMM_WORLD_SIZE" not in os.environ)
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(own, "w"),
+        encoding=encoding,
+        errors=errors,
+        line_buffering=True,
+        write_through="OMPI_COMM_WORLD_SIZE" not in os.environ,
+    )

@@ -5,6 +5,7 @@ wrap the optimizer, callbacks. Without Horovod's launcher, hvd.init() gives a wo
 one and the same code runs as a single worker. If Horovod is not installed at all,
 `Single` stands in, so the model and the tests of pure parts still work.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,11 +31,13 @@ def horovod_version():
     if hvd is None:
         return None
     import horovod
+
     return horovod.__version__
 
 
 class Single:
     """One process, no Horovod."""
+
     available = False
 
     def rank(self) -> int:
@@ -165,6 +168,7 @@ class Horovod(Single):
                 if "Horovod" in e.message:
                     raise HorovodInternalError(e) from None
                 raise RuntimeError(e.message) from e
+
         return hvd.elastic.run(resetting_on_lost_peers)
 
     def average(self, tensors: list) -> list:
@@ -235,7 +239,7 @@ def setup(intra_op_threads: int = 0, cycle_ms: float = 0.0):
     with set_for_init(controllers.lone_process_env(os.environ)):
         backend = Horovod() if hvd is not None else Single()
     if backend.rank() > 0:
-        drop_start_up_noise()          # Horovod: rank 0 alone prints TensorFlow's start-up lines
+        drop_start_up_noise()  # Horovod: rank 0 alone prints TensorFlow's start-up lines
     # Horovod: pin one GPU per local process (no-op on CPU-only hosts).
     # N processes on one host each get an equal share of its cores, not all of them.
     threads = intra_op_threads or max(1, (os.cpu_count() or 1) // backend.local_size())

@@ -3,6 +3,7 @@ run (or, in elastic training, to the next change of workers).
 
 `Training` is what every call needs, made once by the trainer and passed whole; what belongs
 to one call alone comes beside it: the epoch it starts from and the checkpoint state it resumes."""
+
 from __future__ import annotations
 
 import sys
@@ -23,16 +24,17 @@ from deepdensity.training.launch import Launch
 class Training:
     """One run's training. Elastic training fits again after every change of workers with the
     new N's launch and steps, and its commit callback (dataclasses.replace)."""
+
     cfg: Config
-    run: Launch                      # this process's part at the N that trains now
-    model: tf.keras.Model            # the policy's training model, compiled (trainer._compiled_model)
-    record: callbacks.RunRecord      # what the callbacks share, one for the whole run
-    data: tuple                      # (training cubes, validation cubes)
+    run: Launch  # this process's part at the N that trains now
+    model: tf.keras.Model  # the policy's training model, compiled (trainer._compiled_model)
+    record: callbacks.RunRecord  # what the callbacks share, one for the whole run
+    data: tuple  # (training cubes, validation cubes)
     ckpt: tf.train.Checkpoint
-    steps: int                       # steps per epoch at this N
-    kit: PolicyKit                   # what the policy's hooks build, one for the whole run
+    steps: int  # steps per epoch at this N
+    kit: PolicyKit  # what the policy's hooks build, one for the whole run
     verbose: bool
-    commit: Optional[tf.keras.callbacks.Callback] = None   # elastic: callbacks.CommitEachEpoch
+    commit: Optional[tf.keras.callbacks.Callback] = None  # elastic: callbacks.CommitEachEpoch
 
 
 def fit(t: Training, initial_epoch: int, state: Optional[dict]) -> Optional[dict]:
@@ -92,8 +94,11 @@ def _pass_validation(t: Training, feeds: Feeds) -> list:
     run = t.run
     if not t.cfg.validate_every_pass or run.p.policy.grows_batch:
         return []
-    return [callbacks.PassValidation(t.record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch),
-                                     run.backend.average)]
+    return [
+        callbacks.PassValidation(
+            t.record, feeds.val, rules.pass_length(feeds.n_train, run.p.base_batch), run.backend.average
+        )
+    ]
 
 
 class TakeSignals(tf.keras.callbacks.Callback):
@@ -148,7 +153,7 @@ class TakeSignals(tf.keras.callbacks.Callback):
     def _release(self) -> None:
         if self.holding:
             self.holding = False
-            interrupts.release()          # raises Interrupted for a signal held
+            interrupts.release()  # raises Interrupted for a signal held
 
     def close(self) -> None:
         """Fit ended in an exception: no window left open, no section left held."""

@@ -33,6 +33,7 @@ SIGUSR1 (RELAYED), which mpirun forwards to every rank at once, on every host; a
 as any interrupt and exits 0, because a non-zero exit starts the same kill on the ranks still
 saving. launch reports the interrupt's own exit status (horovodrun.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +55,7 @@ from deepdensity.utils.errors import (
     launcher_size,
 )
 
-_relayed_taken = False       # a rank that watches its launcher (launcher_watch.py) takes RELAYED
+_relayed_taken = False  # a rank that watches its launcher (launcher_watch.py) takes RELAYED
 
 
 def _codes() -> dict:
@@ -77,12 +78,12 @@ PEER_WAIT_S = 3.0
 
 
 class _State:
-    signum: Optional[int] = None     # the first signal received
+    signum: Optional[int] = None  # the first signal received
     before_run: Optional[list] = None  # train.py's words while it imports (hold_early): a signal ends it at once
-    holds = 0                        # sections a signal must not cut
-    opens = 0                        # windows where the handler raises at once
-    settled = False                  # the run ended as interrupted (settle): never raised again
-    stuck = False                    # a call left running in another thread (while_waiting)
+    holds = 0  # sections a signal must not cut
+    opens = 0  # windows where the handler raises at once
+    settled = False  # the run ended as interrupted (settle): never raised again
+    stuck = False  # a call left running in another thread (while_waiting)
 
     def reset(self) -> None:
         self.signum, self.holds, self.opens, self.settled, self.stuck = None, 0, 0, False, False
@@ -186,7 +187,7 @@ def handling(restore: bool = True):
     try:
         yield
     finally:
-        if restore:                       # and forget the block's signal: the next block is another run
+        if restore:  # and forget the block's signal: the next block is another run
             for s, handler in before.items():
                 signal.signal(s, handler)
             sys.unraisablehook = unraisable
@@ -199,9 +200,11 @@ def _lost_raise_unsaid(hook):
     handler's Interrupted itself, and, once a signal was received, any error, as `settle` takes
     the error that ends the run (the handler's raise inside the import machinery's lock
     callbacks came back as CPython's SystemError). take_pending raises it at the run's next point."""
+
     def quiet(unraisable):
         if not isinstance(unraisable.exc_value, Interrupted) and _state.signum is None:
             hook(unraisable)
+
     return quiet
 
 
@@ -264,10 +267,11 @@ def while_waiting(call):
     def run():
         try:
             done["value"] = call()
-        except BaseException as e:            # raised again in the waiting thread
+        except BaseException as e:  # raised again in the waiting thread
             done["error"] = e
         finally:
             finished.set()
+
     threading.Thread(target=run, name="deepdensity-waited", daemon=True).start()
     try:
         while not finished.wait(0.05):
@@ -293,7 +297,7 @@ def settle(error: BaseException) -> Optional[int]:
         code = pending()
         return getattr(error, "code", EXIT_SIGINT if code is None else code)
     if _state.signum is None and peers_gone(error):
-        _state.holds += 1            # the signal is awaited here, not raised
+        _state.holds += 1  # the signal is awaited here, not raised
         try:
             deadline = time.monotonic() + PEER_WAIT_S
             while _state.signum is None and time.monotonic() < deadline:

@@ -5,6 +5,7 @@ One kit per run, made by the trainer before the model: it holds what stays the s
 run trains, the settings and the backend whose allreduce the hand-averaging steps call. What
 belongs to one call of fit (in elastic training, one per N) is an argument of the hook that
 needs it: the fit's feeds, to `callbacks`, whose adaptive callback grows the feed's batch."""
+
 from __future__ import annotations
 
 from deepdensity.config import Config
@@ -36,8 +37,14 @@ class PolicyKit:
     def _by_hand(self, step_class, model, p):
         # parts: the workers this process holds; Horovod: `average` is the allreduce these
         # steps call by hand
-        return step_class(model.inputs, model.outputs, name=model.name, parts=p.workers // p.processes,
-                          workers=p.workers, average=self.backend.average)
+        return step_class(
+            model.inputs,
+            model.outputs,
+            name=model.name,
+            parts=p.workers // p.processes,
+            workers=p.workers,
+            average=self.backend.average,
+        )
 
     def adaptive_batch(self, feeds):
         """De et al.'s big-batch test at the end of every epoch, growing the batch of this fit's

@@ -1,5 +1,6 @@
 """Who this process is in a run, and what the run's policy asks of it (the plan at the world
 size Horovod reports now). Made once at start-up, and again after an elastic change of N."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,16 +20,17 @@ from deepdensity.training.agree import Ranks
 @dataclass
 class Launch:
     """This process's part in the run."""
-    backend: object                  # dist.Horovod, or dist.Single without Horovod
+
+    backend: object  # dist.Horovod, or dist.Single without Horovod
     threads: int
     rank: int
-    processes: int                   # Horovod's world size
-    workers: int                     # N: the world size, or the emulated N
+    processes: int  # Horovod's world size
+    workers: int  # N: the world size, or the emulated N
     p: ScalingPlan
     out: Optional[Path]
-    say: object                      # print on rank 0 unless quiet, else nothing
-    tell: object                     # print on rank 0, quiet or not (how the run ended)
-    elastic: bool = False            # N may change between epochs (Horovod elastic)
+    say: object  # print on rank 0 unless quiet, else nothing
+    tell: object  # print on rank 0, quiet or not (how the run ended)
+    elastic: bool = False  # N may change between epochs (Horovod elastic)
 
     @property
     def is_chief(self) -> bool:
@@ -44,8 +46,9 @@ class Launch:
         return Ranks(self.backend)
 
 
-def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int, verbose: bool,
-           elastic: bool = False) -> Launch:
+def launch(
+    cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int, verbose: bool, elastic: bool = False
+) -> Launch:
     """Start Horovod (or one process without it) and work out this process's part."""
     if emulate_workers < 1:
         raise ConfigError("--emulate-workers must be >= 1")
@@ -62,10 +65,20 @@ def launch(cfg: Config, mode: str, out_dir: Optional[str], emulate_workers: int,
     if emulate_workers > 1 and processes > 1:
         raise ConfigError("--emulate-workers is for one process; under horovodrun the workers are real")
     if elastic and not backend.elastic_launched():
-        raise ConfigError("--elastic needs an elastic launch: horovodrun -np N --min-np M --max-np N "
-                          "--host-discovery-script SCRIPT ... (docs/cluster.md)")
-    return as_launch(cfg, mode, backend, threads, rules.workers(processes, emulate_workers),
-                     Path(out_dir) if out_dir else None, verbose, elastic)
+        raise ConfigError(
+            "--elastic needs an elastic launch: horovodrun -np N --min-np M --max-np N "
+            "--host-discovery-script SCRIPT ... (docs/cluster.md)"
+        )
+    return as_launch(
+        cfg,
+        mode,
+        backend,
+        threads,
+        rules.workers(processes, emulate_workers),
+        Path(out_dir) if out_dir else None,
+        verbose,
+        elastic,
+    )
 
 
 def quiet_python_logs(rank: int) -> None:
@@ -77,7 +90,7 @@ def quiet_python_logs(rank: int) -> None:
     if not any(isinstance(f, _SlowCallbackFilter) for f in logger.filters):
         logger.addFilter(_SlowCallbackFilter())
     if rank > 0:
-        logger.setLevel("ERROR")          # Horovod: rank 0 alone prints
+        logger.setLevel("ERROR")  # Horovod: rank 0 alone prints
 
 
 class _SlowCallbackFilter:
@@ -85,8 +98,9 @@ class _SlowCallbackFilter:
         return "is slow compared to the batch time" not in str(record.msg)
 
 
-def as_launch(cfg: Config, mode: str, backend, threads: int, workers: int, out: Optional[Path], verbose: bool,
-              elastic: bool) -> Launch:
+def as_launch(
+    cfg: Config, mode: str, backend, threads: int, workers: int, out: Optional[Path], verbose: bool, elastic: bool
+) -> Launch:
     """This process's part in the run at the world size Horovod reports now."""
     rank, processes = backend.rank(), backend.size()
     # Horovod: scale batch and lr by the policy (all arithmetic lives in scaling/policies.py).

@@ -12,6 +12,7 @@ prints the command that continues it, every rank exits 0 (a non-zero exit would 
 kill of the ranks still saving), and mpirun ends with them. Under Gloo (horovodrun's own
 processes signal the ranks) and under `deepdensity launch` (which relays) nothing is watched.
 No TensorFlow here: it runs before TensorFlow is imported."""
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,17 @@ from deepdensity.launch.signals import RELAYED
 from deepdensity.training import interrupts
 from deepdensity.utils.errors import LAUNCH_PREFIX_ENV
 
-POLL_S = 0.2        # the watch's period: the ranks notice within a fifth of a second of each other
+POLL_S = 0.2  # the watch's period: the ranks notice within a fifth of a second of each other
 
 
 def is_horovodruns_shell(argv: list) -> bool:
     """Is this the shell plain horovodrun became: `/bin/sh -c 'mpirun ...'` (horovod/runner/mpi_run.py)?"""
-    return len(argv) >= 3 and Path(argv[0]).name in SHELLS and argv[1] == "-c" \
+    return (
+        len(argv) >= 3
+        and Path(argv[0]).name in SHELLS
+        and argv[1] == "-c"
         and argv[2].lstrip().split(" ", 1)[0] in MPI_LAUNCHERS
+    )
 
 
 def watched(env: Mapping[str, str], pid: Optional[int] = None) -> Optional[tuple]:
@@ -64,5 +69,6 @@ def start(env: Mapping[str, str] = os.environ) -> bool:
         while not launcher_gone(pid, *found):
             time.sleep(POLL_S)
         os.kill(pid, RELAYED)
+
     threading.Thread(target=watch, name="deepdensity-launcher-watch", daemon=True).start()
     return True

@@ -10,6 +10,7 @@ gradient and Adam's two slots) and the rendering's working set, which grows with
 and the components, at the growth measured on each stack by `python -m
 deepdensity.perf.memory_probe` (docs/performance.md#memory), and, where the rendering stores a
 (B, K, V) tensor (rendering: tf, xla: step), that tensor once."""
+
 from __future__ import annotations
 
 import os
@@ -36,15 +37,15 @@ PER_SAMPLE_COMPONENT = {
 # What TensorFlow itself holds before any of the above: below the intercepts of the same
 # measurements, for a machine of fewer cores, whose allocator keeps fewer arenas, so that the
 # need stays below every peak measured
-BASE = (1.5e9, 0.5e9)           # (address space, resident), bytes
-BYTES_A_WEIGHT = 16             # float32 weight, its gradient, Adam's two slots
+BASE = (1.5e9, 0.5e9)  # (address space, resident), bytes
+BYTES_A_WEIGHT = 16  # float32 weight, its gradient, Adam's two slots
 
 
 @dataclass(frozen=True)
 class Limit:
     bytes: int
-    what: str                   # "this machine's memory", "the address-space limit (ulimit -v)", ...
-    address_space: bool         # held against the virtual size, not the resident one
+    what: str  # "this machine's memory", "the address-space limit (ulimit -v)", ...
+    address_space: bool  # held against the virtual size, not the resident one
 
 
 def limits() -> list:
@@ -82,12 +83,12 @@ def cgroup_limit(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/se
         else:
             continue
         parts = [p for p in path.split("/") if p]
-        for depth in range(len(parts), -1, -1):         # the group itself, then each parent
+        for depth in range(len(parts), -1, -1):  # the group itself, then each parent
             try:
                 text = (base.joinpath(*parts[:depth]) / name).read_text().strip()
             except OSError:
                 continue
-            if text.isdigit() and int(text) < 2 ** 60:
+            if text.isdigit() and int(text) < 2**60:
                 found.append(int(text))
     return min(found) if found else None
 
@@ -98,11 +99,11 @@ def heads_weights(n_components: int, latent_dim: int, ndim: int = 3) -> int:
     return n_components * (ndim * ndim + 3 * ndim + 2) // 2 * (latent_dim + 1)
 
 
-def rendering_need(cfg, batch: int, new_tf: bool, voxels: int = 16 ** 3) -> tuple:
+def rendering_need(cfg, batch: int, new_tf: bool, voxels: int = 16**3) -> tuple:
     """(address space, resident) bytes the rendering and the heads need at least at a pass of
     `batch` samples, on TensorFlow 2.16 or later (`new_tf`) or before. The working set's growth
     was measured on 16^3 cubes: a smaller cube's is taken as that share of it."""
-    per = [p * min(1.0, voxels / 16 ** 3) for p in PER_SAMPLE_COMPONENT[new_tf]]
+    per = [p * min(1.0, voxels / 16**3) for p in PER_SAMPLE_COMPONENT[new_tf]]
     weights = heads_weights(cfg.n_components, cfg.latent_dim) * BYTES_A_WEIGHT
     stored = batch * cfg.n_components * voxels * 4 if (cfg.rendering == "tf" or cfg.xla == "step") else 0
     return tuple(batch * cfg.n_components * p + weights + stored for p in per)
@@ -114,18 +115,20 @@ def on_a_gpu() -> bool:
     return visible not in ("", "-1") and Path("/dev/nvidia0").exists()
 
 
-def check(cfg, batch: int, held: int, tf_release: tuple, instead: str, voxels: int = 16 ** 3) -> Optional[str]:
+def check(cfg, batch: int, held: int, tf_release: tuple, instead: str, voxels: int = 16**3) -> Optional[str]:
     """The one line that refuses the run, or None when it fits: `batch` the samples of one pass
     (the per-process batch, or its max_pass_batch slices), `held` the bytes the run holds besides
     (its batch of cubes and its sample order), `instead` what to change."""
     model = (0, 0) if on_a_gpu() else rendering_need(cfg, batch, tf_release >= (2, 16), voxels)
     for limit in limits():
-        kind = 0 if limit.address_space else 1          # which of the (address space, resident) pairs
+        kind = 0 if limit.address_space else 1  # which of the (address space, resident) pairs
         need = held + BASE[kind] + model[kind]
         if need > limit.bytes:
-            return (f"n_components = {cfg.n_components} at {batch} samples a pass needs at least "
-                    f"{size_text(need)} of {('address space', 'memory')[kind]} (TensorFlow's own "
-                    f"{size_text(BASE[kind])}, the rendering and the heads' weights {size_text(model[kind])}, "
-                    f"the cubes and sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; "
-                    f"{instead}")
+            return (
+                f"n_components = {cfg.n_components} at {batch} samples a pass needs at least "
+                f"{size_text(need)} of {('address space', 'memory')[kind]} (TensorFlow's own "
+                f"{size_text(BASE[kind])}, the rendering and the heads' weights {size_text(model[kind])}, "
+                f"the cubes and sample order {size_text(held)}); {limit.what} is {size_text(limit.bytes)}; "
+                f"{instead}"
+            )
     return None

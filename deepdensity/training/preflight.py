@@ -1,6 +1,7 @@
 """What a run is checked for before Horovod starts or anything is written: the policy's plan at
 this N, the data's steps per epoch, and the memory one process must hold (trainer.py calls it
 first; memory.py the model's part). No TensorFlow here."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,7 +33,7 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
     workers = rules.workers(processes, emulate_workers)
     shape = data_shape(cfg.data_path)
     if workers < 1 or (emulate_workers > 1 and processes > 1) or elastic or shape is None:
-        return      # launch() and load_cubes() say what is wrong; an elastic run's N is real workers
+        return  # launch() and load_cubes() say what is wrong; an elastic run's N is real workers
     n_train, voxels = shape
     n_used = min(n_train, cfg.max_train_cubes or n_train)
     p = run_plan(cfg, mode, workers, processes)
@@ -50,16 +51,20 @@ def check_sizes(cfg: Config, mode: str, emulate_workers: int, resume: bool = Fal
             raise ConfigError(refused)
         return
     n_text = f"--emulate-workers {workers}" if emulate_workers > 1 else f"N = {workers}"
-    raise ConfigError(f"{n_text} is more than this machine can hold: one process's batch of "
-                      f"{p.per_process_batch} cubes ({size_text(batch)}) and the run's sample order, {epochs} "
-                      f"epoch{'s' if epochs > 1 else ''} of {steps} steps of {p.global_batch} ({size_text(order)}), "
-                      f"need at least {size_text(need)} of memory; it has {size_text(have)}: at most about "
-                      f"N = {max(1, int(workers * have / need))} fits")
+    raise ConfigError(
+        f"{n_text} is more than this machine can hold: one process's batch of "
+        f"{p.per_process_batch} cubes ({size_text(batch)}) and the run's sample order, {epochs} "
+        f"epoch{'s' if epochs > 1 else ''} of {steps} steps of {p.global_batch} ({size_text(order)}), "
+        f"need at least {size_text(need)} of memory; it has {size_text(have)}: at most about "
+        f"N = {max(1, int(workers * have / need))} fits"
+    )
 
 
 # what a run refused for its memory can change
-WHAT_FITS = ("lower n_components, or the samples of a pass (batch_size, or max_pass_batch where one process "
-             "emulates workers); docs/performance.md#memory")
+WHAT_FITS = (
+    "lower n_components, or the samples of a pass (batch_size, or max_pass_batch where one process "
+    "emulates workers); docs/performance.md#memory"
+)
 
 
 def data_shape(path: str) -> Optional[tuple]:
@@ -67,8 +72,9 @@ def data_shape(path: str) -> Optional[tuple]:
     default data set not made yet; None when neither says (the loader then names the problem)."""
     if not Path(path).exists():
         recipe = synth.DEFAULT_DATA.get(path)
-        return (recipe[0] - recipe[1], 16 ** 3) if recipe else None    # write_synthetic's default cube
+        return (recipe[0] - recipe[1], 16**3) if recipe else None  # write_synthetic's default cube
     import h5py
+
     check_regular_data(path)
     try:
         with h5py.File(path, "r") as f:

@@ -1,6 +1,7 @@
 """What a run shows while it trains, on rank 0: a line per epoch and how the run ended
 (`Progress`), and on a terminal a bar for the epoch in progress (`EpochBar`). Callbacks of the
 run's list (fit.run_callbacks; `Progress` last, callbacks.MUST_FOLLOW)."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ class Progress(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         row, (loss, val_loss) = self.record.row, self.record.losses
-        if self.lines and interrupts.pending() is None:     # after a Ctrl-C, the one line is where the run stands
+        if self.lines and interrupts.pending() is None:  # after a Ctrl-C, the one line is where the run stands
             self.say(epoch_line(epoch + 1, loss, val_loss, row["lr"], self.record.epoch_seconds, row["seconds"]))
 
     def finish(self) -> None:
@@ -31,13 +32,15 @@ class Progress(tf.keras.callbacks.Callback):
         self.tell(self.record.final_line())
 
 
-def epoch_line(epoch: int, loss: float, val_loss: float, lr: float, epoch_seconds: Optional[float],
-               total_seconds: float) -> str:
+def epoch_line(
+    epoch: int, loss: float, val_loss: float, lr: float, epoch_seconds: Optional[float], total_seconds: float
+) -> str:
     """`epoch    3  loss 0.0071  val_loss 0.0069  lr 0.00105     0.52s  (total 6.1s)`: the epoch's
     own seconds, then the run's since its start (before a resume included)."""
     own = f"{epoch_seconds:7.2f}s" if epoch_seconds is not None else "      ?s"
-    return (f"epoch {epoch:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {lr:.6g}  {own}  "
-            f"(total {total_seconds:.1f}s)")
+    return (
+        f"epoch {epoch:4d}  loss {loss:.6g}  val_loss {val_loss:.6g}  lr {lr:.6g}  {own}  (total {total_seconds:.1f}s)"
+    )
 
 
 class EpochBar(tf.keras.callbacks.Callback):
@@ -51,8 +54,15 @@ class EpochBar(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         from tqdm import tqdm
-        self.bar = tqdm(total=self.params.get("steps"), desc=f"{self.desc} epoch {epoch + 1}", unit="step",
-                        leave=False, file=sys.stderr, ncols=bar_width())
+
+        self.bar = tqdm(
+            total=self.params.get("steps"),
+            desc=f"{self.desc} epoch {epoch + 1}",
+            unit="step",
+            leave=False,
+            file=sys.stderr,
+            ncols=bar_width(),
+        )
 
     def on_train_batch_end(self, batch, logs=None):
         self.bar.update(1)

@@ -1,5 +1,6 @@
 """The run's data: the data set the shipped settings name, made where it is missing (rank 0 writes
 it, the others wait), and the cubes as the model sees them (the study clock's step probe too)."""
+
 from __future__ import annotations
 
 import sys
@@ -20,11 +21,13 @@ def make_default_data(path: str, run: Launch) -> None:
         return
     if run.is_chief:
         n, n_val, seed = recipe
-        run.tell(f"making the default data set {path}: {n} synthetic cubes, {n_val} of them for validation, "
-                 f"seed {seed} (python -m deepdensity.data synth --out {path} --n {n} --val {n_val} --seed {seed})")
-        with interrupts.opened():         # seconds of NumPy, written atomically: a signal cuts it short
+        run.tell(
+            f"making the default data set {path}: {n} synthetic cubes, {n_val} of them for validation, "
+            f"seed {seed} (python -m deepdensity.data synth --out {path} --n {n} --val {n_val} --seed {seed})"
+        )
+        with interrupts.opened():  # seconds of NumPy, written atomically: a signal cuts it short
             synth.write_synthetic(path, n, n_val, seed, progress=run.say is print and sys.stderr.isatty())
-    run.ranks.wait_for_chief()      # Horovod: the others wait here until rank 0's file is complete
+    run.ranks.wait_for_chief()  # Horovod: the others wait here until rank 0's file is complete
 
 
 def training_data(cfg: Config, say=print) -> tuple:

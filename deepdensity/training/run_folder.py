@@ -5,6 +5,7 @@ epoch and at the end. Rank 0 alone reads and writes it; what the other ranks mus
 runs.py reads and writes the folder's files without TensorFlow (the study driver needs them);
 this module adds what a training process does with them: the checkpoint, the resume point,
 the final weights."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,14 +60,18 @@ def check_out_dir(out: Path, resume: bool) -> Optional[dict]:
         if not state_path.exists():
             return None
         state = read_json(state_path, "epoch to resume from")
-        if not (isinstance(state.get("epoch"), int) and isinstance(state.get("elapsed_s"), (int, float))
-                and isinstance(state.get("checkpoint"), str)):
+        if not (
+            isinstance(state.get("epoch"), int)
+            and isinstance(state.get("elapsed_s"), (int, float))
+            and isinstance(state.get("checkpoint"), str)
+        ):
             raise DamagedRun(f"{state_path} is damaged (no epoch, elapsed_s or checkpoint); {START_AFRESH}")
         return state
     if (state_path.exists() or (out / "metrics.jsonl").exists()) and not holds_nothing_to_resume(out):
-        raise RunError(f"output folder {out} already holds a run; pass --resume to continue it, "
-                       f"or choose another --out")
-    return None     # a new run, or one stopped before its first checkpoint started again
+        raise RunError(
+            f"output folder {out} already holds a run; pass --resume to continue it, or choose another --out"
+        )
+    return None  # a new run, or one stopped before its first checkpoint started again
 
 
 def resume_identity(cfg: Config, run: Launch) -> dict:
@@ -82,16 +87,23 @@ def check_resume(out: Path, wanted: dict) -> None:
     changes = resume_changes(saved, wanted, {**Config().to_dict(), "elastic": False})
     if changes:
         what = ", ".join(f"{key} {old!r} -> {new!r}" for key, old, new in changes)
-        raise RunError(f"{out} holds a run with other settings ({what}); a resume continues the same "
-                       f"optimisation path, so only {', '.join(RESUMABLE)} may change: start a new run "
-                       f"with another --out")
+        raise RunError(
+            f"{out} holds a run with other settings ({what}); a resume continues the same "
+            f"optimisation path, so only {', '.join(RESUMABLE)} may change: start a new run "
+            f"with another --out"
+        )
 
 
 def finished(state: Optional[dict], cfg: Config, run: Launch) -> bool:
     """Is the run in the folder final? A run stopped at the epoch cap is extended by a larger
     max_epochs; the others are final. Rank 0 read the folder; every rank learns its answer."""
-    done = bool(state and (state.get("status") in FINAL or
-                           (state.get("status") == RunStatus.CAPPED and state["epoch"] + 1 >= cfg.max_epochs)))
+    done = bool(
+        state
+        and (
+            state.get("status") in FINAL
+            or (state.get("status") == RunStatus.CAPPED and state["epoch"] + 1 >= cfg.max_epochs)
+        )
+    )
     return run.ranks.any(done)
 
 

@@ -1,4 +1,5 @@
 """A run folder's files, read and written without TensorFlow (the study driver needs them too)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,7 +31,8 @@ RESUMABLE = {
     "deterministic": "kernel choice only",
     "tensorboard_images_every": "what is logged only",
     "validate_every_pass": "what is logged only: validation reads the weights, never changes them",
-    "stall_patience": "where the run stops, never its path (the study's stall check continues stopped runs with it off)",
+    "stall_patience": "where the run stops, never its path "
+    "(the study's stall check continues stopped runs with it off)",
     "stall_near": "where the run stops, never its path",
     "stall_near_patience": "where the run stops, never its path",
 }
@@ -88,12 +90,17 @@ def resume_changes(saved: dict, wanted: dict, defaults: dict) -> list:
     """[(key, saved value, wanted value)] for every setting outside RESUMABLE that the
     resume would change. A key the saved run lacks was written before that setting
     existed, when the run behaved as its default."""
+
     def same(a, b):
         a = list(a) if isinstance(a, (list, tuple)) else a
         b = list(b) if isinstance(b, (list, tuple)) else b
         return a == b
-    return [(key, saved.get(key, defaults.get(key)), value) for key, value in wanted.items()
-            if key not in RESUMABLE and not same(saved.get(key, defaults.get(key)), value)]
+
+    return [
+        (key, saved.get(key, defaults.get(key)), value)
+        for key, value in wanted.items()
+        if key not in RESUMABLE and not same(saved.get(key, defaults.get(key)), value)
+    ]
 
 
 def data_fingerprint(path) -> str:
@@ -112,8 +119,17 @@ def other_data(saved: dict, fingerprint: str) -> bool:
 
 # What a run writes into its folder (files of its own, or of the ledger's copy of a run), and
 # what its config.json has always held beside the settings: its mode and N
-RUN_ENTRIES = ("config.json", "metrics.jsonl", "state.json", "result.json", "weights.h5", "workers.jsonl",
-               "ckpt", "tb", "from_ledger.json")
+RUN_ENTRIES = (
+    "config.json",
+    "metrics.jsonl",
+    "state.json",
+    "result.json",
+    "weights.h5",
+    "workers.jsonl",
+    "ckpt",
+    "tb",
+    "from_ledger.json",
+)
 RUN_CONFIG_KEYS = ("mode", "workers", "base_lr", "n_components")
 
 
@@ -122,8 +138,12 @@ def made_before_marks(out) -> bool:
     FOLDER_MARK)? Only names a run writes (their temporaries too: NAME.*.tmp), and a config.json
     that names the run's mode and N beside its settings, as no config.json of the user's does."""
     out = Path(out)
-    written = lambda name: name in RUN_ENTRIES or any(  # noqa: E731
-        name.startswith(entry + ".") and name.endswith((".tmp", ".h5")) for entry in RUN_ENTRIES)
+
+    def written(name: str) -> bool:
+        return name in RUN_ENTRIES or any(
+            name.startswith(entry + ".") and name.endswith((".tmp", ".h5")) for entry in RUN_ENTRIES
+        )
+
     return all(written(p.name) for p in out.iterdir()) and json_with(out / "config.json", RUN_CONFIG_KEYS)
 
 
@@ -152,9 +172,11 @@ def died_unsaid(out) -> Optional[str]:
     out = Path(out)
     if not (out / RUNNING_MARK).exists() or not holds_nothing_to_resume(out):
         return None
-    return (f"{out}: the last run here ended without a word before finishing its first epoch (a crash: out of "
-            f"memory, where TensorFlow aborts with std::bad_alloc, or a kill); starting it again; if it dies "
-            f"again: fewer n_components or a smaller batch (docs/performance.md#memory)")
+    return (
+        f"{out}: the last run here ended without a word before finishing its first epoch (a crash: out of "
+        f"memory, where TensorFlow aborts with std::bad_alloc, or a kill); starting it again; if it dies "
+        f"again: fewer n_components or a smaller batch (docs/performance.md#memory)"
+    )
 
 
 def continue_command(run_dir, saved: dict) -> str:
@@ -220,6 +242,7 @@ def locked(out: Path, holder_is: str = "another training process", instead: str 
     kernel's (flock on the folder), so a killed holder releases it. A folder that cannot be
     made is left to the caller's own check."""
     import fcntl
+
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out, os.O_RDONLY)
@@ -231,9 +254,10 @@ def locked(out: Path, holder_is: str = "another training process", instead: str 
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _flock_holder(out)
-            raise RunInUse(f"{out} is in use by {holder_is}"
-                           f"{f' (pid {holder})' if holder else ''}; wait for it to end, or {instead}") \
-                from None
+            raise RunInUse(
+                f"{out} is in use by {holder_is}"
+                f"{f' (pid {holder})' if holder else ''}; wait for it to end, or {instead}"
+            ) from None
         yield
     finally:
         os.close(fd)

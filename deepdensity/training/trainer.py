@@ -7,6 +7,7 @@ and the policy's plan), run_folder.py (the folder and resume), resuming.py (a re
 run_data.py (the data set), run_config.py (config.json), feeds.py (the data as tf.data), fit.py
 (the fit loop and its callbacks), elastic.py (a changing N), agree.py (what ranks agree on).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,12 +36,20 @@ from deepdensity.utils.files import remove_if_unused
 __all__ = ["train", "RunError"]
 
 
-def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = False,
-          emulate_workers: int = 1, verbose: bool = True, elastic: bool = False) -> dict:
+def train(
+    cfg: Config,
+    mode: str,
+    out_dir: Optional[str] = None,
+    resume: bool = False,
+    emulate_workers: int = 1,
+    verbose: bool = True,
+    elastic: bool = False,
+) -> dict:
     """Train until the target, the epoch cap or divergence; returns result.json's content.
 
     A run refused before it wrote anything (bad data, a resume that does not match) leaves
-    no empty output folder behind, nor the parents it made for it. `elastic`: under an elastic horovodrun, go on when workers
+    no empty output folder behind, nor the parents it made for it. `elastic`: under an elastic horovodrun, go
+    on when workers
     leave (policies.elastic_problem says which runs can)."""
     run = launch(cfg, mode, out_dir, emulate_workers, verbose, elastic)
     made = _missing_folders(run.out)
@@ -56,7 +65,7 @@ def train(cfg: Config, mode: str, out_dir: Optional[str] = None, resume: bool = 
         except (ConfigError, DataError, RunError, DamagedRun):
             if run.is_chief:
                 run_folder.ended(run.out)
-                for folder in made:          # the run folder first, then the parents made for it
+                for folder in made:  # the run folder first, then the parents made for it
                     remove_if_unused(folder)
             raise
 
@@ -80,12 +89,11 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     interrupts.take_pending()
     cubes, train_x, val_x, steps = _data_and_steps(cfg, run, emulate_workers)
     interrupts.take_pending()
-    kit = PolicyKit(cfg, run.backend)          # what the policy's hooks build, for the whole run
+    kit = PolicyKit(cfg, run.backend)  # what the policy's hooks build, for the whole run
     model, optimizer = _compiled_model(cfg, run, kit, cubes, steps)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
     fingerprint = runs.data_fingerprint(cfg.data_path) if run.writes else None
-    run.ranks.chief_check(lambda: check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint),
-                          bool(state))
+    run.ranks.chief_check(lambda: check_same_data(cfg, run.out, len(train_x), len(val_x), fingerprint), bool(state))
     initial_epoch, elapsed_before = run_folder.resume_point(ckpt, run, state)
     interrupts.take_pending()
     # Horovod: start every worker from rank 0's weights and optimizer state.
@@ -93,11 +101,18 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
     run.p.policy.start(model)
 
     _describe(run, cfg, cubes, len(train_x), len(val_x), steps, model.grad_slices)
-    if initial_epoch > cfg.max_epochs:         # before the folder takes the resume's settings
-        raise RunError(f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
-                       f"{cfg.max_epochs}; raise max_epochs to train further")
-    val_history = run_folder.start_files(run.out, initial_epoch, run_config(
-        cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)) if run.writes else []
+    if initial_epoch > cfg.max_epochs:  # before the folder takes the resume's settings
+        raise RunError(
+            f"the checkpoint in {run.out} is at epoch {initial_epoch}, max_epochs is "
+            f"{cfg.max_epochs}; raise max_epochs to train further"
+        )
+    val_history = (
+        run_folder.start_files(
+            run.out, initial_epoch, run_config(cfg, run, emulate_workers, steps, len(train_x), len(val_x), fingerprint)
+        )
+        if run.writes
+        else []
+    )
     if initial_epoch and run.writes:
         run.say(resumed_line(run.out, initial_epoch, state, len(val_history)))
     record = callbacks.RunRecord(run.p, cfg, steps, elapsed_before, val_history)
@@ -106,8 +121,17 @@ def _train_in(cfg: Config, run: Launch, resume: bool, emulate_workers: int, verb
         run_folder.last_epoch_again(record, read_metrics(run.out) if run.writes else [])
         run.tell(record.final_line())
         return run_folder.save_run(model, record, run, state)
-    t = Training(cfg=cfg, run=run, model=model, record=record, data=(train_x, val_x), ckpt=ckpt, steps=steps,
-                 kit=kit, verbose=verbose)
+    t = Training(
+        cfg=cfg,
+        run=run,
+        model=model,
+        record=record,
+        data=(train_x, val_x),
+        ckpt=ckpt,
+        steps=steps,
+        kit=kit,
+        verbose=verbose,
+    )
     return _fit_and_save(t, initial_epoch, state)
 
 
@@ -115,9 +139,14 @@ def _data_and_steps(cfg: Config, run: Launch, emulate_workers: int) -> tuple:
     """(cubes file, training cubes, validation cubes, steps per epoch), once every rank is known
     to run the same settings on the same data."""
     # the data by its content, not its path (hosts may keep their copies in other places)
-    run.ranks.require_same({**{k: v for k, v in cfg.to_dict().items() if k != "data_path"}, "mode": run.p.mode,
-                            "emulate_workers": emulate_workers, "data_fingerprint":
-                            runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None})
+    run.ranks.require_same(
+        {
+            **{k: v for k, v in cfg.to_dict().items() if k != "data_path"},
+            "mode": run.p.mode,
+            "emulate_workers": emulate_workers,
+            "data_fingerprint": runs.data_fingerprint(cfg.data_path) if Path(cfg.data_path).is_file() else None,
+        }
+    )
     cubes, train_x, val_x = training_data(cfg, run.say)
     try:
         steps = rules.steps_per_epoch(len(train_x), run.p, cfg.epoch_definition)
@@ -154,8 +183,9 @@ def _compiled_model(cfg: Config, run: Launch, kit: PolicyKit, cubes, steps: int)
         # Horovod: wrap the optimizer so gradients are averaged over workers (the policies
         # beyond the paper average by hand in their training step, model/steps.py).
         optimizer = run.backend.wrap_optimizer(optimizer, cfg.allreduce_groups)
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(),
-                  jit_compile=cfg.xla == "step")
+    model.compile(
+        optimizer=optimizer, loss=tf.keras.losses.MeanSquaredLogarithmicError(), jit_compile=cfg.xla == "step"
+    )
     dist.create_slots(model, optimizer)
     return model, optimizer
 
@@ -167,11 +197,17 @@ def _describe(run: Launch, cfg: Config, cubes, n_train: int, n_val: int, steps: 
     held = len(cubes.train)
     used = f"  ({held} in the file; max_train_cubes = {cfg.max_train_cubes})" if n_train < held else ""
     say(f"data: {shown(cfg.data_path)}  train {n_train} cubes{used}  val {n_val}  cube {cubes.grid_size}^{cubes.ndim}")
-    say(f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
+    say(
+        f"epoch ({cfg.epoch_definition}): {steps} steps of {p.global_batch} = "
         f"{steps * p.global_batch / rules.pass_length(n_train, p.base_batch):g} pass(es) of "
-        f"{rules.pass_length(n_train, p.base_batch)} cubes")
-    say(f"threads per process: {run.threads}  Horovod cycle {dist.cycle_ms_in_effect():g} ms  "
-        f"target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs")
+        f"{rules.pass_length(n_train, p.base_batch)} cubes"
+    )
+    say(
+        f"threads per process: {run.threads}  Horovod cycle {dist.cycle_ms_in_effect():g} ms  "
+        f"target val_loss {cfg.target_loss:g}  cap {cfg.max_epochs} epochs"
+    )
     if grad_slices > 1:
-        say(f"each step averages the gradients of {grad_slices} slices of "
-            f"{p.per_process_batch // grad_slices} (max_pass_batch {cfg.max_pass_batch})")
+        say(
+            f"each step averages the gradients of {grad_slices} slices of "
+            f"{p.per_process_batch // grad_slices} (max_pass_batch {cfg.max_pass_batch})"
+        )

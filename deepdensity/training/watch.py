@@ -27,6 +27,7 @@ The Time Series page pins nothing at first: it sorts cards by tag name (digits a
 the order of their first card. The groups here sort loss, lr, policy, slices: the losses are
 the first cards a person sees, the images last.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,12 +37,11 @@ import tensorflow as tf
 
 from deepdensity.training.callbacks import ROW_EXTRAS
 
-IMAGE_CUBES = 4       # validation cubes shown, the first of the split (fixed across epochs)
-UPSCALE = 8           # pixels per voxel in the image, so a 16^3 slice is 128 px wide
+IMAGE_CUBES = 4  # validation cubes shown, the first of the split (fixed across epochs)
+UPSCALE = 8  # pixels per voxel in the image, so a 16^3 slice is 128 px wide
 
 # {the epoch's logs key (put there by Keras, EpochRow or a policy's callback): its tag}
-SCALARS = {"loss": "loss/train", "val_loss": "loss/validation", "lr": "lr",
-           **{k: f"policy/{k}" for k in ROW_EXTRAS}}
+SCALARS = {"loss": "loss/train", "val_loss": "loss/validation", "lr": "lr", **{k: f"policy/{k}" for k in ROW_EXTRAS}}
 IMAGE_TAG = "slices/validation cube | rendered density"
 
 
@@ -54,7 +54,8 @@ def slice_grid(cubes: np.ndarray, rendered: np.ndarray) -> np.ndarray:
     """(H, W, 1) image in [0, 1] from cubes and renderings of shape (B, G, ..., G, 1): one
     row per cube, its central slice (the middle of the first grid axis; 2-D data whole,
     1-D data as a strip) left and the rendered density's right, both on the cube's scale."""
-    def central(x):                                      # (G, ..., G, 1) -> a 2-D image
+
+    def central(x):  # (G, ..., G, 1) -> a 2-D image
         x = x[..., 0]
         return x[x.shape[0] // 2] if x.ndim == 3 else x[None] if x.ndim == 1 else x
 
@@ -82,7 +83,7 @@ class EpochSummaries(tf.keras.callbacks.Callback):
         self.writer = None
 
     def on_epoch_end(self, epoch, logs=None):
-        logs, step = logs or {}, epoch + 1                # the epoch number the epoch line prints
+        logs, step = logs or {}, epoch + 1  # the epoch number the epoch line prints
         if self.writer is None:
             self.writer = tf.summary.create_file_writer(str(self.log_dir))
         with self.writer.as_default():

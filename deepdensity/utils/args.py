@@ -1,5 +1,6 @@
 """Command lines that explain themselves: the module docstring as description and examples,
 and every flag's default in `--help`."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ def version() -> str:
 
     try:
         own = f"deepdensity {installed('deepdensity')}"
-    except PackageNotFoundError:           # run from a checkout that was never installed
+    except PackageNotFoundError:  # run from a checkout that was never installed
         own = "deepdensity (not installed)"
     return "\n".join([own, *stack.describe(stack.found())])
 
@@ -37,15 +38,20 @@ class VersionAction(argparse.Action):
     (it reads the installed distributions)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings, dest=dest, default=default, nargs=0,
-                         help=help or "print the version, the TensorFlow, Keras and Horovod found, and exit")
+        super().__init__(
+            option_strings,
+            dest=dest,
+            default=default,
+            nargs=0,
+            help=help or "print the version, the TensorFlow, Keras and Horovod found, and exit",
+        )
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(version())
         parser.exit()
 
 
-SEED_LIMIT = 2 ** 32      # NumPy's and TensorFlow's seeds are unsigned 32-bit
+SEED_LIMIT = 2**32  # NumPy's and TensorFlow's seeds are unsigned 32-bit
 
 
 class CheckedParser(argparse.ArgumentParser):
@@ -66,9 +72,6 @@ def parser(doc: str, prog: str) -> argparse.ArgumentParser:
     """A parser whose description is the docstring's first paragraph and whose epilog is the
     rest, with --version."""
     first, _, rest = doc.strip().partition("\n\n")
-    ap = CheckedParser(prog=prog, description=first, epilog=rest.strip("\n") or None,
-                       formatter_class=HelpFormatter)
+    ap = CheckedParser(prog=prog, description=first, epilog=rest.strip("\n") or None, formatter_class=HelpFormatter)
     ap.add_argument("--version", action=VersionAction)
     return ap
-
-

@@ -3,6 +3,7 @@
 Every error a user can fix (a bad setting, a missing or damaged file, a preset that does not
 parse) derives from UserError, so that one wrapper, `command`, handles them all the same.
 """
+
 from __future__ import annotations
 
 import errno
@@ -12,9 +13,9 @@ import sys
 from typing import Optional
 
 EXIT_BAD_INPUT = 2
-EXIT_SIGINT = 130   # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
+EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
 EXIT_SIGTERM = 143  # 128 + SIGTERM, what a scheduler sends before it kills a job
-EXIT_SIGHUP = 129   # 128 + SIGHUP, what a closed terminal or ssh session sends
+EXIT_SIGHUP = 129  # 128 + SIGHUP, what a closed terminal or ssh session sends
 
 
 class Interrupted(KeyboardInterrupt):
@@ -37,6 +38,7 @@ def raise_on_signals() -> None:
 
     def handler(signum, frame):
         raise Interrupted(codes[signum])
+
     if threading.current_thread() is threading.main_thread():
         for signum in codes:
             signal.signal(signum, handler)
@@ -56,6 +58,7 @@ def command(main=None, *, os_hint: str = ""):
     `error:` line and exit 2, and Ctrl-C or SIGTERM one `interrupted` line and exit 130 or
     143 (a command that can say more, such as how to continue, raises `Interrupted` with
     its own message). `os_hint` is appended to an OSError's line (what to try)."""
+
     def wrap(fn):
         @functools.wraps(fn)
         def wrapped(argv=None) -> int:
@@ -71,7 +74,9 @@ def command(main=None, *, os_hint: str = ""):
                 return _fail(str(e))
             except OSError as e:
                 return _fail(_os_error_line(e, os_hint))
+
         return wrapped
+
     return wrap(main) if main is not None else wrap
 
 
@@ -80,16 +85,20 @@ def _os_error_line(e: OSError, os_hint: str) -> str:
     where = f"{e.filename}: " if e.filename else ""
     if e.errno == errno.ENOSPC:
         free = _free_mb(e.filename)
-        return (f"{where}no space left on device" + (f" ({free:.0f} MB free there)" if free is not None else "")
-                + "; free some space (or pass another output folder) and run the same command again")
+        return (
+            f"{where}no space left on device"
+            + (f" ({free:.0f} MB free there)" if free is not None else "")
+            + "; free some space (or pass another output folder) and run the same command again"
+        )
     return f"{where}{e.strerror or str(e)}" + (f"; {os_hint}" if os_hint else "")
 
 
 def _free_mb(filename) -> Optional[float]:
     import shutil
+
     try:
         folder = os.path.dirname(os.path.abspath(filename)) if filename else os.getcwd()
-        return shutil.disk_usage(folder).free / 2 ** 20
+        return shutil.disk_usage(folder).free / 2**20
     except OSError:
         return None
 
@@ -118,19 +127,24 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-
 def shell_word(word) -> str:
     """`word` as a POSIX shell reads it back (shlex.quote); one holding a character that does not
     print as itself (a newline, a tab) as bash's and zsh's $'...', so that a command a message
     suggests stays on one line and, pasted, passes what was given."""
     import shlex
+
     text = os.fsdecode(word) if isinstance(word, (bytes, os.PathLike)) else str(word)
     if text.isprintable():
         return shlex.quote(text)
     escapes = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    return "$'" + "".join(escapes.get(c) or (c if c.isprintable() else
-                                             f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
-                          for c in text) + "'"
+    return (
+        "$'"
+        + "".join(
+            escapes.get(c) or (c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+            for c in text
+        )
+        + "'"
+    )
 
 
 # set by `deepdensity launch` (launch/horovodrun.py) for its ranks: how they were started
@@ -140,15 +154,17 @@ LAUNCH_PREFIX_ENV = "DEEPDENSITY_LAUNCH_PREFIX"
 def launcher_rank(environ=None) -> int:
     """This process's rank as its launcher set it (horovodrun, mpirun, PMI), before Horovod starts; 0 alone."""
     env = os.environ if environ is None else environ
-    return next((int(env[k]) for k in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-                 if env.get(k, "").isdigit()), 0)
+    return next(
+        (int(env[k]) for k in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK") if env.get(k, "").isdigit()), 0
+    )
 
 
 def launcher_size(environ=None) -> int:
     """How many processes the launcher started (horovodrun, mpirun, PMI); 1 alone."""
     env = os.environ if environ is None else environ
-    return next((int(env[k]) for k in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-                 if env.get(k, "").isdigit()), 1)
+    return next(
+        (int(env[k]) for k in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") if env.get(k, "").isdigit()), 1
+    )
 
 
 def launcher_prefix(environ=None) -> str:
@@ -171,5 +187,8 @@ def launcher_prefix(environ=None) -> str:
 def horovodrun_prefix(processes: int, gloo: bool, several_hosts: bool = False) -> str:
     """'horovodrun -np N ' for a pasted command, with --gloo for a run under Gloo (on a build
     with MPI, horovodrun's default is MPI) and -H placeholders for hosts it cannot name."""
-    return (f"horovodrun{' --gloo' if gloo else ''} -np {processes}"
-            + (" -H HOST1:SLOTS,HOST2:SLOTS" if several_hosts else "") + " ")
+    return (
+        f"horovodrun{' --gloo' if gloo else ''} -np {processes}"
+        + (" -H HOST1:SLOTS,HOST2:SLOTS" if several_hosts else "")
+        + " "
+    )

@@ -1,4 +1,5 @@
 """Files written so that a crash, a signal or a full disk never leaves half of one behind."""
+
 from __future__ import annotations
 
 import contextlib
@@ -62,6 +63,7 @@ def hdf5_atomic(path):
     left its temporary file; a plain Python write fails cleanly with ENOSPC instead, and the
     free space is checked before it starts. (Our files are tens of MB: memory is no concern.)"""
     import h5py
+
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
         yield f
@@ -94,8 +96,10 @@ def check_output(out, inputs=(), force: bool = False, suffix: str = "") -> Path:
     if out.exists() and not force:
         raise UserError(f"--out {shown(out)} exists; pass --force to replace it")
     if out.exists() and held_for_writing(out):
-        raise UserError(f"--out {shown(out)} is open for writing in another process (HDF5 locks it); --force "
-                        f"replaces a file nobody writes: wait until that process has finished")
+        raise UserError(
+            f"--out {shown(out)} is open for writing in another process (HDF5 locks it); --force "
+            f"replaces a file nobody writes: wait until that process has finished"
+        )
     return out
 
 
@@ -112,6 +116,7 @@ def held_for_writing(path) -> bool:
     if not path.is_file():
         return False
     import h5py
+
     try:
         with h5py.File(path, "r"):
             return False
@@ -125,26 +130,37 @@ def special_kind(path) -> Optional[str]:
     links) or nothing there. Asked of stat, never by opening: opening a FIFO waits for a writer,
     and reading a device may never end."""
     import stat
+
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return None
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     return next((name for test, name in kinds if test(mode)), None)
 
 
 # The file a command writes first into a folder it makes its own, naming the folder's kind.
 # A folder that holds it is the project's; one that holds anything else is the user's.
 FOLDER_MARK = ".deepdensity"
-FOLDER_KINDS = {"run": "a training run's folder", "runs": "a study's runs folder", "reports": "a study's reports",
-                "scans": "a folder of synthetic scans"}
+FOLDER_KINDS = {
+    "run": "a training run's folder",
+    "runs": "a study's runs folder",
+    "reports": "a study's reports",
+    "scans": "a folder of synthetic scans",
+}
 
 
 def folder_mark(folder) -> Optional[str]:
     """The kind of project folder `folder`'s mark names; None where there is no mark ('' where
     the mark is not one this project wrote)."""
     import json
+
     path = Path(folder) / FOLDER_MARK
     if not path.is_file():
         return None
@@ -169,18 +185,22 @@ def check_own_folder(folder, flag: str, kind: str, earlier: Optional[Callable] =
     if not names or marked == kind or (marked is None and earlier is not None and earlier(folder)):
         return folder
     if marked:
-        raise UserError(f"{flag} {shown(folder)} is {FOLDER_KINDS[marked]}, not {FOLDER_KINDS[kind]}; "
-                        f"pass a new or empty folder")
+        raise UserError(
+            f"{flag} {shown(folder)} is {FOLDER_KINDS[marked]}, not {FOLDER_KINDS[kind]}; pass a new or empty folder"
+        )
     others = [n for n in names if n != FOLDER_MARK] or names
     listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-    raise UserError(f"{flag} {shown(folder)} holds files this project did not write ({listed}); nothing was "
-                    f"written there: pass a new or empty folder")
+    raise UserError(
+        f"{flag} {shown(folder)} holds files this project did not write ({listed}); nothing was "
+        f"written there: pass a new or empty folder"
+    )
 
 
 def mark_folder(folder, kind: str) -> None:
     """Make `folder` (parents too) the project's folder of `kind`: its mark, written before
     anything else goes there (check_own_folder first)."""
     import json
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if folder_mark(folder) != kind:
@@ -199,7 +219,7 @@ def remove_if_unused(folder) -> None:
 def json_with(path, keys: tuple) -> bool:
     """Is `path` a JSON object holding every one of `keys`? (How a folder made before the marks
     is told from a user's: by what the project wrote in it.)"""
-    if special_kind(path):          # a FIFO by that name would hold the check itself
+    if special_kind(path):  # a FIFO by that name would hold the check itself
         return False
     held = read_json_object(path)
     return held is not None and all(k in held for k in keys)
@@ -209,8 +229,9 @@ def read_json_object(path) -> Optional[dict]:
     """The JSON object in `path`; None where there is none, it cannot be read or parsed, or it
     holds another JSON value."""
     import json
+
     try:
         held = json.loads(Path(path).read_text())
-    except (OSError, ValueError):       # UnicodeDecodeError is a ValueError
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     return held if isinstance(held, dict) else None

@@ -2,6 +2,7 @@
 picks at run time (float results differ in the last bits between instruction sets, and
 converging runs drift by up to a few per cent; see docs/performance.md); and its memory, which
 what a command is asked to hold is checked against before anything is written."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,9 @@ from typing import Optional
 from deepdensity.utils.errors import UserError
 
 # A convolution makes oneDNN print the instruction set it dispatches to ("isa:Intel AVX2").
-_PROBE = ("import tensorflow as tf; tf.nn.conv3d(tf.ones((1, 4, 4, 4, 1)), tf.ones((2, 2, 2, 1, 1)), "
-          "[1, 1, 1, 1, 1], 'SAME')")
+_PROBE = (
+    "import tensorflow as tf; tf.nn.conv3d(tf.ones((1, 4, 4, 4, 1)), tf.ones((2, 2, 2, 1, 1)), [1, 1, 1, 1, 1], 'SAME')"
+)
 
 
 def cpu_model() -> str:
@@ -37,7 +39,7 @@ def onednn_isa() -> str:
     settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ISA_SETTINGS)))
     if settings not in _ISA_SEEN:
         isa = _probe_onednn_isa()
-        if isa == "unknown":        # a probe that timed out under load is not the answer for good
+        if isa == "unknown":  # a probe that timed out under load is not the answer for good
             return isa
         _ISA_SEEN[settings] = isa
     return _ISA_SEEN[settings]
@@ -49,8 +51,13 @@ _ISA_SEEN: dict = {}
 
 def _probe_onednn_isa() -> str:
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     for line in proc.stdout.splitlines():
@@ -66,8 +73,11 @@ def host() -> str:
 
 # What TensorFlow's C++ side prints once per process at start-up; under horovodrun every rank
 # printed them, N copies of noise around the lines that matter. Rank 0's copy is enough.
-START_UP_NOISE = ("All log messages before absl::InitializeLog() is called are written to STDERR",
-                  "Compiled cluster using XLA!", "SetPriority unimplemented for this stream")
+START_UP_NOISE = (
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+    "Compiled cluster using XLA!",
+    "SetPriority unimplemented for this stream",
+)
 _noise_filter = None
 
 
@@ -77,6 +87,7 @@ def drop_start_up_noise() -> None:
     the process writes just before it crashes or is signalled still gets through; it ends when
     the process's last copy of fd 2 closes. Nothing happens where grep is missing."""
     import shutil
+
     global _noise_filter
     grep = shutil.which("grep")
     if grep is None or _noise_filter is not None:
@@ -85,8 +96,12 @@ def drop_start_up_noise() -> None:
     patterns = [arg for line in START_UP_NOISE for arg in ("-e", line)]
     target = os.dup(2)
     # -a: a NUL byte in the stream would otherwise switch grep to "binary file matches" and drop the rest
-    _noise_filter = subprocess.Popen([grep, "-a", "--line-buffered", "-v", "-F", *patterns], stdin=subprocess.PIPE,
-                                     stdout=target, start_new_session=True)
+    _noise_filter = subprocess.Popen(
+        [grep, "-a", "--line-buffered", "-v", "-F", *patterns],
+        stdin=subprocess.PIPE,
+        stdout=target,
+        start_new_session=True,
+    )
     os.close(target)
     os.dup2(_noise_filter.stdin.fileno(), 2)
     _noise_filter.stdin.close()
@@ -103,8 +118,9 @@ def memory_bytes() -> Optional[int]:
         pass
     try:
         import psutil
+
         return int(psutil.virtual_memory().total)
-    except Exception:     # not installed, or no answer on this platform
+    except Exception:  # not installed, or no answer on this platform
         return None
 
 
@@ -124,5 +140,7 @@ def check_fits_in_memory(need: float, what: str, instead=None, error=None) -> No
     machine's memory is unknown."""
     have = memory_bytes()
     if have is not None and need > have:
-        raise (error or UserError)(f"{what} needs at least {size_text(need)} of memory, more than this "
-                                   f"machine's {size_text(have)}" + (f"; {instead(have)}" if instead else ""))
+        raise (error or UserError)(
+            f"{what} needs at least {size_text(need)} of memory, more than this "
+            f"machine's {size_text(have)}" + (f"; {instead(have)}" if instead else "")
+        )

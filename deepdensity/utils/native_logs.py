@@ -1,5 +1,6 @@
 """TensorFlow's C++ log lines (absl's format), as a pattern that both a training process
 (training/console.py) and `deepdensity launch` (launch/horovodrun.py) filter by."""
+
 from __future__ import annotations
 
 from typing import Optional

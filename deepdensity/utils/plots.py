@@ -1,6 +1,7 @@
 """What every figure of the project shares: matplotlib without a display, a figure written in
 one rename at the reports' resolution, a legend kept outside the axes, and log axes labelled in
 plain numbers."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,10 @@ LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "fontsize"
 def pyplot():
     """matplotlib.pyplot on the Agg backend: figures are files, and a cluster node has no display."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -32,6 +35,7 @@ def save_figure(fig, path: Path, dpi: int = 110) -> None:
 def plain_ticks(axis, ticks) -> None:
     """Log axis labelled at `ticks` in plain numbers, with no minor labels ("9 x 10^-1")."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
     axis.set_major_locator(FixedLocator(list(ticks)))
     axis.set_major_formatter(ScalarFormatter())
     axis.set_minor_locator(NullLocator())
@@ -44,8 +48,9 @@ def log_y_labels(ax) -> None:
     widened to the nearest labelled values, so that every datum lies between two labels. Call it
     once the data are drawn: the span sets the density."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     lo, hi = ax.get_ylim()
-    subs = _log_subs(lo, hi)            # the data's span sets the density, the widened one keeps it
+    subs = _log_subs(lo, hi)  # the data's span sets the density, the widened one keeps it
     if lo > 0 and hi > lo:
         ax.set_ylim(_labelled_below(lo, subs), _labelled_above(hi, subs))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
@@ -58,15 +63,23 @@ def _log_subs(lo: float, hi: float) -> tuple:
     """Where within a decade a log axis from `lo` to `hi` is labelled: a span under about a
     decade (the study's times, its losses) would otherwise get one or two labels."""
     decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
-    return ((1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades <= 0.6
-            else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 3.0, 5.0) if decades <= 2.2
-            else (1.0, 2.0, 5.0) if decades <= 4 else (1.0,))
+    return (
+        (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+        if decades <= 0.6
+        else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0)
+        if decades <= 1.2
+        else (1.0, 2.0, 3.0, 5.0)
+        if decades <= 2.2
+        else (1.0, 2.0, 5.0)
+        if decades <= 4
+        else (1.0,)
+    )
 
 
 def _labelled(v: float, subs: tuple) -> list:
     """The labelled values of the decades around `v`, ascending."""
     d = math.floor(math.log10(v))
-    return [s * 10.0 ** k for k in (d - 1, d, d + 1) for s in subs]
+    return [s * 10.0**k for k in (d - 1, d, d + 1) for s in subs]
 
 
 def _labelled_below(lo: float, subs: tuple) -> float:
@@ -81,4 +94,3 @@ def _labelled_above(hi: float, subs: tuple) -> float:
     if not hi > 0:
         return hi
     return min(t for t in _labelled(hi, subs) if t >= hi * (1 - 1e-9))
-

@@ -8,6 +8,7 @@ lists the checks of the whole, each a (test, message) pair, tested in order so t
 later test may rely on an earlier one. `build` applies all three and names the first
 problem in one line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,12 +55,12 @@ def coerce(key: str, hint, value: Any, error: type) -> Any:
         if not isinstance(value, (list, tuple)):
             raise error(f"{key} expects a list of integers like [32, 32, 32], got {value!r}")
         return tuple(_scalar(key, int, v, error) for v in value)
-    if origin is typing.Union:              # Optional[X]: None, or an X
+    if origin is typing.Union:  # Optional[X]: None, or an X
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         return None if value is None else coerce(key, inner[0], value, error)
     if hint in (bool, int, float, str):
         return _scalar(key, hint, value, error)
-    return value                            # lists, mappings, object: the rules check them
+    return value  # lists, mappings, object: the rules check them
 
 
 # YAML 1.1's words for true and false besides those (config.parse_set keeps them as given)
@@ -96,9 +97,11 @@ def _scalar(key: str, typ: type, value: Any, error: type) -> Any:
         raise error(f"{key} expects a number, got {value!r}")
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return str(value)
-    if isinstance(value, bool):             # YAML 1.1 read on/off/yes/no as one; the word is lost
-        raise error(f"{key} expects a string, got {value!r} (YAML reads true, false, on, off, yes and no as "
-                    f"true or false: quote the word, as in {key}: 'off')")
+    if isinstance(value, bool):  # YAML 1.1 read on/off/yes/no as one; the word is lost
+        raise error(
+            f"{key} expects a string, got {value!r} (YAML reads true, false, on, off, yes and no as "
+            f"true or false: quote the word, as in {key}: 'off')"
+        )
     raise error(f"{key} expects a string, got {value!r}")
 
 

@@ -1,6 +1,7 @@
 """The text files users hand us (YAML presets and configs, annotation CSVs, run JSON):
 read as UTF-8, with or without the byte-order mark a spreadsheet writes, or refused in
 one line that says what the file is instead and what to do."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,7 +31,9 @@ def read_text(path, what: str, error: type = ValueError, advice: str = "save it 
     if b"\x00" in raw[:8192]:
         raise error(f"{what} {path} is a binary file, not text; {advice}")
     try:
-        return raw.decode("utf-8-sig")         # a leading byte-order mark is valid UTF-8 and dropped
+        return raw.decode("utf-8-sig")  # a leading byte-order mark is valid UTF-8 and dropped
     except UnicodeDecodeError as e:
-        raise error(f"{what} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}, "
-                    f"perhaps Latin-1); {advice}") from None
+        raise error(
+            f"{what} {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}, "
+            f"perhaps Latin-1); {advice}"
+        ) from None

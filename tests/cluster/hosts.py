@@ -9,6 +9,7 @@ Needs root, `ip netns` and Debian's openssh-server (tests/cluster/install_packag
 it makes (namespaces, the veth pair, the sshd processes, keys in a temporary folder) goes on
 exit, on an error and on Ctrl-C alike; `leftovers()` lists any that did not.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-PREFIX = "ddhost"                       # names of everything this makes start with it
-SUBNET = "10.231.7"                     # a private /24 nobody else on the machine uses
-NIC = "dd0"                             # the veth end's name inside each namespace
+PREFIX = "ddhost"  # names of everything this makes start with it
+SUBNET = "10.231.7"  # a private /24 nobody else on the machine uses
+NIC = "dd0"  # the veth end's name inside each namespace
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -121,32 +122,39 @@ class TwoHosts:
             if self.names_resolve_to_hosts:
                 (etc.parent / "hosts").write_text(
                     f"127.0.0.1 localhost\n{self.address[host]} {socket.gethostname()}\n"
-                    + "".join(f"{self.address[h]} {alias}\n" for alias, h in self.aliases.items()))
+                    + "".join(f"{self.address[h]} {alias}\n" for alias, h in self.aliases.items())
+                )
             patterns = " ".join([f"{SUBNET}.*", *self.aliases])
             (etc / "ssh_config").write_text(
                 f"Host {patterns}\n  IdentityFile {self.tmp / 'id'}\n  StrictHostKeyChecking no\n"
-                f"  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n")
+                f"  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n"
+            )
 
     def _etc(self, host: str) -> Path:
         return Path("/etc/netns") / self.namespace(host) / "ssh"
 
     def _start_sshd(self, host: str) -> None:
-        Path("/run/sshd").mkdir(exist_ok=True)          # sshd's privilege-separation directory
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
         config = self.tmp / f"sshd_{host}"
         config.write_text(
             f"ListenAddress {self.address[host]}\nPort 22\nHostKey {self.tmp / 'host_key'}\n"
             f"AuthorizedKeysFile {self.tmp / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
             f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-            f"PidFile {self.tmp / f'sshd_{host}.pid'}\nAcceptEnv *\nPermitUserEnvironment yes\n")
-        proc = subprocess.Popen(["ip", "netns", "exec", self.namespace(host), SSHD, "-D", "-e", "-f", str(config)],
-                                stdout=subprocess.DEVNULL, stderr=open(self.tmp / f"sshd_{host}.log", "w"))
+            f"PidFile {self.tmp / f'sshd_{host}.pid'}\nAcceptEnv *\nPermitUserEnvironment yes\n"
+        )
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.namespace(host), SSHD, "-D", "-e", "-f", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / f"sshd_{host}.log", "w"),
+        )
         self.sshd.append(proc)
-        for _ in range(100):                            # until it accepts a login
+        for _ in range(100):  # until it accepts a login
             if self.ssh(host, ["true"], check=False).returncode == 0:
                 return
             if proc.poll() is not None:
-                raise ClusterUnavailable(f"sshd on host {host} exited: "
-                                         f"{(self.tmp / f'sshd_{host}.log').read_text()[-500:]}")
+                raise ClusterUnavailable(
+                    f"sshd on host {host} exited: {(self.tmp / f'sshd_{host}.log').read_text()[-500:]}"
+                )
             time.sleep(0.1)
         raise ClusterUnavailable(f"sshd on host {host} does not accept the key")
 
@@ -159,8 +167,14 @@ class TwoHosts:
 
     def run(self, command: list, check=True, timeout=900, env=None, cwd=None) -> subprocess.CompletedProcess:
         """`command` in host A's namespace (the launcher's host), in folder `cwd` if given."""
-        proc = subprocess.run(["ip", "netns", "exec", self.namespace("a"), *command], capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=cwd)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", self.namespace("a"), *command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc
@@ -168,8 +182,13 @@ class TwoHosts:
     def start(self, command: list, log: Path, env=None) -> subprocess.Popen:
         """`command` in host A's namespace, in the background, its output into `log`."""
         with open(log, "w") as f:
-            return subprocess.Popen(["ip", "netns", "exec", self.namespace("a"), *command], stdout=f,
-                                    stderr=subprocess.STDOUT, text=True, env=env)
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.namespace("a"), *command],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
 
     def pids(self, host: str, word: str) -> list:
         """The processes running in `host`'s namespace whose command line holds `word`."""
@@ -178,7 +197,7 @@ class TwoHosts:
             try:
                 if word in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
                     found.append(int(pid))
-            except OSError:                                  # gone meanwhile
+            except OSError:  # gone meanwhile
                 pass
         return found
 
@@ -190,7 +209,7 @@ class TwoHosts:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        for host in self.names:                          # deleting a namespace deletes its veth end
+        for host in self.names:  # deleting a namespace deletes its veth end
             _sh("ip", "netns", "del", self.namespace(host), check=False)
             shutil.rmtree(self._etc(host).parent, ignore_errors=True)
         _sh("ip", "link", "del", f"{PREFIX}-va", check=False)
@@ -202,11 +221,20 @@ class TwoHosts:
 
 def leftovers() -> list:
     """Namespaces, links and sshd processes of ours still present (should be none)."""
-    found = [line.split()[0] for line in _sh("ip", "netns", "list", check=False).stdout.splitlines()
-             if line.startswith(PREFIX)]
-    found += [line.split(":")[1].strip().split("@")[0] for line in _sh("ip", "-o", "link", check=False).stdout.splitlines()
-              if f"{PREFIX}-v" in line]
+    found = [
+        line.split()[0]
+        for line in _sh("ip", "netns", "list", check=False).stdout.splitlines()
+        if line.startswith(PREFIX)
+    ]
+    found += [
+        line.split(":")[1].strip().split("@")[0]
+        for line in _sh("ip", "-o", "link", check=False).stdout.splitlines()
+        if f"{PREFIX}-v" in line
+    ]
     found += [str(p) for p in Path("/etc/netns").glob(f"{PREFIX}-*")]
-    found += [f"sshd pid {line.split()[0]}" for line in _sh("ps", "-eo", "pid,args", check=False).stdout.splitlines()
-              if "sshd" in line and f"/{PREFIX}-" in line]
+    found += [
+        f"sshd pid {line.split()[0]}"
+        for line in _sh("ps", "-eo", "pid,args", check=False).stdout.splitlines()
+        if "sshd" in line and f"/{PREFIX}-" in line
+    ]
     return found

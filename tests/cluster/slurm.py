@@ -9,6 +9,7 @@ Needs root, `ip netns` and Debian's slurm-wlm, munge and openssh-server
 (tests/cluster/install_packages.sh). Everything it starts (daemons, namespaces, the state and
 spool folders in a temporary folder) goes on exit, on an error and on Ctrl-C alike.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,9 +29,13 @@ DAEMONS = ("slurmctld", "slurmd", "munged")
 def slurm_installed() -> bool:
     """Is all that SlurmCluster needs here but the network namespaces themselves: root, `ip`,
     sshd, Slurm's daemons and commands? Asks nothing of the kernel: no namespace is made."""
-    return os.geteuid() == 0 and shutil.which("ip") is not None and Path(SSHD).exists() and \
-        shutil.which("sbatch") is not None and \
-        all(shutil.which(d) is not None or Path(f"/usr/sbin/{d}").exists() for d in DAEMONS)
+    return (
+        os.geteuid() == 0
+        and shutil.which("ip") is not None
+        and Path(SSHD).exists()
+        and shutil.which("sbatch") is not None
+        and all(shutil.which(d) is not None or Path(f"/usr/sbin/{d}").exists() for d in DAEMONS)
+    )
 
 
 def slurm_unavailable_reason():
@@ -40,7 +45,8 @@ def slurm_unavailable_reason():
         return reason
     missing = [d for d in DAEMONS if shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()]
     if missing or shutil.which("sbatch") is None:
-        return f"needs slurm-wlm and munge ({', '.join(missing) or 'sbatch'} missing): run tests/cluster/install_packages.sh"
+        missing_words = ", ".join(missing) or "sbatch"
+        return f"needs slurm-wlm and munge ({missing_words} missing): run tests/cluster/install_packages.sh"
     return None
 
 
@@ -63,17 +69,33 @@ class SlurmCluster(TwoHosts):
         super().__enter__()
         try:
             self._slurm_files()
-            self._start(["munged", "--foreground", "--force", f"--key-file={self.tmp / 'munge.key'}",
-                         f"--socket={self.munge_socket}", f"--pid-file={self.tmp / 'munged.pid'}",
-                         f"--seed-file={self.tmp / 'munge.seed'}", f"--log-file={self.tmp / 'munged.log'}"],
-                        host=None, log="munged.out")
+            self._start(
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--key-file={self.tmp / 'munge.key'}",
+                    f"--socket={self.munge_socket}",
+                    f"--pid-file={self.tmp / 'munged.pid'}",
+                    f"--seed-file={self.tmp / 'munge.seed'}",
+                    f"--log-file={self.tmp / 'munged.log'}",
+                ],
+                host=None,
+                log="munged.out",
+            )
             self._wait_for(lambda: self.munge_socket.exists(), "munged's socket")
             self._start(["slurmctld", "-D", "-i", "-f", str(self.conf)], host="a", log="slurmctld.out")
-            self._wait_for(lambda: self.run(["scontrol", "ping"], check=False).returncode == 0
-                           and "UP" in self.run(["scontrol", "ping"], check=False).stdout, "slurmctld")
+            self._wait_for(
+                lambda: (
+                    self.run(["scontrol", "ping"], check=False).returncode == 0
+                    and "UP" in self.run(["scontrol", "ping"], check=False).stdout
+                ),
+                "slurmctld",
+            )
             for host in self.names:
-                self._start(["slurmd", "-D", "-N", NODES[host], "-f", str(self.conf)], host=host,
-                            log=f"slurmd-{host}.out")
+                self._start(
+                    ["slurmd", "-D", "-N", NODES[host], "-f", str(self.conf)], host=host, log=f"slurmd-{host}.out"
+                )
             self._wait_for(self._nodes_idle, "both nodes idle")
         except BaseException:
             self.__exit__(None, None, None)
@@ -96,13 +118,14 @@ class SlurmCluster(TwoHosts):
         (self.tmp / "munge").mkdir()
         (self.tmp / "munge.key").write_bytes(os.urandom(1024))
         os.chmod(self.tmp / "munge.key", 0o400)
-        os.chmod(self.tmp / "munge", 0o711)        # munged wants others able to reach its socket
+        os.chmod(self.tmp / "munge", 0o711)  # munged wants others able to reach its socket
         for folder in ("state", "spool", *(f"spool/{n}" for n in NODES.values())):
             (self.tmp / folder).mkdir()
         # slurmd sets up its cgroup plugin even with task/none; this machine has cgroup v1
         # hierarchies under a tmpfs, which autodetection does not recognise
-        (self.tmp / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
-                                              "ConstrainCores=no\nConstrainRAMSpace=no\n")
+        (self.tmp / "cgroup.conf").write_text(
+            "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainCores=no\nConstrainRAMSpace=no\n"
+        )
         a, b = self.address["a"], self.address["b"]
         self.conf.write_text(
             # slurmctld accepts to run only on a host of this name: the machine's (both namespaces share it)
@@ -127,13 +150,17 @@ class SlurmCluster(TwoHosts):
             + ("SlurmdParameters=config_overrides\n" if self.cpus > 1 else "")
             + f"NodeName={NODES['a']} NodeAddr={a} CPUs={self.cpus} State=UNKNOWN\n"
             f"NodeName={NODES['b']} NodeAddr={b} CPUs={self.cpus} State=UNKNOWN\n"
-            f"PartitionName={PARTITION} Nodes={NODES['a']},{NODES['b']} Default=YES MaxTime=INFINITE State=UP\n")
+            f"PartitionName={PARTITION} Nodes={NODES['a']},{NODES['b']} Default=YES MaxTime=INFINITE State=UP\n"
+        )
 
     def _start(self, command: list, host, log: str) -> None:
         prefix = ["ip", "netns", "exec", self.namespace(host)] if host else []
         out = open(self.tmp / log, "w")
-        self.daemons.append(subprocess.Popen(prefix + command, stdout=out, stderr=subprocess.STDOUT,
-                                             env=self.env(), start_new_session=True))
+        self.daemons.append(
+            subprocess.Popen(
+                prefix + command, stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True
+            )
+        )
 
     def _wait_for(self, ready, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -142,8 +169,9 @@ class SlurmCluster(TwoHosts):
                 return
             dead = [p for p in self.daemons if p.poll() is not None]
             if dead:
-                raise ClusterUnavailable(f"{dead[0].args} exited ({dead[0].returncode}) waiting for {what}: "
-                                         + self.logs()[-2000:])
+                raise ClusterUnavailable(
+                    f"{dead[0].args} exited ({dead[0].returncode}) waiting for {what}: " + self.logs()[-2000:]
+                )
             time.sleep(0.3)
         raise ClusterUnavailable(f"no {what} within {timeout:.0f} s: " + self.logs()[-2000:])
 
@@ -152,8 +180,10 @@ class SlurmCluster(TwoHosts):
         return states.count("idle") == 2
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
-                         for p in sorted(self.tmp.glob("*.log")) + sorted(self.tmp.glob("*.out")))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+            for p in sorted(self.tmp.glob("*.log")) + sorted(self.tmp.glob("*.out"))
+        )
 
     def run(self, command: list, check=True, timeout=900, env=None, cwd=None) -> subprocess.CompletedProcess:
         return super().run(command, check=check, timeout=timeout, env=env or self.env(), cwd=cwd)
@@ -161,6 +191,7 @@ class SlurmCluster(TwoHosts):
     def job(self, job_id: str) -> dict:
         """`scontrol show job` of a job the controller still remembers (MinJobAge), as fields."""
         from deepdensity.launch.sbatch_resubmit import parse_show_job
+
         return parse_show_job(self.run(["scontrol", "show", "job", job_id]).stdout)
 
     def start(self, command: list, log: Path, env=None) -> subprocess.Popen:
@@ -193,7 +224,10 @@ class SlurmCluster(TwoHosts):
                 environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if self.tmp is not None and (str(self.tmp) in cmd or f"SLURM_CONF={self.conf}" in environ) \
-                    and int(pid) != os.getpid():
+            if (
+                self.tmp is not None
+                and (str(self.tmp) in cmd or f"SLURM_CONF={self.conf}" in environ)
+                and int(pid) != os.getpid()
+            ):
                 found.append(int(pid))
         return found

@@ -2,6 +2,7 @@
 the worker on host B to SIGKILL in the middle of training, goes on alone from the last
 committed epoch, and ends on the sequential path: the same per-epoch losses and final weights
 as one worker that was never interrupted, each epoch counted once, the change recorded."""
+
 import json
 import os
 import signal
@@ -21,8 +22,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f
 EPOCHS = 8
 # Epochs of 8 steps (all 256 training cubes of the smoke data, not the smoke config's 128) so
 # that the kill lands inside an epoch's steps; global epochs, as elastic training asks.
-SETTINGS = ["--config", SMOKE, "--set", "epoch_definition=global", "--set", "max_train_cubes=256",
-            "--set", f"max_epochs={EPOCHS}", "--quiet"]
+SETTINGS = [
+    "--config",
+    SMOKE,
+    "--set",
+    "epoch_definition=global",
+    "--set",
+    "max_train_cubes=256",
+    "--set",
+    f"max_epochs={EPOCHS}",
+    "--quiet",
+]
 
 
 def rows(out) -> list:
@@ -45,9 +55,26 @@ def elastic_run(tmp_path, args: list, slots=None) -> tuple:
     out, log = Path(args[args.index("--out") + 1]), tmp_path / "job.log"
     with TwoHosts() as hosts:
         discover = discovery_script(tmp_path / "hosts.sh", hosts, slots)
-        job = hosts.start([horovodrun(), "-np", n, "--min-np", "1", "--max-np", n, "--host-discovery-script",
-                           discover, "--network-interface", NIC, "--gloo", sys.executable, str(ROOT / "train.py"),
-                           *args], log)
+        job = hosts.start(
+            [
+                horovodrun(),
+                "-np",
+                n,
+                "--min-np",
+                "1",
+                "--max-np",
+                n,
+                "--host-discovery-script",
+                discover,
+                "--network-interface",
+                NIC,
+                "--gloo",
+                sys.executable,
+                str(ROOT / "train.py"),
+                *args,
+            ],
+            log,
+        )
         try:
             victims = kill_host_b_worker_after_epoch(hosts, job, out, 2)
             code = job.wait(timeout=600)
@@ -120,9 +147,10 @@ def test_weak_linear_and_warmup_go_on_under_their_rule_at_the_new_n(tmp_path, sm
     code, text, _ = elastic_run(tmp_path, args)
     assert code == 0, text[-3000:]
     after = json.loads((out / "workers.jsonl").read_text().splitlines()[0])["epoch"]
-    eta = 0.00105                                            # the smoke config's base lr (the paper's)
-    expected = [(2, 64, 4, LR_AT_TWO[mode](e) * eta) for e in range(1, after + 1)] \
-        + [(1, 32, 8, eta)] * (EPOCHS - after)                # 256 cubes a pass
+    eta = 0.00105  # the smoke config's base lr (the paper's)
+    expected = [(2, 64, 4, LR_AT_TWO[mode](e) * eta) for e in range(1, after + 1)] + [(1, 32, 8, eta)] * (
+        EPOCHS - after
+    )  # 256 cubes a pass
     elastic = rows(out)
     got = [(r["workers"], r["global_batch"], r["steps"], r["lr"]) for r in elastic]
     assert [g[:3] for g in got] == [e[:3] for e in expected]

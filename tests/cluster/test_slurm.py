@@ -1,6 +1,7 @@
 """The study and the training on a real Slurm cluster (tests/cluster/slurm.py: slurmctld and a
 slurmd on each of two network-namespace hosts, munged for their credentials). No mock of any
 Slurm command: sbatch, squeue, scontrol and scancel talk to the running controller."""
+
 import json
 import os
 import signal
@@ -23,8 +24,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f
 
 # 2 cells (weak N = 2, and the sequential model at 2 x eta) besides the sequential runs, 2 seeds:
 # 6 runs of a few passes each
-TINY = ("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
-        "calibration_epochs: 4\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n")
+TINY = (
+    "data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8}\n"
+    "calibration_epochs: 4\nworkers: [1, 2]\nmodes: [strong, weak]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
+)
 # The clock of a tiny study measured once: both executors read the same one, so that they
 # differ in where the runs train and nothing else.
 TIMING = tiny_clock()
@@ -91,17 +94,32 @@ def test_a_study_through_slurm_gives_the_local_studys_runs(tmp_path):
     # this preset run both ways (the shared one's clock, ISA check and beyond runs would triple
     # what the Slurm side trains)
     local = tmp_path / "local"
-    subprocess.run(study_command(tmp_path, local), cwd=ROOT, env=env(), check=True, capture_output=True,
-                   timeout=900)
+    subprocess.run(study_command(tmp_path, local), cwd=ROOT, env=env(), check=True, capture_output=True, timeout=900)
     with SlurmCluster() as cluster:
-        proc = cluster.run(study_command(tmp_path, tmp_path / "slurm", "--executor", "slurm", "--slurm",
-                                         "poll_seconds=1", "--slurm", "time=00:10:00"), env=env(cluster))
+        proc = cluster.run(
+            study_command(
+                tmp_path,
+                tmp_path / "slurm",
+                "--executor",
+                "slurm",
+                "--slurm",
+                "poll_seconds=1",
+                "--slurm",
+                "time=00:10:00",
+            ),
+            env=env(cluster),
+        )
         assert "executor: Slurm" in proc.stdout and "submitted as Slurm job" in proc.stdout
         known = controller_jobs(cluster)
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
     assert cells(tmp_path / "slurm") == cells(local)
-    verdicts = lambda runs: [(c["claim"], c["verdict"], c["verdicts"])  # noqa: E731
-                             for c in json.loads((runs / "reports" / "claims.json").read_text())]
+
+    def verdicts(runs):
+        return [
+            (c["claim"], c["verdict"], c["verdicts"])
+            for c in json.loads((runs / "reports" / "claims.json").read_text())
+        ]
+
     assert verdicts(tmp_path / "slurm") == verdicts(local)
     submitted = submissions(tmp_path / "slurm")
     assert all(len(ids) == 1 for ids in submitted.values()), submitted
@@ -114,10 +132,13 @@ def stop_the_study(cluster, driver) -> None:
     until the controller lists none queued or running."""
     driver.kill()
     driver.wait()
-    for pid in cluster.pids("a", "deepdensity.repro"):      # `ip netns exec` leaves its child running
+    for pid in cluster.pids("a", "deepdensity.repro"):  # `ip netns exec` leaves its child running
         os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: cluster.run(["scancel", "--partition", "dd"]) and not jobs(cluster, "PENDING,RUNNING,COMPLETING"),
-             "the study's jobs to end after scancel", timeout=120)
+    wait_for(
+        lambda: cluster.run(["scancel", "--partition", "dd"]) and not jobs(cluster, "PENDING,RUNNING,COMPLETING"),
+        "the study's jobs to end after scancel",
+        timeout=120,
+    )
 
 
 def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_reads_its_timing(tmp_path):
@@ -128,8 +149,9 @@ def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_read
     that it measures one round for real; the study is stopped once its first runs are submitted
     (the rest of a tiny study through Slurm is the first test's)."""
     runs = tmp_path / "slurm"
-    command = study_command(tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1",
-                            "--slurm", "time=00:50:00", clock=True)
+    command = study_command(
+        tmp_path, runs, "--executor", "slurm", "--slurm", "poll_seconds=1", "--slurm", "time=00:50:00", clock=True
+    )
     kept = seed_kept_rounds(tmp_path / "tiny.yaml", runs, ROUNDS - 1)
     train_yaml = (runs / "train.yaml").read_bytes()
     log = tmp_path / "driver.log"
@@ -139,10 +161,19 @@ def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_read
         try:
             # a guard against a hang, not a time: the job's round took 1241 s in CI's run of 204e7a6
             # beside the other lanes, and over 1500 s in a local .ci/run with other work on the host
-            wait_for(lambda: "timing: the clock's job wrote" in said() or driver.poll() is not None,
-                     "the clock's job to end", timeout=3000)
-            wait_for(lambda: said().split("timing: the clock's job wrote", 1)[-1].count("submitted as Slurm job")
-                     or driver.poll() is not None, "a run submitted after the clock", timeout=600)
+            wait_for(
+                lambda: "timing: the clock's job wrote" in said() or driver.poll() is not None,
+                "the clock's job to end",
+                timeout=3000,
+            )
+            wait_for(
+                lambda: (
+                    said().split("timing: the clock's job wrote", 1)[-1].count("submitted as Slurm job")
+                    or driver.poll() is not None
+                ),
+                "a run submitted after the clock",
+                timeout=600,
+            )
             assert driver.poll() is None, said()[-3000:]
         finally:
             stop_the_study(cluster, driver)
@@ -152,11 +183,17 @@ def test_the_studys_clock_runs_as_one_slurm_job_of_four_cpus_and_the_driver_read
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
     assert (runs / "train.yaml").read_bytes() == train_yaml, "the driver wrote the train.yaml of the kept rounds"
     assert record["jobs"] == [record["job_id"]], "submitted once"
-    assert (clock["JobName"], clock["NumCPUs"], clock["NumNodes"], clock["JobState"], clock["ExitCode"]) == \
-        ("dd-tiny-clock", "4", "1", "COMPLETED", "0:0"), clock
+    assert (clock["JobName"], clock["NumCPUs"], clock["NumNodes"], clock["JobState"], clock["ExitCode"]) == (
+        "dd-tiny-clock",
+        "4",
+        "1",
+        "COMPLETED",
+        "0:0",
+    ), clock
     assert clock["NodeList"] in NODES.values(), clock["NodeList"]
-    assert f"rounds 1-{ROUNDS - 1} of {ROUNDS} kept" in job_log and f"round {ROUNDS} of {ROUNDS}" in job_log, \
-        job_log[-3000:]
+    assert f"rounds 1-{ROUNDS - 1} of {ROUNDS} kept" in job_log and f"round {ROUNDS} of {ROUNDS}" in job_log, job_log[
+        -3000:
+    ]
     timing = json.loads((runs / "timing.json").read_text())
     assert timing["clock_version"] == CLOCK_VERSION and len(timing["rounds"]) == ROUNDS
     assert timing["rounds"][:-1] == kept
@@ -193,7 +230,7 @@ def running_past_a_checkpoint(cluster, runs: Path, but: str = "") -> str:
         state = runs / run / "state.json" if run else None
         try:
             done = json.loads(state.read_text())["epoch"] + 1 if state is not None and state.exists() else None
-        except (OSError, ValueError, KeyError):     # being replaced at this moment: look again
+        except (OSError, ValueError, KeyError):  # being replaced at this moment: look again
             done = None
         if job_id != but and done is not None and done <= EARLY_EPOCHS:
             return job_id
@@ -234,15 +271,16 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
         cluster.run(["scontrol", "hold", ",".join(held)])
         driver.kill()
         driver.wait()
-        for pid in cluster.pids("a", "deepdensity.repro"):      # `ip netns exec` leaves its child running
+        for pid in cluster.pids("a", "deepdensity.repro"):  # `ip netns exec` leaves its child running
             os.kill(pid, signal.SIGKILL)
         assert jobs(cluster, "RUNNING") + jobs(cluster, "PENDING"), "jobs go on without the driver"
         again = cluster.start(command, tmp_path / "again.log", env=env(cluster))
         wait_for(lambda: "attached to Slurm job" in (tmp_path / "again.log").read_text(), "the driver reattaching")
         cluster.run(["scontrol", "release", ",".join(held)])
         requeued = signal_a_running_job(cluster, runs, "USR2")
-        cancelled = wait_for(lambda: next((j for j, _ in jobs(cluster, "RUNNING") if j != requeued), ""),
-                             "another running job")
+        cancelled = wait_for(
+            lambda: next((j for j, _ in jobs(cluster, "RUNNING") if j != requeued), ""), "another running job"
+        )
         cluster.run(["scancel", cancelled])
         assert again.wait(timeout=900) == 0, (tmp_path / "again.log").read_text()[-3000:]
         restarts = cluster.job(requeued)["Restarts"]
@@ -250,8 +288,9 @@ def test_a_killed_driver_loses_no_run_a_requeued_job_keeps_its_id_and_a_cancelle
     said = (tmp_path / "again.log").read_text()
     assert "reports written to" in said
     requeued_run, cancelled_run = run_of(runs, requeued), run_of(runs, cancelled)
-    assert f"{cancelled_run}: Slurm job {cancelled} was ended by the scheduler (CANCELLED), not by the run" in said, \
+    assert f"{cancelled_run}: Slurm job {cancelled} was ended by the scheduler (CANCELLED), not by the run" in said, (
         said[-3000:]
+    )
     assert f"Slurm job {requeued} was ended" not in said and restarts == "1", said[-3000:]
     assert f"Requeued job {requeued}" in log_of(runs / ".slurm", requeued), "submitit requeued it"
     assert cluster.job_processes() == [] and leftovers() == [], "daemons or jobs left behind"
@@ -269,20 +308,41 @@ def test_sbatch_on_two_nodes_trains_strong_scaling_on_the_sequential_path(tmp_pa
     out = tmp_path / "two-nodes"
     script = ROOT / "scripts" / "slurm" / "train.sbatch"
     with SlurmCluster() as cluster:
-        cluster.run(["sbatch", "-N", "2", "--ntasks-per-node=1", "--wait", "-o", str(tmp_path / "job.log"),
-                     "--chdir", str(ROOT), str(script), "--mode", "strong", "--config", SMOKE,
-                     "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"],
-                    env={**env(cluster), "PYTHON": sys.executable, "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"})
+        cluster.run(
+            [
+                "sbatch",
+                "-N",
+                "2",
+                "--ntasks-per-node=1",
+                "--wait",
+                "-o",
+                str(tmp_path / "job.log"),
+                "--chdir",
+                str(ROOT),
+                str(script),
+                "--mode",
+                "strong",
+                "--config",
+                SMOKE,
+                "--set",
+                f"data_path={smoke_data}",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            env={**env(cluster), "PYTHON": sys.executable, "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"},
+        )
     log = (tmp_path / "job.log").read_text()
     assert "2 workers on ddhostnode-a:1,ddhostnode-b:1" in log, log[-2000:]
     assert cluster.job_processes() == [] and leftovers() == []
-    assert_keras2(json.loads((out / "config.json").read_text()))   # the job's ranks, on Keras 2
+    assert_keras2(json.loads((out / "config.json").read_text()))  # the job's ranks, on Keras 2
     sequential, _ = one_process("strong", "--emulate-workers", "2")
     assert_same_path(sequential, losses(out))
 
 
 def test_an_interrupted_sbatch_job_ends_cancelled_its_command_continues_it_and_a_requeueing_one_keeps_every_round(
-        tmp_path, smoke_data):
+    tmp_path, smoke_data
+):
     """train.sbatch submitted as a user does: by a relative path from the checkout, with -p, -A
     and --time; Slurm runs its spool copy (…/job00001/slurm_script is $0). SIGTERM to the batch
     shell (what `--signal=B:TERM@120` sends before the time limit; `scancel --batch` here): the
@@ -295,16 +355,40 @@ def test_an_interrupted_sbatch_job_ends_cancelled_its_command_continues_it_and_a
     The account needs no accounting database here: the test cluster has none, so Slurm takes
     any -A (AccountingStorageEnforce unset) and keeps it on the job."""
     out, cap = tmp_path / "run", 12
-    options = ["-p", "dd", "-A", "ddtest", "--time", "00:20:00", "-N", "2", "--ntasks-per-node=1",
-               "-o", str(tmp_path / "job-%j.log")]
-    train = ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}",
-             "--out", str(out), "--quiet"]
+    options = [
+        "-p",
+        "dd",
+        "-A",
+        "ddtest",
+        "--time",
+        "00:20:00",
+        "-N",
+        "2",
+        "--ntasks-per-node=1",
+        "-o",
+        str(tmp_path / "job-%j.log"),
+    ]
+    train = [
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--set",
+        f"max_epochs={cap}",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     queued = lambda job: cluster.run(["squeue", "-h", "-j", job], check=False).stdout.strip()  # noqa: E731
     rows_now = lambda: len((out / "metrics.jsonl").read_text().splitlines()) if (out / "metrics.jsonl").exists() else 0  # noqa: E731,E501
     with SlurmCluster() as cluster:
-        first = cluster.run(["sbatch", "--parsable", *options, "scripts/slurm/train.sbatch", *train], cwd=ROOT,
-                            env={**env(cluster), "PYTHON": sys.executable,
-                                 "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"}).stdout.strip()
+        first = cluster.run(
+            ["sbatch", "--parsable", *options, "scripts/slurm/train.sbatch", *train],
+            cwd=ROOT,
+            env={**env(cluster), "PYTHON": sys.executable, "HOROVOD_ARGS": f"--network-interface {NIC} --gloo"},
+        ).stdout.strip()
         wait_for(lambda: (out / "state.json").exists(), "the first checkpoint")
         cluster.run(["scancel", "--signal=TERM", "--batch", first])
         wait_for(lambda: not queued(first), "the interrupted job to end")
@@ -327,22 +411,34 @@ def test_an_interrupted_sbatch_job_ends_cancelled_its_command_continues_it_and_a
     assert before["JobState"] == "CANCELLED", before
     assert (after["JobState"], after["Restarts"]) == ("COMPLETED", "1"), rounds[-3000:]
     assert f"job {again} (round 1)" in rounds and f"job {again} (round 2)" in rounds, rounds[-3000:]
-    assert f"Slurm job {again} requeues itself and continues it" in rounds and "continue with: " not in rounds, \
-        rounds[-3000:]
+    assert f"Slurm job {again} requeues itself and continues it" in rounds and "continue with: " not in rounds, rounds[
+        -3000:
+    ]
     assert f"deepdensity: requeueing job {again}" in rounds and "Traceback" not in rounds, rounds[-3000:]
     assert cluster.job_processes() == [] and leftovers() == []
     script = str(ROOT / "scripts" / "slurm" / "train.sbatch")
     assert "slurm_script" not in said[0] and f" {script} --mode strong " in said[0], said[0]
     assert after["Command"].startswith(script + " --mode strong ") and after["Command"].endswith(" --resume")
     same = ("Partition", "Account", "TimeLimit", "NumNodes", "NumTasks", "NtasksPerN:B:S:C", "WorkDir")
-    assert {k: after[k] for k in same} == {k: before[k] for k in same} == {
-        **{k: before[k] for k in same}, "Partition": "dd", "Account": "ddtest", "TimeLimit": "00:20:00",
-        "NumNodes": "2", "NumTasks": "2", "WorkDir": str(ROOT)}
+    assert (
+        {k: after[k] for k in same}
+        == {k: before[k] for k in same}
+        == {
+            **{k: before[k] for k in same},
+            "Partition": "dd",
+            "Account": "ddtest",
+            "TimeLimit": "00:20:00",
+            "NumNodes": "2",
+            "NumTasks": "2",
+            "WorkDir": str(ROOT),
+        }
+    )
     assert after["JobState"] == "COMPLETED", (tmp_path / f"job-{again}.log").read_text()[-3000:]
     assert (tmp_path / f"job-{again}.log").exists(), "the -o pattern was carried"
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert epochs == list(range(1, cap + 1)), "each epoch once, to the cap"
-    uninterrupted = launch([], "strong", tmp_path / "uninterrupted", smoke_data, "--emulate-workers", "2",
-                           "--set", f"max_epochs={cap}")
+    uninterrupted = launch(
+        [], "strong", tmp_path / "uninterrupted", smoke_data, "--emulate-workers", "2", "--set", f"max_epochs={cap}"
+    )
     for (la, va, _), (lb, vb, _) in zip(uninterrupted, losses(out), strict=True):
         assert lb == pytest.approx(la, rel=LONG_LOSS_REL) and vb == pytest.approx(va, rel=LONG_LOSS_REL)

@@ -5,6 +5,7 @@ and under MPI where Horovod was built with it (mpirun starts the remote rank ove
 
 Strong scaling and warmup across the two hosts must follow the same path as two ranks on one
 host and as `--emulate-workers 2`; nothing of the two hosts may be left afterwards."""
+
 import json
 import re
 import sys
@@ -20,16 +21,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=f
 
 # the line in one write: mpirun tags each chunk it reads, and with PYTHONUNBUFFERED set print()
 # writes each of its arguments apart ("RANK 0[1,0]<stdout>: [1,1]<stdout>:RANK...")
-RANK_PROBE = ("import subprocess, sys, horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
-              "nic = subprocess.run(['ip', '-4', '-o', 'addr', 'show', '%s'], capture_output=True, text=True); "
-              "total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum).numpy(); "
-              "sys.stdout.write(f'RANK {hvd.rank()} {nic.stdout.split()[3]} {total}\\n')") % NIC
+RANK_PROBE = (
+    "import subprocess, sys, horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+    "nic = subprocess.run(['ip', '-4', '-o', 'addr', 'show', '%s'], capture_output=True, text=True); "
+    "total = hvd.allreduce(tf.constant(float(hvd.rank() + 1)), op=hvd.Sum).numpy(); "
+    "sys.stdout.write(f'RANK {hvd.rank()} {nic.stdout.split()[3]} {total}\\n')"
+) % NIC
 
 
 def on_two_hosts(hosts, command: list, controller: str = "--gloo", check=True):
     """`horovodrun CONTROLLER -np 2 -H a:1,b:1 --network-interface dd0 COMMAND` from host A."""
-    return hosts.run([horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC,
-                      controller, *command], check=check)
+    return hosts.run(
+        [horovodrun(), "-np", "2", "-H", hosts.horovod_hosts(1), "--network-interface", NIC, controller, *command],
+        check=check,
+    )
 
 
 def test_each_rank_runs_on_its_own_host_and_they_allreduce(np2):
@@ -47,8 +52,23 @@ def test_each_rank_runs_on_its_own_host_and_they_allreduce(np2):
 def test_two_hosts_follow_the_one_host_path(tmp_path, smoke_data, mode, np2, one_process):
     out = tmp_path / "two-hosts"
     with TwoHosts() as hosts:
-        on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", mode, "--config", SMOKE,
-                             "--set", f"data_path={smoke_data}", "--out", str(out), "--quiet"], np2[1])
+        on_two_hosts(
+            hosts,
+            [
+                sys.executable,
+                str(ROOT / "train.py"),
+                "--mode",
+                mode,
+                "--config",
+                SMOKE,
+                "--set",
+                f"data_path={smoke_data}",
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            np2[1],
+        )
     assert leftovers() == [], "namespaces, veth or sshd left behind"
     ran_under = json.loads((out / "config.json").read_text())["launch"]
     assert ran_under["controller"] == np2[1].lstrip("-") and "TCP" in ran_under["transport"], ran_under
@@ -63,8 +83,22 @@ def test_a_host_name_on_loopback_is_refused_with_one_line(tmp_path, smoke_data):
     """Where each host's name resolves to 127.0.0.1, Horovod's Gloo would abort in init with
     "connect [127.0.0.1]: Connection refused"; train.py says what to fix, once."""
     with TwoHosts(names_resolve_to_hosts=False) as hosts:
-        proc = on_two_hosts(hosts, [sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-                                    "--set", f"data_path={smoke_data}", "--out", str(tmp_path / "run")], check=False)
+        proc = on_two_hosts(
+            hosts,
+            [
+                sys.executable,
+                str(ROOT / "train.py"),
+                "--mode",
+                "strong",
+                "--config",
+                SMOKE,
+                "--set",
+                f"data_path={smoke_data}",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            check=False,
+        )
     text = proc.stdout + proc.stderr
     said = [line for line in text.splitlines() if "resolves to 127.0.0.1, a loopback address" in line]
     assert proc.returncode != 0 and len(said) == 1, text[-3000:]

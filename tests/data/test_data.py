@@ -104,19 +104,26 @@ def test_to_density_integrates_to_one():
 
 def test_input_independent_loss_is_keras_msle_of_the_mean_cube():
     import tensorflow as tf
+
     rng = np.random.default_rng(0)
     train, _ = data.to_density(rng.random((20, 4, 4, 4), dtype=np.float32) ** 3)
     val, _ = data.to_density(rng.random((6, 4, 4, 4), dtype=np.float32) ** 3)
     mean = np.broadcast_to(train.mean(axis=0), val.shape)
     keras = tf.keras.losses.MeanSquaredLogarithmicError()(val.reshape(6, -1), mean.reshape(6, -1))
     assert data.input_independent_loss(train, val) == pytest.approx(float(keras), rel=1e-5)
-    assert data.input_independent_loss(train, np.broadcast_to(train.mean(axis=0), (3, 4, 4, 4))) == \
-        pytest.approx(0.0, abs=1e-15)
+    assert data.input_independent_loss(train, np.broadcast_to(train.mean(axis=0), (3, 4, 4, 4))) == pytest.approx(
+        0.0, abs=1e-15
+    )
 
 
-@pytest.mark.parametrize("values, message", [((-1000.0, 400.0), "raw Hounsfield units"),
-                                             ((0.0, 1.5), "values in \\[0, 1.5\\]"),
-                                             ((-0.01, 1.0), "not intensities windowed to \\[0, 1\\]")])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ((-1000.0, 400.0), "raw Hounsfield units"),
+        ((0.0, 1.5), "values in \\[0, 1.5\\]"),
+        ((-0.01, 1.0), "not intensities windowed to \\[0, 1\\]"),
+    ],
+)
 def test_cubes_outside_the_unit_window_are_refused(tmp_path, values, message):
     path = tmp_path / "raw.h5"
     rng = np.random.default_rng(0)
@@ -141,11 +148,19 @@ def test_a_file_another_process_writes_is_named_as_such_not_replaced(tmp_path):
     advise writing a new file over what may be data prepared from scans."""
     import subprocess
     import sys
+
     path = tmp_path / "busy.h5"
     synth.write_synthetic(path, 40, 8, 0)
-    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); "
-                               "print('open', flush=True); time.sleep(60)", str(path)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); print('open', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
         with pytest.raises(data.DataError) as e:
@@ -158,8 +173,9 @@ def test_a_file_another_process_writes_is_named_as_such_not_replaced(tmp_path):
     assert len(data.load_cubes(path).train) == 32, "readable once the writer is gone"
 
 
-@pytest.mark.parametrize("command", [["synth", "--n", "40", "--val", "8"],
-                                     ["prepare", "--luna", "{empty}", "--annotations", "{csv}"]])
+@pytest.mark.parametrize(
+    "command", [["synth", "--n", "40", "--val", "8"], ["prepare", "--luna", "{empty}", "--annotations", "{csv}"]]
+)
 def test_force_does_not_replace_a_file_another_process_writes(tmp_path, capsys, command):
     """`--force` replaces a data file nobody writes. One another process holds open for writing
     (HDF5 locks it) is refused and left as it was: replaced, that process would go on writing
@@ -169,21 +185,31 @@ def test_force_does_not_replace_a_file_another_process_writes(tmp_path, capsys, 
     import sys
 
     from deepdensity.data import cli as data_cli
+
     path = tmp_path / "busy.h5"
     synth.write_synthetic(path, 40, 8, 0)
     (tmp_path / "empty").mkdir()
     (tmp_path / "a.csv").write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); "
-                               "print('open', flush=True); time.sleep(60)", str(path)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import h5py, sys, time; f = h5py.File(sys.argv[1], 'a'); print('open', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "open"
-        before = path.read_bytes(), os.stat(path).st_ino      # as the holder has it (its open marks the file)
+        before = path.read_bytes(), os.stat(path).st_ino  # as the holder has it (its open marks the file)
         argv = [a.format(empty=tmp_path / "empty", csv=tmp_path / "a.csv") for a in command]
         assert data_cli.main([*argv, "--out", str(path), "--force"]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"error: --out {path} is open for writing in another process (HDF5 locks it); --force " \
-                      f"replaces a file nobody writes: wait until that process has finished"
+        assert (
+            err == f"error: --out {path} is open for writing in another process (HDF5 locks it); --force "
+            f"replaces a file nobody writes: wait until that process has finished"
+        )
         assert (path.read_bytes(), os.stat(path).st_ino) == before
     finally:
         holder.kill()
@@ -209,17 +235,22 @@ def _linked(tmp_path, val_link):
 
 def _sha(path):
     import hashlib
+
     return f"{path.stat().st_size}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 
 def test_a_self_contained_file_keeps_the_fingerprint_of_its_bytes(tmp_path):
     """Runs recorded before links were followed name their data by 'size:sha256' of the file."""
     path = tmp_path / "d.h5"
-    writer.write_cubes(path, writer.Split(_unit(40), np.array(["a"] * 40, object), np.zeros((40, 3)), np.ones(40)),
-                       writer.Split(_unit(8, 1), np.array(["b"] * 8, object), np.zeros((8, 3)), np.ones(8)), {})
+    writer.write_cubes(
+        path,
+        writer.Split(_unit(40), np.array(["a"] * 40, object), np.zeros((40, 3)), np.ones(40)),
+        writer.Split(_unit(8, 1), np.array(["b"] * 8, object), np.zeros((8, 3)), np.ones(8)),
+        {},
+    )
     assert fingerprint.data_files(path) == [path]
     assert fingerprint.data_fingerprint(path) == _sha(path)
-    with h5py.File(path, "a") as f:            # a soft link stays in the file: nothing else is read
+    with h5py.File(path, "a") as f:  # a soft link stays in the file: nothing else is read
         f["val/again"] = h5py.SoftLink("/val/cubes")
     assert fingerprint.data_files(path) == [path] and fingerprint.data_fingerprint(path) == _sha(path)
 
@@ -233,7 +264,7 @@ def test_cubes_behind_an_external_link_are_read_and_fingerprinted(tmp_path):
     before = fingerprint.data_fingerprint(main)
     assert before == f"{_sha(main)}+{_sha(tmp_path / 'other.h5')}"
     main_bytes = main.read_bytes()
-    with h5py.File(tmp_path / "other.h5", "w") as f:     # other cubes, same size, main.h5 untouched
+    with h5py.File(tmp_path / "other.h5", "w") as f:  # other cubes, same size, main.h5 untouched
         f["cubes"] = _unit(8, 2)
     assert main.read_bytes() == main_bytes
     assert fingerprint.data_fingerprint(main) != before
@@ -262,7 +293,7 @@ def test_external_raw_storage_is_read_from_the_current_folder_and_fingerprinted(
     main = _linked(tmp_path, np.zeros(1))
     with h5py.File(main, "a") as f:
         del f["val/cubes"]
-        f.create_dataset("val/cubes", shape=(8, 16, 16, 16), dtype="f4", external=[("val.raw", 0, 8 * 16 ** 3 * 4)])
+        f.create_dataset("val/cubes", shape=(8, 16, 16, 16), dtype="f4", external=[("val.raw", 0, 8 * 16**3 * 4)])
     np.testing.assert_array_equal(data.load_cubes(main).val, _unit(8, 1))
     before = fingerprint.data_fingerprint(main)
     assert before == f"{_sha(main)}+{_sha(tmp_path / 'val.raw')}"
@@ -281,9 +312,10 @@ def test_a_broken_file_is_fingerprinted_by_its_own_bytes_and_refused_by_the_load
 def test_the_docs_conversion_of_integer_cubes_makes_a_file_that_loads(tmp_path, monkeypatch):
     """docs/data.md tells a user with integer cubes how to convert them; its code does that."""
     from tests.support import ROOT
+
     text = (ROOT / "docs" / "data.md").read_text()
     start = text.index("```python\n", text.index("integers are refused")) + len("```python\n")
-    code = "\n".join(line[2:] for line in text[start:text.index("```", start)].splitlines())
+    code = "\n".join(line[2:] for line in text[start : text.index("```", start)].splitlines())
     mask = (_unit(40) > 0.5).astype(np.int8)
     with h5py.File(tmp_path / "mine.h5", "w") as f:
         f["train/cubes"], f["val/cubes"] = mask, mask[:8]
@@ -302,8 +334,11 @@ def test_a_column_of_the_layout_in_another_form_is_refused_by_name(tmp_path):
         f["val/world_xyz"] = np.array([b"x"] * 8)
         f["train/diameter_mm"] = np.ones(39)
     data.load_cubes(main)
-    with pytest.raises(data.DataError, match=r"/val/world_xyz holds strings of shape \(8,\); the layout has "
-                                             r"real numbers \(float64\) of shape \(8, 3\)"):
+    with pytest.raises(
+        data.DataError,
+        match=r"/val/world_xyz holds strings of shape \(8,\); the layout has "
+        r"real numbers \(float64\) of shape \(8, 3\)",
+    ):
         data.read_columns(main, "val")
     with pytest.raises(data.DataError, match=r"/train/diameter_mm holds real numbers of shape \(39,\)"):
         data.read_columns(main, "train")

@@ -1,5 +1,6 @@
 """Real-scan ingestion: geometry checked against planted nodules at known world positions,
 and pydicom's own CT test files for sorting, HU conversion and the errors."""
+
 import csv
 import sys
 from pathlib import Path
@@ -31,8 +32,9 @@ def one_nodule_scan(tmp_path, fmt, direction=np.eye(3), seed=0):
     vol = geometry.Volume(hu, origin, spacing, np.asarray(direction, float), "1.2.3.4", "")
     world = vol.index_to_world(centres[0])
     if fmt == "dicom":
-        synthetic_scans.write_dicom_series(tmp_path / "scan", hu, origin, spacing, direction[:, 0], direction[:, 1],
-                                  "1.2.3.4", rng=rng)
+        synthetic_scans.write_dicom_series(
+            tmp_path / "scan", hu, origin, spacing, direction[:, 0], direction[:, 1], "1.2.3.4", rng=rng
+        )
         # a second, unrelated file type in the folder must not stop anything
         (tmp_path / "scan" / "notes.txt").write_text("not dicom")
     elif fmt == "nifti":
@@ -56,18 +58,24 @@ def rotation(axis, degrees):
     return np.array(m)
 
 
-@pytest.mark.parametrize("fmt, direction", [
-    ("dicom", np.eye(3)),
-    ("mhd", np.eye(3)),
-    ("mhd", rotation("z", 90) @ rotation("x", 20)),   # a non-identity direction matrix
-    ("mhd", np.diag([-1.0, -1.0, 1.0])),               # LPS flipped axes
-    ("nifti", np.eye(3)),
-    ("nifti", rotation("z", 90) @ rotation("x", 20)),
-])
+@pytest.mark.parametrize(
+    "fmt, direction",
+    [
+        ("dicom", np.eye(3)),
+        ("mhd", np.eye(3)),
+        ("mhd", rotation("z", 90) @ rotation("x", 20)),  # a non-identity direction matrix
+        ("mhd", np.diag([-1.0, -1.0, 1.0])),  # LPS flipped axes
+        ("nifti", np.eye(3)),
+        ("nifti", rotation("z", 90) @ rotation("x", 20)),
+    ],
+)
 def test_planted_nodule_is_centred_within_one_voxel(tmp_path, fmt, direction):
     world, diameter = one_nodule_scan(tmp_path, fmt, direction)
-    vol = (dicom.read_dicom_series("1.2.3.4", dicom.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
-           if fmt == "dicom" else metaimage_nifti.read_volume(next((tmp_path / "scan").glob("1.2.3.4.*"))))
+    vol = (
+        dicom.read_dicom_series("1.2.3.4", dicom.scan_dicom_folder(tmp_path / "scan")[0]["1.2.3.4"])[0]
+        if fmt == "dicom"
+        else metaimage_nifti.read_volume(next((tmp_path / "scan").glob("1.2.3.4.*")))
+    )
     assert vol.uid == "1.2.3.4"
     cube, padded = geometry.cut_cube(vol, world, 16, 1.0)
     assert not padded
@@ -85,8 +93,22 @@ def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
     files = [p for p in (scans / "scan0").iterdir() if p.name != "readings.xml"]
     assert all("." not in p.name for p in files), "random names with no extension"
     out = tmp_path / "cubes.h5"
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans),
-                "--annotations", str(csv_path), "--out", str(out), "--val", "2"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--dicom",
+            str(scans),
+            "--annotations",
+            str(csv_path),
+            "--out",
+            str(out),
+            "--val",
+            "2",
+        ]
+    )
     assert "scans read: 3; nodules written: 6" in proc.stdout
     with h5py.File(out) as f:
         assert f.attrs["source"] == "dicom"
@@ -98,9 +120,26 @@ def test_dicom_prepare_end_to_end_with_shuffled_renamed_files(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     # and train.py takes the file as it is
     root = ROOT
-    proc = run([sys.executable, str(root / "train.py"), "--mode", "strong", "--config",
-                str(root / "configs" / "smoke.yaml"), "--set", f"data_path={out}", "--set", "batch_size=2",
-                "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "run")])
+    proc = run(
+        [
+            sys.executable,
+            str(root / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            str(root / "configs" / "smoke.yaml"),
+            "--set",
+            f"data_path={out}",
+            "--set",
+            "batch_size=2",
+            "--set",
+            "max_epochs=1",
+            "--set",
+            "max_train_cubes=0",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert "epoch    1" in proc.stdout and (tmp_path / "run" / "result.json").exists()
 
 
@@ -108,11 +147,29 @@ def test_mhd_prepare_reports_skipped_annotations(tmp_path):
     scans = tmp_path / "luna"
     csv_path = synthetic_scans.synth_scans(scans, n_scans=2, seed=2, fmt="mhd")
     with open(csv_path, "a", newline="") as f:
-        csv.writer(f).writerows([["9.9.9", "0", "0", "0", "5"],                     # no such scan
-                                 ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])  # outside
+        csv.writer(f).writerows(
+            [
+                ["9.9.9", "0", "0", "0", "5"],  # no such scan
+                ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"],
+            ]
+        )  # outside
     out = tmp_path / "luna.h5"
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(scans),
-                "--annotations", str(csv_path), "--out", str(out), "--val", "1"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--luna",
+            str(scans),
+            "--annotations",
+            str(csv_path),
+            "--out",
+            str(out),
+            "--val",
+            "1",
+        ]
+    )
     assert "nodules written: 4" in proc.stdout
     assert "no scan with that seriesuid" in proc.stdout and "outside the volume" in proc.stdout
 
@@ -129,9 +186,9 @@ def test_resampling_is_trilinear_and_blends_with_air_one_voxel_beyond_the_scan()
     # a linear field is reproduced exactly by trilinear interpolation anywhere inside
     k, j, i = np.meshgrid(np.arange(9), np.arange(8), np.arange(7), indexing="ij")
     hu = (3.0 * k - 2.0 * j + 0.5 * i + 7.0).astype(np.float32)
-    spacing = np.array([0.7, 0.8, 1.3])                      # x, y, z mm
+    spacing = np.array([0.7, 0.8, 1.3])  # x, y, z mm
     vol = geometry.Volume(hu, np.zeros(3), spacing, np.eye(3), "u", "")
-    centre = np.array([2.9, 2.6, 5.2])                     # x, y, z mm: well inside
+    centre = np.array([2.9, 2.6, 5.2])  # x, y, z mm: well inside
     cube, padded = geometry.cut_cube(vol, centre, 4, 0.5)
     offsets = (np.arange(4) - 1.5) * 0.5
     z, y, x = np.meshgrid(*(centre[::-1, None] + offsets), indexing="ij")
@@ -139,18 +196,19 @@ def test_resampling_is_trilinear_and_blends_with_air_one_voxel_beyond_the_scan()
     assert not padded and np.allclose(cube, want, atol=1e-4)
     # half a voxel beyond the last slice: half the edge value, half air
     flat = geometry.Volume(np.full((4, 4, 4), 100.0, np.float32), np.zeros(3), np.ones(3), np.eye(3), "u", "")
-    cube, padded = geometry.cut_cube(flat, [1.5, 1.5, 3.0], 2, 1.0, fill=-1000.0)   # z = 2.5, 3.5
+    cube, padded = geometry.cut_cube(flat, [1.5, 1.5, 3.0], 2, 1.0, fill=-1000.0)  # z = 2.5, 3.5
     assert padded and np.allclose(cube[1], (100.0 - 1000.0) / 2) and np.allclose(cube[0], 100.0)
 
 
 def test_metaimage_reader_against_the_header(tmp_path):
     # x-fastest data; the header's DimSize is x y z and the array comes back z y x
-    data = np.arange(2 * 3 * 4, dtype="<i2").reshape(4, 3, 2)   # (z, y, x)
+    data = np.arange(2 * 3 * 4, dtype="<i2").reshape(4, 3, 2)  # (z, y, x)
     (tmp_path / "v.raw").write_bytes(data.tobytes())
     (tmp_path / "v.mhd").write_text(
         "ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
         "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n"
-        "ElementDataFile = v.raw\n")
+        "ElementDataFile = v.raw\n"
+    )
     vol = metaimage_nifti.read_metaimage(tmp_path / "v.mhd")
     assert vol.hu.shape == (4, 3, 2) and vol.hu[3, 2, 1] == data[3, 2, 1]
     # index axis x runs along world +y (row 0 of TransformMatrix), y along world -x
@@ -163,9 +221,12 @@ def test_metaimage_reader_against_the_header(tmp_path):
 @pytest.mark.parametrize("layout", ["mha", "zraw", "big-endian"])
 def test_one_file_mha_compressed_zraw_and_byte_order_read_alike(tmp_path, layout):
     import zlib
+
     data = (np.arange(2 * 3 * 4) * 37 - 400).astype("<i2").reshape(4, 3, 2)
-    header = ("ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
-              "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n")
+    header = (
+        "ObjectType = Image\nNDims = 3\nDimSize = 2 3 4\nElementSpacing = 0.5 0.6 2.5\n"
+        "Offset = 10 20 30\nTransformMatrix = 0 1 0 -1 0 0 0 0 1\nElementType = MET_SHORT\n"
+    )
     if layout == "mha":
         path = tmp_path / "v.mha"
         path.write_bytes((header + "ElementDataFile = LOCAL\n").encode() + data.tobytes())
@@ -173,8 +234,9 @@ def test_one_file_mha_compressed_zraw_and_byte_order_read_alike(tmp_path, layout
         packed = zlib.compress(data.tobytes())
         (tmp_path / "v.zraw").write_bytes(packed)
         path = tmp_path / "v.mhd"
-        path.write_text(header + f"CompressedData = True\nCompressedDataSize = {len(packed)}\n"
-                        "ElementDataFile = v.zraw\n")
+        path.write_text(
+            header + f"CompressedData = True\nCompressedDataSize = {len(packed)}\nElementDataFile = v.zraw\n"
+        )
     else:
         (tmp_path / "v.raw").write_bytes(data.astype(">i2").tobytes())
         path = tmp_path / "v.mhd"
@@ -195,16 +257,19 @@ def test_truncated_raw_and_missing_raw_are_clear(tmp_path):
         metaimage_nifti.read_metaimage(tmp_path / "a.mhd")
 
 
-@pytest.mark.parametrize("field, bad, message", [
-    ("ElementSpacing", "0.7 0.7 thick", "ElementSpacing = '0.7 0.7 thick' is not 3 number"),
-    ("ElementSpacing", "0.7 0.7", "is not 3 number"),
-    ("ElementSpacing", "0.7 0 1", "is not positive"),
-    ("DimSize", "6 5", "DimSize = '6 5' is not 3 number"),
-    ("DimSize", "6 5 4.5", "DimSize"),
-    ("Offset", "1 2 nan", "Offset"),
-    ("TransformMatrix", "1 0 0 0 1 0 0 0", "TransformMatrix"),
-    ("NDims", "three", "NDims = 'three' is not 1 number"),
-])
+@pytest.mark.parametrize(
+    "field, bad, message",
+    [
+        ("ElementSpacing", "0.7 0.7 thick", "ElementSpacing = '0.7 0.7 thick' is not 3 number"),
+        ("ElementSpacing", "0.7 0.7", "is not 3 number"),
+        ("ElementSpacing", "0.7 0 1", "is not positive"),
+        ("DimSize", "6 5", "DimSize = '6 5' is not 3 number"),
+        ("DimSize", "6 5 4.5", "DimSize"),
+        ("Offset", "1 2 nan", "Offset"),
+        ("TransformMatrix", "1 0 0 0 1 0 0 0", "TransformMatrix"),
+        ("NDims", "three", "NDims = 'three' is not 1 number"),
+    ],
+)
 def test_malformed_metaimage_fields_skip_that_scan_with_the_reason(tmp_path, field, bad, message):
     scans = tmp_path / "luna"
     csv_path = synthetic_scans.synth_scans(scans, n_scans=3, seed=2, fmt="mhd")
@@ -230,7 +295,7 @@ def test_hu_conversion_on_pydicoms_ct_small():
 
 def test_reversed_instance_numbers_sort_by_position():
     series, _ = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")
-    (uid, items), = series.items()
+    ((uid, items),) = series.items()
     vol, notes = dicom.read_dicom_series(uid, items)
     assert vol.hu.shape == (5, 16, 16)
     assert vol.spacing[2] == pytest.approx(2.5)
@@ -244,19 +309,19 @@ def test_reversed_instance_numbers_sort_by_position():
 
 def test_inconsistent_spacing_is_refused():
     series, _ = dicom.scan_dicom_folder(DIRTESTS / "77654033" / "CT2")
-    (uid, items), = series.items()
+    ((uid, items),) = series.items()
     with pytest.raises(geometry.ScanError, match="non-uniform slice spacing"):
         dicom.read_dicom_series(uid, items)
 
 
 def test_localizers_are_dropped():
     series, _ = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT2N")
-    (uid, items), = series.items()
+    ((uid, items),) = series.items()
     with pytest.raises(geometry.ScanError, match="fewer than 2 axial images"):
         dicom.read_dicom_series(uid, items)
     # mixed in with a real series, they are removed and the series still reads
     ct5 = dicom.scan_dicom_folder(DIRTESTS / "98892001" / "CT5N")[0]
-    (uid5, items5), = ct5.items()
+    ((uid5, items5),) = ct5.items()
     vol, notes = dicom.read_dicom_series(uid5, items5 + items)
     assert vol.hu.shape[0] == 5 and any("localizer" in n for n in notes)
 
@@ -299,7 +364,7 @@ def test_a_spreadsheets_csv_with_a_byte_order_mark_is_read(tmp_path):
     path.write_bytes("\ufeffseriesuid,coordX,coordY,coordZ,diameter_mm\r\n1.2.3,-10.5,2,3.25,6\r\n".encode("utf-8"))
     got = annotations.read_annotations(path)
     assert list(got) == ["1.2.3"]
-    (xyz, d), = got["1.2.3"]
+    ((xyz, d),) = got["1.2.3"]
     assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
 
 
@@ -320,8 +385,21 @@ def test_bad_inputs_of_prepare(tmp_path):
     write_csv(tmp_path / "ok.csv", [["1", "0", "0", "0", "5"]])
     with pytest.raises(DataError, match="no DICOM image series"):
         pipeline.prepare(tmp_path / "o.h5", tmp_path / "ok.csv", dicom=str(tmp_path / "empty"), progress=False)
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(tmp_path / "empty"),
-                "--annotations", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o.h5")], check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--luna",
+            str(tmp_path / "empty"),
+            "--annotations",
+            str(tmp_path / "ok.csv"),
+            "--out",
+            str(tmp_path / "o.h5"),
+        ],
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error: no .mhd") and "Traceback" not in proc.stderr
     assert not (tmp_path / "o.h5").exists()
 
@@ -332,8 +410,21 @@ def test_when_every_nodule_is_refused_the_summary_comes_before_the_error(tmp_pat
     notes = tmp_path / "far.csv"
     write_csv(notes, [["9.9.9", "0", "0", "0", "5"], ["1.2.826.0.1.3680043.10.999.2.0", "900", "0", "0", "5"]])
     out = tmp_path / "o.h5"
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--luna", str(scans),
-                "--annotations", str(notes), "--out", str(out)], check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--luna",
+            str(scans),
+            "--annotations",
+            str(notes),
+            "--out",
+            str(out),
+        ],
+        check=False,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "scans read: 2" in proc.stdout and "skipped: 2" in proc.stdout
     assert "no scan with that seriesuid" in proc.stdout and "outside the volume" in proc.stdout
@@ -373,6 +464,7 @@ def test_an_interrupted_prepare_resumes_without_reading_finished_scans(tmp_path,
         if len(reads) == 2:
             raise KeyboardInterrupt
         return real(path)
+
     monkeypatch.setattr(metaimage_nifti, "read_metaimage", interrupted_on_the_second)
     out = tmp_path / "out.h5"
     with pytest.raises(KeyboardInterrupt):
@@ -400,10 +492,15 @@ def _series(tmp_path, name="s", uid="9.9"):
     return dicom.scan_dicom_folder(tmp_path / name)[0][uid]
 
 
-@pytest.mark.parametrize("tag, message", [
-    ("RescaleSlope", r"lack RescaleSlope \(e.g. "), ("RescaleIntercept", "lack RescaleIntercept"),
-    ("PixelSpacing", "lack PixelSpacing"), ("SOPInstanceUID", "lack SOPInstanceUID"),
-])
+@pytest.mark.parametrize(
+    "tag, message",
+    [
+        ("RescaleSlope", r"lack RescaleSlope \(e.g. "),
+        ("RescaleIntercept", "lack RescaleIntercept"),
+        ("PixelSpacing", "lack PixelSpacing"),
+        ("SOPInstanceUID", "lack SOPInstanceUID"),
+    ],
+)
 def test_a_series_without_the_tags_a_volume_needs_is_refused_with_the_reason(tmp_path, tag, message):
     items = _series(tmp_path)
     delattr(items[2][1], tag)
@@ -435,6 +532,7 @@ def test_prepare_skips_a_bad_series_with_its_reason_and_cuts_the_others(tmp_path
     import shutil
 
     import h5py
+
     scans = tmp_path / "scans"
     csv_path = synthetic_scans.synth_scans(scans, n_scans=2, seed=3, fmt="dicom")
     bad = sorted(p for p in scans.iterdir() if p.is_dir())[0]
@@ -455,14 +553,16 @@ def test_prepare_skips_a_bad_series_with_its_reason_and_cuts_the_others(tmp_path
 
 def test_annotation_rows_that_cannot_be_nodules_are_reported_and_skipped(tmp_path):
     path = tmp_path / "a.csv"
-    path.write_text("seriesuid,coordX,coordY,coordZ,diameter_mm\n"
-                    "1.2,1,2,3,5\n"        # line 2: kept
-                    "1.2,1,2,3,0\n"        # line 3: diameter 0
-                    "1.2,1,2,3,-4\n"       # line 4: negative
-                    "1.2,1,nan,3,5\n"      # line 5: a coordinate not finite
-                    "1.2,1,2,3,inf\n"      # line 6
-                    "1.2,1,2,3,5\n"        # line 7: the same nodule as line 2
-                    "1.3,4,5,6,7\n")
+    path.write_text(
+        "seriesuid,coordX,coordY,coordZ,diameter_mm\n"
+        "1.2,1,2,3,5\n"  # line 2: kept
+        "1.2,1,2,3,0\n"  # line 3: diameter 0
+        "1.2,1,2,3,-4\n"  # line 4: negative
+        "1.2,1,nan,3,5\n"  # line 5: a coordinate not finite
+        "1.2,1,2,3,inf\n"  # line 6
+        "1.2,1,2,3,5\n"  # line 7: the same nodule as line 2
+        "1.3,4,5,6,7\n"
+    )
     skipped = []
     got = annotations.read_annotations(path, skipped)
     assert {uid: len(v) for uid, v in got.items()} == {"1.2": 1, "1.3": 1}
@@ -471,15 +571,18 @@ def test_annotation_rows_that_cannot_be_nodules_are_reported_and_skipped(tmp_pat
     assert "the same nodule as line 2" in skipped[-1][1]
 
 
-@pytest.mark.parametrize("text", [
-    "seriesuid;coordX;coordY;coordZ;diameter_mm\n1.2;-10,5;2;3,25;6\n",           # a German Excel
-    "seriesuid\tcoordX\tcoordY\tcoordZ\tdiameter_mm\n1.2\t-10.5\t2\t3.25\t6\n",    # tab separated
-    "seriesuid, coordX, coordY, coordZ, diameter_mm\n1.2, -10.5, 2, 3.25, 6\n",    # spaces after commas
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "seriesuid;coordX;coordY;coordZ;diameter_mm\n1.2;-10,5;2;3,25;6\n",  # a German Excel
+        "seriesuid\tcoordX\tcoordY\tcoordZ\tdiameter_mm\n1.2\t-10.5\t2\t3.25\t6\n",  # tab separated
+        "seriesuid, coordX, coordY, coordZ, diameter_mm\n1.2, -10.5, 2, 3.25, 6\n",  # spaces after commas
+    ],
+)
 def test_annotation_csvs_in_the_dialects_spreadsheets_write(tmp_path, text):
     path = tmp_path / "a.csv"
     path.write_text(text)
-    (xyz, d), = annotations.read_annotations(path)["1.2"]
+    ((xyz, d),) = annotations.read_annotations(path)["1.2"]
     assert list(xyz) == [-10.5, 2.0, 3.25] and d == 6.0
 
 
@@ -489,10 +592,11 @@ def nifti_sform(path) -> tuple:
     independently of SimpleITK."""
     import gzip
     import struct
+
     header = gzip.open(path).read(348)
     assert struct.unpack("<i", header[:4])[0] == 348, "a little-endian NIfTI-1 header"
     code = struct.unpack("<h", header[254:256])[0]
-    rows = [struct.unpack("<4f", header[o:o + 16]) for o in (280, 296, 312)]
+    rows = [struct.unpack("<4f", header[o : o + 16]) for o in (280, 296, 312)]
     return code, np.array(rows)
 
 
@@ -505,7 +609,7 @@ def test_nifti_world_is_ras_on_disk_and_lps_in_the_volume(tmp_path):
     metaimage_nifti.write_nifti(tmp_path / "v.nii.gz", hu, origin, spacing, np.eye(3))
     code, sform = nifti_sform(tmp_path / "v.nii.gz")
     assert code > 0
-    flip = np.diag([-1.0, -1.0, 1.0])                       # LPS -> RAS
+    flip = np.diag([-1.0, -1.0, 1.0])  # LPS -> RAS
     np.testing.assert_allclose(sform[:, :3], flip @ np.diag(spacing), atol=1e-5)
     np.testing.assert_allclose(sform[:, 3], flip @ origin, atol=1e-4)
     vol = metaimage_nifti.read_nifti(tmp_path / "v.nii.gz")
@@ -519,8 +623,14 @@ def test_nifti_and_metaimage_scans_give_the_same_cubes(tmp_path):
     for fmt in ("mhd", "nifti"):
         csv_path = synthetic_scans.synth_scans(tmp_path / fmt, n_scans=2, seed=5, fmt=fmt)
         out = tmp_path / f"{fmt}.h5"
-        summary = pipeline.prepare(out, csv_path, **{"luna" if fmt == "mhd" else "nifti": str(tmp_path / fmt)},
-                                 n_val=1, progress=False, say=lambda *a: None)
+        summary = pipeline.prepare(
+            out,
+            csv_path,
+            **{"luna" if fmt == "mhd" else "nifti": str(tmp_path / fmt)},
+            n_val=1,
+            progress=False,
+            say=lambda *a: None,
+        )
         assert summary.nodules_written == 4 and not [s for s in summary.skipped if s[0] != "note"]
         written[fmt] = load_cubes(out)
     # NIfTI keeps the spacing as float32 (pixdim: 0.7 reads back as 0.69999999), MetaImage as
@@ -538,11 +648,13 @@ def test_a_volume_not_in_hu_or_not_3d_is_skipped_with_its_reason(tmp_path):
     vol = metaimage_nifti.read_nifti(victim)
     # intensities normalised to [0, 1], as some pipelines store them: no air below -500
     metaimage_nifti.write_nifti(victim, (vol.hu + 1024) / 4096 * 1000, vol.origin, vol.spacing, vol.direction)
-    summary = pipeline.prepare(tmp_path / "a.h5", csv_path, nifti=str(scans), n_val=0, progress=False,
-                             say=lambda *a: None)
+    summary = pipeline.prepare(
+        tmp_path / "a.h5", csv_path, nifti=str(scans), n_val=0, progress=False, say=lambda *a: None
+    )
     assert any(kind == "scan" and "no voxel of air" in why and str(victim) in why for kind, why in summary.skipped)
     assert summary.nodules_written == 2, "the other scan's two nodules"
     import SimpleITK as sitk
+
     sitk.WriteImage(sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.int16), isVector=False), str(tmp_path / "t.nii"))
     with pytest.raises(geometry.ScanError, match="4 dimensions; a CT volume has 3"):
         metaimage_nifti.read_nifti(tmp_path / "t.nii")
@@ -550,10 +662,18 @@ def test_a_volume_not_in_hu_or_not_3d_is_skipped_with_its_reason(tmp_path):
 
 def test_a_slice_cut_short_is_called_so_not_a_missing_decoder(tmp_path):
     hu = np.full((3, 8, 8), -1000.0)
-    synthetic_scans.write_dicom_series(tmp_path / "s", hu, np.zeros(3), np.ones(3), np.array([1.0, 0, 0]),
-                              np.array([0, 1.0, 0]), "1.2.3", rng=np.random.default_rng(0))
+    synthetic_scans.write_dicom_series(
+        tmp_path / "s",
+        hu,
+        np.zeros(3),
+        np.ones(3),
+        np.array([1.0, 0, 0]),
+        np.array([0, 1.0, 0]),
+        "1.2.3",
+        rng=np.random.default_rng(0),
+    )
     victim = sorted((tmp_path / "s").iterdir())[0]
-    victim.write_bytes(victim.read_bytes()[:-20])          # an interrupted copy
+    victim.write_bytes(victim.read_bytes()[:-20])  # an interrupted copy
     # 8 x 8 pixels of 16 bits: 128 bytes, 108 left
     with pytest.raises(geometry.ScanError, match="holds 108 bytes where 8 x 8 pixels need 128: the file is cut short"):
         dicom.slice_hu(victim)

@@ -1,5 +1,6 @@
 """LIDC-IDRI's XML readings to nodules: geometry, grouping across readers, and the whole
 path (synthetic DICOM series, their XML, prepare --lidc-xml, train.py)."""
+
 import sys
 import xml.etree.ElementTree as ET
 
@@ -48,9 +49,15 @@ def test_small_nodules_are_one_point_and_do_not_count(tmp_path):
 
 def test_grouping_counts_readers_not_marks():
     a, b = np.array([0.0, 0, 0]), np.array([30.0, 0, 0])
-    marks = [(0, a, 8.0), (1, a + 1.5, 7.0), (2, a - 1.0, 9.0),       # three readers, one nodule
-             (0, b, 6.0), (1, b + 0.5, 6.0), (0, b + 1.0, 6.0),       # two readers (one twice)
-             (3, a + 20, 4.0)]                                        # one reader alone
+    marks = [
+        (0, a, 8.0),
+        (1, a + 1.5, 7.0),
+        (2, a - 1.0, 9.0),  # three readers, one nodule
+        (0, b, 6.0),
+        (1, b + 0.5, 6.0),
+        (0, b + 1.0, 6.0),  # two readers (one twice)
+        (3, a + 20, 4.0),
+    ]  # one reader alone
     nodules = lidc.group_marks(marks, min_readers=3)
     assert len(nodules) == 1
     centre, d, readers = nodules[0]
@@ -69,9 +76,9 @@ def test_rois_on_missing_slices_fall_back_to_z_or_are_dropped(tmp_path):
     tree = ET.parse(tmp_path / "r.xml")
     ns = {"l": lidc.NAMESPACE}
     rois = tree.getroot().findall(".//l:roi", ns)
-    rois[0].find("l:imageSOP_UID", ns).text = "9.9.9"          # unknown UID, its z is a slice
+    rois[0].find("l:imageSOP_UID", ns).text = "9.9.9"  # unknown UID, its z is a slice
     rois[1].find("l:imageSOP_UID", ns).text = "9.9.8"
-    rois[1].find("l:imageZposition", ns).text = "500.0"        # and nowhere near the series
+    rois[1].find("l:imageZposition", ns).text = "500.0"  # and nowhere near the series
     tree.write(tmp_path / "r.xml")
     _, marks = lidc.read_xml(tmp_path / "r.xml")
     centre, diameter, notes = lidc.mark_geometry(marks[0], vol)
@@ -83,14 +90,20 @@ def test_rois_on_missing_slices_fall_back_to_z_or_are_dropped(tmp_path):
     assert centre is None and "mark dropped" in notes[-1]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("<LidcReadMessage><readingSession>", "not well-formed XML"),
-    ("<LidcReadMessage xmlns='http://www.nih.gov'><ResponseHeader/></LidcReadMessage>", "without ResponseHeader"),
-    ("<LidcReadMessage><ResponseHeader><SeriesInstanceUid>1</SeriesInstanceUid></ResponseHeader>"
-     "<readingSession><unblindedReadNodule><noduleID>N1</noduleID><roi><imageZposition>up</imageZposition>"
-     "<edgeMap><xCoord>1</xCoord><yCoord>2</yCoord></edgeMap></roi></unblindedReadNodule></readingSession>"
-     "</LidcReadMessage>", r"nodule 'N1' \(reader 1\) has a missing or non-numeric"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("<LidcReadMessage><readingSession>", "not well-formed XML"),
+        ("<LidcReadMessage xmlns='http://www.nih.gov'><ResponseHeader/></LidcReadMessage>", "without ResponseHeader"),
+        (
+            "<LidcReadMessage><ResponseHeader><SeriesInstanceUid>1</SeriesInstanceUid></ResponseHeader>"
+            "<readingSession><unblindedReadNodule><noduleID>N1</noduleID><roi><imageZposition>up</imageZposition>"
+            "<edgeMap><xCoord>1</xCoord><yCoord>2</yCoord></edgeMap></roi></unblindedReadNodule></readingSession>"
+            "</LidcReadMessage>",
+            r"nodule 'N1' \(reader 1\) has a missing or non-numeric",
+        ),
+    ],
+)
 def test_malformed_xml_is_one_clear_error(tmp_path, text, message):
     (tmp_path / "bad.xml").write_text(text)
     with pytest.raises(DataError, match=message):
@@ -126,24 +139,69 @@ def test_prepare_from_lidc_xml_end_to_end_and_train_on_it(tmp_path):
     _edit_readers(scans / "scan1" / "readings.xml", lambda n: {0, 1} if n == 0 else {0, 1, 2, 3})
     _edit_readers(scans / "scan2" / "readings.xml", lambda n: {0, 1, 3} if n == 1 else {0, 1, 2, 3})
     out = tmp_path / "lidc.h5"
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans), "--lidc-xml",
-                "--out", str(out), "--val", "1"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--dicom",
+            str(scans),
+            "--lidc-xml",
+            "--out",
+            str(out),
+            "--val",
+            "1",
+        ]
+    )
     assert "scans read: 3; nodules written: 5" in proc.stdout, proc.stdout
     assert "1 nodule(s) marked by fewer than 3 readers not kept" in proc.stdout
     with h5py.File(out) as f:
         got = np.concatenate([f["train/world_xyz"][:], f["val/world_xyz"][:]])
         sizes = np.concatenate([f["train/diameter_mm"][:], f["val/diameter_mm"][:]])
     want = [(xyz, d) for uid in uids for xyz, d in truth[uid]]
-    for xyz, d in zip(got, sizes):   # each nodule found lies on one planted nodule
+    for xyz, d in zip(got, sizes):  # each nodule found lies on one planted nodule
         dist = [np.linalg.norm(xyz - w) for w, _ in want]
         i = int(np.argmin(dist))
         assert dist[i] < 1.0 and abs(d - want[i][1]) < 1.6
-    proc = run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans), "--lidc-xml",
-                "--min-readers", "2", "--out", str(tmp_path / "two.h5"), "--val", "1"])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--dicom",
+            str(scans),
+            "--lidc-xml",
+            "--min-readers",
+            "2",
+            "--out",
+            str(tmp_path / "two.h5"),
+            "--val",
+            "1",
+        ]
+    )
     assert "nodules written: 6" in proc.stdout
-    proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config",
-                str(ROOT / "configs" / "smoke.yaml"), "--set", f"data_path={out}", "--set", "batch_size=2",
-                "--set", "max_epochs=1", "--set", "max_train_cubes=0", "--out", str(tmp_path / "run")])
+    proc = run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            str(ROOT / "configs" / "smoke.yaml"),
+            "--set",
+            f"data_path={out}",
+            "--set",
+            "batch_size=2",
+            "--set",
+            "max_epochs=1",
+            "--set",
+            "max_train_cubes=0",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert (tmp_path / "run" / "result.json").exists()
 
 

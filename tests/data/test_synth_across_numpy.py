@@ -11,6 +11,7 @@ What is hashed is the cubes, the arrays the runs read. The data identity the led
 float64 kernel is numpy's own SIMD code on AVX-512 and the C library's elsewhere (on this AVX2
 machine np.exp equals math.exp on 100,000 draws, under both numpys): that identity can differ
 between machines of another instruction set whatever the numpy (docs/install.md, "numpy 2")."""
+
 import hashlib
 import json
 

@@ -1,6 +1,7 @@
 """The line that says where an interrupted run stands, written by launch when no rank did
 (launch/continuing.py): under Gloo horovodrun SIGKILLs a rank 5 s after its SIGTERM, and on a
 loaded host rank 0 was killed before its line (issue 70); the run folder's checkpoint says it."""
+
 import os
 import signal
 import subprocess
@@ -35,24 +36,30 @@ def checkpointed(folder, epoch_index: int):
     return folder
 
 
-@pytest.mark.parametrize("command", [
-    ["python", "train.py", "--mode", "weak", "--out", "OUT"],
-    ["/usr/bin/python3", "/home/u/deepdensity/train.py", "--mode", "weak", "--out=OUT"],
-    ["python", "-m", "deepdensity", "train", "--mode", "weak", "--out", "OUT"],
-    ["/venv/bin/deepdensity", "train", "--mode", "weak", "--out", "OUT"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "train.py", "--mode", "weak", "--out", "OUT"],
+        ["/usr/bin/python3", "/home/u/deepdensity/train.py", "--mode", "weak", "--out=OUT"],
+        ["python", "-m", "deepdensity", "train", "--mode", "weak", "--out", "OUT"],
+        ["/venv/bin/deepdensity", "train", "--mode", "weak", "--out", "OUT"],
+    ],
+)
 def test_launch_says_what_rank_0_would_have_said_from_the_checkpoint(tmp_path, command):
     out = checkpointed(tmp_path / "run", 3)
     command = [w.replace("OUT", str(out)) for w in command]
-    words = command[command.index("train") + 1:] if "train" in command else command[command.index("--mode"):]
+    words = command[command.index("train") + 1 :] if "train" in command else command[command.index("--mode") :]
     line = continuing.unsaid_line(command, "python -m deepdensity launch -np 2 ")
     # rank 0's own words for the same folder and launch (training/cli.py), with its prefix
     rank0 = where_to_continue(out, words)
-    assert line == "interrupted: " + rank0.replace("continue with: python train.py",
-                                                  "continue with: python -m deepdensity launch -np 2 python train.py")
-    assert line == (f"interrupted: at epoch 4, checkpointed in {out}; continue with: python -m deepdensity launch "
-                    f"-np 2 python train.py --mode weak {words[-1] if '=' in words[-1] else '--out ' + str(out)} "
-                    f"--resume")
+    assert line == "interrupted: " + rank0.replace(
+        "continue with: python train.py", "continue with: python -m deepdensity launch -np 2 python train.py"
+    )
+    assert line == (
+        f"interrupted: at epoch 4, checkpointed in {out}; continue with: python -m deepdensity launch "
+        f"-np 2 python train.py --mode weak {words[-1] if '=' in words[-1] else '--out ' + str(out)} "
+        f"--resume"
+    )
 
 
 def test_without_a_checkpoint_or_a_training_command_launch_says_nothing_of_a_run(tmp_path):
@@ -60,7 +67,7 @@ def test_without_a_checkpoint_or_a_training_command_launch_says_nothing_of_a_run
     empty.mkdir()
     (empty / "metrics.jsonl").write_text("")
     assert continuing.unsaid_line(["python", "train.py", "--out", str(empty)], "") is None
-    assert continuing.unsaid_line(["python", "train.py", "--mode", "weak"], "") is None       # no --out
+    assert continuing.unsaid_line(["python", "train.py", "--mode", "weak"], "") is None  # no --out
     out = checkpointed(tmp_path / "run", 0)
     assert continuing.unsaid_line(["python", "other.py", "--out", str(out)], "") is None
     assert continuing.out_of(["--out", "a", "--out=b"]) == "b" and continuing.out_of(["--out"]) is None
@@ -81,8 +88,10 @@ def test_a_run_that_had_finished_was_not_interrupted(tmp_path):
 def test_a_requeueing_job_says_so_as_rank_0_would(tmp_path, monkeypatch):
     out = checkpointed(tmp_path / "run", 6)
     monkeypatch.setenv(continuing.REQUEUE_JOB_ENV, "42")
-    assert continuing.unsaid_line(["python", "train.py", "--out", str(out)], "") == \
-        f"interrupted: at epoch 7, checkpointed in {out}; Slurm job 42 requeues itself and continues it"
+    assert (
+        continuing.unsaid_line(["python", "train.py", "--out", str(out)], "")
+        == f"interrupted: at epoch 7, checkpointed in {out}; Slurm job 42 requeues itself and continues it"
+    )
 
 
 def _launch_silent_job_and_stop_it(tmp_path, out) -> subprocess.CompletedProcess:
@@ -95,9 +104,28 @@ def _launch_silent_job_and_stop_it(tmp_path, out) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DEEPDENSITY_HOROVODRUN": str(stand_in), "STARTED": str(started)}
     env.pop(continuing.RELAUNCH_ENV, None)
     env.pop(continuing.REQUEUE_JOB_ENV, None)
-    proc = subprocess.Popen([sys.executable, "-m", "deepdensity", "launch", "--gloo", "-np", "2", "python", "train.py",
-                             "--mode", "strong", "--out", str(out)], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity",
+            "launch",
+            "--gloo",
+            "-np",
+            "2",
+            "python",
+            "train.py",
+            "--mode",
+            "strong",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -113,7 +141,8 @@ def test_a_job_whose_rank_0_was_killed_before_its_line_gets_the_line_from_launch
     assert proc.returncode == 143, proc.stderr
     assert proc.stderr.splitlines() == [
         f"interrupted: at epoch 4, checkpointed in {out}; continue with: python -m deepdensity launch --gloo -np 2 "
-        f"python train.py --mode strong --out {out} --resume"], proc.stderr
+        f"python train.py --mode strong --out {out} --resume"
+    ], proc.stderr
 
 
 def test_a_job_stopped_before_any_checkpoint_is_started_again_with_the_same_command(tmp_path):
@@ -121,4 +150,5 @@ def test_a_job_stopped_before_any_checkpoint_is_started_again_with_the_same_comm
     assert proc.returncode == 143, proc.stderr
     assert proc.stderr.splitlines() == [
         "interrupted before the workers started: start again with the same command: python -m deepdensity launch "
-        f"--gloo -np 2 python train.py --mode strong --out {tmp_path / 'run'}"], proc.stderr
+        f"--gloo -np 2 python train.py --mode strong --out {tmp_path / 'run'}"
+    ], proc.stderr

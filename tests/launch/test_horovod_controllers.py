@@ -1,6 +1,7 @@
 """Horovod's controller, MPI or Gloo (launch/controllers.py): what check-build says was built,
 which controller a launch asks horovodrun for, what a run's record names, and mpirun's closing
 notice after a refusal (no process is started here)."""
+
 import pytest
 
 from deepdensity.launch import controllers
@@ -63,12 +64,16 @@ def executable(path, text: str):
     return str(path)
 
 
-@pytest.mark.parametrize("first, python", [
-    ("#!{bin}/python3.11\n", "python3.11"),
-    ("#!/usr/bin/env python3\n", "python3"),
-    ("#!/bin/sh\n", None),                      # a wrapper: check-build is read instead
-    ("\x7fELF\x02", None),
-    ("#!{bin}/python-missing\n", None)])         # names an interpreter that is not there
+@pytest.mark.parametrize(
+    "first, python",
+    [
+        ("#!{bin}/python3.11\n", "python3.11"),
+        ("#!/usr/bin/env python3\n", "python3"),
+        ("#!/bin/sh\n", None),  # a wrapper: check-build is read instead
+        ("\x7fELF\x02", None),
+        ("#!{bin}/python-missing\n", None),
+    ],
+)  # names an interpreter that is not there
 def test_horovodruns_interpreter_is_read_off_its_first_line(tmp_path, monkeypatch, first, python):
     for name in ("python3.11", "python3"):
         executable(tmp_path / name, "#!/bin/sh\n")
@@ -85,8 +90,9 @@ def fresh_built():
     controllers.built.cache_clear()
 
 
-@pytest.mark.parametrize("probe_says, expected", [
-    ("controllers: mpi gloo", {"mpi", "gloo"}), ("controllers:  gloo", {"gloo"}), ("", set())])
+@pytest.mark.parametrize(
+    "probe_says, expected", [("controllers: mpi gloo", {"mpi", "gloo"}), ("controllers:  gloo", {"gloo"}), ("", set())]
+)
 def test_built_asks_horovod_in_horovodruns_own_interpreter(tmp_path, fresh_built, probe_says, expected):
     """The interpreter is a stand-in that prints what Horovod's extension would; one that
     prints nothing (Horovod not importable there) gives no controller."""
@@ -111,28 +117,36 @@ def test_built_says_what_the_installed_horovodruns_check_build_lists(fresh_built
     import subprocess
 
     from tests.support import horovodrun
+
     if not horovodrun():
         pytest.skip("horovodrun not installed")
-    listed = controllers_in_check_build(subprocess.run([horovodrun(), "--check-build"], capture_output=True,
-                                                       text=True, timeout=300).stdout)
+    listed = controllers_in_check_build(
+        subprocess.run([horovodrun(), "--check-build"], capture_output=True, text=True, timeout=300).stdout
+    )
     assert listed and fresh_built(horovodrun()) == listed
 
 
-@pytest.mark.parametrize("options, env, expected", [
-    (["-np", "2"], {}, None),                                           # horovodrun's default
-    (["--gloo", "-np", "2"], {}, "gloo"),
-    (["-np", "2", "--mpi"], {"DEEPDENSITY_CONTROLLER": "gloo"}, "mpi"),  # the flag wins
-    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": " Gloo "}, "gloo"),
-    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": ""}, None),
-])
+@pytest.mark.parametrize(
+    "options, env, expected",
+    [
+        (["-np", "2"], {}, None),  # horovodrun's default
+        (["--gloo", "-np", "2"], {}, "gloo"),
+        (["-np", "2", "--mpi"], {"DEEPDENSITY_CONTROLLER": "gloo"}, "mpi"),  # the flag wins
+        (["-np", "2"], {"DEEPDENSITY_CONTROLLER": " Gloo "}, "gloo"),
+        (["-np", "2"], {"DEEPDENSITY_CONTROLLER": ""}, None),
+    ],
+)
 def test_the_controller_asked_for_is_the_flag_else_the_setting(options, env, expected):
     assert asked_for(options, env) == expected
 
 
-@pytest.mark.parametrize("options, env, said", [
-    (["--gloo", "--mpi", "-np", "2"], {}, "one controller, not --mpi and --gloo"),
-    (["-np", "2"], {"DEEPDENSITY_CONTROLLER": "nccl"}, "DEEPDENSITY_CONTROLLER must be mpi or gloo, not 'nccl'"),
-])
+@pytest.mark.parametrize(
+    "options, env, said",
+    [
+        (["--gloo", "--mpi", "-np", "2"], {}, "one controller, not --mpi and --gloo"),
+        (["-np", "2"], {"DEEPDENSITY_CONTROLLER": "nccl"}, "DEEPDENSITY_CONTROLLER must be mpi or gloo, not 'nccl'"),
+    ],
+)
 def test_a_controller_asked_for_twice_or_unknown_is_one_error_line(options, env, said):
     with pytest.raises(UserError, match=said):
         asked_for(options, env)
@@ -141,13 +155,15 @@ def test_a_controller_asked_for_twice_or_unknown_is_one_error_line(options, env,
 @pytest.fixture
 def built_with(monkeypatch):
     """Pretend horovodrun's check-build lists these controllers."""
+
     def pretend(*names):
         monkeypatch.setattr(controllers, "built", lambda horovodrun: frozenset(names))
+
     return pretend
 
 
 def test_by_default_the_options_stay_and_mpi_ranks_yield_their_core(built_with):
-    built_with("gloo")     # not even asked: the default costs no check-build
+    built_with("gloo")  # not even asked: the default costs no check-build
     options, env, note = choose(["-np", "2"], {}, "/bin/horovodrun")
     assert options == ["-np", "2"] and note is None
     assert env == {"OMPI_MCA_mpi_yield_when_idle": "1"}
@@ -168,10 +184,13 @@ def test_mpi_asked_of_a_gloo_only_horovod_is_refused_with_what_to_do(built_with)
         choose(["-np", "2"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "h")
 
 
-@pytest.mark.parametrize("options, env, asked", [
-    (["--mpi", "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", "./d.sh"], {}, "--mpi"),
-    (["-np", "2", "--min-np=1", "-H", "a:1,b:1"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "DEEPDENSITY_CONTROLLER=mpi"),
-])
+@pytest.mark.parametrize(
+    "options, env, asked",
+    [
+        (["--mpi", "-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", "./d.sh"], {}, "--mpi"),
+        (["-np", "2", "--min-np=1", "-H", "a:1,b:1"], {"DEEPDENSITY_CONTROLLER": "mpi"}, "DEEPDENSITY_CONTROLLER=mpi"),
+    ],
+)
 def test_elastic_stays_on_gloo_and_says_so_when_mpi_was_asked_for(built_with, options, env, asked):
     built_with("mpi", "gloo")
     chosen, extra, note = choose(options, env, "h")
@@ -181,24 +200,44 @@ def test_elastic_stays_on_gloo_and_says_so_when_mpi_was_asked_for(built_with, op
 
 def test_elastic_asked_nothing_says_nothing(built_with):
     built_with("mpi", "gloo")
-    assert choose(["-np", "2", "--host-discovery-script", "d.sh"], {}, "h") == \
-        (["-np", "2", "--host-discovery-script", "d.sh"], {}, None)
+    assert choose(["-np", "2", "--host-discovery-script", "d.sh"], {}, "h") == (
+        ["-np", "2", "--host-discovery-script", "d.sh"],
+        {},
+        None,
+    )
     # --max-np alone does not make horovodrun elastic
     assert not controllers.is_elastic(["-np", "2", "--max-np", "4"])
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_SIZE": "2"},
-     {"controller": "gloo", "transport": "TCP (Gloo)", "cpu_operations": "gloo"}),
-    ({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_btl": "^openib"},
-     {"controller": "mpi", "transport": "shared memory (one host), OpenMPI btl ^openib", "cpu_operations": "mpi"}),
-    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
-     {"controller": "mpi", "transport": "shared memory within a host, TCP between hosts", "cpu_operations": "mpi"}),
-    ({}, {"controller": None, "transport": None, "cpu_operations": None}),
-    ({"OMPI_COMM_WORLD_SIZE": "1"}, {"controller": None, "transport": None, "cpu_operations": None}),
-    # a process no launcher started, on Gloo by lone_process_env: still one process, no controller
-    (dict(controllers.LONE_PROCESS_ENV), {"controller": None, "transport": None, "cpu_operations": None}),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        (
+            {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_SIZE": "2"},
+            {"controller": "gloo", "transport": "TCP (Gloo)", "cpu_operations": "gloo"},
+        ),
+        (
+            {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_btl": "^openib"},
+            {
+                "controller": "mpi",
+                "transport": "shared memory (one host), OpenMPI btl ^openib",
+                "cpu_operations": "mpi",
+            },
+        ),
+        (
+            {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+            {
+                "controller": "mpi",
+                "transport": "shared memory within a host, TCP between hosts",
+                "cpu_operations": "mpi",
+            },
+        ),
+        ({}, {"controller": None, "transport": None, "cpu_operations": None}),
+        ({"OMPI_COMM_WORLD_SIZE": "1"}, {"controller": None, "transport": None, "cpu_operations": None}),
+        # a process no launcher started, on Gloo by lone_process_env: still one process, no controller
+        (dict(controllers.LONE_PROCESS_ENV), {"controller": None, "transport": None, "cpu_operations": None}),
+    ],
+)
 def test_the_record_names_the_controller_the_launcher_started_the_ranks_under(env, expected):
     assert of_this_run(env) == expected
 
@@ -217,8 +256,10 @@ def test_mpiruns_notice_stays_for_a_crash():
 
 
 def test_other_output_passes_whole_and_a_block_cut_short_is_kept():
-    other = "[1,1]<stdout>:epoch 1\n----------------------------------------------------------\nhelp\n" \
-            "----------------------------------------------------------\n[1,0]<stdout>:done\n"
+    other = (
+        "[1,1]<stdout>:epoch 1\n----------------------------------------------------------\nhelp\n"
+        "----------------------------------------------------------\n[1,0]<stdout>:done\n"
+    )
     assert filtered(other) == (other, None)
     cut = "----------------------------------------------------------\nPrimary job  terminated normally\n"
     assert filtered(cut) == (cut, None)
@@ -239,8 +280,9 @@ def test_under_mpirun_a_line_leaves_a_rank_in_one_write():
         def write(self, b):
             self.chunks.append(bytes(b))
             return len(b)
+
     raw = Writes()
-    unbuffered = io.TextIOWrapper(raw, write_through=True)      # python -u's stdout, over a raw stream
+    unbuffered = io.TextIOWrapper(raw, write_through=True)  # python -u's stdout, over a raw stream
     print("STEP_SECONDS 32 0.124210", file=unbuffered)
     assert raw.chunks == [b"STEP_SECONDS 32 0.124210", b"\n"], "what mpirun tagged apart"
     raw.chunks.clear()
@@ -262,23 +304,30 @@ def test_a_rank_under_mpirun_yields_its_core_unless_the_user_said_otherwise():
     assert own["OMPI_MCA_mpi_yield_when_idle"] == "0"
 
 
-@pytest.mark.parametrize("env, wanted", [
-    ({}, True),                                                         # python train.py
-    ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}, True),         # the same in a Slurm job step
-    ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}, False),        # srun started four tasks of it
-    ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_CONTROLLER": "gloo"}, False),   # horovodrun, elastic
-    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, False),                # horovodrun's Gloo
-    ({"OMPI_COMM_WORLD_SIZE": "2"}, False),                             # mpirun
-    ({"PMI_RANK": "0"}, False), ({"PMI_SIZE": "2"}, False), ({"PMIX_RANK": "0"}, False),   # a PMI's launcher
-    # srun under MpiDefault=pmix or pmi2 sets its PMI's variables in a step of one task too
-    ({"PMIX_RANK": "0", "SLURM_STEP_NUM_TASKS": "1"}, True), ({"PMI_RANK": "0", "PMI_SIZE": "1"}, True),
-    ({"HOROVOD_CONTROLLER": "mpi"}, False),                             # the user's own choice
-])
+@pytest.mark.parametrize(
+    "env, wanted",
+    [
+        ({}, True),  # python train.py
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}, True),  # the same in a Slurm job step
+        ({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}, False),  # srun started four tasks of it
+        ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1", "HOROVOD_CONTROLLER": "gloo"}, False),  # horovodrun, elastic
+        ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, False),  # horovodrun's Gloo
+        ({"OMPI_COMM_WORLD_SIZE": "2"}, False),  # mpirun
+        ({"PMI_RANK": "0"}, False),
+        ({"PMI_SIZE": "2"}, False),
+        ({"PMIX_RANK": "0"}, False),  # a PMI's launcher
+        # srun under MpiDefault=pmix or pmi2 sets its PMI's variables in a step of one task too
+        ({"PMIX_RANK": "0", "SLURM_STEP_NUM_TASKS": "1"}, True),
+        ({"PMI_RANK": "0", "PMI_SIZE": "1"}, True),
+        ({"HOROVOD_CONTROLLER": "mpi"}, False),  # the user's own choice
+    ],
+)
 def test_a_process_no_launcher_started_runs_on_gloo_and_no_other_is_touched(env, wanted):
     """Horovod built with MPI starts MPI even in a lone process, and inside a Slurm job step
     OpenMPI without Slurm's PMI aborts there (the Slurm tests under the MPI build)."""
-    assert controllers.lone_process_env(env) == ({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
-                                                 if wanted else {})
+    assert controllers.lone_process_env(env) == (
+        {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"} if wanted else {}
+    )
 
 
 def test_a_users_cpu_operations_stay_in_a_lone_process():
@@ -293,6 +342,7 @@ def test_the_lone_process_setting_holds_for_init_alone(monkeypatch):
     import os
 
     from deepdensity.training import dist
+
     monkeypatch.delenv("HOROVOD_CONTROLLER", raising=False)
     monkeypatch.setenv("HOROVOD_CPU_OPERATIONS", "mpi")
     with dist.set_for_init({"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}):
@@ -304,6 +354,7 @@ def test_setup_in_a_process_no_launcher_started_leaves_its_environment_as_it_was
     import os
 
     from deepdensity.training import dist
+
     for name in ("HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS") + controllers.LAUNCHED_BY + controllers.PMI_VARS:
         monkeypatch.delenv(name, raising=False)
     backend = dist.setup(1)[0]

@@ -1,4 +1,5 @@
 """`deepdensity launch`: horovodrun whose refusals end in one line and the rank's exit code."""
+
 import re
 import sys
 
@@ -13,14 +14,18 @@ from tests.support import SMOKE, fed_through, run
 
 # What horovodrun 0.28 prints when a rank exits 2 (the message of runner/gloo_run.py), after the
 # rank's own lines
-LAUNCHER_END = """\
+HOROVOD_DETECTED = (
+    "Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. "
+    "The first process to do so was:"
+)
+LAUNCHER_END = f"""\
 Traceback (most recent call last):
   File "/venv/bin/horovodrun", line 8, in <module>
     sys.exit(run_commandline())
              ^^^^^^^^^^^^^^^^^
   File "/venv/lib/python3.11/site-packages/horovod/runner/gloo_run.py", line 284, in launch_gloo
     raise RuntimeError('Horovod detected that one or more processes exited with non-zero '
-RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. The first process to do so was:
+RuntimeError: {HOROVOD_DETECTED}
 Process name: 0
 Exit code: 2
 
@@ -31,16 +36,25 @@ def _filtered(text: str):
     return fed_through(LauncherTraceback, text)
 
 
-@pytest.mark.parametrize("argv, options, command", [
-    (["-np", "2", "python", "train.py", "--mode", "weak"], ["-np", "2"], ["python", "train.py", "--mode", "weak"]),
-    (["-np", "4", "-H", "a:2,b:2", "/venv/bin/python3.11", "-m", "deepdensity", "train"],
-     ["-np", "4", "-H", "a:2,b:2"], ["/venv/bin/python3.11", "-m", "deepdensity", "train"]),
-    (["-np", "2", "train.py", "--mode", "strong"], ["-np", "2"], ["train.py", "--mode", "strong"]),
-    (["-np", "2", "--host-discovery-script", "./hosts.sh", "deepdensity", "train"],
-     ["-np", "2", "--host-discovery-script", "./hosts.sh"], ["deepdensity", "train"]),
-    (["-np", "2", "--", "./my_wrapper", "x"], ["-np", "2"], ["./my_wrapper", "x"]),
-    (["-np", "2"], ["-np", "2"], []),
-])
+@pytest.mark.parametrize(
+    "argv, options, command",
+    [
+        (["-np", "2", "python", "train.py", "--mode", "weak"], ["-np", "2"], ["python", "train.py", "--mode", "weak"]),
+        (
+            ["-np", "4", "-H", "a:2,b:2", "/venv/bin/python3.11", "-m", "deepdensity", "train"],
+            ["-np", "4", "-H", "a:2,b:2"],
+            ["/venv/bin/python3.11", "-m", "deepdensity", "train"],
+        ),
+        (["-np", "2", "train.py", "--mode", "strong"], ["-np", "2"], ["train.py", "--mode", "strong"]),
+        (
+            ["-np", "2", "--host-discovery-script", "./hosts.sh", "deepdensity", "train"],
+            ["-np", "2", "--host-discovery-script", "./hosts.sh"],
+            ["deepdensity", "train"],
+        ),
+        (["-np", "2", "--", "./my_wrapper", "x"], ["-np", "2"], ["./my_wrapper", "x"]),
+        (["-np", "2"], ["-np", "2"], []),
+    ],
+)
 def test_the_command_starts_at_a_python_word_or_after_the_separator(argv, options, command):
     assert split_command(argv) == (options, command)
 
@@ -91,12 +105,30 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
     if controller not in controllers.built(horovodrun.horovodrun_path()):
         pytest.skip(f"this Horovod was built without {controller.upper()} (horovodrun --check-build)")
     out = tmp_path / "taken"
-    mark_folder(out, "run")     # a run's folder, as a run marks it
+    mark_folder(out, "run")  # a run's folder, as a run marks it
     # an epoch's row makes it a run; an empty metrics file (a run stopped before epoch 1) would not
     (out / "metrics.jsonl").write_text('{"epoch": 1, "val_loss": 0.1}\n')
-    proc = run([sys.executable, "-m", "deepdensity", "launch", controllers.FLAGS[controller], "-np", "2",
-                sys.executable, "train.py", "--mode", "strong", "--config", SMOKE, "--out", str(out)],
-               timeout=300, check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity",
+            "launch",
+            controllers.FLAGS[controller],
+            "-np",
+            "2",
+            sys.executable,
+            "train.py",
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--out",
+            str(out),
+        ],
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     said = proc.stderr
     assert "Traceback" not in said and "mpirun" not in said, said
@@ -112,12 +144,20 @@ def test_a_refusal_under_launch_is_one_line_and_exit_2(tmp_path, controller):
 def test_horovodruns_notes_on_a_rank_its_own_line_explains_go_and_others_stay():
     said = []
     exits = ProcessExits(said.append)
-    for line in (b"[0]<stdout>:epoch    1  loss 0.1\n", b"Process 0 exit with status code 143.\n",
-                 b"Process 1 exit with status code 2.\n", b"Terminating remaining workers after failure of Process 1.\n",
-                 b"Process 2 exit with status code 139.\n", b"Terminating remaining workers after failure of Process 2.\n"):
+    for line in (
+        b"[0]<stdout>:epoch    1  loss 0.1\n",
+        b"Process 0 exit with status code 143.\n",
+        b"Process 1 exit with status code 2.\n",
+        b"Terminating remaining workers after failure of Process 1.\n",
+        b"Process 2 exit with status code 139.\n",
+        b"Terminating remaining workers after failure of Process 2.\n",
+    ):
         exits.feed(line)
-    assert said == [b"[0]<stdout>:epoch    1  loss 0.1\n", b"Process 2 exit with status code 139.\n",
-                    b"Terminating remaining workers after failure of Process 2.\n"]
+    assert said == [
+        b"[0]<stdout>:epoch    1  loss 0.1\n",
+        b"Process 2 exit with status code 139.\n",
+        b"Terminating remaining workers after failure of Process 2.\n",
+    ]
 
 
 def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
@@ -125,9 +165,14 @@ def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
     line print() wrote apart. Each note is judged on its own; the empty line goes with them."""
     said = []
     exits = ProcessExits(said.append)
-    for line in (b"[0]<stderr>:interrupted: at epoch 12\n",
-                 b"Process 0 exit with status code 143.Process 1 exit with status code 143.\n", b"\n",
-                 b"Process 0 exit with status code 143.Process 2 exit with status code 139.\n", b"\n", b"\n"):
+    for line in (
+        b"[0]<stderr>:interrupted: at epoch 12\n",
+        b"Process 0 exit with status code 143.Process 1 exit with status code 143.\n",
+        b"\n",
+        b"Process 0 exit with status code 143.Process 2 exit with status code 139.\n",
+        b"\n",
+        b"\n",
+    ):
         exits.feed(line)
     assert said == [b"[0]<stderr>:interrupted: at epoch 12\n", b"Process 2 exit with status code 139.\n", b"\n"]
     assert exits.explained == {b"0", b"1"}
@@ -140,8 +185,10 @@ def test_horovodruns_notes_printed_as_one_line_are_read_one_by_one():
 def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
     """A Ctrl-C while horovodrun's interpreter starts: its fatal error and traceback (its own,
     untagged lines) go; a rank's line stays and says the run was interrupted."""
-    early = "Fatal Python error: init_import_site: Failed to import the site module\n" \
-            "Traceback (most recent call last):\n  File \"<frozen site>\", line 616, in <module>\nKeyboardInterrupt\n"
+    early = (
+        "Fatal Python error: init_import_site: Failed to import the site module\n"
+        'Traceback (most recent call last):\n  File "<frozen site>", line 616, in <module>\nKeyboardInterrupt\n'
+    )
     said = []
     launcher = LauncherTraceback(said.append)
     launcher.quiet_own = True
@@ -151,18 +198,21 @@ def test_after_ctrl_c_horovodruns_own_lines_go_and_the_ranks_stay():
     assert said == ["[0]<stderr>:interrupted: no epoch finished\n"]
     assert launcher.ranks_seen and launcher.rank_interrupted
     quiet = LauncherTraceback(said.append)
-    quiet.feed("[1,0]<stdout>:epoch    1  loss 0.1\n")           # mpirun's tag
+    quiet.feed("[1,0]<stdout>:epoch    1  loss 0.1\n")  # mpirun's tag
     assert quiet.ranks_seen and not quiet.rank_interrupted
 
 
-@pytest.mark.parametrize("code, rank_code, signals, early, want", [
-    (1, 143, [2], False, 130),      # Ctrl-C: horovodrun SIGTERMed the ranks, the shell expects 130
-    (1, 143, [15], False, 143),     # a scheduler's SIGTERM
-    (1, 2, [], False, 2),           # a refusal
-    (-2, None, [2], True, 130),     # horovodrun itself stopped by Ctrl-C before any rank
-    (1, -9, [], False, 137),        # a rank killed
-    (0, None, [2], False, 0),       # Ctrl-C after the run had ended
-])
+@pytest.mark.parametrize(
+    "code, rank_code, signals, early, want",
+    [
+        (1, 143, [2], False, 130),  # Ctrl-C: horovodrun SIGTERMed the ranks, the shell expects 130
+        (1, 143, [15], False, 143),  # a scheduler's SIGTERM
+        (1, 2, [], False, 2),  # a refusal
+        (-2, None, [2], True, 130),  # horovodrun itself stopped by Ctrl-C before any rank
+        (1, -9, [], False, 137),  # a rank killed
+        (0, None, [2], False, 0),  # Ctrl-C after the run had ended
+    ],
+)
 def test_launch_exits_as_a_shell_expects(code, rank_code, signals, early, want):
     assert horovodrun.exit_code(code, rank_code, signals, early) == want
 
@@ -216,27 +266,49 @@ ValueError: No interface is found for address 127.0.0.1.
 """
 
 
-@pytest.mark.parametrize("printed, options, want", [
-    (SSH_REFUSED, ["-np", "2", "-H", "nohost.invalid:2"],
-     "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
-     "Name or service not known (every host of -H must accept `ssh HOST true` without a password)"),
-    (SSH_REFUSED, ["-np", "2", "--hostfile", "hosts.txt"],
-     "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
-     "Name or service not known (every host of --hostfile hosts.txt must accept `ssh HOST true` without a password)"),
-    (DISCOVERY_FAILED, ["-np", "2", "--host-discovery-script", "/nonexistent"],
-     "horovodrun's host discovery script /nonexistent failed: /bin/sh: 1: /nonexistent: not found "
-     "(run it alone: it must print one host:slots line per host and exit 0)"),
-    (DISCOVERY_GARBLED, ["--host-discovery-script=./hosts.sh", "-np", "2"],
-     "horovodrun's host discovery script ./hosts.sh failed: unsupported operand type(s) for +: 'int' and "
-     "'NoneType' (run it alone: it must print one host:slots line per host and exit 0)"),
-    (DISCOVERY_INTERLEAVED, ["-np", "2", "--host-discovery-script", "/tmp/hosts.sh"],
-     "horovodrun's host discovery script /tmp/hosts.sh failed: no hosts in this allocation "
-     "(run it alone: it must print one host:slots line per host and exit 0)"),
-    (NO_INTERFACE, ["-np", "2", "--network-interface", "eth9"],
-     "horovodrun did not start the job: No interface is found for address 127.0.0.1. (--network-interface "
-     "eth9: an interface every host has; `ip -brief address` lists them)"),
-    (NO_INTERFACE, ["-np", "2"], "horovodrun did not start the job: No interface is found for address 127.0.0.1."),
-])
+@pytest.mark.parametrize(
+    "printed, options, want",
+    [
+        (
+            SSH_REFUSED,
+            ["-np", "2", "-H", "nohost.invalid:2"],
+            "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
+            "Name or service not known (every host of -H must accept `ssh HOST true` without a password)",
+        ),
+        (
+            SSH_REFUSED,
+            ["-np", "2", "--hostfile", "hosts.txt"],
+            "horovodrun could not reach host nohost.invalid by ssh: ssh: Could not resolve hostname nohost.invalid: "
+            "Name or service not known "
+            "(every host of --hostfile hosts.txt must accept `ssh HOST true` without a password)",
+        ),
+        (
+            DISCOVERY_FAILED,
+            ["-np", "2", "--host-discovery-script", "/nonexistent"],
+            "horovodrun's host discovery script /nonexistent failed: /bin/sh: 1: /nonexistent: not found "
+            "(run it alone: it must print one host:slots line per host and exit 0)",
+        ),
+        (
+            DISCOVERY_GARBLED,
+            ["--host-discovery-script=./hosts.sh", "-np", "2"],
+            "horovodrun's host discovery script ./hosts.sh failed: unsupported operand type(s) for +: 'int' and "
+            "'NoneType' (run it alone: it must print one host:slots line per host and exit 0)",
+        ),
+        (
+            DISCOVERY_INTERLEAVED,
+            ["-np", "2", "--host-discovery-script", "/tmp/hosts.sh"],
+            "horovodrun's host discovery script /tmp/hosts.sh failed: no hosts in this allocation "
+            "(run it alone: it must print one host:slots line per host and exit 0)",
+        ),
+        (
+            NO_INTERFACE,
+            ["-np", "2", "--network-interface", "eth9"],
+            "horovodrun did not start the job: No interface is found for address 127.0.0.1. (--network-interface "
+            "eth9: an interface every host has; `ip -brief address` lists them)",
+        ),
+        (NO_INTERFACE, ["-np", "2"], "horovodrun did not start the job: No interface is found for address 127.0.0.1."),
+    ],
+)
 def test_a_job_horovodrun_refuses_before_any_rank_is_one_line_naming_the_cause(printed, options, want):
     assert horovodrun.refusal_cause(printed.splitlines(keepends=True), options) == want
 
@@ -261,13 +333,30 @@ def test_a_failing_discovery_script_under_launch_is_one_line_and_exit_2(tmp_path
     script = tmp_path / "hosts.sh"
     script.write_text("#!/bin/sh\necho 'no hosts in this allocation' >&2\nexit 3\n")
     script.chmod(0o755)
-    proc = run([sys.executable, "-m", "deepdensity", "launch", "-np", "2", "--host-discovery-script", str(script),
-                sys.executable, "-c", "pass"], timeout=300, check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity",
+            "launch",
+            "-np",
+            "2",
+            "--host-discovery-script",
+            str(script),
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "", proc.stdout
-    assert proc.stderr.splitlines() == [f"error: horovodrun's host discovery script {script} failed: no hosts in "
-                                        f"this allocation (run it alone: it must print one host:slots line per "
-                                        f"host and exit 0)"], proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"error: horovodrun's host discovery script {script} failed: no hosts in "
+        f"this allocation (run it alone: it must print one host:slots line per "
+        f"host and exit 0)"
+    ], proc.stderr
 
 
 @pytest.mark.slow
@@ -277,8 +366,22 @@ def test_a_rank_that_fails_silently_is_not_taken_for_a_refusal(controller):
     Under Gloo horovodrun's on stdout, under MPI mpirun's notice on stderr (MPI_SILENT_RANK)."""
     if controller not in controllers.built(horovodrun.horovodrun_path()):
         pytest.skip(f"this Horovod was built without {controller.upper()} (horovodrun --check-build)")
-    proc = run([sys.executable, "-m", "deepdensity", "launch", controllers.FLAGS[controller], "-np", "2",
-                sys.executable, "-c", "import sys; sys.exit(3)"], timeout=300, check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity",
+            "launch",
+            controllers.FLAGS[controller],
+            "-np",
+            "2",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(3)",
+        ],
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 3, proc.stderr
     if controller == "gloo":
         # whichever rank horovodrun sees end first is the one it names
@@ -317,19 +420,27 @@ def _held(text: str) -> horovodrun.StartRefusal:
     return refusal
 
 
-@pytest.mark.parametrize("printed, refused", [
-    (SSH_REFUSED, True), (DISCOVERY_FAILED, True), (DISCOVERY_INTERLEAVED, True), (NO_INTERFACE, True),
-    (OPTIONS_TYPO, True),
-    (MPI_SILENT_RANK, False),             # a rank ran: its exit code stands, not a refusal
-    ("Filtering local host names.\n", False),
-])
+@pytest.mark.parametrize(
+    "printed, refused",
+    [
+        (SSH_REFUSED, True),
+        (DISCOVERY_FAILED, True),
+        (DISCOVERY_INTERLEAVED, True),
+        (NO_INTERFACE, True),
+        (OPTIONS_TYPO, True),
+        (MPI_SILENT_RANK, False),  # a rank ran: its exit code stands, not a refusal
+        ("Filtering local host names.\n", False),
+    ],
+)
 def test_only_horovodruns_own_refusals_are_taken_for_one(printed, refused):
     assert _held(printed).refused() is refused
 
 
 def test_a_mistyped_option_is_argparses_message_not_its_usage():
-    assert horovodrun.refusal_cause(OPTIONS_TYPO.splitlines(keepends=True), ["--bogus", "-np", "2"]) == \
-        "horovodrun refused its options: unrecognized arguments: --bogus (horovodrun --help lists them)"
+    assert (
+        horovodrun.refusal_cause(OPTIONS_TYPO.splitlines(keepends=True), ["--bogus", "-np", "2"])
+        == "horovodrun refused its options: unrecognized arguments: --bogus (horovodrun --help lists them)"
+    )
 
 
 def test_rank_0s_interrupt_note_is_held_until_horovodrun_has_ended():
@@ -338,14 +449,21 @@ def test_rank_0s_interrupt_note_is_held_until_horovodrun_has_ended():
     either tag; rank 1's lines and rank 0's other stderr lines pass at once."""
     said = []
     words = LastWords(said.append)
-    for line in ("[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[1,1]<stderr>:a warning\n",
-                 "[1,0]<stderr>:error: no such file\n", "[0]<stderr>:interrupted\n"):
+    for line in (
+        "[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n",
+        "[1,1]<stderr>:a warning\n",
+        "[1,0]<stderr>:error: no such file\n",
+        "[0]<stderr>:interrupted\n",
+    ):
         words.write(line)
     assert said == ["[1,1]<stderr>:a warning\n", "[1,0]<stderr>:error: no such file\n"]
-    said.append("[1,0]<stdout>:epoch   10  loss 0.1\n")        # late, from the other channel
+    said.append("[1,0]<stdout>:epoch   10  loss 0.1\n")  # late, from the other channel
     words.flush()
-    assert said[-3:] == ["[1,0]<stdout>:epoch   10  loss 0.1\n",
-                         "[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n", "[0]<stderr>:interrupted\n"]
+    assert said[-3:] == [
+        "[1,0]<stdout>:epoch   10  loss 0.1\n",
+        "[1,0]<stderr>:interrupted: at epoch 10, checkpointed in out\n",
+        "[0]<stderr>:interrupted\n",
+    ]
     words.flush()
     assert len(said) == 5, "flushed once"
 
@@ -375,11 +493,13 @@ def test_horovodruns_build_checks_answer_as_the_imported_extension_without_impor
 
     def last(code: str) -> dict:
         return json.loads(run([sys.executable, "-c", code]).stdout.strip().splitlines()[-1])
+
     by_c_api, by_import = last(BY_C_API), last(BY_IMPORT)
     assert by_c_api.pop("tensorflow imported") is False
     assert by_c_api == by_import
-    assert by_import["mpi_built"] or by_import["gloo_built"]      # make install builds one at least
+    assert by_import["mpi_built"] or by_import["gloo_built"]  # make install builds one at least
     from horovod.common import util  # horovodrun's own calls, as it makes them
+
     assert (util.mpi_built(), util.gloo_built()) == (by_import["mpi_built"], by_import["gloo_built"])
 
 
@@ -392,9 +512,12 @@ def test_horovodrun_prints_nothing_of_tensorflows_before_the_ranks():
 
     from tests.support import horovodrun as horovodrun_path
     from tests.support import users_env
+
     env = {k: v for k, v in users_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    got = subprocess.run([horovodrun_path(), "-np", "1", "true"], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=os.getcwd())
+    got = subprocess.run(
+        [horovodrun_path(), "-np", "1", "true"], env=env, capture_output=True, text=True, timeout=120, cwd=os.getcwd()
+    )
     assert got.returncode == 0, got.stderr[-2000:]
-    assert not re.search(r"absl|cpu_feature_guard|oneDNN|tensorflow", got.stdout + got.stderr, re.I), \
+    assert not re.search(r"absl|cpu_feature_guard|oneDNN|tensorflow", got.stdout + got.stderr, re.I), (
         got.stdout + got.stderr
+    )

@@ -1,6 +1,7 @@
 """The host check before hvd.init(): a host name that does not resolve (any launch) or that
 resolves to loopback under the Gloo controller on several hosts is refused with a line that says
 what to fix."""
+
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ def resolving_to(address):
         if address is None:
             raise OSError("no such host")
         return address
+
     return resolve
 
 
@@ -32,12 +34,15 @@ def test_a_name_that_does_not_resolve_is_a_problem():
     assert problem is not None and "does not resolve" in problem
 
 
-@pytest.mark.parametrize("env", [
-    {},                                                          # not under horovodrun
-    {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "1"},   # one host: loopback is right
-    {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CROSS_SIZE": "2"},    # MPI connects the ranks itself
-    {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "x"},   # not ours to judge
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # not under horovodrun
+        {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "1"},  # one host: loopback is right
+        {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CROSS_SIZE": "2"},  # MPI connects the ranks itself
+        {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "x"},  # not ours to judge
+    ],
+)
 def test_no_problem_where_gloo_does_not_connect_hosts(env):
     assert loopback_name_problem(env, lambda: "node1", resolving_to("127.0.0.1")) is None
 
@@ -49,6 +54,7 @@ def test_a_name_resolving_to_the_cluster_address_is_fine():
 @pytest.mark.parametrize("address, refused", [("127.0.1.1", True), ("10.0.0.7", False)])
 def test_check_hosts_asks_this_host_and_raises_a_user_error(monkeypatch, address, refused):
     import deepdensity.launch.hosts as hosts
+
     monkeypatch.setattr(hosts.socket, "gethostbyname", resolving_to(address))
     if refused:
         with pytest.raises(HostSetupError, match="loopback"):
@@ -57,12 +63,20 @@ def test_check_hosts_asks_this_host_and_raises_a_user_error(monkeypatch, address
         check_hosts(TWO_HOSTS)
 
 
-@pytest.mark.parametrize("env", [{}, {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CROSS_SIZE": "1"},
-                                 {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "1"}, TWO_HOSTS])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CROSS_SIZE": "1"},
+        {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CROSS_SIZE": "1"},
+        TWO_HOSTS,
+    ],
+)
 def test_a_name_that_does_not_resolve_is_refused_on_one_host_and_under_mpi_too(monkeypatch, env):
     """hvd.init() aborts without a word on a host whose own name does not resolve, whatever the
     controller and however many hosts (seen in a Debian 13 chroot whose /etc/hosts lacked it)."""
     import deepdensity.launch.hosts as hosts
+
     monkeypatch.setattr(hosts.socket, "gethostname", lambda: "node9")
     monkeypatch.setattr(hosts.socket, "gethostbyname", resolving_to(None))
     with pytest.raises(HostSetupError) as refused:
@@ -76,7 +90,7 @@ def test_a_resolving_name_is_no_problem():
     assert unresolved_name_problem(lambda: "node1", resolving_to("127.0.1.1")) is None
 
 
-UNRESOLVABLE = "deepdensity-test.invalid"     # .invalid never resolves (RFC 6761)
+UNRESOLVABLE = "deepdensity-test.invalid"  # .invalid never resolves (RFC 6761)
 
 
 def in_own_host_name(args):
@@ -87,16 +101,32 @@ def in_own_host_name(args):
     probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"cannot make a UTS namespace here (root needed): {probe.stderr.decode().strip()}")
-    script = f"hostname {UNRESOLVABLE} && exec \"$@\""
+    script = f'hostname {UNRESOLVABLE} && exec "$@"'
     return ["unshare", "--uts", "sh", "-c", script, "sh", *args]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [
-    [sys.executable, "train.py", "--mode", "strong", "--config", SMOKE, "--set", "max_epochs=1"],
-    [sys.executable, "-m", "deepdensity", "launch", "-np", "2", sys.executable, "train.py", "--mode", "strong",
-     "--config", SMOKE],
-], ids=["train.py", "launch"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "train.py", "--mode", "strong", "--config", SMOKE, "--set", "max_epochs=1"],
+        [
+            sys.executable,
+            "-m",
+            "deepdensity",
+            "launch",
+            "-np",
+            "2",
+            sys.executable,
+            "train.py",
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+        ],
+    ],
+    ids=["train.py", "launch"],
+)
 def test_train_and_launch_say_in_one_line_that_the_host_name_does_not_resolve(tmp_path, command):
     """For real: a host whose name resolves to nothing gets one error line and exit 2 from
     train.py (which would otherwise abort inside hvd.init()) and from launch (before horovodrun

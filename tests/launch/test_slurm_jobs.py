@@ -2,6 +2,7 @@
 preset and --slurm, its time limit read as Slurm reads it, the run stopped and resumed
 around a requeue, and submission in job arrays; the study's Slurm executor is
 tests/study/run/test_slurm_runner.py, and both against a running cluster tests/cluster/test_slurm.py."""
+
 import threading
 import time
 from pathlib import Path
@@ -13,19 +14,24 @@ from deepdensity.utils.errors import UserError
 
 
 def test_options_come_from_the_preset_then_the_command_line():
-    o = SlurmOptions.parse({"partition": "gpu", "time": "01:00:00", "sbatch": ["--qos=short"]},
-                           ["time=00:30:00", "max_jobs=8", "sbatch=--exclusive"])
+    o = SlurmOptions.parse(
+        {"partition": "gpu", "time": "01:00:00", "sbatch": ["--qos=short"]},
+        ["time=00:30:00", "max_jobs=8", "sbatch=--exclusive"],
+    )
     assert (o.partition, o.time, o.max_jobs, o.sbatch) == ("gpu", "00:30:00", 8, ["--qos=short", "--exclusive"])
     assert SlurmOptions.parse(None, []) == SlurmOptions()
 
 
-@pytest.mark.parametrize("preset, overrides, message", [
-    ({"partiton": "x"}, [], "unknown key\\(s\\) partiton"),
-    (None, ["max_jobs=many"], "max_jobs must be int"),
-    (None, ["retries=-1"], "retries must be >= 0"),
-    (None, ["partition"], "expected KEY=VALUE"),
-    (None, ["sbatch=-q short"], "sbatch options are given as --key=value or --flag, got '-q short'"),
-])
+@pytest.mark.parametrize(
+    "preset, overrides, message",
+    [
+        ({"partiton": "x"}, [], "unknown key\\(s\\) partiton"),
+        (None, ["max_jobs=many"], "max_jobs must be int"),
+        (None, ["retries=-1"], "retries must be >= 0"),
+        (None, ["partition"], "expected KEY=VALUE"),
+        (None, ["sbatch=-q short"], "sbatch options are given as --key=value or --flag, got '-q short'"),
+    ],
+)
 def test_bad_options_are_one_line_naming_the_key(preset, overrides, message):
     with pytest.raises(UserError, match=message):
         SlurmOptions.parse(preset, overrides)
@@ -40,6 +46,7 @@ def test_a_jobs_run_is_stopped_by_sigterm_before_the_time_limit_and_resumes(tmp_
     codes = []
     thread = threading.Thread(target=lambda: codes.append(job()))
     import os
+
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
@@ -68,9 +75,13 @@ def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp
     at once are one sbatch of an array (tasks JOB_0..2), each told its token and index before
     sbatch; a run asked for alone is one job of its own name."""
     import os
+
     calls = tmp_path / "calls"
-    fake_command(tmp_path / "bin", "sbatch", f"cat \"$1\" >> {calls}; echo ---- >> {calls}\n"
-                 f"echo \"Submitted batch job $(grep -c -- ---- {calls})\"\n")
+    fake_command(
+        tmp_path / "bin",
+        "sbatch",
+        f'cat "$1" >> {calls}; echo ---- >> {calls}\necho "Submitted batch job $(grep -c -- ---- {calls})"\n',
+    )
     fake_command(tmp_path / "bin", "srun", "exit 0\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.5)
@@ -78,8 +89,10 @@ def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp
     told, ids = {}, {}
 
     def ask(name: str) -> None:
-        ids[name] = submitter.submit(name, TrainJob(["true"], {}), dict(params),
-                                     lambda token, index: told.__setitem__(name, (token, index)))
+        ids[name] = submitter.submit(
+            name, TrainJob(["true"], {}), dict(params), lambda token, index: told.__setitem__(name, (token, index))
+        )
+
     threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(3)]
     for t in threads:
         t.start()
@@ -96,10 +109,21 @@ def test_runs_ready_together_go_as_one_job_array_each_recorded_before_sbatch(tmp
     assert ids["alone"] == "2" and "--array" not in script and "#SBATCH --job-name=dd-t-alone\n" in script
 
 
-@pytest.mark.parametrize("text, hours", [("04:00:00", 4), ("90", 1.5), ("30:00", 0.5), ("1-00:00:00", 24),
-                                         ("2-12", 60), ("1-06:30", 30.5), ("UNLIMITED", float("inf"))])
+@pytest.mark.parametrize(
+    "text, hours",
+    [
+        ("04:00:00", 4),
+        ("90", 1.5),
+        ("30:00", 0.5),
+        ("1-00:00:00", 24),
+        ("2-12", 60),
+        ("1-06:30", 30.5),
+        ("UNLIMITED", float("inf")),
+    ],
+)
 def test_time_limits_read_as_slurm_reads_them(text, hours):
     from deepdensity.launch.slurm_jobs import time_hours
+
     assert time_hours(text) == hours
 
 
@@ -107,5 +131,3 @@ def test_time_limits_read_as_slurm_reads_them(text, hours):
 def test_a_time_limit_slurm_would_refuse_is_one_line_before_anything(bad):
     with pytest.raises(UserError, match="time must be"):
         SlurmOptions.parse(None, [f"time={bad}"])
-
-

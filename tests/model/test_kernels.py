@@ -1,6 +1,7 @@
 """The rendering kernel (deepdensity/model/kernels/render.cc) against the float64 NumPy
 reference and against the TensorFlow-ops rendering it replaces, on every instruction set the
 kernel is compiled for that this CPU runs."""
+
 import json
 import os
 import subprocess
@@ -27,17 +28,17 @@ def test_make_install_builds_the_kernel():
 
 
 def coefficients(heads, n):
-    chol = layers.covariance_cholesky(heads[2], heads[3][..., :n * (n - 1) // 2])
+    chol = layers.covariance_cholesky(heads[2], heads[3][..., : n * (n - 1) // 2])
     return layers.quadratic_coefficients(heads[0], heads[1], chol)
 
 
 @needs_kernel
-@pytest.mark.parametrize("n, G", [(1, 64), (2, 32), (3, 16), (3, 12)])   # 12: the kernel's generic-G loops
+@pytest.mark.parametrize("n, G", [(1, 64), (2, 32), (3, 16), (3, 12)])  # 12: the kernel's generic-G loops
 def test_kernel_density_matches_float64_at_the_extremes(n, G):
     rng = np.random.default_rng(30 + n + G)
     heads = extreme_heads(rng, 5, 50, n)
     got = kernels.render_on_grid(coefficients(heads, n), G).numpy()
-    cov64 = covariance(heads[2].astype(np.float64), heads[3][..., :n * (n - 1) // 2].astype(np.float64)).numpy()
+    cov64 = covariance(heads[2].astype(np.float64), heads[3][..., : n * (n - 1) // 2].astype(np.float64)).numpy()
     assert_density_close(got, numpy_mixture(grid_points(G, n), heads[0], heads[1], cov64))
 
 
@@ -49,10 +50,12 @@ def test_kernel_gradient_matches_the_tensorflow_rendering(n, G):
     # with a wide margin (1.2e-7 measured at n = 3 on an AVX-512 Xeon).
     rng = np.random.default_rng(n + G)
     c = tf.constant(coefficients(random_heads(rng, 4, 50, n), n))
-    up = tf.constant(rng.uniform(size=(4, G ** n)).astype("f4"))
+    up = tf.constant(rng.uniform(size=(4, G**n)).astype("f4"))
     grads = []
-    for render in (lambda c: kernels.render_on_grid(c, G),
-                   lambda c: layers.render_on_grid(layers.grid_monomials(G, n), c)):
+    for render in (
+        lambda c: kernels.render_on_grid(c, G),
+        lambda c: layers.render_on_grid(layers.grid_monomials(G, n), c),
+    ):
         with tf.GradientTape() as tape:
             tape.watch(c)
             loss = tf.reduce_sum(render(c) * up)
@@ -79,7 +82,7 @@ def test_a_component_far_outside_the_cube_adds_exactly_zero():
     c = coefficients(heads, 3).numpy()
     far = c.copy()
     far[:, -1] = c[:, 0]
-    far[:, -1, -1] = -200.0                              # a ninth component, exp(q) < e^-150 everywhere
+    far[:, -1, -1] = -200.0  # a ninth component, exp(q) < e^-150 everywhere
     far[:, -1, :-1] = 0.0
     both = np.concatenate([c, far[:, -1:]], axis=1)
     np.testing.assert_array_equal(kernels.render_on_grid(both, 16).numpy(), kernels.render_on_grid(c, 16).numpy())
@@ -123,9 +126,14 @@ def test_every_instruction_set_renders_alike_and_threads_change_no_bit(tmp_path)
     for limit in ("", "AVX2", "SSE41"):
         for threads in (1, 2):
             out = tmp_path / f"{limit or 'host'}-{threads}.npz"
-            proc = subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(out), str(threads)], cwd=ROOT,
-                                  env={**os.environ, "DEEPDENSITY_MAX_CPU_ISA": limit, "PYTHONPATH": str(ROOT)},
-                                  capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [sys.executable, "-c", ISA_SCRIPT, str(out), str(threads)],
+                cwd=ROOT,
+                env={**os.environ, "DEEPDENSITY_MAX_CPU_ISA": limit, "PYTHONPATH": str(ROOT)},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert proc.returncode == 0, proc.stderr[-2000:]
             isa = json.loads(proc.stdout.strip().splitlines()[-1])["isa"]
             results[(isa, threads)] = np.load(out)
@@ -138,8 +146,9 @@ def test_every_instruction_set_renders_alike_and_threads_change_no_bit(tmp_path)
         assert_density_close(one["density"], want)
     base = results[("x86-64 baseline", 1)]
     for isa in isas:
-        np.testing.assert_allclose(results[(isa, 1)]["density"], base["density"], rtol=1e-5,
-                                   atol=1e-6 * base["density"].max())
+        np.testing.assert_allclose(
+            results[(isa, 1)]["density"], base["density"], rtol=1e-5, atol=1e-6 * base["density"].max()
+        )
         assert np.linalg.norm(results[(isa, 1)]["grad"] - base["grad"]) <= 1e-5 * np.linalg.norm(base["grad"])
 
 
@@ -174,13 +183,22 @@ def test_importing_every_module_leaves_the_kernel_loadable():
     that imports every module the package lists does not dlopen it as a Python extension, which
     left a later tf.load_op_library unable to register the op. In a fresh process: the scan
     first, then a render with the kernel, against the TensorFlow-ops rendering."""
-    proc = subprocess.run([sys.executable, "-c", SCAN_THEN_RENDER], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCAN_THEN_RENDER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "deepdensity.training.trainer" in got["modules"] and "deepdensity.model.kernels" in got["modules"]
-    assert not [m for m in got["modules"] if m.startswith("deepdensity.model.kernels.")
-                and m != "deepdensity.model.kernels.build"], "the library is listed as a module"
+    assert not [
+        m
+        for m in got["modules"]
+        if m.startswith("deepdensity.model.kernels.") and m != "deepdensity.model.kernels.build"
+    ], "the library is listed as a module"
     assert got["failed"] == []
     # the same sum in float32 in two orders, with the kernel's own exp (~2 ulp): 1e-5 of the peak
     # is the bound the gradient test above uses, with the same margin

@@ -1,5 +1,6 @@
 """DeepDensity's numerics against an independent float64 NumPy reference (paper eq. 5-7,
 with the normalisation 1 / sqrt((2 pi)^n det Sigma))."""
+
 import itertools
 
 import numpy as np
@@ -37,8 +38,12 @@ def numpy_mixture(points, alpha, mu, cov):
 
 
 def random_heads(rng, B, K, n):
-    return (rng.dirichlet(np.ones(K), size=B).astype("f4"), rng.uniform(-1, 1, (B, K, n)).astype("f4"),
-            rng.uniform(size=(B, K, n)).astype("f4"), rng.uniform(size=(B, K, n * (n - 1) // 2)).astype("f4"))
+    return (
+        rng.dirichlet(np.ones(K), size=B).astype("f4"),
+        rng.uniform(-1, 1, (B, K, n)).astype("f4"),
+        rng.uniform(size=(B, K, n)).astype("f4"),
+        rng.uniform(size=(B, K, n * (n - 1) // 2)).astype("f4"),
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -91,10 +96,10 @@ def test_mixture_density_and_the_benchs_log_form_match_float64_at_the_extremes(n
     rng = np.random.default_rng(20 + n)
     heads = extreme_heads(rng, 4, 50, n)
     cov = covariance(heads[2], heads[3]).numpy()
-    points = grid_points({1: 64, 2: 24, 3: 12}[n], n) * 1.1   # off the grid, off the cube too
+    points = grid_points({1: 64, 2: 24, 3: 12}[n], n) * 1.1  # off the grid, off the cube too
     want = numpy_mixture(points, heads[0], heads[1], cov)
     assert_density_close(mixture_density(points, heads[0], heads[1], cov).numpy(), want)
-    log_got = direct_log_mixture_density(points, heads[0], heads[1], cov).numpy()   # make bench's reference
+    log_got = direct_log_mixture_density(points, heads[0], heads[1], cov).numpy()  # make bench's reference
     mask = want > 1e-3 * want.max(axis=1, keepdims=True)
     # the log form works in float32 per point: its error measured at most 9e-5 here (n = 3, AMD
     # EPYC with AVX-512 and held to AVX2); 1e-3 leaves ten times that for other kernels
@@ -127,7 +132,7 @@ def test_layer_gradients_close_to_float64():
     rng = np.random.default_rng(5)
     B, K = 3, 50
     for heads, tol in ((random_heads(rng, B, K, 3), 1e-3), (extreme_heads(rng, B, K, 3), 5e-3)):
-        target = rng.uniform(0, 2, (B, 16 ** 3))
+        target = rng.uniform(0, 2, (B, 16**3))
 
         def grads(dtype, render):
             v = [tf.Variable(h.astype(dtype)) for h in heads]
@@ -136,8 +141,12 @@ def test_layer_gradients_close_to_float64():
                 loss = tf.reduce_mean(tf.square(tf.math.log1p(d) - tf.math.log1p(target.astype(dtype))))
             return [g.numpy().astype(np.float64) for g in tape.gradient(loss, v)]
 
-        want = grads(np.float64, lambda v: tf.exp(direct_log_mixture_density(
-            grid_points(16, 3).astype(np.float64), v[0], v[1], covariance(v[2], v[3]))))
+        want = grads(
+            np.float64,
+            lambda v: tf.exp(
+                direct_log_mixture_density(grid_points(16, 3).astype(np.float64), v[0], v[1], covariance(v[2], v[3]))
+            ),
+        )
         got = grads(np.float32, DeepDensity(16, 3))
         for g, w in zip(got, want):
             assert np.linalg.norm(g - w) <= tol * np.linalg.norm(w)
@@ -148,15 +157,18 @@ def test_density_integrates_to_one_when_inside_the_cube(n):
     # one narrow component in the middle: nearly all its mass is on the grid
     points = grid_points(64 if n < 3 else 40, n)
     cell = (2.0 / (64 if n < 3 else 40)) ** n
-    cov = np.eye(n, dtype="f4")[None, None] * 0.15 ** 2
+    cov = np.eye(n, dtype="f4")[None, None] * 0.15**2
     d = mixture_density(points, np.ones((1, 1), "f4"), np.zeros((1, 1, n), "f4"), cov).numpy()
     assert d.sum() * cell == pytest.approx(1.0, abs=2e-3)
 
 
 def _corners(n):
     m = n * (n - 1) // 2
-    return [(np.array(s, "f4"), np.array(r, "f4"))
-            for s in itertools.product([0.0, 1.0], repeat=n) for r in itertools.product([0.0, 1.0], repeat=m)]
+    return [
+        (np.array(s, "f4"), np.array(r, "f4"))
+        for s in itertools.product([0.0, 1.0], repeat=n)
+        for r in itertools.product([0.0, 1.0], repeat=m)
+    ]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -188,7 +200,7 @@ def test_covariance_closed_form_n3():
     R = np.eye(3)
     R[1, 0] = R[0, 1] = z10
     R[2, 0] = R[0, 2] = z20
-    R[2, 1] = R[1, 2] = z20 * z10 + z21 * np.sqrt((1 - z10 ** 2) * (1 - z20 ** 2))
+    R[2, 1] = R[1, 2] = z20 * z10 + z21 * np.sqrt((1 - z10**2) * (1 - z20**2))
     want = np.outer(s, s) * R
     np.testing.assert_allclose(covariance(sigma, rho, smin, cmax).numpy()[0], want, rtol=1e-5, atol=1e-7)
     # n = 2: the correlation is z itself
@@ -203,9 +215,9 @@ def test_covariance_rejects_wrong_rho_width():
 
 def test_no_nan_or_inf_for_extreme_head_outputs_values_and_gradients():
     K, n = 5, 3
-    alpha = tf.Variable(np.array([[1.0, 0, 0, 0, 0], [0.2] * 5], "f4"))   # exact zeros in alpha
+    alpha = tf.Variable(np.array([[1.0, 0, 0, 0, 0], [0.2] * 5], "f4"))  # exact zeros in alpha
     mu = tf.Variable(np.array([[[1, 1, 1]] * K, [[-1, -1, -1]] * K], "f4"))
-    sigma = tf.Variable(np.zeros((2, K, n), "f4"))                         # narrowest allowed
+    sigma = tf.Variable(np.zeros((2, K, n), "f4"))  # narrowest allowed
     rho = tf.Variable(np.stack([np.zeros((K, 3)), np.ones((K, 3))]).astype("f4"))  # saturated
     layer = DeepDensity(16, 3)
     with tf.GradientTape() as tape:

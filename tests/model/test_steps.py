@@ -1,6 +1,7 @@
 """The training steps are whole when made: their slices, workers and allreduce are constructor
 arguments that survive compiling and fitting, and a new number of slices (elastic training)
 retraces the step. (What the steps compute: tests/study/test_beyond.py.)"""
+
 import numpy as np
 import pytest
 import tensorflow as tf

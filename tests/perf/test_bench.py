@@ -1,5 +1,6 @@
 """The bench's and the probes' arithmetic (their timings are figures, printed by `make bench`, not
 tested), and the probes' entry point under horovodrun."""
+
 import sys
 
 import pytest
@@ -21,12 +22,13 @@ def test_a_probe_on_data_steps_through_its_cubes_batch_after_batch():
     import numpy as np
 
     from deepdensity.perf.steps import probe_batches
+
     cubes = np.arange(10, dtype="f4").reshape(10, 1, 1, 1, 1) * np.ones((1, 16, 16, 16, 1), "f4")
     firsts = [float(x[0, 0, 0, 0, 0]) for x, _ in probe_batches(3, 1, cubes).take(4)]
     # cubes 3-5, 6-8, 9-0-1 (round the end); cube 2 makes no whole batch, and the data starts over
     assert firsts == [3.0, 6.0, 9.0, 3.0]
     x, y = next(iter(probe_batches(3, 1, cubes)))
-    assert x.shape == (3, 16, 16, 16, 1) and np.array_equal(x.numpy(), y.numpy())   # an autoencoder's target
+    assert x.shape == (3, 16, 16, 16, 1) and np.array_equal(x.numpy(), y.numpy())  # an autoencoder's target
     assert np.array_equal(x.numpy()[:, 0, 0, 0, 0], [3, 4, 5])
     # a data set smaller than a batch still gives whole batches (its cubes again)
     small = next(iter(probe_batches(4, 0, cubes[:3])))[0].numpy()[:, 0, 0, 0, 0]
@@ -34,8 +36,9 @@ def test_a_probe_on_data_steps_through_its_cubes_batch_after_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(__import__("tests.support", fromlist=["horovodrun"]).horovodrun() is None,
-                    reason="horovodrun not installed")
+@pytest.mark.skipif(
+    __import__("tests.support", fromlist=["horovodrun"]).horovodrun() is None, reason="horovodrun not installed"
+)
 def test_the_rank_waits_probe_gathers_both_ranks_steps_on_one_clock_and_its_report_arrives_whole():
     # two real ranks under horovodrun's default controller (MPI where built): rank 0 reports
     # every rank's (called, returned) pairs, in rank order, on one clock. 40 steps make its line
@@ -46,8 +49,11 @@ def test_the_rank_waits_probe_gathers_both_ranks_steps_on_one_clock_and_its_repo
     from deepdensity.perf.probes import rank_probe, run_child
     from deepdensity.perf.rank_waits import split_steps
     from tests.support import SMOKE, horovodrun
-    proc = run_child([horovodrun(), "-np", "2", *rank_probe("rank-waits", "--config", SMOKE, "--batch", 4,
-                                                            "--steps", 40)], timeout=300)
+
+    proc = run_child(
+        [horovodrun(), "-np", "2", *rank_probe("rank-waits", "--config", SMOKE, "--batch", 4, "--steps", 40)],
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "RANK_WAITS" in line]
     assert len(lines) == 1 and lines[0].startswith("RANK_WAITS ") and len(lines[0]) > 2500, lines
@@ -70,7 +76,9 @@ def test_the_memory_probes_child_starts_training_as_train_py_does():
 
     from deepdensity.perf.horovod_figures import TRAIN_WITH_MAXRSS
     from tests.support import ROOT
-    proc = subprocess.run([sys.executable, "-c", TRAIN_WITH_MAXRSS, "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAIN_WITH_MAXRSS, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--mode" in proc.stdout and "--emulate-workers" in proc.stdout

@@ -1,5 +1,6 @@
 """make bench's figures by controller (perf/controller_figures.py): what it launches under each
 controller and how it pairs the rounds (no process is started here)."""
+
 import json
 import subprocess
 
@@ -10,7 +11,7 @@ from deepdensity.perf import controller_figures
 
 # samples/s each launch answers: one process, -np 2 under MPI, under Gloo, per round
 RATES = {"one": [100.0, 200.0, 100.0], "--mpi": [96.0, 180.0, 99.0], "--gloo": [80.0, 170.0, 81.0]}
-WAITS = [[(0.0, 0.004), (1.0, 1.003)], [(0.001, 0.004), (1.0, 1.003)]]   # wait 1 ms then 3 ms; 0 then 3 ms
+WAITS = [[(0.0, 0.004), (1.0, 1.003)], [(0.001, 0.004), (1.0, 1.003)]]  # wait 1 ms then 3 ms; 0 then 3 ms
 
 
 @pytest.fixture
@@ -27,6 +28,7 @@ def launched(monkeypatch):
             return subprocess.CompletedProcess(args, 0, stdout=reply, stderr="")
         who = next((flag for flag in ("--mpi", "--gloo") if flag in args), "one")
         return subprocess.CompletedProcess(args, 0, stdout=f"SAMPLES_PER_S {next(answers[who])}\n", stderr="")
+
     monkeypatch.setattr(controller_figures, "run_child", run_child)
     monkeypatch.setattr(controller_figures, "horovodrun_path", lambda: "/venv/bin/horovodrun")
     monkeypatch.setattr(controllers, "built", lambda horovodrun: frozenset({"mpi", "gloo"}))
@@ -47,8 +49,7 @@ def test_each_controller_is_paired_round_by_round_with_one_process(launched):
 
 def test_the_order_turns_round_and_mpi_ranks_yield(launched):
     controller_figures.controller_figures("c.yaml", pairs=2)
-    order = [next((f for f in ("--mpi", "--gloo") if f in args), "one") for args, _ in launched
-             if "throughput" in args]
+    order = [next((f for f in ("--mpi", "--gloo") if f in args), "one") for args, _ in launched if "throughput" in args]
     assert order == ["one", "--mpi", "--gloo", "--gloo", "--mpi", "one"]
     for args, env in launched:
         if "-np" in args:

@@ -1,5 +1,6 @@
 """The probes' two halves meet: what probes.py launches, rank_probes.py's entry point parses as
 meant, and what rank 0 prints is read back (no process is started here)."""
+
 import subprocess
 
 import pytest
@@ -10,6 +11,7 @@ from deepdensity.perf import probes, rank_probes
 class Launches(list):
     """The commands a probe ran, each {"args", "env"}; every one answered with `reply` on stdout
     and exit status `code`."""
+
     reply, code = "", 0
 
 
@@ -20,6 +22,7 @@ def launches(monkeypatch):
     def run_child(args, env=None, timeout=None):
         ran.append({"args": args, "env": env or {}})
         return subprocess.CompletedProcess(args, ran.code, stdout=ran.reply, stderr="it broke")
+
     monkeypatch.setattr(probes, "run_child", run_child)
     monkeypatch.setattr(probes, "horovodrun_path", lambda: "/bin/horovodrun")
     return ran
@@ -29,7 +32,7 @@ def probe_args(args: list):
     """rank_probes' reading of a launched command (what follows `-m deepdensity.perf.rank_probes`)."""
     at = args.index("-m")
     assert args[at + 1] == "deepdensity.perf.rank_probes"
-    return rank_probes._parser().parse_args(args[at + 2:])
+    return rank_probes._parser().parse_args(args[at + 2 :])
 
 
 def test_a_step_probe_on_n_ranks_runs_the_step_entry_point_under_horovodrun(launches):
@@ -40,8 +43,14 @@ def test_a_step_probe_on_n_ranks_runs_the_step_entry_point_under_horovodrun(laun
     args = launches[0]["args"]
     assert args[:3] == ["/bin/horovodrun", "-np", "4"]
     got = probe_args(args)
-    assert (got.probe, got.config, got.batches, got.steps, got.allreduce, got.on_data) == \
-        ("step", "s.yaml", "8,16", 30, True, True)
+    assert (got.probe, got.config, got.batches, got.steps, got.allreduce, got.on_data) == (
+        "step",
+        "s.yaml",
+        "8,16",
+        30,
+        True,
+        True,
+    )
 
 
 def test_a_step_probe_on_one_process_needs_no_launcher_and_reads_the_evaluation(launches):
@@ -53,8 +62,13 @@ def test_a_step_probe_on_one_process_needs_no_launcher_and_reads_the_evaluation(
     assert (got.probe, got.batches, got.steps, got.allreduce, got.on_data) == ("step", "1", 40, False, False)
 
 
-@pytest.mark.parametrize("reply, code", [("STEP_SECONDS 8 0.025000\n", 1),   # it printed, then failed
-                                         ("STEP_SECONDS 8 0.025000\n", 0)])  # batch 16 is missing
+@pytest.mark.parametrize(
+    "reply, code",
+    [
+        ("STEP_SECONDS 8 0.025000\n", 1),  # it printed, then failed
+        ("STEP_SECONDS 8 0.025000\n", 0),
+    ],
+)  # batch 16 is missing
 def test_a_step_probe_that_fails_or_misses_a_batch_is_an_error_with_its_stderr(launches, reply, code):
     launches.reply, launches.code = reply, code
     with pytest.raises(RuntimeError, match="it broke"):
@@ -80,7 +94,9 @@ def test_the_idle_probe_sets_horovods_cycle_for_its_ranks(launches):
 
 
 def test_the_paired_probe_launches_the_paired_entry_point_and_fails_with_its_stderr(launches):
-    launches.reply = '[1]<stdout>:noise\n[0]<stdout>:PAIRED_STEP_SECONDS {"without": [0.02, 0.03], "with": [0.03, 0.05]}\n'
+    launches.reply = (
+        '[1]<stdout>:noise\n[0]<stdout>:PAIRED_STEP_SECONDS {"without": [0.02, 0.03], "with": [0.03, 0.05]}\n'
+    )
     assert probes.paired_allreduce("s.yaml", 2, 16, 2, steps=7) == (pytest.approx(0.025), pytest.approx(0.015))
     got = probe_args(launches[0]["args"])
     assert (got.probe, got.config, got.batch, got.steps, got.pairs) == ("paired-step", "s.yaml", 16, 7, 2)
@@ -102,6 +118,7 @@ def test_the_paired_blocks_alternate_and_every_rank_syncs_alike(monkeypatch):
         def allreduce_max(self, x):
             log.append("sync")
             return x
+
     monkeypatch.setattr(rank_probes, "trainable", lambda cfg, b, backend=None: "A" if backend else "L")
     monkeypatch.setattr(rank_probes, "training_step", lambda model, b, seed=0, cubes=None: lambda: log.append(model))
     without, paid = rank_probes.paired_step_seconds(None, Backend(), 16, steps=2, pairs=3)

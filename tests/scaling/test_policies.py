@@ -1,6 +1,7 @@
 """The policies' arithmetic, checked against the paper's section IV and VI wording and
 Horovod's LearningRateWarmupCallback formula, written out independently here; and the
 registry a new policy joins."""
+
 import math
 
 import pytest
@@ -33,11 +34,17 @@ def test_plan_emulated_processes_take_the_whole_global_batch():
     assert p.per_process_batch == 16 and p.per_worker_batch == 4
 
 
-@pytest.mark.parametrize("bad", [
-    dict(mode="sideways", workers=2), dict(mode="weak", workers=0), dict(mode="weak", workers=2.0),
-    dict(mode="weak", workers=2, base_batch=0), dict(mode="weak", workers=2, base_lr=0.0),
-    dict(mode="weak", workers=4, processes=3),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(mode="sideways", workers=2),
+        dict(mode="weak", workers=0),
+        dict(mode="weak", workers=2.0),
+        dict(mode="weak", workers=2, base_batch=0),
+        dict(mode="weak", workers=2, base_lr=0.0),
+        dict(mode="weak", workers=4, processes=3),
+    ],
+)
 def test_plan_rejects_bad_input(bad):
     with pytest.raises(rules.PlanError):
         policies.plan(**bad)
@@ -57,7 +64,8 @@ def test_warmup_lr_follows_horovod(n):
     for epoch in range(5):
         for batch in range(steps):
             assert p.lr_at(epoch, batch, steps) == pytest.approx(
-                horovod_warmup_lr(n * ETA, n, 5, steps, epoch, batch), rel=1e-12)
+                horovod_warmup_lr(n * ETA, n, 5, steps, epoch, batch), rel=1e-12
+            )
     # starts near eta, ends exactly at N * eta on the last warmup batch, stays there
     assert p.lr_at(0, 0, steps) == pytest.approx(ETA * (1 + (n - 1) / (steps * 5)))
     assert p.lr_at(4, steps - 1, steps) == pytest.approx(n * ETA)
@@ -93,8 +101,6 @@ def test_elastic_is_for_the_paper_modes_on_global_epochs_with_real_workers(mode,
         assert "--emulate-workers" in problem
 
 
-
-
 # ------------------------------------------------------------------------------------
 # the registry
 # ------------------------------------------------------------------------------------
@@ -102,7 +108,7 @@ def test_the_registry_holds_the_papers_four_first_and_two_beyond():
     assert policies.names() == ("strong", "weak", "linear", "warmup", "adaptive", "local")
     assert policies.paper() == ("strong", "weak", "linear", "warmup")
     assert policies.beyond() == ("adaptive", "local")
-    assert policies.large_batch() == ("weak", "linear", "warmup")      # Gahlot et al.'s filter is for these
+    assert policies.large_batch() == ("weak", "linear", "warmup")  # Gahlot et al.'s filter is for these
     assert all(policies.get(m).name == m for m in policies.names())
     with pytest.raises(rules.PlanError, match="unknown mode 'sideways'; choose one of strong, weak"):
         policies.get("sideways")
@@ -110,6 +116,7 @@ def test_the_registry_holds_the_papers_four_first_and_two_beyond():
 
 def test_a_study_goes_beyond_the_paper_when_any_of_its_modes_does():
     import itertools
+
     for k in range(1, 7):
         for modes in itertools.combinations(("strong", "weak", "linear", "warmup", "adaptive", "local"), k):
             assert policies.goes_beyond_the_paper(modes) == ("adaptive" in modes or "local" in modes), modes
@@ -129,6 +136,7 @@ def test_what_each_policy_says_of_itself():
 
 class SquareRootLR(policies.Weak):
     """A toy fifth policy, as docs/policies.md adds it: weak's batches, lr sqrt(N) eta."""
+
     name, summary = "sqrt", "as weak, lr sqrt(N) * eta"
 
     def peak_lr(self, base_lr, workers):
@@ -141,8 +149,8 @@ def test_a_new_policy_is_one_class_and_joins_every_listing(n):
         assert policies.names()[-1] == "sqrt" and "sqrt" in policies.paper()
         p = policies.plan("sqrt", n, 32, ETA)
         assert (p.global_batch, p.per_worker_batch) == (32 * n, 32)
-        assert p.peak_lr == pytest.approx(ETA * n ** 0.5, rel=1e-12)
-        assert [p.lr_at(e, b, 7) for e in range(3) for b in range(7)] == [pytest.approx(ETA * n ** 0.5)] * 21
+        assert p.peak_lr == pytest.approx(ETA * n**0.5, rel=1e-12)
+        assert [p.lr_at(e, b, 7) for e in range(3) for b in range(7)] == [pytest.approx(ETA * n**0.5)] * 21
         with pytest.raises(ValueError, match="not yet registered"):
             policies.register(SquareRootLR)
     assert "sqrt" not in policies.names()

@@ -1,5 +1,6 @@
 """The rules under the policies: epochs, the sample stream, slices and stopping, checked against
 the paper's section IV and VI wording."""
+
 import dataclasses
 import math
 
@@ -57,7 +58,7 @@ def test_per_worker_weak_epoch_walks_n_passes_in_57_steps(mode):
         # worker r's share of the epoch: 57 batches of 32, N whole passes between them
         flat = order.reshape(-1)
         for k in range(n):
-            assert np.array_equal(flat[k * 1824:(k + 1) * 1824], rules.pass_order(1844, 32, n + k, 3))
+            assert np.array_equal(flat[k * 1824 : (k + 1) * 1824], rules.pass_order(1844, 32, n + k, 3))
 
 
 def test_epoch_order_depends_on_seed_and_epoch_only():
@@ -107,10 +108,10 @@ def test_grad_slices_is_the_fewest_equal_slices_within_the_cap(cap):
 
 
 def test_grad_slices_of_the_emulated_study():
-    assert rules.grad_slices(1024, 256) == 4      # weak N = 32
-    assert rules.grad_slices(512, 256) == 2       # weak N = 16
+    assert rules.grad_slices(1024, 256) == 4  # weak N = 32
+    assert rules.grad_slices(512, 256) == 2  # weak N = 16
     assert rules.grad_slices(256, 256) == 1
-    assert rules.grad_slices(32, 256) == 1        # every real Horovod worker of the paper
+    assert rules.grad_slices(32, 256) == 1  # every real Horovod worker of the paper
     with pytest.raises(ValueError):
         rules.grad_slices(0, 256)
 
@@ -120,26 +121,47 @@ def test_validation_shard():
     assert rules.validation_shard(256, 1, 3) == (0, 256), "uneven shards would bias the mean"
 
 
-def reason(epoch, loss, val_loss, target_loss, max_epochs, history=(), stall_patience=0, collapse_loss=0.0,
-                collapse_patience=0, stall_near=0.0, stall_near_patience=0):
+def reason(
+    epoch,
+    loss,
+    val_loss,
+    target_loss,
+    max_epochs,
+    history=(),
+    stall_patience=0,
+    collapse_loss=0.0,
+    collapse_patience=0,
+    stall_near=0.0,
+    stall_near_patience=0,
+):
     """The stopping rules' answer as the tests below spell a case out, field by field."""
-    return rules.StoppingRules(target_loss, max_epochs, stall_patience, stall_near, stall_near_patience,
-                               collapse_loss, collapse_patience).reason(epoch, loss, val_loss, history)
-
+    return rules.StoppingRules(
+        target_loss, max_epochs, stall_patience, stall_near, stall_near_patience, collapse_loss, collapse_patience
+    ).reason(epoch, loss, val_loss, history)
 
 
 def test_the_stopping_rules_come_from_a_runs_config_or_a_ledger_entrys_stopping():
     from deepdensity.config import Config
     from deepdensity.study.core.ledger import STOPPING
-    cfg = Config(target_loss=0.002, max_epochs=50, stall_patience=3, stall_near=0.1, stall_near_patience=9,
-                 collapse_loss=0.006, collapse_patience=2)
+
+    cfg = Config(
+        target_loss=0.002,
+        max_epochs=50,
+        stall_patience=3,
+        stall_near=0.1,
+        stall_near_patience=9,
+        collapse_loss=0.006,
+        collapse_patience=2,
+    )
     got = rules.StoppingRules.of(cfg)
     assert got == rules.StoppingRules(0.002, 50, 3, 0.1, 9, 0.006, 2)
     assert rules.StoppingRules.of({k: getattr(cfg, k) for k in STOPPING}) == got, "a ledger entry's stopping"
-    with pytest.raises(KeyError, match="stall_patience"):    # an entry without a rule is not replayed with it off
+    with pytest.raises(KeyError, match="stall_patience"):  # an entry without a rule is not replayed with it off
         rules.StoppingRules.of({"target_loss": 0.002, "max_epochs": 50})
-    assert {f.name for f in dataclasses.fields(rules.StoppingRules)} == set(STOPPING), \
+    assert {f.name for f in dataclasses.fields(rules.StoppingRules)} == set(STOPPING), (
         "the ledger keys a run's stopping by exactly these rules"
+    )
+
 
 def test_the_stopping_rules():
     nan, inf = float("nan"), float("inf")
@@ -158,12 +180,12 @@ def test_the_stopping_rules():
 
 def test_stall_rule_waits_longer_near_the_target():
     # target 1.0; near = 10 %: a best of 1.05 is within it, a best of 1.2 is not.
-    creeping = [2.0, 1.05, 1.06, 1.07, 1.08]          # 3 epochs without a new best, 5 % above
+    creeping = [2.0, 1.05, 1.06, 1.07, 1.08]  # 3 epochs without a new best, 5 % above
     assert rules.stalled(creeping, 3), "patience alone stops it"
     assert not rules.stalled(creeping, 3, 1.0, 0.10, 12), "within 10 % of the target it waits 12 epochs"
     assert rules.stalled(creeping + [1.1] * 9, 3, 1.0, 0.10, 12), "12 epochs without a new best: stalled"
     assert not rules.stalled(creeping + [1.1] * 8, 3, 1.0, 0.10, 12)
-    far = [2.0, 1.2, 1.3, 1.3, 1.3]                    # 20 % above: plainly failed after 3 epochs
+    far = [2.0, 1.2, 1.3, 1.3, 1.3]  # 20 % above: plainly failed after 3 epochs
     assert rules.stalled(far, 3, 1.0, 0.10, 12)
     assert not rules.stalled(creeping, 0, 1.0, 0.10, 12), "patience 0 turns the rule off entirely"
     assert reason(4, 1.0, 1.08, 1.0, 400, creeping, 3, 0.0, 0, 0.10, 12) is None
@@ -193,7 +215,7 @@ def fig3_rise_and_plateau(epochs=40):
 
 def slow_steady_decrease(epochs=400):
     """The sequential model late in training: 0.1 % less per epoch, every epoch."""
-    return [0.01 * 0.999 ** e for e in range(epochs)]
+    return [0.01 * 0.999**e for e in range(epochs)]
 
 
 def noisy_decrease(epochs=200):
@@ -262,9 +284,10 @@ def test_uneven_slices_cover_the_batch_once_and_weigh_back_to_its_mean(batch):
         assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
         sizes = [hi - lo for lo, hi in parts]
         assert max(sizes) - min(sizes) <= (0 if batch % processes == 0 else 1) and min(sizes) >= 1
-        averaged = np.mean([rules.slice_weight(batch, r, processes) * losses[lo:hi].mean()
-                            for r, (lo, hi) in enumerate(parts)])
-        assert averaged == pytest.approx(losses.mean(), rel=1e-12)   # float64 sums of <= 64 terms
+        averaged = np.mean(
+            [rules.slice_weight(batch, r, processes) * losses[lo:hi].mean() for r, (lo, hi) in enumerate(parts)]
+        )
+        assert averaged == pytest.approx(losses.mean(), rel=1e-12)  # float64 sums of <= 64 terms
 
 
 def test_strong_splits_unevenly_only_when_asked():
@@ -278,20 +301,24 @@ def test_strong_splits_unevenly_only_when_asked():
     with pytest.raises(ValueError):
         rules.shard_of_batch(order, 0, 3)
     with pytest.raises(rules.PlanError):
-        policies.plan("local", 3, uneven=True)                  # uneven is for strong's elastic runs only
+        policies.plan("local", 3, uneven=True)  # uneven is for strong's elastic runs only
 
 
 def test_collapsed_needs_every_one_of_the_last_evaluations_at_the_level():
     level = 0.005
-    assert not rules.collapsed([0.006, 0.006], level, 3)                      # fewer than patience
-    assert rules.collapsed([0.006, 0.0051, 0.005], level, 3)                  # at the level counts
+    assert not rules.collapsed([0.006, 0.006], level, 3)  # fewer than patience
+    assert rules.collapsed([0.006, 0.0051, 0.005], level, 3)  # at the level counts
     assert not rules.collapsed([0.006, 0.0049, 0.006], level, 3)
-    assert rules.collapsed([0.003, 0.006, 0.006, 0.006], level, 3)           # the last three
-    assert not rules.collapsed([0.006] * 5, level, 0) and not rules.collapsed([0.006] * 5, 0.0, 3)   # off
-    assert reason(2, 0.006, 0.006, 0.001, 64, [0.006] * 3, stall_patience=3, collapse_loss=level,
-                             collapse_patience=3) == "collapsed"
-    assert reason(2, 0.006, 0.0009, 0.001, 64, [0.006, 0.006, 0.0009], collapse_loss=level,
-                             collapse_patience=3) == "reached_target"
+    assert rules.collapsed([0.003, 0.006, 0.006, 0.006], level, 3)  # the last three
+    assert not rules.collapsed([0.006] * 5, level, 0) and not rules.collapsed([0.006] * 5, 0.0, 3)  # off
+    assert (
+        reason(2, 0.006, 0.006, 0.001, 64, [0.006] * 3, stall_patience=3, collapse_loss=level, collapse_patience=3)
+        == "collapsed"
+    )
+    assert (
+        reason(2, 0.006, 0.0009, 0.001, 64, [0.006, 0.006, 0.0009], collapse_loss=level, collapse_patience=3)
+        == "reached_target"
+    )
 
 
 def test_the_collapse_rule_would_not_have_ended_a_run_that_reached_the_target():
@@ -301,6 +328,7 @@ def test_the_collapse_rule_would_not_have_ended_a_run_that_reached_the_target():
     import json
 
     from tests.support import ROOT
+
     path = ROOT / "reports" / "study.json"
     if not path.is_file():
         pytest.skip("no committed study")
@@ -309,16 +337,15 @@ def test_the_collapse_rule_would_not_have_ended_a_run_that_reached_the_target():
     for name, curve in record["curves"].items():
         vals = [math.inf if v is None else v for v in curve["val_loss"]]
         for e in range(len(vals)):
-            if rules.collapsed(vals[:e + 1], record["collapse_loss"], 3):
+            if rules.collapsed(vals[: e + 1], record["collapse_loss"], 3):
                 assert min(vals[e:]) > record["target"], f"{name} reached the target after collapsing"
                 stopped += 1
                 break
     assert stopped >= 5, "the check must see collapsed runs to mean anything"
 
 
-
-
 def test_n_is_the_launchers_processes_or_the_emulated_workers_in_one_process():
     """One function says N for the CLI's dry run, the preflight check and the per-process plan."""
     from deepdensity.scaling.rules import workers
+
     assert [workers(p, e) for p, e in ((1, 1), (1, 8), (4, 1), (2, 1), (32, 1))] == [1, 8, 4, 2, 32]

@@ -1,6 +1,7 @@
 """`python -m deepdensity.study.ledger_import`: an earlier record's runs into a ledger. Checked here
 without a runs folder: the refusal of a record it cannot read, and which runs a record describes
 fully enough to import."""
+
 import json
 
 from deepdensity.study import ledger_import

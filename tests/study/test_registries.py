@@ -1,6 +1,7 @@
 """Adding a claim or a clock is one registry entry and its own function (claims.CLAIMS,
 clocks.JUDGED): a dummy of each, registered here, reaches the rendered REPORT.md and
 claims.json of the tiny study's record with nothing else changed."""
+
 import json
 from pathlib import Path
 
@@ -16,17 +17,33 @@ FIXTURE = Path(__file__).parent / "data" / "tiny-reports"
 def every_mode_ran(v, seq_2eta) -> dict:
     """A dummy claim: every (mode, N) cell of the study holds a run."""
     ran = sorted({c.mode for c in v.cells})
-    return call_claims.claim_row("Every mode ran (a dummy claim)", "-", "a cell of each mode holds a run",
-                                 f"modes run: {', '.join(ran)}", "reproduced", "-", (f"{len(ran)} modes ran", "-"))
+    return call_claims.claim_row(
+        "Every mode ran (a dummy claim)",
+        "-",
+        "a cell of each mode holds a run",
+        f"modes run: {', '.join(ran)}",
+        "reproduced",
+        "-",
+        (f"{len(ran)} modes ran", "-"),
+    )
 
 
 @pytest.mark.medium
 def test_a_registered_claim_and_clock_reach_the_rendered_report(tmp_path, monkeypatch):
-    monkeypatch.setitem(claims.CLAIMS, "every_mode_ran",
-                        claims.ClaimRule("every_mode_ran", every_mode_ran, lambda v, seq_2eta: True))
+    monkeypatch.setitem(
+        claims.CLAIMS, "every_mode_ran", claims.ClaimRule("every_mode_ran", every_mode_ran, lambda v, seq_2eta: True)
+    )
     # a clock whose communication costs 5 x compute: time claims are judged under it too
-    monkeypatch.setattr(clocks, "JUDGED", clocks.JUDGED + (
-        clocks.JudgedClock("slow_network", "a slow network's clock", lambda host: host.with_rho(5.0, "slow_network")),))
+    monkeypatch.setattr(
+        clocks,
+        "JUDGED",
+        clocks.JUDGED
+        + (
+            clocks.JudgedClock(
+                "slow_network", "a slow network's clock", lambda host: host.with_rho(5.0, "slow_network")
+            ),
+        ),
+    )
     rerender.rerender(FIXTURE, tmp_path)
     written = json.loads((tmp_path / "claims.json").read_text())
     assert [c["key"] for c in written][-1] == "every_mode_ran"

@@ -1,4 +1,5 @@
 """The study's bookkeeping on hand-made tables: efficiency per mode, and the claims' verdicts."""
+
 import dataclasses
 import math
 
@@ -12,7 +13,7 @@ from deepdensity.utils.errors import StudyError
 W = [1, 2, 4, 8, 16, 32]
 
 
-COLLAPSE = 0.5          # the collapse level of these hand-made studies: a failed run ends above it
+COLLAPSE = 0.5  # the collapse level of these hand-made studies: a failed run ends above it
 
 
 def cell(mode, n, t, seed=0, slow=False):
@@ -34,17 +35,24 @@ def papers_outcome(seeds=SEEDS):
     for n in W:
         for s in seeds:
             jitter = 1 + s / 100
-            cells.append(cell("strong", n, jitter * 100.0 / n ** 0.8, s))
-            cells.append(cell("weak", n, jitter * (100.0 * n ** 0.5 if n > 1 else 100.0), s))
+            cells.append(cell("strong", n, jitter * 100.0 / n**0.8, s))
+            cells.append(cell("weak", n, jitter * (100.0 * n**0.5 if n > 1 else 100.0), s))
             cells.append(cell("warmup", n, jitter * 150.0 if n <= 4 else None, s))
             cells.append(cell("linear", n, jitter * 100.0 if n == 1 else None, s))
     return cells
 
 
 def test_efficiency_table_uses_median_over_seeds_and_nan_for_failures():
-    cells = [cell("strong", 1, 100.0), cell("strong", 1, 120.0, seed=1), cell("strong", 1, 80.0, seed=2),
-             cell("strong", 2, 50.0), cell("strong", 2, 60.0, seed=1), cell("strong", 2, 40.0, seed=2),
-             cell("weak", 2, 100.0), cell("weak", 2, None, seed=1)]
+    cells = [
+        cell("strong", 1, 100.0),
+        cell("strong", 1, 120.0, seed=1),
+        cell("strong", 1, 80.0, seed=2),
+        cell("strong", 2, 50.0),
+        cell("strong", 2, 60.0, seed=1),
+        cell("strong", 2, 40.0, seed=2),
+        cell("weak", 2, 100.0),
+        cell("weak", 2, None, seed=1),
+    ]
     eff = efficiency_table(cells, ["strong", "weak"], [1, 2])
     assert eff["strong"][1] == pytest.approx(100.0)
     assert eff["strong"][2] == pytest.approx(100.0 * 100.0 / (2 * 50.0))
@@ -73,13 +81,15 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
     bad.write_text("wokers: [1]\n")
     with pytest.raises(StudyError, match=r"unknown study key .wokers. \(did you mean workers\?\)"):
         load_study(str(bad))
-    for text, message in (("base_lr: fast\n", "base_lr must be 'edge', 'default_study' or a positive number"),
-                          ("base_lr: -1\n", "base_lr must be"),
-                          ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
-                          ("mode_workers: [1]\n", "mode_workers must map"),
-                          ("seeds: [0, 1]\nsecond_look_seeds: 2\n", "second_look_seeds must be 0 .* above the number"),
-                          ("second_look_seeds: 4\nsecond_look_confidence: 0.9\n", "between the first look's 0.95 and 1"),
-                          ("seeds: [0, 1]\nsecond_look_seeds: 4\nmax_seeds: 3\n", "a second look .* or the sequential")):
+    for text, message in (
+        ("base_lr: fast\n", "base_lr must be 'edge', 'default_study' or a positive number"),
+        ("base_lr: -1\n", "base_lr must be"),
+        ("mode_workers: {weak: [1, 3]}\n", "mode_workers.weak"),
+        ("mode_workers: [1]\n", "mode_workers must map"),
+        ("seeds: [0, 1]\nsecond_look_seeds: 2\n", "second_look_seeds must be 0 .* above the number"),
+        ("second_look_seeds: 4\nsecond_look_confidence: 0.9\n", "between the first look's 0.95 and 1"),
+        ("seeds: [0, 1]\nsecond_look_seeds: 4\nmax_seeds: 3\n", "a second look .* or the sequential"),
+    ):
         bad.write_text(text)
         with pytest.raises(StudyError, match=message):
             load_study(str(bad))
@@ -99,7 +109,6 @@ def test_presets_load_and_bad_presets_are_clear(tmp_path):
         load_study(str(bad))
 
 
-
 def test_a_presets_training_settings_are_one_config_with_the_studys_thread_default(tmp_path):
     """Study.runs: `train` over the run settings' defaults, one intra-op thread per run unless the
     preset says otherwise; a bad training key names the preset's file and `train`."""
@@ -107,7 +116,10 @@ def test_a_presets_training_settings_are_one_config_with_the_studys_thread_defau
     runs = study.runs
     assert runs is study.runs, "parsed once"
     assert (runs.stall_patience, runs.epoch_definition, runs.intra_op_threads) == (
-        study.train["stall_patience"], "per_worker", 1)
+        study.train["stall_patience"],
+        "per_worker",
+        1,
+    )
     assert runs.batch_size == 32 and "batch_size" not in study.train, "Config's default beneath the preset"
     preset = tmp_path / "threads.yaml"
     preset.write_text("train: {intra_op_threads: 2, stall_patience: 5}\n")
@@ -118,6 +130,7 @@ def test_a_presets_training_settings_are_one_config_with_the_studys_thread_defau
     preset.write_text("train: {batch_size: 0}\n")
     with pytest.raises(StudyError, match=r"threads.yaml: train: batch_size must be >= 1"):
         load_study(str(preset))
+
 
 def test_failure_groups_by_global_batch_and_lr():
     cells = [c for c in papers_outcome() if c.n <= 4]
@@ -132,8 +145,11 @@ def test_failure_groups_by_global_batch_and_lr():
 
 
 def test_failures_list_every_cell_that_missed_the_target():
-    cells = [cell("strong", 1, 10.0), Cell("linear", 2, 0, "stalled", 4, None, 1.0, "modelled", None, "l", 0.2),
-             Cell("linear", 2, 1, "diverged", 1, None, 1.0, "modelled", None, "l", None)]
+    cells = [
+        cell("strong", 1, 10.0),
+        Cell("linear", 2, 0, "stalled", 4, None, 1.0, "modelled", None, "l", 0.2),
+        Cell("linear", 2, 1, "diverged", 1, None, 1.0, "modelled", None, "l", None),
+    ]
     assert failures(cells) == [("linear", 2, 0, "stalled", 4, 0.2), ("linear", 2, 1, "diverged", 1, None)]
 
 
@@ -146,6 +162,7 @@ def protocol_rows(*args) -> dict:
 
 def test_protocol_table_names_each_difference():
     from deepdensity.config import Config
+
     _, study = load_study("default")
     cfg = Config(stall_patience=3, base_lr=0.0084)
     sweep = {"grid_base_lr": 0.00105, "epochs": 16}

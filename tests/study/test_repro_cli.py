@@ -1,6 +1,7 @@
 """`repro` as a newcomer meets it: the plan first (alone with --dry-run), reports in the study's
 own folder unless `--out reports` asks for the committed ones, published only when complete,
 one study per runs folder, and the command that continues an interrupted study."""
+
 import os
 import re
 import subprocess
@@ -17,8 +18,10 @@ from deepdensity.training.runs import locked
 from deepdensity.utils.files import mark_folder
 from tests.support import ROOT
 
-TINY = ("data: {n: 96, val: 32, seed: 0}\ncalibration_epochs: 6\nworkers: [1, 2, 4]\nmodes: [strong, weak]\n"
-        "seeds: [0, 1]\nmax_seeds: 3\nbudget_minutes: 10\nbase_lr: 0.00105\n")
+TINY = (
+    "data: {n: 96, val: 32, seed: 0}\ncalibration_epochs: 6\nworkers: [1, 2, 4]\nmodes: [strong, weak]\n"
+    "seeds: [0, 1]\nmax_seeds: 3\nbudget_minutes: 10\nbase_lr: 0.00105\n"
+)
 
 
 @pytest.fixture
@@ -48,10 +51,12 @@ def test_the_plan_counts_the_runs_the_design_can_start(tiny):
 
 def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs(tiny):
     """Beyond the cells: each filter mode at each first seed on network, random and full data
-    (3 runs at most: the full data's is the default study's where it holds one), and the sweep's every batch but the study's own (the sequential run) under both lr
+    (3 runs at most: the full data's is the default study's where it holds one), and the sweep's every batch
+    but the study's own (the sequential run) under both lr
     rules at each sequential seed. Counted by hand for 1 filter mode, 2 seeds, batches 16, 32, 64
     (B = 32): 1 x 2 x 3 = 6 and 2 x 2 x 2 = 8 runs more than the cells alone."""
     import dataclasses
+
     _, study = load_study(str(tiny))
     beyond = dataclasses.replace(study, filter_modes=["weak"], batch_sweep=[16, 32, 64])
     assert len(study.seeds) == 2 and study.runs.batch_size == 32
@@ -62,17 +67,27 @@ def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs(tiny):
 def test_the_plan_gives_the_last_studys_own_minutes_beside_its_wall_time(tiny):
     # a study that reused every run took minutes; what training its runs takes is their own clocks
     _, study = load_study(str(tiny))
-    earlier = {"provenance": {"wall_minutes": 5.7, "trained": 0, "reused": 99, "parallel_runs": 2,
-                              "runs_minutes": 127.3, "generated": "2026-11-25 15:30 UTC"},
-               "environment": {"cpu": "AMD EPYC", "cores": 2}}
+    earlier = {
+        "provenance": {
+            "wall_minutes": 5.7,
+            "trained": 0,
+            "reused": 99,
+            "parallel_runs": 2,
+            "runs_minutes": 127.3,
+            "generated": "2026-11-25 15:30 UTC",
+        },
+        "environment": {"cpu": "AMD EPYC", "cores": 2},
+    }
     assert plan_lines("tiny", study, "", "R", "O", earlier)[-1] == (
         "  time: the last study of this preset took 5.7 min (0 runs trained and 99 reused, 2 at a time; its "
         "runs' own clocks add up to 127.3 min) on AMD EPYC (2 cores, generated 2026-11-25 15:30 UTC); finished "
-        "runs in the runs folder are reused")
+        "runs in the runs folder are reused"
+    )
     # a record that is not whole (its machine unknown) is not gone by, and the plan still prints
     del earlier["environment"]["cores"]
     assert plan_lines("tiny", study, "", "R", "O", earlier)[-1] == (
-        "  time: no earlier study of this preset to go by; the budget above bounds the extra seeds")
+        "  time: no earlier study of this preset to go by; the budget above bounds the extra seeds"
+    )
 
 
 def test_a_dry_run_prints_the_plan_and_trains_nothing(tiny, tmp_path, capsys):
@@ -119,8 +134,10 @@ def test_a_second_study_on_the_same_runs_folder_is_refused(tiny, tmp_path, capsy
 
 def test_the_continue_command_is_the_one_that_was_run(monkeypatch):
     monkeypatch.delenv("DEEPDENSITY_MAKE_TARGET", raising=False)
-    monkeypatch.setenv("MAKELEVEL", "2")          # pytest under `make test-all`: not a study's make target
-    assert repro._invocation(["--preset", "my preset.yaml"]) == "`python -m deepdensity.repro --preset 'my preset.yaml'`"
+    monkeypatch.setenv("MAKELEVEL", "2")  # pytest under `make test-all`: not a study's make target
+    assert (
+        repro._invocation(["--preset", "my preset.yaml"]) == "`python -m deepdensity.repro --preset 'my preset.yaml'`"
+    )
     monkeypatch.setenv("DEEPDENSITY_MAKE_TARGET", "repro")
     assert repro._invocation(["--preset", "default"]).startswith("the same `make repro` command")
 
@@ -141,23 +158,27 @@ def test_make_repro_passes_out_and_bench_writes_outside_the_reports():
     dry = subprocess.run(["make", "-n", "repro"], cwd=ROOT, capture_output=True, text=True)
     assert "--out" not in dry.stdout
     from deepdensity.perf.bench import _parser
+
     assert _parser().parse_args([]).out == "runs/bench.json"
 
 
 def test_bench_horovod_figures_go_into_the_out_file_beside_the_rest(tmp_path):
     from deepdensity.perf.bench_run import _write_entry
+
     out = tmp_path / "bench.json"
     out.write_text('{"steps": [1, 2]}')
     _write_entry(out, "horovod", {"ratio": 0.9})
     import json
+
     assert json.loads(out.read_text()) == {"steps": [1, 2], "horovod": {"ratio": 0.9}}
     _write_entry(tmp_path / "new.json", "horovod", {"ratio": 0.8})
     assert json.loads((tmp_path / "new.json").read_text()) == {"horovod": {"ratio": 0.8}}
 
 
 def test_repro_help_names_out_and_dry_run():
-    help_text = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--help"], cwd=ROOT, capture_output=True,
-                               text=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "deepdensity.repro", "--help"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     # Python 3.13's argparse names an aliased option's value once ("--out, --reports OUT"),
     # earlier ones after each alias ("--out OUT, --reports OUT")
     assert re.search(r"--out( OUT)?, --reports OUT\b", help_text), help_text
@@ -182,8 +203,10 @@ def test_a_study_writes_only_into_its_own_or_an_empty_folder(tiny, tmp_path, cap
     other = {"--runs": ["--out", str(tmp_path / "o")], "--out": ["--runs", str(tmp_path / "r")]}[flag]
     assert repro.main(["--preset", str(tiny), flag, str(theirs), *other, "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {flag} {theirs} holds files this project did not write (thesis.tex); nothing was " \
-                  f"written there: pass a new or empty folder\n"
+    assert (
+        err == f"error: {flag} {theirs} holds files this project did not write (thesis.tex); nothing was "
+        f"written there: pass a new or empty folder\n"
+    )
     assert sorted(p.name for p in theirs.iterdir()) == ["thesis.tex"]
     # a file of the name a study writes, but the user's, is theirs too
     name = "train.yaml" if flag == "--runs" else "study.json"
@@ -193,12 +216,17 @@ def test_a_study_writes_only_into_its_own_or_an_empty_folder(tiny, tmp_path, cap
     assert f"holds files this project did not write ({listed})" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag, kind, made_before_marks", [
-    ("--runs", "runs", ("train.yaml", "intra_op_threads: 1\ndeterministic: true\ndata_path: r/data.h5\n")),
-    ("--runs", "runs", ("timing.json", '{"clock_version": 4}')),
-    ("--out", "reports", ("study.json", '{"cells": []}'))])
-def test_a_study_writes_into_a_folder_it_marked_or_one_an_earlier_version_wrote(tiny, tmp_path, flag, kind,
-                                                                                 made_before_marks):
+@pytest.mark.parametrize(
+    "flag, kind, made_before_marks",
+    [
+        ("--runs", "runs", ("train.yaml", "intra_op_threads: 1\ndeterministic: true\ndata_path: r/data.h5\n")),
+        ("--runs", "runs", ("timing.json", '{"clock_version": 4}')),
+        ("--out", "reports", ("study.json", '{"cells": []}')),
+    ],
+)
+def test_a_study_writes_into_a_folder_it_marked_or_one_an_earlier_version_wrote(
+    tiny, tmp_path, flag, kind, made_before_marks
+):
     other = {"--runs": ["--out", str(tmp_path / "o")], "--out": ["--runs", str(tmp_path / "r")]}[flag]
     ours = tmp_path / "ours"
     ours.mkdir()
@@ -218,6 +246,7 @@ def test_a_study_writes_into_a_folder_it_marked_or_one_an_earlier_version_wrote(
 
 def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, capsys):
     from deepdensity.study import rerender
+
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "notes.txt").write_text("mine")
@@ -226,19 +255,23 @@ def test_report_renders_only_into_a_reports_folder_or_an_empty_one(tmp_path, cap
     # a folder it rendered into (REPORT.md and the rest, no study.json) is its own the next time
     ours = tmp_path / "ours"
     for _ in range(2):
-        assert rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(ours)]) == 0
+        assert (
+            rerender.main(["--from", str(ROOT / "tests" / "study" / "data" / "tiny-reports"), "--out", str(ours)]) == 0
+        )
     assert (ours / "REPORT.md").is_file() and not (ours / "study.json").exists()
 
 
-@pytest.mark.parametrize("argv0, filtered", [("/venv/bin/deepdensity", True), ("/src/deepdensity/repro.py", True),
-                                              ("/venv/bin/pytest", False)])
-def test_the_study_command_keeps_tensorflows_native_log_off_its_output(tiny, tmp_path, monkeypatch, argv0,
-                                                                       filtered):
+@pytest.mark.parametrize(
+    "argv0, filtered",
+    [("/venv/bin/deepdensity", True), ("/src/deepdensity/repro.py", True), ("/venv/bin/pytest", False)],
+)
+def test_the_study_command_keeps_tensorflows_native_log_off_its_output(tiny, tmp_path, monkeypatch, argv0, filtered):
     """The driver's own TensorFlow (Fig. 1's inference) wrote absl's "WARNING: All log messages
     before absl::InitializeLog()" and XLA's "Compiled cluster" lines among the study's; the
     command passes its native stderr through the training processes' filter. A caller of main()
     (a test) keeps its stderr."""
     from deepdensity.training import console
+
     calls = []
     monkeypatch.setattr(console, "filter_native_logs", lambda: calls.append(argv0))
     monkeypatch.setattr(sys, "argv", [argv0])

@@ -2,6 +2,7 @@
 give its committed reports exactly, so that a hand edit, or a report older than the code that
 renders it, fails here; and the study's kind (rerender.PAPER, rerender.BEYOND), told from a
 preset or a record, names the reports it renders."""
+
 import json
 import shutil
 from pathlib import Path
@@ -66,8 +67,9 @@ def test_committed_reports_are_what_the_code_renders(folder, tmp_path):
     committed = ROOT / folder
     if not (committed / "study.json").is_file():
         pytest.skip(f"no study committed at {folder}/ (make repro writes one)")
-    assert json.loads((committed / "study.json").read_text()).get("format") == FORMAT, \
+    assert json.loads((committed / "study.json").read_text()).get("format") == FORMAT, (
         f"{folder}/study.json predates the record format: run the study again"
+    )
     rerender.rerender(committed, tmp_path / "r")
     assert rerender.differences(committed, tmp_path / "r") == []
 
@@ -98,7 +100,9 @@ def test_fig4_and_fig5_are_linked_and_described_only_where_drawn(tmp_path, monke
         monkeypatch.setattr(report, "draw_figures", lambda *args: drawn)
         report.render_reports(tmp_path, record)
         text = (tmp_path / "REPORT.md").read_text()
-        return text, [line[:6] for line in text[text.index("Collapse: share"):].splitlines() if line.startswith("Fig. ")]
+        return text, [
+            line[:6] for line in text[text.index("Collapse: share") :].splitlines() if line.startswith("Fig. ")
+        ]
 
     text, later = captions({"fig2.png", "fig4.png"})
     assert "![fig4](fig4.png)" in text and "fig5" not in text and "Fig. 5" not in text
@@ -128,8 +132,14 @@ def test_a_preset_running_a_mode_past_the_paper_is_a_beyond_study():
     assert rerender.of_study(load_study("beyond")[1]) is rerender.BEYOND
 
 
-@pytest.mark.parametrize("folder, kind", [("reports", rerender.PAPER), ("reports/beyond", rerender.BEYOND),
-                                          ("tests/study/data/tiny-reports", rerender.PAPER)])
+@pytest.mark.parametrize(
+    "folder, kind",
+    [
+        ("reports", rerender.PAPER),
+        ("reports/beyond", rerender.BEYOND),
+        ("tests/study/data/tiny-reports", rerender.PAPER),
+    ],
+)
 def test_a_committed_record_is_read_as_the_kind_that_wrote_it(folder, kind):
     record = json.loads((ROOT / folder / "study.json").read_text())
     assert record["kind"] == kind.name and rerender.of_record(record) is kind
@@ -148,10 +158,17 @@ def test_a_beyond_report_rendered_over_an_earlier_one_keeps_only_its_own_files(t
     record = json.loads((beyond / "study.json").read_text())
     out = tmp_path / "reports"
     shutil.copytree(beyond, out)
-    (out / "fig7.png").write_bytes((out / "fig8.png").read_bytes())      # an earlier study's adaptive figure
+    (out / "fig7.png").write_bytes((out / "fig8.png").read_bytes())  # an earlier study's adaptive figure
     report_beyond.render_reports(out, {**record, "filtering": None, "batch_sweep": None})
-    stale = ("fig7.png", "fig8.png", "fig9.png", "filtering.json", "batch_sweep.json", "filter.embedding.png",
-             "filter.dropped.png")
+    stale = (
+        "fig7.png",
+        "fig8.png",
+        "fig9.png",
+        "filtering.json",
+        "batch_sweep.json",
+        "filter.embedding.png",
+        "filter.dropped.png",
+    )
     assert [name for name in stale if (out / name).exists()] == []
     report_beyond.render_reports(out, record)
     assert all((out / name).exists() for name in ("fig8.png", "fig9.png", "filtering.json", "batch_sweep.json"))

@@ -1,5 +1,6 @@
 """encode and generate on a smoke run: the saved mixture renders back to the model's output,
 world coordinates follow prepare's geometry, generation is deterministic and trainable."""
+
 import sys
 
 import h5py
@@ -24,16 +25,22 @@ def test_a_file_prepared_with_val_0_encodes_its_training_split(tmp_path, smoke_r
     assert "train: 40 cubes encoded" in printed and "val: empty" in printed
     with h5py.File(out) as f:
         assert set(f) == {"train"} and f["train/alpha"].shape == (40, 8)
-    assert encode.main(["--run", str(smoke_run), "--data", str(no_val), "--out", str(tmp_path / "v.h5"),
-                        "--split", "val"]) == 2, "asking for the empty split is refused in one line"
+    assert (
+        encode.main(["--run", str(smoke_run), "--data", str(no_val), "--out", str(tmp_path / "v.h5"), "--split", "val"])
+        == 2
+    ), "asking for the empty split is refused in one line"
     assert "val/cubes is empty" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_encoded_mixture_renders_back_to_the_models_output(tmp_path, smoke_run, smoke_data, capsys):
     out = tmp_path / "params.h5"
-    assert encode.main(["--run", str(smoke_run), "--data", str(smoke_data), "--out", str(out),
-                        "--density", "--batch", "24"]) == 0
+    assert (
+        encode.main(
+            ["--run", str(smoke_run), "--data", str(smoke_data), "--out", str(out), "--density", "--batch", "24"]
+        )
+        == 0
+    )
     with h5py.File(out) as f:
         assert set(f) == {"train", "val"} and f.attrs["n_components"] == 8
         g = f["val"]
@@ -43,8 +50,16 @@ def test_encoded_mixture_renders_back_to_the_models_output(tmp_path, smoke_run, 
         mu_world, world_xyz = g["mu_world_mm"][:], None
     np.testing.assert_allclose(alpha.sum(axis=1), 1.0, rtol=1e-5)
     assert np.all(np.linalg.eigvalsh(cov) > 0)
-    again = mixture_density(grid_points(16, 3).astype(np.float64), alpha.astype(np.float64),
-                            mu.astype(np.float64), cov.astype(np.float64)).numpy().reshape(dens.shape)
+    again = (
+        mixture_density(
+            grid_points(16, 3).astype(np.float64),
+            alpha.astype(np.float64),
+            mu.astype(np.float64),
+            cov.astype(np.float64),
+        )
+        .numpy()
+        .reshape(dens.shape)
+    )
     np.testing.assert_allclose(again, dens, rtol=2e-3, atol=1e-4 * dens.max())
     with h5py.File(smoke_data) as f:
         world_xyz = f["val/world_xyz"][:]
@@ -53,12 +68,12 @@ def test_encoded_mixture_renders_back_to_the_models_output(tmp_path, smoke_run, 
 
 def test_cube_to_world_follows_the_geometry_prepare_cuts_with():
     G, s, centre = 6, 0.8, np.array([10.0, -20.0, 35.5])
-    offsets = (np.arange(G) - (G - 1) / 2) * s                 # ingest.cut_cube's voxel offsets
+    offsets = (np.arange(G) - (G - 1) / 2) * s  # ingest.cut_cube's voxel offsets
     dz, dy, dx = np.meshgrid(offsets, offsets, offsets, indexing="ij")
     want = centre + np.stack([dx, dy, dz], axis=-1).reshape(-1, 3)
     got = encode.cube_to_world(grid_points(G, 3)[None], centre[None], G, s)[0]
     np.testing.assert_allclose(got, want, atol=1e-5)
-    cov = np.diag([1.0, 4.0, 9.0])                             # variances along z, y, x in cube units
+    cov = np.diag([1.0, 4.0, 9.0])  # variances along z, y, x in cube units
     np.testing.assert_allclose(encode.cov_to_world(cov, G, s), np.diag([9.0, 4.0, 1.0]) * (G * s / 2) ** 2)
 
 
@@ -67,10 +82,28 @@ def test_cube_to_world_follows_the_geometry_prepare_cuts_with():
 def test_generation_is_deterministic_recorded_and_trainable(tmp_path, smoke_run, smoke_data, scheme):
     def make(name, seed):
         out = tmp_path / name
-        assert generate.main(["--run", str(smoke_run), "--data", str(smoke_data), "--n", "40", "--out", str(out),
-                              "--scheme", scheme, "--seed", str(seed)]) == 0
+        assert (
+            generate.main(
+                [
+                    "--run",
+                    str(smoke_run),
+                    "--data",
+                    str(smoke_data),
+                    "--n",
+                    "40",
+                    "--out",
+                    str(out),
+                    "--scheme",
+                    scheme,
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
         with h5py.File(out) as f:
             return f["train/cubes"][:], dict(f.attrs), f["val/cubes"][:]
+
     a, attrs, val = make("a.h5", 3)
     b, _, _ = make("b.h5", 3)
     c, _, _ = make("c.h5", 4)
@@ -81,8 +114,22 @@ def test_generation_is_deterministic_recorded_and_trainable(tmp_path, smoke_run,
     with h5py.File(smoke_data) as f:
         np.testing.assert_array_equal(val, f["val/cubes"][:]), "validation is never augmented"
     assert (tmp_path / "a.png").stat().st_size > 1000
-    proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-                f"data_path={tmp_path / 'a.h5'}", "--set", "max_epochs=1", "--set", "max_train_cubes=0"])
+    proc = run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={tmp_path / 'a.h5'}",
+            "--set",
+            "max_epochs=1",
+            "--set",
+            "max_train_cubes=0",
+        ]
+    )
     assert "epoch    1" in proc.stdout
 
 
@@ -101,9 +148,9 @@ def test_latent_draws_stay_between_or_near_their_sources():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cli", ["encode", "generate"])
-def test_a_run_without_weights_or_data_of_another_size_is_one_error_line(tmp_path, smoke_run, smoke_data,
-                                                                        capsys, cli):
+def test_a_run_without_weights_or_data_of_another_size_is_one_error_line(tmp_path, smoke_run, smoke_data, capsys, cli):
     import shutil
+
     main = encode.main if cli == "encode" else generate.main
     extra = ["--n", "4"] if cli == "generate" else []
     bare = tmp_path / "bare"

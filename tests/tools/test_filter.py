@@ -1,5 +1,6 @@
 """The data filter (Gahlot et al. 2020): the eps rule, DBSCAN's noise, the files it writes
 (validation untouched, the random control's size) and its command line on a trained run."""
+
 import json
 import sys
 
@@ -14,8 +15,24 @@ from tests.support import ROOT, SMOKE, run
 
 def train_one_epoch(data, out, *extra):
     """A trained run to filter with: the smoke model, one epoch on `data`."""
-    run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}",
-         "--set", "max_epochs=1", "--out", str(out), "--quiet", *extra])
+    run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={data}",
+            "--set",
+            "max_epochs=1",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_the_knee_is_the_corner_of_a_two_segment_curve():
@@ -30,7 +47,7 @@ def test_k_distances_against_brute_force():
     pts = np.random.default_rng(0).normal(size=(60, 2))
     d = np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1))
     np.fill_diagonal(d, np.inf)
-    brute = np.sort(np.sort(d, axis=1)[:, 2])        # min_samples 4: the 3rd nearest other point
+    brute = np.sort(np.sort(d, axis=1)[:, 2])  # min_samples 4: the 3rd nearest other point
     np.testing.assert_allclose(filt.k_distances(pts, 4), brute, rtol=1e-12)
     with pytest.raises(DataError):
         filt.k_distances(pts[:4], 4)
@@ -38,6 +55,7 @@ def test_k_distances_against_brute_force():
 
 def test_with_the_knee_eps_the_core_points_are_those_left_of_the_knee():
     from sklearn.cluster import DBSCAN
+
     rng = np.random.default_rng(1)
     pts = np.concatenate([rng.normal(0, 0.3, (200, 2)), rng.uniform(-6, 6, (20, 2))])
     eps = filt.eps_from_k_distances(pts, 4)
@@ -53,9 +71,9 @@ def test_dbscan_calls_the_scattered_points_noise():
     far = rng.uniform(-40, 50, (30, 2))
     far = far[np.min(np.hypot(*(far[:, None] - np.array([(0, 0), (10, 0)])[None]).transpose(2, 0, 1)), axis=1) > 5]
     labels, eps = filt.noise_points(np.concatenate([blobs, far]))
-    assert np.mean(labels[len(blobs):] == -1) >= 0.9, "the isolated points are noise"
-    assert np.mean(labels[:len(blobs)] == -1) <= 0.03, "the dense blobs are not"
-    assert len(set(labels[:len(blobs)]) - {-1}) == 2 and eps > 0
+    assert np.mean(labels[len(blobs) :] == -1) >= 0.9, "the isolated points are noise"
+    assert np.mean(labels[: len(blobs)] == -1) <= 0.03, "the dense blobs are not"
+    assert len(set(labels[: len(blobs)]) - {-1}) == 2 and eps > 0
 
 
 def test_random_control_has_the_same_size_and_is_seeded():
@@ -87,8 +105,19 @@ def test_write_filtered_drops_train_rows_only(tmp_path, smoke_data):
 def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data, smoke_run):
     run_dir = smoke_run
     out = tmp_path / "filtered.h5"
-    proc = run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(smoke_data),
-                "--out", str(out)])
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.filter",
+            "--run",
+            str(run_dir),
+            "--data",
+            str(smoke_data),
+            "--out",
+            str(out),
+        ]
+    )
     assert "noise" in proc.stdout
     src, net, rnd = load_cubes(smoke_data), load_cubes(out), load_cubes(tmp_path / "filtered.random.h5")
     with h5py.File(out, "r") as g:
@@ -108,16 +137,44 @@ def test_filter_a_trained_run_and_train_on_its_output(tmp_path, smoke_data, smok
 @pytest.mark.slow
 def test_filter_prepared_scans_keeps_every_per_cube_row_in_step(tmp_path):
     from deepdensity.data import ingest
+
     scans = tmp_path / "scans"
     csv_path = ingest.synth_scans(scans, n_scans=24, seed=3, fmt="dicom")
     data = tmp_path / "scans.h5"
-    run([sys.executable, "-m", "deepdensity.data", "prepare", "--dicom", str(scans), "--annotations", str(csv_path),
-         "--out", str(data), "--val", "8"])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.data",
+            "prepare",
+            "--dicom",
+            str(scans),
+            "--annotations",
+            str(csv_path),
+            "--out",
+            str(data),
+            "--val",
+            "8",
+        ]
+    )
     run_dir = tmp_path / "run"
     train_one_epoch(data, run_dir, "--set", "max_train_cubes=0")
     out = tmp_path / "filtered.h5"
-    run([sys.executable, "-m", "deepdensity.filter", "--run", str(run_dir), "--data", str(data), "--out", str(out),
-         "--perplexity", "10"])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.filter",
+            "--run",
+            str(run_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--perplexity",
+            "10",
+        ]
+    )
     with h5py.File(data, "r") as f, h5py.File(out, "r") as g:
         dropped = g["filter/dropped_index"][...]
         assert len(dropped) == g.attrs["filter_n_dropped"] and len(f["train/cubes"]) == 40
@@ -139,8 +196,22 @@ def test_bad_input_is_one_error_line(tmp_path, smoke_data, smoke_run, capsys, ca
     argv = []
     if case == "other_cube_size":
         data = tmp_path / "c8.h5"
-        run([sys.executable, "-m", "deepdensity.data", "synth", "--out", str(data), "--n", "80", "--val", "16",
-             "--cube", "8"])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "deepdensity.data",
+                "synth",
+                "--out",
+                str(data),
+                "--n",
+                "80",
+                "--val",
+                "16",
+                "--cube",
+                "8",
+            ]
+        )
         expected = "does not fit a model of 8^3 cubes"
     elif case == "too_small":
         argv, expected = ["--perplexity", "300"], "too few for t-SNE with perplexity 300"

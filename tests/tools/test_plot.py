@@ -1,5 +1,6 @@
 """`deepdensity plot`: passes over the data computed from what each epoch did, the figure
 written, and folders that are not runs refused in one line."""
+
 import json
 
 import pytest

@@ -1,6 +1,7 @@
 """A terminal for tests: a command run in a pseudo-terminal the way a shell runs a foreground
 job, Ctrl-C typed as a key (the terminal's line discipline echoes ^C and sends SIGINT to the
 job's whole process group, horovodrun's included), and the screen as a person reads it."""
+
 from __future__ import annotations
 
 import fcntl
@@ -24,7 +25,7 @@ class Terminal:
     def __init__(self, argv: list, cwd, env: dict, columns: int = COLUMNS):
         self.raw, self.columns, self.code = "", columns, None
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:                      # the child: the session leader, the terminal's foreground job
+        if self.pid == 0:  # the child: the session leader, the terminal's foreground job
             try:
                 os.chdir(cwd)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -41,7 +42,7 @@ class Terminal:
             return True
         try:
             data = os.read(self.fd, 65536)
-        except OSError:                        # EIO: every process of the job closed the terminal
+        except OSError:  # EIO: every process of the job closed the terminal
             return False
         self.raw += data.decode("utf-8", "replace")
         return bool(data)
@@ -85,12 +86,12 @@ def screen(raw: str, columns: int = COLUMNS) -> list:
 
     def put(ch):
         nonlocal row, col
-        if col >= columns:                      # the terminal wraps before the next character
+        if col >= columns:  # the terminal wraps before the next character
             row, col = row + 1, 0
             if row == len(lines):
                 lines.append("")
         line = lines[row].ljust(col)
-        lines[row] = line[:col] + ch + line[col + 1:]
+        lines[row] = line[:col] + ch + line[col + 1 :]
         col += 1
 
     i = 0
@@ -127,8 +128,12 @@ def rank_pids(marker: str) -> list:
             argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
-        if (len(argv) > 1 and os.path.basename(argv[0]).startswith("python") and argv[1].endswith("train.py")
-                and any(marker in a for a in argv)):
+        if (
+            len(argv) > 1
+            and os.path.basename(argv[0]).startswith("python")
+            and argv[1].endswith("train.py")
+            and any(marker in a for a in argv)
+        ):
             pids.append(int(entry.name))
     return pids
 

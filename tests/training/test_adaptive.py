@@ -2,6 +2,7 @@
 big-batch test on an epoch's statistics and grows the feed, the feed makes the next epoch's
 data at the grown batch, and a resumed run starts at the batch its last epoch chose. (On real
 runs: tests/study/test_beyond.py and tests/training/test_horovod.py.)"""
+
 import json
 
 import numpy as np
@@ -44,7 +45,7 @@ def test_the_feed_makes_each_epochs_data_at_its_batch():
     assert f.global_batch() == 48 and f.steps() == rules.steps_per_epoch(128, f.p, global_batch=48)
     both = [feed(24, 3, rank, 2).index() for rank in (0, 1)]
     assert all(part.shape == (f.steps(), 24) for part in both)
-    np.testing.assert_array_equal(np.concatenate(both, axis=1), f.index())   # the two ranks' shares of one batch
+    np.testing.assert_array_equal(np.concatenate(both, axis=1), f.index())  # the two ranks' shares of one batch
 
 
 def test_a_resume_starts_at_the_batch_its_last_epoch_chose(tmp_path):

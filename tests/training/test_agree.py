@@ -1,5 +1,6 @@
 """Ranks.chief_check: a refusal rank 0 alone can see stops every rank (under horovodrun the
 others went on into a collective rank 0 had left, and crashed there with tracebacks)."""
+
 import pytest
 
 from deepdensity.training.agree import Ranks

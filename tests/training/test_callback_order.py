@@ -1,5 +1,6 @@
 """The run's callbacks read each other's work at the end of an epoch; the order is checked
 when the list is built (callbacks.check_order), and a wrong one is refused with its reason."""
+
 import pytest
 
 from deepdensity.training import callbacks
@@ -10,8 +11,16 @@ def named(*names):
     return [type(n, (), {})() for n in names]
 
 
-RUN = ("MetricAverageCallback", "PolicyLR", "EpochRow", "Stopping", "MetricsLog", "Checkpoint", "EpochSummaries",
-       "Progress")
+RUN = (
+    "MetricAverageCallback",
+    "PolicyLR",
+    "EpochRow",
+    "Stopping",
+    "MetricsLog",
+    "Checkpoint",
+    "EpochSummaries",
+    "Progress",
+)
 
 
 def test_the_order_a_run_uses_is_accepted():
@@ -24,21 +33,24 @@ def test_the_order_a_run_uses_is_accepted():
 def swapped(first, second):
     """The run's order with `second` moved to just after `first`."""
     order = [n for n in ("Validate",) + RUN if n != second]
-    return order[:order.index(first) + 1] + [second] + order[order.index(first) + 1:]
+    return order[: order.index(first) + 1] + [second] + order[order.index(first) + 1 :]
 
 
-@pytest.mark.parametrize("first, second", [
-    ("EpochRow", "MetricAverageCallback"),    # the row would hold one worker's loss, not the average
-    ("Stopping", "EpochRow"),                 # would decide on the previous epoch's losses
-    ("Checkpoint", "MetricsLog"),             # state.json ahead of metrics.jsonl: a row lost on resume
-    ("MetricAverageCallback", "Validate"),    # val_loss averaged before it exists
-    ("Progress", "Stopping"),                 # the line printed before the run knows it ended
-    ("EpochSummaries", "EpochRow"),           # TensorBoard's lr written before EpochRow puts it in logs
-])
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("EpochRow", "MetricAverageCallback"),  # the row would hold one worker's loss, not the average
+        ("Stopping", "EpochRow"),  # would decide on the previous epoch's losses
+        ("Checkpoint", "MetricsLog"),  # state.json ahead of metrics.jsonl: a row lost on resume
+        ("MetricAverageCallback", "Validate"),  # val_loss averaged before it exists
+        ("Progress", "Stopping"),  # the line printed before the run knows it ended
+        ("EpochSummaries", "EpochRow"),  # TensorBoard's lr written before EpochRow puts it in logs
+    ],
+)
 def test_a_callback_before_one_it_reads_from_is_refused(first, second):
     order = swapped(first, second)
     assert order.index(first) < order.index(second)
-    with pytest.raises(ValueError, match=f"must come after {second}"):   # the first reader of it is named
+    with pytest.raises(ValueError, match=f"must come after {second}"):  # the first reader of it is named
         callbacks.check_order(named(*order))
 
 
@@ -51,5 +63,6 @@ def test_the_tensorboard_callback_is_the_one_the_table_names(tmp_path):
     import numpy as np
 
     from deepdensity.training import watch
+
     [cb] = watch.tensorboard_callbacks(tmp_path, np.zeros((4, 2, 2, 2)), images_every=1)
     assert type(cb).__name__ in callbacks.MUST_FOLLOW

@@ -11,6 +11,7 @@ Plain horovodrun's chains: Ctrl-C under Gloo (docs/training.md says why SIGTERM 
 `deepdensity launch` there), and Ctrl-C, SIGTERM and SIGHUP under MPI, the build's default, where
 the ranks notice their launcher is gone. launch's chains run under MPI and under Gloo, and also
 show the signal's exit status, '^C' on a line of its own and nothing after rank 0's line."""
+
 import json
 import os
 import re
@@ -27,55 +28,85 @@ from deepdensity.launch import controllers
 from tests.support import ROOT, SMOKE, horovodrun
 from tests.training.terminal import Terminal, rank_pids, run_pids, screen
 
-EPOCHS = 32            # more than a chain's interrupts can use up (each moves it at most two epochs)
-WIDE = 1000            # columns: no line of the ranks wraps, so each screen line is one line written
+EPOCHS = 32  # more than a chain's interrupts can use up (each moves it at most two epochs)
+WIDE = 1000  # columns: no line of the ranks wraps, so each screen line is one line written
 # a rank's tag: Gloo's [rank], mpirun's [job,rank] (horovodrun runs under MPI where it is built)
 RANK0 = r"\[(?:1,)?0\]"
 RANK_LINE = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
 EPOCH_LINE = re.compile(rf"^{RANK0}<stdout>:epoch +\d+  loss ")
 RESUMED = re.compile(rf"^{RANK0}<stdout>:resumed from epoch \d+ of ")
 INTERRUPTED = re.compile(rf"^{RANK0}<stderr>:interrupted: ")
-NOISE = re.compile(r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
-                   r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+NOISE = re.compile(
+    r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
+    r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+)
 # horovodrun's own last words after a rank exited non-zero (runner/gloo_run.py), which plain
 # horovodrun prints and `deepdensity launch` drops (docs/training.md says why); its threads may
 # print two exit notes on one line
-HOROVODRUN_END = re.compile(r"^((?:Process \d+ exit with status code 143\.)+|Traceback \(most recent call last\):|  .*|"
-                            r"RuntimeError: Horovod detected that one or more processes exited with non-zero status.*|"
-                            r"Process name: \d+|Exit code: 143|)$")
+HOROVODRUN_END = re.compile(
+    r"^((?:Process \d+ exit with status code 143\.)+|Traceback \(most recent call last\):|  .*|"
+    r"RuntimeError: Horovod detected that one or more processes exited with non-zero status.*|"
+    r"Process name: \d+|Exit code: 143|)$"
+)
 
 # (what the interrupt waits for, seconds after it); "ranks": both rank processes exist;
 # "line": a pattern of the output; "file": a new file in the run folder matching a pattern
 # (a rank's first ~0.03 s, Python's own start before train.py's first line, is out of reach:
 # docs/training.md)
 RANKS_IMPORTING = [("ranks", 1.0), ("ranks", 2.0)]
-BEFORE_STEPS = [("line", rf"{RANK0}<stdout>:threads per process", 0.0),      # model built, weights broadcast
-                ("line", rf"{RANK0}<stdout>:threads per process", 1.5)]      # the first step, compiling
-RESTORING = [("line", rf"{RANK0}<stdout>:resumed from epoch", 0.0), ("line", rf"{RANK0}<stdout>:resumed from epoch", 1.0)]
+BEFORE_STEPS = [
+    ("line", rf"{RANK0}<stdout>:threads per process", 0.0),  # model built, weights broadcast
+    ("line", rf"{RANK0}<stdout>:threads per process", 1.5),
+]  # the first step, compiling
+RESTORING = [
+    ("line", rf"{RANK0}<stdout>:resumed from epoch", 0.0),
+    ("line", rf"{RANK0}<stdout>:resumed from epoch", 1.0),
+]
 EPOCHS_ON = [("line", rf"{RANK0}<stdout>:epoch +\d+ ", d) for d in (0.0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3)]
-CHECKPOINTS = [("file", "ckpt/*.index", 0.0)] * 3      # a new checkpoint on disk, state.json not yet moved on
+CHECKPOINTS = [("file", "ckpt/*.index", 0.0)] * 3  # a new checkpoint on disk, state.json not yet moved on
 # the signals: a Ctrl-C typed, a scheduler's SIGTERM, a closed session's SIGHUP; the exit status of each
 INT, TERM, HUP = signal.SIGINT, signal.SIGTERM, signal.SIGHUP
 EXIT = {INT: 130, TERM: 143, HUP: 129}
-PLAIN = [(INT, m) for m in RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:6:2]
-         + CHECKPOINTS[:2]]
+PLAIN = [
+    (INT, m) for m in RANKS_IMPORTING + BEFORE_STEPS + [EPOCHS_ON[0]] + RESTORING + EPOCHS_ON[1:6:2] + CHECKPOINTS[:2]
+]
 # under MPI: SIGTERM at eight moments, from the ranks' start to a resumed run's restore, and a
 # Ctrl-C and a SIGHUP beside them (mid-epoch Ctrl-C and SIGHUP under MPI: PLAIN_MPI below)
-LAUNCH_MPI = [(INT, ("start", 1.0)), (TERM, ("ranks", 1.0)), (TERM, BEFORE_STEPS[0]), (INT, BEFORE_STEPS[1]),
-              (TERM, EPOCHS_ON[0]), (HUP, RESTORING[0]), (TERM, EPOCHS_ON[2]), (TERM, CHECKPOINTS[0]),
-              (TERM, RESTORING[1]), (TERM, ("ranks", 2.0)), (TERM, CHECKPOINTS[0])]
+LAUNCH_MPI = [
+    (INT, ("start", 1.0)),
+    (TERM, ("ranks", 1.0)),
+    (TERM, BEFORE_STEPS[0]),
+    (INT, BEFORE_STEPS[1]),
+    (TERM, EPOCHS_ON[0]),
+    (HUP, RESTORING[0]),
+    (TERM, EPOCHS_ON[2]),
+    (TERM, CHECKPOINTS[0]),
+    (TERM, RESTORING[1]),
+    (TERM, ("ranks", 2.0)),
+    (TERM, CHECKPOINTS[0]),
+]
 LAUNCH_GLOO = [(TERM, BEFORE_STEPS[1]), (HUP, EPOCHS_ON[1]), (INT, RESTORING[0])]
 # plain horovodrun under MPI, the README's own command (issue 70): a Ctrl-C typed on its terminal,
 # SIGTERM and SIGHUP to the process the user started (the shell horovodrun became), from the
 # ranks' start to a resumed run's restore; the ranks notice their launcher is gone
 # (training/launcher_watch.py)
-PLAIN_MPI = [(INT, RANKS_IMPORTING[0]), (TERM, BEFORE_STEPS[1]), (HUP, EPOCHS_ON[0]), (TERM, CHECKPOINTS[0]),
-             (INT, RESTORING[0]), (TERM, EPOCHS_ON[3]), (HUP, RESTORING[1]), (TERM, EPOCHS_ON[5])]
+PLAIN_MPI = [
+    (INT, RANKS_IMPORTING[0]),
+    (TERM, BEFORE_STEPS[1]),
+    (HUP, EPOCHS_ON[0]),
+    (TERM, CHECKPOINTS[0]),
+    (INT, RESTORING[0]),
+    (TERM, EPOCHS_ON[3]),
+    (HUP, RESTORING[1]),
+    (TERM, EPOCHS_ON[5]),
+]
 # three chains: under Gloo plain horovodrun's, then the same run continued under `deepdensity
 # launch --gloo` (a user who switches launchers); under MPI launch's, and plain horovodrun's
-CHAINS = {"gloo": [("horovodrun", *m) for m in PLAIN] + [("launch", *m) for m in LAUNCH_GLOO],
-          "mpi": [("launch", *m) for m in LAUNCH_MPI],
-          "plain-mpi": [("horovodrun", *m) for m in PLAIN_MPI]}
+CHAINS = {
+    "gloo": [("horovodrun", *m) for m in PLAIN] + [("launch", *m) for m in LAUNCH_GLOO],
+    "mpi": [("launch", *m) for m in LAUNCH_MPI],
+    "plain-mpi": [("horovodrun", *m) for m in PLAIN_MPI],
+}
 CONTROLLER = {"gloo": "gloo", "mpi": "mpi", "plain-mpi": "mpi"}
 
 
@@ -99,8 +130,20 @@ def user_env() -> dict:
 
 
 def train_words(data, out) -> list:
-    return ["python", "train.py", "--mode", "strong", "--config", SMOKE, "--set", f"data_path={data}",
-            "--set", f"max_epochs={EPOCHS}", "--out", str(out)]
+    return [
+        "python",
+        "train.py",
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={data}",
+        "--set",
+        f"max_epochs={EPOCHS}",
+        "--out",
+        str(out),
+    ]
 
 
 def plain_start() -> list:
@@ -119,7 +162,7 @@ def start_words(launcher: str, controller: str) -> list:
     if controller == "mpi" and "mpi" not in controllers.built(horovodrun()):
         pytest.skip("this Horovod was built without MPI")
     if launcher == "horovodrun":
-        return plain_start() if controller == "gloo" else ["horovodrun"]      # MPI: its default where built
+        return plain_start() if controller == "gloo" else ["horovodrun"]  # MPI: its default where built
     return LAUNCH_WORDS if controller == "mpi" else [*LAUNCH_WORDS, "--gloo"]
 
 
@@ -137,6 +180,7 @@ def uninterrupted(tmp_path_factory, smoke_data):
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
             done[controller] = rows(out)
         return done[controller]
+
     return run_once
 
 
@@ -152,17 +196,19 @@ def interrupt(command: list, signum: int, moment: tuple, out: Path) -> tuple:
     delay = moment[-1]
     before = set(out.glob(arg)) if kind == "file" else set()
     term = Terminal(command, ROOT, user_env(), columns=WIDE)
-    came = {"start": lambda t: True,
-            "ranks": lambda t: len(rank_pids(str(out))) >= 2,
-            "line": lambda t: re.search(arg, t.raw, re.M) is not None,
-            "file": lambda t: bool(set(out.glob(arg)) - before)}[kind]
+    came = {
+        "start": lambda t: True,
+        "ranks": lambda t: len(rank_pids(str(out))) >= 2,
+        "line": lambda t: re.search(arg, t.raw, re.M) is not None,
+        "file": lambda t: bool(set(out.glob(arg)) - before),
+    }[kind]
     assert term.wait_for(came, 300), f"{moment} never came:\n{term.raw[-3000:]}"
     time.sleep(delay)
     written = len(term.raw)
     if signum == INT:
         term.ctrl_c()
     else:
-        os.kill(term.pid, signum)        # the launcher alone, as a scheduler or a closed session does
+        os.kill(term.pid, signum)  # the launcher alone, as a scheduler or a closed session does
     term.finish(180)
     return term, written
 
@@ -174,10 +220,10 @@ def lines_after(term: Terminal, signum: int, written: int) -> tuple:
     lines = [line for line in term.screen() if line.strip()]
     if signum == INT:
         caret = next(i for i, line in enumerate(lines) if "^C" in line)
-        return lines, [lines[caret].split("^C", 1)[1]] + lines[caret + 1:]
+        return lines, [lines[caret].split("^C", 1)[1]] + lines[caret + 1 :]
     seen = [line for line in screen(term.raw[:written], term.columns) if line.strip()]
     whole = term.raw[:written].endswith("\n")
-    return lines, lines[len(seen) - (0 if whole or not seen else 1):]
+    return lines, lines[len(seen) - (0 if whole or not seen else 1) :]
 
 
 def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launch: bool, mpi: bool = False) -> list:
@@ -188,16 +234,17 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
     said = "\n".join(lines[-40:])
     noise = [line for line in lines if RANK_LINE.match(line) and NOISE.search(RANK_LINE.match(line)[2])]
     assert noise == [], said
-    assert not [line for line in lines if RANK_LINE.match(line) and RANK_LINE.match(line)[1] == "1"], \
+    assert not [line for line in lines if RANK_LINE.match(line) and RANK_LINE.match(line)[1] == "1"], (
         f"rank 1 printed:\n{said}"
-    if launch:      # horovodrun's own TensorFlow banners too (launch passes TF_CPP_MIN_LOG_LEVEL on)
+    )
+    if launch:  # horovodrun's own TensorFlow banners too (launch passes TF_CPP_MIN_LOG_LEVEL on)
         assert not [line for line in lines if not RANK_LINE.match(line) and NOISE.search(line)], said
     # under launch a Ctrl-C's '^C' stands on a line of its own: what follows it on its line is
     # empty (under plain horovodrun, rank 0's line goes on there)
     told = after[1:] if signum == INT and launch else after
     assert not (signum == INT and launch) or after[0] == "", said
     ranks = [line for line in told if RANK_LINE.match(line)]
-    early = launch and not ranks          # an interrupt before any rank spoke: launch's own line
+    early = launch and not ranks  # an interrupt before any rank spoke: launch's own line
     if early and not (out / "state.json").exists():
         assert len(told) == 1 and told[0].startswith("interrupted before the workers started"), said
         assert term.code == EXIT[signum] and rows(out) == [], said
@@ -223,7 +270,7 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
         if launch:
             assert told == ranks and term.code == EXIT[signum], f"exit {term.code}:\n{said}"
         else:
-            assert all(HOROVODRUN_END.match(line) for line in told[told.index(last) + 1:]), said
+            assert all(HOROVODRUN_END.match(line) for line in told[told.index(last) + 1 :]), said
             # 1 from its RuntimeError, or 0 when horovodrun lost the ranks' 143 (docs/training.md)
             assert term.code in (0, 1), said
     assert all(EPOCH_LINE.match(line) or RESUMED.match(line) for line in epochs), said
@@ -258,24 +305,26 @@ def check_the_folder(out: Path, line: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHAINS))
 def test_an_interrupt_at_any_moment_ends_cleanly_and_the_printed_command_continues_the_run(
-        tmp_path, smoke_data, uninterrupted, name):
+    tmp_path, smoke_data, uninterrupted, name
+):
     out = tmp_path / "run"
     chain, controller = CHAINS[name], CONTROLLER[name]
     command = [*start_words(chain[0][0], controller), "-np", "2", *train_words(smoke_data, out)]
     for n, (launcher, signum, moment) in enumerate(chain):
         start, launch = start_words(launcher, controller), launcher == "launch"
-        if command[:len(start)] != start:         # the user goes on under launch: the same words after it
-            command = [*start, *command[command.index("-np"):]]
+        if command[: len(start)] != start:  # the user goes on under launch: the same words after it
+            command = [*start, *command[command.index("-np") :]]
         term, written = interrupt(command, signum, moment, out)
         try:
             command = check_the_ending(term, signum, written, out, launch, mpi=name == "plain-mpi")
         except (AssertionError, StopIteration, IndexError) as e:
-            raise AssertionError(f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under "
-                                 f"{launcher} at {moment}: {e}") from None
+            raise AssertionError(
+                f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under {launcher} at {moment}: {e}"
+            ) from None
         # rank 0's line names the controller horovodrun ran the ranks under: Gloo (its default
         # only where the build has no MPI), or MPI, horovodrun's default where built
         printed = start if launch else ["horovodrun", "--gloo"] if controller == "gloo" else ["horovodrun", "-np"]
-        assert command[:len(printed)] == printed and command[-1] in ("--resume", str(out)), command
+        assert command[: len(printed)] == printed and command[-1] in ("--resume", str(out)), command
     done = Terminal(command, ROOT, user_env(), columns=WIDE)
     assert done.finish(900) == 0, done.raw[-3000:]
     assert f"stopped at the epoch cap ({EPOCHS}) after {EPOCHS} epochs" in done.raw

@@ -1,6 +1,7 @@
 """An elastic run resumed at another N (on one host: Horovod's elastic launcher with its
 workers on localhost): strong scaling goes on along the sequential path, and the run folder
 records the new N as a change at the resumed epoch."""
+
 import json
 import sys
 
@@ -21,9 +22,36 @@ def elastic(tmp_path, n: int, out, data, *extra):
     discover = tmp_path / f"hosts{n}.sh"
     discover.write_text(f"#!/bin/sh\necho localhost:{n}\n")
     discover.chmod(0o755)
-    run([horovodrun(), "-np", str(n), "--min-np", "1", "--max-np", str(n), "--host-discovery-script", str(discover),
-         "--network-interface", "lo", "--gloo", sys.executable, str(ROOT / "train.py"), "--mode", "strong",
-         "--elastic", "--config", SMOKE, "--set", f"data_path={data}", "--out", str(out), "--quiet", *ELASTIC, *extra])
+    run(
+        [
+            horovodrun(),
+            "-np",
+            str(n),
+            "--min-np",
+            "1",
+            "--max-np",
+            str(n),
+            "--host-discovery-script",
+            str(discover),
+            "--network-interface",
+            "lo",
+            "--gloo",
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--elastic",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={data}",
+            "--out",
+            str(out),
+            "--quiet",
+            *ELASTIC,
+            *extra,
+        ]
+    )
 
 
 def test_an_elastic_run_resumes_at_another_n_on_its_path(tmp_path, smoke_data):
@@ -37,5 +65,7 @@ def test_an_elastic_run_resumes_at_another_n_on_its_path(tmp_path, smoke_data):
     sequential = launch([], "strong", tmp_path / "sequential", smoke_data, *ELASTIC, "--set", "max_epochs=4")
     for (loss, val_loss, _), row in zip(sequential, rows, strict=True):
         # float32 rounding: two half-batch means are not bitwise one mean (tests/training/test_horovod.py)
-        assert row["loss"] == pytest.approx(loss, rel=LOSS_REL) and row["val_loss"] == pytest.approx(val_loss, rel=LOSS_REL)
+        assert row["loss"] == pytest.approx(loss, rel=LOSS_REL) and row["val_loss"] == pytest.approx(
+            val_loss, rel=LOSS_REL
+        )
     assert_same_weights(weights(tmp_path / "sequential"), weights(out))

@@ -4,6 +4,7 @@ Strong scaling on N workers must follow the sequential optimisation path (paper 
 with B' = B); weak/warmup on 2 workers must follow `--emulate-workers 2`. These equivalence
 tests run under each controller this Horovod was built with (`np2`: MPI and Gloo).
 """
+
 import json
 import sys
 
@@ -13,8 +14,7 @@ from deepdensity.launch import controllers
 from tests.support import ROOT, SMOKE, assert_keras2, horovodrun, launch, losses, run  # noqa: F401 (launch, losses: other modules import them from here)
 
 # Every test here launches horovodrun or trains in a subprocess.
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(horovodrun() is None, reason="horovodrun not installed")]
 
 
 # Where the controller is not the test's subject (the epoch definition, the warmup schedule),
@@ -26,15 +26,15 @@ ONE_CONTROLLER = ["gloo"]
 def controller_cases(every: list, one: list) -> list:
     """(value, controller) cases for an indirect `np2`: each of `every` under each controller,
     each of `one` under ONE_CONTROLLER."""
-    return ([(v, c) for v in every for c in controllers.CONTROLLERS]
-            + [(v, c) for v in one for c in ONE_CONTROLLER])
+    return [(v, c) for v in every for c in controllers.CONTROLLERS] + [(v, c) for v in one for c in ONE_CONTROLLER]
 
 
 @pytest.fixture(params=controllers.CONTROLLERS)
 def np2(request, monkeypatch):
     """`horovodrun --mpi -np 2`, then `--gloo` (or the controllers a test names, indirect): each
     controller horovodrun --check-build lists, the other skipped with its reason. Run as root
-    (CI), without OpenMPI's root variables, which Horovod's mpirun does without; MPI's ranks yield their core while waiting, as `deepdensity
+    (CI), without OpenMPI's root variables, which Horovod's mpirun does without; MPI's ranks yield their core
+    while waiting, as `deepdensity
     launch` has them."""
     name = request.param
     if name not in controllers.built(horovodrun()):
@@ -75,6 +75,7 @@ def assert_same_path(a, b):
 
 def assert_same_weights(a, b):
     import numpy as np
+
     assert a.keys() == b.keys() and len(a) > 10
     for name in a:
         gap = np.linalg.norm(b[name].astype(np.float64) - a[name]) / np.linalg.norm(a[name])
@@ -84,6 +85,7 @@ def assert_same_weights(a, b):
 def weights(out):
     import h5py
     import numpy as np
+
     arrays = []
     with h5py.File(out / "weights.h5", "r") as f:
         f.visititems(lambda name, obj: arrays.append((name, np.array(obj))) if hasattr(obj, "shape") else None)
@@ -96,16 +98,16 @@ def smoke_under_mpi(cases: list) -> list:
     return [pytest.param(*c, marks=[pytest.mark.smoke] if c == first else []) for c in cases]
 
 
-@pytest.mark.parametrize("definition, np2", smoke_under_mpi(controller_cases(["per_worker"], ["global"])),
-                         indirect=["np2"])
+@pytest.mark.parametrize(
+    "definition, np2", smoke_under_mpi(controller_cases(["per_worker"], ["global"])), indirect=["np2"]
+)
 def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data, definition, np2, one_process):
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
     per_worker = definition == "per_worker"
     d = ["--set", f"epoch_definition={definition}"]
     one, one_out = one_process("strong", *d, "--set", f"max_epochs={4 if per_worker else 3}")
-    two = launch(np2, "strong", tmp_path / "two", smoke_data, *d,
-                 "--set", f"max_epochs={2 if per_worker else 3}")
+    two = launch(np2, "strong", tmp_path / "two", smoke_data, *d, "--set", f"max_epochs={2 if per_worker else 3}")
     if per_worker:
         assert len(one) == 4 and len(two) == 2
         for (_, v2, r2), (_, v1, r1) in zip(two, one[1::2]):
@@ -119,7 +121,7 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     assert not (tmp_path / "two" / "rank1").exists()
     controller = "mpi" if controllers.FLAGS["mpi"] in np2 else "gloo"
     assert cfg["launch"]["controller"] == controller, "the run names the controller it ran under"
-    assert_keras2(cfg)          # horovodrun's ranks set TF_USE_LEGACY_KERAS themselves
+    assert_keras2(cfg)  # horovodrun's ranks set TF_USE_LEGACY_KERAS themselves
     assert json.loads((one_out / "config.json").read_text())["launch"]["controller"] is None
 
 
@@ -136,8 +138,7 @@ def test_two_real_workers_match_two_emulated_workers(tmp_path, smoke_data, mode,
         assert_same_path(sliced, real)
         # the gradients in one fused allreduce (allreduce_groups=1, the default) or one each:
         # the same sums, so the same losses to the bit
-        ungrouped = launch(np2, mode, tmp_path / "ungrouped", smoke_data,
-                           "--set", "allreduce_groups=0", *extra)
+        ungrouped = launch(np2, mode, tmp_path / "ungrouped", smoke_data, "--set", "allreduce_groups=0", *extra)
         assert ungrouped == real
     if mode == "warmup":
         assert real[0][2] < real[-1][2] == pytest.approx(2 * 0.00105)
@@ -219,15 +220,18 @@ time.sleep(1.5)  # idle: Horovod's background thread just cycles
 """
 
 
-@pytest.mark.parametrize("configured, user_env, expected_ms", [
-    (20.0, None, 20.0),  # config.horovod_cycle_ms reaches Horovod
-    (20.0, "3", 3.0),    # a user's own HOROVOD_CYCLE_TIME wins
-    (0.0, None, 1.0),    # 0 leaves Horovod 0.28's default, 1 ms
-])
-def test_the_cycle_time_horovod_runs_is_the_one_configured(tmp_path, monkeypatch, configured, user_env,
-                                                          expected_ms):
+@pytest.mark.parametrize(
+    "configured, user_env, expected_ms",
+    [
+        (20.0, None, 20.0),  # config.horovod_cycle_ms reaches Horovod
+        (20.0, "3", 3.0),  # a user's own HOROVOD_CYCLE_TIME wins
+        (0.0, None, 1.0),  # 0 leaves Horovod 0.28's default, 1 ms
+    ],
+)
+def test_the_cycle_time_horovod_runs_is_the_one_configured(tmp_path, monkeypatch, configured, user_env, expected_ms):
     import re
     import statistics
+
     # Horovod's own timeline marks the start of each background cycle: the spacing of those
     # marks is the cycle time Horovod actually runs, whatever our code believes it set.
     timeline = tmp_path / "timeline.json"
@@ -251,8 +255,24 @@ def test_the_default_data_set_is_made_once_by_rank_0_on_first_use(tmp_path, smok
     run makes (rank 0 writes, rank 1 waits) and which equals `data synth`'s file."""
     import h5py
     import numpy as np
-    proc = run([horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "weak", "--config", SMOKE,
-                "--set", "max_epochs=1", "--quiet"], cwd=tmp_path)
+
+    proc = run(
+        [
+            horovodrun(),
+            "-np",
+            "2",
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "weak",
+            "--config",
+            SMOKE,
+            "--set",
+            "max_epochs=1",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+    )
     made = [line for line in proc.stdout.splitlines() if "making the default data set data/smoke.h5" in line]
     assert len(made) == 1, proc.stdout
     assert "stopped at the epoch cap (1) after 1 epoch" in proc.stdout
@@ -263,8 +283,11 @@ def test_the_default_data_set_is_made_once_by_rank_0_on_first_use(tmp_path, smok
 
 
 def test_bad_input_under_horovodrun_is_said_once_by_rank_0(tmp_path):
-    proc = run([horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "weak",
-                "--set", "base_lr=-1"], cwd=tmp_path, check=False)
+    proc = run(
+        [horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "weak", "--set", "base_lr=-1"],
+        cwd=tmp_path,
+        check=False,
+    )
     said = [line for line in (proc.stdout + proc.stderr).splitlines() if "error: base_lr must be" in line]
     assert proc.returncode != 0 and len(said) == 1, proc.stdout + proc.stderr
 
@@ -276,9 +299,29 @@ def test_ranks_started_with_other_settings_stop_together_with_one_line(tmp_path,
     wrapper = tmp_path / "per_rank.sh"
     # the rank as Gloo's driver (HOROVOD_RANK) or mpirun (OMPI_COMM_WORLD_RANK) names it
     wrapper.write_text(f'RANK=${{HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}}\nexec "$@" --set {setting}={per_rank}\n')
-    proc = run([horovodrun(), "-np", "2", "sh", str(wrapper), sys.executable, str(ROOT / "train.py"), "--mode",
-                "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--set", "max_epochs=1",
-                "--out", str(tmp_path / "run")], check=False, timeout=300)
+    proc = run(
+        [
+            horovodrun(),
+            "-np",
+            "2",
+            "sh",
+            str(wrapper),
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={smoke_data}",
+            "--set",
+            "max_epochs=1",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        check=False,
+        timeout=300,
+    )
     text = proc.stdout + proc.stderr
     said = [line for line in text.splitlines() if "error: the 2 ranks were started with different settings" in line]
     assert proc.returncode != 0 and len(said) == 1, text

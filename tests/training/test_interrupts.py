@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM in the middle of a run: one line that says where the run stands and the
 command that continues it, exit 130 or 143, no traceback, a run folder that resumes; and a
 run stopped between its last checkpoint and its weights is finished by --resume."""
+
 import json
 import os
 import re
@@ -21,12 +22,30 @@ TF_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]
 
 def start(out, data, max_epochs=6):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-                             "--set", f"data_path={data}", "--set", f"max_epochs={max_epochs}", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            # a shell that runs us in the background ignores SIGINT, and a child would
-                            # inherit that: give the run the default disposition a terminal's job has
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={data}",
+            "--set",
+            f"max_epochs={max_epochs}",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        # a shell that runs us in the background ignores SIGINT, and a child would
+        # inherit that: give the run the default disposition a terminal's job has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 @pytest.mark.slow
@@ -34,7 +53,7 @@ def start(out, data, max_epochs=6):
 def test_a_signal_ends_a_run_in_one_line_and_the_line_continues_it(tmp_path, smoke_data, signum, code):
     out = tmp_path / "run"
     proc = start(out, smoke_data)
-    for line in proc.stdout:                       # wait for the first finished epoch
+    for line in proc.stdout:  # wait for the first finished epoch
         if line.startswith("epoch    1"):
             break
     proc.send_signal(signum)
@@ -63,12 +82,30 @@ def test_resume_finishes_a_run_stopped_between_its_last_checkpoint_and_its_weigh
     (out / "result.json").unlink()
     state = json.loads((out / "state.json").read_text())
     (out / "state.json").write_text(json.dumps({**state, "status": "running"}))
-    proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-                f"data_path={smoke_data}", "--set", "max_epochs=1", "--out", str(out), "--resume"])
+    proc = run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={smoke_data}",
+            "--set",
+            "max_epochs=1",
+            "--out",
+            str(out),
+            "--resume",
+        ]
+    )
     assert "stopped at the epoch cap (1) after 1 epoch" in proc.stdout
     result = json.loads((out / "result.json").read_text())
-    assert (result["status"], result["epochs"], result["final_val_loss"]) == \
-        (finished["status"], finished["epochs"], finished["final_val_loss"])
+    assert (result["status"], result["epochs"], result["final_val_loss"]) == (
+        finished["status"],
+        finished["epochs"],
+        finished["final_val_loss"],
+    )
     assert (out / "weights.h5").stat().st_size > 0
     assert json.loads((out / "state.json").read_text())["status"] == "max_epochs"
 
@@ -76,17 +113,33 @@ def test_resume_finishes_a_run_stopped_between_its_last_checkpoint_and_its_weigh
 @pytest.mark.slow
 def test_a_second_process_training_into_a_held_run_folder_is_refused_with_the_holders_pid(tmp_path, smoke_data):
     out = tmp_path / "run"
-    first = start(out, smoke_data, max_epochs=500)     # still training when the second one starts
+    first = start(out, smoke_data, max_epochs=500)  # still training when the second one starts
     try:
         for line in first.stdout:
             if line.startswith("epoch    1"):
                 break
-        second = run([sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE, "--set",
-                      f"data_path={smoke_data}", "--out", str(out), "--resume"], check=False)
+        second = run(
+            [
+                sys.executable,
+                str(ROOT / "train.py"),
+                "--mode",
+                "strong",
+                "--config",
+                SMOKE,
+                "--set",
+                f"data_path={smoke_data}",
+                "--out",
+                str(out),
+                "--resume",
+            ],
+            check=False,
+        )
         assert second.returncode == 2
-        assert second.stderr.strip().splitlines()[-1] == \
-            f"error: {out} is in use by another training process (pid {first.pid}); wait for it to end, " \
+        assert (
+            second.stderr.strip().splitlines()[-1]
+            == f"error: {out} is in use by another training process (pid {first.pid}); wait for it to end, "
             f"or pass another --out"
+        )
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
@@ -106,22 +159,44 @@ def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, sm
     stands, no rank is left running, and the folder resumes with each epoch once."""
     from deepdensity.launch import controllers
     from tests.support import horovodrun
+
     out = tmp_path / "hvd-run"
     # enough epochs to be interrupted in: a smoke epoch takes 0.15 s, and under MPI the whole
     # run of 6 was over before its "epoch 1" line had come through mpirun
     cap = 40
-    cmd = [horovodrun(), "-np", "2", sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-           "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    cmd = [
+        horovodrun(),
+        "-np",
+        "2",
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--set",
+        f"max_epochs={cap}",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen = []
     for line in proc.stdout:
         seen.append(line)
         if "epoch    1" in line:
             break
-    os.killpg(proc.pid, signal.SIGINT)              # what a terminal does: the whole foreground group
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
     rest, _ = proc.communicate(timeout=180)
     text = "".join(seen) + rest
     assert proc.returncode != 0, text
@@ -134,6 +209,7 @@ def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, sm
     # are horovodrun's own process, which imports TensorFlow for its MPI build check: from
     # TensorFlow 2.17 those come through an absl no variable reaches (`deepdensity launch` drops them)
     from deepdensity.utils.stack import found, release
+
     tag = re.compile(r"^\[(?:\d+,)?(\d+)\]<")
     for noise in ("Compiled cluster using XLA", "All log messages before absl::InitializeLog"):
         noisy = [(tag.match(x), x) for x in text.splitlines() if noise in x]
@@ -142,10 +218,16 @@ def test_ctrl_c_under_horovodrun_keeps_the_run_and_leaves_no_worker(tmp_path, sm
     # resume as a user would: paste what was printed, in the project folder, with the
     # environment's python and horovodrun first on PATH (an activated venv)
     pasted = shlex.split(said[0].split("continue with: ", 1)[1])
-    assert pasted[:len(launch.split()) + 1] == [*launch.split(), "python"] and pasted[-1] == "--resume", pasted
+    assert pasted[: len(launch.split()) + 1] == [*launch.split(), "python"] and pasted[-1] == "--resume", pasted
     venv_path = f"{Path(horovodrun()).parent}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    again = subprocess.run(pasted, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "PATH": venv_path, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    again = subprocess.run(
+        pasted,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": venv_path, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"stopped at the epoch cap ({cap}) after {cap} epochs" in again.stdout
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -157,16 +239,27 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
     """A scheduler's SIGTERM to `make repro` alone: the study forwards it to its runs, waits for
     them, exits 143, and its rerun finds every run folder consistent."""
     preset = tmp_path / "tiny.yaml"
-    preset.write_text("data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], "
-                      "latent_dim: 8}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
-                      "seeds: [0]\nbase_lr: 0.00105\n")
+    preset.write_text(
+        "data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], "
+        "latent_dim: 8}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
+        "seeds: [0]\nbase_lr: 0.00105\n"
+    )
     runs = tmp_path / "study-runs"
     # the study trains its own runs, to be interrupted in one; it measures no clock (the clock's
     # own interruption is the Slurm clock job's test): its runs folder holds a measured one
     runs.mkdir()
     (runs / "timing.json").write_text(json.dumps(tiny_clock()))
-    cmd = [sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
-           "--reports", str(tmp_path / "reports")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepdensity.repro",
+        "--preset",
+        str(preset),
+        "--runs",
+        str(runs),
+        "--reports",
+        str(tmp_path / "reports"),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     for line in proc.stdout:
@@ -175,15 +268,17 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
     deadline = time.monotonic() + 120
     metrics = runs / "seq-s0" / "metrics.jsonl"
     while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.2)                               # until the run has finished an epoch
+        time.sleep(0.2)  # until the run has finished an epoch
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr
     assert _alive(str(runs)) == [], "no training run left behind"
     # the line says how to go on, and the reports folder was never touched by the partial study
-    assert f"finished runs are kept in {runs} and reused" in stderr and "continue with `python -m deepdensity.repro" \
-        in stderr, stderr
+    assert (
+        f"finished runs are kept in {runs} and reused" in stderr
+        and "continue with `python -m deepdensity.repro" in stderr
+    ), stderr
     assert not (tmp_path / "reports").exists()
     again = run(cmd)
     assert "reports written to" in again.stdout
@@ -201,8 +296,10 @@ def _mpirun_of(launcher_pid: int) -> int:
 # its process group (the shell horovodrun became and mpirun; the ranks have groups of their
 # own), SIGTERM to mpirun. A SIGTERM or SIGHUP to horovodrun alone, and Ctrl-C, at eight moments:
 # tests/training/test_ctrl_c.py's plain-mpi chain
-PLAIN_MPI_STOPS = [("SIGHUP to its group", lambda pid: os.killpg(pid, signal.SIGHUP)),
-                   ("SIGTERM to mpirun", lambda pid: os.kill(_mpirun_of(pid), signal.SIGTERM))]
+PLAIN_MPI_STOPS = [
+    ("SIGHUP to its group", lambda pid: os.killpg(pid, signal.SIGHUP)),
+    ("SIGTERM to mpirun", lambda pid: os.kill(_mpirun_of(pid), signal.SIGTERM)),
+]
 
 
 @pytest.mark.slow
@@ -215,21 +312,38 @@ def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_conti
     smoke run is finished, and this one must be stopped twice on the way."""
     from deepdensity.launch import controllers
     from tests.support import horovodrun
+
     if "mpi" not in controllers.built(horovodrun()):
         pytest.skip("Horovod is built without MPI here")
     out = tmp_path / "plain-mpi"
-    cap = 16            # more than the chain uses up: each stop comes after its start's first epoch line
+    cap = 16  # more than the chain uses up: each stop comes after its start's first epoch line
     venv_path = f"{Path(horovodrun()).parent}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     env = {**os.environ, "PATH": venv_path, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    cmd = ["horovodrun", "-np", "2", "python", "train.py", "--mode", "strong", "--config", SMOKE,
-           "--set", f"data_path={smoke_data}", "--set", f"max_epochs={cap}", "--out", str(out)]
+    cmd = [
+        "horovodrun",
+        "-np",
+        "2",
+        "python",
+        "train.py",
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--set",
+        f"max_epochs={cap}",
+        "--out",
+        str(out),
+    ]
     for how, stop in PLAIN_MPI_STOPS:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env, start_new_session=True
+        )
         seen = []
         for line in proc.stdout:
             seen.append(line)
-            if re.search(r"^\[1,0\]<stdout>:epoch +\d+ ", line):       # an epoch trained by this start
+            if re.search(r"^\[1,0\]<stdout>:epoch +\d+ ", line):  # an epoch trained by this start
                 break
         stop(proc.pid)
         rest, _ = proc.communicate(timeout=120)
@@ -242,8 +356,9 @@ def test_plain_horovodrun_under_mpi_stopped_leaves_no_rank_and_says_how_to_conti
         assert len(said) == 1 and said[0].startswith("[1,0]<stderr>:"), f"{how}:\n{text}"
         cmd = shlex.split(said[0].split("continue with: ", 1)[1])
         assert cmd[:4] == ["horovodrun", "-np", "2", "python"] and cmd[-1] == "--resume", cmd
-    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                           env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    again = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"stopped at the epoch cap ({cap}) after {cap} epochs" in again.stdout
     epochs = [json.loads(x)["epoch"] for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -302,17 +417,39 @@ def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_
     if shutil.which("mpirun") is None:
         pytest.skip("no mpirun here")
     out = tmp_path / "run"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
+        "PYTHONPATH": str(ROOT),
+    }
     said = []
     for _ in range(10):
-        proc = subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
-                                 "-c", RANK_IMPORTING, "--mode", "strong", "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [
+                "mpirun",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                "2",
+                sys.executable,
+                "-c",
+                RANK_IMPORTING,
+                "--mode",
+                "strong",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
         started = [proc.stdout.readline() for _ in range(2)]
         assert all("importing" in x for x in started), started
         proc.send_signal(signal.SIGINT)
         said.append(proc.communicate(timeout=60)[0])
-    line = ("interrupted: no epoch finished; start again with the same command: "
-            f"horovodrun -np 2 python train.py --mode strong --out {out}")
+    line = (
+        "interrupted: no epoch finished; start again with the same command: "
+        f"horovodrun -np 2 python train.py --mode strong --out {out}"
+    )
     assert [text.strip() for text in said] == [line] * 10

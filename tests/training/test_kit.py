@@ -1,6 +1,7 @@
 """The policy kit (training/kit.py), one per run: the steps it builds hold the plan's workers
 and the backend's allreduce from their constructor, and what belongs to one call of fit (the
 feeds) reaches the callbacks hook as an argument."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -31,7 +32,7 @@ def test_the_steps_hold_the_plans_workers_and_the_backends_allreduce(mode, cls, 
 
 
 def test_the_papers_step_slices_at_max_pass_batch():
-    p = policies.plan(policies.WEAK, 4, 32, processes=1)           # one process holds 128 samples
+    p = policies.plan(policies.WEAK, 4, 32, processes=1)  # one process holds 128 samples
     model = p.policy.training_model(PolicyKit(Config(max_pass_batch=32), dist.Single()), tiny(), p)
     assert type(model) is SlicedStep and model.grad_slices == 4
 

@@ -1,4 +1,5 @@
 """A fifth policy in a few lines trains end to end: the trainer asks the policy, never its name."""
+
 import json
 import sys
 
@@ -8,7 +9,7 @@ from tests.support import SMOKE, run
 
 ETA = 0.00105
 
-TOY = '''
+TOY = """
 import math, sys
 from deepdensity.config import load
 from deepdensity.scaling import policies
@@ -25,7 +26,7 @@ class SquareRootLR(policies.Weak):
 
 config, data, out = sys.argv[1:]
 train(load(config, [f"data_path={data}", "max_epochs=1"]), "sqrt", out, emulate_workers=4, verbose=False)
-'''
+"""
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
 """What a resumed run's folder says it goes on under (deepdensity/training/run_folder.py)."""
+
 import json
 
 from deepdensity.training import run_folder
@@ -10,8 +11,9 @@ def test_a_resumed_runs_config_takes_the_resumable_settings_it_goes_on_under(tmp
     change another setting is refused before, by check_resume)."""
     saved = {"mode": "warmup", "workers": 16, "seed": 3, "stall_patience": 3, "max_epochs": 64, "lr": 0.0475}
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e, "val_loss": 0.1 / e}) + "\n"
-                                                    for e in (1, 2, 3)))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"epoch": e, "val_loss": 0.1 / e}) + "\n" for e in (1, 2, 3))
+    )
     now = {**saved, "stall_patience": 0, "max_epochs": 128, "seed": 4, "versions": {"tensorflow": "x"}}
     kept = run_folder.start_files(tmp_path, 2, now)
     assert kept == [0.1, 0.05], "the rows the checkpoint covers"

@@ -2,6 +2,7 @@
 a free port, serves a trained run as one TensorBoard run, its scalars and slice images through
 its HTTP API at the epoch numbers the run printed, and the tags the Time Series page orders
 (time_series.py) with the losses first; then it stops."""
+
 import json
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from deepdensity.training.runs import read_metrics
 from tests.training.time_series import card_order
 
-STARTUP_S = 90          # TensorBoard imports TensorFlow before it listens: tens of seconds on 2 cores
+STARTUP_S = 90  # TensorBoard imports TensorFlow before it listens: tens of seconds on 2 cores
 
 
 def free_port() -> int:
@@ -51,9 +52,22 @@ def wait_for_runs(port: int, proc: subprocess.Popen) -> list:
 def test_tensorboard_serves_a_runs_scalars_and_images(smoke_run):
     exe = Path(sys.executable).with_name("tensorboard")
     port = free_port()
-    proc = subprocess.Popen([str(exe), "--logdir", str(smoke_run.parent), "--host", "127.0.0.1",
-                             "--port", str(port), "--reload_interval", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "--logdir",
+            str(smoke_run.parent),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         runs = wait_for_runs(port, proc)
         assert runs == ["run/tb"], "one TensorBoard run per training run"
@@ -76,7 +90,7 @@ def test_tensorboard_serves_a_runs_scalars_and_images(smoke_run):
         index = json.loads(get(port, "/data/plugin/timeseries/tags"))
         scalars = set(index["scalars"]["runTagInfo"]["run/tb"])
         order = card_order(scalars | set(index["images"]["tagRunSampledInfo"]))
-        assert order[:2] == ["loss/train", "loss/validation"] and set(order[:len(scalars)]) == scalars, order
+        assert order[:2] == ["loss/train", "loss/validation"] and set(order[: len(scalars)]) == scalars, order
     finally:
         proc.terminate()
         proc.wait(timeout=30)

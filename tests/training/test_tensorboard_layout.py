@@ -3,6 +3,7 @@ reads them (its EventMultiplexer over the logdir): one TensorBoard run per train
 steps the epoch numbers the run printed (images' the same), the values metrics.jsonl holds,
 the losses the first cards of the Time Series page, and a resumed run going on in the same
 TensorBoard run from the epoch it resumed at."""
+
 import json
 import re
 import shutil
@@ -14,16 +15,34 @@ from tests.support import ROOT, SMOKE, run
 from tests.training.time_series import card_groups, card_order, sort_tags
 
 # the layout the docs promise (docs/training.md), written out here rather than read from watch.py
-SCALARS = {"loss/train": "loss", "loss/validation": "val_loss", "lr": "lr"}   # tag: metrics.jsonl key
+SCALARS = {"loss/train": "loss", "loss/validation": "val_loss", "lr": "lr"}  # tag: metrics.jsonl key
 IMAGE = "slices/validation cube | rendered density"
 EPOCH_LINE = re.compile(r"^epoch\s+(\d+)\s+loss ", re.M)
 
 
 def train(out, *extra, data):
     """The epoch numbers the run printed on its epoch lines."""
-    proc = run([sys.executable, str(ROOT / "train.py"), "--mode", "warmup", "--emulate-workers", "2",
-                "--config", SMOKE, "--set", f"data_path={data}", "--set", "warmup_epochs=2",
-                "--set", "tensorboard_images_every=2", "--out", str(out), *extra])
+    proc = run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--mode",
+            "warmup",
+            "--emulate-workers",
+            "2",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={data}",
+            "--set",
+            "warmup_epochs=2",
+            "--set",
+            "tensorboard_images_every=2",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
     return [int(n) for n in EPOCH_LINE.findall(proc.stdout)]
 
 
@@ -32,6 +51,7 @@ def tensorboard_runs(logdir) -> dict:
     reads `logdir`: a run per directory holding event files, named by its path under logdir."""
     import tensorflow as tf
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
     mux = EventMultiplexer(tensor_size_guidance={"scalars": 0, "images": 0})
     mux.AddRunsFromDirectory(str(logdir))
     mux.Reload()
@@ -45,8 +65,9 @@ def tensorboard_runs(logdir) -> dict:
             if plugin == "scalars":
                 kinds["scalars"][tag] = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in events]
             elif plugin == "images":
-                kinds["images"][tag] = [(e.step, tuple(int(v) for v in tf.make_ndarray(e.tensor_proto)[:2]))
-                                        for e in events]
+                kinds["images"][tag] = [
+                    (e.step, tuple(int(v) for v in tf.make_ndarray(e.tensor_proto)[:2])) for e in events
+                ]
         found[name] = kinds
     return found
 
@@ -92,7 +113,7 @@ def test_the_time_series_page_opens_on_the_losses_and_ends_with_the_images(watch
     scalar_tags, image_tags = set(run_tags["scalars"]), set(run_tags["images"])
     order = card_order(scalar_tags | image_tags)
     assert order[:2] == ["loss/train", "loss/validation"], order
-    assert set(order[:len(scalar_tags)]) == scalar_tags, f"every scalar card before any image card: {order}"
+    assert set(order[: len(scalar_tags)]) == scalar_tags, f"every scalar card before any image card: {order}"
     assert card_groups(order)[0] == ("loss", ["loss/train", "loss/validation"])
 
 
@@ -112,29 +133,36 @@ def test_a_resumed_run_goes_on_in_the_same_tensorboard_run_from_its_epoch(watche
 
 
 # ---- the ordering rule the page test relies on: TensorBoard's own cases (utils_test.ts) ----
-@pytest.mark.parametrize("tags, expected", [
-    (["a", "B"], ["B", "a"]),
-    (["a03", "a1"], ["a1", "a03"]),
-    (["a/b/03", "a/b/1"], ["a/b/1", "a/b/03"]),
-    (["a0.1", "a0.01"], ["a0.01", "a0.1"]),
-    (["a1e+5", "a9e-6"], ["a9e-6", "a1e+5"]),
-    (["a+/a", "a/a", "ab/c", "ab/a"], ["a/a", "a+/a", "ab/a", "ab/c"]),
-    (["a+0a", "a0a", "ab0a"], ["a0a", "a+0a", "ab0a"]),
-    (["a", "//", "/", ""], ["", "/", "//", "a"]),
-    (["0..2", "0..03"], ["0..2", "0..03"]),
-])
+@pytest.mark.parametrize(
+    "tags, expected",
+    [
+        (["a", "B"], ["B", "a"]),
+        (["a03", "a1"], ["a1", "a03"]),
+        (["a/b/03", "a/b/1"], ["a/b/1", "a/b/03"]),
+        (["a0.1", "a0.01"], ["a0.01", "a0.1"]),
+        (["a1e+5", "a9e-6"], ["a9e-6", "a1e+5"]),
+        (["a+/a", "a/a", "ab/c", "ab/a"], ["a/a", "a+/a", "ab/a", "ab/c"]),
+        (["a+0a", "a0a", "ab0a"], ["a0a", "a+0a", "ab0a"]),
+        (["a", "//", "/", ""], ["", "/", "//", "a"]),
+        (["0..2", "0..03"], ["0..2", "0..03"]),
+    ],
+)
 def test_the_tag_order_is_tensorboards(tags, expected):
     assert sort_tags(tags) == expected
 
 
 def test_the_card_groups_are_tensorboards():
-    assert card_groups(["b", "a/b/c/d", "a/b/c", "c/c/d"]) == [("a", ["a/b/c", "a/b/c/d"]), ("b", ["b"]),
-                                                               ("c", ["c/c/d"])]
+    assert card_groups(["b", "a/b/c/d", "a/b/c", "c/c/d"]) == [
+        ("a", ["a/b/c", "a/b/c/d"]),
+        ("b", ["b"]),
+        ("c", ["c/c/d"]),
+    ]
 
 
 def test_every_tag_a_run_can_write_sorts_the_losses_first_and_the_images_last():
     # a policy's facts (adaptive's, local's) too, which the warmup run above does not write
     from deepdensity.training import watch
+
     order = card_order(set(watch.SCALARS.values()) | {watch.IMAGE_TAG})
     assert order[:2] == ["loss/train", "loss/validation"] and order[-1] == watch.IMAGE_TAG, order
     assert watch.IMAGE_TAG == IMAGE
@@ -142,6 +170,7 @@ def test_every_tag_a_run_can_write_sorts_the_losses_first_and_the_images_last():
 
 def test_the_order_check_fails_on_the_layout_keras_gave():
     # Keras's callback and the old image tag: the page opened on the images (issue 47)
-    order = card_order({"epoch_loss", "epoch_lr", "evaluation_loss_vs_iterations",
-                        "central slices: cube | rendered density"})
+    order = card_order(
+        {"epoch_loss", "epoch_lr", "evaluation_loss_vs_iterations", "central slices: cube | rendered density"}
+    )
     assert order[0] == "central slices: cube | rendered density"

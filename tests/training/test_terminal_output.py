@@ -2,6 +2,7 @@
 progress bar, no library noise between or inside them, and Ctrl-C's '^C' on a line of its own,
 not inside the bar. The screen is the one a terminal would show (tests/training/terminal.py);
 the ranks under horovodrun are checked by test_ctrl_c.py on every interrupt."""
+
 import os
 import re
 import sys
@@ -14,8 +15,11 @@ from tests.support import ROOT, SMOKE
 from tests.training.terminal import Terminal, screen
 
 # what TensorFlow, absl, XLA, oneDNN and Keras print unasked
-NOISE = re.compile(r"absl|XLA|oneDNN|cpu_feature_guard|SetPriority|is slow compared|WARNING:tensorflow|"
-                   r"^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", re.M)
+NOISE = re.compile(
+    r"absl|XLA|oneDNN|cpu_feature_guard|SetPriority|is slow compared|WARNING:tensorflow|"
+    r"^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d",
+    re.M,
+)
 
 
 def test_the_screen_is_what_a_terminal_shows():
@@ -25,15 +29,25 @@ def test_the_screen_is_what_a_terminal_shows():
     assert screen("one\ntwo\x1b[A\rON") == ["ONe", "two"]
 
 
-@pytest.mark.parametrize("level, kept, dropped", [
-    ("3", ["error: y", "[0]<stderr>:interrupted: at epoch 2", "Traceback (most recent call last):"], ["I0000 00:00:1795695989.125384   24472 device_compiler.h:186] "
-                                                             "Compiled cluster using XLA!",
-                                                             "E0000 00:00:1.5 7 x.cc:3] bad",
-                                                             "WARNING: All log messages before absl::InitializeLog() is "
-                                                             "called are written to STDERR"]),
-    ("1", ["W0000 00:00:1.5 7 x.cc:3] careful", "E0000 00:00:1.5 7 x.cc:3] bad"],
-     ["I0000 00:00:1.5 7 x.cc:3] hello"]),
-])
+@pytest.mark.parametrize(
+    "level, kept, dropped",
+    [
+        (
+            "3",
+            ["error: y", "[0]<stderr>:interrupted: at epoch 2", "Traceback (most recent call last):"],
+            [
+                "I0000 00:00:1795695989.125384   24472 device_compiler.h:186] Compiled cluster using XLA!",
+                "E0000 00:00:1.5 7 x.cc:3] bad",
+                "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+            ],
+        ),
+        (
+            "1",
+            ["W0000 00:00:1.5 7 x.cc:3] careful", "E0000 00:00:1.5 7 x.cc:3] bad"],
+            ["I0000 00:00:1.5 7 x.cc:3] hello"],
+        ),
+    ],
+)
 def test_absl_lines_are_dropped_at_the_levels_tf_cpp_min_log_level_silences(level, kept, dropped):
     pattern = re.compile(native_log_pattern(level))
     assert [line for line in kept if pattern.search(line)] == []
@@ -51,9 +65,25 @@ def test_only_a_training_command_arranges_its_process_stderr():
 def test_a_run_on_a_terminal_shows_its_lines_and_ctrl_c_on_a_line_of_its_own(tmp_path, smoke_data):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    term = Terminal([sys.executable, "train.py", "--mode", "strong", "--config", SMOKE, "--set",
-                     f"data_path={smoke_data}", "--set", "max_epochs=40", "--out", str(out)], ROOT,
-                    {**env, "PYTHONPATH": str(ROOT)}, columns=100)
+    term = Terminal(
+        [
+            sys.executable,
+            "train.py",
+            "--mode",
+            "strong",
+            "--config",
+            SMOKE,
+            "--set",
+            f"data_path={smoke_data}",
+            "--set",
+            "max_epochs=40",
+            "--out",
+            str(out),
+        ],
+        ROOT,
+        {**env, "PYTHONPATH": str(ROOT)},
+        columns=100,
+    )
     # the first epoch's step compiles (XLA logs then), and the bar of the third is on the screen
     assert term.wait_for(lambda t: "strong N=1 epoch 3:" in t.raw, 300), term.raw[-3000:]
     term.ctrl_c()
@@ -66,4 +96,4 @@ def test_a_run_on_a_terminal_shows_its_lines_and_ctrl_c_on_a_line_of_its_own(tmp
     caret = lines.index("^C")
     assert lines[caret + 1].startswith("interrupted: at epoch "), said
     assert [line for line in lines if "^C" in line] == ["^C"], said
-    assert all(re.match(r"epoch +\d+  loss ", line) for line in lines[caret - 2:caret]), said
+    assert all(re.match(r"epoch +\d+  loss ", line) for line in lines[caret - 2 : caret]), said

@@ -1,4 +1,5 @@
 """train.py as a user runs it: outputs, stopping rules, resume, and bad input."""
+
 import json
 import sys
 
@@ -9,8 +10,9 @@ from tests.support import ROOT, SMOKE, run
 
 
 def train(*args, data, check=True):
-    return run([sys.executable, str(ROOT / "train.py"), "--config", SMOKE,
-                "--set", f"data_path={data}", *args], check=check)
+    return run(
+        [sys.executable, str(ROOT / "train.py"), "--config", SMOKE, "--set", f"data_path={data}", *args], check=check
+    )
 
 
 def metrics(out):
@@ -27,9 +29,10 @@ def test_smoke_run_writes_every_output(tmp_path, smoke_data):
     assert cfg["n_components"] == 8, "the YAML's values are resolved into config.json"
     m = metrics(out)
     assert [r["epoch"] for r in m] == [1, 2, 3]
-    assert all(set(r) == {"epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
-                               "allreduces"}
-               for r in m)
+    assert all(
+        set(r) == {"epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps", "allreduces"}
+        for r in m
+    )
     assert {(r["global_batch"], r["steps"], r["allreduces"]) for r in m} == {(32, 4, 0)}, "128 cubes, one worker"
     assert m[-1]["val_loss"] < m[0]["val_loss"], "three epochs of Adam lower the loss"
     assert [r["seconds"] for r in m] == sorted(r["seconds"] for r in m)
@@ -57,6 +60,7 @@ def test_a_non_finite_epoch_stops_the_run_as_diverged(tmp_path):
     # A huge lr does not give NaN here (the bounded density saturates the loss at a
     # ceiling, like the paper's Fig. 3), so feed the callbacks a NaN epoch directly.
     from deepdensity.config import Config
+
     cfg = Config(max_epochs=50)
     cb, record, model = record_callbacks(cfg)
     cb.on_epoch_end(0, {"loss": 0.5, "val_loss": 0.4})
@@ -75,6 +79,7 @@ def record_callbacks(cfg, history=()):
 
     from deepdensity.scaling import policies
     from deepdensity.training import callbacks
+
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
     model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
     record = callbacks.RunRecord(policies.plan("linear", 4), cfg, 3, 0.0, history)
@@ -88,6 +93,7 @@ def test_a_run_that_rose_to_a_ceiling_stops_as_stalled(resumed):
     """Fig. 3's shape, epoch by epoch through the trainer's callback; the epochs before a
     resume count (they come from metrics.jsonl)."""
     from deepdensity.config import Config
+
     curve = [0.05, 0.03, 0.08, 0.2, 0.2, 0.2, 0.2]
     cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001, stall_patience=3), curve[:resumed])
     for epoch in range(resumed, len(curve)):
@@ -100,6 +106,7 @@ def test_a_run_that_rose_to_a_ceiling_stops_as_stalled(resumed):
 
 def test_the_stall_rule_is_off_by_default_and_spares_a_slow_decrease():
     from deepdensity.config import Config
+
     assert Config().stall_patience == 0
     cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001))
     for epoch in range(10):
@@ -107,20 +114,40 @@ def test_the_stall_rule_is_off_by_default_and_spares_a_slow_decrease():
     assert not model.stop_training
     cb, record, model = record_callbacks(Config(max_epochs=50, target_loss=0.001, stall_patience=2))
     for epoch in range(40):
-        cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.01 * 0.999 ** epoch})
+        cb.on_epoch_end(epoch, {"loss": 0.1, "val_loss": 0.01 * 0.999**epoch})
     assert not model.stop_training
 
 
 @pytest.mark.slow
 def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
     full, part = tmp_path / "full", tmp_path / "part"
-    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(full),
-          "--set", "warmup_epochs=2", data=smoke_data)
+    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(full), "--set", "warmup_epochs=2", data=smoke_data)
     # the same run killed after epoch 2 (max_epochs=2), then resumed to 3
-    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part),
-          "--set", "warmup_epochs=2", "--set", "max_epochs=2", data=smoke_data)
-    train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part), "--resume",
-          "--set", "warmup_epochs=2", data=smoke_data)
+    train(
+        "--mode",
+        "warmup",
+        "--emulate-workers",
+        "2",
+        "--out",
+        str(part),
+        "--set",
+        "warmup_epochs=2",
+        "--set",
+        "max_epochs=2",
+        data=smoke_data,
+    )
+    train(
+        "--mode",
+        "warmup",
+        "--emulate-workers",
+        "2",
+        "--out",
+        str(part),
+        "--resume",
+        "--set",
+        "warmup_epochs=2",
+        data=smoke_data,
+    )
     a, b = metrics(full), metrics(part)
     assert [r["epoch"] for r in b] == [1, 2, 3]
     for x, y in zip(a, b):
@@ -128,11 +155,22 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
         assert y["val_loss"] == pytest.approx(x["val_loss"], rel=1e-5)
         assert y["lr"] == pytest.approx(x["lr"], rel=1e-7)
     assert b[2]["seconds"] > b[1]["seconds"], "time since start carries over a resume"
-    assert {f.name.split(".")[0] for f in (part / "ckpt").iterdir()} == {"epoch-0003"}, \
+    assert {f.name.split(".")[0] for f in (part / "ckpt").iterdir()} == {"epoch-0003"}, (
         "the checkpoint the resume started from is gone once a newer one is written"
+    )
     # a finished run is not trained again
-    proc = train("--mode", "warmup", "--emulate-workers", "2", "--out", str(part), "--resume",
-                 "--set", "warmup_epochs=2", data=smoke_data)
+    proc = train(
+        "--mode",
+        "warmup",
+        "--emulate-workers",
+        "2",
+        "--out",
+        str(part),
+        "--resume",
+        "--set",
+        "warmup_epochs=2",
+        data=smoke_data,
+    )
     assert "finished run" in proc.stdout
     assert len(metrics(part)) == 3
 
@@ -140,8 +178,19 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path, smoke_data):
 @pytest.mark.slow
 def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data):
     out = tmp_path / "w"
-    train("--mode", "warmup", "--emulate-workers", "4", "--out", str(out), "--set", "warmup_epochs=2",
-          "--set", "max_train_cubes=256", data=smoke_data)
+    train(
+        "--mode",
+        "warmup",
+        "--emulate-workers",
+        "4",
+        "--out",
+        str(out),
+        "--set",
+        "warmup_epochs=2",
+        "--set",
+        "max_train_cubes=256",
+        data=smoke_data,
+    )
     eta, n, W = 0.00105, 4, 2  # 256 cubes / global batch 128 = 2 steps per epoch
     # Horovod's formula at the last batch of epoch e: eta * ((e + 1) * (n - 1) / W + 1)
     want = [eta * ((e + 1) * (n - 1) / W + 1) if e < W else n * eta for e in range(3)]
@@ -149,16 +198,19 @@ def test_warmup_lr_reaches_n_eta_as_horovods_callback_does(tmp_path, smoke_data)
     assert json.loads((out / "config.json").read_text())["global_batch"] == 128
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--set", "bogus=1"], "unknown config key 'bogus'"),
-    (["--set", "batch_size=big"], "batch_size expects an integer"),
-    (["--emulate-workers", "3"], "3 does not divide 32"),
-    (["--set", "data_path=/nonexistent/x.h5"], "does not exist"),
-    (["--set", "max_train_cubes=16"], "fewer than one batch of 32"),
-    (["--set", "max_train_cubes=16", "--set", "epoch_definition=global"], "fewer than one global batch"),
-    (["--set", "epoch_definition=pass"], "epoch_definition must be one of per_worker, global"),
-    (["--set", "stall_patience=-1"], "stall_patience must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "bogus=1"], "unknown config key 'bogus'"),
+        (["--set", "batch_size=big"], "batch_size expects an integer"),
+        (["--emulate-workers", "3"], "3 does not divide 32"),
+        (["--set", "data_path=/nonexistent/x.h5"], "does not exist"),
+        (["--set", "max_train_cubes=16"], "fewer than one batch of 32"),
+        (["--set", "max_train_cubes=16", "--set", "epoch_definition=global"], "fewer than one global batch"),
+        (["--set", "epoch_definition=pass"], "epoch_definition must be one of per_worker, global"),
+        (["--set", "stall_patience=-1"], "stall_patience must be >= 0"),
+    ],
+)
 @pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(smoke_data, args, message):
     proc = train("--mode", "strong", *args, data=smoke_data, check=False)
@@ -180,8 +232,9 @@ def test_unusable_output_folder_and_reused_folder(tmp_path, smoke_data):
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
 
 
-@pytest.mark.parametrize("args", [["--set", "data_path=/nonexistent/x.h5"], ["--set", "max_train_cubes=16"],
-                                  ["--emulate-workers", "3"]])
+@pytest.mark.parametrize(
+    "args", [["--set", "data_path=/nonexistent/x.h5"], ["--set", "max_train_cubes=16"], ["--emulate-workers", "3"]]
+)
 @pytest.mark.slow
 def test_a_refused_run_leaves_no_empty_output_folder(tmp_path, smoke_data, args):
     out = tmp_path / "run"
@@ -192,6 +245,7 @@ def test_a_refused_run_leaves_no_empty_output_folder(tmp_path, smoke_data, args)
 @pytest.mark.slow
 def test_wrong_cube_shape_is_rejected(tmp_path):
     import h5py
+
     bad = tmp_path / "bad.h5"
     with h5py.File(bad, "w") as f:
         f["train/cubes"] = np.zeros((64, 16, 16, 12), "f4")
@@ -206,16 +260,23 @@ def refused(proc, *phrases):
     assert all(p in lines[0] for p in phrases), lines[0]
 
 
-@pytest.mark.parametrize("args, phrases", [
-    (["--mode", "linear", "--emulate-workers", "2", "--set", "base_lr=0.01"],
-     ["mode 'strong' -> 'linear'", "workers 1 -> 2", "base_lr 0.00105 -> 0.01", "only max_epochs"]),
-    (["--mode", "strong", "--set", "n_components=4"], ["n_components 8 -> 4"]),
-    (["--mode", "strong", "--set", "max_train_cubes=64"], ["max_train_cubes 128 -> 64"]),
-])
+@pytest.mark.parametrize(
+    "args, phrases",
+    [
+        (
+            ["--mode", "linear", "--emulate-workers", "2", "--set", "base_lr=0.01"],
+            ["mode 'strong' -> 'linear'", "workers 1 -> 2", "base_lr 0.00105 -> 0.01", "only max_epochs"],
+        ),
+        (["--mode", "strong", "--set", "n_components=4"], ["n_components 8 -> 4"]),
+        (["--mode", "strong", "--set", "max_train_cubes=64"], ["max_train_cubes 128 -> 64"]),
+    ],
+)
 @pytest.mark.slow
-def test_a_resume_that_would_change_the_path_is_refused_and_changes_nothing(tmp_path, smoke_run,
-                                                                           smoke_data, args, phrases):
+def test_a_resume_that_would_change_the_path_is_refused_and_changes_nothing(
+    tmp_path, smoke_run, smoke_data, args, phrases
+):
     import shutil
+
     run_dir = tmp_path / "run"
     shutil.copytree(smoke_run, run_dir)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -243,18 +304,25 @@ def delete_config(run_dir):
     (run_dir / "config.json").unlink()
 
 
-@pytest.mark.parametrize("damage, phrase", [(damage_state, "state.json is damaged"),
-                                            (delete_checkpoint, "is missing"),
-                                            (truncate_checkpoint, "is damaged"),
-                                            (delete_config, "config.json is missing")])
+@pytest.mark.parametrize(
+    "damage, phrase",
+    [
+        (damage_state, "state.json is damaged"),
+        (delete_checkpoint, "is missing"),
+        (truncate_checkpoint, "is damaged"),
+        (delete_config, "config.json is missing"),
+    ],
+)
 @pytest.mark.slow
 def test_a_damaged_run_folder_is_refused_with_what_to_do(tmp_path, smoke_run, smoke_data, damage, phrase):
     import shutil
+
     run_dir = tmp_path / "run"
     shutil.copytree(smoke_run, run_dir)
     damage(run_dir)
-    proc = train("--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2",
-                 data=smoke_data, check=False)
+    proc = train(
+        "--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2", data=smoke_data, check=False
+    )
     refused(proc, phrase, "start afresh")
 
 
@@ -271,6 +339,7 @@ def test_a_resume_on_other_data_at_the_same_path_is_refused(tmp_path, smoke_run,
     import shutil
 
     from deepdensity.data.synth import write_synthetic
+
     for case in ("same", "other"):
         data, run_dir = tmp_path / f"{case}.h5", tmp_path / f"run-{case}"
         shutil.copy(smoke_data, data)
@@ -280,9 +349,10 @@ def test_a_resume_on_other_data_at_the_same_path_is_refused(tmp_path, smoke_run,
         (run_dir / "config.json").write_text(json.dumps({**config, "data_path": str(data)}))
         if case == "other":
             data.unlink()
-            write_synthetic(data, 320, 64, seed=7)                  # smoke_data's sizes, other cubes
-        proc = train("--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2",
-                     data=data, check=False)
+            write_synthetic(data, 320, 64, seed=7)  # smoke_data's sizes, other cubes
+        proc = train(
+            "--mode", "strong", "--out", str(run_dir), "--resume", "--set", "max_epochs=2", data=data, check=False
+        )
         if case == "same":
             assert proc.returncode == 0, proc.stderr
             assert len(metrics(run_dir)) == 2
@@ -296,15 +366,37 @@ def test_a_run_at_the_collapse_level_stops_as_collapsed_and_stays_finished(tmp_p
     """Every loss of the smoke run (0.006-0.008) is above a collapse level of 0.001, so the rule
     ends the run after its patience of 2 epochs; a resume then finds it finished, as a stalled run."""
     out = tmp_path / "run"
-    proc = train("--mode", "strong", "--out", str(out), "--set", "max_epochs=6", "--set", "collapse_loss=0.001",
-                 "--set", "collapse_patience=2", data=smoke_data)
+    proc = train(
+        "--mode",
+        "strong",
+        "--out",
+        str(out),
+        "--set",
+        "max_epochs=6",
+        "--set",
+        "collapse_loss=0.001",
+        "--set",
+        "collapse_patience=2",
+        data=smoke_data,
+    )
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "collapsed" and result["epochs"] == 2
     assert "stopped: val_loss at the collapse level 0.001 for 2 epochs (collapsed) after 2 epochs" in proc.stdout
-    again = train("--mode", "strong", "--out", str(out), "--set", "max_epochs=6", "--set", "collapse_loss=0.001",
-                  "--set", "collapse_patience=2", "--resume", data=smoke_data)
+    again = train(
+        "--mode",
+        "strong",
+        "--out",
+        str(out),
+        "--set",
+        "max_epochs=6",
+        "--set",
+        "collapse_loss=0.001",
+        "--set",
+        "collapse_patience=2",
+        "--resume",
+        data=smoke_data,
+    )
     assert "holds a finished run" in again.stdout
-
 
 
 @pytest.mark.slow
@@ -316,8 +408,18 @@ def test_validating_every_pass_leaves_the_path_alone_and_reads_the_sequential_ru
     validation mean summed in another order (Keras' evaluate against ours), 1e-6."""
     with_passes, without, seq = tmp_path / "p", tmp_path / "q", tmp_path / "s"
     common = ["--set", "max_epochs=2", "--quiet"]
-    train("--mode", "strong", "--emulate-workers", "2", "--out", str(with_passes), *common,
-          "--set", "validate_every_pass=true", data=smoke_data)
+    train(
+        "--mode",
+        "strong",
+        "--emulate-workers",
+        "2",
+        "--out",
+        str(with_passes),
+        *common,
+        "--set",
+        "validate_every_pass=true",
+        data=smoke_data,
+    )
     train("--mode", "strong", "--emulate-workers", "2", "--out", str(without), *common, data=smoke_data)
     train("--mode", "strong", "--out", str(seq), "--set", "max_epochs=4", "--quiet", data=smoke_data)
     p, q, s = metrics(with_passes), metrics(without), metrics(seq)

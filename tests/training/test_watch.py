@@ -1,4 +1,5 @@
 """The TensorBoard slice image, checked against the cubes it shows."""
+
 import numpy as np
 
 from deepdensity.training.watch import UPSCALE, slice_grid
@@ -12,8 +13,8 @@ def test_slice_grid_puts_each_cubes_central_slice_beside_its_rendering():
     assert grid.shape == (2 * (6 + 1) * UPSCALE, (6 + 1 + 6) * UPSCALE)
     for r in range(2):
         top = cubes[r, 3].max()
-        left = grid[r * 7 * UPSCALE:(r * 7 + 6) * UPSCALE:UPSCALE, 0:6 * UPSCALE:UPSCALE]
-        right = grid[r * 7 * UPSCALE:(r * 7 + 6) * UPSCALE:UPSCALE, 7 * UPSCALE::UPSCALE]
+        left = grid[r * 7 * UPSCALE : (r * 7 + 6) * UPSCALE : UPSCALE, 0 : 6 * UPSCALE : UPSCALE]
+        right = grid[r * 7 * UPSCALE : (r * 7 + 6) * UPSCALE : UPSCALE, 7 * UPSCALE :: UPSCALE]
         np.testing.assert_allclose(left, cubes[r, 3, :, :, 0] / top, rtol=1e-6)
         np.testing.assert_allclose(right, 0.5 * cubes[r, 3, :, :, 0] / top, rtol=1e-6)
     assert grid.min() >= 0 and grid.max() <= 1

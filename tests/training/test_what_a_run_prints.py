@@ -2,6 +2,7 @@
 run's total beside them), a resumed run says what it restored, and the messages about a run
 folder agree with each other: a folder an interrupt left before epoch 1 is taken by the same
 command again, and every command a message suggests runs as printed (the slow tests run them)."""
+
 import json
 import shlex
 import signal
@@ -37,15 +38,16 @@ def epoch_lines(monkeypatch, elapsed_before=0.0, first_epoch=0):
 
     from deepdensity.scaling import policies
     from deepdensity.training import callbacks, progress
+
     clock = FakeClock()
     monkeypatch.setattr(callbacks.time, "perf_counter", clock)
     model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
     model.compile(tf.keras.optimizers.legacy.Adam(0.001), "mse")
     record = callbacks.RunRecord(policies.plan("strong", 1), Config(max_epochs=50), 3, elapsed_before)
     said = []
-    cbs = tf.keras.callbacks.CallbackList([callbacks.EpochRow(record),
-                                           progress.Progress(record, said.append, said.append, True)],
-                                          model=model)
+    cbs = tf.keras.callbacks.CallbackList(
+        [callbacks.EpochRow(record), progress.Progress(record, said.append, said.append, True)], model=model
+    )
     cbs.on_train_begin()
     clock.now += 5.0
     for epoch, length in zip(range(first_epoch, first_epoch + 3), (0.5, 0.25, 0.75)):
@@ -59,7 +61,7 @@ def test_the_epoch_line_shows_the_epochs_own_seconds_and_the_total_beside_them(m
     said, record = epoch_lines(monkeypatch)
     assert said == [
         "epoch    1  loss 0.5  val_loss 0.25  lr 0.001     0.50s  (total 5.5s)",
-        "epoch    2  loss 0.5  val_loss 0.25  lr 0.001     0.25s  (total 5.8s)",     # 5.75 rounds to even
+        "epoch    2  loss 0.5  val_loss 0.25  lr 0.001     0.25s  (total 5.8s)",  # 5.75 rounds to even
         "epoch    3  loss 0.5  val_loss 0.25  lr 0.001     0.75s  (total 6.5s)",
     ]
     # metrics.jsonl keeps the run's clock (time to target is read from it), not the epoch's
@@ -85,12 +87,13 @@ def left_before_epoch_1(out: Path) -> Path:
 
 def test_a_folder_left_before_epoch_1_is_taken_again_without_resume(tmp_path):
     from deepdensity.training.run_folder import RunError, check_out_dir
+
     out = left_before_epoch_1(tmp_path / "run")
     assert holds_nothing_to_resume(out)
-    assert check_out_dir(out, resume=False) is None           # a new run there, not "already holds a run"
-    assert check_out_dir(out, resume=True) is None            # and --resume starts one too
+    assert check_out_dir(out, resume=False) is None  # a new run there, not "already holds a run"
+    assert check_out_dir(out, resume=True) is None  # and --resume starts one too
     (out / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "val_loss": 0.1}) + "\n")
-    assert not holds_nothing_to_resume(out)                   # an epoch's row: refused, as before
+    assert not holds_nothing_to_resume(out)  # an epoch's row: refused, as before
     with pytest.raises(RunError, match="already holds a run"):
         check_out_dir(out, resume=False)
     (out / "metrics.jsonl").write_text("")
@@ -101,6 +104,7 @@ def test_a_folder_left_before_epoch_1_is_taken_again_without_resume(tmp_path):
 
 def test_an_interrupt_before_epoch_1_suggests_the_same_command(tmp_path, monkeypatch):
     from deepdensity.training.cli import where_to_continue
+
     monkeypatch.delenv("DEEPDENSITY_RELAUNCH", raising=False)
     monkeypatch.delenv("DEEPDENSITY_LAUNCH_PREFIX", raising=False)
     out = left_before_epoch_1(tmp_path / "my run")
@@ -116,8 +120,19 @@ def test_an_interrupt_before_epoch_1_suggests_the_same_command(tmp_path, monkeyp
 # ------------------------------------------------------------------------------------------
 def saved_run(cfg: Config, **over) -> dict:
     """config.json as a run writes it: the settings (tuples as lists), then the run's facts."""
-    return json.loads(json.dumps({**cfg.to_dict(), "mode": "warmup", "world_size": 1, "workers": 1,
-                                  "emulated": False, "elastic": False, **over}))
+    return json.loads(
+        json.dumps(
+            {
+                **cfg.to_dict(),
+                "mode": "warmup",
+                "world_size": 1,
+                "workers": 1,
+                "emulated": False,
+                "elastic": False,
+                **over,
+            }
+        )
+    )
 
 
 def test_the_continue_command_gives_back_every_setting_of_the_run():
@@ -154,18 +169,24 @@ def test_a_run_horovodrun_ran_under_gloo_continues_under_gloo():
 @pytest.mark.slow
 def test_ctrl_c_before_epoch_1_then_the_suggested_command_trains_the_run(tmp_path, smoke_data):
     import os
+
     out = tmp_path / "run"
     argv = ["--mode", "strong", "--config", SMOKE, "--set", f"data_path={smoke_data}", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     # the interrupt lands once the run has written its start (config.json, an empty metrics.jsonl)
     # and before its first epoch ends: that epoch traces the model first, seconds after the files
     started = []
     for line in proc.stdout:
         started.append(line)
-        if line.startswith("threads per process"):       # the last line before the files are written
+        if line.startswith("threads per process"):  # the last line before the files are written
             break
     # the smoke settings train on 128 of the file's 256 cubes, and the run says why
     assert any(" train 128 cubes  (256 in the file; max_train_cubes = 128)  val 64 " in x for x in started), started
@@ -189,6 +210,7 @@ def test_encode_on_an_unfinished_run_suggests_a_command_that_finishes_it(tmp_pat
     import shutil
 
     from deepdensity.tools import encode
+
     out = tmp_path / "run"
     shutil.copytree(smoke_run, out)
     # stopped after its last checkpoint, before its weights: training has not finished
@@ -199,11 +221,15 @@ def test_encode_on_an_unfinished_run_suggests_a_command_that_finishes_it(tmp_pat
     argv = ["--run", str(out), "--data", str(smoke_data), "--out", str(tmp_path / "params.h5")]
     assert encode.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: {out} holds no weights.h5: its training has not finished (epoch 1 of 1 "
-                          f"checkpointed); finish it with: python -m deepdensity train "), err
+    assert err.startswith(
+        f"error: {out} holds no weights.h5: its training has not finished (epoch 1 of 1 "
+        f"checkpointed); finish it with: python -m deepdensity train "
+    ), err
     command = shlex.split(err.split("finish it with: ", 1)[1])
-    finished = run([sys.executable] + command[1:])      # the smoke config's settings come back as --set
-    assert f"resumed from epoch 1 of {out}: weights and optimizer state from ckpt/epoch-0001, 1 epoch of " \
-           f"metrics.jsonl, " in finished.stdout
+    finished = run([sys.executable] + command[1:])  # the smoke config's settings come back as --set
+    assert (
+        f"resumed from epoch 1 of {out}: weights and optimizer state from ckpt/epoch-0001, 1 epoch of "
+        f"metrics.jsonl, " in finished.stdout
+    )
     assert "stopped at the epoch cap (1) after 1 epoch" in finished.stdout
     assert encode.main(argv) == 0

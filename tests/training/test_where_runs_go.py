@@ -1,6 +1,7 @@
 """Where a run lands without --out: a new folder under runs/ (or $DEEPDENSITY_RUNS), named by
 its policy, workers and start, printed at the start; rank 0 alone names one; --no-save for
 none. On a terminal every epoch's line stays on the screen."""
+
 import fcntl
 import json
 import os
@@ -47,9 +48,19 @@ def test_no_save_and_out_together_are_refused(capsys):
 @pytest.mark.slow
 def test_a_run_without_out_lands_in_a_printed_folder_and_no_save_writes_nothing(tmp_path, smoke_data, monkeypatch):
     env_runs = tmp_path / "default-runs"
-    base = [sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-            "--set", f"data_path={smoke_data}", "--set", "max_epochs=1"]
-    monkeypatch.setenv("DEEPDENSITY_RUNS", str(env_runs))      # run() passes os.environ on
+    base = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--set",
+        "max_epochs=1",
+    ]
+    monkeypatch.setenv("DEEPDENSITY_RUNS", str(env_runs))  # run() passes os.environ on
     done = run(base)
     folders = list(env_runs.iterdir())
     assert len(folders) == 1 and folders[0].name.startswith("strong-n1-")
@@ -63,14 +74,31 @@ def test_a_run_without_out_lands_in_a_printed_folder_and_no_save_writes_nothing(
 def test_on_a_terminal_every_epochs_line_stays(tmp_path, smoke_data):
     """Under a pseudo-terminal (as a person sees it) the epoch bar comes and goes, and the lines
     of epochs 1 and 2 are both in what was written to the screen."""
-    cmd = [sys.executable, str(ROOT / "train.py"), "--mode", "strong", "--config", SMOKE,
-           "--set", f"data_path={smoke_data}", "--set", "max_epochs=2", "--out", str(tmp_path / "run")]
-    assert "train.py" in " ".join(cmd)       # a training command: this test is marked slow
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--mode",
+        "strong",
+        "--config",
+        SMOKE,
+        "--set",
+        f"data_path={smoke_data}",
+        "--set",
+        "max_epochs=2",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    assert "train.py" in " ".join(cmd)  # a training command: this test is marked slow
     main_fd, term_fd = pty.openpty()
     # a terminal 100 columns wide: a new pseudo-terminal reports 0, and tqdm draws a bar that wide
     fcntl.ioctl(term_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    proc = subprocess.Popen(cmd, stdout=term_fd, stderr=term_fd, cwd=ROOT,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=term_fd,
+        stderr=term_fd,
+        cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)},
+    )
     os.close(term_fd)
     screen = b""
     while True:
@@ -79,7 +107,7 @@ def test_on_a_terminal_every_epochs_line_stays(tmp_path, smoke_data):
             break
         try:
             chunk = os.read(main_fd, 65536)
-        except OSError:              # the terminal closed: the process ended
+        except OSError:  # the terminal closed: the process ended
             break
         if not chunk:
             break
@@ -92,6 +120,7 @@ def test_on_a_terminal_every_epochs_line_stays(tmp_path, smoke_data):
 
 def test_a_dry_run_prints_the_plan_and_trains_and_writes_nothing(tmp_path, capsys, monkeypatch):
     from deepdensity.data.synth import write_synthetic
+
     monkeypatch.setenv("DEEPDENSITY_RUNS", str(tmp_path / "runs"))
     data = tmp_path / "d.h5"
     write_synthetic(data, 200, 40, 0)
@@ -101,8 +130,11 @@ def test_a_dry_run_prints_the_plan_and_trains_and_writes_nothing(tmp_path, capsy
     # smoke: 128 of the 160 training cubes (max_train_cubes); weak N = 4: global batch 128, one
     # step a pass, and a per_worker epoch is N = 4 passes
     assert "global_batch = 128  per_worker_batch = 32" in out
-    assert f"data: {data}, 160 training cubes (128 used: max_train_cubes): 4 steps an epoch (per_worker epochs), up to 3 epochs" in out
+    assert (
+        f"data: {data}, 160 training cubes (128 used: max_train_cubes): "
+        "4 steps an epoch (per_worker epochs), up to 3 epochs" in out
+    )
     assert "n_components=8" in out and "dry run: nothing is trained or written" in out
     assert cli.main(["--mode", "strong", "--emulate-workers", "4", *base]) == 0
-    assert "16 steps an epoch" in capsys.readouterr().out       # global batch 32: 4 steps a pass, 4 passes
+    assert "16 steps an epoch" in capsys.readouterr().out  # global batch 32: 4 steps a pass, 4 passes
     assert not (tmp_path / "runs").exists(), "the folder it names is not made"

@@ -8,6 +8,7 @@ bundle (webfiles.zip, index.js): the page sorts its cards by tag with `compareTa
 character), then groups them by the tag's part before the first `/`, each group where its
 first card falls. Its own cases (utils_test.ts) are checked in test_tensorboard_layout.py.
 """
+
 import functools
 import math
 
@@ -39,7 +40,7 @@ def _number_end(s: str, i: int) -> int:
 
 def _number(s: str) -> float:
     try:
-        return float(s)                   # JavaScript's Number(); NaN compares neither way
+        return float(s)  # JavaScript's Number(); NaN compares neither way
     except ValueError:
         return math.nan
 

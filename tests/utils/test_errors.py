@@ -1,6 +1,7 @@
 """How messages show what the user gave: a path as given (a newline seen as one, not as a line
 break or a space), an `error:` line that stays one line, a suggested command that pastes back
 the very words."""
+
 import shutil
 import subprocess
 
@@ -27,8 +28,9 @@ def test_a_path_that_would_not_print_as_itself_is_shown_by_its_repr(text):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash for $'...'")
 @pytest.mark.parametrize("word", ODD + QUOTED)
 def test_a_suggested_commands_words_paste_back_as_given(word):
-    out = subprocess.run(["bash", "-c", "printf %s " + shell_word(word)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", "printf %s " + shell_word(word)], capture_output=True, text=True, check=True
+    ).stdout
     assert out == word
     assert shell_word(word).isprintable(), "the command stays on one line"
 
@@ -37,6 +39,7 @@ def test_an_error_line_is_one_line_whatever_it_quotes(capsys):
     @command
     def main(argv=None):
         raise UserError("data file data/a\nb.h5 is damaged\r")
+
     assert main([]) == 2
     assert capsys.readouterr().err == "error: data file data/a\\nb.h5 is damaged\\r\n"
     assert one_line("nothing odd here") == "nothing odd here"

@@ -1,4 +1,5 @@
 """Files the project writes are readable as the user's umask says, like any file open() makes."""
+
 import os
 import stat
 
@@ -15,7 +16,7 @@ def test_atomic_files_take_the_process_umask(umask, tmp_path):
         assert files.process_umask() == umask
         files.write_atomic(tmp_path / "a.json", "{}")
         files.write_bytes_atomic(tmp_path / "b.h5", b"x")
-        with open(tmp_path / "plain.txt", "w") as f:         # the reference: what open() makes
+        with open(tmp_path / "plain.txt", "w") as f:  # the reference: what open() makes
             f.write("x")
     finally:
         os.umask(old)
@@ -33,6 +34,7 @@ def test_atomic_files_take_the_process_umask(umask, tmp_path):
 def test_a_users_folder_is_refused_in_one_line_and_left_as_it_was(tmp_path, name, kind):
     from deepdensity.training.runs import made_before_marks
     from deepdensity.utils.errors import UserError
+
     folder = user_folder(tmp_path, name, USERS_FOLDERS[name])
     before = snapshot(folder)
     with pytest.raises(UserError) as refused:
@@ -57,6 +59,7 @@ def test_a_new_an_empty_or_a_marked_folder_is_the_projects(tmp_path, kind):
 @pytest.mark.parametrize("kind, other", [("run", "runs"), ("runs", "run"), ("reports", "run"), ("scans", "runs")])
 def test_a_project_folder_of_another_kind_is_refused_by_its_name(tmp_path, kind, other):
     from deepdensity.utils.errors import UserError
+
     files.mark_folder(tmp_path / "f", other)
     with pytest.raises(UserError, match=f"is {files.FOLDER_KINDS[other]}, not {files.FOLDER_KINDS[kind]}"):
         files.check_own_folder(tmp_path / "f", "--out", kind)
@@ -66,15 +69,24 @@ def test_a_run_folder_written_before_the_marks_is_recognised_by_its_config(tmp_p
     """What run_config.run_config wrote into config.json since the first version: the settings,
     and the run's mode and N. A run's temporaries (atomic writes cut by a kill) are its own."""
     from deepdensity.training.runs import made_before_marks
-    old = user_folder(tmp_path, "old", {
-        "config.json": b'{"base_lr": 0.00105, "n_components": 50, "mode": "weak", "workers": 2, "world_size": 2}',
-        "metrics.jsonl": b"", "state.json": b"{}", "ckpt/epoch-0001.index": b"", "tb": None,
-        "metrics.jsonl.k2j4.tmp": b""})
+
+    old = user_folder(
+        tmp_path,
+        "old",
+        {
+            "config.json": b'{"base_lr": 0.00105, "n_components": 50, "mode": "weak", "workers": 2, "world_size": 2}',
+            "metrics.jsonl": b"",
+            "state.json": b"{}",
+            "ckpt/epoch-0001.index": b"",
+            "tb": None,
+            "metrics.jsonl.k2j4.tmp": b"",
+        },
+    )
     assert made_before_marks(old) and files.check_own_folder(old, "--out", "run", made_before_marks) == old
     (old / "notes.txt").write_text("the user's, beside a run")
     assert not made_before_marks(old)
     (old / "notes.txt").unlink()
-    (old / "config.json").write_text('{"base_lr": 0.1, "mode": "weak"}')     # not what a run writes
+    (old / "config.json").write_text('{"base_lr": 0.1, "mode": "weak"}')  # not what a run writes
     assert not made_before_marks(old)
 
 

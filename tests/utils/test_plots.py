@@ -1,5 +1,6 @@
 """The figures' shared parts (utils/plots.py): a log axis's labels and limits, read off a real
 axis, and a figure written whole or not at all."""
+
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,11 @@ def test_a_log_axis_is_labelled_below_and_above_its_data(lo, hi):
     log_y_labels(ax)
     fig.canvas.draw()
     bottom, top = ax.get_ylim()
-    labelled = [t.get_position()[1] for t in ax.yaxis.get_ticklabels()
-                if t.get_text() and bottom * (1 - 1e-9) <= t.get_position()[1] <= top * (1 + 1e-9)]
+    labelled = [
+        t.get_position()[1]
+        for t in ax.yaxis.get_ticklabels()
+        if t.get_text() and bottom * (1 - 1e-9) <= t.get_position()[1] <= top * (1 + 1e-9)
+    ]
     plt.close(fig)
     assert bottom <= lo and top >= hi
     assert min(labelled) == pytest.approx(bottom) and max(labelled) == pytest.approx(top)
@@ -29,9 +33,10 @@ def test_a_figure_that_fails_to_save_leaves_the_earlier_file(tmp_path, monkeypat
     path.write_bytes(b"earlier")
     fig, ax = plt.subplots()
 
-    def interrupted(where, **kwargs):          # half of a file written, then Ctrl-C
+    def interrupted(where, **kwargs):  # half of a file written, then Ctrl-C
         Path(where).write_bytes(b"half")
         raise KeyboardInterrupt
+
     monkeypatch.setattr(fig, "savefig", interrupted)
     with pytest.raises(KeyboardInterrupt):
         save_figure(fig, path)

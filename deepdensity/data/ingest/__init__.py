@@ -10,6 +10,7 @@ it on (`synth-scans`). The modules, in the order a scan goes through them:
 
 The two commands' functions are importable from here.
 """
+
 from deepdensity.data.ingest.pipeline import prepare
 from deepdensity.data.ingest.synthetic_scans import synth_scans
 

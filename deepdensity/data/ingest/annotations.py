@@ -1,5 +1,6 @@
 """Nodule annotations: LUNA16's CSV (seriesuid, world x y z in mm, diameter), as LUNA16 writes
 it or as a spreadsheet saves it."""
+
 from __future__ import annotations
 
 import csv
@@ -21,7 +22,7 @@ def _dialect(header: str) -> tuple:
     LUNA16's own file, or the semicolon (with decimal commas) or tab a spreadsheet writes in
     locales where the comma is the decimal mark."""
     counts = {sep: header.count(sep) for sep in (",", ";", "\t")}
-    sep = max(counts, key=lambda k: (counts[k], k == ","))     # a tie, or nothing: LUNA16's comma
+    sep = max(counts, key=lambda k: (counts[k], k == ","))  # a tie, or nothing: LUNA16's comma
     return sep, sep != ","
 
 
@@ -42,8 +43,10 @@ def read_annotations(path, skipped: Optional[list] = None) -> dict:
     reader.fieldnames = [f.strip() for f in (reader.fieldnames or [])]
     missing = [c for c in ANNOTATION_COLUMNS if c not in reader.fieldnames]
     if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)} (found {', '.join(reader.fieldnames)}); "
-                        f"expected LUNA16's {','.join(ANNOTATION_COLUMNS)}")
+        raise DataError(
+            f"{path}: missing column(s) {', '.join(missing)} (found {', '.join(reader.fieldnames)}); "
+            f"expected LUNA16's {','.join(ANNOTATION_COLUMNS)}"
+        )
     out, first_line, skipped = defaultdict(list), {}, skipped if skipped is not None else []
     for n, row in enumerate(reader, start=2):
         try:
@@ -53,8 +56,13 @@ def read_annotations(path, skipped: Optional[list] = None) -> dict:
             raise DataError(f"{path}, line {n}: coordinates and diameter must be numbers") from None
         uid = row["seriesuid"].strip()
         if not (np.isfinite(xyz).all() and np.isfinite(diameter) and diameter > 0):
-            skipped.append(("nodule", f"{path.name} line {n} ({uid}): coordinates must be finite and the diameter "
-                                      f"a positive number, got {list(xyz)} and {diameter}"))
+            skipped.append(
+                (
+                    "nodule",
+                    f"{path.name} line {n} ({uid}): coordinates must be finite and the diameter "
+                    f"a positive number, got {list(xyz)} and {diameter}",
+                )
+            )
             continue
         key = (uid, tuple(xyz), diameter)
         if key in first_line:

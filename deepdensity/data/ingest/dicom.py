@@ -2,6 +2,7 @@
 series' slices sorted along the slice normal, checked (positions, spacing, tilt, rescale
 tags) and converted to HU. The geometry is described in deepdensity/data/ingest/geometry.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,14 @@ from deepdensity.data.ingest.geometry import ScanError, Volume
 from deepdensity.utils.files import FOLDER_MARK, special_kind
 
 _DECODERS = {
-    "1.2.840.10008.1.2.4.50": "pylibjpeg pylibjpeg-libjpeg", "1.2.840.10008.1.2.4.51": "pylibjpeg pylibjpeg-libjpeg",
-    "1.2.840.10008.1.2.4.57": "pylibjpeg pylibjpeg-libjpeg", "1.2.840.10008.1.2.4.70": "pylibjpeg pylibjpeg-libjpeg",
-    "1.2.840.10008.1.2.4.80": "pylibjpeg pylibjpeg-libjpeg", "1.2.840.10008.1.2.4.81": "pylibjpeg pylibjpeg-libjpeg",
-    "1.2.840.10008.1.2.4.90": "pylibjpeg pylibjpeg-openjpeg", "1.2.840.10008.1.2.4.91": "pylibjpeg pylibjpeg-openjpeg",
+    "1.2.840.10008.1.2.4.50": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.51": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.57": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.70": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.80": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.81": "pylibjpeg pylibjpeg-libjpeg",
+    "1.2.840.10008.1.2.4.90": "pylibjpeg pylibjpeg-openjpeg",
+    "1.2.840.10008.1.2.4.91": "pylibjpeg pylibjpeg-openjpeg",
     "1.2.840.10008.1.2.5": "pylibjpeg pylibjpeg-rle",
 }
 
@@ -29,14 +34,15 @@ def scan_dicom_folder(folder) -> tuple:
     """
     import pydicom  # here, not on top: 0.3 s that every other data command would pay
     from pydicom.errors import InvalidDicomError
+
     series, skipped = defaultdict(list), []
     for root, _, files in os.walk(folder):
         for name in sorted(files):
             path = Path(root) / name
-            if name.lower().endswith((".xml", ".csv")) or name == FOLDER_MARK:   # readings, annotations, our mark
+            if name.lower().endswith((".xml", ".csv")) or name == FOLDER_MARK:  # readings, annotations, our mark
                 continue
             kind = special_kind(path)
-            if kind:                                    # a FIFO would hold dcmread forever
+            if kind:  # a FIFO would hold dcmread forever
                 skipped.append((str(path), f"{kind}, not a file"))
                 continue
             try:
@@ -58,6 +64,7 @@ def _is_localizer(ds) -> bool:
 def slice_hu(path) -> np.ndarray:
     """One image in HU: stored values * RescaleSlope + RescaleIntercept (per slice)."""
     import pydicom  # here, not on top: see scan_dicom_folder
+
     ds = pydicom.dcmread(path)
     try:
         pixels = ds.pixel_array.astype(np.float32)
@@ -80,19 +87,30 @@ def _pixel_error(path, ds, e: Exception) -> ScanError:
     tsuid = str(ds.file_meta.get("TransferSyntaxUID", ""))
     if tsuid in _UNCOMPRESSED:
         frames = int(ds.get("NumberOfFrames", 1) or 1)
-        need = (int(ds.get("Rows", 0)) * int(ds.get("Columns", 0)) * int(ds.get("BitsAllocated", 16)) // 8
-                * int(ds.get("SamplesPerPixel", 1) or 1) * frames)
+        need = (
+            int(ds.get("Rows", 0))
+            * int(ds.get("Columns", 0))
+            * int(ds.get("BitsAllocated", 16))
+            // 8
+            * int(ds.get("SamplesPerPixel", 1) or 1)
+            * frames
+        )
         held = len(ds.get("PixelData") or b"")
         if held < need:
-            return ScanError(f"{path}: its pixel data holds {held} bytes where {ds.get('Rows')} x {ds.get('Columns')} "
-                             f"pixels need {need}: the file is cut short (an interrupted copy?); copy it again")
-        return ScanError(f"{path}: its pixel data cannot be read ({type(e).__name__}: {str(e)[:200]}); the file "
-                         f"may be damaged")
+            return ScanError(
+                f"{path}: its pixel data holds {held} bytes where {ds.get('Rows')} x {ds.get('Columns')} "
+                f"pixels need {need}: the file is cut short (an interrupted copy?); copy it again"
+            )
+        return ScanError(
+            f"{path}: its pixel data cannot be read ({type(e).__name__}: {str(e)[:200]}); the file may be damaged"
+        )
     # compressed: a missing decoder and a damaged file fail alike (pydicom's registry calls a
     # syntax available when one plugin claims it, though that plugin may not read this file)
     pkg = _DECODERS.get(tsuid, "pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg")
-    return ScanError(f"{path}: pixel data in transfer syntax {tsuid} cannot be decoded here "
-                     f"({type(e).__name__}); pip install {pkg}, or, if that is installed, the file is damaged")
+    return ScanError(
+        f"{path}: pixel data in transfer syntax {tsuid} cannot be decoded here "
+        f"({type(e).__name__}); pip install {pkg}, or, if that is installed, the file is damaged"
+    )
 
 
 def _vector(ds, tag: str, n: int, where: str, path) -> np.ndarray:
@@ -102,8 +120,9 @@ def _vector(ds, tag: str, n: int, where: str, path) -> np.ndarray:
     except (TypeError, ValueError):
         v = None
     if v is None or v.shape != (n,) or not np.isfinite(v).all():
-        raise ScanError(f"{where}: {Path(path).name} has a malformed {tag} ({ds.get(tag)!r}); "
-                        f"the slices cannot be placed in space")
+        raise ScanError(
+            f"{where}: {Path(path).name} has a malformed {tag} ({ds.get(tag)!r}); the slices cannot be placed in space"
+        )
     return v
 
 
@@ -112,8 +131,10 @@ def _check_tags(where: str, images: list, assume_hu: bool) -> None:
     out far too bright), pixel spacing and the slice's UID. ScanError names the first lacking."""
     needs = [("PixelSpacing", "the pixel size is unknown"), ("SOPInstanceUID", "the slices cannot be named")]
     if not assume_hu:
-        needs = [("RescaleSlope", "its stored values are not known to be HU (pass --assume-hu if they are)"),
-                 ("RescaleIntercept", "its stored values are not known to be HU (pass --assume-hu if they are)")] + needs
+        needs = [
+            ("RescaleSlope", "its stored values are not known to be HU (pass --assume-hu if they are)"),
+            ("RescaleIntercept", "its stored values are not known to be HU (pass --assume-hu if they are)"),
+        ] + needs
     for tag, why in needs:
         lacking = [p for p, ds in images if tag not in ds]
         if lacking:
@@ -130,13 +151,18 @@ def read_dicom_series(uid: str, items: list, assume_hu: bool = False) -> tuple:
         raise ScanError(f"{where}: fewer than 2 axial images ({len(items) - len(images)} localizer(s)); not a volume")
     missing = [p for p, ds in images if "ImagePositionPatient" not in ds or "ImageOrientationPatient" not in ds]
     if missing:
-        raise ScanError(f"{where}: {len(missing)} image(s) lack ImagePositionPatient/ImageOrientationPatient "
-                        f"(e.g. {missing[0].name}); the slices cannot be placed in space")
+        raise ScanError(
+            f"{where}: {len(missing)} image(s) lack ImagePositionPatient/ImageOrientationPatient "
+            f"(e.g. {missing[0].name}); the slices cannot be placed in space"
+        )
     _check_tags(where, images, assume_hu)
     orients = Counter(tuple(np.round(_vector(ds, "ImageOrientationPatient", 6, where, p), 4)) for p, ds in images)
     main_orient = np.array(orients.most_common(1)[0][0])
-    kept = [(p, ds) for p, ds in images
-            if np.allclose(_vector(ds, "ImageOrientationPatient", 6, where, p), main_orient, atol=1e-3)]
+    kept = [
+        (p, ds)
+        for p, ds in images
+        if np.allclose(_vector(ds, "ImageOrientationPatient", 6, where, p), main_orient, atol=1e-3)
+    ]
     if len(kept) < len(images):
         notes.append(f"dropped {len(images) - len(kept)} image(s) of another orientation (localizers)")
     if len(kept) < 2:
@@ -149,10 +175,15 @@ def read_dicom_series(uid: str, items: list, assume_hu: bool = False) -> tuple:
         raise ScanError(f"{where}: images of different sizes in one series")
     first = kept[0][1]
     ps = list(_vector(first, "PixelSpacing", 2, where, kept[0][0]))
-    vol = Volume(np.stack(slices).astype(np.float32), positions[0],
-                 np.array([ps[1], ps[0], float(gaps.mean())]), np.stack([row, col, normal], axis=1),
-                 uid=uid, source=str(Path(kept[0][0]).parent),
-                 slice_uids=tuple(str(ds.SOPInstanceUID) for _, ds in kept))
+    vol = Volume(
+        np.stack(slices).astype(np.float32),
+        positions[0],
+        np.array([ps[1], ps[0], float(gaps.mean())]),
+        np.stack([row, col, normal], axis=1),
+        uid=uid,
+        source=str(Path(kept[0][0]).parent),
+        slice_uids=tuple(str(ds.SOPInstanceUID) for _, ds in kept),
+    )
     return vol, notes
 
 
@@ -169,9 +200,13 @@ def _in_stack_order(where: str, kept: list, normal: np.ndarray) -> tuple:
     steps = positions[1:] - positions[:-1]
     off_axis = np.linalg.norm(steps - np.outer(gaps, normal), axis=1)
     if np.any(off_axis > 1e-2 * np.maximum(gaps, 1.0)):
-        raise ScanError(f"{where}: gantry tilt (slices shift sideways along the stack); resample it to an "
-                        f"untilted volume first (e.g. with dcm2niix) ")
+        raise ScanError(
+            f"{where}: gantry tilt (slices shift sideways along the stack); resample it to an "
+            f"untilted volume first (e.g. with dcm2niix) "
+        )
     if gaps.max() - gaps.min() > max(0.01 * gaps.mean(), 1e-3):
-        raise ScanError(f"{where}: non-uniform slice spacing ({gaps.min():.3g} to {gaps.max():.3g} mm): "
-                        f"slices are missing; copy the whole series")
+        raise ScanError(
+            f"{where}: non-uniform slice spacing ({gaps.min():.3g} to {gaps.max():.3g} mm): "
+            f"slices are missing; copy the whole series"
+        )
     return kept, positions, gaps

@@ -14,6 +14,7 @@ Cubes are resampled trilinearly (scipy.ndimage.map_coordinates, order 1) on an i
 grid aligned with the world axes, centred on the nodule, stored as cube[z, y, x]; voxels
 outside the scan are air (-1000 HU).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,13 +32,13 @@ class ScanError(ValueError):
 
 @dataclass
 class Volume:
-    hu: np.ndarray            # (nk, nj, ni) float32
-    origin: np.ndarray        # (3,) mm, world position of voxel (0, 0, 0)
-    spacing: np.ndarray       # (3,) mm along i, j, k
-    direction: np.ndarray     # (3, 3) columns: world unit vectors of i, j, k
+    hu: np.ndarray  # (nk, nj, ni) float32
+    origin: np.ndarray  # (3,) mm, world position of voxel (0, 0, 0)
+    spacing: np.ndarray  # (3,) mm along i, j, k
+    direction: np.ndarray  # (3, 3) columns: world unit vectors of i, j, k
     uid: str
     source: str
-    slice_uids: tuple = ()    # DICOM: SOPInstanceUID of slice k (LIDC's readings name slices so)
+    slice_uids: tuple = ()  # DICOM: SOPInstanceUID of slice k (LIDC's readings name slices so)
 
     @property
     def matrix(self) -> np.ndarray:
@@ -61,8 +62,7 @@ class Volume:
 # ------------------------------------------------------------------------------------
 # Resampling
 # ------------------------------------------------------------------------------------
-def cut_cube(vol: Volume, centre_xyz, size: int = 16, spacing_mm: float = 1.0,
-             fill: float = HU_AIR) -> tuple:
+def cut_cube(vol: Volume, centre_xyz, size: int = 16, spacing_mm: float = 1.0, fill: float = HU_AIR) -> tuple:
     """Cube (size, size, size) in HU, axes (z, y, x) of the world, centred on `centre_xyz`.
 
     Returns (cube, padded): padded is True when part of the cube lay outside the scan.
@@ -91,6 +91,8 @@ def check_hu(vol: Volume) -> Volume:
     --assume-hu, MetaImage and NIfTI carry no tag that says HU)."""
     lowest = float(np.percentile(vol.hu, 0.5)) if vol.hu.size else math.nan
     if not lowest < AIR_BELOW_HU:
-        raise ScanError(f"{vol.source or vol.uid}: no voxel of air (its lowest values are near {lowest:.4g}, air is -1000 HU): "
-                        f"its values are not HU; convert it to HU, or leave it out")
+        raise ScanError(
+            f"{vol.source or vol.uid}: no voxel of air (its lowest values are near {lowest:.4g}, air is -1000 HU): "
+            f"its values are not HU; convert it to HU, or leave it out"
+        )
     return vol

@@ -2,6 +2,7 @@
 read through SimpleITK as LUNA16's own code reads MetaImage, and written for tests and
 synth-scans. The geometry SimpleITK gives is described in deepdensity/data/ingest/geometry.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ def read_metaimage(path) -> Volume:
     origin and direction (its columns are the index axes' directions) are ITK's."""
     path = Path(path)
     _check_metaimage_fields(path)
-    return _read_itk(path, "MetaImageIO", "is the data file next to the header, complete and named as its "
-                                          "ElementDataFile says?")
+    return _read_itk(
+        path, "MetaImageIO", "is the data file next to the header, complete and named as its ElementDataFile says?"
+    )
 
 
 def read_nifti(path) -> Volume:
@@ -29,8 +31,9 @@ def read_nifti(path) -> Volume:
     coordinates; ITK turns them into its LPS frame, the frame LUNA16's annotations use for
     MetaImage, so one annotations CSV convention serves both. The scaling NIfTI stores
     (scl_slope, scl_inter) is applied, as it is for DICOM's rescale."""
-    return _read_itk(Path(path), "NiftiImageIO", "is it a complete NIfTI file (an interrupted copy of a .nii.gz "
-                                                 "is cut short)?")
+    return _read_itk(
+        Path(path), "NiftiImageIO", "is it a complete NIfTI file (an interrupted copy of a .nii.gz is cut short)?"
+    )
 
 
 def read_volume(path) -> Volume:
@@ -54,7 +57,7 @@ def _read_itk(path: Path, image_io: str, hint: str) -> Volume:
     reader = sitk.ImageFileReader()
     reader.SetImageIO(image_io)
     reader.SetFileName(str(path))
-    with _native_output() as said:       # MetaIO explains a failure on stderr, not in its exception
+    with _native_output() as said:  # MetaIO explains a failure on stderr, not in its exception
         try:
             reader.ReadImageInformation()
             _check_metaimage_header(path, reader)
@@ -63,14 +66,21 @@ def _read_itk(path: Path, image_io: str, hint: str) -> Volume:
             image, error = None, e
     if image is None:
         generic = ("MET_Read Failed", "Error parsing file", "Cannot parse file")
-        reason = "; ".join(" ".join(ln.split()) for ln in said.text.splitlines()
-                           if ln.strip() and not any(g in ln for g in generic))
+        reason = "; ".join(
+            " ".join(ln.split()) for ln in said.text.splitlines() if ln.strip() and not any(g in ln for g in generic)
+        )
         raise ScanError(f"{path}: SimpleITK cannot read it ({reason or _itk_reason(error)}); {hint}")
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ScanError(f"{path}: {image.GetNumberOfComponentsPerPixel()} values per voxel; a CT volume has one")
     hu = sitk.GetArrayFromImage(image).astype(np.float32)
-    return Volume(hu, np.array(image.GetOrigin()), np.array(image.GetSpacing()),
-                  np.array(image.GetDirection()).reshape(3, 3), uid=scan_uid(path), source=str(path))
+    return Volume(
+        hu,
+        np.array(image.GetOrigin()),
+        np.array(image.GetSpacing()),
+        np.array(image.GetDirection()).reshape(3, 3),
+        uid=scan_uid(path),
+        source=str(path),
+    )
 
 
 def _check_metaimage_header(path: Path, reader) -> None:
@@ -83,8 +93,10 @@ def _check_metaimage_header(path: Path, reader) -> None:
     if (size < 1).any() or not (np.isfinite(spacing).all() and (spacing > 0).all()):
         raise ScanError(f"{path}: DimSize {size.tolist()} or ElementSpacing {spacing.tolist()} is not positive")
     if not (np.isfinite(reader.GetOrigin()).all() and np.allclose(direction.T @ direction, np.eye(3), atol=1e-3)):
-        raise ScanError(f"{path}: its Offset {list(reader.GetOrigin())} or TransformMatrix "
-                        f"{direction.T.reshape(-1).tolist()} is not a position and a rotation")
+        raise ScanError(
+            f"{path}: its Offset {list(reader.GetOrigin())} or TransformMatrix "
+            f"{direction.T.reshape(-1).tolist()} is not a position and a rotation"
+        )
 
 
 def _itk_reason(e: RuntimeError) -> str:
@@ -95,8 +107,18 @@ def _itk_reason(e: RuntimeError) -> str:
 
 
 # MetaImage numeric fields and their number of values (for NDims = 3).
-_MHD_NUMERIC = {"NDims": 1, "DimSize": 3, "ElementSpacing": 3, "Offset": 3, "Origin": 3, "Position": 3,
-                "CenterOfRotation": 3, "TransformMatrix": 9, "Rotation": 9, "Orientation": 9}
+_MHD_NUMERIC = {
+    "NDims": 1,
+    "DimSize": 3,
+    "ElementSpacing": 3,
+    "Offset": 3,
+    "Origin": 3,
+    "Position": 3,
+    "CenterOfRotation": 3,
+    "TransformMatrix": 9,
+    "Rotation": 9,
+    "Orientation": 9,
+}
 
 
 def _check_metaimage_fields(path: Path) -> None:
@@ -124,8 +146,10 @@ def _check_metaimage_fields(path: Path) -> None:
         if key == "NDims" and values and values != [3]:
             raise ScanError(f"{path}: NDims is {value.strip()}; a CT volume has 3")
         if len(values) != _MHD_NUMERIC[key] or not np.isfinite(values).all():
-            raise ScanError(f"{path}: header field {key} = {value.strip()!r} is not {_MHD_NUMERIC[key]} "
-                            f"number(s); fix the header or leave the scan out")
+            raise ScanError(
+                f"{path}: header field {key} = {value.strip()!r} is not {_MHD_NUMERIC[key]} "
+                f"number(s); fix the header or leave the scan out"
+            )
 
 
 class _native_output:
@@ -157,11 +181,13 @@ def write_metaimage(path, hu: np.ndarray, origin, spacing, direction) -> None:
     path = Path(path)
     rows = np.asarray(direction, float).T.reshape(-1)
     nk, nj, ni = hu.shape
-    header = (f"ObjectType = Image\nNDims = 3\nBinaryData = True\nBinaryDataByteOrderMSB = False\n"
-              f"CompressedData = False\nTransformMatrix = {' '.join(f'{v:.10g}' for v in rows)}\n"
-              f"Offset = {' '.join(f'{v:.10g}' for v in origin)}\nCenterOfRotation = 0 0 0\n"
-              f"AnatomicalOrientation = RAI\nElementSpacing = {' '.join(f'{v:.10g}' for v in spacing)}\n"
-              f"DimSize = {ni} {nj} {nk}\nElementType = MET_SHORT\nElementDataFile = {path.stem}.raw\n")
+    header = (
+        f"ObjectType = Image\nNDims = 3\nBinaryData = True\nBinaryDataByteOrderMSB = False\n"
+        f"CompressedData = False\nTransformMatrix = {' '.join(f'{v:.10g}' for v in rows)}\n"
+        f"Offset = {' '.join(f'{v:.10g}' for v in origin)}\nCenterOfRotation = 0 0 0\n"
+        f"AnatomicalOrientation = RAI\nElementSpacing = {' '.join(f'{v:.10g}' for v in spacing)}\n"
+        f"DimSize = {ni} {nj} {nk}\nElementType = MET_SHORT\nElementDataFile = {path.stem}.raw\n"
+    )
     path.write_text(header)
     (path.parent / f"{path.stem}.raw").write_bytes(np.round(hu).astype("<i2").tobytes())
 
@@ -169,6 +195,7 @@ def write_metaimage(path, hu: np.ndarray, origin, spacing, direction) -> None:
 def write_nifti(path, hu: np.ndarray, origin, spacing, direction) -> None:
     """Write `hu[k, j, i]` (int16) as NIfTI through SimpleITK, geometry in ITK's frame (for tests and synth)."""
     import SimpleITK as sitk  # here, not on top: see _read_itk
+
     image = sitk.GetImageFromArray(np.round(hu).astype(np.int16))
     image.SetOrigin([float(v) for v in origin])
     image.SetSpacing([float(v) for v in spacing])

@@ -9,6 +9,7 @@ nodule cut into a cube (geometry.py); the cubes are split into train and validat
 and written in the layout of deepdensity/data/cubes.py. Scans already cut by an interrupted
 prepare are kept in OUT.partial/ and not read again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,9 @@ class Summary:
         self.skipped = self.skipped or []
 
 
-def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary, assume_hu: bool = False,
-           nifti: Optional[str] = None) -> list:
+def _scans(
+    dicom: Optional[str], luna: Optional[str], summary: Summary, assume_hu: bool = False, nifti: Optional[str] = None
+) -> list:
     """[(uid, load)] of every scan under the folder, cheap to list: `load()` reads the
     volume (ScanError if it cannot), so a scan already cut need not be read again."""
     if luna or nifti:
@@ -70,6 +72,7 @@ def _scans(dicom: Optional[str], luna: Optional[str], summary: Summary, assume_h
         vol, notes = read_dicom_series(uid, series[uid], assume_hu)
         summary.skipped += [("note", f"series {uid}: {n}") for n in notes]
         return vol
+
     return [(uid, lambda uid=uid: load(uid)) for uid in sorted(series)]
 
 
@@ -103,18 +106,25 @@ class _ScanCache:
     def put(self, uid: str, rows: list, padded: int, skipped: list) -> None:
         cube = rows[0][0].shape if rows else (0,)
         with atomic_path(self.folder / f"{self.name(uid)}.npz", suffix=".npz") as tmp:  # savez adds .npz otherwise
-            np.savez(tmp, cubes=np.array([r[0] for r in rows]).reshape((len(rows),) + cube),
-                     xyz=np.array([r[1] for r in rows]).reshape(-1, 3), diameter=np.array([r[2] for r in rows], float),
-                     padded=padded, skipped=np.array(skipped, dtype=str).reshape(-1, 2))
+            np.savez(
+                tmp,
+                cubes=np.array([r[0] for r in rows]).reshape((len(rows),) + cube),
+                xyz=np.array([r[1] for r in rows]).reshape(-1, 3),
+                diameter=np.array([r[2] for r in rows], float),
+                padded=padded,
+                skipped=np.array(skipped, dtype=str).reshape(-1, 2),
+            )
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, window, min_readers,
-               assume_hu: bool = False) -> str:
-    h = hashlib.sha1(repr((cube, spacing_mm, tuple(window), lidc_xml, min_readers)
-                          + ((True,) if assume_hu else ())).encode())
+def _cache_key(
+    annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, window, min_readers, assume_hu: bool = False
+) -> str:
+    h = hashlib.sha1(
+        repr((cube, spacing_mm, tuple(window), lidc_xml, min_readers) + ((True,) if assume_hu else ())).encode()
+    )
     if lidc_xml:
         for p in sorted(folder.rglob("*.xml")):
             h.update(p.read_bytes())
@@ -123,9 +133,23 @@ def _cache_key(annotations, folder: Path, lidc_xml: bool, cube, spacing_mm, wind
     return h.hexdigest()
 
 
-def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.0, n_val=256, seed=0,
-            window=HU_WINDOW, progress=True, lidc_xml=False, min_readers=3, say=print, assume_hu=False,
-            nifti=None) -> Summary:
+def prepare(
+    out,
+    annotations=None,
+    dicom=None,
+    luna=None,
+    cube=16,
+    spacing_mm=1.0,
+    n_val=256,
+    seed=0,
+    window=HU_WINDOW,
+    progress=True,
+    lidc_xml=False,
+    min_readers=3,
+    say=print,
+    assume_hu=False,
+    nifti=None,
+) -> Summary:
     """Cut every annotated nodule into a cube and write train/val split by series.
 
     The nodules come from a LUNA16-format CSV (`annotations`) or, with `lidc_xml`, from
@@ -135,10 +159,10 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
     folder = Path(dicom or luna or nifti)
     summary = Summary()
     readings, notes = _nodule_marks(folder, annotations, lidc_xml, summary)
-    scans = _scans(dicom, luna, summary, assume_hu, nifti)    # refuses a folder without scans before OUT.partial exists
-    cache = _ScanCache(Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window,
-                                             min_readers, assume_hu),
-                       say)
+    scans = _scans(dicom, luna, summary, assume_hu, nifti)  # refuses a folder without scans before OUT.partial exists
+    cache = _ScanCache(
+        Path(out), _cache_key(annotations, folder, lidc_xml, cube, spacing_mm, window, min_readers, assume_hu), say
+    )
     cut = _Cutter(cube, spacing_mm, window, readings, notes, min_readers, summary)
     per_series, seen = _cut_scans(scans, cut, cache, progress)
     for uid in sorted(set(notes) - seen):
@@ -149,14 +173,15 @@ def prepare(out, annotations=None, dicom=None, luna=None, cube=16, spacing_mm=1.
         _write_split(out, per_series, n_val, seed, summary, attrs, cube)
     except NotEnoughNodules:
         summary.nodules_written = 0
-        cache.clear()               # the same settings would give the same verdict: nothing to keep
+        cache.clear()  # the same settings would give the same verdict: nothing to keep
         raise
     cache.clear()
     return summary
 
 
-def _check_prepare(annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers,
-                   nifti=None) -> None:
+def _check_prepare(
+    annotations, dicom, luna, cube, spacing_mm, n_val, window, lidc_xml, min_readers, nifti=None
+) -> None:
     """prepare's arguments, each refused with what to pass instead."""
     if sum(map(bool, (dicom, luna, nifti))) != 1:
         raise DataError("give exactly one of --dicom DIR, --luna DIR or --nifti DIR")
@@ -189,6 +214,7 @@ def _nodule_marks(folder: Path, annotations, lidc_xml: bool, summary: Summary) -
 @dataclass
 class _Cutter:
     """Cuts one loaded scan's nodules into cubes, recording what it skipped in `summary`."""
+
     cube: int
     spacing_mm: float
     window: tuple
@@ -248,13 +274,19 @@ def _cut_scan(vol: Volume, nodules, cube, spacing_mm, window, summary) -> tuple:
     return rows, padded_count
 
 
-def _file_attrs(annotations, luna, nifti, cube, spacing_mm, window, seed, lidc_xml, assume_hu,
-                summary: Summary) -> dict:
+def _file_attrs(
+    annotations, luna, nifti, cube, spacing_mm, window, seed, lidc_xml, assume_hu, summary: Summary
+) -> dict:
     """The data file's attributes beside the layout's own: how prepare made it, from what."""
     return {
-        "cube_size": cube, "ndim": 3, "spacing_mm": spacing_mm, "hu_window": list(window),
-        "source": "luna16" if luna else "nifti" if nifti else "dicom", "created_by": "python -m deepdensity.data prepare",
-        "scans_read": summary.scans_read, "seed": seed,
+        "cube_size": cube,
+        "ndim": 3,
+        "spacing_mm": spacing_mm,
+        "hu_window": list(window),
+        "source": "luna16" if luna else "nifti" if nifti else "dicom",
+        "created_by": "python -m deepdensity.data prepare",
+        "scans_read": summary.scans_read,
+        "seed": seed,
         "annotations": "lidc-xml" if lidc_xml else str(annotations),
         "assume_hu": bool(assume_hu),
     }
@@ -265,10 +297,15 @@ def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary,
     uids = sorted(per_series)
     total = sum(len(v) for v in per_series.values())
     if total == 0 or (n_val > 0 and len(uids) < 2):
-        need = ("a train/validation split by scan needs at least 2 scans with nodules (or pass --val 0 "
-                "for a training split only)" if n_val > 0 else "nothing to write")
-        raise NotEnoughNodules(f"only {total} nodule cube(s) from {len(uids)} scan(s) of {summary.scans_read} "
-                               f"read: {need}", summary)
+        need = (
+            "a train/validation split by scan needs at least 2 scans with nodules (or pass --val 0 "
+            "for a training split only)"
+            if n_val > 0
+            else "nothing to write"
+        )
+        raise NotEnoughNodules(
+            f"only {total} nodule cube(s) from {len(uids)} scan(s) of {summary.scans_read} read: {need}", summary
+        )
     val_uids, n = [], 0
     for uid in np.random.default_rng(seed).permutation(uids):
         if n >= min(n_val, total - 1) or len(val_uids) == len(uids) - 1:
@@ -278,11 +315,16 @@ def _write_split(out, per_series: dict, n_val: int, seed: int, summary: Summary,
 
     def split(ids):
         rows = [(uid, *r) for uid in ids for r in per_series[uid]]
-        if not rows:                          # the validation split of --val 0
-            return Split(np.zeros((0,) + (cube,) * 3, np.float32), np.array([], dtype=object),
-                         np.zeros((0, 3)), np.zeros(0))
-        return Split(np.stack([r[1] for r in rows]), np.array([r[0] for r in rows], dtype=object),
-                     np.stack([r[2] for r in rows]), np.array([r[3] for r in rows], float))
+        if not rows:  # the validation split of --val 0
+            return Split(
+                np.zeros((0,) + (cube,) * 3, np.float32), np.array([], dtype=object), np.zeros((0, 3)), np.zeros(0)
+            )
+        return Split(
+            np.stack([r[1] for r in rows]),
+            np.array([r[0] for r in rows], dtype=object),
+            np.stack([r[2] for r in rows]),
+            np.array([r[3] for r in rows], float),
+        )
 
     train_ids = [u for u in uids if u not in set(val_uids)]
     write_cubes(out, split(train_ids), split(sorted(val_uids)), attrs)

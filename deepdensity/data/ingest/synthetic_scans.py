@@ -1,6 +1,7 @@
 """Synthetic CT scans on disk, for trying the whole path offline (`python -m deepdensity.data
 synth-scans`): DICOM series with LIDC-style readings, MetaImage or NIfTI volumes, and a
 LUNA16-format annotations.csv of the nodules planted in them."""
+
 from __future__ import annotations
 
 import csv
@@ -27,23 +28,37 @@ def synth_scan(rng: np.random.Generator, shape=(40, 96, 96), spacing=(0.7, 0.7, 
     centres, diameters = [], []
     for _ in range(n_nodules):
         d = rng.uniform(6.0, 12.0)
-        c = np.array([rng.uniform(12, ni * spacing[0] - 12), rng.uniform(12, nj * spacing[1] - 12),
-                      rng.uniform(12, nk * spacing[2] - 12)])
+        c = np.array(
+            [
+                rng.uniform(12, ni * spacing[0] - 12),
+                rng.uniform(12, nj * spacing[1] - 12),
+                rng.uniform(12, nk * spacing[2] - 12),
+            ]
+        )
         inside = 1.0 / (1.0 + np.exp(np.clip((np.linalg.norm(mm - c, axis=-1) - d / 2) / 0.4, -50, 50)))
         hu = hu + inside * (rng.normal(30, 10) + 860)
-        centres.append(c / np.array(spacing))     # continuous (i, j, k)
+        centres.append(c / np.array(spacing))  # continuous (i, j, k)
         diameters.append(d)
     hu = hu + rng.normal(0, 25, shape)
     return hu.astype(np.float32), np.array(centres), np.array(diameters)
 
 
-def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos, series_uid: str,
-                       rng: Optional[np.random.Generator] = None) -> list:
+def write_dicom_series(
+    folder,
+    hu: np.ndarray,
+    origin,
+    spacing,
+    row_cos,
+    col_cos,
+    series_uid: str,
+    rng: Optional[np.random.Generator] = None,
+) -> list:
     """One CT image file per slice of hu[k, j, i]; with `rng`, shuffled random file names.
     Returns the SOPInstanceUID of each slice k."""
     import pydicom  # here, not on top: 0.3 s that every other data command would pay
     from pydicom.dataset import FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     row_cos, col_cos = np.asarray(row_cos, float), np.asarray(col_cos, float)
@@ -51,7 +66,7 @@ def write_dicom_series(folder, hu: np.ndarray, origin, spacing, row_cos, col_cos
     study_uid = generate_uid()
     names = [f"IM{i:05d}.dcm" for i in range(hu.shape[0])]
     if rng is not None:
-        names = [f"{rng.integers(1 << 40):x}" for _ in names]   # no extension, no order
+        names = [f"{rng.integers(1 << 40):x}" for _ in names]  # no extension, no order
     sop_uids = []
     for k in range(hu.shape[0]):
         meta = FileMetaDataset()
@@ -85,7 +100,7 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
     if n_scans < 1:
         raise DataError(f"synth-scans needs --n of at least 1, got {n_scans}")
     out_dir = Path(out_dir)
-    check_own_folder(out_dir, "--out", "scans")     # its annotations.csv would replace the user's
+    check_own_folder(out_dir, "--out", "scans")  # its annotations.csv would replace the user's
     mark_folder(out_dir, "scans")
     rows = []
     for s in range(n_scans):
@@ -97,8 +112,11 @@ def synth_scans(out_dir, n_scans: int = 3, seed: int = 0, fmt: str = "dicom") ->
         uid = f"1.2.826.0.1.3680043.10.999.{seed}.{s}"
         vol = Volume(hu, origin, spacing, direction, uid, "")
         if fmt == "dicom":
-            vol.slice_uids = tuple(write_dicom_series(out_dir / f"scan{s}", hu, origin, spacing, direction[:, 0],
-                                                      direction[:, 1], uid, rng))
+            vol.slice_uids = tuple(
+                write_dicom_series(
+                    out_dir / f"scan{s}", hu, origin, spacing, direction[:, 0], direction[:, 1], uid, rng
+                )
+            )
             # LIDC-style readings: four radiologists who agree on every nodule
             write_xml(out_dir / f"scan{s}" / "readings.xml", uid, [list(zip(centres, diameters))] * 4, vol)
         elif fmt == "nifti":

@@ -8,6 +8,7 @@
 `deepdensity.model.layers.render_on_grid` computes the same with TensorFlow ops; the layer
 uses this kernel on CPUs when it is available (see `DeepDensity`).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -33,9 +34,12 @@ def _ops():
         if LIBRARY.exists():
             try:
                 _loaded["ops"] = tf.load_op_library(str(LIBRARY))
-            except (tf.errors.NotFoundError, OSError) as e:    # built for another TensorFlow
-                warnings.warn(f"{LIBRARY} does not load ({str(e).strip()[:200]}); rendering with TensorFlow ops. "
-                              f"`python -m deepdensity.model.kernels.build` rebuilds it.", stacklevel=2)
+            except (tf.errors.NotFoundError, OSError) as e:  # built for another TensorFlow
+                warnings.warn(
+                    f"{LIBRARY} does not load ({str(e).strip()[:200]}); rendering with TensorFlow ops. "
+                    f"`python -m deepdensity.model.kernels.build` rebuilds it.",
+                    stacklevel=2,
+                )
     return _loaded["ops"]
 
 
@@ -48,7 +52,7 @@ def isa() -> str:
     ONEDNN_MAX_CPU_ISA leave the kernel (read once per process); 'not built' without it."""
     if "isa" not in _loaded:
         ops = _ops()
-        with tf.init_scope():       # eager even when a layer is built inside a graph
+        with tf.init_scope():  # eager even when a layer is built inside a graph
             _loaded["isa"] = ops.deep_density_render_isa().numpy().decode() if ops else "not built"
     return _loaded["isa"]
 

@@ -3,13 +3,15 @@
     python -m deepdensity.model.kernels.build
 
 which writes lib/render-tf<version>.so beside this file (one per TensorFlow, so that two
-venvs of one checkout, the current stack's and the paper-era one's, each keep their own): a folder with no __init__.py, so that tools that
+venvs of one checkout, the current stack's and the paper-era one's, each keep their own): a folder with no
+__init__.py, so that tools that
 import every module of the package (pkgutil.walk_packages: documentation builders, coverage,
 plugin scanners) do not dlopen it as a Python extension, after which a tf.load_op_library in
 that process no longer registers the op. The kernel is optional: without it (no C++
 compiler, another TensorFlow, a GPU) the layer renders with TensorFlow ops, which the tests
 compare it against. CXX picks the compiler (g++ by default).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +24,7 @@ from deepdensity.model.kernels import library_for
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "render.cc"
-FORMER_LIBRARIES = (HERE / "_render.so", HERE / "lib" / "render.so")   # where builds before put it
+FORMER_LIBRARIES = (HERE / "_render.so", HERE / "lib" / "render.so")  # where builds before put it
 
 # -O3 vectorises the row loops, -fopenmp-simd honours their `omp simd` (no OpenMP runtime),
 # -ffp-contract=fast lets a*b+c become one FMA where the variant has FMA (ISO C++17, which
@@ -40,6 +42,7 @@ def build(out: Path = None) -> Path:
     """Compiles the kernel to `out`, by default the one for the TensorFlow installed (via a
     temporary file, so a failed build leaves no library)."""
     import tensorflow as tf
+
     out = out or library_for(tf.__version__)
     out.parent.mkdir(parents=True, exist_ok=True)
     for former in FORMER_LIBRARIES:
@@ -58,8 +61,10 @@ def main() -> int:
     try:
         path = build()
     except (OSError, RuntimeError) as e:
-        print(f"warning: the rendering kernel was not built, the layer will use TensorFlow ops (slower): {e}",
-              file=sys.stderr)
+        print(
+            f"warning: the rendering kernel was not built, the layer will use TensorFlow ops (slower): {e}",
+            file=sys.stderr,
+        )
         return 0
     print(f"rendering kernel built: {path}")
     return 0

@@ -17,6 +17,7 @@ hand-made cells.
             missed).
   claim     *reproduced*, *contradicted* or *inconclusive* (Verdict).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,14 +37,14 @@ class Cell:
     mode: str
     n: int
     seed: int
-    status: str                       # reached_target | max_epochs | diverged | stalled
-    epochs: Optional[int]             # epochs run
+    status: str  # reached_target | max_epochs | diverged | stalled
+    epochs: Optional[int]  # epochs run
     epochs_to_target: Optional[int]
-    epoch_seconds: float              # one epoch at this (mode, N)
-    time_source: str                  # measured | modelled
+    epoch_seconds: float  # one epoch at this (mode, N)
+    time_source: str  # measured | modelled
     time_to_target_s: Optional[float]
-    run: str                          # folder of the run that gave the convergence
-    final_val_loss: Optional[float] = None   # the last validation loss (what a failure ended at)
+    run: str  # folder of the run that gave the convergence
+    final_val_loss: Optional[float] = None  # the last validation loss (what a failure ended at)
     passes_to_target: Optional[float] = None  # passes over the training set (None: not reached, or not recorded)
 
     @classmethod
@@ -61,6 +62,7 @@ class Cell:
 @dataclass(frozen=True)
 class TimeBase:
     """What turns epochs to target into seconds under a clock: the data and the epoch."""
+
     n_train: int
     n_val: int
     definition: str = rules.PER_WORKER
@@ -92,8 +94,11 @@ def efficiency_table(cells: list, modes, workers) -> dict:
 def failures(cells: list) -> list:
     """Every run that did not reach the target, as the paper's NaN cells: (mode, N, seed,
     status, epochs run, last validation loss)."""
-    return [(c.mode, c.n, c.seed, c.status, c.epochs, c.final_val_loss)
-            for c in sorted(cells, key=lambda c: (c.mode, c.n, c.seed)) if not c.reached]
+    return [
+        (c.mode, c.n, c.seed, c.status, c.epochs, c.final_val_loss)
+        for c in sorted(cells, key=lambda c: (c.mode, c.n, c.seed))
+        if not c.reached
+    ]
 
 
 def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
@@ -103,15 +108,17 @@ def failure_groups(cells: list, seq_2eta: list, base_batch: int) -> list:
     groups = {}
     for c in cells:
         policy = policies.get(c.mode)
-        if (c.n > 1) == policy.follows_sequential_path:   # N = 1 of every mode and strong's N > 1: the sequential run
+        if (c.n > 1) == policy.follows_sequential_path:  # N = 1 of every mode and strong's N > 1: the sequential run
             continue
         p = policy.plan(c.n, base_batch, base_lr=1.0)
         key = (p.global_batch, p.peak_lr, policy.schedule)
         groups.setdefault(key, []).append((c.mode, c.reached))
     for r in seq_2eta:
         groups.setdefault((base_batch, 2.0, "constant"), []).append(("2 x eta", r["status"] == RunStatus.REACHED))
-    return [(b, lr, sched, sorted({m for m, _ in runs}), len(runs), sum(not ok for _, ok in runs))
-            for (b, lr, sched), runs in sorted(groups.items())]
+    return [
+        (b, lr, sched, sorted({m for m, _ in runs}), len(runs), sum(not ok for _, ok in runs))
+        for (b, lr, sched), runs in sorted(groups.items())
+    ]
 
 
 def failure_margins(groups: list, index: int) -> list:
@@ -138,16 +145,18 @@ def filter_n(cells: list, mode: str) -> Optional[int]:
 
 
 MISSED, FAILED = "missed within the cap", "collapsed or non-finite"
-FIRST_LOOK = 0.95        # the level of every cell's first look (docs/decision-rules.md)
+FIRST_LOOK = 0.95  # the level of every cell's first look (docs/decision-rules.md)
 
 
 class Call:
     """What the runs of one cell (or one pooled side) say: the cell vocabulary."""
+
     CONVERGES, FAILS, INCONCLUSIVE, NOT_RUN = "converges", "fails", "inconclusive", "not run"
 
 
 class Verdict:
     """What the cells say of one claim: the claim vocabulary, apart from the cells'."""
+
     REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
 
 
@@ -200,14 +209,15 @@ def two_looks(missed_by_seed: Sequence[bool], design: int, second_look: float) -
 @dataclass
 class Evidence:
     """The study's cells and what turns passes into seconds, with the failure definition."""
+
     cells: list
     workers: list
     definition: str = MISSED
     collapse_loss: Optional[float] = None
     clocks: dict = field(default_factory=dict)
-    base: object = None                  # cells.TimeBase: n_train, n_val, epoch definition
-    design: int = 0                      # the seeds the design gives every cell (0: not checked)
-    second_look: float = 0.0             # the second look's level (0: none; docs/decision-rules.md)
+    base: object = None  # cells.TimeBase: n_train, n_val, epoch definition
+    design: int = 0  # the seeds the design gives every cell (0: not checked)
+    second_look: float = 0.0  # the second look's level (0: none; docs/decision-rules.md)
 
     def short(self, mode: str, ns) -> list:
         """The N of `ns` where `mode` has fewer runs than the design's seeds (a study in progress)."""
@@ -234,8 +244,11 @@ class Evidence:
 
     def seconds(self, mode: str, n: int, clock, scale: float = 1.0) -> list:
         """Time to target per seed of (mode, N) under `clock` (times `scale`), inf where it missed."""
-        return [seconds(c, clock, self.base, scale) for c in sorted(self.cells, key=lambda c: c.seed)
-                if c.mode == mode and c.n == n]
+        return [
+            seconds(c, clock, self.base, scale)
+            for c in sorted(self.cells, key=lambda c: c.seed)
+            if c.mode == mode and c.n == n
+        ]
 
 
 def seconds(c, clock, base, scale: float = 1.0) -> float:
@@ -246,8 +259,10 @@ def seconds(c, clock, base, scale: float = 1.0) -> float:
 
 def epoch_under(c, clock, base) -> tuple:
     """(seconds, passes over the training set) of one epoch at the cell's mode and N under `clock`."""
-    return (clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition),
-            curves.passes_per_epoch(c.n, base.definition))
+    return (
+        clock.epoch_seconds(c.mode, c.n, base.n_train, base.n_val, base.definition),
+        curves.passes_per_epoch(c.n, base.definition),
+    )
 
 
 def timed_under(cells: list, clock, base) -> list:
@@ -286,6 +301,7 @@ class Outcome:
     loss of an output that ignores its input, rules.collapsed): it learnt nothing. A run that
     missed the target and ended below the collapse level is *slow*. Under the primary
     definition, the paper's, every run that missed the target within the cap is MISSED."""
+
     REACHED, SLOW, FAILED = "reached", "slow", "failed"
 
 
@@ -293,8 +309,11 @@ def outcome(status: str, final_val_loss: Optional[float], collapse_loss: Optiona
     """reached, slow or failed, from a run's status and last validation loss."""
     if status == RunStatus.REACHED:
         return Outcome.REACHED
-    if status in (RunStatus.DIVERGED, RunStatus.COLLAPSED) or final_val_loss is None \
-            or not math.isfinite(final_val_loss):
+    if (
+        status in (RunStatus.DIVERGED, RunStatus.COLLAPSED)
+        or final_val_loss is None
+        or not math.isfinite(final_val_loss)
+    ):
         return Outcome.FAILED
     if collapse_loss is not None and final_val_loss >= collapse_loss:
         return Outcome.FAILED

@@ -26,6 +26,7 @@ seconds of an epoch on n workers built from measured per-step parts.
 The three are one registry, JUDGED: a clock's name, how the reports and figures name it, and how
 it is made from this host's; adding a clock is one entry there and its function.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,21 +48,22 @@ from deepdensity.study.core.speedup import (
     fit_line,
 )
 
-PAPER, HOST, DEVICE = "paper", "host", "device"   # the names of the registry's clocks (JUDGED)
-RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))   # the break-even search's ratios
+PAPER, HOST, DEVICE = "paper", "host", "device"  # the names of the registry's clocks (JUDGED)
+RHO_GRID = tuple(float(x) for x in np.geomspace(1e-4, 10.0, 101))  # the break-even search's ratios
 
 
 @dataclass(frozen=True)
 class Clock:
     """Seconds of a step's parts on one worker (each worker its own device)."""
+
     name: str
     step_fixed_s: float
     per_sample_s: float
     allreduce_per_doubling_s: float
     eval_per_sample_s: float
     base_batch: int = PAPER_BATCH
-    allreduce_latency_s: float = 0.0      # an allreduce's cost at any N > 1; the paper's form has none
-    epoch_overhead_s: float = 0.0         # the callbacks' epoch-end work, once an epoch at every N
+    allreduce_latency_s: float = 0.0  # an allreduce's cost at any N > 1; the paper's form has none
+    epoch_overhead_s: float = 0.0  # the callbacks' epoch-end work, once an epoch at every N
 
     @property
     def step_s(self) -> float:
@@ -76,30 +78,60 @@ class Clock:
     def with_rho(self, rho: float, name: Optional[str] = None) -> "Clock":
         """The same compute with communication `rho` times a base-batch step per doubling and
         no latency: the paper's form, on which break-evens are stated."""
-        return replace(self, name=name or self.name, allreduce_per_doubling_s=rho * self.step_s,
-                       allreduce_latency_s=0.0)
+        return replace(
+            self, name=name or self.name, allreduce_per_doubling_s=rho * self.step_s, allreduce_latency_s=0.0
+        )
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
         """One epoch of (mode, N), from the policy's batches (epoch_seconds_model)."""
-        return epoch_seconds_model(policies.plan(mode, n, self.base_batch), n_train, n_val, self.step_fixed_s,
-                                         self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
-                                         definition, self.allreduce_latency_s, self.epoch_overhead_s)
+        return epoch_seconds_model(
+            policies.plan(mode, n, self.base_batch),
+            n_train,
+            n_val,
+            self.step_fixed_s,
+            self.per_sample_s,
+            self.allreduce_per_doubling_s,
+            self.eval_per_sample_s,
+            definition,
+            self.allreduce_latency_s,
+            self.epoch_overhead_s,
+        )
 
-    def epoch_seconds_as_run(self, mode: str, n: int, n_val: int, steps: int, global_batch: int,
-                             allreduces: int) -> float:
+    def epoch_seconds_as_run(
+        self, mode: str, n: int, n_val: int, steps: int, global_batch: int, allreduces: int
+    ) -> float:
         """One epoch of (mode, N) as a run did it (a metrics row: its steps, global batch and
         allreduces; epoch_seconds), for the policies whose batch or allreduces vary by epoch."""
-        return epoch_seconds(steps, global_batch // n, allreduces, n, n_val, self.step_fixed_s,
-                                     self.per_sample_s, self.allreduce_per_doubling_s, self.eval_per_sample_s,
-                                     policies.get(mode).allreduce_size, self.allreduce_latency_s, self.epoch_overhead_s)
+        return epoch_seconds(
+            steps,
+            global_batch // n,
+            allreduces,
+            n,
+            n_val,
+            self.step_fixed_s,
+            self.per_sample_s,
+            self.allreduce_per_doubling_s,
+            self.eval_per_sample_s,
+            policies.get(mode).allreduce_size,
+            self.allreduce_latency_s,
+            self.epoch_overhead_s,
+        )
 
 
 def host_clock(timing: dict, base_batch: int) -> Clock:
     """The calibrated model of the parts run/timing.py measured (its compute parts scaled to the real
     one-process epoch)."""
     k = timing["compute_scale"]
-    return Clock(HOST, k * timing["step_fixed_s"], k * timing["per_sample_s"], timing["allreduce_per_doubling_s"],
-                 k * timing["eval_per_sample_s"], base_batch, timing["allreduce_latency_s"], timing["epoch_overhead_s"])
+    return Clock(
+        HOST,
+        k * timing["step_fixed_s"],
+        k * timing["per_sample_s"],
+        timing["allreduce_per_doubling_s"],
+        k * timing["eval_per_sample_s"],
+        base_batch,
+        timing["allreduce_latency_s"],
+        timing["epoch_overhead_s"],
+    )
 
 
 def device_clock(host: Clock) -> Clock:
@@ -124,23 +156,33 @@ def paper_clock(host: Clock, table1: dict) -> Clock:
     step and communication rho per doubling, both from Table I."""
     s, rho = fit_table1(table1)
     step = host.step_s
-    return Clock(PAPER, s * step, (1.0 - s) * step / host.base_batch, rho * step, host.eval_per_sample_s,
-                 host.base_batch, epoch_overhead_s=host.epoch_overhead_s)
+    return Clock(
+        PAPER,
+        s * step,
+        (1.0 - s) * step / host.base_batch,
+        rho * step,
+        host.eval_per_sample_s,
+        host.base_batch,
+        epoch_overhead_s=host.epoch_overhead_s,
+    )
 
 
 @dataclass(frozen=True)
 class JudgedClock:
     """A clock every time claim is judged under: its name (a Clock's and the verdicts' key), how
     the reports and figures name it, and how it is made from this host's calibrated clock."""
+
     name: str
     label: str
     from_host: Callable[[Clock], Clock]
 
 
 # The verdict's clock first: the verdicts are given under it and the reports show it first.
-JUDGED = (JudgedClock(PAPER, "the paper's clock", lambda host: paper_clock(host, PAPER_TABLE1)),
-          JudgedClock(HOST, "this host's clock", lambda host: host),
-          JudgedClock(DEVICE, "one device per worker", device_clock))
+JUDGED = (
+    JudgedClock(PAPER, "the paper's clock", lambda host: paper_clock(host, PAPER_TABLE1)),
+    JudgedClock(HOST, "this host's clock", lambda host: host),
+    JudgedClock(DEVICE, "one device per worker", device_clock),
+)
 
 
 def judged_clocks(host: Clock) -> dict:
@@ -205,17 +247,24 @@ def combine_rounds(rounds: list, batch_size: int) -> dict:
     allreduce = {n: median("allreduce", n) for n in rounds[0]["allreduce"]}
     step_fixed, per_sample = fit_line([int(b) for b in steps], list(steps.values()))
     latency, per_doubling = fit_latency_and_per_doubling({int(n): s for n, s in allreduce.items()})
-    return {"step_seconds": steps, "step_fixed_s": step_fixed, "per_sample_s": per_sample,
-            "eval_per_sample_s": statistics.median(r["eval"] for r in rounds),
-            "shared_step_seconds": {"1": steps[str(batch_size)], **shared},
-            "allreduce_seconds": {"1": 0.0, **allreduce},
-            "allreduce_latency_s": latency, "allreduce_per_doubling_s": per_doubling,
-            "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]},
-            "real_steps_seconds": {n: median("real_steps", n) for n in rounds[0]["real_steps"]}, "rounds": rounds}
+    return {
+        "step_seconds": steps,
+        "step_fixed_s": step_fixed,
+        "per_sample_s": per_sample,
+        "eval_per_sample_s": statistics.median(r["eval"] for r in rounds),
+        "shared_step_seconds": {"1": steps[str(batch_size)], **shared},
+        "allreduce_seconds": {"1": 0.0, **allreduce},
+        "allreduce_latency_s": latency,
+        "allreduce_per_doubling_s": per_doubling,
+        "real_epoch_seconds": {n: median("real", n) for n in rounds[0]["real"]},
+        "real_steps_seconds": {n: median("real_steps", n) for n in rounds[0]["real_steps"]},
+        "rounds": rounds,
+    }
 
 
-def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: int, definition: str,
-                            t1_real: float, t1_steps: float) -> tuple:
+def step_scale_and_overhead(
+    parts: dict, n_train: int, n_val: int, base_batch: int, definition: str, t1_real: float, t1_steps: float
+) -> tuple:
     """(k, epoch overhead) from the real one-process epoch: k makes the
     model's steps of that epoch its real steps (`steps_seconds`), and the overhead is the rest
     of the real epoch less the evaluation (k x the probe's): its callbacks' epoch-end work,
@@ -230,7 +279,7 @@ def step_scale_and_overhead(parts: dict, n_train: int, n_val: int, base_batch: i
 def describe_allreduce(timing: dict) -> str:
     """The clock's allreduce in words: per doubling of N, and its latency where the fit gave one."""
     per_doubling = f"{timing['allreduce_per_doubling_s'] * 1e3:.2f} ms per doubling of N"
-    latency = timing["allreduce_latency_s"]          # the fit is non-negative: 0 where it finds none
+    latency = timing["allreduce_latency_s"]  # the fit is non-negative: 0 where it finds none
     return f"{latency * 1e3:.2f} ms + {per_doubling} (none at N = 1)" if latency else per_doubling
 
 

@@ -4,6 +4,7 @@ learning rates (paper section VI), and the target calibrated on sequential runs 
 
 Pure functions (no TensorFlow): the study reads its runs' metrics rows through them.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,9 +33,12 @@ def validation_points(rows: Sequence[dict], per_epoch: int) -> list:
     """[(passes, val_loss)] of a run's metrics rows, in order: the validations inside each epoch
     (`pass_val_losses`, [passes, val_loss] pairs, with validate_every_pass) and the epoch's own
     at its end (epoch x per_epoch passes); a non-finite loss is None in the rows and stays so."""
-    return [point for row in rows
-            for point in [tuple(p) for p in row.get("pass_val_losses") or []] + [(row["epoch"] * per_epoch,
-                                                                                   row["val_loss"])]]
+    return [
+        point
+        for row in rows
+        for point in [tuple(p) for p in row.get("pass_val_losses") or []]
+        + [(row["epoch"] * per_epoch, row["val_loss"])]
+    ]
 
 
 def passes_to_target(rows: Sequence[dict], target_loss: float, per_epoch: int) -> Optional[float]:
@@ -91,7 +95,7 @@ def edge_probe(outcomes: dict, n_seeds: int = 1) -> Optional[tuple]:
     if len(ks) >= EDGE_MAX_PROBES:
         raise PlanError(f"no edge of stability within {EDGE_MAX_PROBES} probes of the lr grid")
     bad = _lowest_diverging(outcomes)
-    if bad is None:                                   # everything so far converges: climb
+    if bad is None:  # everything so far converges: climb
         return max(ks) + 1, 0
     below = bad - 1
     return below, next(i for i in range(n_seeds) if (below, i) not in outcomes)
@@ -130,8 +134,7 @@ def calibrate_target(sequential_val_losses: Sequence[float], epochs: int) -> tup
     if epochs < 1:
         raise ValueError("calibration needs at least one epoch")
     if len(sequential_val_losses) < epochs:
-        raise ValueError(f"the sequential run has {len(sequential_val_losses)} epochs, "
-                         f"calibration needs {epochs}")
+        raise ValueError(f"the sequential run has {len(sequential_val_losses)} epochs, calibration needs {epochs}")
     target = float(sequential_val_losses[epochs - 1])
     if not math.isfinite(target):
         raise ValueError("the sequential run's loss is not finite at the calibration epoch")

@@ -15,6 +15,7 @@ stopping rules (replayed instead), and holds TRAINING_VERSION: bump it when a ch
 training code changes what a run with the same settings computes. A ledger file's lines, and what
 a crash leaves of one, are ledger_lines.py's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,12 +36,27 @@ from deepdensity.utils.files import mark_folder, write_atomic
 
 TRAINING_VERSION = 1
 LEDGER_FILE = "ledger.jsonl"
-MARKER = "from_ledger.json"      # in a run folder written from the ledger, not trained here
-STOPPING = tuple(f.name for f in dataclasses.fields(rules.StoppingRules))    # declared there alone
+MARKER = "from_ledger.json"  # in a run folder written from the ledger, not trained here
+STOPPING = tuple(f.name for f in dataclasses.fields(rules.StoppingRules))  # declared there alone
 NOT_IN_KEY = ("data_path",) + STOPPING
-ROW_KEYS = ("epoch", "loss", "val_loss", "lr", "seconds", "steps_seconds", "global_batch", "steps",
-            "allreduces", "workers", "pass_val_losses", "batch_changes", "noise_ratio", "grad_noise", "grad_sq",
-            "next_global_batch")
+ROW_KEYS = (
+    "epoch",
+    "loss",
+    "val_loss",
+    "lr",
+    "seconds",
+    "steps_seconds",
+    "global_batch",
+    "steps",
+    "allreduces",
+    "workers",
+    "pass_val_losses",
+    "batch_changes",
+    "noise_ratio",
+    "grad_noise",
+    "grad_sq",
+    "next_global_batch",
+)
 
 
 def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str, stack_check: str = "") -> str:
@@ -49,10 +65,16 @@ def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: 
     The stack (TensorFlow, Keras) is left out: a run of the committed study is reused on another
     stack as what it is (`stack_of`); only the stack check's runs (`stack_check`, naming the
     stack they are trained on) are keyed by it, so that no run of another stack answers them."""
-    what = {"training_version": TRAINING_VERSION, "mode": mode, "n": n, "launcher": launcher,
-            "isa_cap": isa_cap or "", "data": data,
-            **({"stack_check": stack_check} if stack_check else {}),
-            "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY}}
+    what = {
+        "training_version": TRAINING_VERSION,
+        "mode": mode,
+        "n": n,
+        "launcher": launcher,
+        "isa_cap": isa_cap or "",
+        "data": data,
+        **({"stack_check": stack_check} if stack_check else {}),
+        "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY},
+    }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()[:24]
 
 
@@ -62,13 +84,14 @@ def data_identity(path) -> str:
     writes its synthetic data once per runs folder, on every machine) differ byte for byte."""
     import h5py
     import numpy as np
+
     h = hashlib.sha256()
 
     def add(name, obj):
         if isinstance(obj, h5py.Dataset):
             values = np.ascontiguousarray(obj[()])
             h.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
-            if values.dtype.kind == "O":           # strings: their bytes, not the objects' addresses
+            if values.dtype.kind == "O":  # strings: their bytes, not the objects' addresses
                 h.update(b"\0".join(v if isinstance(v, bytes) else str(v).encode() for v in values.ravel()))
             else:
                 h.update(values.tobytes())
@@ -105,7 +128,7 @@ def replay(entry: dict, stopping: dict) -> Optional[tuple]:
     for e, v in enumerate(vals):
         if e == last and entry["result"]["status"] == RunStatus.DIVERGED:
             return RunStatus.DIVERGED, e + 1
-        reason = rules_.reason(e, 1.0, v, vals[:e + 1])
+        reason = rules_.reason(e, 1.0, v, vals[: e + 1])
         if reason:
             return reason, e + 1
     return None
@@ -125,11 +148,18 @@ def answer(entry: dict, stopping: dict) -> Optional[dict]:
     rows = rows[:epochs] if rows is not None else None
     val = entry["val_losses"][epochs - 1]
     seconds = rows[-1].get("seconds") if rows else None
-    result = {**entry["result"], "status": status, "epochs": epochs, "final_val_loss": val,
-              "final_loss": rows[-1].get("loss") if rows else entry["result"].get("final_loss"),
-              "target_loss": stopping["target_loss"], "seconds": seconds if rows else entry["result"].get("seconds"),
-              "time_to_target_s": seconds if status == RunStatus.REACHED and rows else
-              (entry["result"].get("time_to_target_s") if status == RunStatus.REACHED else None)}
+    result = {
+        **entry["result"],
+        "status": status,
+        "epochs": epochs,
+        "final_val_loss": val,
+        "final_loss": rows[-1].get("loss") if rows else entry["result"].get("final_loss"),
+        "target_loss": stopping["target_loss"],
+        "seconds": seconds if rows else entry["result"].get("seconds"),
+        "time_to_target_s": seconds
+        if status == RunStatus.REACHED and rows
+        else (entry["result"].get("time_to_target_s") if status == RunStatus.REACHED else None),
+    }
     if rows is not None:
         per_epoch = curves.passes_per_epoch(entry["n"], curves.epoch_definition(entry["config"]))
         passes = curves.passes_to_target(rows, stopping["target_loss"], per_epoch)
@@ -155,7 +185,7 @@ class Ledger:
     def __init__(self, own: Path, others: Iterable[Path] = ()):
         self.own, self._lock = Path(own), threading.Lock()
         self.paths = list(dict.fromkeys([self.own, *map(Path, others)]))
-        self._read: dict = {}           # path -> (mtime, entries): a file that changes is read again
+        self._read: dict = {}  # path -> (mtime, entries): a file that changes is read again
 
     @property
     def entries(self) -> list:
@@ -185,7 +215,7 @@ class Ledger:
         line = json.dumps(entry, sort_keys=True) + "\n"
         with self._lock:
             self.own.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.own, "a+b") as f:     # one line per run: a crash loses at most the line being written
+            with open(self.own, "a+b") as f:  # one line per run: a crash loses at most the line being written
                 end_the_last_line(f)
                 f.seek(0, os.SEEK_END)
                 f.write(line.encode())
@@ -207,8 +237,18 @@ class Ledger:
 
 def _identity(e: dict) -> tuple:
     """What makes an entry another one: its run, rules, length, and where and when it ran."""
-    return (e["mode"], e["n"], e["seed"], e["run"], e["key"], json.dumps(e["stopping"], sort_keys=True),
-            len(e["val_losses"]), json.dumps(e["machine"], sort_keys=True), e["finished"], e["source"])
+    return (
+        e["mode"],
+        e["n"],
+        e["seed"],
+        e["run"],
+        e["key"],
+        json.dumps(e["stopping"], sort_keys=True),
+        len(e["val_losses"]),
+        json.dumps(e["machine"], sort_keys=True),
+        e["finished"],
+        e["source"],
+    )
 
 
 def read_entries(path: Path) -> list:
@@ -217,26 +257,54 @@ def read_entries(path: Path) -> list:
     return [_keyed_by_its_stack(e) for e in entries_in(path)]
 
 
-def entry_of(run: str, mode: str, n: int, seed: int, launcher: str, isa_cap: str, data: str, config: dict,
-             result: dict, rows: Optional[list], val_losses: list, machine: dict, revision: str,
-             source: str, stack: Optional[dict] = None, stack_check: str = "",
-             transport: Optional[str] = None) -> dict:
+def entry_of(
+    run: str,
+    mode: str,
+    n: int,
+    seed: int,
+    launcher: str,
+    isa_cap: str,
+    data: str,
+    config: dict,
+    result: dict,
+    rows: Optional[list],
+    val_losses: list,
+    machine: dict,
+    revision: str,
+    source: str,
+    stack: Optional[dict] = None,
+    stack_check: str = "",
+    transport: Optional[str] = None,
+) -> dict:
     """One ledger line, keyed as run_key keys the request it answers (`stack_check` included, so
     that a stack check's run is stored under its own key and answers only a stack check).
     `stack`: the TensorFlow, Keras and numpy that trained it, as its config.json's "versions" say
     (None: not known; see `stack_of`); `transport`: how its ranks' allreduces travelled, as its
     config.json's "launch" says (None: one process, or not known)."""
     cfg = {k: v for k, v in config.items() if k != "data_path"}
-    return {"format": FORMAT, "key": run_key(config, mode, n, launcher, isa_cap, data, stack_check), "run": run,
-            "mode": mode, "n": n, "seed": seed, "launcher": launcher, "isa_cap": isa_cap or "", "data": data,
-            **({"stack_check": stack_check} if stack_check else {}),
-            **({"transport": transport} if transport else {}),
-            "config": cfg, "stopping": stopping_of(config), "result": result,
-            "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
-            "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
-            "machine": machine, "revision": revision, "source": source,
-            **({"stack": {k: stack.get(k) for k in STACK_KEYS if stack.get(k)}} if stack else {}),
-            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    return {
+        "format": FORMAT,
+        "key": run_key(config, mode, n, launcher, isa_cap, data, stack_check),
+        "run": run,
+        "mode": mode,
+        "n": n,
+        "seed": seed,
+        "launcher": launcher,
+        "isa_cap": isa_cap or "",
+        "data": data,
+        **({"stack_check": stack_check} if stack_check else {}),
+        **({"transport": transport} if transport else {}),
+        "config": cfg,
+        "stopping": stopping_of(config),
+        "result": result,
+        "rows": None if rows is None else [{k: r[k] for k in ROW_KEYS if k in r} for r in rows],
+        "val_losses": [v if v is not None and math.isfinite(v) else None for v in val_losses],
+        "machine": machine,
+        "revision": revision,
+        "source": source,
+        **({"stack": {k: stack.get(k) for k in STACK_KEYS if stack.get(k)}} if stack else {}),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 # the prefix design.stack_recheck gives its runs' names, and its label of the stack they ran on
@@ -255,12 +323,19 @@ def _keyed_by_its_stack(e: dict) -> dict:
     the default study's keys: they answered its requests, and every invocation that found them in
     a runs folder recorded them again. Such an entry is read with its stack's key; the others as
     they are."""
-    if (not e["run"].startswith(STACK_CHECK_RUN) or e.get("stack_check")
-            or not (e.get("stack") or {}).get("tensorflow") or not (e.get("stack") or {}).get("keras")):
+    if (
+        not e["run"].startswith(STACK_CHECK_RUN)
+        or e.get("stack_check")
+        or not (e.get("stack") or {}).get("tensorflow")
+        or not (e.get("stack") or {}).get("keras")
+    ):
         return e
     label = stack_check_label(e["stack"]["tensorflow"], e["stack"]["keras"])
-    return {**e, "stack_check": label,
-            "key": run_key(e["config"], e["mode"], e["n"], e["launcher"], e["isa_cap"], e["data"], label)}
+    return {
+        **e,
+        "stack_check": label,
+        "key": run_key(e["config"], e["mode"], e["n"], e["launcher"], e["isa_cap"], e["data"], label),
+    }
 
 
 STACK_KEYS = ("tensorflow", "keras", "numpy")
@@ -284,11 +359,20 @@ def materialize(folder: Path, entry: dict, got: dict, config: dict) -> None:
     metrics.jsonl, result.json, and MARKER naming where it ran. No weights: it cannot be resumed."""
     mark_folder(folder, "run")
     # the ledger's marker next: a crash part-way leaves a folder that says it came from the ledger
-    write_atomic(folder / MARKER, json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source",
-                                                                     "finished")}, indent=2))
-    write_atomic(folder / "config.json", json.dumps({**config, "mode": entry["mode"], "workers": entry["n"],
-                                                     "data_fingerprint": entry["data"]}, indent=2))
-    rows = got["rows"] if got["rows"] is not None else [
-        {"epoch": i + 1, "val_loss": v} for i, v in enumerate(got["val_losses"])]
+    write_atomic(
+        folder / MARKER,
+        json.dumps({k: entry[k] for k in ("key", "machine", "revision", "source", "finished")}, indent=2),
+    )
+    write_atomic(
+        folder / "config.json",
+        json.dumps(
+            {**config, "mode": entry["mode"], "workers": entry["n"], "data_fingerprint": entry["data"]}, indent=2
+        ),
+    )
+    rows = (
+        got["rows"]
+        if got["rows"] is not None
+        else [{"epoch": i + 1, "val_loss": v} for i, v in enumerate(got["val_losses"])]
+    )
     write_atomic(folder / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     write_atomic(folder / "result.json", json.dumps(got["result"], indent=2))

@@ -1,6 +1,7 @@
 """A ledger file's lines, one JSON entry each, written whole or not at all: a last line a crash cut
 short is dropped as the file is read and cut off before the next is appended; any other line that
 is not an entry of this format stops the read, named with what to do (LedgerError)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ class LedgerError(UserError):
     what is wrong, and what to do."""
 
 
-ENTRY_FIELDS = {"key": str, "mode": str, "n": int, "seed": int, "stopping": dict, "result": dict,
-                "val_losses": list}
+ENTRY_FIELDS = {"key": str, "mode": str, "n": int, "seed": int, "stopping": dict, "result": dict, "val_losses": list}
 REPAIR = "restore it (git checkout -- FILE for the committed one) or delete the line"
 
 
@@ -31,7 +31,7 @@ def entries_in(path: Path) -> list:
     text = path.read_text()
     lines = text.split("\n")
     if not text.endswith("\n") and not _whole(lines[-1].encode()):
-        lines = lines[:-1]                      # a line a crash cut short
+        lines = lines[:-1]  # a line a crash cut short
     entries = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -39,8 +39,9 @@ def entries_in(path: Path) -> list:
         try:
             e = json.loads(line)
         except ValueError:
-            raise LedgerError(f"{path}:{i}: not a JSON line; the ledger is damaged: "
-                              f"{REPAIR.replace('FILE', str(path))}") from None
+            raise LedgerError(
+                f"{path}:{i}: not a JSON line; the ledger is damaged: {REPAIR.replace('FILE', str(path))}"
+            ) from None
         problem = _entry_problem(e)
         if problem:
             raise LedgerError(f"{path}:{i}: {problem}; {REPAIR.replace('FILE', str(path))}")
@@ -54,10 +55,10 @@ def end_the_last_line(f) -> None:
     f.seek(0)
     text = f.read()
     if text and not text.endswith(b"\n"):
-        tail = text[text.rfind(b"\n") + 1:]
-        if _whole(tail):              # a whole entry that lacks its newline (an edited file): kept
+        tail = text[text.rfind(b"\n") + 1 :]
+        if _whole(tail):  # a whole entry that lacks its newline (an edited file): kept
             f.write(b"\n")
-        else:                         # a line a crash cut short: dropped, as entries_in does
+        else:  # a line a crash cut short: dropped, as entries_in does
             f.truncate(text.rfind(b"\n") + 1)
 
 

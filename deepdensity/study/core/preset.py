@@ -1,5 +1,6 @@
 """A study preset (deepdensity/study/presets/NAME.yaml): which cells the study runs, on what
 data and with which seeds; read and checked by the same schema engine as the run settings."""
+
 from __future__ import annotations
 
 import functools
@@ -27,6 +28,7 @@ def isa_to_check(setting: Optional[str], machine_isa: str) -> Optional[str]:
     if setting != "auto":
         return setting
     return "AVX2" if "AVX-512" in machine_isa or "AMX" in machine_isa else "SSE41"
+
 
 # The batch sweep's runs end only at the target, a non-finite loss or the cap (the paper's
 # "missed"): the stall rule counts passes, and a pass at batch b is floor(1844 / b) steps, so
@@ -102,24 +104,35 @@ class Study:
 
     def rules(self) -> list:
         """The checks of a preset, in order (each may rely on the ones before)."""
-        return [*self._data_rules(), *self._seed_rules(), *self._second_look_rules(), *self._budget_rules(),
-                *self._mode_rules(), *self._check_rules()]
+        return [
+            *self._data_rules(),
+            *self._seed_rules(),
+            *self._second_look_rules(),
+            *self._budget_rules(),
+            *self._mode_rules(),
+            *self._check_rules(),
+        ]
 
     def _data_rules(self) -> list:
         """The checks of the data, the runs' settings and the target."""
         d = self.data
         return [
             (lambda: isinstance(d, dict), f"data must be a mapping like {{n: 2100, val: 256, seed: 0}}, got {d!r}"),
-            (lambda: set(d) <= set(DATA_KEYS),
-             f"unknown data keys {sorted(map(str, set(d) - set(DATA_KEYS))) if isinstance(d, dict) else ''}; "
-             f"known: n, val, seed"),
-            (lambda: self._complete_data(), "data needs integers n > val > 0 and a seed in [0, 2^32), "
-                                            f"got {d!r}"),
+            (
+                lambda: set(d) <= set(DATA_KEYS),
+                f"unknown data keys {sorted(map(str, set(d) - set(DATA_KEYS))) if isinstance(d, dict) else ''}; "
+                f"known: n, val, seed",
+            ),
+            (lambda: self._complete_data(), f"data needs integers n > val > 0 and a seed in [0, 2^32), got {d!r}"),
             (lambda: isinstance(self.train, dict), f"train must be a mapping of training settings, got {self.train!r}"),
-            (lambda: schema.is_int(self.calibration_epochs) and self.calibration_epochs >= 1,
-             f"calibration_epochs must be an integer >= 1, got {self.calibration_epochs!r}"),
-            (lambda: self.target_loss is None or 0 <= self.target_loss < math.inf,
-             f"target_loss must be null (calibrate) or a finite number >= 0, got {self.target_loss!r}"),
+            (
+                lambda: schema.is_int(self.calibration_epochs) and self.calibration_epochs >= 1,
+                f"calibration_epochs must be an integer >= 1, got {self.calibration_epochs!r}",
+            ),
+            (
+                lambda: self.target_loss is None or 0 <= self.target_loss < math.inf,
+                f"target_loss must be null (calibrate) or a finite number >= 0, got {self.target_loss!r}",
+            ),
         ]
 
     def _seed_rules(self) -> list:
@@ -131,68 +144,110 @@ class Study:
             *_integer_list("calibration_seeds", self.calibration_seeds, 0, nonempty=False),
             *_integer_list("edge_seeds", self.edge_seeds, 0),
             *_integer_list("real_strong", self.real_strong, 2, nonempty=False),
-            (lambda: not set(self.calibration_seeds) & set(self.seeds) and max(self.calibration_seeds, default=0) < 2 ** 32,
-             f"calibration_seeds must be below 2^32 and none of the study's seeds (they only set the target), "
-             f"got {self.calibration_seeds!r}"),
-            (lambda: all(s < 2 ** 32 for s in self.seeds), "seeds must be below 2^32"),
-            (lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
-             f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}"),
+            (
+                lambda: (
+                    not set(self.calibration_seeds) & set(self.seeds) and max(self.calibration_seeds, default=0) < 2**32
+                ),
+                f"calibration_seeds must be below 2^32 and none of the study's seeds (they only set the target), "
+                f"got {self.calibration_seeds!r}",
+            ),
+            (lambda: all(s < 2**32 for s in self.seeds), "seeds must be below 2^32"),
+            (
+                lambda: schema.is_int(self.max_seeds) and (self.max_seeds == 0 or self.max_seeds >= len(self.seeds)),
+                f"max_seeds must be 0 (no more seeds) or an integer >= the number of seeds, got {self.max_seeds!r}",
+            ),
         ]
 
     def _budget_rules(self) -> list:
         """The checks of the invocation's minutes and of the runs side by side."""
         return [
-            (lambda: self.budget_minutes is None or (schema.is_number(self.budget_minutes)
-                                                     and 0 < self.budget_minutes < math.inf),
-             f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}"),
-            (lambda: self.parallel_runs == "auto" or (schema.is_int(self.parallel_runs) and self.parallel_runs >= 1),
-             f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}"),
+            (
+                lambda: (
+                    self.budget_minutes is None
+                    or (schema.is_number(self.budget_minutes) and 0 < self.budget_minutes < math.inf)
+                ),
+                f"budget_minutes must be null or a positive number of minutes, got {self.budget_minutes!r}",
+            ),
+            (
+                lambda: self.parallel_runs == "auto" or (schema.is_int(self.parallel_runs) and self.parallel_runs >= 1),
+                f"parallel_runs must be 'auto' or an integer >= 1, got {self.parallel_runs!r}",
+            ),
         ]
 
     def _mode_rules(self) -> list:
         """The checks of the modes, their base lr and the N each runs at."""
         return [
-            (lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(policies.names()),
-             f"modes must be a non-empty list of {', '.join(policies.names())}, got {self.modes!r}"),
-            (lambda: not policies.goes_beyond_the_paper(self.modes) or policies.SEQUENTIAL in self.modes,
-             "a study of adaptive or local compares them with strong scaling: add strong to modes"),
-            (lambda: self.base_lr in ("edge", "default_study")
-             or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf),
-             f"base_lr must be 'edge', 'default_study' or a positive number, got {self.base_lr!r}"),
+            (
+                lambda: isinstance(self.modes, list) and self.modes and set(self.modes) <= set(policies.names()),
+                f"modes must be a non-empty list of {', '.join(policies.names())}, got {self.modes!r}",
+            ),
+            (
+                lambda: not policies.goes_beyond_the_paper(self.modes) or policies.SEQUENTIAL in self.modes,
+                "a study of adaptive or local compares them with strong scaling: add strong to modes",
+            ),
+            (
+                lambda: (
+                    self.base_lr in ("edge", "default_study")
+                    or (schema.is_number(self.base_lr) and 0 < self.base_lr < math.inf)
+                ),
+                f"base_lr must be 'edge', 'default_study' or a positive number, got {self.base_lr!r}",
+            ),
             (lambda: isinstance(self.mode_workers, dict), "mode_workers must map a mode to a list of N"),
-            *[(lambda ns=ns, mode=mode: mode in self.modes and isinstance(ns, list) and set(ns) <= set(self.workers)
-               and 1 in ns,
-               f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}")
-              for mode, ns in (self.mode_workers.items() if isinstance(self.mode_workers, dict) else ())],
+            *[
+                (
+                    lambda ns=ns, mode=mode: (
+                        mode in self.modes and isinstance(ns, list) and set(ns) <= set(self.workers) and 1 in ns
+                    ),
+                    f"mode_workers.{mode} must list N from workers, 1 included, for a mode of the study; got {ns!r}",
+                )
+                for mode, ns in (self.mode_workers.items() if isinstance(self.mode_workers, dict) else ())
+            ],
         ]
 
     def _check_rules(self) -> list:
         """The checks of what the study runs beside its cells: filtered data, the batch sweep, the
         stall rule's and the instruction set's checks."""
         return [
-            (lambda: isinstance(self.filter_modes, list) and set(self.filter_modes) <= set(policies.large_batch())
-             and len(set(self.filter_modes)) == len(self.filter_modes),
-             f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "
-             f"got {self.filter_modes!r}"),
+            (
+                lambda: (
+                    isinstance(self.filter_modes, list)
+                    and set(self.filter_modes) <= set(policies.large_batch())
+                    and len(set(self.filter_modes)) == len(self.filter_modes)
+                ),
+                f"filter_modes must list some of {', '.join(policies.large_batch())} (the large-batch modes), "
+                f"got {self.filter_modes!r}",
+            ),
             *_integer_list("batch_sweep", self.batch_sweep, 1, nonempty=False),
-            (lambda: schema.is_int(self.stall_check) and self.stall_check >= 0,
-             f"stall_check must be an integer >= 0 (runs to continue to the cap), got {self.stall_check!r}"),
-            (lambda: self.isa_check is None or self.isa_check in ISA_CHECKS,
-             f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}"),
+            (
+                lambda: schema.is_int(self.stall_check) and self.stall_check >= 0,
+                f"stall_check must be an integer >= 0 (runs to continue to the cap), got {self.stall_check!r}",
+            ),
+            (
+                lambda: self.isa_check is None or self.isa_check in ISA_CHECKS,
+                f"isa_check must be null or one of {', '.join(ISA_CHECKS)}, got {self.isa_check!r}",
+            ),
         ]
 
     def _second_look_rules(self) -> list:
         """The checks of the second look's settings (docs/decision-rules.md, "Second look")."""
         return [
-            (lambda: schema.is_int(self.second_look_seeds)
-             and (self.second_look_seeds == 0 or self.second_look_seeds > len(self.seeds)),
-             f"second_look_seeds must be 0 (no second look) or an integer above the number of seeds (the "
-             f"first look's), got {self.second_look_seeds!r}"),
-            (lambda: schema.is_number(self.second_look_confidence) and 0.95 < self.second_look_confidence < 1,
-             f"second_look_confidence must be a number between the first look's 0.95 and 1, got "
-             f"{self.second_look_confidence!r}"),
-            (lambda: not (self.second_look_seeds and self.max_seeds > len(self.seeds)),
-             "a preset has a second look (second_look_seeds) or the sequential design (max_seeds), not both"),
+            (
+                lambda: (
+                    schema.is_int(self.second_look_seeds)
+                    and (self.second_look_seeds == 0 or self.second_look_seeds > len(self.seeds))
+                ),
+                f"second_look_seeds must be 0 (no second look) or an integer above the number of seeds (the "
+                f"first look's), got {self.second_look_seeds!r}",
+            ),
+            (
+                lambda: schema.is_number(self.second_look_confidence) and 0.95 < self.second_look_confidence < 1,
+                f"second_look_confidence must be a number between the first look's 0.95 and 1, got "
+                f"{self.second_look_confidence!r}",
+            ),
+            (
+                lambda: not (self.second_look_seeds and self.max_seeds > len(self.seeds)),
+                "a preset has a second look (second_look_seeds) or the sequential design (max_seeds), not both",
+            ),
         ]
 
     @functools.cached_property
@@ -205,8 +260,12 @@ class Study:
         """[(mode, N)] of the cells the study trains runs for: every N > 1 of every mode except
         those that follow the sequential path (strong scaling), which are read off the
         sequential runs unless every cell is a real multi-worker run."""
-        return [(mode, n) for mode in self.modes for n in self.mode_workers.get(mode, self.workers)
-                if n > 1 and (real_runner or not policies.get(mode).follows_sequential_path)]
+        return [
+            (mode, n)
+            for mode in self.modes
+            for n in self.mode_workers.get(mode, self.workers)
+            if n > 1 and (real_runner or not policies.get(mode).follows_sequential_path)
+        ]
 
     def impossible_cells(self, runs: Config) -> list:
         """The cells no run could train, each in words: its policy's plan at its N, and a step at
@@ -215,7 +274,7 @@ class Study:
         n_train = self.data["n"] - self.data["val"]
         n_used = min(n_train, runs.max_train_cubes or n_train)
         said = []
-        for mode, n in self.trained_cells(real_runner=True):     # every N > 1; N = 1 is the sequential run
+        for mode, n in self.trained_cells(real_runner=True):  # every N > 1; N = 1 is the sequential run
             try:
                 plan = policies.plan(mode, n, runs.batch_size, runs.base_lr, runs.warmup_epochs)
                 rules.steps_per_epoch(n_used, plan, runs.epoch_definition)
@@ -233,7 +292,7 @@ class Study:
         taken = set(self.calibration_seeds) | (set(self.edge_seeds) if chose_eta else set())
         if not taken & set(self.seeds):
             return list(self.seeds)
-        free = (s for s in range(2 ** 32) if s not in taken)
+        free = (s for s in range(2**32) if s not in taken)
         return [next(free) for _ in self.seeds]
 
     def doubles_eta(self) -> bool:
@@ -244,31 +303,39 @@ class Study:
     def _complete_data(self) -> bool:
         """Fill the data keys the preset leaves out from the defaults; are they in range?"""
         self.data = d = {**Study().data, **self.data}
-        return all(schema.is_int(d[k]) for k in d) and 0 < d["val"] < d["n"] and 0 <= d["seed"] < 2 ** 32
+        return all(schema.is_int(d[k]) for k in d) and 0 < d["val"] < d["n"] and 0 <= d["seed"] < 2**32
 
 
 def _integer_list(key: str, value, lo: int, nonempty: bool = True) -> list:
-    return [(lambda: isinstance(value, list) and (bool(value) or not nonempty)
-             and all(schema.is_int(v) and v >= lo for v in value),
-             f"{key} must be a {'non-empty ' if nonempty else ''}list of integers >= {lo}, got {value!r}"),
-            (lambda: len(set(value)) == len(value), f"{key} lists a value twice: {value!r}")]
+    return [
+        (
+            lambda: (
+                isinstance(value, list)
+                and (bool(value) or not nonempty)
+                and all(schema.is_int(v) and v >= lo for v in value)
+            ),
+            f"{key} must be a {'non-empty ' if nonempty else ''}list of integers >= {lo}, got {value!r}",
+        ),
+        (lambda: len(set(value)) == len(value), f"{key} lists a value twice: {value!r}"),
+    ]
 
 
 def load_study(preset: str) -> tuple:
     """(name, Study) of a preset's name (deepdensity/study/presets/NAME.yaml) or a .yaml path."""
     path = Path(preset) if preset.endswith(".yaml") else PRESETS / f"{preset}.yaml"
-    if not path.exists():      # a folder or a FIFO at the path is read_mapping's to name
+    if not path.exists():  # a folder or a FIFO at the path is read_mapping's to name
         names = sorted(p.stem for p in PRESETS.glob("*.yaml"))
         raise StudyError(f"no study preset {preset!r}; choose one of {', '.join(names)} or a .yaml path")
     raw = read_mapping(path, "study preset", StudyError, allow_empty=False)
     study = schema.build(Study, raw, error=StudyError, what="study key", source=str(path), prefix=f"{path}: ")
-    try:   # the runs' settings, by the run settings' own schema
+    try:  # the runs' settings, by the run settings' own schema
         runs = study.runs
     except ConfigError as e:
         raise StudyError(f"{path}: {e}" if str(e).startswith("train") else f"{path}: train: {e}") from None
     impossible = study.impossible_cells(runs)
     if impossible:
         more = f" (and {len(impossible) - 1} more cell(s))" if len(impossible) > 1 else ""
-        raise StudyError(f"{path}: no run can train the cell {impossible[0]}{more}; take that N out of workers "
-                         f"(or mode_workers)")
+        raise StudyError(
+            f"{path}: no run can train the cell {impossible[0]}{more}; take that N out of workers (or mode_workers)"
+        )
     return path.stem, study

@@ -3,6 +3,7 @@ II of Cunha et al., HPML 2018, efficiency in per cent, NaN where the target was 
 the protocol table of REPORT.md (paper against ours, every difference with its reason),
 why strong scaling at N > 1 is read off the sequential runs, and what the real strong-scaling
 runs showed."""
+
 from __future__ import annotations
 
 import math
@@ -16,10 +17,12 @@ RULES_VERSION = "2026-11-26: missed within the cap, rank tests with Holm, pooled
 # When docs/decision-rules.md was committed (4ba81fe), before the full grid's runs began.
 DECISION_RULES_FIXED_UTC = "2026-11-26 09:13 UTC"
 
-SEQUENTIAL_PROOF = ("N > 1 is derived from the sequential runs (strong scaling's global batches are the "
-                    "sequential run's, in the same order: tests/scaling/test_rules.py::"
-                    "test_per_worker_strong_epoch_is_n_sequential_passes, and under horovodrun "
-                    "tests/training/test_horovod.py::test_strong_on_two_workers_follows_the_sequential_path)")
+SEQUENTIAL_PROOF = (
+    "N > 1 is derived from the sequential runs (strong scaling's global batches are the "
+    "sequential run's, in the same order: tests/scaling/test_rules.py::"
+    "test_per_worker_strong_epoch_is_n_sequential_passes, and under horovodrun "
+    "tests/training/test_horovod.py::test_strong_on_two_workers_follows_the_sequential_path)"
+)
 
 
 def real_strong_summary(rows: Optional[list]) -> str:
@@ -32,8 +35,10 @@ def real_strong_summary(rows: Optional[list]) -> str:
         if got is None:
             said.append(f"horovodrun -np {r['n']} did not reach the target ({r['status']}, {r['epochs']} epochs)")
         else:
-            said.append(f"horovodrun -np {r['n']} reached it after {got:g} passes"
-                        + (f" (the sequential run: {seq:g})" if seq is not None else " (the sequential run: not reached)"))
+            said.append(
+                f"horovodrun -np {r['n']} reached it after {got:g} passes"
+                + (f" (the sequential run: {seq:g})" if seq is not None else " (the sequential run: not reached)")
+            )
     return f"run for real on seed {rows[0]['seed']}: " + "; ".join(said)
 
 
@@ -45,13 +50,26 @@ def time_phrase(cfg) -> str:
     return f"passes to target ({read}) x the seconds of a pass ({epoch})"
 
 
-def protocol_table(study, cfg, n_train: int, n_val: int, target: float, max_epochs: int, eta: float,
-                   sweep: Optional[dict], runner: str) -> str:
+def protocol_table(
+    study, cfg, n_train: int, n_val: int, target: float, max_epochs: int, eta: float, sweep: Optional[dict], runner: str
+) -> str:
     """REPORT.md's table "protocol: paper vs ours" (templates/protocol.md): a row per point the
     paper states (section VI), with every difference and its reason."""
-    return fill("protocol.md", study=study, cfg=cfg, n_train=n_train, n_val=n_val, target=target, max_epochs=max_epochs, eta=eta,
-                sweep=sweep, runner=runner, time_phrase=time_phrase(cfg), PER_WORKER=rules.PER_WORKER,
-                WARMUP=policies.WARMUP)
+    return fill(
+        "protocol.md",
+        study=study,
+        cfg=cfg,
+        n_train=n_train,
+        n_val=n_val,
+        target=target,
+        max_epochs=max_epochs,
+        eta=eta,
+        sweep=sweep,
+        runner=runner,
+        time_phrase=time_phrase(cfg),
+        PER_WORKER=rules.PER_WORKER,
+        WARMUP=policies.WARMUP,
+    )
 
 
 PAPER_TABLE1 = {1: 100.00, 2: 105.17, 4: 86.81, 8: 90.09, 16: 58.08, 32: 46.25}

@@ -1,6 +1,7 @@
 """The speedup model of Cunha et al. (HPML 2018), section IV, and the efficiency of section VII:
 the seconds of an epoch on n workers built from measured per-step parts, the allreduce's latency
 and per-doubling cost, and the least-squares fits that give them (pure; SciPy for the fits)."""
+
 from __future__ import annotations
 
 import math
@@ -58,10 +59,18 @@ def fit_latency_and_per_doubling(allreduce_s: dict) -> tuple:
     return fit_line([math.log2(n) for n in ns], [allreduce_s[n] for n in ns])
 
 
-def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sample_s: float,
-                        allreduce_per_doubling_s: float, eval_per_sample_s: float,
-                        definition: str = rules.PER_WORKER, allreduce_latency_s: float = 0.0,
-                        epoch_overhead_s: float = 0.0) -> float:
+def epoch_seconds_model(
+    p,
+    n_train: int,
+    n_val: int,
+    step_fixed_s: float,
+    per_sample_s: float,
+    allreduce_per_doubling_s: float,
+    eval_per_sample_s: float,
+    definition: str = rules.PER_WORKER,
+    allreduce_latency_s: float = 0.0,
+    epoch_overhead_s: float = 0.0,
+) -> float:
     """Seconds of one epoch of plan `p` (policy.ScalingPlan) on p.workers workers, each its
     own device, built from per-step parts:
 
@@ -75,9 +84,19 @@ def epoch_seconds_model(p, n_train: int, n_val: int, step_fixed_s: float, per_sa
     per_sample and c = steps * per_doubling; under `per_worker` an epoch is N such passes.
     """
     steps = steps_per_epoch(n_train, p, definition)
-    return epoch_seconds(steps, p.per_worker_batch, steps, p.workers, n_val, step_fixed_s, per_sample_s,
-                         allreduce_per_doubling_s, eval_per_sample_s, allreduce_latency_s=allreduce_latency_s,
-                         epoch_overhead_s=epoch_overhead_s)
+    return epoch_seconds(
+        steps,
+        p.per_worker_batch,
+        steps,
+        p.workers,
+        n_val,
+        step_fixed_s,
+        per_sample_s,
+        allreduce_per_doubling_s,
+        eval_per_sample_s,
+        allreduce_latency_s=allreduce_latency_s,
+        epoch_overhead_s=epoch_overhead_s,
+    )
 
 
 def allreduce_seconds_at(n: int, per_doubling_s: float, latency_s: float = 0.0, size: float = 1.0) -> float:
@@ -90,10 +109,20 @@ def allreduce_seconds_at(n: int, per_doubling_s: float, latency_s: float = 0.0, 
     return 0.0 if n == 1 else latency_s + size * per_doubling_s * math.log2(n)
 
 
-def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_val: int,
-                  step_fixed_s: float, per_sample_s: float, allreduce_per_doubling_s: float,
-                  eval_per_sample_s: float, allreduce_size: float = 1.0, allreduce_latency_s: float = 0.0,
-                  epoch_overhead_s: float = 0.0) -> float:
+def epoch_seconds(
+    steps: int,
+    per_worker_batch: int,
+    allreduces: int,
+    n: int,
+    n_val: int,
+    step_fixed_s: float,
+    per_sample_s: float,
+    allreduce_per_doubling_s: float,
+    eval_per_sample_s: float,
+    allreduce_size: float = 1.0,
+    allreduce_latency_s: float = 0.0,
+    epoch_overhead_s: float = 0.0,
+) -> float:
     """Seconds of one epoch on n devices from what the epoch did (a metrics row):
 
         steps * (step_fixed + per_sample * per_worker_batch)
@@ -104,6 +133,9 @@ def epoch_seconds(steps: int, per_worker_batch: int, allreduces: int, n: int, n_
     every H steps (`allreduce_seconds_at`)."""
     if n < 1 or steps < 0 or allreduces < 0:
         raise ValueError("need n >= 1 and non-negative counts")
-    return (steps * (step_fixed_s + per_sample_s * per_worker_batch)
-            + allreduces * allreduce_seconds_at(n, allreduce_per_doubling_s, allreduce_latency_s, allreduce_size)
-            + eval_per_sample_s * n_val / n + epoch_overhead_s)
+    return (
+        steps * (step_fixed_s + per_sample_s * per_worker_batch)
+        + allreduces * allreduce_seconds_at(n, allreduce_per_doubling_s, allreduce_latency_s, allreduce_size)
+        + eval_per_sample_s * n_val / n
+        + epoch_overhead_s
+    )

@@ -6,6 +6,7 @@ Fisher's exact test and the Cochran-Armitage trend test. Pure functions over pla
 A time to target may be math.inf: the run missed its target, so it is slower than every run
 that reached it, and two misses tie.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,7 @@ def _clopper_pearson(missed: int, runs: int, confidence: float) -> tuple[float, 
     return float(ci.low), float(ci.high)
 
 
-def seeds_to_call(missed: int, runs: int, threshold: float = 0.5, confidence: float = 0.95,
-                  limit: int = 1000) -> dict:
+def seeds_to_call(missed: int, runs: int, threshold: float = 0.5, confidence: float = 0.95, limit: int = 1000) -> dict:
     """How many more runs could still change a cell's call, in the most extreme case.
 
     "to_fail": the smallest k >= 0 such that, after k further runs that all miss, the lower
@@ -54,8 +54,9 @@ def seeds_to_call(missed: int, runs: int, threshold: float = 0.5, confidence: fl
     }
 
 
-def seeds_to_unsettle(missed: int, runs: int, threshold: float = 0.5, confidence: float = 0.95,
-                      limit: int = 1000) -> Optional[int]:
+def seeds_to_unsettle(
+    missed: int, runs: int, threshold: float = 0.5, confidence: float = 0.95, limit: int = 1000
+) -> Optional[int]:
     """How many more runs, all against a cell's call, would make it inconclusive again: the
     smallest k >= 0 such that, after k further runs that all miss (a cell that converges) or
     all reach (one that fails), the interval of missed_rate holds threshold. 0 for a cell not
@@ -90,7 +91,7 @@ def mann_whitney_less(a: Sequence[float], b: Sequence[float]) -> dict:
     if any(math.isnan(x) for x in a + b):
         raise ValueError("mann_whitney_less: NaN is not a time")
     ranks = _average_ranks(a + b)
-    ranks_a, ranks_b = tuple(sorted(ranks[:len(a)])), tuple(sorted(ranks[len(a):]))
+    ranks_a, ranks_b = tuple(sorted(ranks[: len(a)])), tuple(sorted(ranks[len(a) :]))
     method, u, p = _mann_whitney_less(ranks_a, ranks_b)
     n_a, n_b = len(a), len(b)
     return {"u": u, "p": p, "n_a": n_a, "n_b": n_b, "method": method, "prob_less": 1.0 - u / (n_a * n_b)}
@@ -105,7 +106,7 @@ def _average_ranks(values: list) -> list:
         end = start
         while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
             end += 1
-        for i in order[start:end + 1]:
+        for i in order[start : end + 1]:
             ranks[i] = (start + end) / 2 + 1
         start = end + 1
     return ranks
@@ -174,8 +175,7 @@ def holm(pvalues: Sequence[float], alpha: float = 0.05) -> list[dict]:
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         adjusted[i] = running
-    return [{"p": float(p), "p_adjusted": q, "reject": q <= alpha}
-            for p, q in zip(pvalues, adjusted)]
+    return [{"p": float(p), "p_adjusted": q, "reject": q <= alpha} for p, q in zip(pvalues, adjusted)]
 
 
 def fisher_greater(missed_a: int, runs_a: int, missed_b: int, runs_b: int) -> dict:
@@ -211,10 +211,13 @@ def cochran_armitage(missed: Sequence[int], runs: Sequence[int], scores: Sequenc
     s_bar = sum(n * s for n, s in zip(runs, scores)) / total if total else 0.0
     spread = sum(n * (s - s_bar) ** 2 for n, s in zip(runs, scores))
     if p in (0.0, 1.0) or spread <= 0:
-        return {"z": 0.0, "p_increasing": 0.5, "p_two_sided": 1.0, "slope": 0.0,
-                "degenerate": True}
+        return {"z": 0.0, "p_increasing": 0.5, "p_two_sided": 1.0, "slope": 0.0, "degenerate": True}
     t = sum(x * (s - s_bar) for x, s in zip(missed, scores))
     z = t / math.sqrt(p * (1 - p) * spread)
-    return {"z": z, "p_increasing": float(stats.norm.sf(z)),
-            "p_two_sided": float(2 * stats.norm.sf(abs(z))), "slope": t / spread,
-            "degenerate": False}
+    return {
+        "z": z,
+        "p_increasing": float(stats.norm.sf(z)),
+        "p_two_sided": float(2 * stats.norm.sf(abs(z))),
+        "slope": t / spread,
+        "degenerate": False,
+    }

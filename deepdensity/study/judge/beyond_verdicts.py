@@ -6,6 +6,7 @@ passes to target first and then on seconds under each clock (cells.seconds, the 
 target), corrected by Holm over the comparisons of one question, with the break-even in rho.
 Pure: cells and clocks in, verdict rows out; no files.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,12 +34,14 @@ RULES_SUMMARY = (
     "each comparison a one-sided Mann-Whitney U test both ways (a miss slower than every run that reached), "
     f"Holm at {ALPHA:g} over the comparisons of one question, with the Hodges-Lehmann ratio and P(shorter); "
     f"'too few seeds' below {MIN_SEEDS} seeds a side or where no outcome at these seeds could be called; "
-    "the break-even: the rho at which a verdict changes")
+    "the break-even: the rho at which a verdict changes"
+)
 
 
 @dataclass(frozen=True)
 class PassClock:
     """The clock under which cells.seconds gives passes to target: every pass costs one unit."""
+
     name: str = "passes"
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
@@ -58,8 +61,9 @@ class RowClock:
     allreduces); its epoch is the median of those epochs under the clock (exact for local SGD,
     whose epochs are all alike). Every other cell is the clock's own epoch; N = 1 of every mode is
     the sequential run's."""
+
     clock: clocks.Clock
-    epochs: tuple = ()          # ((mode, n, ((global batch, allreduces), ...)), ...)
+    epochs: tuple = ()  # ((mode, n, ((global batch, allreduces), ...)), ...)
 
     @property
     def name(self) -> str:
@@ -73,15 +77,17 @@ class RowClock:
         return RowClock(dataclasses.replace(self.clock, base_batch=batch), self.epochs)
 
     def epoch_seconds(self, mode: str, n: int, n_train: int, n_val: int, definition: str) -> float:
-        if n == 1:                      # N = 1 of every mode is the sequential run (adaptive plans N >= 2 only)
+        if n == 1:  # N = 1 of every mode is the sequential run (adaptive plans N >= 2 only)
             return self.clock.epoch_seconds(policies.SEQUENTIAL, 1, n_train, n_val, definition)
         done = next((e for m, k, e in self.epochs if (m, k) == (mode, n)), None)
         if not done:
             return self.clock.epoch_seconds(mode, n, n_train, n_val, definition)
         p = policies.plan(mode, n, self.clock.base_batch)
         steps = [rules.steps_per_epoch(n_train, p, definition, global_batch=batch) for batch, _ in done]
-        return statistics.median(self.clock.epoch_seconds_as_run(mode, n, n_val, s, batch, allreduces)
-                                 for s, (batch, allreduces) in zip(steps, done))
+        return statistics.median(
+            self.clock.epoch_seconds_as_run(mode, n, n_val, s, batch, allreduces)
+            for s, (batch, allreduces) in zip(steps, done)
+        )
 
 
 def row_epochs(cells: list, run_rows: dict) -> tuple:
@@ -109,8 +115,10 @@ def smallest_p(n_a: int, n_b: int) -> float:
     """The smallest p the one-sided test (stats.mann_whitney_less) can give at these seed counts:
     every A below every B, with no ties (the exact null) or tied within each side (the normal
     approximation with the tie correction, whose variance is then smallest)."""
-    return min(stats.mann_whitney_less(list(range(n_a)), list(range(n_a, n_a + n_b)))["p"],
-               stats.mann_whitney_less([0.0] * n_a, [1.0] * n_b)["p"])
+    return min(
+        stats.mann_whitney_less(list(range(n_a)), list(range(n_a, n_a + n_b)))["p"],
+        stats.mann_whitney_less([0.0] * n_a, [1.0] * n_b)["p"],
+    )
 
 
 def _test(a: list, b: list) -> dict:
@@ -141,10 +149,14 @@ def family(pairs: dict, more: bool = True) -> dict:
     for k, s, lo, ok, p_min in zip(tested, shorter, longer, able, floor):
         r = rows[k]
         r.update(p_shorter_holm=s["p_adjusted"], p_longer_holm=lo["p_adjusted"], holm_over=len(tested))
-        r["verdict"] = SHORTER if s["reject"] else LONGER if lo["reject"] else NO_DIFFERENCE if ok["reject"] else TOO_FEW
+        r["verdict"] = (
+            SHORTER if s["reject"] else LONGER if lo["reject"] else NO_DIFFERENCE if ok["reject"] else TOO_FEW
+        )
         if r["verdict"] == TOO_FEW:
-            r["why"] = (f"{r['n_a']} and {r['n_b']} seeds: the smallest p the test can give, {p_min:.2g}, does not "
-                        f"survive Holm over {len(tested)}")
+            r["why"] = (
+                f"{r['n_a']} and {r['n_b']} seeds: the smallest p the test can give, {p_min:.2g}, does not "
+                f"survive Holm over {len(tested)}"
+            )
     if more:
         for key, (a, b) in pairs.items():
             rows[key]["more"] = _more(rows[key], a, b, len(pairs))
@@ -175,8 +187,11 @@ def judge(pairs_of: Callable, by_name: dict, break_even: bool = True) -> dict:
             if rho not in seen:
                 seen[rho] = family(pairs_of(host.with_rho(rho)), more=False)
             return seen[rho]
-        out["break_even"] = {k: clocks.describe_break_even(clocks.break_even(lambda rho, k=k: at(rho)[k]["verdict"]))
-                             for k in out["passes"]}
+
+        out["break_even"] = {
+            k: clocks.describe_break_even(clocks.break_even(lambda rho, k=k: at(rho)[k]["verdict"]))
+            for k in out["passes"]
+        }
     return out
 
 
@@ -185,8 +200,14 @@ def remedy(cells: list, mode: str, workers, by_name: dict, base) -> dict:
     ns = [n for n in workers if n > 1 and any(c.mode == mode and c.n == n for c in cells)]
 
     def pairs_of(clock) -> dict:
-        return {n: (values([c for c in cells if c.mode == mode and c.n == n], clock, base),
-                    values([c for c in cells if c.mode == policies.SEQUENTIAL and c.n == n], clock, base)) for n in ns}
+        return {
+            n: (
+                values([c for c in cells if c.mode == mode and c.n == n], clock, base),
+                values([c for c in cells if c.mode == policies.SEQUENTIAL and c.n == n], clock, base),
+            )
+            for n in ns
+        }
+
     return judge(pairs_of, by_name)
 
 
@@ -204,6 +225,7 @@ def filtering(rows: list, mode: str, bases: dict, by_name: dict) -> dict:
     def pairs_of(clock) -> dict:
         of = {d: values([c for dd, c in cells if dd == d], clock, bases[d]) for d in ("full", "network", "random")}
         return {other: (of["network"], of[other]) for other in ("full", "random") if of[other]}
+
     return judge(pairs_of, by_name)
 
 
@@ -212,8 +234,9 @@ def sweep_cells(rows: list, lr_rule: str) -> dict:
     out = {}
     for r in sorted(rows, key=lambda r: (r["batch"], r.get("seed", 0))):
         if r["lr_rule"] == lr_rule:
-            out.setdefault(r["batch"], []).append(Cell.of(r, mode=policies.SEQUENTIAL, n=1, seed=r.get("seed", 0),
-                                                          time_source="modelled"))
+            out.setdefault(r["batch"], []).append(
+                Cell.of(r, mode=policies.SEQUENTIAL, n=1, seed=r.get("seed", 0), time_source="modelled")
+            )
     return out
 
 
@@ -230,6 +253,7 @@ def sweep(rows: list, lr_rule: str, base_batch: int, by_name: dict, base) -> dic
     def pairs_of(clock) -> dict:
         ref = values(by_batch.get(base_batch, []), at_batch(clock, base_batch), base)
         return {b: (values(cs, at_batch(clock, b), base), ref) for b, cs in by_batch.items() if b != base_batch}
+
     return judge(pairs_of, {k: v for k, v in by_name.items() if k in ("paper", "host")}, break_even=False)
 
 
@@ -251,14 +275,18 @@ def not_exercised(cells: list, run_rows: dict, base_batch: int, theta: float) ->
             continue
         ratios = [r["grad_noise"] / r["grad_sq"] for r in rows if r.get("grad_sq") and r.get("grad_noise") is not None]
         if not ratios:
-            out[mode] = ("its batch never grew in any epoch of any run; its runs' rows hold no noise ratio "
-                         "(they came from a ledger that did not keep it)")
+            out[mode] = (
+                "its batch never grew in any epoch of any run; its runs' rows hold no noise ratio "
+                "(they came from a ledger that did not keep it)"
+            )
             continue
         top = max(ratios)
-        out[mode] = (f"its test never fired: noise / ||g||^2 was at most {top:.3g} in every epoch of every run, "
-                     f"under theta^2 = {theta ** 2:g}, so it ran strong scaling's batches throughout; the test would "
-                     f"have fired in some epoch only with theta below sqrt({top:.3g}) = {math.sqrt(top):.2f} "
-                     f"(a statement, not a run: theta stays {theta:g})")
+        out[mode] = (
+            f"its test never fired: noise / ||g||^2 was at most {top:.3g} in every epoch of every run, "
+            f"under theta^2 = {theta**2:g}, so it ran strong scaling's batches throughout; the test would "
+            f"have fired in some epoch only with theta below sqrt({top:.3g}) = {math.sqrt(top):.2f} "
+            f"(a statement, not a run: theta stays {theta:g})"
+        )
     return out
 
 
@@ -270,16 +298,28 @@ def brief_rows(answers: dict) -> list:
     question, [question, the answer under the paper's clock in a few words, the comparison it
     rests on (the one nearest to 'shorter': the smallest Holm-adjusted p of it)]."""
     data = lambda k: _DATA.get(k, f"the {k} data")  # noqa: E731
-    rows = [[f"{m} against strong scaling", f"not exercised: {why.split(':')[0]}", "-"]
-            for m, why in answers["not_exercised"].items()]
-    rows += [[f"{m} against strong scaling", *_in_brief(comps, lambda ks: "at N = " + ", ".join(ks), "N = {}".format)]
-             for m, comps in answers["remedies"].items()]
-    rows += [[f"network-filtered data, {group}",
-              *_in_brief(comps, lambda ks: "against " + " and ".join(map(data, ks)), lambda k: "against " + data(k))]
-             for group, comps in answers["filter"].items()]
-    rows += [[f"global batch b against the study's, lr rule {rule}",
-              *_in_brief(comps, lambda ks: "at b = " + ", ".join(ks), "b = {}".format)]
-             for rule, comps in answers["sweep"].items()]
+    rows = [
+        [f"{m} against strong scaling", f"not exercised: {why.split(':')[0]}", "-"]
+        for m, why in answers["not_exercised"].items()
+    ]
+    rows += [
+        [f"{m} against strong scaling", *_in_brief(comps, lambda ks: "at N = " + ", ".join(ks), "N = {}".format)]
+        for m, comps in answers["remedies"].items()
+    ]
+    rows += [
+        [
+            f"network-filtered data, {group}",
+            *_in_brief(comps, lambda ks: "against " + " and ".join(map(data, ks)), lambda k: "against " + data(k)),
+        ]
+        for group, comps in answers["filter"].items()
+    ]
+    rows += [
+        [
+            f"global batch b against the study's, lr rule {rule}",
+            *_in_brief(comps, lambda ks: "at b = " + ", ".join(ks), "b = {}".format),
+        ]
+        for rule, comps in answers["sweep"].items()
+    ]
     return rows
 
 
@@ -291,10 +331,12 @@ def _in_brief(comparisons: dict, where, name) -> list:
         by_verdict.setdefault(c["paper"]["verdict"], []).append(key)
     said = "; ".join(f"{verdict} {where(keys)}" for verdict, keys in by_verdict.items())
     tested = [k for k, c in comparisons.items() if c["paper"]["p_shorter_holm"] is not None]
-    if not tested:                      # too few seeds, or neither side reached: no test ran
+    if not tested:  # too few seeds, or neither side reached: no test ran
         return [said, "-"]
     key = min(tested, key=lambda k: comparisons[k]["paper"]["p_shorter_holm"])
     c = comparisons[key]["paper"]
-    ratio = contrasts.ratio_text(None if c["ratio"] is None else float(c["ratio"]))   # answers.json: "inf"
-    return [said, f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, "
-                  f"{c['p_longer_holm']:.2g} longer"]
+    ratio = contrasts.ratio_text(None if c["ratio"] is None else float(c["ratio"]))  # answers.json: "inf"
+    return [
+        said,
+        f"{name(key)}: ratio {ratio}, Holm p = {c['p_shorter_holm']:.2g} shorter, {c['p_longer_holm']:.2g} longer",
+    ]

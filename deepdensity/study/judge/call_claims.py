@@ -1,6 +1,7 @@
 """The row every claim gives (`claim_row`), and the claims about cells' calls: strong scaling
 converges, the linear rule fails, warmup converges to N = 4, 2 x eta diverges; each read cell by cell,
 open while a cell it rests on is below the design's seeds, with the seeds that could still change it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,17 +13,33 @@ from deepdensity.study.core.cells import Call, Evidence, Verdict
 from deepdensity.study.judge.contrasts import pooled
 
 
-def claim_row(claim: str, paper: str, rule: str, ours: str, verdict: str, more: str, brief: tuple,
-           by_clock: Optional[dict] = None, break_even: str = "-") -> dict:
+def claim_row(
+    claim: str,
+    paper: str,
+    rule: str,
+    ours: str,
+    verdict: str,
+    more: str,
+    brief: tuple,
+    by_clock: Optional[dict] = None,
+    break_even: str = "-",
+) -> dict:
     """A claim's row: its verdict is the paper's clock's, `verdicts` every registered clock's
     (clocks.JUDGED; a claim not about time has the same under each); `brief` is (ours in a few
     words, the one number the verdict rests on), what the report's first table shows."""
     by_clock = by_clock or {}
-    return {"claim": claim, "paper": paper, "rule": rule, "ours": ours, "more_seeds": more,
-            "verdict": by_clock.get(clocks.PAPER, verdict),
-            "verdicts": {c.name: by_clock[c.name] if by_clock else verdict for c in clocks.JUDGED},
-            "break_even": break_even,
-            "ours_brief": brief[0], "deciding": brief[1]}
+    return {
+        "claim": claim,
+        "paper": paper,
+        "rule": rule,
+        "ours": ours,
+        "more_seeds": more,
+        "verdict": by_clock.get(clocks.PAPER, verdict),
+        "verdicts": {c.name: by_clock[c.name] if by_clock else verdict for c in clocks.JUDGED},
+        "break_even": break_even,
+        "ours_brief": brief[0],
+        "deciding": brief[1],
+    }
 
 
 def _calls_brief(rates_: dict) -> str:
@@ -43,6 +60,7 @@ def _nearest_the_line(expected: dict) -> str:
     two cells as near as each other (8 of 8 that should converge and 0 of 8 that should fail)
     give the same number from the same arguments, not two roundings of it; such an exact tie
     goes to the smaller N."""
+
     def inside(rate, expect) -> float:
         on_side = rate.runs - rate.missed if expect == Call.CONVERGES else rate.missed
         return stats.missed_rate(on_side, rate.runs, rate.confidence)[0] - 0.5
@@ -59,16 +77,25 @@ def every_n(v: Evidence, mode: str, expect: str, least: int = 1) -> tuple:
     against = Call.FAILS if expect == Call.CONVERGES else Call.CONVERGES
     rates_ = {n: v.rate(mode, [n]) for n in v.ran(mode, least)}
     calls = [r.call for r in rates_.values()]
-    verdict = (Verdict.CONTRADICTED if against in calls else
-               Verdict.REPRODUCED if calls and all(c == expect for c in calls) else Verdict.INCONCLUSIVE)
+    verdict = (
+        Verdict.CONTRADICTED
+        if against in calls
+        else Verdict.REPRODUCED
+        if calls and all(c == expect for c in calls)
+        else Verdict.INCONCLUSIVE
+    )
     ours = "; ".join(f"N = {n}: {r}" for n, r in rates_.items())
     settled = any(r.call == against and not v.short(mode, [n]) for n, r in rates_.items())
     named = [n for n in v.workers if n >= least]
     verdict, ours = _all_named(v, mode, named, verdict, ours, settled)
     missing = [str(n) for n in named if n not in rates_]
     brief = _calls_brief(rates_) + (f"; not run at N = {', '.join(missing)}" if missing else "")
-    return verdict, ours, _more_for_rates(rates_, expect), (
-        brief, _nearest_the_line({n: (r, expect) for n, r in rates_.items()}))
+    return (
+        verdict,
+        ours,
+        _more_for_rates(rates_, expect),
+        (brief, _nearest_the_line({n: (r, expect) for n, r in rates_.items()})),
+    )
 
 
 def _all_named(v: Evidence, mode: str, named: list, verdict: str, ours: str, settled: bool = False) -> tuple:
@@ -88,8 +115,9 @@ def complete(v: Evidence, cells: dict, verdict: str, ours: str) -> tuple:
     short = [f"{mode} N = {n}" for mode, ns in cells.items() for n in v.short(mode, ns)]
     if not short:
         return verdict, ours
-    return Verdict.INCONCLUSIVE, ours + (f" (below the design's {v.design} seeds so far: {', '.join(short)}; "
-                                         f"no verdict until they are run)")
+    return Verdict.INCONCLUSIVE, ours + (
+        f" (below the design's {v.design} seeds so far: {', '.join(short)}; no verdict until they are run)"
+    )
 
 
 def _more_for_rates(rates_: dict, expect: str) -> str:
@@ -102,25 +130,42 @@ def _more_for_rates(rates_: dict, expect: str) -> str:
             continue
         if r.call == expect:
             k = stats.seeds_to_unsettle(r.missed, r.runs)
-            parts.append(f"N = {n}: {k} more, all {'missing' if expect == Call.CONVERGES else 'reaching'}, "
-                         f"would unsettle it")
+            parts.append(
+                f"N = {n}: {k} more, all {'missing' if expect == Call.CONVERGES else 'reaching'}, would unsettle it"
+            )
         else:
             k = r.to_converge if expect == Call.CONVERGES else r.to_fail
-            parts.append(f"N = {n}: {'over 1000' if k is None else k} more, all "
-                         f"{'reaching' if expect == Call.CONVERGES else 'missing'}, would call it {expect}")
+            parts.append(
+                f"N = {n}: {'over 1000' if k is None else k} more, all "
+                f"{'reaching' if expect == Call.CONVERGES else 'missing'}, would call it {expect}"
+            )
     return "yes: " + "; ".join(parts) if parts else "-"
 
 
 def strong_converges(v: Evidence) -> dict:
     verdict, ours, more, brief = every_n(v, STRONG, Call.CONVERGES)
-    return claim_row("Strong scaling always converges", "reached the target at N = 1..32",
-                  "every N converges (missed rate's 95 % upper bound < 0.5)", ours, verdict, more, brief)
+    return claim_row(
+        "Strong scaling always converges",
+        "reached the target at N = 1..32",
+        "every N converges (missed rate's 95 % upper bound < 0.5)",
+        ours,
+        verdict,
+        more,
+        brief,
+    )
 
 
 def linear_fails(v: Evidence) -> dict:
     verdict, ours, more, brief = every_n(v, LINEAR, Call.FAILS, least=2)
-    return claim_row("The linear scaling rule fails at every N > 1", "diverged at N = 2..32",
-                  "every N > 1 fails (missed rate's 95 % lower bound > 0.5)", ours, verdict, more, brief)
+    return claim_row(
+        "The linear scaling rule fails at every N > 1",
+        "diverged at N = 2..32",
+        "every N > 1 fails (missed rate's 95 % lower bound > 0.5)",
+        ours,
+        verdict,
+        more,
+        brief,
+    )
 
 
 def warmup_to_four(v: Evidence) -> dict:
@@ -129,44 +174,67 @@ def warmup_to_four(v: Evidence) -> dict:
     ra = {n: v.rate(WARMUP, [n]) for n in above}
     if any(r.call == Call.FAILS for r in rb.values()) or any(r.call == Call.CONVERGES for r in ra.values()):
         verdict = Verdict.CONTRADICTED
-    elif below and above and all(r.call == Call.CONVERGES for r in rb.values()) \
-            and all(r.call == Call.FAILS for r in ra.values()):
+    elif (
+        below
+        and above
+        and all(r.call == Call.CONVERGES for r in rb.values())
+        and all(r.call == Call.FAILS for r in ra.values())
+    ):
         verdict = Verdict.REPRODUCED
     else:
         verdict = Verdict.INCONCLUSIVE
     ours = "; ".join(f"N = {n}: {r}" for n, r in {**rb, **ra}.items())
-    settled = any(r.call == Call.FAILS and not v.short(WARMUP, [n]) for n, r in rb.items()) or \
-        any(r.call == Call.CONVERGES and not v.short(WARMUP, [n]) for n, r in ra.items())
+    settled = any(r.call == Call.FAILS and not v.short(WARMUP, [n]) for n, r in rb.items()) or any(
+        r.call == Call.CONVERGES and not v.short(WARMUP, [n]) for n, r in ra.items()
+    )
     verdict, ours = _all_named(v, WARMUP, [n for n in v.workers if n > 1], verdict, ours, settled)
     m_below, r_below = pooled(v, WARMUP, below)
     m_above, r_above = pooled(v, WARMUP, above)
     if r_below and r_above:
         f = stats.fisher_greater(m_above, r_above, m_below, r_below)
-        ours += (f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
-                 f"Fisher one-sided p = {f['p']:.2g}")
-    parts = [p[len("yes: "):] for p in (_more_for_rates(rb, Call.CONVERGES), _more_for_rates(ra, Call.FAILS))
-             if p != "-"]
+        ours += (
+            f"; N >= 8 pooled against N = 2, 4 pooled: {m_above}/{r_above} against {m_below}/{r_below} missed, "
+            f"Fisher one-sided p = {f['p']:.2g}"
+        )
+    parts = [
+        p[len("yes: ") :] for p in (_more_for_rates(rb, Call.CONVERGES), _more_for_rates(ra, Call.FAILS)) if p != "-"
+    ]
     more = "yes: " + "; ".join(parts) if parts else "-"
-    return claim_row("Warmup converges only up to N = 4", "reached at N = 1, 2, 4; failed at 8, 16, 32",
-                  "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)", ours, verdict, more,
-                  (_calls_brief({**rb, **ra}), _nearest_the_line({**{n: (r, Call.CONVERGES) for n, r in rb.items()},
-                                                                  **{n: (r, Call.FAILS) for n, r in ra.items()}})))
+    return claim_row(
+        "Warmup converges only up to N = 4",
+        "reached at N = 1, 2, 4; failed at 8, 16, 32",
+        "N = 2, 4 converge and N = 8, 16, 32 fail (each cell's missed rate)",
+        ours,
+        verdict,
+        more,
+        (
+            _calls_brief({**rb, **ra}),
+            _nearest_the_line(
+                {**{n: (r, Call.CONVERGES) for n, r in rb.items()}, **{n: (r, Call.FAILS) for n, r in ra.items()}}
+            ),
+        ),
+    )
 
 
 def double_eta_diverges(v: Evidence, seq_2eta: list) -> dict:
-    cells = [_Run(r["status"], r.get("final_val_loss"))
-             for r in sorted(seq_2eta, key=lambda r: r.get("seed", 0))]
+    cells = [_Run(r["status"], r.get("final_val_loss")) for r in sorted(seq_2eta, key=lambda r: r.get("seed", 0))]
     r = v.looked(cells)
     verdict = {Call.FAILS: Verdict.REPRODUCED, Call.CONVERGES: Verdict.CONTRADICTED}.get(r.call, Verdict.INCONCLUSIVE)
     ours = f"2 x eta: {r}"
     if 0 < len(cells) < v.design:
-        verdict, ours = Verdict.INCONCLUSIVE, ours + f" (below the design's {v.design} seeds so far; no verdict until they are run)"
-    return claim_row("2 x eta diverges for the sequential model", "further increasing the lr diverges",
-                  "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
-                  ours, verdict,
-                  _more_for_rates({1: r}, Call.FAILS).replace("N = 1: ", "2 x eta: "),
-                  (f"{r.call} at 2 x eta" if r.runs else "not run",
-                   f"{r.missed} of {r.runs} missed, {r.ci}" if r.runs else "-"))
+        verdict, ours = (
+            Verdict.INCONCLUSIVE,
+            ours + f" (below the design's {v.design} seeds so far; no verdict until they are run)",
+        )
+    return claim_row(
+        "2 x eta diverges for the sequential model",
+        "further increasing the lr diverges",
+        "the sequential run at 2 x eta fails (missed rate's 95 % lower bound > 0.5)",
+        ours,
+        verdict,
+        _more_for_rates({1: r}, Call.FAILS).replace("N = 1: ", "2 x eta: "),
+        (f"{r.call} at 2 x eta" if r.runs else "not run", f"{r.missed} of {r.runs} missed, {r.ci}" if r.runs else "-"),
+    )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ A default study's record judged as its reports read it: the cells timed by passe
 clock (`cells_of`), the three clocks time claims are judged under (`clock_set`), the rules'
 evidence of the record (`evidence_of`), and the claims under both definitions of failure
 (`claims_of`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,7 @@ class ClaimRule:
     (call_claims.claim_row), where `applies(evidence, seq_2eta)` says the study ran what it needs.
     Its key names it in claims.json and wherever a claim is looked up; never its title or its
     place in the list."""
+
     key: str
     judge: Callable[[Evidence, Optional[list]], dict]
     applies: Callable[[Evidence, Optional[list]], bool]
@@ -43,14 +45,17 @@ def _ran(mode: str) -> Callable[[Evidence, Optional[list]], bool]:
 
 # The claims, in the paper's order. A new claim is one entry here and its own function
 # (call_claims.py, time_claims.py).
-CLAIMS = {rule.key: rule for rule in (
-    ClaimRule("strong_converges", lambda v, _: strong_converges(v), _ran(STRONG)),
-    ClaimRule("linear_fails", lambda v, _: linear_fails(v), _ran(LINEAR)),
-    ClaimRule("warmup_to_four", lambda v, _: warmup_to_four(v), _ran(WARMUP)),
-    ClaimRule("weak_efficiency", lambda v, _: weak_efficiency(v), _ran(WEAK)),
-    ClaimRule("strong_fastest", lambda v, _: strong_fastest(v), _ran(STRONG)),
-    ClaimRule("double_eta_diverges", double_eta_diverges, lambda v, seq_2eta: bool(seq_2eta)),
-)}
+CLAIMS = {
+    rule.key: rule
+    for rule in (
+        ClaimRule("strong_converges", lambda v, _: strong_converges(v), _ran(STRONG)),
+        ClaimRule("linear_fails", lambda v, _: linear_fails(v), _ran(LINEAR)),
+        ClaimRule("warmup_to_four", lambda v, _: warmup_to_four(v), _ran(WARMUP)),
+        ClaimRule("weak_efficiency", lambda v, _: weak_efficiency(v), _ran(WEAK)),
+        ClaimRule("strong_fastest", lambda v, _: strong_fastest(v), _ran(STRONG)),
+        ClaimRule("double_eta_diverges", double_eta_diverges, lambda v, seq_2eta: bool(seq_2eta)),
+    )
+}
 
 
 def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
@@ -59,20 +64,35 @@ def evaluate(v: Evidence, seq_2eta: Optional[list]) -> list:
 
 
 RULES = [
-    ("outcome", "a run missed when it did not reach the target within the cap (the paper's NaN), whatever "
-                "stopped it: collapsed, non-finite, stalled or capped; the sensitivity column counts as failed "
-                "only the runs that collapsed or became non-finite"),
-    ("cell", "missed / runs with its exact (Clopper-Pearson) 95 % interval: converges when the upper bound is "
-             "below 0.5, fails when the lower bound is above 0.5, inconclusive otherwise; each cell also says how "
-             "many more seeds, all going one way, would change its call"),
-    ("time", "time to target = passes to target x the clock's seconds per pass; two cells are compared by a "
-             f"one-sided Mann-Whitney U test (a miss slower than every run that reached), at {ALPHA:g} after Holm's "
-             "correction over the comparisons of a claim, with the Hodges-Lehmann ratio of the times"),
-    ("claim", "reproduced, contradicted or inconclusive by the table of docs/decision-rules.md; pooled contrasts "
-              "(Fisher, one-sided) and trends in log2 N (Cochran-Armitage, one-sided) are reported beside them"),
-    ("seeds", "the preset's seeds in every cell, none spent to settle one answer; the sequential runs take seeds "
-              "disjoint from the learning-rate search's; while a cell is below them (a study in progress), a claim "
-              "it could still change has no verdict"),
+    (
+        "outcome",
+        "a run missed when it did not reach the target within the cap (the paper's NaN), whatever "
+        "stopped it: collapsed, non-finite, stalled or capped; the sensitivity column counts as failed "
+        "only the runs that collapsed or became non-finite",
+    ),
+    (
+        "cell",
+        "missed / runs with its exact (Clopper-Pearson) 95 % interval: converges when the upper bound is "
+        "below 0.5, fails when the lower bound is above 0.5, inconclusive otherwise; each cell also says how "
+        "many more seeds, all going one way, would change its call",
+    ),
+    (
+        "time",
+        "time to target = passes to target x the clock's seconds per pass; two cells are compared by a "
+        f"one-sided Mann-Whitney U test (a miss slower than every run that reached), at {ALPHA:g} after Holm's "
+        "correction over the comparisons of a claim, with the Hodges-Lehmann ratio of the times",
+    ),
+    (
+        "claim",
+        "reproduced, contradicted or inconclusive by the table of docs/decision-rules.md; pooled contrasts "
+        "(Fisher, one-sided) and trends in log2 N (Cochran-Armitage, one-sided) are reported beside them",
+    ),
+    (
+        "seeds",
+        "the preset's seeds in every cell, none spent to settle one answer; the sequential runs take seeds "
+        "disjoint from the learning-rate search's; while a cell is below them (a study in progress), a claim "
+        "it could still change has no verdict",
+    ),
 ]
 
 
@@ -88,6 +108,7 @@ def cells_of(record: dict) -> list:
     def timed(c: Cell) -> Cell:
         epoch, per_epoch = epoch_under(c, host, base)
         return dataclasses.replace(c, time_to_target_s=time_to_target(c, epoch, per_epoch), epoch_seconds=epoch)
+
     return [timed(c) for c in cells]
 
 
@@ -104,8 +125,9 @@ def record_runner(cells: list) -> bool:
 def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
     """The claims judged on `cells` and `seq_2eta` by the rules of docs/decision-rules.md
     (claims.py), each with its verdict again under the sensitivity definition of failure."""
-    primary, sensitivity = (evaluate(evidence_of(record, cells, definition), seq_2eta or None)
-                            for definition in (MISSED, FAILED))
+    primary, sensitivity = (
+        evaluate(evidence_of(record, cells, definition), seq_2eta or None) for definition in (MISSED, FAILED)
+    )
     sensitive = {s["key"]: s["verdict"] for s in sensitivity}
     for c in primary:
         c["verdict_sensitivity"] = sensitive[c["key"]]
@@ -115,8 +137,16 @@ def claims_of(record: dict, cells: list, seq_2eta: Optional[list]) -> list:
 
 def evidence_of(record: dict, cells: list, definition: str) -> Evidence:
     study = study_of(record)
-    return Evidence(cells, study.workers, definition, record["collapse_loss"], clock_set(record), time_base(record),
-                    len(study.seeds), study.second_look_confidence if study.second_look_seeds else 0.0)
+    return Evidence(
+        cells,
+        study.workers,
+        definition,
+        record["collapse_loss"],
+        clock_set(record),
+        time_base(record),
+        len(study.seeds),
+        study.second_look_confidence if study.second_look_seeds else 0.0,
+    )
 
 
 def _real_strong_note(record: dict) -> str:

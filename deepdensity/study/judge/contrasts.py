@@ -7,6 +7,7 @@ claims, what the runs say pooled: one mode's missed runs against another's (Fish
 trends of the missed rate in log2 N, in the peak lr and in the global batch (Cochran-Armitage,
 one-sided), and warmup's claim as the runs have it (`warmup_holds_to`).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,12 @@ def _fisher_row(v: Evidence, a: str, b: str) -> list:
     if not (ra and rb):
         return [f"{a} against {b}, N > 1 pooled", "not run", "-", "-"]
     f = stats.fisher_greater(ma, ra, mb, rb)
-    return [f"{a} misses more often than {b}, N > 1 pooled (Fisher, one-sided)", f"{ma}/{ra} against {mb}/{rb}",
-            f"odds ratio {ratio_text(f['odds_ratio'])}", f"{f['p']:.2g}"]
+    return [
+        f"{a} misses more often than {b}, N > 1 pooled (Fisher, one-sided)",
+        f"{ma}/{ra} against {mb}/{rb}",
+        f"odds ratio {ratio_text(f['odds_ratio'])}",
+        f"{f['p']:.2g}",
+    ]
 
 
 def _trend_row(what: str, groups: dict) -> list:
@@ -46,11 +51,15 @@ def _trend_row(what: str, groups: dict) -> list:
     scores = sorted(groups)
     if len(scores) < 2:
         return [what, "fewer than two levels run", "-", "-"]
-    t = stats.cochran_armitage([groups[s][0] for s in scores], [groups[s][1] for s in scores],
-                               [math.log2(s) for s in scores])
+    t = stats.cochran_armitage(
+        [groups[s][0] for s in scores], [groups[s][1] for s in scores], [math.log2(s) for s in scores]
+    )
     counts = ", ".join(f"{s:g}: {groups[s][0]}/{groups[s][1]}" for s in scores)
-    estimate = "no run missed, or every run did" if t["degenerate"] else \
-        f"{t['slope'] * 100:+.1f} points a doubling, z = {t['z']:.2f}"
+    estimate = (
+        "no run missed, or every run did"
+        if t["degenerate"]
+        else f"{t['slope'] * 100:+.1f} points a doubling, z = {t['z']:.2f}"
+    )
     return [what, counts, estimate, "-" if t["degenerate"] else f"{t['p_increasing']:.2g}"]
 
 
@@ -74,13 +83,26 @@ def contrasts(v: Evidence) -> list:
     # (warmup N >= 8 against N = 2, 4 is in the warmup claim's row)
     for mode in (LINEAR, WARMUP, WEAK):
         if v.ran(mode):
-            rows.append(_trend_row(f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",
-                                   {n: pooled(v, mode, [n]) for n in v.ran(mode)}))
+            rows.append(
+                _trend_row(
+                    f"{mode}: missed rate rises with log2 N (Cochran-Armitage)",
+                    {n: pooled(v, mode, [n]) for n in v.ran(mode)},
+                )
+            )
     modes = [m for m in policies.paper() if v.ran(m)]
-    rows.append(_trend_row("every mode: missed rate rises with log2 of the peak lr over eta (Cochran-Armitage)",
-                           _by_factor(v, peak_lr_over_eta, modes)))
-    rows.append(_trend_row("weak only (lr eta at every batch): missed rate rises with log2 of the global batch "
-                           "over 32 (Cochran-Armitage)", _by_factor(v, global_batch_over_base, [STRONG, WEAK])))
+    rows.append(
+        _trend_row(
+            "every mode: missed rate rises with log2 of the peak lr over eta (Cochran-Armitage)",
+            _by_factor(v, peak_lr_over_eta, modes),
+        )
+    )
+    rows.append(
+        _trend_row(
+            "weak only (lr eta at every batch): missed rate rises with log2 of the global batch "
+            "over 32 (Cochran-Armitage)",
+            _by_factor(v, global_batch_over_base, [STRONG, WEAK]),
+        )
+    )
     return rows
 
 
@@ -106,8 +128,12 @@ ALPHA = 0.05
 def rank_test(a: list, b: list) -> dict:
     """A's times against B's: one-sided p both ways, the ratio A / B and P(A shorter)."""
     less, more = stats.mann_whitney_less(a, b), stats.mann_whitney_less(b, a)
-    return {"p_shorter": less["p"], "p_longer": more["p"], "prob_shorter": less["prob_less"],
-            "ratio": stats.hodges_lehmann_ratio(a, b)}
+    return {
+        "p_shorter": less["p"],
+        "p_longer": more["p"],
+        "prob_shorter": less["prob_less"],
+        "ratio": stats.hodges_lehmann_ratio(a, b),
+    }
 
 
 def holm_verdict(tests: list) -> str:
@@ -128,7 +154,7 @@ def ratio_text(r: Optional[float]) -> str:
     return "inf (a miss)" if math.isinf(r) else "0 (a miss)" if r == 0 else f"{r:.2f}"
 
 
-MORE_SEEDS_LIMIT = 50          # how far seeds_to_reject looks
+MORE_SEEDS_LIMIT = 50  # how far seeds_to_reject looks
 
 
 def seeds_to_reject(a: list, b: list, alpha: float, limit: int = MORE_SEEDS_LIMIT) -> Optional[int]:

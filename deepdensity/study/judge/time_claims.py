@@ -1,6 +1,7 @@
 """The claims about time: strong scaling is the fastest at every N, weak scaling's efficiency falls.
 Each is judged under every clock (clocks.JUDGED), its verdict the paper's clock's, with the ratio of
 communication to compute at which the verdict would change (its break-even)."""
+
 from __future__ import annotations
 
 from deepdensity.scaling.policies import LINEAR, STRONG, WARMUP, WEAK
@@ -32,9 +33,11 @@ def _holm_brief(tests: list, names: list) -> tuple:
     counts = f"shorter in {sum(h['reject'] for h in shorter)} of {len(tests)} comparisons after Holm"
     slower = sum(h["reject"] for h in longer)
     weakest = max(range(len(tests)), key=lambda i: shorter[i]["p_adjusted"])
-    return (counts + (f", longer in {slower}" if slower else ""),
-            f"least clear: {names[weakest]}, ratio {ratio_text(tests[weakest]['ratio'])}, "
-            f"Holm p = {shorter[weakest]['p_adjusted']:.2g}")
+    return (
+        counts + (f", longer in {slower}" if slower else ""),
+        f"least clear: {names[weakest]}, ratio {ratio_text(tests[weakest]['ratio'])}, "
+        f"Holm p = {shorter[weakest]['p_adjusted']:.2g}",
+    )
 
 
 def strong_fastest(v: Evidence) -> dict:
@@ -49,53 +52,105 @@ def strong_fastest(v: Evidence) -> dict:
                 t = rank_test(v.seconds(STRONG, n, clock), v.seconds(mode, n, clock))
                 tests.append(t)
                 names.append(f"N = {n} vs {mode}")
-                parts.append(f"N = {n} vs {mode}: ratio {ratio_text(t['ratio'])}, P(strong shorter) "
-                             f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}")
+                parts.append(
+                    f"N = {n} vs {mode}: ratio {ratio_text(t['ratio'])}, P(strong shorter) "
+                    f"{t['prob_shorter']:.2f}, p = {t['p_shorter']:.2g}"
+                )
         verdict = holm_verdict(tests)
-        if verdict == Verdict.REPRODUCED and len(tests) < len(named):      # a comparison not run: open
+        if verdict == Verdict.REPRODUCED and len(tests) < len(named):  # a comparison not run: open
             verdict = Verdict.INCONCLUSIVE
-        return (*complete(v, {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]}, verdict,
-                          "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})"),
-                lambda: _holm_brief(tests, names))
+        return (
+            *complete(
+                v,
+                {m: [n for n in v.workers if n > 1] for m in [STRONG, *others]},
+                verdict,
+                "; ".join(parts) + f" (one-sided Mann-Whitney, Holm over {len(tests)} of {len(named)})",
+            ),
+            lambda: _holm_brief(tests, names),
+        )
 
     by_clock, flips, evidence, brief = _time_claim(v, judge)
     paper = v.clocks.get("paper", v.clocks.get("host"))
-    pairs = {(n, mode): (v.seconds(STRONG, n, paper), v.seconds(mode, n, paper))
-             for n in v.ran(STRONG, 2) for mode in others if n in v.ran(mode)}
-    return claim_row("Strong scaling is the fastest at every N", "fastest at N = 2..32",
-                  "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
-                  "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
-                  evidence, by_clock.get("paper", Verdict.INCONCLUSIVE), more_for_ranks(pairs), brief, by_clock, flips)
+    pairs = {
+        (n, mode): (v.seconds(STRONG, n, paper), v.seconds(mode, n, paper))
+        for n in v.ran(STRONG, 2)
+        for mode in others
+        if n in v.ran(mode)
+    }
+    return claim_row(
+        "Strong scaling is the fastest at every N",
+        "fastest at N = 2..32",
+        "at each N > 1, strong's time to target shorter than each other mode's: every one-sided "
+        "Mann-Whitney test rejects at 0.05 after Holm; ratio = Hodges-Lehmann strong / other",
+        evidence,
+        by_clock.get("paper", Verdict.INCONCLUSIVE),
+        more_for_ranks(pairs),
+        brief,
+        by_clock,
+        flips,
+    )
 
 
-_EFFICIENCY = {Verdict.REPRODUCED: "its efficiency falls", Verdict.CONTRADICTED: "its efficiency rises",
-               Verdict.INCONCLUSIVE: "no measurable fall in efficiency"}
+_EFFICIENCY = {
+    Verdict.REPRODUCED: "its efficiency falls",
+    Verdict.CONTRADICTED: "its efficiency rises",
+    Verdict.INCONCLUSIVE: "no measurable fall in efficiency",
+}
 
 
 def weak_efficiency(v: Evidence) -> dict:
     conv, ours, more, (calls, nearest) = every_n(v, WEAK, Call.CONVERGES)
     ns = v.ran(WEAK, 2)
-    rule = ("every N converges, and N x time to target at N = 2 shorter than at the largest N "
-            "(one-sided Mann-Whitney, p < 0.05)")
+    rule = (
+        "every N converges, and N x time to target at N = 2 shorter than at the largest N "
+        "(one-sided Mann-Whitney, p < 0.05)"
+    )
     if len(ns) < 2:
-        return claim_row("Weak scaling converges everywhere but its efficiency falls",
-                      "reached at every N; efficiency 100 -> 9.45 %", rule,
-                      ours + "; efficiency: fewer than two N > 1 run", Verdict.INCONCLUSIVE, more,
-                      (calls, nearest))
+        return claim_row(
+            "Weak scaling converges everywhere but its efficiency falls",
+            "reached at every N; efficiency 100 -> 9.45 %",
+            rule,
+            ours + "; efficiency: fewer than two N > 1 run",
+            Verdict.INCONCLUSIVE,
+            more,
+            (calls, nearest),
+        )
     lo, hi = ns[0], ns[-1]
-    named = (lo, hi) == (min(n for n in v.workers if n > 1), max(v.workers))   # the rule's N = 2 and 32
+    named = (lo, hi) == (min(n for n in v.workers if n > 1), max(v.workers))  # the rule's N = 2 and 32
 
     def judge(clock) -> tuple:
         t = rank_test(v.seconds(WEAK, lo, clock, lo), v.seconds(WEAK, hi, clock, hi))
-        eff = (Verdict.CONTRADICTED if t["p_longer"] < ALPHA else
-               Verdict.REPRODUCED if t["p_shorter"] < ALPHA and named else Verdict.INCONCLUSIVE)
-        both = (Verdict.CONTRADICTED if Verdict.CONTRADICTED in (conv, eff) else
-                Verdict.REPRODUCED if conv == eff == Verdict.REPRODUCED else Verdict.INCONCLUSIVE)
-        ratio = f"N x time to target, N = {lo} against N = {hi}: ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}"
-        return (*complete(v, {WEAK: [lo, hi]}, both, f"{ours}; {ratio}"),
-                lambda: (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"))
+        eff = (
+            Verdict.CONTRADICTED
+            if t["p_longer"] < ALPHA
+            else Verdict.REPRODUCED
+            if t["p_shorter"] < ALPHA and named
+            else Verdict.INCONCLUSIVE
+        )
+        both = (
+            Verdict.CONTRADICTED
+            if Verdict.CONTRADICTED in (conv, eff)
+            else Verdict.REPRODUCED
+            if conv == eff == Verdict.REPRODUCED
+            else Verdict.INCONCLUSIVE
+        )
+        ratio = (
+            f"N x time to target, N = {lo} against N = {hi}: ratio {ratio_text(t['ratio'])}, p = {t['p_shorter']:.2g}"
+        )
+        return (
+            *complete(v, {WEAK: [lo, hi]}, both, f"{ours}; {ratio}"),
+            lambda: (f"{calls}; {_EFFICIENCY[eff]}", ratio if conv == Verdict.REPRODUCED else f"{nearest}; {ratio}"),
+        )
 
     by_clock, flips, evidence, brief = _time_claim(v, judge)
-    return claim_row("Weak scaling converges everywhere but its efficiency falls",
-                  "reached at every N; efficiency 100 -> 9.45 %", rule, evidence,
-                  by_clock.get("paper", Verdict.INCONCLUSIVE), more, brief, by_clock, flips)
+    return claim_row(
+        "Weak scaling converges everywhere but its efficiency falls",
+        "reached at every N; efficiency 100 -> 9.45 %",
+        rule,
+        evidence,
+        by_clock.get("paper", Verdict.INCONCLUSIVE),
+        more,
+        brief,
+        by_clock,
+        flips,
+    )

@@ -1,5 +1,6 @@
 """The plan's line of missing runs (missing_lines): the runs of a preset the ledger does not hold
 yet, looked up by run name at the earlier record's eta and target, and what they should take here."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +23,8 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
     ledger.answer). Passes a missing run needs come from runs of its kind on
     record (passes_to_expect; a cell: the cell's, else the mode's largest N below,
-    runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record, else not estimated (its N
+    runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record,
+    else not estimated (its N
     is not known either); seconds a pass from the runs on record (their own clocks), of its
     batch for the sweep."""
     missing = missing_runs(study, entries, earlier)
@@ -31,28 +33,43 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     _, pass_s = _held_runs(study, entries, earlier)
     max_epochs = earlier["cap"]
     if not missing:
-        return [f"  missing runs: none, the ledger holds every run it is asked for; not counted here: "
-                f"{_uncounted(study)}"]
+        return [
+            f"  missing runs: none, the ledger holds every run it is asked for; not counted here: {_uncounted(study)}"
+        ]
     every = sorted(pass_s.values())
-    priced = [(passes, statistics.median_low([pass_s[r] for r in like if r in pass_s] or every))
-              for _, passes, like, _ in missing if passes is not None] if every else []
+    priced = (
+        [
+            (passes, statistics.median_low([pass_s[r] for r in like if r in pass_s] or every))
+            for _, passes, like, _ in missing
+            if passes is not None
+        ]
+        if every
+        else []
+    )
     total = sum(passes for _, passes, _, _ in missing if passes is not None)
     unknown = sum(passes is None for _, passes, _, _ in missing)
     at_cap = sum(capped for _, passes, _, capped in missing if passes is not None)
     cost = f"about {total:.0f} passes"
     if priced:
         by_batch = " (the sweep's at its batch where a run of it is on record)" if study.batch_sweep else ""
-        cost += (f", {hours_here(priced, parallel):.1f} h here at {statistics.median_low(every):.2f} s a pass{by_batch} "
-                 f"and {parallel} at a time")
+        cost += (
+            f", {hours_here(priced, parallel):.1f} h here at {statistics.median_low(every):.2f} s a pass{by_batch} "
+            f"and {parallel} at a time"
+        )
     if at_cap:
         cost += f"; {at_cap} of them taken at the cap ({max_epochs} epochs), no run of their kind being on record"
     if unknown:
-        cost += f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
+        cost += (
+            f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
+        )
     by_group = {}
     for (group, seed), _, _, _ in missing:
         by_group.setdefault(group, []).append(seed)
-    return [f"  missing runs: {len(missing)} ({cost}): " + "; ".join(f"{g} seeds {', '.join(str(x) for x in s)}" for g, s in by_group.items())
-            + f"; not counted here: {_uncounted(study)}"]
+    return [
+        f"  missing runs: {len(missing)} ({cost}): "
+        + "; ".join(f"{g} seeds {', '.join(str(x) for x in s)}" for g, s in by_group.items())
+        + f"; not counted here: {_uncounted(study)}"
+    ]
 
 
 def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
@@ -62,21 +79,31 @@ def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Option
         return None
     held, _ = _held_runs(study, entries, earlier)
     max_epochs = earlier["cap"]
-    return (_missing_cells(study, held, max_epochs) + _missing_second_look(study, held, max_epochs, earlier)
-            + _missing_filter(study, held) + _missing_sweep(study, held, max_epochs))
+    return (
+        _missing_cells(study, held, max_epochs)
+        + _missing_second_look(study, held, max_epochs, earlier)
+        + _missing_filter(study, held)
+        + _missing_sweep(study, held, max_epochs)
+    )
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
     """({run name: (entry, its answer's result)} of the entries at the earlier record's eta (the
     sweep's linear rule: at eta x b / B) that answer under the preset's stopping rules (the
     sweep's: SWEEP_STOPPING), {run name: seconds a pass})."""
-    stopping = dataclasses.asdict(cells_stopping(study.runs, earlier["target"], earlier["cap"], earlier["collapse_loss"]))
+    stopping = dataclasses.asdict(
+        cells_stopping(study.runs, earlier["target"], earlier["cap"], earlier["collapse_loss"])
+    )
     base = study.runs.batch_size
     sweep = {name: (b, rule) for name, b, rule, _ in sweep_runs(study)}
     held, pass_s = {}, {}
     for e in entries:
         b, rule = sweep.get(e["run"], (base, "eta"))
-        lr = earlier["eta"] * (b / base if rule == policies.LINEAR else 1) * (2 if e["run"].startswith(DOUBLE_ETA_RUN) else 1)
+        lr = (
+            earlier["eta"]
+            * (b / base if rule == policies.LINEAR else 1)
+            * (2 if e["run"].startswith(DOUBLE_ETA_RUN) else 1)
+        )
         if not _same_lr(e["config"].get("base_lr"), lr) or e["isa_cap"]:
             continue
         got = ledger.answer(e, {**stopping, **SWEEP_STOPPING} if e["run"] in sweep else stopping)
@@ -110,8 +137,14 @@ def _missing_cells(study: Study, held: dict, max_epochs: int) -> list:
         for seed in study.seeds:
             if f"{mode}-n{n}-s{seed}" not in held:
                 known = runs_like(epochs, mode, n)
-                out.append(((f"{mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
-                            [r for _, r in known], not known))
+                out.append(
+                    (
+                        (f"{mode} N = {n}", seed),
+                        passes_to_expect([x for x, _ in known], n, max_epochs),
+                        [r for _, r in known],
+                        not known,
+                    )
+                )
     return out
 
 
@@ -128,21 +161,34 @@ def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dic
 
     def first_look(cell: tuple, seeds: list) -> list:
         return [r for seed, r in sorted(by_cell.get(cell, [])) if seed in seeds]
+
     epochs = _cell_epochs(held)
     out = []
     for mode, n in study.trained_cells():
         for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
             if f"{mode}-n{n}-s{seed}" not in held:
                 known = runs_like(epochs, mode, n)
-                out.append(((f"second look {mode} N = {n}", seed), passes_to_expect([x for x, _ in known], n, max_epochs),
-                            [r for _, r in known], not known))
+                out.append(
+                    (
+                        (f"second look {mode} N = {n}", seed),
+                        passes_to_expect([x for x, _ in known], n, max_epochs),
+                        [r for _, r in known],
+                        not known,
+                    )
+                )
     # the sequential runs decide every strong cell (and N = 1): one open strong cell gives them seeds
     strong = [first_look(cell, seq_first) for cell in sorted(by_cell) if cell[0] == policies.STRONG]
     seq_passes = [(result["epochs"], name) for name, (_, result) in held.items() if re.fullmatch(r"seq-s\d+", name)]
     for seed in second_look(strong, seq_first, study.second_look_seeds):
         if f"seq-s{seed}" not in held:
-            out.append((("second look sequential runs", seed), passes_to_expect([x for x, _ in seq_passes], 1, max_epochs),
-                        [r for _, r in seq_passes], not seq_passes))
+            out.append(
+                (
+                    ("second look sequential runs", seed),
+                    passes_to_expect([x for x, _ in seq_passes], 1, max_epochs),
+                    [r for _, r in seq_passes],
+                    not seq_passes,
+                )
+            )
     return out + _missing_second_look_at_2eta(study, held, max_epochs, earlier)
 
 
@@ -152,14 +198,23 @@ def _missing_second_look_at_2eta(study: Study, held: dict, max_epochs: int, earl
     if not study.doubles_eta():
         return []
     seq_first = study.sequential_seeds()
-    reached = [r["status"] == "reached_target" for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
-               if r["seed"] in seq_first]
+    reached = [
+        r["status"] == "reached_target"
+        for r in sorted(earlier.get("seq_2eta", []), key=lambda r: r["seed"])
+        if r["seed"] in seq_first
+    ]
     known = [(result["epochs"], name) for name, (_, result) in held.items() if name.startswith(DOUBLE_ETA_RUN)]
     out = []
     for seed in second_look([reached], seq_first, study.second_look_seeds):
         if f"{DOUBLE_ETA_RUN}{seed}" not in held:
-            out.append((("second look 2 x eta", seed), passes_to_expect([x for x, _ in known], 1, max_epochs),
-                        [r for _, r in known], not known))
+            out.append(
+                (
+                    ("second look 2 x eta", seed),
+                    passes_to_expect([x for x, _ in known], 1, max_epochs),
+                    [r for _, r in known],
+                    not known,
+                )
+            )
     return out
 
 
@@ -167,8 +222,12 @@ def _filter_runs(study: Study) -> list:
     """(name pattern, mode, variant, seed) of the data filter's runs on filtered and random data
     (beyond.filter_experiment); their N is picked from the default study's cells, so the
     pattern leaves it open. The full-data runs are the default study's."""
-    return [(re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant, seed)
-            for mode in study.filter_modes for seed in study.seeds for variant in ("network", "random")]
+    return [
+        (re.compile(rf"{mode}-n(\d+)-{variant}-s{seed}"), mode, variant, seed)
+        for mode in study.filter_modes
+        for seed in study.seeds
+        for variant in ("network", "random")
+    ]
 
 
 def _missing_filter(study: Study, held: dict) -> list:
@@ -188,8 +247,14 @@ def _missing_filter(study: Study, held: dict) -> list:
         known = found[(mode, variant)] or [x for (md, _), xs in found.items() if md == mode for x in xs]
         n = known[0][1] if known else None
         passes = passes_to_expect([x for x, _, _ in known], n)
-        out.append(((f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed), passes,
-                    [r for _, _, r in known], False))
+        out.append(
+            (
+                (f"filter {mode}{f' N = {n}' if n else ''} on {variant} data", seed),
+                passes,
+                [r for _, _, r in known],
+                False,
+            )
+        )
     return out
 
 
@@ -203,16 +268,23 @@ def _missing_sweep(study: Study, held: dict, max_epochs: int) -> list:
             continue
         known = [(held[r][1]["epochs"], r) for r, bb, rr, _ in runs if (bb, rr) == (b, rule) and r in held]
         same_batch = [r for r, bb, _, _ in runs if bb == b and r in held]
-        out.append(((f"batch sweep b = {b} at {rule}", seed),
-                    passes_to_expect([x for x, _ in known], 1, max_epochs), [r for _, r in known] or same_batch,
-                    not known))
+        out.append(
+            (
+                (f"batch sweep b = {b} at {rule}", seed),
+                passes_to_expect([x for x, _ in known], 1, max_epochs),
+                [r for _, r in known] or same_batch,
+                not known,
+            )
+        )
     return out
 
 
 def _uncounted(study: Study) -> str:
     """The runs besides the trained cells' preset seeds that the missing line does not look up."""
-    others = ["the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
-              "the target's calibration runs"] + ["the lr search"] * (study.base_lr == "edge")
+    others = [
+        "the sequential runs" + (" (and at 2 x eta)" if study.doubles_eta() else ""),
+        "the target's calibration runs",
+    ] + ["the lr search"] * (study.base_lr == "edge")
     others += ["seeds past the preset's"] * (study.max_seeds > len(study.seeds))
     others += ["strong scaling for real"] * bool(study.real_strong)
     others += ["the filter's full-data runs (the default study's)"] * bool(study.filter_modes)

@@ -11,6 +11,7 @@ next seeds up to the preset's second_look_seeds, all of them (docs/decision-rule
 look", fixed before its runs).
 What a seed still to run should take, in passes (`runs_like`, `passes_to_expect`): the one
 estimate behind the plan's missing runs and the report's cells below the design's seeds."""
+
 from __future__ import annotations
 
 import statistics
@@ -42,11 +43,15 @@ def run_counts(study: Study, real_runner: bool = False) -> tuple:
     """(fewest, most) training runs the study starts, the lr search left out (its length
     depends on where the edge is): calibration, sequential, every trained cell at the first
     seeds, then up to max_seeds a cell, the real strong-scaling runs and the beyond parts."""
-    units = len(study.trained_cells(real_runner)) + study.doubles_eta() + 1   # + the sequential runs
+    units = len(study.trained_cells(real_runner)) + study.doubles_eta() + 1  # + the sequential runs
     first = len(study.seeds)
     most_seeds = max(first, study.max_seeds) if study.budget_minutes else first
-    fixed = (len(study.calibration_seeds) + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
-             + len(study.filter_modes) * first * 3 + len(sweep_runs(study)))
+    fixed = (
+        len(study.calibration_seeds)
+        + (0 if real_runner else len(study.real_strong) + units * bool(study.isa_check))
+        + len(study.filter_modes) * first * 3
+        + len(sweep_runs(study))
+    )
     return units * first + fixed, units * most_seeds + fixed
 
 
@@ -54,20 +59,46 @@ def sweep_runs(study: Study) -> list:
     """(run name, batch, lr rule, seed) of the batch sweep's runs (beyond.batch_sweep): every
     sequential seed at every batch but the base one, whose run is the sequential run itself."""
     base = study.runs.batch_size
-    return [(f"batch-b{b}-{rule}-s{seed}", b, rule, seed) for seed in study.sequential_seeds() for b in study.batch_sweep
-            if b != base for rule in ("eta", policies.LINEAR)]
+    return [
+        (f"batch-b{b}-{rule}-s{seed}", b, rule, seed)
+        for seed in study.sequential_seeds()
+        for b in study.batch_sweep
+        if b != base
+        for rule in ("eta", policies.LINEAR)
+    ]
 
 
-def plan_lines(name: str, study: Study, real_runner: str, runs: str, out: str,
-               earlier: Optional[dict] = None, executor: str = "local") -> list:
+def plan_lines(
+    name: str,
+    study: Study,
+    real_runner: str,
+    runs: str,
+    out: str,
+    earlier: Optional[dict] = None,
+    executor: str = "local",
+) -> list:
     """The plan of one invocation, one line per stage, and what it should take (templates/plan.txt).
     `executor`: where the runs train, "local" or "slurm" (Slurm's own lines: study/run/slurm_runner.py
     plan_lines). `earlier`: the last record of this preset, for its wall time, where it has one."""
     cells = study.trained_cells(bool(real_runner))
     fewest, most = run_counts(study, bool(real_runner))
-    text = fill("plan.txt", name=name, study=study, real_runner=real_runner, runs=runs, out=out, executor=executor,
-                clock_minutes=CLOCK_MINUTES, cells=cells, cells_named=_cells(cells), seeds=_ns(study.seeds),
-                seq_seeds=_ns(study.sequential_seeds()), fewest=fewest, most=most, last=_last_study(earlier))
+    text = fill(
+        "plan.txt",
+        name=name,
+        study=study,
+        real_runner=real_runner,
+        runs=runs,
+        out=out,
+        executor=executor,
+        clock_minutes=CLOCK_MINUTES,
+        cells=cells,
+        cells_named=_cells(cells),
+        seeds=_ns(study.seeds),
+        seq_seeds=_ns(study.sequential_seeds()),
+        fewest=fewest,
+        most=most,
+        last=_last_study(earlier),
+    )
     return text.splitlines()
 
 
@@ -76,8 +107,11 @@ def _last_study(earlier: Optional[dict]) -> Optional[dict]:
     where there is none, or it is not whole."""
     try:
         p, env = earlier["provenance"], earlier["environment"]
-        return {**{k: p[k] for k in ("wall_minutes", "trained", "reused", "parallel_runs", "runs_minutes", "generated")},
-                "cpu": env["cpu"], "cores": env["cores"]}
+        return {
+            **{k: p[k] for k in ("wall_minutes", "trained", "reused", "parallel_runs", "runs_minutes", "generated")},
+            "cpu": env["cpu"],
+            "cores": env["cores"],
+        }
     except (KeyError, TypeError):
         return None
 

@@ -10,6 +10,7 @@ no clock is given.
 The beyond study's other figures are drawn here too, from the same pieces (`seeds`,
 `missed_strip`, `legend_keys`) and in the default study's manner (figures.py): one clock per time
 axis, named on it, and legends outside the axes."""
+
 from __future__ import annotations
 
 import math
@@ -35,6 +36,7 @@ BAR = {"lw": 2.0, "alpha": 0.45, "solid_capstyle": "butt"}
 def dark(color) -> tuple:
     """A darker shade of `color`, a dot's edge: it parts dots on their bar and keeps the dot's hue."""
     from matplotlib.colors import to_rgb
+
     return tuple(0.6 * v for v in to_rgb(color))
 
 
@@ -43,8 +45,9 @@ def values(cells: list, which, base) -> list:
     clock; passes under beyond_verdicts.PASSES), or, where `which` is None, its own time to target
     (claims.cells_of: this host's clock, or a real run's own)."""
     if which is None:
-        return [math.inf if c.time_to_target_s is None else c.time_to_target_s
-                for c in sorted(cells, key=lambda c: c.seed)]
+        return [
+            math.inf if c.time_to_target_s is None else c.time_to_target_s for c in sorted(cells, key=lambda c: c.seed)
+        ]
     return bv.values(cells, which, base)
 
 
@@ -60,8 +63,14 @@ def seeds(ax, strip, xs: list, values: list, style: tuple, row: int, bar: tuple)
     miss = [x for x, v in zip(xs, values) if not math.isfinite(v)]
     if miss and strip is not None:
         strip.scatter(miss, [row] * len(miss), color=color, marker="x", s=28, linewidths=1.2, zorder=3)
-        strip.annotate(f"{len(miss)}/{len(values)}", (xs[-1], row), textcoords="offset points", xytext=(5, -3),
-                       fontsize=8, color=color)
+        strip.annotate(
+            f"{len(miss)}/{len(values)}",
+            (xs[-1], row),
+            textcoords="offset points",
+            xytext=(5, -3),
+            fontsize=8,
+            color=color,
+        )
     med = median_time(values)
     if med is not None and len(values) > 1:
         ax.plot(list(bar), [med, med], color=color, zorder=3, **BAR)
@@ -83,8 +92,16 @@ def missed_strip(strip, labels: list, any_missed: bool, title: str) -> None:
     strip.set_ylim(-0.7, len(labels) - 0.3)
     strip.set_ylabel("missed", fontsize=9)
     if not any_missed:
-        strip.text(0.5, 0.5, "no run missed the target", transform=strip.transAxes, ha="center", va="center",
-                   fontsize=9, color="gray")
+        strip.text(
+            0.5,
+            0.5,
+            "no run missed the target",
+            transform=strip.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="gray",
+        )
     strip.set_title(title, fontsize=9)
     strip.grid(alpha=0.3, axis="x")
 
@@ -103,7 +120,7 @@ def _cell(ax, strip, cs: list, xs: list, which, base, style: tuple, row: int) ->
     """One cell's seeds at `xs` (`seeds`, a bar a little past the outer seeds on a log axis):
     (median or None, a seed missed)."""
     vals = values(cs, which, base)
-    med = seeds(ax, strip, xs, vals, style, row, (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04))
+    med = seeds(ax, strip, xs, vals, style, row, (xs[0] / 2**0.04, xs[-1] * 2**0.04))
     return med, any(not math.isfinite(v) for v in vals)
 
 
@@ -114,23 +131,39 @@ def _against_n(ax, strip, cells: list, modes: list, workers, which, base) -> tup
     seq = sequential_cells(cells, modes)
     rows, missed, seq_med = ([SEQUENTIAL_ROW] if seq else []) + list(modes), False, None
     if seq:
-        seq_med, missed = _cell(ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which, base,
-                                SEQUENTIAL_STYLE, 0)
+        seq_med, missed = _cell(
+            ax, strip, seq, [spot(1, 0, 1, j, len(seq)) for j in range(len(seq))], which, base, SEQUENTIAL_STYLE, 0
+        )
         ax.plot([], [], color=SEQUENTIAL_STYLE[0], marker=SEQUENTIAL_STYLE[1], ms=5, lw=0, label=SEQUENTIAL_LABEL)
     for i, mode in enumerate(modes):
         style = policies.get(mode).style
         medians = [(1, seq_med)] if seq and cells_at(cells, mode, 1) else []
         for n in [n for n in workers if n > 1 and cells_at(cells, mode, n)]:
             cs = sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
-            med, m = _cell(ax, strip, cs, [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))], which,
-                           base, style, rows.index(mode))
+            med, m = _cell(
+                ax,
+                strip,
+                cs,
+                [spot(n, i, len(modes), j, len(cs)) for j in range(len(cs))],
+                which,
+                base,
+                style,
+                rows.index(mode),
+            )
             missed = missed or m
             medians.append((spot(n, i, len(modes)), med))
         stretches = line_stretches(medians)
         for stretch in stretches:
             ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
-        ax.plot([], [], color=style[0], marker=style[1], ms=5, lw=1.2,
-                label=mode if stretches else f"{mode} (no cell reached on every seed)")
+        ax.plot(
+            [],
+            [],
+            color=style[0],
+            marker=style[1],
+            ms=5,
+            lw=1.2,
+            label=mode if stretches else f"{mode} (no cell reached on every seed)",
+        )
     return rows, missed
 
 
@@ -140,12 +173,17 @@ def against_n_figure(path: Path, cells: list, modes: list, workers, which, base,
     fig, (strip, ax) = plt.subplots(2, 1, figsize=(8.2, 5.8), sharex=True, gridspec_kw={"height_ratios": [1.4, 4]})
     rows, any_missed = _against_n(ax, strip, cells, modes, workers, which, base)
     legend_keys(ax)
-    missed_strip(strip, rows, any_missed, f"{title}: every seed (dots), median (bar and line; only where every seed "
-                                          "reached)\nabove: seeds that missed (x; missed / seeds)")
+    missed_strip(
+        strip,
+        rows,
+        any_missed,
+        f"{title}: every seed (dots), median (bar and line; only where every seed "
+        "reached)\nabove: seeds that missed (x; missed / seeds)",
+    )
     strip.set_xscale("log")
     ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=ylabel)
     plain_ticks(ax.xaxis, workers)
-    ax.set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+    ax.set_xlim(min(workers) / 2**0.5, max(workers) * 2**0.5)
     log_y_labels(ax)
     ax.grid(alpha=0.3, which="major")
     ax.grid(alpha=0.12, which="minor")
@@ -157,8 +195,17 @@ def time_to_target_figure(path: Path, cells: list, modes: list, workers, plt, cl
     """The default study's Fig. 2 (`against_n_figure`): time to target under `clock` and `base`
     (clocks.Clock, cells.TimeBase: cells.seconds, the one function the verdicts use) where
     given, else the cells' own times (claims.cells_of); the axis names whichever it is."""
-    against_n_figure(path, cells, modes, workers, clock, base, plt, f"time to target (s, {clock_label(cells, clock)})",
-                     "Time to target")
+    against_n_figure(
+        path,
+        cells,
+        modes,
+        workers,
+        clock,
+        base,
+        plt,
+        f"time to target (s, {clock_label(cells, clock)})",
+        "Time to target",
+    )
 
 
 def against_n_caption(cells: list, modes: list) -> str:
@@ -172,10 +219,14 @@ def against_n_caption(cells: list, modes: list) -> str:
         got = tuple(sorted(c.seed for c in cells_at(cells, m, 1)))
         if got and got != tuple(c.seed for c in seq):
             others.setdefault(got, []).append(m)
-    text = (f" N = 1 is drawn once, as '{SEQUENTIAL_LABEL}': the sequential runs of the {seq[0].mode} cell at N = 1 "
-            f"(seeds {listed}), whose median every mode's line starts from")
-    text += "".join(f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
-                    for k, ms in others.items())
+    text = (
+        f" N = 1 is drawn once, as '{SEQUENTIAL_LABEL}': the sequential runs of the {seq[0].mode} cell at N = 1 "
+        f"(seeds {listed}), whose median every mode's line starts from"
+    )
+    text += "".join(
+        f"; the table's N = 1 of {', '.join(ms)} holds other seeds ({', '.join(map(str, k))})"
+        for k, ms in others.items()
+    )
     return text + "."
 
 
@@ -191,8 +242,7 @@ def rule_label(rule: str, base_batch: int) -> str:
 
 def time_axis(clock, wrap: bool = False) -> str:
     """A time axis's label, naming its clock (on two lines with `wrap`)."""
-    return (f"time to target (s, {clocks.label(clock.name)},{chr(10) if wrap else ' '}"
-            f"passes x s/pass)")
+    return f"time to target (s, {clocks.label(clock.name)},{chr(10) if wrap else ' '}passes x s/pass)"
 
 
 def passes_axis(n_train: Optional[int] = None) -> str:
@@ -203,8 +253,17 @@ def figures_against_n(out: Path, cells: list, modes: list, workers, clock, base,
     """fig2 (time to target under `clock`) and fig_passes (passes to target: the algorithm alone,
     no clock)."""
     against_n_figure(out / "fig2.png", cells, modes, workers, clock, base, plt, time_axis(clock), "Time to target")
-    against_n_figure(out / "fig_passes.png", cells, modes, workers, bv.PASSES, base, plt, passes_axis(base.n_train),
-                     "Passes to target")
+    against_n_figure(
+        out / "fig_passes.png",
+        cells,
+        modes,
+        workers,
+        bv.PASSES,
+        base,
+        plt,
+        passes_axis(base.n_train),
+        "Passes to target",
+    )
 
 
 def filter_figure(path: Path, groups: list, clock, plt) -> None:
@@ -212,8 +271,9 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
     under `clock` (right). `groups` = [(mode, N, {data: (cells, TimeBase)})]."""
     fig, axes = plt.subplots(2, 2, figsize=(9.8, 5.4), sharex=True, gridspec_kw={"height_ratios": [1, 4]})
     rows, bars = list(DATA_STYLE), False
-    for col, (which, label, title) in enumerate(((bv.PASSES, passes_axis(), "passes to target"),
-                                                 (clock, time_axis(clock, wrap=True), "time to target"))):
+    for col, (which, label, title) in enumerate(
+        ((bv.PASSES, passes_axis(), "passes to target"), (clock, time_axis(clock, wrap=True), "time to target"))
+    ):
         strip, ax = axes[0][col], axes[1][col]
         any_missed = False
         for gi, (mode, n, by_data) in enumerate(groups):
@@ -233,12 +293,16 @@ def filter_figure(path: Path, groups: list, clock, plt) -> None:
         ax.set_ylabel(label, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
     for data, (color, marker) in DATA_STYLE.items():
-        axes[1][1].scatter([], [], color=color, marker=marker, edgecolors=dark(color),
-                           label=f"{data} data (a seed)", **DOT)
-    legend_keys(axes[1][1], bar=bars, dot=False)    # the data's keys are the seeds' dots; a grey one would be full data's
+        axes[1][1].scatter(
+            [], [], color=color, marker=marker, edgecolors=dark(color), label=f"{data} data (a seed)", **DOT
+        )
+    legend_keys(axes[1][1], bar=bars, dot=False)  # the data's keys are the seeds' dots; a grey one would be full data's
     axes[1][1].legend(**LEGEND_OUTSIDE)
-    fig.suptitle("Full, network-filtered and random-filtered data: every seed (dots), median (bar, where every seed "
-                 "reached);\nabove: seeds that missed the target (x; missed / seeds)", fontsize=9)
+    fig.suptitle(
+        "Full, network-filtered and random-filtered data: every seed (dots), median (bar, where every seed "
+        "reached);\nabove: seeds that missed the target (x; missed / seeds)",
+        fontsize=9,
+    )
     save_figure(fig, path)
 
 
@@ -246,8 +310,9 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     """fig9: the batch sweep, every seed in passes (middle) and in seconds under `clock` (bottom)
     against the global batch, both lr rules, medians joined; the study's batch marked.
     `by_rule` = {lr rule: {batch: [Cell]}}."""
-    fig, (strip, top, bottom) = plt.subplots(3, 1, figsize=(7.6, 7.0), sharex=True,
-                                             gridspec_kw={"height_ratios": [1, 3, 3]})
+    fig, (strip, top, bottom) = plt.subplots(
+        3, 1, figsize=(7.6, 7.0), sharex=True, gridspec_kw={"height_ratios": [1, 3, 3]}
+    )
     any_missed, batches = False, sorted({b for per in by_rule.values() for b in per})
     for i, (rule, per_batch) in enumerate(by_rule.items()):
         style = RULE_STYLE.get(rule, ("tab:gray", "x"))
@@ -258,8 +323,7 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
                 any_missed |= ax is top and any(not math.isfinite(v) for v in vals)
                 xs = [spot(b, i, len(by_rule), j, len(cs)) for j in range(len(cs))]
                 # the misses of the time panel are the passes panel's: drawn once, in the strip
-                med = seeds(ax, strip if ax is top else None, xs, vals, style, i,
-                            (xs[0] / 2 ** 0.04, xs[-1] * 2 ** 0.04))
+                med = seeds(ax, strip if ax is top else None, xs, vals, style, i, (xs[0] / 2**0.04, xs[-1] * 2**0.04))
                 medians.append((spot(b, i, len(by_rule)), med))
             for k, stretch in enumerate(line_stretches(medians)):
                 ax.plot(*zip(*stretch), color=style[0], lw=1.2, zorder=2)
@@ -267,9 +331,16 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     many = several_seeds(by_rule)
     legend_keys(top, bar=many)
     missed_strip(strip, list(by_rule), any_missed, "")
-    fig.suptitle("The sequential model: global batch against passes and time to target; every seed (dots), "
-                 + ("median\n(bar and line, where every seed reached)" if many else "\none per batch and lr rule, a line "
-                    "where it reached") + "; above: seeds that missed the target (x; missed / seeds)", fontsize=9)
+    fig.suptitle(
+        "The sequential model: global batch against passes and time to target; every seed (dots), "
+        + (
+            "median\n(bar and line, where every seed reached)"
+            if many
+            else "\none per batch and lr rule, a line where it reached"
+        )
+        + "; above: seeds that missed the target (x; missed / seeds)",
+        fontsize=9,
+    )
     for ax in (top, bottom):
         ax.axvline(base_batch, color="gray", ls=":", lw=1)
         ax.set(xscale="log", yscale="log")
@@ -280,7 +351,7 @@ def sweep_figure(path: Path, by_rule: dict, base_batch: int, clock, base, plt) -
     bottom.set_ylabel(time_axis(clock, wrap=True), fontsize=9)
     bottom.set_xlabel(f"global batch (dotted: the study's batch {base_batch}, the reference)")
     plain_ticks(bottom.xaxis, batches)
-    bottom.set_xlim(min(batches) / 2 ** 0.5, max(batches) * 2 ** 0.8)       # room for the last "missed / seeds"
+    bottom.set_xlim(min(batches) / 2**0.5, max(batches) * 2**0.8)  # room for the last "missed / seeds"
     top.legend(**LEGEND_OUTSIDE)
     save_figure(fig, path)
 
@@ -292,8 +363,11 @@ def several_seeds(by_rule: dict) -> bool:
 
 def sweep_caption(by_rule: dict) -> str:
     """How fig9's caption names its medians: a bar only where some cell has more than one seed."""
-    return ("the median a bar and a line where every seed reached" if several_seeds(by_rule) else
-            "one seed a batch and rule, so no median bar, joined by a line where it reached")
+    return (
+        "the median a bar and a line where every seed reached"
+        if several_seeds(by_rule)
+        else "one seed a batch and rule, so no median bar, joined by a line where it reached"
+    )
 
 
 def adaptive_figure(path: Path, cells: list, run_rows: dict, target: float, plt) -> None:
@@ -305,8 +379,13 @@ def adaptive_figure(path: Path, cells: list, run_rows: dict, target: float, plt)
     for i, (n, seed, run) in enumerate(runs):
         rows = run_rows[run]
         ep = [r["epoch"] for r in rows]
-        style = dict(color=cmap(i / max(1, len(runs) - 1)), ls="-" if seed == runs[0][1] else ":",
-                     marker="o", markersize=3, label=f"N = {n}, seed {seed}")
+        style = dict(
+            color=cmap(i / max(1, len(runs) - 1)),
+            ls="-" if seed == runs[0][1] else ":",
+            marker="o",
+            markersize=3,
+            label=f"N = {n}, seed {seed}",
+        )
         top.step(ep, [r["global_batch"] for r in rows], where="mid", **style)
         bottom.plot(ep, [r["val_loss"] for r in rows], **style)
     bottom.axhline(target, color="gray", ls="--", lw=1, label="target")

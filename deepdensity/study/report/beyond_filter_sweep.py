@@ -1,5 +1,6 @@
 """The beyond study's sections on the data filter and the batch sweep (templates/filtering.md and
 batch_sweep.md), with their figures and JSON, where the study ran them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,13 @@ def _filter_groups(b: Beyond) -> list:
     size = {"full": b.base.n_train, "network": filtered, "random": filtered}
     out = []
     for mode, n in dict.fromkeys((c.mode, c.n) for _, c in cells):
-        by_data = {d: ([c for dd, c in cells if dd == d and (c.mode, c.n) == (mode, n)],
-                       dataclasses.replace(b.base, n_train=size[d])) for d in against_n.DATA_STYLE}
+        by_data = {
+            d: (
+                [c for dd, c in cells if dd == d and (c.mode, c.n) == (mode, n)],
+                dataclasses.replace(b.base, n_train=size[d]),
+            )
+            for d in against_n.DATA_STYLE
+        }
         out.append((mode, n, {d: v for d, v in by_data.items() if v[0]}))
     return out
 
@@ -39,8 +45,9 @@ def _medians(cells: list, clock, base, digits: int = 1) -> str:
 def filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
     filtering, groups, paper = b.record["filtering"], _filter_groups(b), b.clocks["paper"]
     facts = filtering["filter"]
-    (out / "filtering.json").write_text(without_machine_paths(json.dumps({"filter": facts, "runs": filtering["rows"]},
-                                                                         indent=2)))
+    (out / "filtering.json").write_text(
+        without_machine_paths(json.dumps({"filter": facts, "runs": filtering["rows"]}, indent=2))
+    )
     against_n.filter_figure(out / "fig8.png", groups, paper, plt)
     rows, judged, tables, helped = [], [], [], []
     for mode, n, by_data in groups:
@@ -53,13 +60,33 @@ def filtering_md(out: Path, b: Beyond, plt, answers: dict) -> str:
             helped.append(f"{mode} at N = {n}")
         judged.append((mode, n, j))
         tables.append(comparison_table(j, lambda k, mode=mode: f"{mode}, network vs {k}", "network"))
-    table = md_table(["mode", "N", "data", "training cubes", "passes to target (per seed)", "passes, median",
-                      "time to target (s, the paper's clock), median"], rows)
-    return fill("filtering.md", helped=helped, judged=judged, pca=facts.get("pca_components"),
-                perplexity=facts.get("tsne_perplexity"), min_samples=facts.get("dbscan_min_samples"),
-                eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}", clusters=facts.get("clusters"),
-                n_dropped=facts.get("n_dropped"), n_before=facts.get("n_train_before"),
-                target=f"{b.record['target']:.6g}", table=table, comparisons="\n".join(tables))
+    table = md_table(
+        [
+            "mode",
+            "N",
+            "data",
+            "training cubes",
+            "passes to target (per seed)",
+            "passes, median",
+            "time to target (s, the paper's clock), median",
+        ],
+        rows,
+    )
+    return fill(
+        "filtering.md",
+        helped=helped,
+        judged=judged,
+        pca=facts.get("pca_components"),
+        perplexity=facts.get("tsne_perplexity"),
+        min_samples=facts.get("dbscan_min_samples"),
+        eps=f"{float(facts.get('dbscan_eps', float('nan'))):.4g}",
+        clusters=facts.get("clusters"),
+        n_dropped=facts.get("n_dropped"),
+        n_before=facts.get("n_train_before"),
+        target=f"{b.record['target']:.6g}",
+        table=table,
+        comparisons="\n".join(tables),
+    )
 
 
 def sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
@@ -75,11 +102,30 @@ def sweep_md(out: Path, b: Beyond, plt, answers: dict) -> str:
         answers[rule] = answers_of(j)
         said.append(_sweep_said(rule, j, bv.shortest_median(sweep, rule, paper, b.base), batch))
         tables.append(comparison_table(j, lambda k, rule=rule: f"{rule}: b = {k} vs {batch}", "b"))
-    table = md_table(["global batch", "lr rule", "lr", "seeds", "passes to target (per seed)", "passes, median",
-                      "s, the paper's clock, median", "s, this host's clock, median"], rows)
-    return fill("batch_sweep.md", eta=f"{b.record['eta']:.6g}", batch=batch, target=f"{b.record['target']:.6g}",
-                stopping=b.record.get("sweep_stopping"), answer=" ".join(said), table=table, comparisons="\n".join(tables),
-                median=against_n.sweep_caption(by_rule))
+    table = md_table(
+        [
+            "global batch",
+            "lr rule",
+            "lr",
+            "seeds",
+            "passes to target (per seed)",
+            "passes, median",
+            "s, the paper's clock, median",
+            "s, this host's clock, median",
+        ],
+        rows,
+    )
+    return fill(
+        "batch_sweep.md",
+        eta=f"{b.record['eta']:.6g}",
+        batch=batch,
+        target=f"{b.record['target']:.6g}",
+        stopping=b.record.get("sweep_stopping"),
+        answer=" ".join(said),
+        table=table,
+        comparisons="\n".join(tables),
+        median=against_n.sweep_caption(by_rule),
+    )
 
 
 def _sweep_rows(b: Beyond, rule: str, per_batch: dict, lr: dict) -> list:
@@ -89,20 +135,40 @@ def _sweep_rows(b: Beyond, rule: str, per_batch: dict, lr: dict) -> list:
     paper, host = b.clocks["paper"], b.clocks["host"]
     rows = []
     for size, cs in per_batch.items():
-        listing = ", ".join(f"{v:.4g}" if math.isfinite(v) else f"- ({c.status}, {c.epochs})"
-                            for c, v in zip(cs, bv.values(cs, bv.PASSES, b.base)))
-        rows.append([size, rule, f"{lr[(rule, size)]:.4g}", len(cs), listing, _medians(cs, bv.PASSES, b.base),
-                     _medians(cs, bv.at_batch(paper, size), b.base), _medians(cs, bv.at_batch(host, size), b.base)])
+        listing = ", ".join(
+            f"{v:.4g}" if math.isfinite(v) else f"- ({c.status}, {c.epochs})"
+            for c, v in zip(cs, bv.values(cs, bv.PASSES, b.base))
+        )
+        rows.append(
+            [
+                size,
+                rule,
+                f"{lr[(rule, size)]:.4g}",
+                len(cs),
+                listing,
+                _medians(cs, bv.PASSES, b.base),
+                _medians(cs, bv.at_batch(paper, size), b.base),
+                _medians(cs, bv.at_batch(host, size), b.base),
+            ]
+        )
     return rows
 
 
 def _sweep_said(rule: str, judged: dict, best, batch: int) -> str:
     """What the sweep answers for one lr rule: the batch with the shortest median time under the
     paper's clock (`best`, named, not tested), and the batches by their verdict against `batch`."""
-    named = (f"batch {best} has the shortest median time under the paper's clock (named, not tested)"
-             if best is not None else "no batch reached the target on every seed")
-    calls = {v: [k for k, r in judged["paper"].items() if r["verdict"] == v]
-             for v in (bv.SHORTER, bv.LONGER, bv.NO_DIFFERENCE, bv.TOO_FEW, bv.NEITHER)}
-    return (f"{'At eta' if rule == 'eta' else 'With lr eta x b / ' + str(batch)} ({rule}): {named}; against "
-            f"batch {batch}, under the paper's clock: " + "; ".join(
-                f"{v}: {', '.join(map(str, ks))}" for v, ks in calls.items() if ks) + ".")
+    named = (
+        f"batch {best} has the shortest median time under the paper's clock (named, not tested)"
+        if best is not None
+        else "no batch reached the target on every seed"
+    )
+    calls = {
+        v: [k for k, r in judged["paper"].items() if r["verdict"] == v]
+        for v in (bv.SHORTER, bv.LONGER, bv.NO_DIFFERENCE, bv.TOO_FEW, bv.NEITHER)
+    }
+    return (
+        f"{'At eta' if rule == 'eta' else 'With lr eta x b / ' + str(batch)} ({rule}): {named}; against "
+        f"batch {batch}, under the paper's clock: "
+        + "; ".join(f"{v}: {', '.join(map(str, ks))}" for v, ks in calls.items() if ks)
+        + "."
+    )

@@ -1,5 +1,6 @@
 """The Claims section of the default study's REPORT.md, a claim at a time: its verdict under
 each clock and definition of failure, and its evidence cell by cell, read off the judge's text."""
+
 from __future__ import annotations
 
 import re
@@ -18,15 +19,19 @@ def claim_section(c: dict, others: list) -> str:
     """One claim of the Claims section: its verdict, the paper's words and the rule, the verdict
     under the other clocks and the other definition of failure, then its evidence cell by cell
     beside whether more seeds could change it, and the evidence that is no cell's below."""
-    judged = md_table(["judged under", "verdict"],
-                      [[f"{clocks.label(clocks.PAPER)} (the verdict)", f"**{c['verdict']}**"],
-                       ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
-                       *([o.label, c["verdicts"][o.name]] for o in others),
-                       ["break-even (rho)", c["break_even"]]])
+    judged = md_table(
+        ["judged under", "verdict"],
+        [
+            [f"{clocks.label(clocks.PAPER)} (the verdict)", f"**{c['verdict']}**"],
+            ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
+            *([o.label, c["verdicts"][o.name]] for o in others),
+            ["break-even (rho)", c["break_even"]],
+        ],
+    )
     parts = top_level_parts(c["ours"])
     tail = _TRAILING_NOTE.search(parts[-1]) if parts else None
-    if tail and _CELL.match(parts[-1]):         # the claim's own note after its last cell: not that cell's
-        parts[-1:] = [parts[-1][:tail.start()], tail.group(1)]
+    if tail and _CELL.match(parts[-1]):  # the claim's own note after its last cell: not that cell's
+        parts[-1:] = [parts[-1][: tail.start()], tail.group(1)]
     ours, notes = _by_cell(parts)
     more, more_lead = {}, c["more_seeds"]
     lead, sep, rest = c["more_seeds"].partition(": ")
@@ -34,12 +39,18 @@ def claim_section(c: dict, others: list) -> str:
         more_lead = lead
         more, loose = _by_cell(top_level_parts(rest))
         more.update(dict.fromkeys(loose, ""))
-    blocks = [f"### {c['claim']}: **{c['verdict']}**", f"- the paper: {c['paper']}\n- the rule: {c['rule']}",
-              judged.rstrip("\n")]
+    blocks = [
+        f"### {c['claim']}: **{c['verdict']}**",
+        f"- the paper: {c['paper']}\n- the rule: {c['rule']}",
+        judged.rstrip("\n"),
+    ]
     if ours or more:
-        blocks.append(md_table(["cell", "ours", "could more seeds change it?"],
-                               [[cell, ours.get(cell, "-"), more.get(cell, "-")] for cell in {**ours, **more}])
-                      .rstrip("\n"))
+        blocks.append(
+            md_table(
+                ["cell", "ours", "could more seeds change it?"],
+                [[cell, ours.get(cell, "-"), more.get(cell, "-")] for cell in {**ours, **more}],
+            ).rstrip("\n")
+        )
     if notes:
         text = "; ".join(notes)
         blocks.append(f"{text[0].upper()}{text[1:]}.")
@@ -54,7 +65,7 @@ def _by_cell(parts: list) -> tuple:
     for part in parts:
         cell = _CELL.match(part)
         if cell:
-            cells[cell.group(1)] = part[cell.end():]
+            cells[cell.group(1)] = part[cell.end() :]
         else:
             rest.append(part)
     return cells, rest

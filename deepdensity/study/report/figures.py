@@ -5,6 +5,7 @@ and a median as a line, draws a run that missed the target in a panel of its own
 height), names the clock on every time axis, and keeps its legend outside the axes so that no
 line crosses it. Fig. 2, time to target against N, is against_n.py's, the beyond study's drawing;
 the figures of validation loss over a run (Figs. 3-5) are loss_figures.py's."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,11 @@ def clock_label(cells: list, clock=None, unit: str = "pass") -> str:
     name = clock_name(cells, clock)
     if clock is None and any(c.time_source == "measured" for c in cells):
         return name
-    return {"pass": f"{name}, passes x s/pass", "pass_at_n": f"{name}, passes x s/pass at N",
-            "epoch": f"{name}, epochs x s/epoch at N"}[unit]
+    return {
+        "pass": f"{name}, passes x s/pass",
+        "pass_at_n": f"{name}, passes x s/pass at N",
+        "epoch": f"{name}, epochs x s/epoch at N",
+    }[unit]
 
 
 def line_stretches(segments: list) -> list:
@@ -69,19 +73,28 @@ def efficiency_figure(path: Path, cells: list, modes, workers, plt, clock=None, 
     panels = [(f"ours on {clock_name(cells)} (Tables I-II)", cells)]
     if clock is not None:
         panels.append((f"ours on {clock_name(cells, clock)} (the verdicts')", timed_under(cells, clock, base)))
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.6), sharex="col", sharey="row",
-                             squeeze=False, gridspec_kw={"height_ratios": [1.2, 4]})
+    fig, axes = plt.subplots(
+        2,
+        len(panels),
+        figsize=(4.6 * len(panels) + 2.4, 5.6),
+        sharex="col",
+        sharey="row",
+        squeeze=False,
+        gridspec_kw={"height_ratios": [1.2, 4]},
+    )
     for col, (title, cs) in enumerate(panels):
         _efficiency_panel(axes[0][col], axes[1][col], cs, modes, workers)
         axes[0][col].set_title(title + "\nbeside the paper's Tables I-II (its own cluster)", fontsize=9)
         axes[1][col].set(xscale="log", xlabel="workers N", ylim=(0, None))
         plain_ticks(axes[1][col].xaxis, workers)
-        axes[1][col].set_xlim(min(workers) / 2 ** 0.5, max(workers) * 2 ** 0.5)
+        axes[1][col].set_xlim(min(workers) / 2**0.5, max(workers) * 2**0.5)
         axes[1][col].grid(alpha=0.3, which="both")
     axes[1][0].set_ylabel("efficiency %, T1 / (N TN)")
     axes[1][-1].legend(**LEGEND_OUTSIDE)
-    fig.suptitle("Efficiency: ours (filled, solid), the paper's Tables I-II (open, dashed); "
-                 "above: cells with no efficiency", fontsize=10)
+    fig.suptitle(
+        "Efficiency: ours (filled, solid), the paper's Tables I-II (open, dashed); above: cells with no efficiency",
+        fontsize=10,
+    )
     save_figure(fig, path)
 
 
@@ -95,10 +108,11 @@ def _efficiency_panel(strip, ax, cells: list, modes, workers) -> None:
         color, marker = policies.get(mode).style
         ran = {n: bool(cells_at(cells, mode, n)) for n in workers}
         value = {n: ours[mode][n] if ran[n] and not math.isnan(ours[mode][n]) else None for n in workers}
-        x = {n: n * 2 ** (0.1 * (i - (len(modes) - 1) / 2)) for n in workers}   # side by side where modes coincide
+        x = {n: n * 2 ** (0.1 * (i - (len(modes) - 1) / 2)) for n in workers}  # side by side where modes coincide
         for k, stretch in enumerate(line_stretches([(x[n], value[n]) for n in workers])):
-            ax.plot(*zip(*stretch), color=color, marker=marker, ms=6, zorder=3,
-                    label=f"{mode} (ours)" if k == 0 else None)
+            ax.plot(
+                *zip(*stretch), color=color, marker=marker, ms=6, zorder=3, label=f"{mode} (ours)" if k == 0 else None
+            )
         missed = [x[n] for n in workers if ran[n] and value[n] is None]
         not_run = [x[n] for n in workers if not ran[n]]
         strip.scatter(missed, [2] * len(missed), color=color, marker=marker, s=30, zorder=3)
@@ -107,12 +121,23 @@ def _efficiency_panel(strip, ax, cells: list, modes, workers) -> None:
         ppts = [(x[n], None if math.isnan(paper[n]) else paper[n]) for n in workers if n in paper]
         only = [px for px, v in ppts if v is not None] == [x[workers[0]]] and len(ppts) > 1
         for k, stretch in enumerate(line_stretches(ppts)):
-            ax.plot(*zip(*stretch), color=color, marker=marker, ls="--", mfc="none", ms=10, mew=1.3, zorder=4,
-                    label=(f"{mode} (paper" + (f": N = {workers[0]} only, NaN beyond)" if only else ")"))
-                    if k == 0 else None)
+            ax.plot(
+                *zip(*stretch),
+                color=color,
+                marker=marker,
+                ls="--",
+                mfc="none",
+                ms=10,
+                mew=1.3,
+                zorder=4,
+                label=(f"{mode} (paper" + (f": N = {workers[0]} only, NaN beyond)" if only else ")"))
+                if k == 0
+                else None,
+            )
         paper_nan = [px for px, v in ppts if v is None]
-        strip.scatter(paper_nan, [0] * len(paper_nan), facecolors="none", edgecolors=color, marker=marker, s=30,
-                      zorder=3)
+        strip.scatter(
+            paper_nan, [0] * len(paper_nan), facecolors="none", edgecolors=color, marker=marker, s=30, zorder=3
+        )
     strip.set_yticks(range(len(rows)), rows, fontsize=8)
     strip.set_ylim(-0.6, len(rows) - 0.4)
     strip.grid(alpha=0.3, axis="x")
@@ -125,12 +150,20 @@ def collapse_figure(path: Path, groups: list, plt) -> None:
     their true lr."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
+
     fig, ax = plt.subplots(figsize=(7.4, 4.4))
     cmap, norm = plt.get_cmap("coolwarm"), Normalize(0.0, 1.0)
     for b, lr, sched, _, runs, missed in groups:
         x = b * (0.92 if sched == "constant" else 1.09)
-        ax.scatter([x], [lr], s=60 + 30 * runs, color=cmap(norm(missed / runs)),
-                   marker="o" if sched == "constant" else "^", edgecolors="k", zorder=3)
+        ax.scatter(
+            [x],
+            [lr],
+            s=60 + 30 * runs,
+            color=cmap(norm(missed / runs)),
+            marker="o" if sched == "constant" else "^",
+            edgecolors="k",
+            zorder=3,
+        )
         ax.annotate(f"{missed}/{runs}", (x, lr), textcoords="offset points", xytext=(0, 11), ha="center", fontsize=7)
     ax.scatter([], [], marker="o", color="gray", label="constant lr (left)")
     ax.scatter([], [], marker="^", color="gray", label="warmup to the peak lr (right)")
@@ -177,13 +210,22 @@ def sweep_figure(path: Path, sweep: dict, plt) -> None:
         vals = [math.nan if v is None else v for v in r["val_losses"]]
         edge = math.isclose(r["lr"], sweep["edge_lr"])
         seed = r.get("seed", 0)
-        ax.plot(range(1, len(vals) + 1), vals, color=cmap(ks.index(r["k"]) % 10),
-                ls=styles[sweep.get("seeds", [seed]).index(seed) % len(styles)], lw=2.5 if edge else 1.4,
-                label=f"lr {r['lr']:.3g} s{seed}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""))
+        ax.plot(
+            range(1, len(vals) + 1),
+            vals,
+            color=cmap(ks.index(r["k"]) % 10),
+            ls=styles[sweep.get("seeds", [seed]).index(seed) % len(styles)],
+            lw=2.5 if edge else 1.4,
+            label=f"lr {r['lr']:.3g} s{seed}" + (" (edge)" if edge else " diverges" if r["diverges"] else ""),
+        )
     if sweep.get("collapse_loss") is not None:
         ax.axhline(sweep["collapse_loss"], color="k", ls="--", lw=0.8, label="collapse level (mean cube)")
-    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log",
-           title="Edge of stability: the largest lr that converges on every seed")
+    ax.set(
+        xlabel="epoch",
+        ylabel="validation MSLE",
+        yscale="log",
+        title="Edge of stability: the largest lr that converges on every seed",
+    )
     log_y_labels(ax)
     ax.legend(**LEGEND_OUTSIDE)
     ax.grid(alpha=0.3, which="both")

@@ -1,6 +1,7 @@
 """The figures of validation loss over a run (Figs. 3-5): a run's time is cells.seconds_of_passes
 of the cell's own clock, the one function the tables' time to target goes through, so that where
 a curve ends is where Tables I-II put the run; a run that missed the target ends in a cross."""
+
 from __future__ import annotations
 
 import math
@@ -20,9 +21,10 @@ MARKERS = "osD^vP*X"
 @dataclass(frozen=True)
 class RunCurve:
     """One run as Figs. 4 and 5 draw it."""
-    cell: object                      # cells.Cell
-    points: list                      # [(seconds, validation loss)]; a non-finite loss is nan, a gap
-    end: Optional[tuple]              # (time to target as the tables have it, the target); None: missed
+
+    cell: object  # cells.Cell
+    points: list  # [(seconds, validation loss)]; a non-finite loss is nan, a gap
+    end: Optional[tuple]  # (time to target as the tables have it, the target); None: missed
 
 
 def run_curve(c, losses: list, per_epoch: int, by_pass: bool, target: float) -> RunCurve:
@@ -39,21 +41,26 @@ def run_curve(c, losses: list, per_epoch: int, by_pass: bool, target: float) -> 
         at = [(min(p, last), p - 1) for p in range(1, math.ceil(last) + 1)]
     else:
         at = [(e * per_epoch, e - 1) for e in range(1, (c.epochs or len(vals)) + 1)]
-    points = [(seconds_of_passes(passes, c.epoch_seconds, per_epoch), vals[i]) for passes, i in at
-              if i < len(vals)]
+    points = [(seconds_of_passes(passes, c.epoch_seconds, per_epoch), vals[i]) for passes, i in at if i < len(vals)]
     end = (c.time_to_target_s, target) if c.reached and c.time_to_target_s is not None else None
     return RunCurve(c, points, end)
 
 
-def loss_curves(cells: list, mode: str, workers, curves: dict, derived: bool, definition: str,
-                target: float) -> list:
+def loss_curves(cells: list, mode: str, workers, curves: dict, derived: bool, definition: str, target: float) -> list:
     """[(N, [RunCurve of every seed])] of `mode`, N in `workers` order. `derived`: every N is
     read off its sequential run pass by pass (strong scaling), else each run's own epochs."""
     out = []
     for n in workers:
         per_epoch = run_curves.passes_per_epoch(n, definition)
-        out.append((n, [run_curve(c, curves[c.run]["val_loss"], per_epoch, derived, target)
-                        for c in sorted(cells_at(cells, mode, n), key=lambda c: c.seed)]))
+        out.append(
+            (
+                n,
+                [
+                    run_curve(c, curves[c.run]["val_loss"], per_epoch, derived, target)
+                    for c in sorted(cells_at(cells, mode, n), key=lambda c: c.seed)
+                ],
+            )
+        )
     return out
 
 
@@ -62,8 +69,9 @@ def _last_point(points: list) -> Optional[tuple]:
     return next(((x, y) for x, y in reversed(points) if not math.isnan(y)), None)
 
 
-def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves: dict, target: float,
-                             derived: bool, definition: str, plt) -> None:
+def loss_against_time_figure(
+    path: Path, cells: list, mode: str, workers, curves: dict, target: float, derived: bool, definition: str, plt
+) -> None:
     """Figs. 4 and 5: validation loss of strong or weak scaling against (modelled) time, a
     colour and marker per N, every seed (loss_curves); each run that reached the target marked
     at its time to target on the target line, as the tables time it, and each that missed with
@@ -76,8 +84,15 @@ def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves
     for i, (n, runs) in enumerate(loss_curves(cells, mode, workers, curves, derived, definition, target)):
         color, marker = cmap(i % 10), MARKERS[i % len(MARKERS)]
         for j, r in enumerate(runs):
-            ax.plot(*zip(*r.points), marker=marker, ms=2.5 if derived else 3, lw=0.9, color=color, alpha=0.75,
-                    label=f"N = {n}" if j == 0 else None)
+            ax.plot(
+                *zip(*r.points),
+                marker=marker,
+                ms=2.5 if derived else 3,
+                lw=0.9,
+                color=color,
+                alpha=0.75,
+                label=f"N = {n}" if j == 0 else None,
+            )
             last = _last_point(r.points)
             if r.end is not None:
                 ax.scatter([r.end[0]], [r.end[1]], marker="|", s=140, linewidths=1.6, color=color, zorder=5)
@@ -91,8 +106,12 @@ def loss_against_time_figure(path: Path, cells: list, mode: str, workers, curves
         ax.scatter([], [], marker="x", s=55, linewidths=1.8, color="gray", label="missed the target (last loss)")
     how = "pass by pass, every N read off the sequential runs" if derived else "epoch by epoch"
     unit = "pass_at_n" if derived else "epoch"
-    ax.set(xlabel=f"time (s, {clock_label(cells, unit=unit)})", ylabel="validation MSLE", yscale="log",
-           title=f"{mode} scaling: validation loss, every seed ({how})")
+    ax.set(
+        xlabel=f"time (s, {clock_label(cells, unit=unit)})",
+        ylabel="validation MSLE",
+        yscale="log",
+        title=f"{mode} scaling: validation loss, every seed ({how})",
+    )
     ax.title.set_fontsize(10)
     log_y_labels(ax)
     ax.grid(alpha=0.3, which="both")
@@ -117,10 +136,13 @@ def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional
     ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
     log_y_labels(ax)
     longest = max((c["lr"] for _, c in recorded), key=len, default=[])
-    same = len(recorded) > 1 and all(c["lr"] == longest[:len(c["lr"])] for _, c in recorded)  # only where so
-    ax2.set(xlabel="epoch", ylabel="learning rate (end of epoch)",
-            title=f"Warmup, N = 8: lr ({len(recorded)} of {len(curves)} seeds recorded it"
-                  + ("; their schedules coincide)" if same else ")"))
+    same = len(recorded) > 1 and all(c["lr"] == longest[: len(c["lr"])] for _, c in recorded)  # only where so
+    ax2.set(
+        xlabel="epoch",
+        ylabel="learning rate (end of epoch)",
+        title=f"Warmup, N = 8: lr ({len(recorded)} of {len(curves)} seeds recorded it"
+        + ("; their schedules coincide)" if same else ")"),
+    )
     ax.title.set_fontsize(10)
     ax2.title.set_fontsize(10)
     if recorded:
@@ -135,8 +157,12 @@ def _warmup_losses(ax, curves: dict, color: dict, missed: dict) -> None:
     for run, c in curves.items():
         vals = [math.nan if v is None else v for v in c["val_loss"]]
         points = list(zip(range(1, len(vals) + 1), vals))
-        ax.plot(*zip(*points), color=color[run], marker=".", label=run + (f" (missed: {missed[run]})"
-                                                                          if run in missed else ""))
+        ax.plot(
+            *zip(*points),
+            color=color[run],
+            marker=".",
+            label=run + (f" (missed: {missed[run]})" if run in missed else ""),
+        )
         last = _last_point(points)
         if run in missed and last is not None:
             ax.scatter(*zip(last), marker="x", s=60, linewidths=2.0, color=color[run], zorder=5)
@@ -147,9 +173,24 @@ def _warmup_lrs(ax2, curves: dict, color: dict) -> list:
     a note where none did); returns those seeds' [(run, its curves)]."""
     recorded = [(run, c) for run, c in curves.items() if any(v is not None for v in c.get("lr") or [])]
     for k, (run, c) in enumerate(recorded):
-        ax2.plot(range(1, len(c["lr"]) + 1), c["lr"], color=color[run], lw=1.5 + 3.0 * (len(recorded) - 1 - k),
-                 solid_capstyle="butt", zorder=2 + k, label=run)   # the first seed widest, underneath
+        ax2.plot(
+            range(1, len(c["lr"]) + 1),
+            c["lr"],
+            color=color[run],
+            lw=1.5 + 3.0 * (len(recorded) - 1 - k),
+            solid_capstyle="butt",
+            zorder=2 + k,
+            label=run,
+        )  # the first seed widest, underneath
     if not recorded:
-        ax2.text(0.5, 0.5, "no lr recorded: these runs came\nfrom an earlier record's curves",
-                 transform=ax2.transAxes, ha="center", va="center", fontsize=9, color="gray")
+        ax2.text(
+            0.5,
+            0.5,
+            "no lr recorded: these runs came\nfrom an earlier record's curves",
+            transform=ax2.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="gray",
+        )
     return recorded

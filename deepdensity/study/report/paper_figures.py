@@ -1,6 +1,7 @@
 """The default study's figures as its reports draw them from the record: those the record has
 data for, drawn into the reports folder (by figures.py, loss_figures.py and against_n.py), the
 stale ones removed, and Fig. 2's caption."""
+
 from __future__ import annotations
 
 import textwrap
@@ -36,18 +37,31 @@ def draw_figures(out: Path, record: dict, study: Study, cells: list) -> set:
     efficiency_figure(out / "fig_efficiency.png", cells, study.modes, study.workers, plt, **paper)
     warmup8 = sorted(cells_at(cells, policies.WARMUP, 8), key=lambda c: c.seed)
     if warmup8:
-        warmup_figure(out / "fig3.png", {c.run: record["curves"][c.run] for c in warmup8}, record["target"], plt,
-                      missed={c.run: c.status for c in warmup8 if not c.reached})
+        warmup_figure(
+            out / "fig3.png",
+            {c.run: record["curves"][c.run] for c in warmup8},
+            record["target"],
+            plt,
+            missed={c.run: c.status for c in warmup8 if not c.reached},
+        )
         drawn.add("fig3.png")
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     collapse_figure(out / "fig_collapse.png", groups, plt)
     for mode in [m for m in study.modes if policies.get(m).paper_figure]:
         policy = policies.get(mode)
-        loss_against_time_figure(out / policy.paper_figure, cells, mode, study.workers, record["curves"],
-                                 record["target"], derived=policy.follows_sequential_path and not record["runner"],
-                                 definition=config_of(record).epoch_definition, plt=plt)
+        loss_against_time_figure(
+            out / policy.paper_figure,
+            cells,
+            mode,
+            study.workers,
+            record["curves"],
+            record["target"],
+            derived=policy.follows_sequential_path and not record["runner"],
+            definition=config_of(record).epoch_definition,
+            plt=plt,
+        )
         drawn.add(policy.paper_figure)
-    if record.get("fig1"):             # None: no weights of the first sequential run were at hand
+    if record.get("fig1"):  # None: no weights of the first sequential run were at hand
         figure1(out / "fig1.png", record["fig1"], plt)
         drawn.add("fig1.png")
     if record["lr_search"]:
@@ -64,14 +78,15 @@ def _verdicts_clock(record: dict, cells: list) -> dict:
     own or the record has no clock."""
     if "timing" not in record or record_runner(cells):
         return {}
-    return {"clock": clock_set(record)["paper"],
-            "base": time_base(record)}
+    return {"clock": clock_set(record)["paper"], "base": time_base(record)}
 
 
-FIG2_CAPTION = ("Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
-                "the verdicts' clock; passes x its seconds a pass), every seed a dot and the median over seeds a bar "
-                "and line where every seed reached the target; the seeds that missed it are crosses in the panel "
-                "above, never drawn at a time.")
+FIG2_CAPTION = (
+    "Fig. 2: time to target against N on the clock its axis names (where times are modelled, the paper's: "
+    "the verdicts' clock; passes x its seconds a pass), every seed a dot and the median over seeds a bar "
+    "and line where every seed reached the target; the seeds that missed it are crosses in the panel "
+    "above, never drawn at a time."
+)
 
 
 def fig2_caption(cells: list, study: Study) -> str:

@@ -1,6 +1,7 @@
 """What the study's reports share: number and table formatting, the cells of one (mode, N),
 what the study cost and what set its target. Their text is worded in deepdensity/study/templates
 (utils/templates.py)."""
+
 from __future__ import annotations
 
 import csv
@@ -43,8 +44,9 @@ def wrap_prose(md: str, width: int = PROSE_WIDTH) -> str:
             out.append(line)
             continue
         lead = re.match(r"^(\s*(?:[-*] |\d+\. )?)", line).group(1)
-        wrapped = textwrap.wrap(line, width, subsequent_indent=" " * len(lead), break_long_words=False,
-                                break_on_hyphens=False)
+        wrapped = textwrap.wrap(
+            line, width, subsequent_indent=" " * len(lead), break_long_words=False, break_on_hyphens=False
+        )
         for i, part in enumerate(wrapped):
             # a line may not begin with what Markdown reads as a list, a heading, a quote or a
             # table ('+ c log2 n' became a bullet): its first word goes back up a line
@@ -97,14 +99,17 @@ def time_range(cells, mode, n) -> str:
 
 def epochs_listing(cells, mode, n) -> str:
     """Epochs to target per seed, or '- (status, epochs run)' for a seed that missed."""
-    return ", ".join(str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})"
-                     for c in cells_at(cells, mode, n))
+    return ", ".join(
+        str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})" for c in cells_at(cells, mode, n)
+    )
 
 
 def passes_listing(cells, mode, n) -> str:
     """Passes to target per seed (to a pass's fraction where it was validated inside one), '-' where it missed."""
-    return ", ".join(f"{c.passes_to_target:.4g}" if c.reached and c.passes_to_target is not None else "-"
-                     for c in cells_at(cells, mode, n))
+    return ", ".join(
+        f"{c.passes_to_target:.4g}" if c.reached and c.passes_to_target is not None else "-"
+        for c in cells_at(cells, mode, n)
+    )
 
 
 def cost_line(p: dict, besides: str) -> str:
@@ -112,11 +117,13 @@ def cost_line(p: dict, besides: str) -> str:
     behind the report on its own clock, which is what the study costs to train here from
     nothing (`besides`: the runs past the cells counted too, where they ran)."""
     wall = p["runs_minutes"] / max(1, p["parallel_runs"])
-    return (f"This invocation took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
-            f"finished earlier, {p['parallel_runs']} at a time. The runs behind this report took "
-            f"{p['runs_minutes']} min on their own clocks: training them all here from "
-            f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
-            f"{p['parallel_runs']} at a time, {besides} included where they ran.")
+    return (
+        f"This invocation took {p['wall_minutes']} min, trained {p['trained']} run(s) and reused {p['reused']} "
+        f"finished earlier, {p['parallel_runs']} at a time. The runs behind this report took "
+        f"{p['runs_minutes']} min on their own clocks: training them all here from "
+        f"nothing takes about {f'{wall / 60:.1f} h' if wall >= 90 else f'{wall:.0f} min'} at "
+        f"{p['parallel_runs']} at a time, {besides} included where they ran."
+    )
 
 
 def target_source(record: dict, epochs: int) -> str:
@@ -125,7 +132,11 @@ def target_source(record: dict, epochs: int) -> str:
     if cal["source"] == "preset":
         return "fixed by the preset"
     if cal["source"] == "calibration seeds":
-        return (f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
-                f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})")
-    return (f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
-            f"construction")
+        return (
+            f"the median of what the sequential runs of calibration seeds {', '.join(map(str, cal['seeds']))} "
+            f"(seeds no cell uses) reach after {epochs} epochs ({', '.join(f'{v:.6g}' for v in cal['losses'])})"
+        )
+    return (
+        f"what the first seed's sequential run reaches after {epochs} epochs, so that that seed reaches it by "
+        f"construction"
+    )

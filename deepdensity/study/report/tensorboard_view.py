@@ -10,6 +10,7 @@ The x axis of every curve is passes over the training set (the global model has 
 that many times), so that cells of different N compare. Strong scaling at N > 1 follows the
 sequential run's path (a test shows it) and is drawn once, as the sequential run.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,13 @@ from deepdensity.training.runs import read_metrics
 def curve_points(rows: list, per_epoch: int) -> list:
     """[(passes, val_loss)] of a run's metrics rows: the validations inside an epoch
     (validate_every_pass) and at its end; non-finite losses left out (TensorBoard draws no gap)."""
-    return sorted({int(round(passes)): float(val) for passes, val in curves.validation_points(rows, per_epoch)
-                   if val is not None and math.isfinite(val)}.items())
+    return sorted(
+        {
+            int(round(passes)): float(val)
+            for passes, val in curves.validation_points(rows, per_epoch)
+            if val is not None and math.isfinite(val)
+        }.items()
+    )
 
 
 def view_series(record: dict, runs: Path) -> tuple:
@@ -46,7 +52,7 @@ def view_series(record: dict, runs: Path) -> tuple:
         by_cell.setdefault((c["mode"], c["n"]), []).append(c.get("passes_to_target"))
     for (mode, n), passes in sorted(by_cell.items()):
         reached = [p for p in passes if p is not None]
-        if len(reached) * 2 > len(passes):        # a median only where most seeds reached the target
+        if len(reached) * 2 > len(passes):  # a median only where most seeds reached the target
             medians.setdefault(mode, []).append((n, statistics.median(reached)))
     return seeds, medians
 
@@ -54,6 +60,7 @@ def view_series(record: dict, runs: Path) -> tuple:
 def write_view(record: dict, runs: Path, logdir: Path) -> Path:
     """Write the view's event files into `logdir` (replaced), and return it."""
     import tensorflow as tf
+
     seeds, medians = view_series(record, runs)
     shutil.rmtree(logdir, ignore_errors=True)
     for seed, tags in sorted(seeds.items()):

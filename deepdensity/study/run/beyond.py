@@ -3,6 +3,7 @@ its own (their times modelled again on this study's clock), Gahlot et al.'s data
 sweep of the sequential model's batch size: what the beyond study runs past the paper's cells
 (its record and reports: rerender.BEYOND).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,17 @@ from deepdensity.training.runs import read_json
 from deepdensity.utils.errors import StudyError
 
 
-def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier_cells: list, own_cells: list,
-                      n_val: int, timing: dict, modelled, say=print) -> Optional[dict]:
+def filter_experiment(
+    runner: "StudyRunner",
+    study: Study,
+    common: dict,
+    earlier_cells: list,
+    own_cells: list,
+    n_val: int,
+    timing: dict,
+    modelled,
+    say=print,
+) -> Optional[dict]:
     """Gahlot et al.'s experiment: each of `filter_modes` at the N where it is slowest or
     fails (cells.filter_n, on the default study's cells) trained on the full data, on the
     data filtered by the first sequential run (python -m deepdensity.filter) and on
@@ -39,16 +49,36 @@ def filter_experiment(runner: "StudyRunner", study: Study, common: dict, earlier
         return None
     root = runner.root
     filtered, random_ctl = _filtered_data(root, study, say)
-    rows, jobs = _filter_jobs(study, common, earlier_cells, own_cells, modelled,
-                              (("network", filtered), ("random", random_ctl)))
-    results = runner.run_all([functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs],
-                             label="filter runs")
+    rows, jobs = _filter_jobs(
+        study, common, earlier_cells, own_cells, modelled, (("network", filtered), ("random", random_ctl))
+    )
+    results = runner.run_all(
+        [functools.partial(runner.run, nm, mode, n, st) for _, nm, mode, n, st in jobs], label="filter runs"
+    )
     for (facts, nm, mode, n, _), r in zip(jobs, results):
-        rows.append({**facts, **timed(root / nm, mode, n, n_val, timing, r, float(common["target_loss"]),
-                                     curves.passes_per_epoch(n, study.runs.epoch_definition))})
-    rows.sort(key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"])))
-    return {"rows": rows, "filter": _filter_facts(filtered), "figures": [filtered.with_suffix(".embedding.png"),
-                                                                         filtered.with_suffix(".dropped.png")]}
+        rows.append(
+            {
+                **facts,
+                **timed(
+                    root / nm,
+                    mode,
+                    n,
+                    n_val,
+                    timing,
+                    r,
+                    float(common["target_loss"]),
+                    curves.passes_per_epoch(n, study.runs.epoch_definition),
+                ),
+            }
+        )
+    rows.sort(
+        key=lambda r: (study.filter_modes.index(r["mode"]), r["seed"], ("full", "network", "random").index(r["data"]))
+    )
+    return {
+        "rows": rows,
+        "filter": _filter_facts(filtered),
+        "figures": [filtered.with_suffix(".embedding.png"), filtered.with_suffix(".dropped.png")],
+    }
 
 
 def _filtered_data(root: Path, study: Study, say=print) -> tuple:
@@ -60,17 +90,32 @@ def _filtered_data(root: Path, study: Study, say=print) -> tuple:
     features = root / f"seq-s{study.sequential_seeds()[0]}"
     if not (filtered.exists() and random_ctl.exists()):
         say(f"filter: features of {features} -> {filtered}")
-        proc = subprocess.run([sys.executable, "-m", "deepdensity.tools.filter", "--run", str(features),
-                               "--data", str(data), "--out", str(filtered), "--seed", str(study.seeds[0]), "--force"],
-                              capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "deepdensity.tools.filter",
+                "--run",
+                str(features),
+                "--data",
+                str(data),
+                "--out",
+                str(filtered),
+                "--seed",
+                str(study.seeds[0]),
+                "--force",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
         if proc.returncode != 0:
             raise StudyError(f"the data filter failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         say(proc.stdout.strip())
     return filtered, random_ctl
 
 
-def _filter_jobs(study: Study, common: dict, earlier_cells: list, own_cells: list, modelled,
-                 variants: tuple) -> tuple:
+def _filter_jobs(study: Study, common: dict, earlier_cells: list, own_cells: list, modelled, variants: tuple) -> tuple:
     """(rows, jobs) of the filter experiment: the rows of the full-data runs the default study
     holds (earlier_cells), and the runs to train, as (row facts, run name, mode, n, settings) run
     side by side: the full-data runs it does not hold and every run on each of `variants`
@@ -84,37 +129,67 @@ def _filter_jobs(study: Study, common: dict, earlier_cells: list, own_cells: lis
         for seed in study.seeds:
             full = [c for c in source if (c.mode, c.n, c.seed) == (mode, n, seed)]
             if full:
-                rows.append(_earlier_full_row(full[0], modelled, curves.passes_per_epoch(
-                    n, study.runs.epoch_definition)))
+                rows.append(
+                    _earlier_full_row(full[0], modelled, curves.passes_per_epoch(n, study.runs.epoch_definition))
+                )
             else:
-                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": "full"}, f"{mode}-n{n}-s{seed}", mode, n,
-                             {**common, "seed": seed}))
+                jobs.append(
+                    (
+                        {"mode": mode, "n": n, "seed": seed, "data": "full"},
+                        f"{mode}-n{n}-s{seed}",
+                        mode,
+                        n,
+                        {**common, "seed": seed},
+                    )
+                )
             for variant, path in variants:
-                jobs.append(({"mode": mode, "n": n, "seed": seed, "data": variant}, f"{mode}-n{n}-{variant}-s{seed}",
-                             mode, n, {**common, "seed": seed, "data_path": str(path)}))
+                jobs.append(
+                    (
+                        {"mode": mode, "n": n, "seed": seed, "data": variant},
+                        f"{mode}-n{n}-{variant}-s{seed}",
+                        mode,
+                        n,
+                        {**common, "seed": seed, "data_path": str(path)},
+                    )
+                )
     return rows, jobs
 
 
 def _filter_facts(filtered: Path) -> dict:
     """What the filter tool wrote of its choice into the filtered data (its filter_* attributes)."""
     import h5py
+
     with h5py.File(filtered, "r") as f:
-        return {k[len("filter_"):]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
-                if k.startswith("filter_")}
+        return {
+            k[len("filter_") :]: (v.item() if hasattr(v, "item") else v)
+            for k, v in f.attrs.items()
+            if k.startswith("filter_")
+        }
 
 
 def _earlier_full_row(c: Cell, modelled, per_epoch: int) -> dict:
     """A filter row for full data taken from the default study's cell (its time on this clock,
     by cells.time_to_target as every cell's; `per_epoch` passes an epoch at its N)."""
     epoch_s = modelled(c.mode, c.n)
-    return {"mode": c.mode, "n": c.n, "seed": c.seed, "data": "full", "status": c.status, "epochs": c.epochs,
-            "epochs_to_target": c.epochs_to_target, "epoch_seconds": epoch_s, "run": f"(default study) {c.run}",
-            "time_to_target_s": time_to_target(c, epoch_s, per_epoch),
-            "final_val_loss": c.final_val_loss, "passes_to_target": c.passes_to_target}
+    return {
+        "mode": c.mode,
+        "n": c.n,
+        "seed": c.seed,
+        "data": "full",
+        "status": c.status,
+        "epochs": c.epochs,
+        "epochs_to_target": c.epochs_to_target,
+        "epoch_seconds": epoch_s,
+        "run": f"(default study) {c.run}",
+        "time_to_target_s": time_to_target(c, epoch_s, per_epoch),
+        "final_val_loss": c.final_val_loss,
+        "passes_to_target": c.passes_to_target,
+    }
 
 
-def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: float, max_epochs: int, n_val: int,
-                timing: dict) -> list:
+def batch_sweep(
+    runner: "StudyRunner", study: Study, cfg, eta: float, target: float, max_epochs: int, n_val: int, timing: dict
+) -> list:
     """The sequential model (one worker) at each global batch b of `batch_sweep`, at eta (weak
     scaling's lr) and at the linear rule's eta * b / B; epochs (passes) and modelled time to
     the target, at every sequential seed (a batch is compared with another only on 3 seeds a
@@ -124,26 +199,48 @@ def batch_sweep(runner: "StudyRunner", study: Study, cfg, eta: float, target: fl
     for seed in study.sequential_seeds():
         for b in study.batch_sweep:
             for rule, lr in (("eta", eta), (policies.LINEAR, eta * b / cfg.batch_size)):
-                points.append((b, rule, lr, seed,
-                               f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}"))
+                points.append(
+                    (b, rule, lr, seed, f"seq-s{seed}" if b == cfg.batch_size else f"batch-b{b}-{rule}-s{seed}")
+                )
 
     def outcome(b: int, lr: float, seed: int, nm: str) -> dict:
-        if b == cfg.batch_size:                        # both rules give eta: the sequential run
+        if b == cfg.batch_size:  # both rules give eta: the sequential run
+
             def judge(losses):
                 return curves.derive_strong(losses, 1, rules.StoppingRules(target, max_epochs, **SWEEP_STOPPING))
+
             vals = val_losses(runner.root / nm)
-            if judge(vals) is None:      # ended where the cells' rules decided every N: grown to the cap
+            if judge(vals) is None:  # ended where the cells' rules decided every N: grown to the cap
                 vals = sequential_path(runner, seed, eta, max_epochs)
             status, epochs = judge(vals) or (RunStatus.CAPPED, len(vals))
             return {"status": status, "epochs": epochs, "final_val_loss": vals[epochs - 1]}
-        return runner.run(nm, policies.SEQUENTIAL, 1, {"base_lr": lr, "target_loss": target, "max_epochs": max_epochs,
-                                                "seed": seed, "batch_size": b, **SWEEP_STOPPING})
+        return runner.run(
+            nm,
+            policies.SEQUENTIAL,
+            1,
+            {
+                "base_lr": lr,
+                "target_loss": target,
+                "max_epochs": max_epochs,
+                "seed": seed,
+                "batch_size": b,
+                **SWEEP_STOPPING,
+            },
+        )
 
-    results = runner.run_all([functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points],
-                             label="batch sweep")
-    return [{"batch": b, "lr_rule": rule, "lr": lr, "seed": seed,
-             **timed(runner.root / nm, policies.SEQUENTIAL, 1, n_val, timing, r, target, 1)}
-            for (b, rule, lr, seed, nm), r in zip(points, results)]
+    results = runner.run_all(
+        [functools.partial(outcome, b, lr, seed, nm) for b, _, lr, seed, nm in points], label="batch sweep"
+    )
+    return [
+        {
+            "batch": b,
+            "lr_rule": rule,
+            "lr": lr,
+            "seed": seed,
+            **timed(runner.root / nm, policies.SEQUENTIAL, 1, n_val, timing, r, target, 1),
+        }
+        for (b, rule, lr, seed, nm), r in zip(points, results)
+    ]
 
 
 def beyond_parts(end) -> tuple:
@@ -152,17 +249,21 @@ def beyond_parts(end) -> tuple:
     `end`: rerender.StudyEnd)."""
     s, proto, cells, timing, modelled = end.s, end.proto, end.cells, end.timing, end.modelled
     eta, target, max_epochs, cfg = proto.eta, proto.target, proto.max_epochs, proto.cfg
-    earlier = _default_study_cells(Path(end.options.compare_with), eta, target, modelled, modelled(policies.SEQUENTIAL, 1),
-                                   s.study.workers)
+    earlier = _default_study_cells(
+        Path(end.options.compare_with), eta, target, modelled, modelled(policies.SEQUENTIAL, 1), s.study.workers
+    )
     filtering = filter_experiment(s.runner, s.study, proto.common(), earlier[0], cells, s.n_val, timing, modelled)
-    if filtering:       # the filter tool's own figures, copied once: they are not rendered from the record
+    if filtering:  # the filter tool's own figures, copied once: they are not rendered from the record
         for fig in filtering["figures"]:
             if Path(fig).exists():
                 shutil.copy(fig, s.out / f"filter.{Path(fig).name.split('.', 2)[-1]}")
     sweep_rows = batch_sweep(s.runner, s.study, cfg, eta, target, max_epochs, s.n_val, timing)
     # the filter's and the sweep's own runs (not the default study's, whose rows name it)
-    others = {row["run"] for row in (sweep_rows or []) + (filtering["rows"] if filtering else [])
-              if (s.root / row["run"]).is_dir()}
+    others = {
+        row["run"]
+        for row in (sweep_rows or []) + (filtering["rows"] if filtering else [])
+        if (s.root / row["run"]).is_dir()
+    }
     return beyond_keys(s.root, cells, earlier, filtering, sweep_rows), others
 
 
@@ -176,32 +277,45 @@ def _default_study_cells(reports: Path, eta: float, target: float, modelled, seq
         return [], f"no {shown}: run `make repro` (the default preset) for the paper's four modes"
     record = read_json(study_path, "default study's record")
     their_eta, their_target = record.get("eta"), record.get("target")
-    if "cells" not in record or not math.isclose(their_eta, eta, rel_tol=1e-9) \
-            or not math.isclose(their_target, target, rel_tol=1e-5):
+    if (
+        "cells" not in record
+        or not math.isclose(their_eta, eta, rel_tol=1e-9)
+        or not math.isclose(their_target, target, rel_tol=1e-5)
+    ):
         env = record.get("environment", {})
-        return [], (f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
-                    f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out"
-                    + (f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
-                       f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
-                       f"differently, so run both studies on one machine)" if env else ""))
+        return [], (
+            f"{_relative_to_cwd(reports)} holds a study with eta {their_eta}, target {their_target}; this one has "
+            f"eta {eta:.6g}, target {target:.6g}: the paper's other modes are left out"
+            + (
+                f" (that study ran on {env.get('cpu')}, oneDNN {env.get('onednn_isa')}, rendering "
+                f"{env.get('rendering', 'TensorFlow ops')}: another instruction set or rendering rounds "
+                f"differently, so run both studies on one machine)"
+                if env
+                else ""
+            )
+        )
     cells, definition = [], curves.epoch_definition(record["settings"])
     for c in record["cells"]:
         if c["mode"] not in policies.large_batch() or c["n"] not in workers:
             continue
         epoch_s = seq_epoch if c["n"] == 1 else modelled(c["mode"], c["n"])
         cell = Cell.of(c, epoch_seconds=epoch_s, time_source="modelled")
-        t = time_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))     # passes, as every cell
+        t = time_to_target(cell, epoch_s, curves.passes_per_epoch(c["n"], definition))  # passes, as every cell
         cells.append(dataclasses.replace(cell, time_to_target_s=t))
-    return cells, (f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
-                   f"their times modelled again with this study's timing")
+    return cells, (
+        f"weak, linear and warmup: the default study's runs ({shown}, same eta and target), "
+        f"their times modelled again with this study's timing"
+    )
 
 
 def default_study_eta(reports: Path) -> float:
     """The eta the default study found (its study.json), for a study that compares with it."""
     path = reports / "study.json"
     if not path.is_file():
-        raise StudyError(f"base_lr: default_study needs the default study's {_relative_to_cwd(path)}: run `make repro` "
-                         f"first, or pass --compare-with FOLDER")
+        raise StudyError(
+            f"base_lr: default_study needs the default study's {_relative_to_cwd(path)}: run `make repro` "
+            f"first, or pass --compare-with FOLDER"
+        )
     eta = read_json(path, "default study's record").get("eta")
     if not isinstance(eta, (int, float)) or not 0 < eta < math.inf:
         raise StudyError(f"{_relative_to_cwd(path)} holds no eta; run `make repro` again")

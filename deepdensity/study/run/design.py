@@ -7,6 +7,7 @@ the time budget, up to max_seeds).
 A *unit* is what one seed costs: ("strong",) is the sequential run, from which strong
 scaling at every N (and N = 1 of every mode) is read; ("2eta",) the sequential run at
 2 x eta; (mode, N) one emulated (or real) multi-worker run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,14 +41,16 @@ def run_first_seeds(runner: StudyRunner, book: Book, units: dict, seeds: list, s
     """Every unit at every one of the preset's first seeds, `runner.parallel` at a time, the
     sequential units (SEQUENTIAL_UNITS) at `sequential_seeds` instead when given. Seed by seed
     across all units, so that an interrupted study has grown every cell evenly."""
+
     def seeds_of(u: tuple) -> list:
         return sequential_seeds if sequential_seeds is not None and u in SEQUENTIAL_UNITS else seeds
 
-    jobs = [(u, seeds_of(u)[i]) for i in range(len(seeds)) for u in units
-            if seeds_of(u)[i] not in book.seeds.get(u, [])]
+    jobs = [
+        (u, seeds_of(u)[i]) for i in range(len(seeds)) for u in units if seeds_of(u)[i] not in book.seeds.get(u, [])
+    ]
     names = runner.run_all([functools.partial(held_or_none, units[u], s) for u, s in jobs], label="first seeds")
     for (u, s), run_names in zip(jobs, names):
-        if run_names is not None:            # None: not held, in a study that trains nothing
+        if run_names is not None:  # None: not held, in a study that trains nothing
             book.add(u, s, run_names, FIRST)
 
 
@@ -59,8 +62,7 @@ def held_or_none(job: Callable, seed: int) -> Optional[list]:
         return None
 
 
-def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
-                   deadline: float, say=print) -> str:
+def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int, deadline: float, say=print) -> str:
     """The sequential design: one more seed at a time for the unsettled units, fewest seeds and
     cheapest first, each only if it is expected to end before `deadline`; returns why it stopped."""
     stopped = {"why": "every cell settled or at max_seeds"}
@@ -78,8 +80,7 @@ def run_more_seeds(runner: StudyRunner, book: Book, units: dict, max_seeds: int,
 
     def next_jobs(running: set, done: set) -> list:
         busy = {u for u, _ in running}
-        order = study_plan.next_in_line((u, len(book.seeds[u]), cost(u)) for u in units
-                                    if u not in busy and reason(u))
+        order = study_plan.next_in_line((u, len(book.seeds[u]), cost(u)) for u in units if u not in busy and reason(u))
         jobs = []
         for u, _, c in order:
             if time.perf_counter() + c > deadline:
@@ -103,8 +104,15 @@ def _seed_job(job: Callable, seed: int, why: str) -> tuple:
     return job(seed), why
 
 
-def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, double_eta: bool,
-                runner: Optional[StudyRunner] = None, prefix: str = "") -> dict:
+def study_units(
+    s: StudyRun,
+    proto: Protocol,
+    real_strong: bool,
+    book: Book,
+    double_eta: bool,
+    runner: Optional[StudyRunner] = None,
+    prefix: str = "",
+) -> dict:
     """{unit: job(seed) -> run names}: what one more seed of each unit (above) runs, as jobs that
     record their outcomes in the study's Book.
     Strong scaling follows the sequential path (the tests show it under horovodrun), so
@@ -114,13 +122,20 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
 
     def sequential(seed: int) -> list:
         workers = [n for n in study.workers if n == 1 or not real_strong]
-        derived, vals = strong_from_sequential(runner, seed, proto.eta, proto.seq_max_epochs, workers, proto.stopping(),
-                                               prefix)
+        derived, vals = strong_from_sequential(
+            runner, seed, proto.eta, proto.seq_max_epochs, workers, proto.stopping(), prefix
+        )
         for n, (status, epochs) in derived.items():
             last = curves.sample_epoch_losses(vals, n)[epochs - 1]
-            book.results[(policies.STRONG, n, seed)] = ({"status": status, "epochs": epochs, "time_to_target_s": None,
-                                                  "final_val_loss": last if math.isfinite(last) else None},
-                                                 f"{prefix}seq-s{seed}")
+            book.results[(policies.STRONG, n, seed)] = (
+                {
+                    "status": status,
+                    "epochs": epochs,
+                    "time_to_target_s": None,
+                    "final_val_loss": last if math.isfinite(last) else None,
+                },
+                f"{prefix}seq-s{seed}",
+            )
         return [f"{prefix}seq-s{seed}"]
 
     def cell(mode: str, n: int, seed: int, name: str, settings: dict, train_mode: str = "") -> list:
@@ -129,43 +144,64 @@ def study_units(s: StudyRun, proto: Protocol, real_strong: bool, book: Book, dou
         return [prefix + name]
 
     units = {(policies.STRONG,): sequential}
-    if double_eta:     # the paper's "further increasing the lr diverges", at 2 x eta
-        units[(DOUBLE_ETA,)] = lambda seed: cell(DOUBLE_ETA, 1, seed, f"{DOUBLE_ETA_RUN}{seed}",
-                                             {"base_lr": 2 * proto.eta}, train_mode=policies.STRONG)
+    if double_eta:  # the paper's "further increasing the lr diverges", at 2 x eta
+        units[(DOUBLE_ETA,)] = lambda seed: cell(
+            DOUBLE_ETA, 1, seed, f"{DOUBLE_ETA_RUN}{seed}", {"base_lr": 2 * proto.eta}, train_mode=policies.STRONG
+        )
     for mode, n in study.trained_cells(real_strong):
-        units[(mode, n)] = functools.partial(lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}),
-                                             mode, n)
+        units[(mode, n)] = functools.partial(
+            lambda mode, n, seed: cell(mode, n, seed, f"{mode}-n{n}-s{seed}", {}), mode, n
+        )
     return units
 
 
 def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
     """The stall rule checked with runs (docs/decision-rules.md): runs it stopped, continued from
-    their last checkpoint (or trained again where none is held) to the cap with the rule off, every one at N >= 16 and a sample of the preset's `stall_check`
+    their last checkpoint (or trained again where none is held) to the cap with the rule off, every one at
+    N >= 16 and a sample of the preset's `stall_check`
     of the others, spread over their cells. Where one reaches the target, its outcome replaces the
     stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
     Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
-    stopped = sorted((n, mode, seed, name) for (mode, n, seed), (r, name) in book.results.items()
-                     if r["status"] == RunStatus.STALLED and not name.startswith("seq-s"))
+    stopped = sorted(
+        (n, mode, seed, name)
+        for (mode, n, seed), (r, name) in book.results.items()
+        if r["status"] == RunStatus.STALLED and not name.startswith("seq-s")
+    )
     others = [x for x in stopped if x[0] < 16]
     # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every
     # N and mode the rule stopped runs in is checked before any gets a second
     by_cell = {}
     for x in others:
         by_cell.setdefault((x[0], x[1]), []).append(x)
-    spread = [x for i in range(max(map(len, by_cell.values()), default=0)) for x in
-              (runs[i] for runs in by_cell.values() if i < len(runs))]
+    spread = [
+        x
+        for i in range(max(map(len, by_cell.values()), default=0))
+        for x in (runs[i] for runs in by_cell.values() if i < len(runs))
+    ]
     # smallest N first: a continuation's cost grows with N (an epoch is N passes), so a study
     # stopped part-way has settled the most cells; the choice of runs does not depend on the order
-    chosen = sorted([x for x in stopped if x[0] >= 16] + spread[:s.study.stall_check])
+    chosen = sorted([x for x in stopped if x[0] >= 16] + spread[: s.study.stall_check])
 
     def to_cap(n: int, mode: str, seed: int, name: str) -> dict:
-        lr = 2 * proto.eta if mode == DOUBLE_ETA else proto.eta       # the 2 x eta cell: the sequential model
-        r = s.runner.run(f"{name}-to-cap", policies.SEQUENTIAL if mode == DOUBLE_ETA else mode, n,
-                         {**proto.common(), "seed": seed, "base_lr": lr, "stall_patience": 0},
-                         continue_from=name)     # from its last checkpoint: the same path, not its epochs again
-        return {"mode": mode, "n": n, "seed": seed, "stopped_run": name, "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
-                "run": f"{name}-to-cap", "status": r["status"], "epochs": r["epochs"],
-                "final_val_loss": r.get("final_val_loss")}
+        lr = 2 * proto.eta if mode == DOUBLE_ETA else proto.eta  # the 2 x eta cell: the sequential model
+        r = s.runner.run(
+            f"{name}-to-cap",
+            policies.SEQUENTIAL if mode == DOUBLE_ETA else mode,
+            n,
+            {**proto.common(), "seed": seed, "base_lr": lr, "stall_patience": 0},
+            continue_from=name,
+        )  # from its last checkpoint: the same path, not its epochs again
+        return {
+            "mode": mode,
+            "n": n,
+            "seed": seed,
+            "stopped_run": name,
+            "stopped_after": book.results[(mode, n, seed)][0]["epochs"],
+            "run": f"{name}-to-cap",
+            "status": r["status"],
+            "epochs": r["epochs"],
+            "final_val_loss": r.get("final_val_loss"),
+        }
 
     if chosen:
         print(f"stall check: {len(chosen)} run(s) the stall rule stopped, continued to the cap with the rule off")
@@ -186,27 +222,56 @@ def isa_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled
         return None
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.env_extra = {"ONEDNN_MAX_CPU_ISA": isa}
-    return {"isa": isa, **_first_seeds_again(s, proto, book, timing, modelled, runner, f"isa-{isa.lower()}-",
-                                              check="stability", how=f"with ONEDNN_MAX_CPU_ISA={isa}",
-                                              label=f"runs under {isa}")}
+    return {
+        "isa": isa,
+        **_first_seeds_again(
+            s,
+            proto,
+            book,
+            timing,
+            modelled,
+            runner,
+            f"isa-{isa.lower()}-",
+            check="stability",
+            how=f"with ONEDNN_MAX_CPU_ISA={isa}",
+            label=f"runs under {isa}",
+        ),
+    }
 
 
-def _first_seeds_again(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled, runner: StudyRunner,
-                       prefix: str, check: str, how: str, label: str) -> dict:
+def _first_seeds_again(
+    s: StudyRun,
+    proto: Protocol,
+    book: Book,
+    timing: dict,
+    modelled,
+    runner: StudyRunner,
+    prefix: str,
+    check: str,
+    how: str,
+    label: str,
+) -> dict:
     """The checks' first seed of every trained unit again on `runner`, its runs named `prefix`..., and the
     study's cells with those runs in place of the originals; `check`, `how` the runs differ and the
     runs' `label`, as the progress lines name them."""
     seed, seq_seed = s.study.seeds[0], s.study.sequential_seeds()[0]
     again = Book()
     again.results = dict(book.results)
-    units = study_units(s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner,
-                        prefix=prefix)
+    units = study_units(
+        s, proto, real_strong=False, book=again, double_eta=s.study.doubles_eta(), runner=runner, prefix=prefix
+    )
     print(f"{check}: seed {seed} of every trained cell (the sequential runs: seed {seq_seed}) again {how}")
-    runner.run_all([functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed)
-                    for unit, job in units.items()], label=label)
+    runner.run_all(
+        [functools.partial(job, seq_seed if unit in SEQUENTIAL_UNITS else seed) for unit, job in units.items()],
+        label=label,
+    )
     cells = study_cells(s.study, again, s.root, "", timing, s.n_val, modelled, proto.target)
-    return {"seed": seed, "sequential_seed": seq_seed, "cells": [dataclasses.asdict(c) for c in cells],
-            "seq_2eta": seq_2eta_of(again)}
+    return {
+        "seed": seed,
+        "sequential_seed": seq_seed,
+        "cells": [dataclasses.asdict(c) for c in cells],
+        "seq_2eta": seq_2eta_of(again),
+    }
 
 
 def venv_stack(venv: str) -> dict:
@@ -219,21 +284,28 @@ def venv_stack(venv: str) -> dict:
     python = Path(venv) / "bin" / "python"
     if not python.is_file():
         raise UserError(f"--stack-check {venv}: no {python}; name a venv made by make install (e.g. .venv-paper)")
-    ask = ("import json; from deepdensity.utils import stack; f = stack.found(); "
-           "print(json.dumps([f.tensorflow, f.keras2, *stack.judge(f)]))")
-    got = subprocess.run([str(python), "-c", ask], capture_output=True, text=True,
-                         env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"})
+    ask = (
+        "import json; from deepdensity.utils import stack; f = stack.found(); "
+        "print(json.dumps([f.tensorflow, f.keras2, *stack.judge(f)]))"
+    )
+    got = subprocess.run(
+        [str(python), "-c", ask],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"},
+    )
     if got.returncode != 0:
-        raise UserError(f"--stack-check {venv}: its Python could not say its stack (is deepdensity installed "
-                        f"there? make install VENV={venv}): {got.stderr.strip()[-300:]}")
+        raise UserError(
+            f"--stack-check {venv}: its Python could not say its stack (is deepdensity installed "
+            f"there? make install VENV={venv}): {got.stderr.strip()[-300:]}"
+        )
     tf, keras, verdict, reasons = json.loads(got.stdout.strip().splitlines()[-1])
     if verdict == "unsupported":
         raise UserError(f"--stack-check {venv}: its stack is unsupported: {'; '.join(reasons)}")
     return {"python": str(python), "tensorflow": tf, "keras": keras}
 
 
-def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled,
-                  venv: str) -> Optional[dict]:
+def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled, venv: str) -> Optional[dict]:
     """repro --stack-check VENV: the first seed of every trained unit run again with VENV's
     interpreter, TensorFlow and Keras, and the study's cells with those runs in place of the
     originals (the report judges every claim again on them, beside the ISA check); None when
@@ -245,9 +317,22 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.python, runner.stack_check = other["python"], label
     prefix = "stack-tf" + other["tensorflow"].replace(".", "") + "-"
-    return {"stack": label, "venv": venv, **_first_seeds_again(
-        s, proto, book, timing, modelled, runner, prefix, check="stability across stacks", how=f"on {label} ({venv})",
-        label=f"runs on TensorFlow {other['tensorflow']}")}
+    return {
+        "stack": label,
+        "venv": venv,
+        **_first_seeds_again(
+            s,
+            proto,
+            book,
+            timing,
+            modelled,
+            runner,
+            prefix,
+            check="stability across stacks",
+            how=f"on {label} ({venv})",
+            label=f"runs on TensorFlow {other['tensorflow']}",
+        ),
+    }
 
 
 def paper_parts(end) -> tuple:
@@ -258,8 +343,19 @@ def paper_parts(end) -> tuple:
     s, proto, book, runner = end.s, end.proto, end.book, end.options.runner
     real = [] if runner else unless_not_held(lambda: real_strong_runs(s, proto), [])
     isa = None if runner else unless_not_held(lambda: isa_recheck(s, proto, book, end.timing, end.modelled), None)
-    stack = None if runner else unless_not_held(
-        lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None)
+    stack = (
+        None
+        if runner
+        else unless_not_held(
+            lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None
+        )
+    )
     fig1 = figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")
-    return {**paper_keys(end, fig1), "real_strong": real, "isa_check": isa, "stack_check": stack,
-            "stall_check": end.checked, "pass_seconds": s.runner.ledger.pass_seconds()}, frozenset()
+    return {
+        **paper_keys(end, fig1),
+        "real_strong": real,
+        "isa_check": isa,
+        "stack_check": stack,
+        "stall_check": end.checked,
+        "pass_seconds": s.runner.ledger.pass_seconds(),
+    }, frozenset()

@@ -1,5 +1,6 @@
 """A finished run in the runs folder, as the runner meets it: checked against the run asked for
 now before it is reused (set aside, reopened or refused), and made a ledger entry."""
+
 from __future__ import annotations
 
 import time
@@ -42,19 +43,21 @@ def stopped_early(out: Path, asked: RunRequest) -> Optional[dict]:
     more); a StudyError for one that the rules now in force would have ended sooner, as the runner
     cannot cut a folder."""
     wanted = ledger.stopping_of(asked.config.to_dict())
-    saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}   # older: defaults
+    saved = {**Config().to_dict(), **read_json(out / "config.json", "run's configuration")}  # older: defaults
     if all(saved[k] == wanted[k] for k in ledger.STOPPING):
         return None
     r = read_json(out / "result.json", "finished run's result")
-    if r["status"] == RunStatus.CAPPED:       # extended (or not) by max_epochs, as before
+    if r["status"] == RunStatus.CAPPED:  # extended (or not) by max_epochs, as before
         return None
     vals = [row["val_loss"] for row in read_metrics(out)]
     now = ledger.replay({"val_losses": vals, "result": r}, wanted)
     if now == (r["status"], r["epochs"]):
         return None
     if now is not None:
-        raise StudyError(f"{out} holds a run that ended {r['status']} at epoch {r['epochs']}; the stopping rules "
-                         f"asked for now end it {now[0]} at epoch {now[1]}: delete it, or pass another --runs folder")
+        raise StudyError(
+            f"{out} holds a run that ended {r['status']} at epoch {r['epochs']}; the stopping rules "
+            f"asked for now end it {now[0]} at epoch {now[1]}: delete it, or pass another --runs folder"
+        )
     return r
 
 
@@ -72,12 +75,22 @@ def refuse_stale(out: Path, asked: RunRequest, train_yaml: Path, fingerprint: Ca
     if data and Path(data).exists() and other_data(saved, fingerprint(data)):
         diffs.append(f"the data in {data} changed")
     if diffs:
-        raise StudyError(f"{out} holds a finished run with other settings than this study asks for "
-                         f"({', '.join(diffs)}); delete it, or pass another --runs folder")
+        raise StudyError(
+            f"{out} holds a finished run with other settings than this study asks for "
+            f"({', '.join(diffs)}); delete it, or pass another --runs folder"
+        )
 
 
-def ledger_entry(out: Path, asked: RunRequest, request: dict, source: str, runs_ledger: ledger.Ledger,
-                 machine_of: Callable[[str], dict], stack_check: str, say=print) -> Optional[dict]:
+def ledger_entry(
+    out: Path,
+    asked: RunRequest,
+    request: dict,
+    source: str,
+    runs_ledger: ledger.Ledger,
+    machine_of: Callable[[str], dict],
+    stack_check: str,
+    say=print,
+) -> Optional[dict]:
     """The finished run in `out` as a ledger entry, once for this machine (a run another
     machine's entry also answers is still added: where each run was trained is kept); None where
     `runs_ledger` holds it for this machine already, or where its folder holds fewer metrics rows
@@ -95,13 +108,27 @@ def ledger_entry(out: Path, asked: RunRequest, request: dict, source: str, runs_
     if _held_for(machine, runs_ledger, request, config, rows):
         return None
     vals = [r["val_loss"] for r in rows]
-    entry = ledger.entry_of(name, mode, n, int(config["seed"]), request["launcher"], request["isa_cap"],
-                            request["data"], config, _with_passes(result, rows, config, n), rows, vals, machine,
-                            git_revision() if source == "trained" else "unknown", source,
-                            stack=saved.get("versions"), stack_check=stack_check,
-                            transport=(saved.get("launch") or {}).get("transport"))
+    entry = ledger.entry_of(
+        name,
+        mode,
+        n,
+        int(config["seed"]),
+        request["launcher"],
+        request["isa_cap"],
+        request["data"],
+        config,
+        _with_passes(result, rows, config, n),
+        rows,
+        vals,
+        machine,
+        git_revision() if source == "trained" else "unknown",
+        source,
+        stack=saved.get("versions"),
+        stack_check=stack_check,
+        transport=(saved.get("launch") or {}).get("transport"),
+    )
     assert entry["key"] == request["key"], (entry["key"], request["key"])
-    if source != "trained":       # finished before: when its result was written, not now
+    if source != "trained":  # finished before: when its result was written, not now
         entry["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime((out / "result.json").stat().st_mtime))
     return entry
 
@@ -109,14 +136,22 @@ def ledger_entry(out: Path, asked: RunRequest, request: dict, source: str, runs_
 def _held_for(machine: dict, runs_ledger: ledger.Ledger, request: dict, config: dict, rows: list) -> bool:
     """Does the ledger hold the run already (its key, stopping rules and epochs), trained on this
     machine's host?"""
-    return any(e["key"] == request["key"] and e["stopping"] == ledger.stopping_of(config)
-               and len(e["val_losses"]) == len(rows) and e["machine"].get("host") == machine["host"]
-               for e in runs_ledger.entries)
+    return any(
+        e["key"] == request["key"]
+        and e["stopping"] == ledger.stopping_of(config)
+        and len(e["val_losses"]) == len(rows)
+        and e["machine"].get("host") == machine["host"]
+        for e in runs_ledger.entries
+    )
 
 
 def _with_passes(result: dict, rows: list, config: dict, n: int) -> dict:
     """The run's result with its passes to target, as its ledger entry keeps it (None where it
     did not reach the target)."""
     per_epoch = curves.passes_per_epoch(n, curves.epoch_definition(config))
-    return {**result, "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
-            if result["status"] == RunStatus.REACHED else None}
+    return {
+        **result,
+        "passes_to_target": curves.passes_to_target(rows, config["target_loss"], per_epoch)
+        if result["status"] == RunStatus.REACHED
+        else None,
+    }

@@ -1,6 +1,7 @@
 """A study run's folder, besides training it: whether it holds a ledger entry's answer, a
 stopped run made resumable (in place, or copied as another run's start), a run launched under
 another controller set aside, and removal."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ def holds(out: Path, entry: dict, result: dict) -> bool:
     if read_json(out / ledger.MARKER, "ledger marker").get("key") != entry["key"]:
         return False
     r = read_json(out / "result.json", "run's result")
-    return r == result                           # the same answer, the same stopping rules
+    return r == result  # the same answer, the same stopping rules
 
 
 def continuation(stopped: Path, out: Path) -> None:
@@ -32,7 +33,7 @@ def continuation(stopped: Path, out: Path) -> None:
     checkpoint (written from the ledger) leaves `out` absent: the run trains from epoch 0."""
     if not (stopped / "state.json").is_file():
         return
-    partial = out.with_name(out.name + ".partial")      # a crash mid-copy leaves no half folder as `out`
+    partial = out.with_name(out.name + ".partial")  # a crash mid-copy leaves no half folder as `out`
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(stopped, partial, ignore=shutil.ignore_patterns("result.json", "weights.h5", ledger.MARKER))
     _drop_final_status(partial)
@@ -59,7 +60,7 @@ def other_controller(out: Path, controller: str) -> Optional[str]:
     `controller` (its config.json's `launch`), or 'unrecorded' for one from before runs recorded
     it (the build had MPI at times then); None where the same, or for one process (no allreduce)."""
     config = out / "config.json"
-    if not config.is_file() or (out / ledger.MARKER).exists():      # written from the ledger, by its key
+    if not config.is_file() or (out / ledger.MARKER).exists():  # written from the ledger, by its key
         return None
     saved = read_json(config, "run's configuration")
     if int(saved.get("world_size", 1) or 1) <= 1:

@@ -6,6 +6,7 @@ runs `parallel` of them at once (preset `parallel_runs`, default: cores / thread
 A finished run is reused; a run stopped at its epoch cap is resumed when asked for more.
 On an interrupt every live run is sent SIGTERM, checkpoints, and is waited for.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,7 +48,7 @@ def unless_not_held(stage, instead):
         return instead
 
 
-STARTUP_S = 10.0      # a run's process start-up and tracing, added to its own clock for estimates
+STARTUP_S = 10.0  # a run's process start-up and tracing, added to its own clock for estimates
 
 
 def fmt_s(s: float) -> str:
@@ -56,23 +57,24 @@ def fmt_s(s: float) -> str:
 
 class StudyRunner:
     """Runs (or reuses, when finished) the study's training runs, up to `parallel` at once."""
-    runs_as_jobs = False      # True: each run is a batch job (slurm_runner.py), and so is the clock
+
+    runs_as_jobs = False  # True: each run is a batch job (slurm_runner.py), and so is the clock
 
     def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], parallel: int = 1, say=print):
         self.root, self.train_yaml, self.runner = root, train_yaml, runner
         self.parallel, self.say = max(1, parallel), say
         self.t0 = time.perf_counter()
-        self.trained, self.reused = set(), set()     # run names, this invocation
-        self.wall = {}                               # run name -> seconds it took here, or its own clock
+        self.trained, self.reused = set(), set()  # run names, this invocation
+        self.wall = {}  # run name -> seconds it took here, or its own clock
         self._live, self._lock, self._fingerprints = set(), threading.Lock(), {}
         self._started = 0
-        self.budget_end: Optional[float] = None      # perf_counter time the study's budget ends
-        self.env_extra: dict = {}                    # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
-        self.python = sys.executable                 # the interpreter runs train with (the stack check: another venv's)
-        self.stack_check = ""                        # that venv's stack, in the runs' keys (design.stack_recheck)
-        self.ledger: Optional[ledger.Ledger] = None   # finished runs to reuse, and where new ones are added
+        self.budget_end: Optional[float] = None  # perf_counter time the study's budget ends
+        self.env_extra: dict = {}  # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
+        self.python = sys.executable  # the interpreter runs train with (the stack check: another venv's)
+        self.stack_check = ""  # that venv's stack, in the runs' keys (design.stack_recheck)
+        self.ledger: Optional[ledger.Ledger] = None  # finished runs to reuse, and where new ones are added
         self.machine: Optional[dict] = None
-        self.may_train = True                        # False: a run not held raises NotHeld (repro --no-train)
+        self.may_train = True  # False: a run not held raises NotHeld (repro --no-train)
 
     def _clock(self) -> str:
         """Time so far, and what is left of the study's budget (after it, no new seeds start)."""
@@ -88,8 +90,15 @@ class StudyRunner:
         resolved once into the Config it trains with."""
         return resolve(load(str(self.train_yaml)), name, mode, n, settings)
 
-    def run(self, name: str, mode: str, n: int, settings: dict, need_weights: bool = False,
-            continue_from: Optional[str] = None) -> dict:
+    def run(
+        self,
+        name: str,
+        mode: str,
+        n: int,
+        settings: dict,
+        need_weights: bool = False,
+        continue_from: Optional[str] = None,
+    ) -> dict:
         """Run `name` with `settings` (self.ask); a run the ledger holds is reused (its folder written from
         the ledger, ledger.py), a finished run in the folder is reused, and one that stopped at
         its epoch cap is resumed when asked for more epochs (the sequential runs grow this way),
@@ -102,14 +111,14 @@ class StudyRunner:
         asked = self.ask(name, mode, n, settings)
         request = self._request(asked) if self.ledger is not None else None
         set_aside_if_other_controller(out, self.controller(), self.say)
-        trained_here = (out / "state.json").exists()      # its checkpoint: trained here
+        trained_here = (out / "state.json").exists()  # its checkpoint: trained here
         # a run trained in this folder is used as before (reused, extended or resumed); the
         # ledger fills folders without one, unless the run's weights are needed
         if request is not None and not trained_here and not need_weights:
             held = self._from_ledger(out, name, request)
             if held is not None:
                 return held
-        if (out / ledger.MARKER).exists():      # written from the ledger, no checkpoint: train afresh
+        if (out / ledger.MARKER).exists():  # written from the ledger, no checkpoint: train afresh
             run_folders.wipe(out)
         if continue_from and not out.exists():
             run_folders.continuation(self.root / continue_from, out)
@@ -117,8 +126,9 @@ class StudyRunner:
         if held is not None:
             return held
         if not self.may_train:
-            raise NotHeld(f"{name} ({mode} N = {n}, seed {asked.config.seed}) is not in the ledger, and --no-train "
-                          f"trains nothing")
+            raise NotHeld(
+                f"{name} ({mode} N = {n}, seed {asked.config.seed}) is not in the ledger, and --no-train trains nothing"
+            )
         return self._train_asked(out, asked, request)
 
     def _from_folder(self, out: Path, asked: RunRequest, request: Optional[dict]) -> Optional[dict]:
@@ -132,7 +142,7 @@ class StudyRunner:
             self._reopen_if_stopped_early(out, asked)
         if result_path.exists():
             if request is not None:
-                self._record(out, asked, request, "runs folder")     # finished before the ledger knew it
+                self._record(out, asked, request, "runs folder")  # finished before the ledger knew it
             r = read_json(result_path, "finished run's result")
             if r["status"] != RunStatus.CAPPED or r["epochs"] >= asked.config.max_epochs:
                 return self._reused(asked.name, r)
@@ -146,9 +156,11 @@ class StudyRunner:
             self.trained.add(name)
             self._started += 1
             k = self._started
-        self.say(f"[run {k}] {name}: {mode} N={n} "
-                 f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
-                 f"up to {asked.config.max_epochs} epochs); {self._clock()}")
+        self.say(
+            f"[run {k}] {name}: {mode} N={n} "
+            f"({'real' if self.runner else 'emulated' if n > 1 else 'one process'}, "
+            f"up to {asked.config.max_epochs} epochs); {self._clock()}"
+        )
         t = time.perf_counter()
         # a folder that holds anything is resumed: from its checkpoint, or afresh when it was
         # stopped before its first one (train.py says so; without --resume it would refuse)
@@ -187,9 +199,14 @@ class StudyRunner:
         # a cap exported in the shell changes the path as much as one the study sets
         launcher = self._launcher()
         isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-        return {"config": config, "data": data, "launcher": launcher, "isa_cap": isa_cap,
-                "key": ledger.run_key(config, mode, n, launcher, isa_cap, data, self.stack_check),
-                "stopping": ledger.stopping_of(config)}
+        return {
+            "config": config,
+            "data": data,
+            "launcher": launcher,
+            "isa_cap": isa_cap,
+            "key": ledger.run_key(config, mode, n, launcher, isa_cap, data, self.stack_check),
+            "stopping": ledger.stopping_of(config),
+        }
 
     def _launcher(self) -> str:
         """How a run is launched, as far as it changes its path: one process, or several real
@@ -226,10 +243,14 @@ class StudyRunner:
         if r is None:
             return
         if not self.may_train:
-            raise NotHeld(f"{out.name} ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for, and "
-                          f"--no-train trains nothing")
-        self.say(f"{out.name}: ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for; "
-                 f"continued from its last checkpoint")
+            raise NotHeld(
+                f"{out.name} ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for, and "
+                f"--no-train trains nothing"
+            )
+        self.say(
+            f"{out.name}: ended {r['status']} at epoch {r['epochs']} by a rule no longer asked for; "
+            f"continued from its last checkpoint"
+        )
         run_folders.reopen(out)
 
     def _data_hash(self, of: Callable, path: str) -> str:
@@ -240,10 +261,21 @@ class StudyRunner:
             return self._fingerprints[(of, path)]
 
     def train_command(self, asked: RunRequest, resume: bool) -> list:
-        cmd = [self.python, "-m", "deepdensity", "train", "--mode", asked.mode, "--config", str(self.train_yaml),
-               "--out", str(self.root / asked.name), "--quiet"]
+        cmd = [
+            self.python,
+            "-m",
+            "deepdensity",
+            "train",
+            "--mode",
+            asked.mode,
+            "--config",
+            str(self.train_yaml),
+            "--out",
+            str(self.root / asked.name),
+            "--quiet",
+        ]
         if resume:
-            cmd.append("--resume")      # a run killed mid-way, or extended, continues from its checkpoint
+            cmd.append("--resume")  # a run killed mid-way, or extended, continues from its checkpoint
         cmd += asked.set_words()
         if self.runner:
             return shlex.split(self.runner.format(n=asked.n)) + cmd
@@ -263,9 +295,13 @@ class StudyRunner:
     def _train(self, cmd: list, name: str = "", workers: int = 1) -> tuple:
         """(exit status, stderr or stdout) of one training subprocess, tracked so that an
         interrupt can reach it. (`name`, `workers`: the run's, for executors that need them.)"""
-        proc = subprocess.Popen(cmd, env={**self._environment(), "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            env={**self._environment(), "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         with self._lock:
             self._live.add(proc)
         try:
@@ -301,9 +337,11 @@ class StudyRunner:
         """Run the callables `jobs` (each one or more `run`s) `parallel` at a time; their results
         in order. The first error (or an interrupt) stops the live runs and is raised."""
         results = [None] * len(jobs)
-        self.schedule(lambda running, done: [(i, job) for i, job in enumerate(jobs)
-                                             if i not in running and i not in done],
-                      lambda key, value: results.__setitem__(key, value), label)
+        self.schedule(
+            lambda running, done: [(i, job) for i, job in enumerate(jobs) if i not in running and i not in done],
+            lambda key, value: results.__setitem__(key, value),
+            label,
+        )
         return results
 
     def schedule(self, next_jobs: Callable, on_done: Callable, label: str) -> None:
@@ -328,9 +366,12 @@ class StudyRunner:
                     spent = time.perf_counter() - t0
                     # the pace of the runs trained in this stage: a reused run takes no time and says nothing
                     trained = len(self.trained) - trained_before - len(running)
-                    pace = f" (~{fmt_s(spent / trained * left)} more at this stage's pace)" if left and trained > 0 else ""
-                    self.say(f"{label}: {len(done)} done, {left} to go{pace}; {fmt_s(spent)} in this stage, "
-                             f"{self._clock()}")
+                    pace = (
+                        f" (~{fmt_s(spent / trained * left)} more at this stage's pace)" if left and trained > 0 else ""
+                    )
+                    self.say(
+                        f"{label}: {len(done)} done, {left} to go{pace}; {fmt_s(spent)} in this stage, {self._clock()}"
+                    )
             except BaseException:
                 self.stop()
                 for f in running:

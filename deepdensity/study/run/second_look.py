@@ -1,5 +1,6 @@
 """The second look (docs/decision-rules.md, "Second look", fixed before its runs): the seeds the
 cells inconclusive at their first look get, trained after the first seeds."""
+
 from __future__ import annotations
 
 import functools
@@ -24,22 +25,35 @@ def run_second_look(runner: StudyRunner, book: Book, units: dict, study: Study, 
     jobs = []
     for u in units:
         first = book.seeds.get(u, [])[:design]
-        seeds = study_plan.second_look([book.reached(*cell)[:design] for cell in book.cells_of(u)], first,
-                                       study.second_look_seeds)
+        seeds = study_plan.second_look(
+            [book.reached(*cell)[:design] for cell in book.cells_of(u)], first, study.second_look_seeds
+        )
         jobs += [(u, s) for s in seeds if s not in book.seeds.get(u, [])]
     if not jobs:
         return "no cell inconclusive at its first look"
-    first_isa = {e["machine"].get("onednn_isa") for e in runner.ledger.entries
-                 if e["run"] in {r for u, _ in jobs for r in book.runs.get(u, [])} and not e["isa_cap"]}
+    first_isa = {
+        e["machine"].get("onednn_isa")
+        for e in runner.ledger.entries
+        if e["run"] in {r for u, _ in jobs for r in book.runs.get(u, [])} and not e["isa_cap"]
+    }
     here = runner._machine("")["onednn_isa"]
     held_only = bool(first_isa) and here not in first_isa
     if held_only and runner.may_train:
-        say(f"second look: not trained here: the first look's runs were trained on {', '.join(sorted(first_isa))}, "
+        say(
+            f"second look: not trained here: the first look's runs were trained on {', '.join(sorted(first_isa))}, "
             f"this machine's oneDNN is {here} (docs/decision-rules.md, 'Second look'); the runs the ledger holds "
-            f"are taken")
-    why = {u: "second look: " + "; ".join(
-        f"{m} N = {n} inconclusive at its first look ({design - sum(book.reached(m, n)[:design])} of {design} missed)"
-        for m, n in book.cells_of(u) if study_plan.inconclusive(book.reached(m, n)[:design])) for u, _ in jobs}
+            f"are taken"
+        )
+    why = {
+        u: "second look: "
+        + "; ".join(
+            f"{m} N = {n} inconclusive at its first look "
+            f"({design - sum(book.reached(m, n)[:design])} of {design} missed)"
+            for m, n in book.cells_of(u)
+            if study_plan.inconclusive(book.reached(m, n)[:design])
+        )
+        for u, _ in jobs
+    }
     may_train = runner.may_train
     runner.may_train = may_train and not held_only
     try:
@@ -51,5 +65,6 @@ def run_second_look(runner: StudyRunner, book: Book, units: dict, study: Study, 
         if run_names is not None:
             book.add(u, s, run_names, why[u])
             done += 1
-    return f"{done} of its {len(jobs)} runs" + (" (only those held: not this machine's instruction set)"
-                                                 if held_only else "")
+    return f"{done} of its {len(jobs)} runs" + (
+        " (only those held: not this machine's instruction set)" if held_only else ""
+    )

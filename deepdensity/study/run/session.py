@@ -4,6 +4,7 @@ invocation (StudyRun: preset, folders, runner, the data's facts), what every cel
 runner (start_study); and the reports, staged in the runs folder and published into the
 reports folder only when complete (publish).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,26 +53,28 @@ def reports_folder(name: str, asked: Optional[str], runs: Path) -> Path:
 class StudyOptions:
     """What a study was asked on its command line, as the library reads it (built once, in
     repro.main, from the parsed flags)."""
-    runner: str                      # --runner: a launcher template with {n}; "": one process emulates N workers
-    lr_sweep: bool                   # --lr-sweep: only the edge of stability
-    no_train: bool                   # --no-train: the reports from the runs held, training nothing
-    compare_with: str                # the default study's reports folder a beyond study compares with
-    ledgers: tuple                   # --ledger: other ledgers of finished runs to reuse
-    out: Optional[str]               # --out as given (None: RUNS/reports)
-    dry_run: bool                    # --dry-run: the plan only
-    executor: str                    # --executor: where the runs train, here or as Slurm jobs
-    slurm: tuple                     # --slurm KEY=VALUE options over the preset's `slurm:`
-    stack_check: str = ""            # --stack-check VENV: seed 0 of every trained cell again on VENV's stack
+
+    runner: str  # --runner: a launcher template with {n}; "": one process emulates N workers
+    lr_sweep: bool  # --lr-sweep: only the edge of stability
+    no_train: bool  # --no-train: the reports from the runs held, training nothing
+    compare_with: str  # the default study's reports folder a beyond study compares with
+    ledgers: tuple  # --ledger: other ledgers of finished runs to reuse
+    out: Optional[str]  # --out as given (None: RUNS/reports)
+    dry_run: bool  # --dry-run: the plan only
+    executor: str  # --executor: where the runs train, here or as Slurm jobs
+    slurm: tuple  # --slurm KEY=VALUE options over the preset's `slurm:`
+    stack_check: str = ""  # --stack-check VENV: seed 0 of every trained cell again on VENV's stack
 
 
 @dataclass
 class StudyRun:
     """One invocation of a study: its preset, where it writes, and the facts of its data."""
+
     name: str
     study: Study
-    root: Path                       # the runs folder
-    out: Path                        # the reports folder
-    train_yaml: Path                 # the settings every run of the study starts from
+    root: Path  # the runs folder
+    out: Path  # the reports folder
+    train_yaml: Path  # the settings every run of the study starts from
     runner: StudyRunner
     n_train: int
     n_val: int
@@ -92,25 +95,31 @@ class StudyRun:
         # TensorFlow only when a study records its machine: the dry run and the plan need none
         from deepdensity.model import kernels
         from deepdensity.model.layers import uses_kernel
+
         saved = json.loads((self.root / f"seq-s{self.study.sequential_seeds()[0]}" / "config.json").read_text())
         versions = saved.get("versions", {})
         rendering = saved.get("config", saved).get("rendering", "auto")
-        return {**{k: versions.get(k) for k in ("python", "tensorflow", "keras", "horovod", "numpy", "gpus")},
-                "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
-                "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
-                "platform": platform.platform()}
+        return {
+            **{k: versions.get(k) for k in ("python", "tensorflow", "keras", "horovod", "numpy", "gpus")},
+            "cpu": machine.cpu_model(),
+            "cores": os.cpu_count(),
+            "onednn_isa": machine.onednn_isa(),
+            "rendering": f"kernel ({kernels.isa()})" if uses_kernel(rendering) else "TensorFlow ops",
+            "platform": platform.platform(),
+        }
 
 
 @dataclass
 class Protocol:
     """What every cell of one study shares: eta, the target, the cap, the settings."""
+
     eta: float
     target: float
     max_epochs: int
-    seq_max_epochs: int                  # the sequential runs' length: E + max(N) passes
-    cfg: object                      # the runs' Config, eta included
-    collapse_loss: float = 0.0       # the data's collapse level, where collapse_patience stops a run
-    calibration: Optional[dict] = None   # what set the target (sequential.calibrated_target)
+    seq_max_epochs: int  # the sequential runs' length: E + max(N) passes
+    cfg: object  # the runs' Config, eta included
+    collapse_loss: float = 0.0  # the data's collapse level, where collapse_patience stops a run
+    calibration: Optional[dict] = None  # what set the target (sequential.calibrated_target)
 
     def common(self) -> dict:
         collapse = {"collapse_loss": self.collapse_loss} if self.cfg.collapse_patience else {}
@@ -135,7 +144,7 @@ def publish(stage: Path, out: Path) -> None:
     mark_folder(out, "reports")
     for f in sorted(stage.iterdir()):
         if f.is_file():
-            shutil.move(str(f), str(out / f.name))    # a rename on one file system
+            shutil.move(str(f), str(out / f.name))  # a rename on one file system
     shutil.rmtree(stage, ignore_errors=True)
 
 
@@ -155,7 +164,7 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     data_path = _study_data(root, name, study.data)
     train_yaml = root / "train.yaml"
     train_yaml.write_text(yaml.safe_dump(run_settings(study, data_path)))
-    out = root / "reports.partial"     # published into the reports folder when complete (publish)
+    out = root / "reports.partial"  # published into the reports folder when complete (publish)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     runs_cfg = load(str(train_yaml))
@@ -165,8 +174,11 @@ def start_study(name: str, study: Study, options: StudyOptions, root: Path) -> S
     if options.executor == "slurm":
         slurm = SlurmOptions.parse(study.slurm, options.slurm)
         runner = SlurmRunner(root, train_yaml, options.runner or None, slurm, runs_cfg.intra_op_threads, name)
-        print(f"executor: Slurm, up to {slurm.max_jobs} jobs at once"
-              + (f" in partition {slurm.partition}" if slurm.partition else "") + f", {slurm.time} each")
+        print(
+            f"executor: Slurm, up to {slurm.max_jobs} jobs at once"
+            + (f" in partition {slurm.partition}" if slurm.partition else "")
+            + f", {slurm.time} each"
+        )
     else:
         runner = StudyRunner(root, train_yaml, options.runner or None, parallel=1 if options.runner else parallel)
     runner.ledger = Ledger(root / LEDGER_FILE, ledgers_to_read(name, options, root))
@@ -202,8 +214,14 @@ def _study_data(root: Path, name: str, d: dict) -> Path:
     data_path = root / "data.h5"
     if not data_path.exists():
         print(f"data: {d['n']} synthetic cubes ({d['val']} validation, seed {d['seed']}) -> {data_path}")
-        write_synthetic(data_path, d["n"], d["val"], d["seed"], progress=sys.stderr.isatty(),
-                        created_by=f"deepdensity.repro --preset {name}")
+        write_synthetic(
+            data_path,
+            d["n"],
+            d["val"],
+            d["seed"],
+            progress=sys.stderr.isatty(),
+            created_by=f"deepdensity.repro --preset {name}",
+        )
     return data_path
 
 

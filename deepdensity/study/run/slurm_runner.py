@@ -23,6 +23,7 @@ How a job ended (its result: the run's exit status, from submitit's result file)
                           the run is submitted again from its checkpoint, up to `retries` times
   any other exit          the run failed: the study stops with the end of its log
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,7 +58,7 @@ from deepdensity.utils.errors import StudyError
 from deepdensity.utils.files import read_json_object, write_atomic
 from deepdensity.utils.templates import fill
 
-EXIT_SIGTERM = 143          # the job's run ended by SIGTERM: the scheduler's doing (scancel, preemption)
+EXIT_SIGTERM = 143  # the job's run ended by SIGTERM: the scheduler's doing (scancel, preemption)
 # How long squeue may fail in a row (a controller restarting) before the driver gives up waiting.
 SQUEUE_PATIENCE_S = 600
 
@@ -66,8 +67,17 @@ class SlurmRunner(StudyRunner):
     """StudyRunner whose runs are Slurm batch jobs (submitit, launch/slurm_jobs.py) instead of
     local subprocesses."""
 
-    def __init__(self, root: Path, train_yaml: Path, runner: Optional[str], options: SlurmOptions,
-                 threads: int, study_name: str, say=print, submitter: Optional[Submitter] = None):
+    def __init__(
+        self,
+        root: Path,
+        train_yaml: Path,
+        runner: Optional[str],
+        options: SlurmOptions,
+        threads: int,
+        study_name: str,
+        say=print,
+        submitter: Optional[Submitter] = None,
+    ):
         super().__init__(root, train_yaml, runner, parallel=options.max_jobs, say=say)
         self.options, self.threads, self.study_name = options, threads, study_name
         self.jobs = root / ".slurm"
@@ -77,8 +87,9 @@ class SlurmRunner(StudyRunner):
 
     def _new(self, runner: Optional[str], parallel: int) -> "SlurmRunner":
         options = dataclasses.replace(self.options, max_jobs=parallel)
-        return SlurmRunner(self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say,
-                           self.submitter)
+        return SlurmRunner(
+            self.root, self.train_yaml, runner, options, self.threads, self.study_name, self.say, self.submitter
+        )
 
     runs_as_jobs = True
 
@@ -99,15 +110,20 @@ class SlurmRunner(StudyRunner):
                 self.say(f"  {name}: attached to Slurm job {job_id} ({QueueJob(self.jobs, job_id).state.lower()})")
             (code, why), state = self._wait(job_id)
             log = log_of(self.jobs, job_id)
-            if code is not None and code != EXIT_SIGTERM:    # finished, bad input (2) or a failed run
+            if code is not None and code != EXIT_SIGTERM:  # finished, bad input (2) or a failed run
                 return code, log
             state = state if state != LEFT else "no longer listed by the controller"
             if attempt > self.options.retries:
-                raise StudyError(f"run {name}: Slurm job {job_id} ended by the scheduler ({state}) on each of "
-                                 f"{attempt} submissions; see {log_path(self.jobs, job_id)}")
-            self.say(f"  {name}: Slurm job {job_id} was ended by the scheduler ({state}), not by the run"
-                     + (f" ({why})" if why else "") + f"; submitting it again from its checkpoint "
-                     f"({attempt} of {self.options.retries + 1})")
+                raise StudyError(
+                    f"run {name}: Slurm job {job_id} ended by the scheduler ({state}) on each of "
+                    f"{attempt} submissions; see {log_path(self.jobs, job_id)}"
+                )
+            self.say(
+                f"  {name}: Slurm job {job_id} was ended by the scheduler ({state}), not by the run"
+                + (f" ({why})" if why else "")
+                + f"; submitting it again from its checkpoint "
+                f"({attempt} of {self.options.retries + 1})"
+            )
             cmd = cmd if "--resume" in cmd else [*cmd, "--resume"]
             job_id = ""
 
@@ -125,30 +141,44 @@ class SlurmRunner(StudyRunner):
         pending = record.get("submitting")
         if pending:
             job_id = find(pending["token"], pending["index"])
-            if job_id is None:      # never submit twice: without squeue, it cannot be known
-                raise StudyError(f"run {name}: squeue does not answer, so whether its job was submitted cannot be "
-                                 f"told; start the study again when slurmctld answers")
+            if job_id is None:  # never submit twice: without squeue, it cannot be known
+                raise StudyError(
+                    f"run {name}: squeue does not answer, so whether its job was submitted cannot be "
+                    f"told; start the study again when slurmctld answers"
+                )
             if job_id:
                 self._write_record(name, job_id, pending["attempt"], record.get("jobs", []), record["command"])
                 return pending["attempt"], job_id
             return record.get("attempts", 0), ""
         job_id = record.get("job_id", "")
         if job_id and (QueueJob(self.jobs, job_id).state != LEFT or result_of(self.jobs, job_id)[1] != "no result"):
-            return record.get("attempts", 0), job_id        # queued, running, unknown for now, or ended unread
+            return record.get("attempts", 0), job_id  # queued, running, unknown for now, or ended unread
         return record.get("attempts", 0), ""
 
     def _write_record(self, name: str, job_id: str, attempt: int, jobs: list, cmd: list) -> None:
-        write_atomic(self.jobs / f"{name}.json", json.dumps({"job_id": job_id, "attempts": attempt,
-                                                             "jobs": [*jobs, job_id], "command": cmd}))
+        write_atomic(
+            self.jobs / f"{name}.json",
+            json.dumps({"job_id": job_id, "attempts": attempt, "jobs": [*jobs, job_id], "command": cmd}),
+        )
 
     def _submit(self, cmd: list, name: str, cpus: int, attempt: int) -> str:
         self.jobs.mkdir(parents=True, exist_ok=True)
         path = self.jobs / f"{name}.json"
         jobs = (read_json_object(path) or {}).get("jobs", [])
 
-        def before(token: str, index: int) -> None:           # written before sbatch
-            write_atomic(path, json.dumps({"attempts": attempt - 1, "jobs": jobs, "command": cmd,
-                                           "submitting": {"token": token, "index": index, "attempt": attempt}}))
+        def before(token: str, index: int) -> None:  # written before sbatch
+            write_atomic(
+                path,
+                json.dumps(
+                    {
+                        "attempts": attempt - 1,
+                        "jobs": jobs,
+                        "command": cmd,
+                        "submitting": {"token": token, "index": index, "attempt": attempt},
+                    }
+                ),
+            )
+
         params = job_parameters(self.options, cpus, time_hours(self.options.time))
         job_id = self.submitter.submit(name, TrainJob(cmd, self._job_env()), params, before)
         self._write_record(name, job_id, attempt, jobs, cmd)
@@ -177,12 +207,14 @@ class SlurmRunner(StudyRunner):
         while (state := watcher.get_state(job_id)) in LIVE:
             silent = watcher.silent_since
             if silent is not None and time.monotonic() - silent > SQUEUE_PATIENCE_S:
-                raise StudyError(f"squeue has not answered about job {job_id} for {SQUEUE_PATIENCE_S / 60:.0f} "
-                                 f"min; is slurmctld up? The job goes on; start the study again to reattach")
+                raise StudyError(
+                    f"squeue has not answered about job {job_id} for {SQUEUE_PATIENCE_S / 60:.0f} "
+                    f"min; is slurmctld up? The job goes on; start the study again to reattach"
+                )
             if self._stopping.wait(self.options.poll_seconds):
                 raise KeyboardInterrupt
         result = result_of(self.jobs, job_id)
-        deadline = time.monotonic() + 15             # a shared file system may show the result late
+        deadline = time.monotonic() + 15  # a shared file system may show the result late
         while state == "COMPLETED" and result[0] is None and time.monotonic() < deadline:
             time.sleep(1)
             result = result_of(self.jobs, job_id)
@@ -194,8 +226,17 @@ class SlurmRunner(StudyRunner):
         self.say(f"the Slurm jobs of this study go on; start the study again to follow them ({self.jobs})")
 
 
-def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Optional[str], no_train: bool,
-               unavailable: Optional[str], earlier: Optional[dict], missing: Optional[int] = None) -> list:
+def plan_lines(
+    name: str,
+    study,
+    options: SlurmOptions,
+    runs: Path,
+    runner: Optional[str],
+    no_train: bool,
+    unavailable: Optional[str],
+    earlier: Optional[dict],
+    missing: Optional[int] = None,
+) -> list:
     """What `repro --executor slurm` will submit, for the plan (and --dry-run; templates/slurm_plan.txt):
     where each stage runs, the jobs (how many, how large, their script), what they may cost, and
     whether this host can submit them. `missing`: the count of the plan's "missing runs" line (None
@@ -212,24 +253,46 @@ def plan_lines(name: str, study, options: SlurmOptions, runs: Path, runner: Opti
         last_minutes = earlier["provenance"]["runs_minutes"]
     except (KeyError, TypeError):
         last_minutes = None
-    text = fill("slurm_plan.txt", name=name, study=study, options=options, runs=runs, runner=runner,
-                no_train=no_train, unavailable=unavailable, missing=missing, fewest=fewest, most=most,
-                per_run=jobs.cpus(1), launched=launched, clock_cpus=clock, clock_job=CLOCK_JOB,
-                clock_processes=CLOCK_PROCESSES, clock_minutes=CLOCK_MINUTES, hours=hours,
-                bounded=hours != float("inf"), reserved=reserved, how=how,
-                last_minutes=last_minutes, jobs=jobs, example=example,
-                script=[line for line in jobs.batch_script(example, 1).splitlines() if line],
-                command=shlex.join(jobs.train_command(RunRequest(example, policies.STRONG, 1, Config(), ()), resume=False)))
+    text = fill(
+        "slurm_plan.txt",
+        name=name,
+        study=study,
+        options=options,
+        runs=runs,
+        runner=runner,
+        no_train=no_train,
+        unavailable=unavailable,
+        missing=missing,
+        fewest=fewest,
+        most=most,
+        per_run=jobs.cpus(1),
+        launched=launched,
+        clock_cpus=clock,
+        clock_job=CLOCK_JOB,
+        clock_processes=CLOCK_PROCESSES,
+        clock_minutes=CLOCK_MINUTES,
+        hours=hours,
+        bounded=hours != float("inf"),
+        reserved=reserved,
+        how=how,
+        last_minutes=last_minutes,
+        jobs=jobs,
+        example=example,
+        script=[line for line in jobs.batch_script(example, 1).splitlines() if line],
+        command=shlex.join(jobs.train_command(RunRequest(example, policies.STRONG, 1, Config(), ()), resume=False)),
+    )
     return text.splitlines()
 
 
-def _reserved(jobs: SlurmRunner, study, runner: Optional[str], most: int, launched: list, clock: int,
-              hours: float) -> tuple:
+def _reserved(
+    jobs: SlurmRunner, study, runner: Optional[str], most: int, launched: list, clock: int, hours: float
+) -> tuple:
     """(the CPU-hours the study's jobs reserve at their time limit, how they add up)."""
     if runner:
         reserved, how = most * hours * jobs.cpus(max(study.workers)), f"at {jobs.cpus(max(study.workers))} CPUs a job"
     else:
         reserved = ((most - len(launched)) * jobs.cpus(1) + sum(c for _, c in launched)) * hours
-        how = f"{jobs.cpus(1)} CPU(s) each" + ("; the real strong-scaling jobs " + " and ".join(str(c) for _, c in launched)
-                                               if launched else "")
+        how = f"{jobs.cpus(1)} CPU(s) each" + (
+            "; the real strong-scaling jobs " + " and ".join(str(c) for _, c in launched) if launched else ""
+        )
     return reserved + clock * hours, how + (f"; the clock's job {clock}" if clock else "")

@@ -17,6 +17,7 @@ mixing a measurement with a model.
 
 Everything here runs alone, before or after the training runs, never beside them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,11 +37,11 @@ from deepdensity.utils.args import parser
 from deepdensity.utils.errors import StudyError, command
 from deepdensity.utils.files import read_json_object, write_atomic
 
-REAL_EPOCHS = 3          # epochs of each real timing run; the first (tracing) is left out
-REAL_NS = (1, 2, 4)      # one process, and horovodrun -np 2 and -np 4 on this host
-PROBE_NS = (2, 4)        # the ranks of the probes that price a shared step and its allreduce
+REAL_EPOCHS = 3  # epochs of each real timing run; the first (tracing) is left out
+REAL_NS = (1, 2, 4)  # one process, and horovodrun -np 2 and -np 4 on this host
+PROBE_NS = (2, 4)  # the ranks of the probes that price a shared step and its allreduce
 CLOCK_VERSION = clocks.CLOCK_VERSION  # the version measure_timing writes
-PAIRED_BLOCKS = 8         # pairs of 20-step blocks in each round's allreduce probe at each N
+PAIRED_BLOCKS = 8  # pairs of 20-step blocks in each round's allreduce probe at each N
 # The probes and the real epochs are taken in ROUNDS rounds, each holding one of every probe
 # (the pair without and with the allreduce at every N of PROBE_NS) and the real epochs, and every
 # figure is the median over the rounds: a drift of the host's speed within an invocation then
@@ -49,7 +50,7 @@ PAIRED_BLOCKS = 8         # pairs of 20-step blocks in each round's allreduce pr
 # interrupted study resumes at the first unfinished round (kept_rounds).
 ROUNDS = 3
 ROUNDS_FILE = "timing-rounds.json"
-ROUND_KEYS = {"steps", "eval", "shared", "allreduce", "real", "real_steps"}   # measure_round's
+ROUND_KEYS = {"steps", "eval", "shared", "allreduce", "real", "real_steps"}  # measure_round's
 STEP_BATCHES = [1, 2, 4, 8, 16, 32]
 
 
@@ -68,17 +69,26 @@ def measure_round(root: Path, train_yaml: Path, cfg, say=print) -> dict:
         steps, eval_per_sample = probes.probe_step_seconds(str(train_yaml), 1, STEP_BATCHES, on_data=True)
         for n in PROBE_NS:
             b = policies.plan(policies.SEQUENTIAL, n, cfg.batch_size).per_worker_batch
-            say(f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
-                f"Horovod's allreduce")
+            say(
+                f"timing: a training step at batch {b} on {n} processes stepping at once, without and with "
+                f"Horovod's allreduce"
+            )
             shared[str(n)], allreduce[str(n)] = probes.paired_allreduce(str(train_yaml), n, b, PAIRED_BLOCKS)
         for n in REAL_NS:
             say(f"timing: {REAL_EPOCHS} real strong-scaling epochs on {n} process(es) of this host")
-            real[str(n)], real_steps[str(n)] = probes.real_epoch_seconds(root / f"timing-np{n}", train_yaml,
-                                                                         cfg.base_lr, n, REAL_EPOCHS)
+            real[str(n)], real_steps[str(n)] = probes.real_epoch_seconds(
+                root / f"timing-np{n}", train_yaml, cfg.base_lr, n, REAL_EPOCHS
+            )
     except RuntimeError as e:
         raise StudyError(str(e)) from None
-    return {"steps": {str(b): s for b, s in steps.items()}, "eval": eval_per_sample, "shared": shared,
-            "allreduce": allreduce, "real": real, "real_steps": real_steps}
+    return {
+        "steps": {str(b): s for b, s in steps.items()},
+        "eval": eval_per_sample,
+        "shared": shared,
+        "allreduce": allreduce,
+        "real": real,
+        "real_steps": real_steps,
+    }
 
 
 def probes_controller() -> str:
@@ -93,7 +103,10 @@ def allreduce_alone(n_weights: int, cycle_ms: float, controller: str, say=print)
     `controller`: reported beside the in-step allreduce, not part of the model."""
     found = {}
     for n in PROBE_NS:
-        say(f"timing: {clocks.CONTROLLER_NAMES.get(controller, controller)} allreduce of {n_weights:,} gradients on {n} processes, alone")
+        say(
+            f"timing: {clocks.CONTROLLER_NAMES.get(controller, controller)} allreduce of {n_weights:,} gradients "
+            f"on {n} processes, alone"
+        )
         try:
             found[str(n)] = probes.allreduce_seconds(n, n_weights, cycle_ms)
         except RuntimeError as e:
@@ -114,11 +127,14 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
         if version == CLOCK_VERSION:
             return earlier
         kept = path.with_name(f"timing-v{version}.json")
-        say(f"timing: {path} came from version {version} of the clock, this is version {CLOCK_VERSION}: "
-            f"measured again ({kept.name} keeps the old one)")
+        say(
+            f"timing: {path} came from version {version} of the clock, this is version {CLOCK_VERSION}: "
+            f"measured again ({kept.name} keeps the old one)"
+        )
         path.replace(kept)
     # TensorFlow only when the clock measures: a held timing.json and the dry run need none
     from deepdensity.model.autoencoder import build_model
+
     settings = round_settings(train_yaml)
     rounds = kept_rounds(root / ROUNDS_FILE, settings, say)
     for r in range(len(rounds), ROUNDS):
@@ -128,14 +144,23 @@ def measure_timing(root: Path, train_yaml: Path, cfg, n_train: int, n_val: int, 
     timing = clocks.combine_rounds(rounds, cfg.batch_size)
     n_weights = build_model(cfg, 16, 3).count_params()
     controller = probes_controller()
-    timing.update(allreduce_alone_seconds=allreduce_alone(n_weights, cfg.horovod_cycle_ms, controller, say),
-                  controller=controller, n_weights=n_weights)
+    timing.update(
+        allreduce_alone_seconds=allreduce_alone(n_weights, cfg.horovod_cycle_ms, controller, say),
+        controller=controller,
+        n_weights=n_weights,
+    )
     timing["compute_scale"], timing["epoch_overhead_s"] = clocks.step_scale_and_overhead(
-        timing, n_train, n_val, cfg.batch_size, cfg.epoch_definition, timing["real_epoch_seconds"]["1"],
-        timing["real_steps_seconds"]["1"])
+        timing,
+        n_train,
+        n_val,
+        cfg.batch_size,
+        cfg.epoch_definition,
+        timing["real_epoch_seconds"]["1"],
+        timing["real_steps_seconds"]["1"],
+    )
     timing["clock_version"] = CLOCK_VERSION
     write_atomic(path, json.dumps(timing, indent=2))
-    (root / ROUNDS_FILE).unlink(missing_ok=True)      # its rounds are timing.json's `rounds` now
+    (root / ROUNDS_FILE).unlink(missing_ok=True)  # its rounds are timing.json's `rounds` now
     return timing
 
 
@@ -145,11 +170,18 @@ def round_settings(train_yaml: Path) -> dict:
     its CPU, its cores and the instruction set oneDNN uses here (ONEDNN_MAX_CPU_ISA included),
     and the controller its horovodrun runs under. A round kept under other settings is measured
     again: a clock resumed after Horovod was rebuilt with MPI does not mix Gloo's rounds in."""
-    return {"clock_version": CLOCK_VERSION, "step_batches": list(STEP_BATCHES), "probe_ns": list(PROBE_NS),
-            "real_ns": list(REAL_NS), "real_epochs": REAL_EPOCHS,
-            "train_settings_sha256": hashlib.sha256(Path(train_yaml).read_bytes()).hexdigest(),
-            "cpu": machine.cpu_model(), "cores": os.cpu_count(), "onednn_isa": machine.onednn_isa(),
-            "controller": probes_controller()}
+    return {
+        "clock_version": CLOCK_VERSION,
+        "step_batches": list(STEP_BATCHES),
+        "probe_ns": list(PROBE_NS),
+        "real_ns": list(REAL_NS),
+        "real_epochs": REAL_EPOCHS,
+        "train_settings_sha256": hashlib.sha256(Path(train_yaml).read_bytes()).hexdigest(),
+        "cpu": machine.cpu_model(),
+        "cores": os.cpu_count(),
+        "onednn_isa": machine.onednn_isa(),
+        "controller": probes_controller(),
+    }
 
 
 def kept_rounds(path: Path, settings: dict, say=print) -> list:
@@ -157,15 +189,20 @@ def kept_rounds(path: Path, settings: dict, say=print) -> list:
     at most ROUNDS of them; [] when there are none, or they were measured under other settings
     (said, naming what changed) or the file is not one this module wrote."""
     held = read_json_object(path)
-    if not isinstance(held, dict) or not isinstance(held.get("rounds"), list) \
-            or not all(isinstance(r, dict) and set(r) == ROUND_KEYS for r in held["rounds"]):
+    if (
+        not isinstance(held, dict)
+        or not isinstance(held.get("rounds"), list)
+        or not all(isinstance(r, dict) and set(r) == ROUND_KEYS for r in held["rounds"])
+    ):
         return []
     rounds, earlier = held["rounds"][:ROUNDS], held.get("settings")
     if earlier != settings:
         earlier = earlier if isinstance(earlier, dict) else {}
         changed = sorted(k for k in settings.keys() | earlier.keys() if settings.get(k) != earlier.get(k))
-        say(f"timing: the {len(rounds)} round(s) in {path} were measured under other settings "
-            f"({', '.join(changed)}): measured again")
+        say(
+            f"timing: the {len(rounds)} round(s) in {path} were measured under other settings "
+            f"({', '.join(changed)}): measured again"
+        )
         return []
     if rounds:
         which = "round 1" if len(rounds) == 1 else f"rounds 1-{len(rounds)}"
@@ -184,8 +221,10 @@ def held_timing(root: Path) -> dict:
     """The runs folder's clock as measured before, for a study that trains nothing (--no-train)."""
     timing = current_timing(root)
     if timing is None:
-        raise StudyError(f"--no-train needs this runs folder's clock ({root / 'timing.json'}, version {CLOCK_VERSION}); "
-                         f"run the study once without --no-train to measure it")
+        raise StudyError(
+            f"--no-train needs this runs folder's clock ({root / 'timing.json'}, version {CLOCK_VERSION}); "
+            f"run the study once without --no-train to measure it"
+        )
     return timing
 
 
@@ -196,8 +235,8 @@ def held_timing(root: Path) -> dict:
 # handling (SlurmRunner.job): recorded in RUNS/.slurm/clock.json before and after sbatch, so that a
 # driver started again attaches to it and never submits it twice; near its time limit it is
 # requeued, and the requeued job resumes at the first round not yet kept.
-CLOCK_JOB = "clock"                      # the job's name (dd-PRESET-clock) and its record (.slurm/clock.json)
-CLOCK_PROCESSES = max(*REAL_NS, *PROBE_NS)   # the most processes the clock runs at once: horovodrun -np 4
+CLOCK_JOB = "clock"  # the job's name (dd-PRESET-clock) and its record (.slurm/clock.json)
+CLOCK_PROCESSES = max(*REAL_NS, *PROBE_NS)  # the most processes the clock runs at once: horovodrun -np 4
 
 
 def clock_cpus(options, threads: int) -> int:
@@ -208,8 +247,17 @@ def clock_cpus(options, threads: int) -> int:
 
 def clock_command(root: Path, n_train: int, n_val: int) -> list:
     """What the clock's job runs: this module, on the runs folder (absolute: the job's own cwd)."""
-    return [sys.executable, "-m", "deepdensity.study.run.timing", "--runs", str(Path(root).resolve()),
-            "--n-train", str(n_train), "--n-val", str(n_val)]
+    return [
+        sys.executable,
+        "-m",
+        "deepdensity.study.run.timing",
+        "--runs",
+        str(Path(root).resolve()),
+        "--n-train",
+        str(n_train),
+        "--n-val",
+        str(n_val),
+    ]
 
 
 def study_clock(s, cfg, say=print) -> dict:
@@ -223,15 +271,20 @@ def study_clock(s, cfg, say=print) -> dict:
         return held
     runner = s.runner
     cpus = clock_cpus(runner.options, runner.threads)
-    say(f"timing: the clock as one Slurm job on one node ({cpus} CPUs, {runner.options.time} at most; "
-        f"one-process epochs and horovodrun -np {' and '.join(str(n) for n in REAL_NS[1:])} there)")
+    say(
+        f"timing: the clock as one Slurm job on one node ({cpus} CPUs, {runner.options.time} at most; "
+        f"one-process epochs and horovodrun -np {' and '.join(str(n) for n in REAL_NS[1:])} there)"
+    )
     code, log = runner.job(clock_command(s.root, s.n_train, s.n_val), CLOCK_JOB, cpus)
     timing = current_timing(s.root)
     if code != 0 or timing is None:
-        runner.forget(CLOCK_JOB)          # read and said: the study started again submits it afresh
+        runner.forget(CLOCK_JOB)  # read and said: the study started again submits it afresh
         tail = "\n".join(log.strip().splitlines()[-15:])
-        raise StudyError(f"the clock's Slurm job failed (exit {code})"
-                         + ("" if code != 0 else f", and wrote no timing.json in {s.root}") + f":\n{tail}")
+        raise StudyError(
+            f"the clock's Slurm job failed (exit {code})"
+            + ("" if code != 0 else f", and wrote no timing.json in {s.root}")
+            + f":\n{tail}"
+        )
     say(f"timing: the clock's job wrote {s.root / 'timing.json'}")
     return timing
 
@@ -242,10 +295,13 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", required=True, help="the study's runs folder (its train.yaml and data)")
     ap.add_argument("--n-train", type=int, required=True, help="training cubes the runs train on")
     ap.add_argument("--n-val", type=int, required=True, help="validation cubes")
-    ap.add_argument("--resume", action="store_true",
-                    help="(a job submitted again: the rounds kept in timing-rounds.json are resumed either way)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="(a job submitted again: the rounds kept in timing-rounds.json are resumed either way)",
+    )
     args = ap.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)      # the job's log shows each round as it goes
+    sys.stdout.reconfigure(line_buffering=True)  # the job's log shows each round as it goes
     root = Path(args.runs)
     train_yaml = root / "train.yaml"
     if not train_yaml.is_file():

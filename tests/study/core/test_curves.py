@@ -1,17 +1,31 @@
 """A run's curve read in passes and epochs (deepdensity/study/core/curves.py): passes to target,
 strong scaling read off the sequential run, the edge-of-stability search and the target's
 calibration, checked against the paper's section VI and VII wording."""
+
 import pytest
 
 from deepdensity.scaling import rules
 from deepdensity.study.core import curves
 
 
-def derive_strong(passes, workers, target, cap, stall_patience=0, collapse_loss=0.0, collapse_patience=0,
-                  stall_near=0.0, stall_near_patience=0):
-    return curves.derive_strong(passes, workers, rules.StoppingRules(target, cap, stall_patience, stall_near,
-                                                                     stall_near_patience, collapse_loss,
-                                                                     collapse_patience))
+def derive_strong(
+    passes,
+    workers,
+    target,
+    cap,
+    stall_patience=0,
+    collapse_loss=0.0,
+    collapse_patience=0,
+    stall_near=0.0,
+    stall_near_patience=0,
+):
+    return curves.derive_strong(
+        passes,
+        workers,
+        rules.StoppingRules(
+            target, cap, stall_patience, stall_near, stall_near_patience, collapse_loss, collapse_patience
+        ),
+    )
 
 
 def test_derive_strong_applies_the_near_target_allowance():
@@ -56,20 +70,22 @@ def test_calibrate_target():
 
 
 def test_passes_to_target_reads_between_and_at_epoch_ends():
-    rows = [{"epoch": 1, "val_loss": 0.5, "pass_val_losses": [[1.0, 0.6], [2.0, 0.55], [3.0, 0.52]]},
-            {"epoch": 2, "val_loss": 0.1, "pass_val_losses": [[5.0, 0.3], [6.0, 0.15], [7.0, 0.09]]}]
-    assert curves.passes_to_target(rows, 0.2, 4) == 6.0                  # between epochs
-    assert curves.passes_to_target(rows, 0.5, 4) == 4.0                  # at the first epoch's end
+    rows = [
+        {"epoch": 1, "val_loss": 0.5, "pass_val_losses": [[1.0, 0.6], [2.0, 0.55], [3.0, 0.52]]},
+        {"epoch": 2, "val_loss": 0.1, "pass_val_losses": [[5.0, 0.3], [6.0, 0.15], [7.0, 0.09]]},
+    ]
+    assert curves.passes_to_target(rows, 0.2, 4) == 6.0  # between epochs
+    assert curves.passes_to_target(rows, 0.5, 4) == 4.0  # at the first epoch's end
     assert curves.passes_to_target(rows, 0.01, 4) is None
     plain = [{"epoch": e, "val_loss": v} for e, v in ((1, 0.5), (2, 0.3), (3, float("nan")))]
-    assert curves.passes_to_target(plain, 0.3, 8) == 16.0                # rows without passes: epoch x N
+    assert curves.passes_to_target(plain, 0.3, 8) == 16.0  # rows without passes: epoch x N
     assert [curves.passes_per_epoch(n, d) for n, d in ((8, "per_worker"), (8, "global"))] == [8, 1]
 
 
 def test_the_target_from_calibration_runs_is_their_median_at_epoch_e():
     runs = [[0.5, 0.30, 0.2], [0.5, 0.25, 0.1], [0.5, 0.40, 0.3]]
-    assert curves.calibrate_target_median(runs, 2) == (0.30, 8)          # median of 0.30, 0.25, 0.40
-    assert curves.calibrate_target_median(runs[:2], 3) == (pytest.approx(0.15), 12)   # even count: the mean of the two
+    assert curves.calibrate_target_median(runs, 2) == (0.30, 8)  # median of 0.30, 0.25, 0.40
+    assert curves.calibrate_target_median(runs[:2], 3) == (pytest.approx(0.15), 12)  # even count: the mean of the two
     with pytest.raises(ValueError):
         curves.calibrate_target_median([], 2)
 
@@ -101,6 +117,6 @@ def test_edge_search_with_one_seed_diverging_everywhere_gives_up():
 def test_edge_search_gives_up_with_a_clear_error():
     with pytest.raises(rules.PlanError, match="no edge of stability"):
         walk_edge(100)
-    assert curves.EDGE_STEP == pytest.approx(2 ** 0.5)
+    assert curves.EDGE_STEP == pytest.approx(2**0.5)
     with pytest.raises(ValueError):
         curves.edge_probe({}, 0)

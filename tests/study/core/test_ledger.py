@@ -1,6 +1,7 @@
 """The ledger: a finished run is reused only where its settings match and its stopping rules,
 replayed, say what the run asked for now would have recorded; a study on a second machine (a
 fresh runs folder with the first one's ledger) trains nothing it already has."""
+
 import json
 import math
 
@@ -14,16 +15,31 @@ from deepdensity.study.core import ledger, ledger_lines
 from deepdensity.study.run.runner import StudyRunner
 
 # what a run's config.json says it ran on (training/run_config.py `versions`)
-STACK_RAN = {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4",
-             "horovod": "0.28.1"}
-STOP = {"max_epochs": 64, "target_loss": 1.0, "stall_patience": 3, "stall_near": 0.0, "stall_near_patience": 0,
-        "collapse_loss": 5.0, "collapse_patience": 3}
+STACK_RAN = {
+    "python": "3.11.7",
+    "tensorflow": "2.21.0",
+    "keras": "tf_keras 2.21.0",
+    "numpy": "1.26.4",
+    "horovod": "0.28.1",
+}
+STOP = {
+    "max_epochs": 64,
+    "target_loss": 1.0,
+    "stall_patience": 3,
+    "stall_near": 0.0,
+    "stall_near_patience": 0,
+    "collapse_loss": 5.0,
+    "collapse_patience": 3,
+}
 
 
 def _entry(vals, status, stopping=STOP, rows=True, n=1, passes=None):
     config = {**Config().to_dict(), **stopping}
-    rows = [{"epoch": i + 1, "loss": 1.0, "val_loss": v, "seconds": 10.0 * (i + 1)} for i, v in enumerate(vals)] \
-        if rows else None
+    rows = (
+        [{"epoch": i + 1, "loss": 1.0, "val_loss": v, "seconds": 10.0 * (i + 1)} for i, v in enumerate(vals)]
+        if rows
+        else None
+    )
     result = {"status": status, "epochs": len(vals), "final_val_loss": vals[-1], "passes_to_target": passes}
     return ledger.entry_of("r", "weak", n, 0, "one process", "", "arrays:x", config, result, rows, vals, {}, "abc", "t")
 
@@ -32,8 +48,14 @@ def test_the_key_is_what_decides_a_runs_path():
     cfg = Config().to_dict()
     key = ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:a")
     # the stopping rules and the data's path are not in it: they are replayed, or named by the arrays
-    for k, v in (("data_path", "elsewhere.h5"), ("max_epochs", 3), ("target_loss", 0.5), ("stall_patience", 9),
-                 ("stall_near", 0.1), ("collapse_patience", 1)):
+    for k, v in (
+        ("data_path", "elsewhere.h5"),
+        ("max_epochs", 3),
+        ("target_loss", 0.5),
+        ("stall_patience", 9),
+        ("stall_near", 0.1),
+        ("collapse_patience", 1),
+    ):
         assert ledger.run_key({**cfg, k: v}, "weak", 2, "one process", "", "arrays:a") == key, k
     for k, v in (("seed", 1), ("base_lr", 0.002), ("intra_op_threads", 2), ("deterministic", not cfg["deterministic"])):
         assert ledger.run_key({**cfg, k: v}, "weak", 2, "one process", "", "arrays:a") != key, k
@@ -45,7 +67,7 @@ def test_the_key_is_what_decides_a_runs_path():
 
 
 def test_replay_cuts_a_run_where_the_rules_asked_for_now_stop_it():
-    falling = [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]                  # reaches the target 1.0 at epoch 6
+    falling = [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]  # reaches the target 1.0 at epoch 6
     e = _entry(falling, "reached_target")
     assert ledger.replay(e, STOP) == ("reached_target", 6)
     assert ledger.replay(e, {**STOP, "max_epochs": 4}) == ("max_epochs", 4), "a lower cap cuts it"
@@ -55,7 +77,7 @@ def test_replay_cuts_a_run_where_the_rules_asked_for_now_stop_it():
 
 
 def test_a_run_the_old_stall_rule_stopped_near_the_target_is_not_reused_under_the_new_one():
-    creeping = [4.0, 1.05, 1.06, 1.07, 1.08]                   # 5 % above the target, no new best for 3 epochs
+    creeping = [4.0, 1.05, 1.06, 1.07, 1.08]  # 5 % above the target, no new best for 3 epochs
     e = _entry(creeping, "stalled")
     assert ledger.replay(e, STOP) == ("stalled", 5)
     assert ledger.replay(e, {**STOP, "stall_near": 0.1, "stall_near_patience": 12}) is None
@@ -70,7 +92,7 @@ def test_collapsed_and_non_finite_runs_replay_as_such():
 def test_an_answer_recomputes_passes_from_rows_and_refuses_another_target_without_them():
     vals = [4.0, 2.0, 0.9]
     e = _entry(vals, "reached_target", n=2)
-    e["rows"][1]["pass_val_losses"] = [[3, 1.8]]                # validated at pass 3, inside epoch 2
+    e["rows"][1]["pass_val_losses"] = [[3, 1.8]]  # validated at pass 3, inside epoch 2
     got = ledger.answer(e, {**STOP, "target_loss": 1.9})
     # the run stops at an epoch's end (epoch 3: 0.9), but its passes count from the first validation
     # that met the target: pass 3, inside epoch 2 (epoch 2's end, pass 4, was back at 2.0)
@@ -87,24 +109,28 @@ def test_the_ledger_file_survives_a_crash_and_names_damage(tmp_path):
     book = ledger.Ledger(path)
     book.append(_entry([4.0, 0.9], "reached_target"))
     with open(path, "a") as f:
-        f.write('{"format": 1, "key": "cut sho')                 # a crash in the middle of a line
+        f.write('{"format": 1, "key": "cut sho')  # a crash in the middle of a line
     assert len(ledger.read_entries(path)) == 1
-    book.append(_entry([4.0, 2.0, 0.9], "reached_target"))     # the next run after the crash
+    book.append(_entry([4.0, 2.0, 0.9], "reached_target"))  # the next run after the crash
     assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3], "the cut line dropped, not glued"
     path.write_text(path.read_text() + "not json\n")
     with pytest.raises(ledger_lines.LedgerError, match=r"ledger.jsonl:3: not a JSON line"):
         ledger.read_entries(path)
 
 
-@pytest.mark.parametrize("line, problem", [
-    ('{"format": 1, "key": "k"}', "without a valid mode, n, seed, stopping, result, val_losses"),
-    ('{"format": 2}', "not a ledger entry of format 1"),
-    ('[1, 2]', "not a ledger entry of format 1"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"format": 1, "key": "k"}', "without a valid mode, n, seed, stopping, result, val_losses"),
+        ('{"format": 2}', "not a ledger entry of format 1"),
+        ("[1, 2]", "not a ledger entry of format 1"),
+    ],
+)
 def test_a_damaged_ledger_line_is_one_error_line_naming_it(tmp_path, line, problem):
     """A hand-edited or merged-wrong ledger is a user error (one line, exit 2), not a KeyError
     deep in a study."""
     from deepdensity.utils.errors import UserError
+
     path = tmp_path / "ledger.jsonl"
     path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")) + "\n" + line + "\n")
     with pytest.raises(UserError) as e:
@@ -134,6 +160,7 @@ def test_data_identity_is_the_arrays_not_the_files_bytes(tmp_path):
             f.create_dataset("train/cubes", data=cubes)
             f.create_dataset("train/kind", data=np.array([b"solid", b"part-solid"], dtype=object))
             f.attrs["created_by"] = note
+
     cubes = np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2)
     write(tmp_path / "a.h5", cubes, "one")
     write(tmp_path / "b.h5", cubes, "another")
@@ -152,20 +179,33 @@ class CountingRunner(StudyRunner):
 
     def _train(self, cmd, name="", workers=1):
         out = self.root / name
-        sets = dict(item.split("=", 1) for item in cmd[cmd.index("--set") + 1::2] if "=" in item)
+        sets = dict(item.split("=", 1) for item in cmd[cmd.index("--set") + 1 :: 2] if "=" in item)
         cfg = {**yaml.safe_load(self.train_yaml.read_text()), **{k: yaml.safe_load(v) for k, v in sets.items()}}
         vals = []
-        for e, v in enumerate(self.curve[:int(cfg["max_epochs"])]):
+        for e, v in enumerate(self.curve[: int(cfg["max_epochs"])]):
             vals.append(v)
             if v <= cfg["target_loss"]:
                 break
         status = "reached_target" if vals[-1] <= cfg["target_loss"] else "max_epochs"
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text(json.dumps({**Config().to_dict(), **cfg, "versions": STACK_RAN}))
-        (out / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "loss": 1.0, "val_loss": v,
-                                                              "seconds": i + 1.0}) + "\n" for i, v in enumerate(vals)))
-        (out / "result.json").write_text(json.dumps({"status": status, "epochs": len(vals), "seconds": len(vals),
-                                                     "time_to_target_s": None, "final_val_loss": vals[-1]}))
+        (out / "metrics.jsonl").write_text(
+            "".join(
+                json.dumps({"epoch": i + 1, "loss": 1.0, "val_loss": v, "seconds": i + 1.0}) + "\n"
+                for i, v in enumerate(vals)
+            )
+        )
+        (out / "result.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "epochs": len(vals),
+                    "seconds": len(vals),
+                    "time_to_target_s": None,
+                    "final_val_loss": vals[-1],
+                }
+            )
+        )
         (out / "state.json").write_text("{}")
         self.trainings.append(name)
         return 0, ""
@@ -206,31 +246,41 @@ def test_a_second_machine_trains_nothing_the_ledger_holds(tmp_path):
     got = second.run("weak-n2-s0", "weak", 2, asked)
     assert second.trainings == [] and got["epochs"] == 6 and got["status"] == "reached_target"
     assert (tmp_path / "second" / "weak-n2-s0" / ledger.MARKER).is_file(), "the folder says where it came from"
-    assert [json.loads(row)["val_loss"] for row in (tmp_path / "second" / "weak-n2-s0" / "metrics.jsonl").open()] == \
-        [4.0, 3.0, 2.0, 1.5, 1.2, 0.9]
+    assert [json.loads(row)["val_loss"] for row in (tmp_path / "second" / "weak-n2-s0" / "metrics.jsonl").open()] == [
+        4.0,
+        3.0,
+        2.0,
+        1.5,
+        1.2,
+        0.9,
+    ]
     # what the ledger cannot answer is trained: another seed, and a lower target
     second.run("weak-n2-s1", "weak", 2, {**asked, "seed": 1})
     second.run("weak-n2-s0", "weak", 2, {**asked, "target_loss": 0.85})
     assert second.trainings == ["weak-n2-s1", "weak-n2-s0"]
     assert len(ledger.read_entries(tmp_path / "second" / "ledger.jsonl")) == 2
     # each entry names the TensorFlow and Keras its run's config.json says it ran on
-    assert [e["stack"] for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
-        [{"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4"}] * 2
-    assert [ledger.stack_of(e) for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == \
-        [("2.21.0", "tf_keras 2.21.0", True)] * 2
+    assert [e["stack"] for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == [
+        {"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0", "numpy": "1.26.4"}
+    ] * 2
+    assert [ledger.stack_of(e) for e in ledger.read_entries(tmp_path / "second" / "ledger.jsonl")] == [
+        ("2.21.0", "tf_keras 2.21.0", True)
+    ] * 2
     # a run asked for with the weights it leaves behind is trained even when the ledger holds it
     third = CountingRunner(_study_folder(tmp_path / "third", data2), tmp_path / "third" / "train.yaml", None)
     third.ledger = ledger.Ledger(tmp_path / "third" / "ledger.jsonl", [tmp_path / "first" / "ledger.jsonl"])
     third.run("weak-n2-s0", "weak", 2, asked, need_weights=True)
     assert third.trainings == ["weak-n2-s0"]
-    assert math.isclose(json.loads((tmp_path / "third" / "weak-n2-s0" / "result.json").read_text())["final_val_loss"], 0.9)
+    assert math.isclose(
+        json.loads((tmp_path / "third" / "weak-n2-s0" / "result.json").read_text())["final_val_loss"], 0.9
+    )
 
 
 def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     from deepdensity.study.core.preset import Study
     from deepdensity.study.plan import missing as plan
-    study = Study(workers=[1, 2, 4], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002,
-                  train={"stall_patience": 3})
+
+    study = Study(workers=[1, 2, 4], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002, train={"stall_patience": 3})
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
     stop = {**STOP, "stall_patience": 3}
     held = _entry([4.0, 0.9], "reached_target", stopping=stop, n=2)
@@ -239,13 +289,18 @@ def test_the_plan_counts_the_runs_the_ledger_does_not_hold():
     lines = plan.missing_lines(study, [held, other_eta], earlier, parallel=2)
     # weak N = 2 seed 1 is held; seed 0 only at another eta; N = 4 not at all. Passes: N = 2's two
     # epochs x 2 for seed 0; N = 4 from N = 2's epochs, x 4 passes an epoch, for both seeds.
-    assert lines[0].startswith("  missing runs: 3 (about 20 passes") and "weak N = 2 seeds 0" in lines[0] \
+    assert (
+        lines[0].startswith("  missing runs: 3 (about 20 passes")
+        and "weak N = 2 seeds 0" in lines[0]
         and "weak N = 4 seeds 0, 1" in lines[0]
+    )
     assert "h here at 5.00 s a pass" in lines[0], "seconds a pass from the entry's own clock: 20 s over 2 epochs x 2"
     # what the line does not look up, it says
-    assert lines[0].endswith("; not counted here: the sequential runs (and at 2 x eta), the target's calibration "
-                             "runs, the stall and instruction-set checks' runs (each reused where the ledger or the "
-                             "runs folder holds it)")
+    assert lines[0].endswith(
+        "; not counted here: the sequential runs (and at 2 x eta), the target's calibration "
+        "runs, the stall and instruction-set checks' runs (each reused where the ledger or the "
+        "runs folder holds it)"
+    )
 
 
 def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs_the_ledger_does_not_hold():
@@ -255,20 +310,30 @@ def test_the_plan_counts_the_filters_and_the_batch_sweeps_runs_the_ledger_does_n
     not taken for a cell's run of the same mode, N and seed."""
     from deepdensity.study.core.preset import Study
     from deepdensity.study.plan import missing as plan
-    study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0, 1], base_lr=0.002, calibration_seeds=[100],
-                  train={"stall_patience": 3}, filter_modes=["weak"], batch_sweep=[16, 32])
+
+    study = Study(
+        workers=[1, 2],
+        modes=["strong", "weak"],
+        seeds=[0, 1],
+        base_lr=0.002,
+        calibration_seeds=[100],
+        train={"stall_patience": 3},
+        filter_modes=["weak"],
+        batch_sweep=[16, 32],
+    )
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
 
     def named(run, n, seed, vals):
         e = _entry(vals, "reached_target", stopping={**STOP, "stall_patience": 3}, n=n)
         e["config"]["base_lr"], e["seed"], e["run"] = 0.002, seed, run
         return e
+
     entries = [named("weak-n2-network-s0", 2, 0, [4.0, 3.0, 0.9]), named("batch-b16-eta-s0", 1, 0, [4.0, 0.9])]
     line = plan.missing_lines(study, entries, earlier, parallel=1)[0]
     # cells: weak N = 2 seeds 0 and 1 (the filter's run is no cell's), at the cap: 2 x 64 x 2 passes;
     # filter: network seed 1, random seeds 0 and 1, each like network seed 0: 3 epochs x 2 passes;
     # sweep (sequential seeds 0, 1 here): b = 16 at eta seed 1 (2 epochs), at linear seeds 0, 1 (the cap)
-    assert line.startswith("  missing runs: 8 (about 404 passes"), line   # 256 + 18 + 2 + 128
+    assert line.startswith("  missing runs: 8 (about 404 passes"), line  # 256 + 18 + 2 + 128
     assert "weak N = 2 seeds 0, 1" in line and "filter weak N = 2 on network data seeds 1" in line
     assert "filter weak N = 2 on random data seeds 0, 1" in line
     assert "batch sweep b = 16 at eta seeds 1;" in line and "batch sweep b = 16 at linear seeds 0, 1" in line
@@ -286,18 +351,29 @@ def test_the_plan_holds_the_sweeps_linear_runs_and_judges_the_sweep_without_the_
     while a cell's run the same rule ended is held."""
     from deepdensity.study.core.preset import Study
     from deepdensity.study.plan import missing as plan
-    study = Study(workers=[1, 2], modes=["strong", "weak"], seeds=[0], base_lr=0.002, calibration_seeds=[100],
-                  train={"stall_patience": 3}, batch_sweep=[16, 32])
+
+    study = Study(
+        workers=[1, 2],
+        modes=["strong", "weak"],
+        seeds=[0],
+        base_lr=0.002,
+        calibration_seeds=[100],
+        train={"stall_patience": 3},
+        batch_sweep=[16, 32],
+    )
     earlier = {"eta": 0.002, "target": 1.0, "cap": 64, "collapse_loss": 5.0}
 
     def named(run, n, seed, lr, vals, status):
         e = _entry(vals, status, stopping={**STOP, "stall_patience": 3}, n=n)
         e["config"]["base_lr"], e["seed"], e["run"] = lr, seed, run
         return e
-    stalls = [4.0, 2.0, 2.5, 2.5, 2.5]        # no new best for 3 epochs after 2.0, above the target 1.0
-    entries = [named("weak-n2-s0", 2, 0, 0.002, stalls, "stalled"),
-               named("batch-b16-eta-s0", 1, 0, 0.002, stalls, "stalled"),
-               named("batch-b16-linear-s0", 1, 0, 0.002 * 16 / 32, [4.0, 0.9], "reached_target")]
+
+    stalls = [4.0, 2.0, 2.5, 2.5, 2.5]  # no new best for 3 epochs after 2.0, above the target 1.0
+    entries = [
+        named("weak-n2-s0", 2, 0, 0.002, stalls, "stalled"),
+        named("batch-b16-eta-s0", 1, 0, 0.002, stalls, "stalled"),
+        named("batch-b16-linear-s0", 1, 0, 0.002 * 16 / 32, [4.0, 0.9], "reached_target"),
+    ]
     line = plan.missing_lines(study, entries, earlier, parallel=1)[0]
     assert line.startswith("  missing runs: 1 ") and "batch sweep b = 16 at eta seeds 0;" in line, line
 
@@ -307,6 +383,7 @@ def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_r
     from deepdensity.study.run.design import run_first_seeds
     from deepdensity.study.run.outcomes import Book
     from deepdensity.study.run.runner import NotHeld
+
     data = _tiny_data(tmp_path)
     first = _runner(tmp_path / "first", data)
     asked = {"max_epochs": 64, "target_loss": 1.0}
@@ -324,7 +401,7 @@ def test_a_study_that_trains_nothing_takes_what_the_ledger_holds_and_skips_the_r
 
 def test_a_whole_last_entry_without_its_newline_is_kept(tmp_path):
     path = tmp_path / "ledger.jsonl"
-    path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")))      # an edited file: no final newline
+    path.write_text(json.dumps(_entry([4.0, 0.9], "reached_target")))  # an edited file: no final newline
     assert len(ledger.read_entries(path)) == 1
     ledger.Ledger(path).append(_entry([4.0, 2.0, 0.9], "reached_target"))
     assert [len(e["val_losses"]) for e in ledger.read_entries(path)] == [2, 3]
@@ -334,6 +411,7 @@ def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
     """A data file whose cubes live in another file (an external link) is the data the runs
     read: replacing the linked file's cubes changes the identity, and a file without links hashes
     as its arrays alone (the committed ledger's entries keep their identity)."""
+
     def cubes_file(path, value):
         with h5py.File(path, "w") as f:
             f["cubes"] = np.full((2, 4, 4, 4), value, np.float32)
@@ -351,6 +429,7 @@ def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
     with h5py.File(plain, "w") as f:
         f["x"] = np.arange(3, dtype=np.float32)
     import hashlib
+
     values = np.arange(3, dtype=np.float32)
     want = hashlib.sha256(f"x|{values.dtype.str}|{values.shape}|".encode() + values.tobytes()).hexdigest()[:32]
     assert ledger.data_identity(plain) == "arrays:" + want
@@ -369,6 +448,7 @@ def test_where_the_runs_were_trained_names_their_tensorflow_and_keras():
     from types import SimpleNamespace
 
     from deepdensity.study.report.report_checks import where_runs_ran
+
     record = {"eta": Config().base_lr, "provenance": {"generated": "2099-01-01 00:00 UTC"}}
     then = {**_entry([2.0, 0.9], "reached_target"), "run": "a", "machine": {"cpu": "EPYC", "onednn_isa": "AVX2"}}
     now = {**then, "run": "b", "stack": {"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}}
@@ -411,9 +491,23 @@ def test_a_stack_check_entry_written_under_the_default_key_is_read_under_its_sta
     """The committed ledger's 17 stack-check entries were written under the default study's
     keys: they are read under their stack's key, so that only a stack check finds them."""
     cfg = {**{k: 0 for k in ledger.STOPPING}, "seed": 0, "base_lr": 0.001, "max_epochs": 64, "target_loss": 1.0}
-    old = ledger.entry_of("stack-tf2210-weak-n2-s0", "weak", 2, 0, "one process", "", "arrays:a", cfg,
-                          {"status": "reached_target", "epochs": 1}, None, [0.5], {"host": "h"}, "r", "trained",
-                          stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"})
+    old = ledger.entry_of(
+        "stack-tf2210-weak-n2-s0",
+        "weak",
+        2,
+        0,
+        "one process",
+        "",
+        "arrays:a",
+        cfg,
+        {"status": "reached_target", "epochs": 1},
+        None,
+        [0.5],
+        {"host": "h"},
+        "r",
+        "trained",
+        stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"},
+    )
     default_key = ledger.run_key(cfg, "weak", 2, "one process", "", "arrays:a")
     assert old["key"] == default_key and "stack_check" not in old, "as entry_of wrote it before the fix"
     read = ledger._keyed_by_its_stack(old)
@@ -422,14 +516,30 @@ def test_a_stack_check_entry_written_under_the_default_key_is_read_under_its_sta
     # a default-study run and an entry written with its stack's key are read as they are
     plain = {**old, "run": "weak-n2-s0"}
     assert ledger._keyed_by_its_stack(plain) is plain
-    right = ledger.entry_of("stack-tf2210-weak-n2-s0", "weak", 2, 0, "one process", "", "arrays:a", cfg,
-                            {"status": "reached_target", "epochs": 1}, None, [0.5], {"host": "h"}, "r", "trained",
-                            stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"}, stack_check=CHECKED)
+    right = ledger.entry_of(
+        "stack-tf2210-weak-n2-s0",
+        "weak",
+        2,
+        0,
+        "one process",
+        "",
+        "arrays:a",
+        cfg,
+        {"status": "reached_target", "epochs": 1},
+        None,
+        [0.5],
+        {"host": "h"},
+        "r",
+        "trained",
+        stack={"tensorflow": "2.21.0", "keras": "tf_keras 2.21.0"},
+        stack_check=CHECKED,
+    )
     assert ledger._keyed_by_its_stack(right)["key"] == read["key"]
 
 
 def test_the_committed_ledger_reads_its_stack_check_runs_under_their_own_keys_and_no_other_key_moves():
     from tests.support import ROOT
+
     path = ROOT / "reports" / "ledger.jsonl"
     raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     read = ledger.read_entries(path)

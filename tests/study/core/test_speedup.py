@@ -1,5 +1,6 @@
 """The speedup model of section IV and the efficiency of section VII, against the paper's
 formula written out here and least squares worked by hand."""
+
 import math
 
 import pytest
@@ -25,19 +26,29 @@ def paper_model(n, ts, tp, c):
 
 
 def test_epoch_seconds_model_is_the_papers_model_for_strong():
-    kw = dict(n_train=1824, n_val=0, step_fixed_s=0.01, per_sample_s=0.005,
-              allreduce_per_doubling_s=0.02, eval_per_sample_s=0.0)
+    kw = dict(
+        n_train=1824,
+        n_val=0,
+        step_fixed_s=0.01,
+        per_sample_s=0.005,
+        allreduce_per_doubling_s=0.02,
+        eval_per_sample_s=0.0,
+    )
     steps = 1824 // 32
     for n in (1, 2, 4, 8, 16, 32):
         assert speedup.epoch_seconds_model(policies.plan("strong", n, 32), **kw, definition="global") == pytest.approx(
-            paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02))
+            paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02)
+        )
         # per_worker: an epoch is N passes
         assert speedup.epoch_seconds_model(policies.plan("strong", n, 32), **kw) == pytest.approx(
-            n * paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02))
+            n * paper_model(n, steps * 0.01, steps * 32 * 0.005, steps * 0.02)
+        )
     # weak: fewer, larger global steps; every worker still does 32 samples a step
     w8 = speedup.epoch_seconds_model(policies.plan("weak", 8, 32), **kw, definition="global")
     assert w8 == pytest.approx((1824 // 256) * (0.01 + 32 * 0.005 + 3 * 0.02))
-    assert speedup.epoch_seconds_model(policies.plan("weak", 8, 32), **kw) == pytest.approx(57 * (0.01 + 32 * 0.005 + 3 * 0.02))
+    assert speedup.epoch_seconds_model(policies.plan("weak", 8, 32), **kw) == pytest.approx(
+        57 * (0.01 + 32 * 0.005 + 3 * 0.02)
+    )
 
 
 def test_fit_line():
@@ -51,8 +62,8 @@ def test_fit_through_origin_is_the_least_squares_c_of_c_log2_n():
     # of the free line through (0, 0), (1, 9.2), (2, 12.7) would be 6.35 instead.
     assert speedup.fit_through_origin([0, 1, 2], [0.0, 9.2, 12.7]) == pytest.approx(34.6 / 5, rel=1e-12)
     assert speedup.fit_line([0, 1, 2], [0.0, 9.2, 12.7])[1] == pytest.approx(6.35, rel=1e-12)
-    assert speedup.fit_through_origin([1, 2], [-1.0, -3.0]) == 0.0       # a time is never negative
-    assert speedup.fit_through_origin([0, 0], [1.0, 2.0]) == 0.0         # nothing to fit
+    assert speedup.fit_through_origin([1, 2], [-1.0, -3.0]) == 0.0  # a time is never negative
+    assert speedup.fit_through_origin([0, 0], [1.0, 2.0]) == 0.0  # nothing to fit
 
 
 def test_latency_and_per_doubling_pass_through_two_measured_allreduces():
@@ -79,7 +90,9 @@ def test_an_allreduce_costs_its_latency_and_its_share_per_doubling_but_nothing_o
         speedup.allreduce_seconds_at(0, 0.005)
     # an epoch of 57 steps on 4 workers at batch 8, 57 allreduces, evaluation of 256 shared
     want = 57 * (0.01 + 0.001 * 8) + 57 * (0.004 + 2 * 0.005) + 0.0004 * 256 / 4
-    assert speedup.epoch_seconds(57, 8, 57, 4, 256, 0.01, 0.001, 0.005, 0.0004, allreduce_latency_s=0.004) \
-        == pytest.approx(want, rel=1e-12)
-    assert speedup.epoch_seconds_model(policies.plan("strong", 4, 32), 1844, 256, 0.01, 0.001, 0.005, 0.0004,
-                                      "global", allreduce_latency_s=0.004) == pytest.approx(want, rel=1e-12)
+    assert speedup.epoch_seconds(
+        57, 8, 57, 4, 256, 0.01, 0.001, 0.005, 0.0004, allreduce_latency_s=0.004
+    ) == pytest.approx(want, rel=1e-12)
+    assert speedup.epoch_seconds_model(
+        policies.plan("strong", 4, 32), 1844, 256, 0.01, 0.001, 0.005, 0.0004, "global", allreduce_latency_s=0.004
+    ) == pytest.approx(want, rel=1e-12)

@@ -2,6 +2,7 @@
 each), or values worked out here by another route than the code under test (enumeration,
 closed forms, a different algebraic form of the same statistic). No expected value below is
 produced by the module itself."""
+
 import itertools
 import math
 
@@ -15,12 +16,13 @@ INF = math.inf
 
 # --- missed_rate ----------------------------------------------------------------------------
 
+
 def _binom_tail_at_least(x, n, p):
-    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(x, n + 1))
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(x, n + 1))
 
 
 def _binom_tail_at_most(x, n, p):
-    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(0, x + 1))
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(0, x + 1))
 
 
 @pytest.mark.parametrize("n", [1, 5, 6, 8, 20])
@@ -53,11 +55,14 @@ def test_missed_rate_without_runs_knows_nothing_and_refuses_bad_counts():
 def test_missed_rate_at_90_percent_is_narrower():
     # the beta-quantile form at alpha = 0.10; rel 1e-9 as above
     low, high = stats.missed_rate(2, 8, confidence=0.90)
-    assert (low, high) == (pytest.approx(sp.beta.ppf(0.05, 2, 7), rel=1e-9),
-                           pytest.approx(sp.beta.ppf(0.95, 3, 6), rel=1e-9))
+    assert (low, high) == (
+        pytest.approx(sp.beta.ppf(0.05, 2, 7), rel=1e-9),
+        pytest.approx(sp.beta.ppf(0.95, 3, 6), rel=1e-9),
+    )
 
 
 # --- seeds_to_call --------------------------------------------------------------------------
+
 
 def test_seeds_to_call_known_cases():
     # From the closed form above: 0 of n has upper bound < 0.5 iff 0.025^(1/n) > 0.5, i.e.
@@ -81,8 +86,7 @@ def _lower(x, n):
     return 0.0 if x == 0 else sp.beta.ppf(0.025, x, n - x + 1)
 
 
-@pytest.mark.parametrize("missed, runs", [(0, 3), (1, 4), (1, 8), (2, 5), (3, 7), (4, 8),
-                                          (6, 10), (2, 20)])
+@pytest.mark.parametrize("missed, runs", [(0, 3), (1, 4), (1, 8), (2, 5), (3, 7), (4, 8), (6, 10), (2, 20)])
 def test_seeds_to_call_is_the_first_k_by_beta_quantiles(missed, runs):
     # Scan k with the beta-quantile bounds directly: the answer is the first k that crosses
     # 0.5 and the one before it must not have crossed. Exact integer comparison: no case here
@@ -94,7 +98,6 @@ def test_seeds_to_call_is_the_first_k_by_beta_quantiles(missed, runs):
     k = to["to_fail"]
     assert _lower(missed + k, runs + k) > 0.5
     assert k == 0 or _lower(missed + k - 1, runs + k - 1) <= 0.5
-
 
 
 def test_seeds_to_unsettle_known_cases():
@@ -111,7 +114,9 @@ def test_seeds_to_unsettle_known_cases():
     # not within the limit
     assert stats.seeds_to_unsettle(0, 40, limit=2) is None
 
+
 # --- mann_whitney_less ----------------------------------------------------------------------
+
 
 def _u_by_pairs(a, b):
     # U of a: pairs with a_i > b_j, plus half the ties (Mann and Whitney 1947), counted directly
@@ -132,13 +137,16 @@ def _exact_less_by_enumeration(a, b):
     return hits / total
 
 
-@pytest.mark.parametrize("a, b", [
-    ([1.2, 3.4, 2.2], [4.1, 5.0, 3.9, 6.3]),
-    ([5.0, 1.0, 7.5, 2.5], [3.0, 8.0, 9.0, 6.0, 4.0]),
-    ([10.0, 11.0, 12.0], [1.0, 2.0, 3.0]),            # a larger: p near 1
-    ([1.0, 2.0, 3.0], [4.0, 5.0, INF]),              # one miss in b, no ties
-    ([2.0, 4.0, 6.0, 8.0, 10.0], [1.0, 3.0, 5.0, 7.0, 9.0, INF]),
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ([1.2, 3.4, 2.2], [4.1, 5.0, 3.9, 6.3]),
+        ([5.0, 1.0, 7.5, 2.5], [3.0, 8.0, 9.0, 6.0, 4.0]),
+        ([10.0, 11.0, 12.0], [1.0, 2.0, 3.0]),  # a larger: p near 1
+        ([1.0, 2.0, 3.0], [4.0, 5.0, INF]),  # one miss in b, no ties
+        ([2.0, 4.0, 6.0, 8.0, 10.0], [1.0, 3.0, 5.0, 7.0, 9.0, INF]),
+    ],
+)
 def test_mann_whitney_exact_matches_enumeration(a, b):
     # rel 1e-12: both are ratios of integer counts; SciPy's recursion is exact up to rounding
     result = stats.mann_whitney_less(a, b)
@@ -165,8 +173,8 @@ def test_mann_whitney_with_ties_is_the_tie_corrected_normal_approximation():
     # correction of 0.5 towards the mean. Two misses (inf) in a tie; 2.0 tied too.
     a, b = [1.0, 2.0, 3.5, INF], [2.0, 4.0, 5.0, 6.0, INF]
     n, m, total = len(a), len(b), len(a) + len(b)
-    ties = [2, 2]                                   # {2.0, 2.0} and {inf, inf}
-    var = n * m / 12 * (total + 1 - sum(t ** 3 - t for t in ties) / (total * (total - 1)))
+    ties = [2, 2]  # {2.0, 2.0} and {inf, inf}
+    var = n * m / 12 * (total + 1 - sum(t**3 - t for t in ties) / (total * (total - 1)))
     u = _u_by_pairs(a, b)
     expected = _normal_cdf((u - n * m / 2 + 0.5) / math.sqrt(var))
     result = stats.mann_whitney_less(a, b)
@@ -201,6 +209,7 @@ def test_mann_whitney_refuses_an_empty_side():
 
 # --- hodges_lehmann_ratio -------------------------------------------------------------------
 
+
 def test_hodges_lehmann_odd_pair_count_is_the_median_ratio():
     # With an odd number of pairs the median of log-differences is the log of the median
     # ratio (log is monotone), so the estimate is the plain median of a_i / b_j. rel 1e-12:
@@ -218,9 +227,9 @@ def test_hodges_lehmann_even_pair_count_by_hand():
 
 
 def test_hodges_lehmann_with_misses():
-    assert stats.hodges_lehmann_ratio([INF, INF], [1.0, 2.0]) == INF        # a always missed
-    assert stats.hodges_lehmann_ratio([1.0, 2.0], [INF]) == 0.0             # b always missed
-    assert stats.hodges_lehmann_ratio([INF], [INF, INF]) == 1.0             # all pairs tie
+    assert stats.hodges_lehmann_ratio([INF, INF], [1.0, 2.0]) == INF  # a always missed
+    assert stats.hodges_lehmann_ratio([1.0, 2.0], [INF]) == 0.0  # b always missed
+    assert stats.hodges_lehmann_ratio([INF], [INF, INF]) == 1.0  # all pairs tie
     # differences 0, log 2, +inf: the median is log 2
     assert stats.hodges_lehmann_ratio([1.0, 2.0, INF], [1.0]) == pytest.approx(2.0)
     # differences 0, +inf, +inf: the median is +inf
@@ -240,6 +249,7 @@ def test_hodges_lehmann_empty_and_bad_values():
 
 # --- holm -----------------------------------------------------------------------------------
 
+
 def test_holm_wikipedia_example():
     # Wikipedia, "Holm-Bonferroni method", example: p = 0.01, 0.04, 0.03, 0.005 at alpha 0.05
     # rejects H1 and H4 only. Adjusted by hand: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06,
@@ -254,11 +264,24 @@ def test_holm_matches_r_multtest():
     # R multtest::mt.rawp2adjp "Holm" column, as stored in statsmodels'
     # statsmodels/stats/tests/test_multi.py (pval0 / res_multtest1); alpha 0.1 there.
     # rel 1e-12: the reference is printed to 17 significant digits.
-    raw = [0.838541367553, 0.642193923795, 0.680845947633, 0.967833824309, 0.71626938238,
-           0.177096952723, 5.23656777208e-05, 0.0202732688798, 0.00028140506198,
-           0.0149877310796]
-    r_holm = {5.23656777208e-05: 5.2365677720800005e-04, 0.00028140506198: 2.5326455578199999e-03,
-              0.0149877310796: 1.1990184863680001e-01, 0.0202732688798: 1.4191288215860001e-01}
+    raw = [
+        0.838541367553,
+        0.642193923795,
+        0.680845947633,
+        0.967833824309,
+        0.71626938238,
+        0.177096952723,
+        5.23656777208e-05,
+        0.0202732688798,
+        0.00028140506198,
+        0.0149877310796,
+    ]
+    r_holm = {
+        5.23656777208e-05: 5.2365677720800005e-04,
+        0.00028140506198: 2.5326455578199999e-03,
+        0.0149877310796: 1.1990184863680001e-01,
+        0.0202732688798: 1.4191288215860001e-01,
+    }
     result = stats.holm(raw, alpha=0.1)
     for p, r in zip(raw, result):
         assert r["p_adjusted"] == pytest.approx(r_holm.get(p, 1.0), rel=1e-12)
@@ -288,11 +311,12 @@ def test_holm_adjusted_p_is_the_smallest_alpha_that_rejects():
 
 def test_holm_is_monotone_capped_and_handles_nothing():
     result = stats.holm([0.9, 0.5, 0.6])
-    assert [r["p_adjusted"] for r in result] == [1.0, 1.0, 1.0]   # 0.5*3, then capped
+    assert [r["p_adjusted"] for r in result] == [1.0, 1.0, 1.0]  # 0.5*3, then capped
     assert stats.holm([]) == []
 
 
 # --- fisher_greater -------------------------------------------------------------------------
+
 
 def test_fisher_tea_tasting():
     # Fisher, The Design of Experiments (1935), the lady tasting tea; Agresti, CDA 2nd ed.,
@@ -310,8 +334,9 @@ def test_fisher_is_the_upper_hypergeometric_tail(cells):
     # accurate to ~1e-14, well inside this.
     missed_a, runs_a, missed_b, runs_b = cells
     misses, total = missed_a + missed_b, runs_a + runs_b
-    tail = sum(math.comb(misses, x) * math.comb(total - misses, runs_a - x)
-               for x in range(missed_a, min(misses, runs_a) + 1)) / math.comb(total, runs_a)
+    tail = sum(
+        math.comb(misses, x) * math.comb(total - misses, runs_a - x) for x in range(missed_a, min(misses, runs_a) + 1)
+    ) / math.comb(total, runs_a)
     assert stats.fisher_greater(*cells)["p"] == pytest.approx(tail, rel=1e-9)
 
 
@@ -337,10 +362,13 @@ def test_cochran_armitage_agresti_malformation():
     assert not result["degenerate"]
 
 
-@pytest.mark.parametrize("scores, one_sided, two_sided", [
-    ([0, 0.5, 1.5, 4.0, 8.0], 0.0039, 0.0078),
-    ([1, 2, 3, 4, 5], 0.0882, 0.1765),
-])
+@pytest.mark.parametrize(
+    "scores, one_sided, two_sided",
+    [
+        ([0, 0.5, 1.5, 4.0, 8.0], 0.0039, 0.0078),
+        ([1, 2, 3, 4, 5], 0.0882, 0.1765),
+    ],
+)
 def test_cochran_armitage_statxact_asymptotic(scores, one_sided, two_sided):
     # Cytel, StatXact Example 6, "Cochran-Armitage exact test of trend for imbalanced data"
     # (http://www.cytel.com/Products/StatXact/example_06.asp), the same table, asymptotic
@@ -371,10 +399,10 @@ def test_cochran_armitage_is_n_r_squared_over_the_individual_runs():
     syy = sum((y - my) ** 2 for y in ys)
     r = sxy / math.sqrt(sxx * syy)
     result = stats.cochran_armitage(MALFORMED, BIRTHS, scores)
-    assert result["z"] ** 2 == pytest.approx(count * r ** 2, rel=1e-9)
+    assert result["z"] ** 2 == pytest.approx(count * r**2, rel=1e-9)
     assert result["z"] > 0
     assert result["slope"] == pytest.approx(sxy / sxx, rel=1e-9)
-    assert r == pytest.approx(0.0142, abs=5e-5)       # Agresti's printed r
+    assert r == pytest.approx(0.0142, abs=5e-5)  # Agresti's printed r
 
 
 def test_cochran_armitage_direction_and_small_table():
@@ -384,8 +412,7 @@ def test_cochran_armitage_direction_and_small_table():
     result = stats.cochran_armitage([0, 1, 2, 3], [4, 4, 4, 4], [0, 1, 2, 3])
     assert result["z"] == pytest.approx(5 / math.sqrt(4.6875), rel=1e-12)
     assert result["slope"] == pytest.approx(0.25, rel=1e-12)
-    assert result["p_increasing"] == pytest.approx(0.5 * math.erfc(result["z"] / math.sqrt(2)),
-                                                   rel=1e-9)
+    assert result["p_increasing"] == pytest.approx(0.5 * math.erfc(result["z"] / math.sqrt(2)), rel=1e-9)
     # the reverse order is a decreasing trend: same |z|, upper tail now above one half
     reverse = stats.cochran_armitage([3, 2, 1, 0], [4, 4, 4, 4], [0, 1, 2, 3])
     assert reverse["z"] == pytest.approx(-result["z"], rel=1e-12)
@@ -393,16 +420,18 @@ def test_cochran_armitage_direction_and_small_table():
     assert reverse["p_two_sided"] == pytest.approx(result["p_two_sided"], rel=1e-12)
 
 
-@pytest.mark.parametrize("missed, runs, scores", [
-    ([0, 0, 0], [5, 5, 5], [1, 2, 3]),          # nobody missed
-    ([5, 5, 5], [5, 5, 5], [1, 2, 3]),          # everybody missed
-    ([1, 3], [5, 5], [2, 2]),                   # one score for every run
-    ([0, 0], [0, 0], [1, 2]),                   # no runs at all
-])
+@pytest.mark.parametrize(
+    "missed, runs, scores",
+    [
+        ([0, 0, 0], [5, 5, 5], [1, 2, 3]),  # nobody missed
+        ([5, 5, 5], [5, 5, 5], [1, 2, 3]),  # everybody missed
+        ([1, 3], [5, 5], [2, 2]),  # one score for every run
+        ([0, 0], [0, 0], [1, 2]),  # no runs at all
+    ],
+)
 def test_cochran_armitage_degenerate(missed, runs, scores):
     result = stats.cochran_armitage(missed, runs, scores)
-    assert result == {"z": 0.0, "p_increasing": 0.5, "p_two_sided": 1.0, "slope": 0.0,
-                      "degenerate": True}
+    assert result == {"z": 0.0, "p_increasing": 0.5, "p_two_sided": 1.0, "slope": 0.0, "degenerate": True}
 
 
 def test_cochran_armitage_refuses_bad_input():
@@ -426,6 +455,7 @@ def test_mann_whitney_on_ranks_is_scipy_on_the_times(seed):
     exact and tie-corrected alike: random samples of 1-8 times a side drawn from few values,
     so that ties and misses (inf) are common."""
     import random
+
     rng = random.Random(seed)
     values = [1.0, 1.5, 2.0, 3.25, INF] if seed % 2 else [rng.uniform(1, 9) for _ in range(20)] + [INF]
     a = [rng.choice(values) for _ in range(rng.randint(1, 8))]

@@ -1,6 +1,7 @@
 """The six claims on hand-made studies, judged by the rules of docs/decision-rules.md
 (claims.py): the paper's own outcome reproduces every claim, each can be contradicted, too few
 seeds leave them open and say how many more could settle them."""
+
 import math
 
 import pytest
@@ -10,7 +11,7 @@ from deepdensity.study.core.cells import FAILED, MISSED, Call, Cell, Evidence, T
 from deepdensity.study.judge import claims
 
 W = [1, 2, 4, 8, 16, 32]
-COLLAPSE = 0.5          # the collapse level of these hand-made studies: a failed run ends above it
+COLLAPSE = 0.5  # the collapse level of these hand-made studies: a failed run ends above it
 SEEDS = tuple(range(8))
 
 
@@ -20,8 +21,7 @@ def cell(mode, n, t, seed=0, slow=False):
     reached = t is not None
     status = "reached_target" if reached else "stalled" if slow else "collapsed"
     final = 0.01 if reached else 0.1 if slow else 1.0
-    return Cell(mode, n, seed, status, 10, 1 if reached else None, 1.0, "modelled", t, f"{mode}-n{n}-s{seed}",
-                final, t)
+    return Cell(mode, n, seed, status, 10, 1 if reached else None, 1.0, "modelled", t, f"{mode}-n{n}-s{seed}", final, t)
 
 
 class FlatClock:
@@ -34,7 +34,7 @@ class FlatClock:
         return FlatClock(rho)
 
     def epoch_seconds(self, mode, n, n_train, n_val, definition):
-        return n * (1.0 + self.rho * math.log2(n))          # per_worker: an epoch is N passes
+        return n * (1.0 + self.rho * math.log2(n))  # per_worker: an epoch is N passes
 
 
 CLOCKS = {"paper": FlatClock(), "host": FlatClock(), "device": FlatClock()}
@@ -57,8 +57,8 @@ def papers_outcome(seeds=SEEDS):
     for n in W:
         for s in seeds:
             jitter = 1 + s / 100
-            cells.append(cell("strong", n, jitter * 100.0 / n ** 0.8, s))
-            cells.append(cell("weak", n, jitter * (100.0 * n ** 0.5 if n > 1 else 100.0), s))
+            cells.append(cell("strong", n, jitter * 100.0 / n**0.8, s))
+            cells.append(cell("weak", n, jitter * (100.0 * n**0.5 if n > 1 else 100.0), s))
             cells.append(cell("warmup", n, jitter * 150.0 if n <= 4 else None, s))
             cells.append(cell("linear", n, jitter * 100.0 if n == 1 else None, s))
     return cells
@@ -74,8 +74,10 @@ def test_the_papers_outcome_reproduces_every_claim():
     assert [c["verdict"] for c in got.values()] == ["reproduced"] * 6, got
     assert [c["verdicts"]["host"] for c in got.values()] == ["reproduced"] * 6
     # 0 of 8: the exact upper bound is 1 - 0.025^(1/8) = 0.369 (Clopper-Pearson's closed form at 0)
-    assert f"N = 2: 0 of 8 missed (0%, 95% CI 0.00-{1 - 0.025 ** (1 / 8):.2f}): converges" in \
-        got["Strong scaling always converges"]["ours"]
+    assert (
+        f"N = 2: 0 of 8 missed (0%, 95% CI 0.00-{1 - 0.025 ** (1 / 8):.2f}): converges"
+        in got["Strong scaling always converges"]["ours"]
+    )
     fastest = got["Strong scaling is the fastest at every N"]
     assert "one device per worker, free communication: reproduced" in fastest["break_even"]
     # strong's 8 seeds all below weak's 8 at N = 2: exact one-sided p = 1 / C(16, 8)
@@ -84,7 +86,7 @@ def test_the_papers_outcome_reproduces_every_claim():
 
 def test_each_claim_can_be_contradicted():
     cells = papers_outcome()
-    for s in SEEDS:   # linear reaches fast at 2, warmup fails at 2 and 4, weak and strong fail at 16
+    for s in SEEDS:  # linear reaches fast at 2, warmup fails at 2 and 4, weak and strong fail at 16
         cells = replace(cells, "linear", 2, s, 1.0 + s / 100)
         cells = replace(cells, "warmup", 2, s, None)
         cells = replace(cells, "warmup", 4, s, None)
@@ -102,8 +104,9 @@ def test_a_stalled_run_is_missed_but_not_failed_under_the_sensitivity_definition
     assert primary["Strong scaling always converges"]["verdict"] == "inconclusive"
     assert sensitivity["Strong scaling always converges"]["verdict"] == "reproduced"
     assert primary["2 x eta diverges for the sequential model"]["verdict"] == "reproduced"
-    assert sensitivity["2 x eta diverges for the sequential model"]["verdict"] == "contradicted", \
+    assert sensitivity["2 x eta diverges for the sequential model"]["verdict"] == "contradicted", (
         "stalled below the collapse level: not a failure under the sensitivity definition"
+    )
 
 
 def test_a_time_claim_needs_every_comparison_to_survive_holm():
@@ -115,7 +118,7 @@ def test_a_time_claim_needs_every_comparison_to_survive_holm():
         cells = replace(cells, "weak", 2, s, strong2[s] + (0.001 if s % 2 else -0.001))
     got = judge(cells, twice_eta(8))["Strong scaling is the fastest at every N"]
     assert got["verdict"] == "inconclusive"
-    a = [c.passes_to_target * 2 for c in cells if (c.mode, c.n) == ("strong", 2)]     # FlatClock: N s an epoch
+    a = [c.passes_to_target * 2 for c in cells if (c.mode, c.n) == ("strong", 2)]  # FlatClock: N s an epoch
     b = [c.passes_to_target * 2 for c in cells if (c.mode, c.n) == ("weak", 2)]
     p = sp.mannwhitneyu(a, b, alternative="less").pvalue
     assert p > 0.05 / 15, "not even the least strict Holm level"
@@ -126,10 +129,14 @@ def test_too_few_seeds_call_nothing_and_say_what_would():
     got = judge(papers_outcome(seeds=(0, 1)), twice_eta(2, 2))
     assert all(c["verdict"] == "inconclusive" for c in got.values())
     # 0 of 2 missed: the upper bound falls below 0.5 from 6 runs on, so 4 more, all reaching
-    assert "N = 2: 4 more, all reaching, would call it converges" in got["Strong scaling always converges"]["more_seeds"]
+    assert (
+        "N = 2: 4 more, all reaching, would call it converges" in got["Strong scaling always converges"]["more_seeds"]
+    )
     # 2 of 2 missed: below 0.5 from 6 all missing too, 4 more
-    assert "2 x eta: 4 more, all missing, would call it fails" in \
-        got["2 x eta diverges for the sequential model"]["more_seeds"]
+    assert (
+        "2 x eta: 4 more, all missing, would call it fails"
+        in got["2 x eta diverges for the sequential model"]["more_seeds"]
+    )
 
 
 def test_a_called_claim_says_how_many_seeds_against_it_would_unsettle_it():
@@ -148,9 +155,10 @@ def test_a_study_in_progress_decides_nothing_on_a_cell_below_the_designs_seeds()
     v = Evidence(cells, W, MISSED, COLLAPSE, CLOCKS, TimeBase(320, 64), design=8)
     got = {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["Warmup converges only up to N = 4"]
     assert got["verdict"] == "inconclusive" and "below the design's 8 seeds so far: warmup N = 8" in got["ours"]
-    v.design = 0                     # the same cells judged as a finished study would be
+    v.design = 0  # the same cells judged as a finished study would be
     assert {c["claim"]: c for c in claims.evaluate(v, twice_eta(8))}["Warmup converges only up to N = 4"][
-        "verdict"] == "contradicted"
+        "verdict"
+    ] == "contradicted"
 
 
 def test_a_contradiction_a_complete_cell_settles_stands_while_other_cells_are_short():
@@ -189,7 +197,8 @@ def test_each_claim_names_its_cells_in_a_few_words_and_the_one_number_it_rests_o
     short = judge([c for c in cells if (c.mode, c.n) != ("strong", 32)], twice_eta(8))
     assert short["Strong scaling always converges"]["ours_brief"].endswith("; not run at N = 32")
     assert got["Weak scaling converges everywhere but its efficiency falls"]["ours_brief"].endswith(
-        "its efficiency falls")
+        "its efficiency falls"
+    )
 
 
 def test_a_time_claims_number_is_its_least_clear_comparison_after_holm():
@@ -205,7 +214,8 @@ def test_a_time_claims_number_is_its_least_clear_comparison_after_holm():
     p = sp.mannwhitneyu(a, b, alternative="less", method="exact").pvalue
     assert got["ours_brief"] == "shorter in 14 of 15 comparisons after Holm"
     assert got["deciding"].startswith("least clear: N = 2 vs weak, ratio ") and got["deciding"].endswith(
-        f"Holm p = {p:.2g}")
+        f"Holm p = {p:.2g}"
+    )
 
 
 def test_an_exact_tie_between_mirrored_cells_goes_to_the_smaller_n_whatever_their_order():
@@ -214,12 +224,16 @@ def test_an_exact_tie_between_mirrored_cells_goes_to_the_smaller_n_whatever_thei
     rounded differently under numpy 1 and 2, which broke the tie either way. The rule is the
     smaller N, in either order of the cells."""
     from deepdensity.study.judge.call_claims import _nearest_the_line
+
     converges, fails = cell_rate(0, 8), cell_rate(8, 8)
     assert converges.high == pytest.approx(1 - 0.025 ** (1 / 8)) and fails.low == pytest.approx(0.025 ** (1 / 8))
-    for order in ([(8, (fails, Call.FAILS)), (2, (converges, Call.CONVERGES))],
-                  [(2, (converges, Call.CONVERGES)), (8, (fails, Call.FAILS))]):
+    for order in (
+        [(8, (fails, Call.FAILS)), (2, (converges, Call.CONVERGES))],
+        [(2, (converges, Call.CONVERGES)), (8, (fails, Call.FAILS))],
+    ):
         assert _nearest_the_line(dict(order)).startswith("N = 2: 0 of 8 missed")
     # and no tie: 1 of 8 that should converge lies nearer the line than 8 of 8 that should fail
     nearer = cell_rate(1, 8)
-    assert _nearest_the_line({2: (converges, Call.CONVERGES), 8: (fails, Call.FAILS),
-                              4: (nearer, Call.CONVERGES)}).startswith("N = 4: 1 of 8 missed")
+    assert _nearest_the_line(
+        {2: (converges, Call.CONVERGES), 8: (fails, Call.FAILS), 4: (nearer, Call.CONVERGES)}
+    ).startswith("N = 4: 1 of 8 missed")

@@ -1,5 +1,6 @@
 """The pooled contrasts beside the claims and warmup's claim as the runs have it (contrasts.py),
 on the hand-made studies of test_claims.py."""
+
 import math
 
 import pytest
@@ -21,5 +22,6 @@ def test_the_pooled_contrasts_and_warmups_reformulation():
 
 def test_the_seeds_that_could_call_a_comparison_read_the_same_in_both_studies():
     from deepdensity.study.judge.contrasts import more_a_side
+
     assert more_a_side(3) == "3 more a side"
     assert more_a_side(None) == "not within 50 more a side", "seeds_to_reject looks 50 seeds a side far"

@@ -4,6 +4,7 @@ speedup model written out here from the record's clock parameters (section IV: a
 cost, its cost per sample, the allreduce, the evaluation), times the cell's passes to target
 over the passes of an epoch. The tables print one or two decimals: they are compared at half
 their last digit; the rest at rel 1e-9, the rounding of a few float operations."""
+
 import json
 import math
 import statistics
@@ -40,8 +41,11 @@ def model_epoch(record, mode: str, n: int) -> float:
     p = policies.plan(mode, n, batch)
     steps = rules.steps_per_epoch(record["n_train"], p, record["settings"]["epoch_definition"])
     allreduce = 0.0 if n == 1 else t.get("allreduce_latency_s", 0.0) + t["allreduce_per_doubling_s"] * math.log2(n)
-    return (steps * (k * t["step_fixed_s"] + k * t["per_sample_s"] * p.per_worker_batch + allreduce)
-            + k * t["eval_per_sample_s"] * record["n_val"] / n + t.get("epoch_overhead_s", 0.0))
+    return (
+        steps * (k * t["step_fixed_s"] + k * t["per_sample_s"] * p.per_worker_batch + allreduce)
+        + k * t["eval_per_sample_s"] * record["n_val"] / n
+        + t.get("epoch_overhead_s", 0.0)
+    )
 
 
 def expected_seconds(record, cell: dict):
@@ -83,6 +87,7 @@ def _medians(record, mode: str) -> dict:
 
 def _read_csv(path):
     import csv
+
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
@@ -109,12 +114,13 @@ def _fig2_axes(record, **clock):
     """The data axes of Fig. 2 drawn from `record` on a stand-in pyplot (under `clock` and `base`
     where given, else the cells' own times)."""
     plt, ax = mock.MagicMock(), mock.MagicMock()
-    ax.get_ylim.return_value = (10.0, 100.0)          # what the axis would span; only its labels need it
+    ax.get_ylim.return_value = (10.0, 100.0)  # what the axis would span; only its labels need it
     plt.subplots.return_value = (mock.MagicMock(), (mock.MagicMock(), ax))
     study = study_of(record)
-    with tempfile.TemporaryDirectory() as folder:      # save_figure writes a file even for a stand-in figure
-        time_to_target_figure(Path(folder) / "unused.png", claims.cells_of(record), study.modes, study.workers, plt,
-                              **clock)
+    with tempfile.TemporaryDirectory() as folder:  # save_figure writes a file even for a stand-in figure
+        time_to_target_figure(
+            Path(folder) / "unused.png", claims.cells_of(record), study.modes, study.workers, plt, **clock
+        )
     return ax
 
 
@@ -126,10 +132,18 @@ def test_fig2_plots_the_times_the_claims_judge(record):
     study = study_of(record)
     ax = _fig2_axes(record, clock=evidence.clocks["paper"], base=evidence.base)
     drawn = sorted(y for call in ax.scatter.call_args_list for y in call.args[1])
-    assert len({tuple(sorted(c["run"] for c in record["cells"] if c["mode"] == m and c["n"] == 1))
-                for m in study.modes}) == 1, "every mode's N = 1 is the sequential runs"
-    want = sorted(t for mode in study.modes for n in study.workers if n > 1 or mode == study.modes[0]
-                  for t in evidence.seconds(mode, n, evidence.clocks["paper"]) if math.isfinite(t))
+    assert (
+        len({tuple(sorted(c["run"] for c in record["cells"] if c["mode"] == m and c["n"] == 1)) for m in study.modes})
+        == 1
+    ), "every mode's N = 1 is the sequential runs"
+    want = sorted(
+        t
+        for mode in study.modes
+        for n in study.workers
+        if n > 1 or mode == study.modes[0]
+        for t in evidence.seconds(mode, n, evidence.clocks["paper"])
+        if math.isfinite(t)
+    )
     assert drawn == pytest.approx(want, rel=1e-9) and len(drawn) > 100
 
 
@@ -140,8 +154,15 @@ def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(rec
     losses stored per epoch) marks each run that reached at that time too, and none that missed."""
     cells, study = claims.cells_of(record), study_of(record)
     by_key = {(c["mode"], c["n"], c["seed"]): c for c in record["cells"]}
-    strong = loss_curves(cells, policies.STRONG, study.workers, record["curves"], True,
-                         record["settings"]["epoch_definition"], record["target"])
+    strong = loss_curves(
+        cells,
+        policies.STRONG,
+        study.workers,
+        record["curves"],
+        True,
+        record["settings"]["epoch_definition"],
+        record["target"],
+    )
     ends = 0
     for n, runs in strong:
         per_epoch = n if record["settings"]["epoch_definition"] == "per_worker" else 1
@@ -151,21 +172,29 @@ def test_fig4_draws_strong_scaling_pass_by_pass_to_table_ones_time_to_target(rec
             pass_s = model_epoch(record, policies.STRONG, n) / per_epoch
             losses = record["curves"][cell["run"]]["val_loss"]
             assert len(r.points) == math.ceil(cell["passes_to_target"]), (n, cell["seed"])
-            assert [x for x, _ in r.points] == pytest.approx([p * pass_s for p in range(1, len(r.points) + 1)],
-                                                             rel=1e-9)
-            assert [y for _, y in r.points] == pytest.approx(losses[:len(r.points)], rel=1e-12)
+            assert [x for x, _ in r.points] == pytest.approx(
+                [p * pass_s for p in range(1, len(r.points) + 1)], rel=1e-9
+            )
+            assert [y for _, y in r.points] == pytest.approx(losses[: len(r.points)], rel=1e-12)
             assert r.points[-1][0] == pytest.approx(want, rel=1e-9) and r.end[0] == pytest.approx(want, rel=1e-9)
             assert r.points[-1][1] <= record["target"] < min(y for _, y in r.points[:-1])
             ends += 1
     assert ends == len([c for c in record["cells"] if c["mode"] == policies.STRONG]) > 40
     medians = _medians(record, policies.STRONG)
-    for row in _read_csv(REPORTS / "table1.csv"):            # Table I's medians, from the curves' ends
+    for row in _read_csv(REPORTS / "table1.csv"):  # Table I's medians, from the curves' ends
         n = int(row["N"])
         drawn = statistics.median(r.end[0] for m, runs in strong if m == n for r in runs)
         assert drawn == pytest.approx(medians[n], rel=1e-9)
         assert float(row["time to target (s, modelled), median (range)"].split()[0]) == pytest.approx(drawn, abs=0.05)
-    weak = loss_curves(cells, policies.WEAK, study.workers, record["curves"], False,
-                       record["settings"]["epoch_definition"], record["target"])
+    weak = loss_curves(
+        cells,
+        policies.WEAK,
+        study.workers,
+        record["curves"],
+        False,
+        record["settings"]["epoch_definition"],
+        record["target"],
+    )
     for n, runs in weak:
         for r in runs:
             want = expected_seconds(record, by_key[(policies.WEAK, n, r.cell.seed)])
@@ -185,12 +214,16 @@ def test_the_efficiency_figure_draws_one_clock_a_panel(record, tmp_path):
     axes = [[mock.MagicMock(), mock.MagicMock()], [mock.MagicMock(), mock.MagicMock()]]
     plt.subplots.return_value = (mock.MagicMock(), axes)
     study = study_of(record)
-    efficiency_figure(tmp_path / "unused.png", cells, study.modes, study.workers, plt, clock=paper,
-                      base=evidence.base)
+    efficiency_figure(tmp_path / "unused.png", cells, study.modes, study.workers, plt, clock=paper, base=evidence.base)
 
     def strong(ax) -> list:
-        return [y for call in ax.plot.call_args_list if call.kwargs.get("label") == f"{policies.STRONG} (ours)"
-                for y in call.args[1]]
+        return [
+            y
+            for call in ax.plot.call_args_list
+            if call.kwargs.get("label") == f"{policies.STRONG} (ours)"
+            for y in call.args[1]
+        ]
+
     table1 = [float(row["efficiency % (ours)"]) for row in _read_csv(REPORTS / "table1.csv")]
     assert strong(axes[1][0]) == pytest.approx(table1, abs=0.005 + 1e-9)
     times = {n: statistics.median(evidence.seconds(policies.STRONG, n, paper)) for n in study.workers}

@@ -1,6 +1,7 @@
 """What the beyond study's figures draw and say, apart from drawing it (issue 46): N = 1 is the
 sequential cell's seeds once (against_n.py, the against-N drawing both studies share), and the
 sweep's legend and caption name what it draws."""
+
 from deepdensity.scaling import policies
 from deepdensity.study.core.cells import Cell
 from deepdensity.study.report import against_n
@@ -8,13 +9,27 @@ from deepdensity.study.report import against_n as figs
 
 
 def cell(mode: str, n: int, seed: int, epochs: int = 10, passes=None, status: str = "reached_target") -> Cell:
-    return Cell(mode=mode, n=n, seed=seed, status=status, epochs=epochs, epochs_to_target=epochs, epoch_seconds=1.0,
-                time_source="modelled", time_to_target_s=1.0, run=f"{mode}-n{n}-s{seed}", passes_to_target=passes)
+    return Cell(
+        mode=mode,
+        n=n,
+        seed=seed,
+        status=status,
+        epochs=epochs,
+        epochs_to_target=epochs,
+        epoch_seconds=1.0,
+        time_source="modelled",
+        time_to_target_s=1.0,
+        run=f"{mode}-n{n}-s{seed}",
+        passes_to_target=passes,
+    )
 
 
 def test_n_1_is_drawn_once_with_the_sequential_cells_seeds_and_the_caption_says_which():
-    cells = ([cell(policies.SEQUENTIAL, 1, s, passes=20.0) for s in (0, 1, 2)]
-             + [cell(policies.WEAK, 1, s) for s in (0, 1, 2, 3)] + [cell(policies.WEAK, 2, s) for s in (0, 1, 2)])
+    cells = (
+        [cell(policies.SEQUENTIAL, 1, s, passes=20.0) for s in (0, 1, 2)]
+        + [cell(policies.WEAK, 1, s) for s in (0, 1, 2, 3)]
+        + [cell(policies.WEAK, 2, s) for s in (0, 1, 2)]
+    )
     modes = [policies.SEQUENTIAL, policies.WEAK]
     assert [c.seed for c in against_n.sequential_cells(cells, modes)] == [0, 1, 2]
     assert all(c.mode == policies.SEQUENTIAL for c in against_n.sequential_cells(cells, modes))

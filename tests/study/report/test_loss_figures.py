@@ -1,5 +1,6 @@
 """What the figures of validation loss draw (loss_figures.py, Figs. 3-5), read off the committed
 study's record."""
+
 import json
 from unittest import mock
 
@@ -34,6 +35,6 @@ def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(re
     assert sorted(lr) == sorted(recorded) and all(lr[r] == loss[r] for r in lr)
     labels = [call.kwargs["label"] for call in ax.plot.call_args_list]
     assert all(f"{run} (missed: {status})" in labels for run, status in missed.items())
-    assert len(ax.scatter.call_args_list) == len(missed)          # a cross at each miss's last loss
+    assert len(ax.scatter.call_args_list) == len(missed)  # a cross at each miss's last loss
     title = ax2.set.call_args.kwargs["title"]
     assert f"({len(recorded)} of {len(curves)} seeds recorded it" in title

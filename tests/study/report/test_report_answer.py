@@ -1,13 +1,14 @@
 """REPORT.md answers on its first screen (issue 56): its first table has a row per claim of
 claims.json, in order, each cell short enough to read at a glance, before the claims' full
 evidence. Read from the committed reports, which test_rerender holds to what the code renders."""
+
 import json
 
 import pytest
 
 from tests.support import ROOT
 
-LONGEST_CELL = 200          # characters: a cell a reader takes in without scrolling
+LONGEST_CELL = 200  # characters: a cell a reader takes in without scrolling
 FOLDERS = [ROOT / "reports", ROOT / "tests" / "study" / "data" / "tiny-reports"]
 
 
@@ -60,14 +61,19 @@ def test_no_committed_report_or_record_names_a_folder_of_the_machine_that_made_i
     """reports/ and the golden fixture, the records (study.json, ledger.jsonl) included: a report
     shows a path by its last two parts, a record keeps the paths a study ran in that way."""
     from deepdensity.study.record import machine_paths
-    committed = [p for folder in (ROOT / "reports", ROOT / "tests" / "study" / "data") for p in folder.rglob("*")
-                 if p.is_file() and p.suffix in (".md", ".json", ".jsonl", ".csv")]
+
+    committed = [
+        p
+        for folder in (ROOT / "reports", ROOT / "tests" / "study" / "data")
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix in (".md", ".json", ".jsonl", ".csv")
+    ]
     assert {"study.json", "ledger.jsonl", "REPORT.md"} <= {p.name for p in committed}
     named = {p.relative_to(ROOT).as_posix(): machine_paths(p.read_text()) for p in committed}
     assert {p: paths for p, paths in named.items() if paths} == {}
 
 
-LONGEST_LINE = 400          # characters: issue 68's bound for any line of REPORT.md
+LONGEST_LINE = 400  # characters: issue 68's bound for any line of REPORT.md
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(ROOT).as_posix())

@@ -1,6 +1,7 @@
 """The study's TensorBoard view: curves per seed with a tag per cell, on passes over the data,
 and the median passes to target against N; read back by TensorBoard's own event reader, and
 served by a real `tensorboard` (slow)."""
+
 import json
 import subprocess
 import sys
@@ -28,18 +29,31 @@ def study(tmp_path):
     for seed in (0, 1):
         _run(runs, f"seq-s{seed}", [{"epoch": e, "val_loss": 0.01 / e} for e in (1, 2, 3)])
     # weak N = 2 with per_worker epochs: epoch e ends at pass 2e; one validation inside each epoch
-    _run(runs, "weak-n2-s0", [{"epoch": 1, "val_loss": 0.02, "pass_val_losses": [[1, 0.03]]},
-                              {"epoch": 2, "val_loss": None, "pass_val_losses": [[3, 0.015]]}])
+    _run(
+        runs,
+        "weak-n2-s0",
+        [
+            {"epoch": 1, "val_loss": 0.02, "pass_val_losses": [[1, 0.03]]},
+            {"epoch": 2, "val_loss": None, "pass_val_losses": [[3, 0.015]]},
+        ],
+    )
     _run(runs, "weak-n2-s1", [{"epoch": 1, "val_loss": 0.02}])
-    cells = [_cell("strong", 1, 0, "seq-s0", 2.0), _cell("strong", 1, 1, "seq-s1", 3.0),
-             _cell("strong", 2, 0, "seq-s0", 2.0), _cell("strong", 2, 1, "seq-s1", 3.0),
-             _cell("weak", 2, 0, "weak-n2-s0", None), _cell("weak", 2, 1, "weak-n2-s1", 2.0)]
+    cells = [
+        _cell("strong", 1, 0, "seq-s0", 2.0),
+        _cell("strong", 1, 1, "seq-s1", 3.0),
+        _cell("strong", 2, 0, "seq-s0", 2.0),
+        _cell("strong", 2, 1, "seq-s1", 3.0),
+        _cell("weak", 2, 0, "weak-n2-s0", None),
+        _cell("weak", 2, 1, "weak-n2-s1", 2.0),
+    ]
     return {"settings": {"epoch_definition": "per_worker"}, "cells": cells}, runs
 
 
 def test_curves_are_on_passes_and_skip_what_is_not_finite():
-    rows = [{"epoch": 1, "val_loss": 0.02, "pass_val_losses": [[1, 0.03]]},
-            {"epoch": 2, "val_loss": float("nan"), "pass_val_losses": [[3, None]]}]
+    rows = [
+        {"epoch": 1, "val_loss": 0.02, "pass_val_losses": [[1, 0.03]]},
+        {"epoch": 2, "val_loss": float("nan"), "pass_val_losses": [[3, None]]},
+    ]
     assert curve_points(rows, 2) == [(1, 0.03), (2, 0.02)]
 
 
@@ -57,12 +71,14 @@ def test_a_chart_per_cell_a_line_per_seed_and_medians_where_most_seeds_reached(s
 
 def test_the_view_reads_back_through_tensorboards_own_reader(study, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     record, runs = study
     logdir = write_view(record, runs, tmp_path / "tb")
     assert sorted(p.name for p in logdir.iterdir()) == ["seed 0", "seed 1", "study"]
     acc = EventAccumulator(str(logdir / "seed 0"))
     acc.Reload()
     import tensorflow as tf
+
     series = [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors("val_loss/weak N=2")]
     # float32 in the event file against the float64 written
     assert [s for s, _ in series] == [1, 2, 3]
@@ -75,16 +91,31 @@ def test_tensorboard_opens_the_study_view_with_every_run_listed(study, tmp_path)
     record, runs = study
     logdir = write_view(record, runs, tmp_path / "tb")
     port = free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("tensorboard")), "--logdir", str(logdir),
-                             "--host", "127.0.0.1", "--port", str(port), "--reload_interval", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("tensorboard")),
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         listed = wait_for_runs(port, proc)
         deadline = time.monotonic() + 60
         while len(listed) < 3 and time.monotonic() < deadline:
             listed = json.loads(get(port, "/data/runs"))
         assert sorted(listed) == ["seed 0", "seed 1", "study"]
-        series = json.loads(get(port, "/data/plugin/scalars/scalars", run="study", tag="median passes to target/strong"))
+        series = json.loads(
+            get(port, "/data/plugin/scalars/scalars", run="study", tag="median passes to target/strong")
+        )
         assert [(step, v) for _, step, v in series] == [(1, 2.5), (2, 2.5)]
     finally:
         proc.terminate()

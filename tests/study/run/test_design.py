@@ -1,6 +1,7 @@
 """study/run/design.py on stand-in units: the sequential design (which cells get more seeds, in
 what order, and when it stops: max_seeds, settled cells, the time budget), and the stall check
 (the runs the stall rule stopped, continued to the cap with the rule off)."""
+
 import time
 
 import pytest
@@ -12,12 +13,16 @@ from deepdensity.study.run.runner import StudyRunner
 
 def _units(book, runner, outcome, cost):
     """Units whose seed s 'reaches the target' per outcome(unit, s); each run costs cost[unit] s."""
+
     def job(unit, seed):
         name = f"{unit[0]}-n{unit[1]}-s{seed}"
-        book.results[(unit[0], unit[1], seed)] = ({"status": "reached_target" if outcome(unit, seed) else "stalled",
-                                                   "epochs": 3}, name)
+        book.results[(unit[0], unit[1], seed)] = (
+            {"status": "reached_target" if outcome(unit, seed) else "stalled", "epochs": 3},
+            name,
+        )
         runner.wall[name] = cost[unit]
         return [name]
+
     return {u: (lambda s, u=u: job(u, s)) for u in cost}
 
 
@@ -27,12 +32,11 @@ def test_every_cell_gets_seeds_up_to_the_cap_mixed_ones_too(tmp_path):
     runner = StudyRunner(tmp_path, tmp_path / "t.yaml", None, parallel=2, say=lambda *a: None)
     book = Book()
     cost = {("weak", 2): 1.0, ("weak", 8): 5.0, ("linear", 2): 2.0}
-    mixed = {("linear", 2)}                        # seed 1 of linear N = 2 fails, the rest reach
+    mixed = {("linear", 2)}  # seed 1 of linear N = 2 fails, the rest reach
     units = _units(book, runner, lambda u, s: not (u in mixed and s == 1), cost)
     run_first_seeds(runner, book, units, [0, 1, 2])
     assert all(book.seeds[u] == [0, 1, 2] for u in units) and book.why[(("weak", 2), 0)] == FIRST
-    stopped = run_more_seeds(runner, book, units, max_seeds=5, deadline=time.perf_counter() + 60,
-                             say=lambda *a: None)
+    stopped = run_more_seeds(runner, book, units, max_seeds=5, deadline=time.perf_counter() + 60, say=lambda *a: None)
     assert all(book.seeds[u] == [0, 1, 2, 3, 4] for u in units)
     assert "narrows its missed rate's interval" in book.why[(("linear", 2), 3)]
     assert stopped == "every cell settled or at max_seeds"
@@ -44,8 +48,7 @@ def test_more_seeds_go_to_every_cell_alike_and_the_budget_is_kept(tmp_path):
     cost = {("weak", 2): 1.0, ("warmup", 2): 1000.0}
     units = _units(book, runner, lambda u, s: not (u == ("weak", 2) and s == 0), cost)
     run_first_seeds(runner, book, units, [0, 1, 2])
-    stopped = run_more_seeds(runner, book, units, max_seeds=4,
-                             deadline=time.perf_counter() + 60, say=lambda *a: None)
+    stopped = run_more_seeds(runner, book, units, max_seeds=4, deadline=time.perf_counter() + 60, say=lambda *a: None)
     assert book.seeds[("weak", 2)] == [0, 1, 2, 3]
     assert "narrows its missed rate's interval" in book.why[(("weak", 2), 3)], "not to settle one answer"
     assert book.seeds[("warmup", 2)] == [0, 1, 2], "a 1000 s seed does not fit a 60 s budget"
@@ -58,10 +61,14 @@ def test_the_sequential_runs_keep_apart_from_the_seeds_that_chose_eta(base_lr, w
     came from one (its own, or the default study's) runs its sequential cell on other seeds; a
     study with a given eta keeps its seeds. Calibration seeds are never used by a cell."""
     from deepdensity.study.core.preset import Study
+
     study = Study(seeds=[0, 1, 2], edge_seeds=[0, 1, 2], base_lr=base_lr, calibration_seeds=[100, 101, 102])
     assert study.sequential_seeds() == want
-    assert Study(seeds=[99, 100, 101], edge_seeds=[0], base_lr=0.001,
-                 calibration_seeds=[100]).sequential_seeds() == [0, 1, 2]
+    assert Study(seeds=[99, 100, 101], edge_seeds=[0], base_lr=0.001, calibration_seeds=[100]).sequential_seeds() == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as_reached(tmp_path):
@@ -86,19 +93,29 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
 
     book = Book()
     stalled = {"status": "stalled", "epochs": 9}
-    book.results = {("warmup", 32, 0): (stalled, "warmup-n32-s0"), ("linear", 16, 1): (stalled, "linear-n16-s1"),
-                    ("weak", 4, 0): (stalled, "weak-n4-s0"), ("weak", 2, 0): (stalled, "weak-n2-s0"),
-                    ("2eta", 1, 3): (stalled, "seq-2eta-s3"), ("strong", 8, 3): (stalled, "seq-s3"),
-                    ("weak", 8, 0): ({"status": "reached_target", "epochs": 9}, "weak-n8-s0")}
+    book.results = {
+        ("warmup", 32, 0): (stalled, "warmup-n32-s0"),
+        ("linear", 16, 1): (stalled, "linear-n16-s1"),
+        ("weak", 4, 0): (stalled, "weak-n4-s0"),
+        ("weak", 2, 0): (stalled, "weak-n2-s0"),
+        ("2eta", 1, 3): (stalled, "seq-2eta-s3"),
+        ("strong", 8, 3): (stalled, "seq-s3"),
+        ("weak", 8, 0): ({"status": "reached_target", "epochs": 9}, "weak-n8-s0"),
+    }
     s = SimpleNamespace(study=SimpleNamespace(stall_check=3), runner=Runner(), root=tmp_path)
     proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": 0.002, "target_loss": 1.0, "max_epochs": 64})
     rows = stall_check(s, proto, book)
     asked = {a[0]: a for a in s.runner.asked}
-    assert [a[2] for a in s.runner.asked] == sorted(a[2] for a in s.runner.asked), \
+    assert [a[2] for a in s.runner.asked] == sorted(a[2] for a in s.runner.asked), (
         "the cheapest continuations (smallest N) first"
-    assert set(asked) == {"warmup-n32-s0-to-cap", "linear-n16-s1-to-cap", "weak-n4-s0-to-cap",
-                          "weak-n2-s0-to-cap", "seq-2eta-s3-to-cap"}, \
-        "every one at N >= 16, then 3 of the others spread over their cells; never strong"
+    )
+    assert set(asked) == {
+        "warmup-n32-s0-to-cap",
+        "linear-n16-s1-to-cap",
+        "weak-n4-s0-to-cap",
+        "weak-n2-s0-to-cap",
+        "seq-2eta-s3-to-cap",
+    }, "every one at N >= 16, then 3 of the others spread over their cells; never strong"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
     assert all(a[5] + "-to-cap" == name for name, a in asked.items()), "each from the run the rule stopped"
     assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == 0.004
@@ -113,8 +130,15 @@ class _LookRunner:
 
     def __init__(self, isa: str, first_isa: str):
         self.isa, self.may_train, self.asked = isa, True, []
-        self.ledger = type("L", (), {"entries": [{"run": f"weak-n4-s{s}", "isa_cap": "", "machine": {"onednn_isa": first_isa}}
-                                                  for s in range(8)]})()
+        self.ledger = type(
+            "L",
+            (),
+            {
+                "entries": [
+                    {"run": f"weak-n4-s{s}", "isa_cap": "", "machine": {"onednn_isa": first_isa}} for s in range(8)
+                ]
+            },
+        )()
 
     def _machine(self, isa_cap):
         return {"onednn_isa": self.isa}
@@ -125,11 +149,14 @@ class _LookRunner:
 
 def _looked_book(misses_by_unit: dict):
     from deepdensity.study.run.outcomes import Book
+
     book = Book()
     for (mode, n), misses in misses_by_unit.items():
         for seed in range(8):
-            book.results[(mode, n, seed)] = ({"status": "max_epochs" if seed < misses else "reached_target"},
-                                             f"{mode}-n{n}-s{seed}")
+            book.results[(mode, n, seed)] = (
+                {"status": "max_epochs" if seed < misses else "reached_target"},
+                f"{mode}-n{n}-s{seed}",
+            )
             book.add((mode, n), seed, [f"{mode}-n{n}-s{seed}"], "first seeds of the preset")
     return book
 
@@ -139,6 +166,7 @@ def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_
     from deepdensity.study.core.preset import Study
     from deepdensity.study.run.runner import NotHeld
     from deepdensity.study.run.second_look import run_second_look
+
     runner = _LookRunner(here, "AVX-512 DL Boost")
     book = _looked_book({("weak", 4): 1, ("weak", 8): 0, ("linear", 8): 8})
 
@@ -148,6 +176,7 @@ def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_
             if not runner.may_train:
                 raise NotHeld("not held")
             return [f"{mode}-n{n}-s{seed}"]
+
         return job
 
     units = {u: unit(*u) for u in [("weak", 4), ("weak", 8), ("linear", 8)]}

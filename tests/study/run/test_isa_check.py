@@ -1,5 +1,6 @@
 """Stability across instruction sets (the preset's isa_check): which cap a machine is checked
 under, and the report judging every claim again with the re-run seed in place of the original."""
+
 import copy
 import json
 from pathlib import Path
@@ -13,13 +14,16 @@ from tests.support import prose
 RECORD = json.loads((Path(__file__).parents[1] / "data" / "tiny-reports" / "study.json").read_text())
 
 
-@pytest.mark.parametrize("setting, machine, cap", [
-    ("auto", "Intel AVX-512 with Intel DL Boost and bfloat16 support", "AVX2"),
-    ("auto", "Intel AVX-512 with float16, Intel DL Boost and bfloat16 support and Intel AMX", "AVX2"),
-    ("auto", "Intel AVX2", "SSE41"),
-    ("AVX2", "Intel AVX2", "AVX2"),
-    (None, "Intel AVX-512", None),
-])
+@pytest.mark.parametrize(
+    "setting, machine, cap",
+    [
+        ("auto", "Intel AVX-512 with Intel DL Boost and bfloat16 support", "AVX2"),
+        ("auto", "Intel AVX-512 with float16, Intel DL Boost and bfloat16 support and Intel AMX", "AVX2"),
+        ("auto", "Intel AVX2", "SSE41"),
+        ("AVX2", "Intel AVX2", "AVX2"),
+        (None, "Intel AVX-512", None),
+    ],
+)
 def test_auto_checks_one_instruction_set_below_the_machines(setting, machine, cap):
     assert isa_to_check(setting, machine) == cap
 
@@ -31,17 +35,24 @@ def test_every_claim_is_judged_again_with_the_re_run_seed(tmp_path):
     # under the other instruction set, seed 0 of linear N = 2 diverged; every other re-run matched
     for c in again:
         if (c["mode"], c["n"], c["seed"]) == ("linear", 2, 0):
-            c.update(status="diverged", epochs_to_target=None, time_to_target_s=None, final_val_loss=None,
-                     run="isa-sse41-linear-n2-s0")
+            c.update(
+                status="diverged",
+                epochs_to_target=None,
+                time_to_target_s=None,
+                final_val_loss=None,
+                run="isa-sse41-linear-n2-s0",
+            )
     record["isa_check"] = {"isa": "SSE41", "seed": 0, "cells": again, "seq_2eta": record["seq_2eta"]}
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "study.json").write_text(json.dumps(record))
     claims = report.render_reports(tmp_path / "out", record)
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    seed_0_cells = sum(c["seed"] == 0 for c in record["cells"])          # 8: 4 modes at N = 1, 2
+    seed_0_cells = sum(c["seed"] == 0 for c in record["cells"])  # 8: 4 modes at N = 1, 2
     assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome (reached, slow or failed)" in prose(text)
     assert "capped at SSE41" in prose(text) and "with seed 0 under SSE41" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and line.endswith(("the same |", "**changed** |"))]
+    rows = [
+        line for line in text.splitlines() if line.startswith("| ") and line.endswith(("the same |", "**changed** |"))
+    ]
     assert len(rows) == len(claims), "one row a claim"
     # "the linear rule fails at every N > 1": 0 of 3 failed before; 1 of 3 under SSE41 moves its
     # failure rate but not the call (inconclusive either way), so no verdict changed here
@@ -67,6 +78,9 @@ def test_a_verdict_the_re_run_seed_changes_is_marked_changed(tmp_path):
             c.update(failed)
     record["isa_check"] = {"isa": "AVX2", "seed": 0, "cells": again, "seq_2eta": record["seq_2eta"]}
     report.render_reports(tmp_path, record)
-    row = next(line for line in (tmp_path / "REPORT.md").read_text().splitlines()
-               if line.startswith("| The linear scaling rule fails at every N > 1 | inconclusive"))
+    row = next(
+        line
+        for line in (tmp_path / "REPORT.md").read_text().splitlines()
+        if line.startswith("| The linear scaling rule fails at every N > 1 | inconclusive")
+    )
     assert row.split(" | ")[2] == "reproduced" and row.endswith("**changed** |"), row

@@ -1,5 +1,6 @@
 """The study's runner reuses a finished run only when it ran with what the study asks for now,
 on the same data; it never reuses a stale one."""
+
 import json
 
 import pytest
@@ -14,8 +15,15 @@ from tests.support import ROOT
 def _finished_run(root, data, **settings):
     run = root / "seq-s0"
     run.mkdir(parents=True)
-    config = {"data_path": str(data), "stall_patience": 3, "base_lr": 0.002, "seed": 0, "max_epochs": 4,
-              "data_fingerprint": data_fingerprint(data), **settings}
+    config = {
+        "data_path": str(data),
+        "stall_patience": 3,
+        "base_lr": 0.002,
+        "seed": 0,
+        "max_epochs": 4,
+        "data_fingerprint": data_fingerprint(data),
+        **settings,
+    }
     (run / "config.json").write_text(json.dumps(config))
     (run / "result.json").write_text(json.dumps({"status": "reached_target", "epochs": 3, "seconds": 1.0}))
     return run
@@ -55,8 +63,13 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
     on a plateau within 3 epochs, so a patience of 1 stops it. Exact equality: the same process
     configuration with deterministic kernels, and a resume restores weights and Adam's state."""
     from deepdensity.training.runs import read_metrics
-    settings = {**yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()), "data_path": str(smoke_data),
-                "target_loss": 1e-6, "base_lr": 0.05}
+
+    settings = {
+        **yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()),
+        "data_path": str(smoke_data),
+        "target_loss": 1e-6,
+        "base_lr": 0.05,
+    }
     train_yaml = tmp_path / "train.yaml"
     train_yaml.write_text(yaml.safe_dump(settings))
     root = tmp_path / "runs"
@@ -69,10 +82,12 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
 
     def path(name):
         return [(r["epoch"], r["loss"], r["val_loss"]) for r in read_metrics(root / name)]
+
     assert path("s0-to-cap") == path("fresh")
     head = stopped["epochs"]
-    assert [r["seconds"] for r in read_metrics(root / "s0-to-cap")[:head]] == \
-        [r["seconds"] for r in read_metrics(root / "s0")], "the stopped run's epochs, not trained again"
+    assert [r["seconds"] for r in read_metrics(root / "s0-to-cap")[:head]] == [
+        r["seconds"] for r in read_metrics(root / "s0")
+    ], "the stopped run's epochs, not trained again"
     assert json.loads((root / "s0" / "result.json").read_text())["status"] == "stalled", "the stopped run is kept"
     # asked for again under its own name with the rule off (the batch sweep, docs/beyond.md): it
     # trains on in its own folder, from its checkpoint, along the same path
@@ -84,10 +99,12 @@ def test_a_run_the_stall_rule_stopped_is_continued_from_its_checkpoint_on_the_sa
 
 def _with_curve(run, status, val_losses):
     (run / "result.json").write_text(json.dumps({"status": status, "epochs": len(val_losses), "seconds": 1.0}))
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": e + 1, "val_loss": v}) + "\n"
-                                               for e, v in enumerate(val_losses)))
-    (run / "state.json").write_text(json.dumps({"epoch": len(val_losses) - 1, "status": status, "elapsed_s": 1.0,
-                                                "checkpoint": "ckpt-x"}))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"epoch": e + 1, "val_loss": v}) + "\n" for e, v in enumerate(val_losses))
+    )
+    (run / "state.json").write_text(
+        json.dumps({"epoch": len(val_losses) - 1, "status": status, "elapsed_s": 1.0, "checkpoint": "ckpt-x"})
+    )
 
 
 def test_a_finished_run_the_rules_now_in_force_would_cut_sooner_is_refused(tmp_path):
@@ -112,6 +129,7 @@ def test_a_run_stopped_by_a_rule_no_longer_asked_for_is_left_whole_when_nothing_
     docs/beyond.md) the run must train on, which --no-train forbids: NotHeld, and the folder
     keeps its result."""
     from deepdensity.study.run.runner import NotHeld
+
     data = tmp_path / "data.h5"
     data.write_bytes(b"the study's cubes")
     train_yaml = tmp_path / "train.yaml"
@@ -126,12 +144,15 @@ def test_a_run_stopped_by_a_rule_no_longer_asked_for_is_left_whole_when_nothing_
     assert json.loads((run / "state.json").read_text())["status"] == "stalled"
 
 
-@pytest.mark.parametrize("runner, want", [
-    (None, "one process"),
-    ("horovodrun --gloo -np {n}", "horovodrun (gloo)"),
-    ("horovodrun --mpi -np {n} -H node1:2,node2:2", "horovodrun (mpi)"),
-    ("horovodrun --mpi -np {n} --host-discovery-script ./hosts.sh", "horovodrun (gloo)"),   # elastic: Gloo only
-])
+@pytest.mark.parametrize(
+    "runner, want",
+    [
+        (None, "one process"),
+        ("horovodrun --gloo -np {n}", "horovodrun (gloo)"),
+        ("horovodrun --mpi -np {n} -H node1:2,node2:2", "horovodrun (mpi)"),
+        ("horovodrun --mpi -np {n} --host-discovery-script ./hosts.sh", "horovodrun (gloo)"),  # elastic: Gloo only
+    ],
+)
 def test_a_real_run_is_keyed_by_the_controller_it_runs_under(tmp_path, runner, want, monkeypatch):
     """MPI's and Gloo's allreduces sum in their own orders, so a run under one is not the other's:
     the ledger keeps them apart, and says which ran each. DEEPDENSITY_CONTROLLER=mpi is ignored by
@@ -152,13 +173,16 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
     AVX2 check said "trained 0 run(s)")."""
     from deepdensity.launch.slurm_jobs import SlurmOptions
     from deepdensity.study.run.slurm_runner import SlurmRunner
+
     data = tmp_path / "data.h5"
     data.write_bytes(b"the study's cubes")
     train_yaml = tmp_path / "train.yaml"
     train_yaml.write_text(yaml.safe_dump({"data_path": str(data), "stall_patience": 3}))
     _finished_run(tmp_path / "runs", data)
-    for study in (StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None),
-                  SlurmRunner(tmp_path / "runs", train_yaml, None, SlurmOptions(), 1, "tiny")):
+    for study in (
+        StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None),
+        SlurmRunner(tmp_path / "runs", train_yaml, None, SlurmOptions(), 1, "tiny"),
+    ):
         check = study.sibling(None, 1)
         check.trained.add("isa-avx2-seq-s0")
         check.run("seq-s0", "strong", 1, {"base_lr": 0.002, "seed": 0, "max_epochs": 4})
@@ -166,19 +190,23 @@ def test_a_sibling_runner_counts_its_runs_with_the_studys(tmp_path):
         assert type(check) is type(study), "a sibling is of its runner's kind (local, Slurm)"
 
 
-@pytest.mark.parametrize("saved, asked, aside_as", [
-    ({"launch": {"controller": "gloo"}}, "horovodrun --mpi -np {n}", "gloo"),    # trained under Gloo, asked under MPI
-    ({"launch": {"controller": "mpi"}}, "horovodrun --gloo -np {n}", "mpi"),
-    ({}, "horovodrun --mpi -np {n}", "unrecorded"),      # from before runs recorded their controller
-    ({"launch": {"controller": "gloo"}}, "horovodrun --gloo -np {n}", None),      # the same controller: reused
-    ({"launch": {"controller": "gloo"}, "world_size": 1}, "horovodrun --mpi -np {n}", None),   # one process
-])
+@pytest.mark.parametrize(
+    "saved, asked, aside_as",
+    [
+        ({"launch": {"controller": "gloo"}}, "horovodrun --mpi -np {n}", "gloo"),  # trained under Gloo, asked under MPI
+        ({"launch": {"controller": "mpi"}}, "horovodrun --gloo -np {n}", "mpi"),
+        ({}, "horovodrun --mpi -np {n}", "unrecorded"),  # from before runs recorded their controller
+        ({"launch": {"controller": "gloo"}}, "horovodrun --gloo -np {n}", None),  # the same controller: reused
+        ({"launch": {"controller": "gloo"}, "world_size": 1}, "horovodrun --mpi -np {n}", None),  # one process
+    ],
+)
 def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reused(tmp_path, saved, asked, aside_as):
     """The study's real strong-scaling runs have one folder name under either controller. A
     folder trained under Gloo answered the study's request under MPI (and went into the ledger
     as MPI's); it is now moved aside, whole, and the run is looked up or trained afresh. One
     process has no allreduce: its folder is the same run under either."""
     from deepdensity.study.run.runner import NotHeld
+
     data = tmp_path / "data.h5"
     data.write_bytes(b"the study's cubes")
     train_yaml = tmp_path / "train.yaml"
@@ -195,7 +223,7 @@ def test_a_real_run_trained_here_under_another_controller_is_set_aside_not_reuse
     aside = tmp_path / "runs" / "set-aside" / f"seq-s0.{aside_as}"
     assert not run.exists() and json.loads((aside / "result.json").read_text())["epochs"] == 3
     assert json.loads((aside / "config.json").read_text()).get("launch") == saved.get("launch")
-    if aside_as != "unrecorded":     # asked for under its own controller again, it comes back
+    if aside_as != "unrecorded":  # asked for under its own controller again, it comes back
         back = StudyRunner(tmp_path / "runs", train_yaml, f"horovodrun --{aside_as} -np {{n}}", say=lambda *a: None)
         assert back.run("seq-s0", "strong", 2, asked_settings)["epochs"] == 3 and not aside.exists()
 
@@ -205,6 +233,7 @@ def test_a_set_aside_run_comes_back_over_a_folder_the_ledger_wrote_but_not_over_
     a folder with a checkpoint was trained here, and is never replaced."""
     from deepdensity.study.core import ledger
     from deepdensity.study.run import run_folders
+
     out = tmp_path / "real-strong-n2-s3"
     aside = tmp_path / "set-aside" / "real-strong-n2-s3.mpi"
     aside.mkdir(parents=True)

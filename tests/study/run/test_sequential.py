@@ -1,4 +1,5 @@
 """Strong scaling read off the sequential run (sequential.py): the run extended until every N is decided."""
+
 from deepdensity.scaling.rules import StoppingRules
 from deepdensity.study.run.sequential import strong_from_sequential
 from tests.support import FakeRunner
@@ -25,6 +26,7 @@ def test_a_real_run_the_ledger_gave_back_names_its_keys_controller_and_no_transp
 
     from deepdensity.study.report.report_checks import _controller_cell
     from deepdensity.study.run.sequential import _launched
+
     runner = SimpleNamespace(controller=lambda: "mpi")
     (tmp_path / "given-back").mkdir()
     (tmp_path / "given-back" / "config.json").write_text('{"config": {}}')
@@ -40,10 +42,13 @@ def test_a_real_run_the_ledger_gave_back_names_its_keys_controller_and_no_transp
 def test_the_cells_stopping_rules_are_the_settings_at_the_studys_target_cap_and_collapse_level():
     from deepdensity.config import Config
     from deepdensity.study.run.session import Protocol
-    cfg = Config(target_loss=0.5, max_epochs=400, stall_patience=3, stall_near=0.1, stall_near_patience=9,
-                 collapse_patience=2)
+
+    cfg = Config(
+        target_loss=0.5, max_epochs=400, stall_patience=3, stall_near=0.1, stall_near_patience=9, collapse_patience=2
+    )
     got = Protocol(eta=0.001, target=0.002, max_epochs=24, seq_max_epochs=40, cfg=cfg, collapse_loss=0.0049).stopping()
     assert got == StoppingRules(0.002, 24, 3, 0.1, 9, 0.0049, 2), "the study's target, cap and collapse level"
-    off = Protocol(eta=0.001, target=0.002, max_epochs=24, seq_max_epochs=40, cfg=Config(collapse_patience=0),
-                   collapse_loss=0.0049).stopping()
+    off = Protocol(
+        eta=0.001, target=0.002, max_epochs=24, seq_max_epochs=40, cfg=Config(collapse_patience=0), collapse_loss=0.0049
+    ).stopping()
     assert (off.collapse_loss, off.collapse_patience) == (0.0, 0), "no collapse level where the rule is off"

@@ -2,6 +2,7 @@
 its timing.json read; never submitted twice, nothing submitted when timing.json is held. Slurm
 is faked here (a submitter that records what it is asked, squeue on PATH); the executor against
 a running cluster is tests/cluster/test_slurm.py."""
+
 import json
 import os
 import sys
@@ -56,6 +57,7 @@ def slurm(tmp_path, monkeypatch):
         submitter = FakeSubmitter(root, **fake)
         runner = SlurmRunner(root, root / "train.yaml", None, options, threads, "tiny", submitter=submitter)
         return SimpleNamespace(runner=runner, root=root, train_yaml=root / "train.yaml", n_train=64, n_val=32)
+
     return study
 
 
@@ -65,8 +67,17 @@ def test_the_clock_is_one_job_of_four_cpus_and_its_timing_json_is_read(slurm):
     assert timing.study_clock(s, cfg=None, say=said.append) == TIMING
     [(name, cmd, params, job_id)] = s.runner.submitter.submitted
     assert name == "clock" and job_id == "11"
-    assert cmd == [sys.executable, "-m", "deepdensity.study.run.timing", "--runs", str(s.root.resolve()),
-                   "--n-train", "64", "--n-val", "32"], "measure_timing on the node, on the runs folder"
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "deepdensity.study.run.timing",
+        "--runs",
+        str(s.root.resolve()),
+        "--n-train",
+        "64",
+        "--n-val",
+        "32",
+    ], "measure_timing on the node, on the runs folder"
     assert params["cpus_per_task"] == 4 and params["srun_args"] == ["--cpus-per-task=4"], "horovodrun -np 4"
     assert params["time"] == 240 and params["ntasks_per_node"] == 1, "one task on one node, the study's time"
     assert json.loads((s.root / ".slurm" / "clock.json").read_text())["jobs"] == ["11"]
@@ -77,8 +88,9 @@ def test_the_clock_is_one_job_of_four_cpus_and_its_timing_json_is_read(slurm):
     assert again.runner.submitter.submitted == []
 
 
-@pytest.mark.parametrize("options, threads, cpus", [(SlurmOptions(cpus_per_task=2), 1, 8),
-                                                    (SlurmOptions(), 2, 8), (SlurmOptions(), 1, 4)])
+@pytest.mark.parametrize(
+    "options, threads, cpus", [(SlurmOptions(cpus_per_task=2), 1, 8), (SlurmOptions(), 2, 8), (SlurmOptions(), 1, 4)]
+)
 def test_the_clock_jobs_cpus_are_the_real_strong_scaling_jobs_at_n_4(options, threads, cpus, tmp_path):
     assert timing.clock_cpus(options, threads) == cpus
     launched = SlurmRunner(tmp_path, tmp_path / "train.yaml", "horovodrun -np {n}", options, threads, "tiny")
@@ -90,9 +102,9 @@ def test_a_clock_job_the_last_driver_submitted_is_attached_to_not_submitted_agai
     jobs = s.root / ".slurm"
     jobs.mkdir()
     (jobs / "clock.json").write_text(json.dumps({"job_id": "7", "attempts": 1, "jobs": ["7"], "command": ["x"]}))
-    cloudpickle_dump(("success", 0), JobPaths(jobs, job_id="7", task_id=0).result_pickle)   # it ended meanwhile
+    cloudpickle_dump(("success", 0), JobPaths(jobs, job_id="7", task_id=0).result_pickle)  # it ended meanwhile
     (s.root / "timing.json").write_text(json.dumps({**TIMING, "clock_version": CLOCK_VERSION - 1}))
-    with pytest.raises(StudyError, match="wrote no timing.json"):      # the old clock's file is not taken
+    with pytest.raises(StudyError, match="wrote no timing.json"):  # the old clock's file is not taken
         timing.study_clock(s, cfg=None, say=lambda line: None)
     assert s.runner.submitter.submitted == [], "attached to job 7, never submitted again"
     (s.root / "timing.json").write_text(json.dumps(TIMING))
@@ -106,8 +118,9 @@ def test_a_failed_clock_job_stops_the_study_and_is_submitted_afresh_next_time(sl
     again = slurm()
     assert timing.study_clock(again, cfg=None, say=lambda line: None) == TIMING
     assert [j for *_, j in again.runner.submitter.submitted] == ["11"]
-    assert json.loads((s.root / ".slurm" / "clock.json").read_text())["jobs"] == ["11", "11"], \
+    assert json.loads((s.root / ".slurm" / "clock.json").read_text())["jobs"] == ["11", "11"], (
         "both submissions on record (each fake numbers its jobs from 11)"
+    )
 
 
 def test_the_local_executor_measures_the_clock_here_as_before(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 runs, waiting on a job through squeue's failures, a submission found again by its token, and
 repro's checks and dry run under --executor slurm; against a running cluster,
 tests/cluster/test_slurm.py."""
+
 import json
 import subprocess
 import sys
@@ -26,9 +27,14 @@ from tests.support import ROOT
 
 
 def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):
-    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None,
-                         SlurmOptions(partition="p", gpus_per_task=1, sbatch=["--qos=short", "--exclusive"]),
-                         threads=2, study_name="default")
+    runner = SlurmRunner(
+        tmp_path,
+        tmp_path / "train.yaml",
+        None,
+        SlurmOptions(partition="p", gpus_per_task=1, sbatch=["--qos=short", "--exclusive"]),
+        threads=2,
+        study_name="default",
+    )
     script = runner.batch_script("weak-n2-s0", 2)
     assert "#SBATCH --job-name=dd-default-weak-n2-s0\n" in script
     assert "#SBATCH --cpus-per-task=2\n" in script, "the runs' threads, one task: workers are emulated"
@@ -40,12 +46,15 @@ def test_the_job_script_is_submitits_with_the_studys_options(tmp_path):
     assert f"#SBATCH --output={runner.jobs}/%j_0_log.out\n" in script
     assert f"#SBATCH --comment={COMMENT}TOKEN\n" in script
     # srun of Slurm 22.05 does not pass the job's --cpus-per-task on to the step
-    assert f"srun --unbuffered --output {runner.jobs}/%j_%t_log.out --error {runner.jobs}/%j_%t_log.err " \
-           f"--cpus-per-task=2 {sys.executable} -u -m submitit.core._submit {runner.jobs}\n" in script
+    assert (
+        f"srun --unbuffered --output {runner.jobs}/%j_%t_log.out --error {runner.jobs}/%j_%t_log.err "
+        f"--cpus-per-task=2 {sys.executable} -u -m submitit.core._submit {runner.jobs}\n" in script
+    )
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")]).returncode == 0
-    launched = SlurmRunner(tmp_path, tmp_path / "train.yaml", "horovodrun -np {n}", SlurmOptions(), threads=1,
-                           study_name="default").batch_script("real-strong-n4-s0", 4)
+    launched = SlurmRunner(
+        tmp_path, tmp_path / "train.yaml", "horovodrun -np {n}", SlurmOptions(), threads=1, study_name="default"
+    ).batch_script("real-strong-n4-s0", 4)
     assert "#SBATCH --cpus-per-task=4\n" in launched, "a launcher's N processes, one thread each"
 
 
@@ -56,15 +65,21 @@ def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch
     import os
 
     from submitit.core.utils import JobPaths, cloudpickle_dump
+
     calls = tmp_path / "calls"
     # fails twice (controller away), then says the job has left the controller
-    fake_command(tmp_path / "bin", "squeue", f"echo x >> {calls}\nn=$(wc -l < {calls})\n"
-                 "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n"
-                 "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n")
+    fake_command(
+        tmp_path / "bin",
+        "squeue",
+        f"echo x >> {calls}\nn=$(wc -l < {calls})\n"
+        "if [ $n -le 2 ]; then echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1; fi\n"
+        "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n",
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(QueueJob, "watcher", QueueWatcher(delay_s=0))
-    runner = SlurmRunner(tmp_path, tmp_path / "train.yaml", None, SlurmOptions(poll_seconds=0.01), threads=1,
-                         study_name="t")
+    runner = SlurmRunner(
+        tmp_path, tmp_path / "train.yaml", None, SlurmOptions(poll_seconds=0.01), threads=1, study_name="t"
+    )
     runner.jobs.mkdir()
     cloudpickle_dump(("success", 0), JobPaths(runner.jobs, job_id="5", task_id=0).result_pickle)
     assert runner._wait("5") == ((0, ""), LEFT), "waited through the failures, then read the job's result"
@@ -73,8 +88,12 @@ def test_a_squeue_that_fails_is_not_taken_for_an_ended_job(tmp_path, monkeypatch
 
 def test_a_submission_the_last_driver_began_is_found_by_its_token(tmp_path, monkeypatch):
     import os
-    fake_command(tmp_path / "bin", "squeue", f"echo '7|{COMMENT}other'; echo '9_0|{COMMENT}tok'; "
-                 f"echo '9_1|{COMMENT}tok'; echo '11|{COMMENT}solo'\n")
+
+    fake_command(
+        tmp_path / "bin",
+        "squeue",
+        f"echo '7|{COMMENT}other'; echo '9_0|{COMMENT}tok'; echo '9_1|{COMMENT}tok'; echo '11|{COMMENT}solo'\n",
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert (find("tok", 1), find("solo", 0), find("tok", 2), find("gone", 0)) == ("9_1", "11", "", "")
     fake_command(tmp_path / "bin", "squeue", "echo 'slurm_load_jobs error: Socket timed out' >&2; exit 1\n")
@@ -94,9 +113,24 @@ def test_repro_on_a_host_without_sbatch_refuses_in_one_line_before_anything(tmp_
     preset, runs, empty = tmp_path / "tiny.yaml", tmp_path / "runs", tmp_path / "bin"
     preset.write_text(TINY)
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "deepdensity.repro", "--preset", str(preset), "--runs", str(runs),
-                           "--executor", "slurm"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={"PATH": str(empty), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deepdensity.repro",
+            "--preset",
+            str(preset),
+            "--runs",
+            str(runs),
+            "--executor",
+            "slurm",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(empty), "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH")
@@ -109,10 +143,12 @@ def fake_slurm(tmp_path, sbatch_exit: int, message: str = "") -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls"
-    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho squeue \"$@\" >> {log}\n"
-                                    "echo 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
-    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho sbatch \"$@\" >> {log}\necho '{message}' >&2\n"
-                                    f"exit {sbatch_exit}\n")
+    (bin_dir / "squeue").write_text(
+        f"#!/bin/sh\necho squeue \"$@\" >> {log}\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n"
+    )
+    (bin_dir / "sbatch").write_text(
+        f"#!/bin/sh\necho sbatch \"$@\" >> {log}\necho '{message}' >&2\nexit {sbatch_exit}\n"
+    )
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
@@ -121,11 +157,22 @@ def fake_slurm(tmp_path, sbatch_exit: int, message: str = "") -> Path:
 
 def test_repro_refuses_options_slurm_refuses_before_anything(tmp_path, monkeypatch, capsys):
     from deepdensity.study import repro
+
     (tmp_path / "tiny.yaml").write_text(TINY)
     calls = fake_slurm(tmp_path, 1, "sbatch: error: Batch job submission failed: Invalid partition name specified")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
-                       "slurm", "--slurm", "partition=nope"])
+    code = repro.main(
+        [
+            "--preset",
+            str(tmp_path / "tiny.yaml"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--executor",
+            "slurm",
+            "--slurm",
+            "partition=nope",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("error: --executor slurm: Slurm refuses a job with the study's options (--partition=nope")
@@ -137,14 +184,17 @@ def test_repro_asks_slurm_for_its_largest_job_the_clocks_before_anything(tmp_pat
     """A partition that takes 1-CPU jobs but no 4-CPU one would run every training job and wait
     forever for the clock's (horovodrun -np 4): the check before anything asks for the largest."""
     from deepdensity.study import repro
+
     (tmp_path / "tiny.yaml").write_text(TINY)
     calls = fake_slurm(tmp_path, 0)
     (tmp_path / "bin" / "sbatch").write_text(
-        f"#!/bin/sh\necho sbatch \"$@\" >> {calls}\ncase \"$*\" in *--cpus-per-task=1\\ *) exit 0;; esac\n"
-        "echo 'sbatch: error: CPU count per node can not be satisfied' >&2\nexit 1\n")
+        f'#!/bin/sh\necho sbatch "$@" >> {calls}\ncase "$*" in *--cpus-per-task=1\\ *) exit 0;; esac\n'
+        "echo 'sbatch: error: CPU count per node can not be satisfied' >&2\nexit 1\n"
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    code = repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor",
-                       "slurm"])
+    code = repro.main(
+        ["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(tmp_path / "runs"), "--executor", "slurm"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "--cpus-per-task=4" in err and err.rstrip().endswith("can not be satisfied; nothing was written")
@@ -153,26 +203,49 @@ def test_repro_asks_slurm_for_its_largest_job_the_clocks_before_anything(tmp_pat
     runs = tmp_path / "held"
     runs.mkdir()
     from deepdensity.study.run.timing import CLOCK_VERSION
+
     (runs / "timing.json").write_text(json.dumps({"clock_version": CLOCK_VERSION}))
-    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
-                       "--dry-run"]) == 0
+    assert (
+        repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm", "--dry-run"])
+        == 0
+    )
     assert "  Slurm here: sbatch and squeue answer" in capsys.readouterr().out
-    assert calls.read_text().splitlines()[-1].startswith("sbatch --test-only ") and "--cpus-per-task=1 " in \
-        calls.read_text().splitlines()[-1]
+    assert (
+        calls.read_text().splitlines()[-1].startswith("sbatch --test-only ")
+        and "--cpus-per-task=1 " in calls.read_text().splitlines()[-1]
+    )
 
 
 def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_path, monkeypatch, capsys):
     from deepdensity.study import repro
+
     (tmp_path / "tiny.yaml").write_text(TINY + "real_strong: [2]\n")
     calls = fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     runs = tmp_path / "runs"
-    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
-                       "--slurm", "partition=short", "--slurm", "account=proj42", "--slurm", "time=02:00:00",
-                       "--dry-run"]) == 0
+    assert (
+        repro.main(
+            [
+                "--preset",
+                str(tmp_path / "tiny.yaml"),
+                "--runs",
+                str(runs),
+                "--executor",
+                "slurm",
+                "--slurm",
+                "partition=short",
+                "--slurm",
+                "account=proj42",
+                "--slurm",
+                "time=02:00:00",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     jobs = next(line for line in out.splitlines() if line.startswith("  Slurm jobs: "))
-    assert jobs.startswith("  Slurm jobs: 7 runs, one batch job each")      # 2 seeds x (seq, weak N = 2, 2 x eta) + 1
+    assert jobs.startswith("  Slurm jobs: 7 runs, one batch job each")  # 2 seeds x (seq, weak N = 2, 2 x eta) + 1
     assert "partition short, account proj42" in jobs and "each 02:00:00 at most, 1 CPU(s)" in jobs
     assert "horovodrun -np 2 inside one job each, on one node (2 CPUs)" in jobs
     # 7 runs' jobs of 1 CPU (one of them 2: horovodrun -np 2) and the clock's job of 4, 2 h each
@@ -181,34 +254,53 @@ def test_a_slurm_dry_run_shows_the_jobs_and_their_cost_and_submits_nothing(tmp_p
     assert "strong scaling for real: horovodrun -np 2 as one Slurm job each" in out
     assert "1. the clock: training steps and allreduces timed alone in one Slurm job on a compute node" in out
     assert "  Slurm: on this host, not as jobs: the data set; and the driver itself" in out, "the clock is a job"
-    assert "  Slurm clock job: the clock (timing.json: one-process epochs and horovodrun -np 2 and 4, about 8-12 " \
-           "min) as one batch job dd-tiny-clock on one node, 4 CPUs, 02:00:00 at most, submitted first" in out
-    for line in ("#SBATCH --partition=short", "#SBATCH --account=proj42", "#SBATCH --time=120",
-                 "#SBATCH --cpus-per-task=1", f"#SBATCH --output={runs}/.slurm/%j_0_log.out",
-                 "#SBATCH --job-name=dd-tiny-seq-s0", "#SBATCH --signal=USR2@90"):
+    assert (
+        "  Slurm clock job: the clock (timing.json: one-process epochs and horovodrun -np 2 and 4, about 8-12 "
+        "min) as one batch job dd-tiny-clock on one node, 4 CPUs, 02:00:00 at most, submitted first" in out
+    )
+    for line in (
+        "#SBATCH --partition=short",
+        "#SBATCH --account=proj42",
+        "#SBATCH --time=120",
+        "#SBATCH --cpus-per-task=1",
+        f"#SBATCH --output={runs}/.slurm/%j_0_log.out",
+        "#SBATCH --job-name=dd-tiny-seq-s0",
+        "#SBATCH --signal=USR2@90",
+    ):
         assert f"      {line}\n" in out
-    assert f"  Slurm job's run (submitit's {runs}/.slurm/JOBID_submitted.pkl): {sys.executable} -m deepdensity " \
-           f"train --mode strong --config {runs}/train.yaml --out {runs}/seq-s0 --quiet --set ..." in out
+    assert (
+        f"  Slurm job's run (submitit's {runs}/.slurm/JOBID_submitted.pkl): {sys.executable} -m deepdensity "
+        f"train --mode strong --config {runs}/train.yaml --out {runs}/seq-s0 --quiet --set ..." in out
+    )
     assert "  Slurm here: sbatch and squeue answer" in out
-    assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), \
+    assert all("--test-only" in c for c in calls.read_text().splitlines() if c.startswith("sbatch")), (
         "nothing submitted"
+    )
     assert not runs.exists(), "a dry run writes nothing"
     # without sbatch the dry run still shows the jobs, says this host cannot submit them, and
     # ends as the study would: exit 2, the fix named
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm",
-                       "--dry-run"]) == 2
+    assert (
+        repro.main(["--preset", str(tmp_path / "tiny.yaml"), "--runs", str(runs), "--executor", "slurm", "--dry-run"])
+        == 2
+    )
     said = capsys.readouterr()
     assert "  Slurm here: no, `sbatch` and `squeue` not found on PATH" in said.out
-    assert said.err.startswith("error: --executor slurm: `sbatch` and `squeue` not found on PATH; run the study on a "
-                               "Slurm login node") and said.err.count("\n") == 1, said.err
+    assert (
+        said.err.startswith(
+            "error: --executor slurm: `sbatch` and `squeue` not found on PATH; run the study on a Slurm login node"
+        )
+        and said.err.count("\n") == 1
+    ), said.err
     assert said.err.rstrip().endswith("(without --executor slurm it trains on this host)") and not runs.exists()
 
 
 def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_path, monkeypatch):
     import os
-    fake_command(tmp_path / "bin", "sbatch", "echo 'sbatch: error: Batch job submission failed: Invalid account' >&2\n"
-                 "exit 1\n")
+
+    fake_command(
+        tmp_path / "bin", "sbatch", "echo 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n"
+    )
     fake_command(tmp_path / "bin", "srun", "exit 0\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     submitter = Submitter(tmp_path / "jobs", "dd-t", retries=2, max_jobs=8, window=0.2)
@@ -219,6 +311,7 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
             submitter.submit(name, TrainJob(["true"], {}), job_parameters(SlurmOptions(), 1, 1.0), lambda *_: None)
         except UserError as e:
             errors.append(str(e))
+
     threads = [threading.Thread(target=ask, args=(f"run{i}",)) for i in range(2)]
     for t in threads:
         t.start()
@@ -235,18 +328,26 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
     from deepdensity.study import repro
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run.slurm_runner import plan_lines
+
     fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    assert repro.main(["--runs", str(tmp_path / "runs"), "--executor", "slurm", "--slurm", "time=02:00:00",
-                       "--dry-run"]) == 0
+    assert (
+        repro.main(["--runs", str(tmp_path / "runs"), "--executor", "slurm", "--slurm", "time=02:00:00", "--dry-run"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "  missing runs: 96 (" in out and "second look 2 x eta seeds 11, 12, " in out
     assert "  Slurm jobs: the 96 missing run(s) above, and any run not counted there" in out
     assert "  Slurm cost: the 96 missing run(s) above: at most 192 CPU-hours reserved; every run of the study: " in out
     (tmp_path / "tiny.yaml").write_text(TINY)
     _, study = load_study(str(tmp_path / "tiny.yaml"))
-    lines = plan_lines("tiny", study, SlurmOptions.parse(None, ["time=02:00:00"]), tmp_path / "runs", None, False, None,
-                       None, 3)
-    assert any(line.startswith("  Slurm jobs: the 3 missing run(s) above, and any run not counted there") for line in lines)
-    assert any(line.startswith("  Slurm cost: the 3 missing run(s) above: at most 6 CPU-hours reserved; every run")
-               for line in lines), lines
+    lines = plan_lines(
+        "tiny", study, SlurmOptions.parse(None, ["time=02:00:00"]), tmp_path / "runs", None, False, None, None, 3
+    )
+    assert any(
+        line.startswith("  Slurm jobs: the 3 missing run(s) above, and any run not counted there") for line in lines
+    )
+    assert any(
+        line.startswith("  Slurm cost: the 3 missing run(s) above: at most 6 CPU-hours reserved; every run")
+        for line in lines
+    ), lines

@@ -2,6 +2,7 @@
 they are trained on and started with that venv's interpreter, a venv is asked for its stack
 before the study starts, and the report judges every claim again with the re-run seed, beside
 the instruction-set check."""
+
 import copy
 import json
 import sys
@@ -37,7 +38,9 @@ def test_a_run_on_another_venv_starts_with_its_python_and_sets_its_own_keras(tmp
     assert runner.train_command(RunRequest("r", "weak", 2, Config(), ()), False)[0] == sys.executable
     assert runner._environment()["TF_USE_LEGACY_KERAS"] == "1"
     runner.python = "/elsewhere/.venv-paper/bin/python"
-    assert runner.train_command(RunRequest("r", "weak", 2, Config(), ()), False)[0] == "/elsewhere/.venv-paper/bin/python"
+    assert (
+        runner.train_command(RunRequest("r", "weak", 2, Config(), ()), False)[0] == "/elsewhere/.venv-paper/bin/python"
+    )
     # TensorFlow 2.15 given the driver's TF_USE_LEGACY_KERAS=1 would look for a tf_keras it lacks
     assert "TF_USE_LEGACY_KERAS" not in runner._environment()
 
@@ -54,8 +57,11 @@ def stand_in_venv(root: Path, answer: str, status: int = 0) -> Path:
 def test_a_venv_is_asked_for_its_stack_and_refused_where_it_cannot_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     good = stand_in_venv(tmp_path / "good", json.dumps(["2.15.1", "keras 2.15.0", "supported", ["the paper stack"]]))
-    assert venv_stack(str(good)) == {"python": str(good / "bin" / "python"), "tensorflow": "2.15.1",
-                                     "keras": "keras 2.15.0"}
+    assert venv_stack(str(good)) == {
+        "python": str(good / "bin" / "python"),
+        "tensorflow": "2.15.1",
+        "keras": "keras 2.15.0",
+    }
     assert "TF_USE_LEGACY_KERAS" not in (good / "env.txt").read_text()
     with pytest.raises(UserError, match="no .*bin/python; name a venv made by make install"):
         venv_stack(str(tmp_path / "nothing"))
@@ -69,8 +75,22 @@ def test_a_venv_is_asked_for_its_stack_and_refused_where_it_cannot_run(tmp_path,
 
 def test_stack_check_with_another_executor_is_refused_before_anything_runs(tmp_path, capsys):
     from deepdensity.study import repro
-    code = repro.main(["--preset", "default", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
-                       "--stack-check", str(tmp_path / "venv"), "--runner", "horovodrun -np {n}", "--dry-run"])
+
+    code = repro.main(
+        [
+            "--preset",
+            "default",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--out",
+            str(tmp_path / "out"),
+            "--stack-check",
+            str(tmp_path / "venv"),
+            "--runner",
+            "horovodrun -np {n}",
+            "--dry-run",
+        ]
+    )
     assert code == 2 and "--stack-check trains its runs as one process" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
 
@@ -79,11 +99,17 @@ def test_stack_check_with_another_executor_is_refused_before_anything_runs(tmp_p
 def test_every_claim_is_judged_again_on_the_other_stack_beside_the_isa_check(tmp_path):
     record = copy.deepcopy(RECORD)
     again = copy.deepcopy(record["cells"])
-    for c in again:     # on the other stack, seed 0 of weak N = 2 missed the target; every other re-run matched
+    for c in again:  # on the other stack, seed 0 of weak N = 2 missed the target; every other re-run matched
         if (c["mode"], c["n"], c["seed"]) == ("weak", 2, 0):
             c.update(status="max_epochs", epochs_to_target=None, time_to_target_s=None, run="stack-tf2210-weak-n2-s0")
-    record["stack_check"] = {"stack": CURRENT, "venv": ".venv", "seed": 0, "sequential_seed": 0, "cells": again,
-                             "seq_2eta": record["seq_2eta"]}
+    record["stack_check"] = {
+        "stack": CURRENT,
+        "venv": ".venv",
+        "seed": 0,
+        "sequential_seed": 0,
+        "cells": again,
+        "seq_2eta": record["seq_2eta"],
+    }
     claims = report.render_reports(tmp_path, record)
     text = (tmp_path / "REPORT.md").read_text()
     said = prose(text)
@@ -92,9 +118,14 @@ def test_every_claim_is_judged_again_on_the_other_stack_beside_the_isa_check(tmp
     assert f"on {CURRENT} (`--stack-check .venv`)" in said
     seed_0_cells = sum(c["seed"] == 0 for c in record["cells"])
     assert f"{seed_0_cells - 1} of {seed_0_cells} cells had the same outcome" in prose(text[at:])
-    rows = [line for line in text[at:].splitlines() if line.startswith("| ")
-            and line.endswith(("the same |", "**changed** |"))]
+    rows = [
+        line
+        for line in text[at:].splitlines()
+        if line.startswith("| ") and line.endswith(("the same |", "**changed** |"))
+    ]
     assert len(rows) == len(claims) and "with seed 0 on TF 2.21.0" in text[at:]
     record.pop("stack_check")
     report.render_reports(tmp_path / "none", record)
-    assert "Stability across stacks: not checked for any verdict" in prose((tmp_path / "none" / "REPORT.md").read_text())
+    assert "Stability across stacks: not checked for any verdict" in prose(
+        (tmp_path / "none" / "REPORT.md").read_text()
+    )

@@ -1,5 +1,6 @@
 """The study's clock for N workers sharing this host (clocks.shared_host_epoch), against the
 arithmetic written out here, and the claim text of the real strong-scaling runs."""
+
 import json
 import math
 
@@ -8,9 +9,16 @@ import pytest
 from deepdensity.study.core.clocks import shared_host_epoch
 from deepdensity.study.core.protocol_text import real_strong_summary
 
-PARTS = {"compute_scale": 0.9, "step_fixed_s": 0.010, "per_sample_s": 0.0008, "eval_per_sample_s": 0.0004,
-         "allreduce_per_doubling_s": 0.0047, "allreduce_latency_s": 0.003, "epoch_overhead_s": 0.05,
-         "shared_step_seconds": {"1": 0.027, "2": 0.026, "4": 0.034}}
+PARTS = {
+    "compute_scale": 0.9,
+    "step_fixed_s": 0.010,
+    "per_sample_s": 0.0008,
+    "eval_per_sample_s": 0.0004,
+    "allreduce_per_doubling_s": 0.0047,
+    "allreduce_latency_s": 0.003,
+    "epoch_overhead_s": 0.05,
+    "shared_step_seconds": {"1": 0.027, "2": 0.026, "4": 0.034},
+}
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -27,23 +35,34 @@ def test_a_shared_host_epoch_is_its_measured_steps_and_allreduces_plus_one_evalu
 
 def test_the_clocks_allreduce_in_words_names_its_latency_only_where_the_fit_gave_one():
     from deepdensity.study.core.clocks import describe_allreduce
-    assert describe_allreduce({**PARTS, "allreduce_latency_s": 0.00544}) == \
-        "5.44 ms + 4.70 ms per doubling of N (none at N = 1)"
+
+    assert (
+        describe_allreduce({**PARTS, "allreduce_latency_s": 0.00544})
+        == "5.44 ms + 4.70 ms per doubling of N (none at N = 1)"
+    )
     assert describe_allreduce({**PARTS, "allreduce_latency_s": 0.0}) == "4.70 ms per doubling of N"
 
 
 def test_the_real_strong_runs_are_described_beside_the_sequential_run():
-    rows = [{"n": 2, "seed": 0, "status": "target", "epochs": 9, "passes_to_target": 17, "sequential_passes": 17},
-            {"n": 4, "seed": 0, "status": "stalled", "epochs": 7, "passes_to_target": None, "sequential_passes": 17}]
+    rows = [
+        {"n": 2, "seed": 0, "status": "target", "epochs": 9, "passes_to_target": 17, "sequential_passes": 17},
+        {"n": 4, "seed": 0, "status": "stalled", "epochs": 7, "passes_to_target": None, "sequential_passes": 17},
+    ]
     assert real_strong_summary(rows) == (
         "run for real on seed 0: horovodrun -np 2 reached it after 17 passes (the sequential run: 17); "
-        "horovodrun -np 4 did not reach the target (stalled, 7 epochs)")
+        "horovodrun -np 4 did not reach the target (stalled, 7 epochs)"
+    )
     assert real_strong_summary([]) == "not run for real in this study"
 
 
-ROUND = {"steps": {"1": 0.003, "32": 0.021}, "eval": 0.00037, "shared": {"2": 0.025, "4": 0.034},
-         "allreduce": {"2": 0.004, "4": 0.006}, "real": {"1": 1.5, "2": 3.9, "4": 9.9},
-         "real_steps": {"1": 1.2, "2": 3.6, "4": 9.5}}
+ROUND = {
+    "steps": {"1": 0.003, "32": 0.021},
+    "eval": 0.00037,
+    "shared": {"2": 0.025, "4": 0.034},
+    "allreduce": {"2": 0.004, "4": 0.006},
+    "real": {"1": 1.5, "2": 3.9, "4": 9.9},
+    "real_steps": {"1": 1.2, "2": 3.6, "4": 9.5},
+}
 
 
 def test_the_step_scale_meets_the_real_steps_and_the_rest_of_the_epoch_is_its_overhead():
@@ -51,13 +70,23 @@ def test_the_step_scale_meets_the_real_steps_and_the_rest_of_the_epoch_is_its_ov
     # = 23.864 ms, so 57 steps = 1.360248 s against 1.351 s real: k = 1.351 / 1.360248; the
     # epoch's remaining 1.5865 - 1.351 s less k x 0.384 ms x 256 of evaluation is the overhead
     from deepdensity.study.core.clocks import model_epoch, shared_host_epoch, step_scale_and_overhead
-    parts = {"step_fixed_s": 0.0038, "per_sample_s": 0.000627, "eval_per_sample_s": 0.000384,
-             "allreduce_per_doubling_s": 0.0, "allreduce_latency_s": 0.0059}
+
+    parts = {
+        "step_fixed_s": 0.0038,
+        "per_sample_s": 0.000627,
+        "eval_per_sample_s": 0.000384,
+        "allreduce_per_doubling_s": 0.0,
+        "allreduce_latency_s": 0.0059,
+    }
     k, overhead = step_scale_and_overhead(parts, 1844, 256, 32, "per_worker", 1.5865, 1.351)
     assert k == pytest.approx(1.351 / 1.360248, rel=1e-9)
     assert overhead == pytest.approx(1.5865 - 1.351 - k * 0.000384 * 256, rel=1e-9)
-    timing = {**parts, "compute_scale": k, "epoch_overhead_s": overhead,
-              "shared_step_seconds": {"1": 0.023864, "2": 0.0254}}
+    timing = {
+        **parts,
+        "compute_scale": k,
+        "epoch_overhead_s": overhead,
+        "shared_step_seconds": {"1": 0.023864, "2": 0.0254},
+    }
     # the model's one-process epoch is the real one, on both models
     assert model_epoch(timing, "strong", 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
     assert shared_host_epoch(timing, 1, 1844, 256, 32, "per_worker") == pytest.approx(1.5865, rel=1e-9)
@@ -73,12 +102,23 @@ def test_the_rounds_are_combined_figure_by_figure_by_their_medians_then_fitted()
     # three rounds, the second disturbed: each figure is its median over the rounds, and the
     # fits go through the medians (worked by hand below)
     from deepdensity.study.core.clocks import combine_rounds
-    slow = {"steps": {"1": 0.009, "32": 0.040}, "eval": 0.001, "shared": {"2": 0.050, "4": 0.070},
-            "allreduce": {"2": 0.020, "4": 0.001}, "real": {"1": 3.0, "2": 8.0, "4": 20.0},
-            "real_steps": {"1": 2.0, "2": 7.0, "4": 19.0}}
-    fast = {"steps": {"1": 0.002, "32": 0.019}, "eval": 0.0003, "shared": {"2": 0.024, "4": 0.033},
-            "allreduce": {"2": 0.003, "4": 0.008}, "real": {"1": 1.4, "2": 3.8, "4": 9.8},
-            "real_steps": {"1": 1.1, "2": 3.5, "4": 9.4}}
+
+    slow = {
+        "steps": {"1": 0.009, "32": 0.040},
+        "eval": 0.001,
+        "shared": {"2": 0.050, "4": 0.070},
+        "allreduce": {"2": 0.020, "4": 0.001},
+        "real": {"1": 3.0, "2": 8.0, "4": 20.0},
+        "real_steps": {"1": 2.0, "2": 7.0, "4": 19.0},
+    }
+    fast = {
+        "steps": {"1": 0.002, "32": 0.019},
+        "eval": 0.0003,
+        "shared": {"2": 0.024, "4": 0.033},
+        "allreduce": {"2": 0.003, "4": 0.008},
+        "real": {"1": 1.4, "2": 3.8, "4": 9.8},
+        "real_steps": {"1": 1.1, "2": 3.5, "4": 9.4},
+    }
     t = combine_rounds([ROUND, slow, fast], 32)
     assert t["step_seconds"] == {"1": 0.003, "32": 0.021}
     # the line through (1, 3 ms) and (32, 21 ms): 18 / 31 ms per sample, 3 - 18 / 31 ms fixed
@@ -104,6 +144,7 @@ def timed(tmp_path, monkeypatch):
     from deepdensity.study.core import clocks
     from deepdensity.study.run import timing
     from deepdensity.utils import machine
+
     monkeypatch.setattr(autoencoder, "build_model", lambda *a: type("M", (), {"count_params": lambda self: 7})())
     monkeypatch.setattr(machine, "cpu_model", lambda: "AMD EPYC 7B13")
     monkeypatch.setattr(machine, "onednn_isa", lambda: "AVX2")
@@ -129,8 +170,9 @@ def test_a_clock_measured_by_an_older_probe_is_measured_again_and_kept_beside(tm
     assert (tmp_path / "timing-v1.json").read_text() == '{"compute_scale": 0.67}'
     assert any("measured again" in line for line in said)
     # the file it wrote is this version's: read back, not measured a second time
-    assert timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append) == \
-        json.loads(json.dumps(got))
+    assert timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append) == json.loads(
+        json.dumps(got)
+    )
     assert measured == ["round"] * 3
 
 
@@ -145,6 +187,7 @@ def scripted_rounds(monkeypatch, timing, rounds: list, stop_after: int = None, s
             raise signal()
         measured.append(rounds[len(measured)])
         return measured[-1]
+
     monkeypatch.setattr(timing, "measure_round", measure_round)
     return measured
 
@@ -154,8 +197,10 @@ R1, R2, R3 = ({**ROUND, "eval": e} for e in (0.00037, 0.00041, 0.00039))
 
 @pytest.mark.parametrize("interrupt", ["ctrl-c", "sigterm"])
 def test_an_interrupted_clock_keeps_its_finished_rounds_and_resumes_at_the_first_unfinished(
-        tmp_path, monkeypatch, timed, interrupt):
+    tmp_path, monkeypatch, timed, interrupt
+):
     from deepdensity.utils.errors import EXIT_SIGTERM, Interrupted
+
     signal = KeyboardInterrupt if interrupt == "ctrl-c" else (lambda: Interrupted(EXIT_SIGTERM))
     scripted_rounds(monkeypatch, timed, [R1, R2], stop_after=2, signal=signal)
     said = []
@@ -170,19 +215,23 @@ def test_an_interrupted_clock_keeps_its_finished_rounds_and_resumes_at_the_first
     assert measured == [R3]
     assert said[0] == f"timing: rounds 1-2 of 3 kept from an interrupted invocation ({tmp_path / 'timing-rounds.json'})"
     assert said[1] == "timing: round 3 of 3" and "timing: round 1 of 3" not in said
-    assert got["rounds"] == [R1, R2, R3] and got["eval_per_sample_s"] == 0.00039     # median of 0.37, 0.41, 0.39
+    assert got["rounds"] == [R1, R2, R3] and got["eval_per_sample_s"] == 0.00039  # median of 0.37, 0.41, 0.39
     assert json.loads((tmp_path / "timing.json").read_text())["rounds"] == [R1, R2, R3]
-    assert not (tmp_path / "timing-rounds.json").exists()       # timing.json holds them now
+    assert not (tmp_path / "timing-rounds.json").exists()  # timing.json holds them now
 
 
-@pytest.mark.parametrize("change, named", [
-    ("isa", "onednn_isa"),                   # ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 host, or another host
-    ("batches", "step_batches"),             # the probe's batch list changed in the code
-    ("settings", "train_settings_sha256"),   # the study's settings file changed
-    ("controller", "controller"),            # Horovod rebuilt with MPI between the two invocations
-])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ("isa", "onednn_isa"),  # ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 host, or another host
+        ("batches", "step_batches"),  # the probe's batch list changed in the code
+        ("settings", "train_settings_sha256"),  # the study's settings file changed
+        ("controller", "controller"),  # Horovod rebuilt with MPI between the two invocations
+    ],
+)
 def test_rounds_kept_under_other_settings_are_measured_again(tmp_path, monkeypatch, timed, change, named):
     from deepdensity.utils import machine
+
     scripted_rounds(monkeypatch, timed, [R1, R2], stop_after=2)
     with pytest.raises(KeyboardInterrupt):
         timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=lambda line: None)
@@ -197,8 +246,10 @@ def test_rounds_kept_under_other_settings_are_measured_again(tmp_path, monkeypat
     measured, said = scripted_rounds(monkeypatch, timed, [R3, R3, R3]), []
     got = timed.measure_timing(tmp_path, tmp_path / "train.yaml", CFG, 1844, 256, say=said.append)
     assert measured == [R3, R3, R3] and got["rounds"] == [R3, R3, R3]
-    assert said[0] == (f"timing: the 2 round(s) in {tmp_path / 'timing-rounds.json'} were measured under other "
-                       f"settings ({named}): measured again")
+    assert said[0] == (
+        f"timing: the 2 round(s) in {tmp_path / 'timing-rounds.json'} were measured under other "
+        f"settings ({named}): measured again"
+    )
     assert "timing: round 1 of 3" in said
 
 
@@ -216,20 +267,20 @@ def test_the_allreduce_is_the_median_of_paired_differences(monkeypatch):
     import subprocess
 
     from deepdensity.perf import probes
+
     printed = '{"without": [0.024, 0.030, 0.023, 0.025], "with": [0.034, 0.055, 0.035, 0.021]}'
     launched = []
 
     def run_child(args, env=None, timeout=None):
         launched.append(args)
         return subprocess.CompletedProcess(args, 0, f"[0]<stdout>:PAIRED_STEP_SECONDS {printed}\n", "")
+
     monkeypatch.setattr(probes, "run_child", run_child)
-    monkeypatch.setattr(probes, "horovodrun_path", lambda: "horovodrun")     # the fast tier needs no Horovod
+    monkeypatch.setattr(probes, "horovodrun_path", lambda: "horovodrun")  # the fast tier needs no Horovod
     without, paid = probes.paired_allreduce("train.yaml", 4, 8, 4)
     assert len(launched) == 1 and launched[0][1:3] == ["-np", "4"] and "paired-step" in launched[0]
     assert launched[0][launched[0].index("--pairs") + 1] == "4" and launched[0][launched[0].index("--batch") + 1] == "8"
-    assert without == pytest.approx(0.0245)                  # median of 24, 30, 23, 25 ms
-    assert paid == pytest.approx(0.0110)                     # median of 10, 25, 12, 0 (-4) ms
+    assert without == pytest.approx(0.0245)  # median of 24, 30, 23, 25 ms
+    assert paid == pytest.approx(0.0110)  # median of 10, 25, 12, 0 (-4) ms
     with pytest.raises(ValueError):
         probes.paired_medians([0.02], [])
-
-
