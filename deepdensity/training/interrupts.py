@@ -229,6 +229,7 @@ def _end_before_the_run(signum: int, words: list) -> None:
     SIGKILLs them 1 s after that (OpenMPI's odls_base_sigkill_timeout, measured), and a rank
     still importing died without a word. The line is one write to the file descriptor, not
     through sys.stderr, which the interrupted code may be writing to."""
+    _state.before_run = None  # a second signal while this one ends the process is only recorded
     tidy_terminal(signum)
     code = _codes().get(signum, EXIT_SIGINT)
     if launcher_rank() == 0:
