@@ -76,6 +76,11 @@ def at_checkpoint(out, epoch: int, words: list, launcher: str) -> str:
     )
 
 
+def start_again(words: list, launcher: str) -> str:
+    """A run with nothing to continue: the command that starts it again, the same one."""
+    return goes_on("starts it again", f"start again with the same command: {relaunch(launcher)}{quoted(words)}")
+
+
 def before_the_run(words: list, launcher: str) -> str:
     """Where a run stands when interrupted before it began (its process still importing, nothing
     of its own written yet): the checkpoint its --out folder holds from an earlier start, if
@@ -84,9 +89,7 @@ def before_the_run(words: list, launcher: str) -> str:
     epoch = checkpointed_epoch(out) if out else None
     if epoch is not None:
         return at_checkpoint(out, epoch, words, launcher)
-    return "no epoch finished; " + goes_on(
-        "starts it again", f"start again with the same command: {relaunch(launcher)}{quoted(words)}"
-    )
+    return "no epoch finished; " + start_again(words, launcher)
 
 
 def out_of(words: list) -> Optional[str]:

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from deepdensity.utils.errors import EXIT_BAD_INPUT, EXIT_SIGINT, EXIT_SIGTERM, UserError
 
@@ -143,6 +143,11 @@ def choose(options: list, env: dict, horovodrun: str) -> tuple:
     return options, dict(MPI_ENV), None
 
 
+def started_by_mpirun(env: Mapping[str, str]) -> bool:
+    """Did mpirun start this process (OpenMPI names every rank's world size)?"""
+    return "OMPI_COMM_WORLD_SIZE" in env
+
+
 def under_mpirun(env, streams: Optional[tuple] = None) -> bool:
     """What a process that mpirun started sets first (the package's import does it in every
     rank, before Horovod's init); True if mpirun started it, else nothing is done.
@@ -155,7 +160,7 @@ def under_mpirun(env, streams: Optional[tuple] = None) -> bool:
       and its newline apart: a probe's "STEP_SECONDS 32 0.124210" came back as
       "0.124210[1,0]<stdout>:" and could not be read. Buffered up to its newline, a line is one
       write, and still leaves at once."""
-    if "OMPI_COMM_WORLD_SIZE" not in env:
+    if not started_by_mpirun(env):
         return False
     for name, value in MPI_ENV.items():
         env.setdefault(name, value)

@@ -239,12 +239,12 @@ def where_to_continue(out, argv) -> str:
     epoch = continuing.checkpointed_epoch(out)
     if epoch is not None:
         return continuing.at_checkpoint(out, epoch, words, launcher_prefix())
-    launch = continuing.relaunch(launcher_prefix())
     if holds_nothing_to_resume(out):
-        return f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.goes_on(
-            "starts it again", f"start again with the same command: {launch}{continuing.quoted(words)}"
+        return f"no epoch finished, so {shown(out)} holds nothing to resume; " + continuing.start_again(
+            words, launcher_prefix()
         )
     # an epoch's metrics row without its checkpoint: --resume starts it afresh
+    launch = continuing.relaunch(launcher_prefix())
     return f"no epoch was checkpointed in {shown(out)}; " + continuing.goes_on(
         "starts it again there", f"start again there with: {launch}{continuing.resumed_words(words)}"
     )

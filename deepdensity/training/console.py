@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from deepdensity.launch import controllers
 from deepdensity.training import interrupts, launcher_watch
 from deepdensity.utils.native_logs import native_log_pattern
 
@@ -77,5 +78,5 @@ def filter_native_logs() -> None:
         encoding=encoding,
         errors=errors,
         line_buffering=True,
-        write_through="OMPI_COMM_WORLD_SIZE" not in os.environ,
+        write_through=not controllers.started_by_mpirun(os.environ),
     )

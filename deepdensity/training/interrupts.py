@@ -45,6 +45,7 @@ import time
 from typing import Optional
 
 from deepdensity.launch import continuing
+from deepdensity.launch.controllers import started_by_mpirun
 from deepdensity.launch.signals import CODES, RELAYED, tidy_terminal
 from deepdensity.utils.errors import (
     EXIT_SIGINT,
@@ -252,7 +253,7 @@ def stay_for_rank_0(code: int) -> None:
     seen one of them end it drops what the others write: measured with stand-in ranks under
     `mpirun -np 2` (OpenMPI 4.1), rank 0's line written 0.02 s after rank 1 ended was lost 8
     times in 8, and 0 times in 8 when rank 1 stayed 0.3 s."""
-    if code and launcher_rank() != 0 and "OMPI_COMM_WORLD_SIZE" in os.environ:
+    if code and launcher_rank() != 0 and started_by_mpirun(os.environ):
         time.sleep(STAY_FOR_RANK_0_S)
 
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from deepdensity.launch.controllers import started_by_mpirun
 from deepdensity.launch.procs import MPI_LAUNCHERS, SHELLS, command_of, name_of, parent_of
 from deepdensity.launch.signals import RELAYED
 from deepdensity.training import interrupts
@@ -43,7 +44,7 @@ def watched(env: Mapping[str, str], pid: Optional[int] = None) -> Optional[tuple
     """(mpirun's pid, horovodrun's shell's pid) for a rank that plain horovodrun started under
     mpirun, else None: not under MPI, under `deepdensity launch`, under a bare mpirun, or with a
     parent that is not an MPI launcher (orted on another host: rank 0's exit there ends the job)."""
-    if "OMPI_COMM_WORLD_SIZE" not in env or env.get(LAUNCH_PREFIX_ENV):
+    if not started_by_mpirun(env) or env.get(LAUNCH_PREFIX_ENV):
         return None
     mpirun = parent_of(pid or os.getpid())
     if mpirun is None or name_of(mpirun) not in MPI_LAUNCHERS:

@@ -132,20 +132,18 @@ def _missing_cells(study: Study, held: dict, max_epochs: int) -> list:
     """((group, seed), passes, runs alike, taken at the cap) of every trained cell's seed the
     ledger does not hold."""
     epochs = _cell_epochs(held)
-    out = []
-    for mode, n in study.trained_cells():
-        for seed in study.seeds:
-            if f"{mode}-n{n}-s{seed}" not in held:
-                known = runs_like(epochs, mode, n)
-                out.append(
-                    (
-                        (f"{mode} N = {n}", seed),
-                        passes_to_expect([x for x, _ in known], n, max_epochs),
-                        [r for _, r in known],
-                        not known,
-                    )
-                )
-    return out
+    return [
+        _missing_cell_run(epochs, f"{mode} N = {n}", mode, n, seed, max_epochs)
+        for mode, n in study.trained_cells()
+        for seed in study.seeds
+        if f"{mode}-n{n}-s{seed}" not in held
+    ]
+
+
+def _missing_cell_run(epochs: dict, group: str, mode: str, n: int, seed: int, max_epochs: int) -> tuple:
+    """((group, seed), passes, runs alike, taken at the cap) of one cell's seed the ledger does not hold."""
+    known = runs_like(epochs, mode, n)
+    return (group, seed), passes_to_expect([x for x, _ in known], n, max_epochs), [r for _, r in known], not known
 
 
 def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dict) -> list:
@@ -163,19 +161,12 @@ def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dic
         return [r for seed, r in sorted(by_cell.get(cell, [])) if seed in seeds]
 
     epochs = _cell_epochs(held)
-    out = []
-    for mode, n in study.trained_cells():
-        for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds):
-            if f"{mode}-n{n}-s{seed}" not in held:
-                known = runs_like(epochs, mode, n)
-                out.append(
-                    (
-                        (f"second look {mode} N = {n}", seed),
-                        passes_to_expect([x for x, _ in known], n, max_epochs),
-                        [r for _, r in known],
-                        not known,
-                    )
-                )
+    out = [
+        _missing_cell_run(epochs, f"second look {mode} N = {n}", mode, n, seed, max_epochs)
+        for mode, n in study.trained_cells()
+        for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds)
+        if f"{mode}-n{n}-s{seed}" not in held
+    ]
     # the sequential runs decide every strong cell (and N = 1): one open strong cell gives them seeds
     strong = [first_look(cell, seq_first) for cell in sorted(by_cell) if cell[0] == policies.STRONG]
     seq_passes = [(result["epochs"], name) for name, (_, result) in held.items() if re.fullmatch(r"seq-s\d+", name)]
