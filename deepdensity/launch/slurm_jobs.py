@@ -56,12 +56,13 @@ class TrainJob(submitit.helpers.Checkpointable):
     def __init__(self, cmd: list, env: dict) -> None:
         self.cmd, self.env = list(cmd), dict(env)
         self._proc: Optional[subprocess.Popen] = None
+        self._stop_asked = False
 
     def __getstate__(self) -> dict:
         return {"cmd": self.cmd, "env": self.env}  # never the live subprocess
 
     def __setstate__(self, state: dict) -> None:
-        self.cmd, self.env, self._proc = state["cmd"], state["env"], None
+        self.cmd, self.env, self._proc, self._stop_asked = state["cmd"], state["env"], None, False
 
     def __call__(self) -> int:
         # Slurm signals every process of the job step: SIGUSR2 is for submitit (below), and would
@@ -71,12 +72,15 @@ class TrainJob(submitit.helpers.Checkpointable):
             env={**MPIRUN_IN_A_JOB_STEP, **os.environ, **self.env},
             preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN),
         )
+        if self._stop_asked:  # checkpoint came while the run was starting, before _proc was set
+            self._proc.terminate()
         code = self._proc.wait()
         return 128 - code if code < 0 else code
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Before the time limit: stop the run with SIGTERM (it checkpoints and exits), and
         start it again from that checkpoint when the requeued job runs."""
+        self._stop_asked = True  # before reading _proc: a run still starting is stopped by __call__
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             try:

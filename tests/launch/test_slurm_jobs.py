@@ -64,6 +64,24 @@ def test_a_jobs_run_is_stopped_by_sigterm_before_the_time_limit_and_resumes(tmp_
     assert TrainJob(["bash", "-c", "kill -KILL $$"], {})() == 137, "a signal N is 128 + N, as a shell says"
 
 
+def test_a_checkpoint_while_the_run_is_still_starting_stops_it_all_the_same(monkeypatch):
+    """submitit's checkpoint can come while __call__ is inside Popen, the run's process started
+    but not yet TrainJob's to stop (CI of 0ec6ae1: the run went on to its end). Here it comes at
+    exactly that moment: the run is stopped by SIGTERM (143), never left to finish (0)."""
+    from deepdensity.launch import slurm_jobs
+
+    job = TrainJob(["sleep", "30"], {})
+    real_popen = slurm_jobs.subprocess.Popen
+
+    def popen_then_checkpoint(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        job.checkpoint()  # the process exists; job._proc is still None
+        return proc
+
+    monkeypatch.setattr(slurm_jobs.subprocess, "Popen", popen_then_checkpoint)
+    assert job() == 143
+
+
 def fake_command(bin_dir: Path, name: str, body: str) -> None:
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / name).write_text("#!/bin/sh\n" + body)
