@@ -318,8 +318,13 @@ def test_an_interrupt_at_any_moment_ends_cleanly_and_the_printed_command_continu
         try:
             command = check_the_ending(term, signum, written, out, launch, mpi=name == "plain-mpi")
         except (AssertionError, StopIteration, IndexError) as e:
+            # what the terminal received, and how much of it by the signal, for a look afterwards
+            # (make test-all keeps the tests' folders)
+            kept = tmp_path / f"interrupt{n + 1}.terminal.json"
+            kept.write_text(json.dumps({"raw": term.raw, "written": written, "code": term.code}))
             raise AssertionError(
-                f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under {launcher} at {moment}: {e}"
+                f"interrupt {n + 1} of {len(chain)}, {signal.Signals(signum).name} under {launcher} at {moment} "
+                f"(the terminal's bytes: {kept}): {e}"
             ) from None
         # rank 0's line names the controller horovodrun ran the ranks under: Gloo (its default
         # only where the build has no MPI), or MPI, horovodrun's default where built
