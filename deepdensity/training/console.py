@@ -73,10 +73,8 @@ def filter_native_logs() -> None:
     encoding, errors = sys.stderr.encoding or "utf-8", sys.stderr.errors or "backslashreplace"
     # under mpirun a line must be one write: mpirun tags each chunk it reads, and a printed line
     # whose newline came apart ended "... --resume[1,0]<stderr>:" (controllers.under_mpirun)
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(own, "w"),
-        encoding=encoding,
-        errors=errors,
-        line_buffering=True,
-        write_through=not controllers.started_by_mpirun(os.environ),
+    mpi = controllers.started_by_mpirun(os.environ)
+    stream = io.TextIOWrapper(
+        io.FileIO(own, "w"), encoding=encoding, errors=errors, line_buffering=True, write_through=not mpi
     )
+    sys.stderr = controllers.whole_lines(stream) if mpi else stream

@@ -294,6 +294,19 @@ def test_under_mpirun_a_line_leaves_a_rank_in_one_write():
     assert controllers.under_mpirun({"OMPI_COMM_WORLD_SIZE": "2"}, (unbuffered,))
     print("STEP_SECONDS 32 0.124210", file=unbuffered)
     assert raw.chunks == [b"STEP_SECONDS 32 0.124210\n"]
+    raw.chunks.clear()
+    # several lines in one print (a run's start-up lines): the line-buffered stream alone writes
+    # the last line apart from its newline; WholeLines holds it back for its newline
+    print("mode=strong\nlr = 0.00105", file=unbuffered)
+    assert raw.chunks == [b"mode=strong\nlr = 0.00105", b"\n"], "what plain horovodrun showed in CI"
+    raw.chunks.clear()
+    whole = controllers.whole_lines(unbuffered)
+    assert controllers.whole_lines(whole) is whole and controllers.whole_lines(None) is None
+    print("mode=strong\nlr = 0.00105", file=whole)
+    print("a\nb\n\nc", end="", file=whole)
+    whole.write("d\n")
+    assert raw.chunks == [b"mode=strong\n", b"lr = 0.00105\n", b"a\nb\n\n", b"cd\n"]
+    assert whole.encoding == unbuffered.encoding and whole.line_buffering  # the rest is the stream's
 
 
 def test_a_rank_under_mpirun_yields_its_core_unless_the_user_said_otherwise():

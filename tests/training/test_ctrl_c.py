@@ -36,6 +36,7 @@ RANK_LINE = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:out|err)>:(.*)$")
 EPOCH_LINE = re.compile(rf"^{RANK0}<stdout>:epoch +\d+  loss ")
 RESUMED = re.compile(rf"^{RANK0}<stdout>:resumed from epoch \d+ of ")
 INTERRUPTED = re.compile(rf"^{RANK0}<stderr>:interrupted: ")
+TAG = re.compile(r"\[(?:\d+,)?\d+\]<std(?:out|err)>:")
 NOISE = re.compile(
     r"Traceback|Error|MISMATCH|Terminated|Killed|absl|XLA|oneDNN|cpu_feature_guard|SetPriority|"
     r"is slow compared|^[IWEF]\d{4} |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
@@ -234,6 +235,9 @@ def check_the_ending(term: Terminal, signum: int, written: int, out: Path, launc
     said = "\n".join(lines[-40:])
     noise = [line for line in lines if RANK_LINE.match(line) and NOISE.search(RANK_LINE.match(line)[2])]
     assert noise == [], said
+    # a line whose newline left in a write of its own shows the next chunk's tag at its end
+    torn = [line for line in lines if RANK_LINE.match(line) and TAG.search(RANK_LINE.match(line)[2])]
+    assert torn == [], said
     assert not [line for line in lines if RANK_LINE.match(line) and RANK_LINE.match(line)[1] == "1"], (
         f"rank 1 printed:\n{said}"
     )
