@@ -55,6 +55,11 @@ class Terminal:
                 return False
         return True
 
+    def drain(self) -> None:
+        """Take what the command has written so far: what its screen shows now."""
+        while select.select([self.fd], [], [], 0)[0] and self.read(0):
+            pass
+
     def ctrl_c(self) -> None:
         os.write(self.fd, b"\x03")
 

@@ -200,11 +200,13 @@ def interrupt(command: list, signum: int, moment: tuple, out: Path) -> tuple:
     came = {
         "start": lambda t: True,
         "ranks": lambda t: len(rank_pids(str(out))) >= 2,
-        "line": lambda t: re.search(arg, t.raw, re.M) is not None,
+        # a line has come once it is whole: a read can end inside a launcher's write
+        "line": lambda t: re.search(arg + r"[^\n]*\n", t.raw, re.M) is not None,
         "file": lambda t: bool(set(out.glob(arg)) - before),
     }[kind]
     assert term.wait_for(came, 300), f"{moment} never came:\n{term.raw[-3000:]}"
     time.sleep(delay)
+    term.drain()  # what reached the terminal by the signal, read or not
     written = len(term.raw)
     if signum == INT:
         term.ctrl_c()
