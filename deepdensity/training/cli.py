@@ -45,20 +45,27 @@ def main(argv=None) -> int:
     if program:
         console.start()
     code = _command(argv)
-    if program and interrupts.pending() is not None:
-        # Horovod: horovodrun kills a rank 5 s after it passed on the Ctrl-C, and TensorFlow's
-        # interpreter teardown (collecting its objects) took 1-5 s on a busy 2-core host: a rank
-        # was killed (exit 137). What the run keeps is on disk by now (written atomically, the
-        # checkpoint and the rows fsynced); the exit handlers still run (Horovod's orderly
-        # shutdown, which tells the other ranks; autograph's temporary files), the teardown not,
-        # and none while Horovod's init is left waiting for a rank that is gone.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if not interrupts.stuck():
-            atexit._run_exitfuncs()
-        interrupts.stay_for_rank_0(code)  # Horovod: or mpirun may drop rank 0's line
-        os._exit(code)
+    if program:
+        _end(code, interrupted=interrupts.pending() is not None)
     return code
+
+
+def _end(code: int, interrupted: bool) -> None:
+    """The training process's end: what the run keeps is on disk by now (written atomically,
+    the checkpoint and the rows fsynced, the event file closed), so the exit handlers run
+    (Horovod's orderly shutdown, which tells the other ranks; autograph's temporary files) and
+    the interpreter's teardown does not. That teardown collects TensorFlow's objects: 1 s of a
+    core at every run's end on the 2-core AVX2 machine (a smoke run, docs/performance.md), and
+    1-5 s on a busy host, where horovodrun kills an interrupted rank 5 s after it passed the
+    Ctrl-C on (exit 137). No exit handler runs while Horovod's init is left waiting for a rank
+    that is gone (interrupts.stuck)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if not interrupts.stuck():
+        atexit._run_exitfuncs()
+    if interrupted:
+        interrupts.stay_for_rank_0(code)  # Horovod: or mpirun may drop rank 0's line
+    os._exit(code)
 
 
 @command
