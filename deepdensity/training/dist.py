@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from deepdensity.launch import controllers
 from deepdensity.launch.hosts import check_hosts
+from deepdensity.model.autograph_rules import leave_to_graph_mode
 from deepdensity.utils.machine import drop_start_up_noise
 from deepdensity.utils.stack import require_patched_horovod
 
@@ -26,25 +27,9 @@ except ImportError:  # pragma: no cover - exercised only where Horovod is missin
     hvd = hvd_tf = None
 
 
-def leave_horovod_to_graph_mode() -> None:
-    """Autograph's rules say which modules a traced step converts (Python control flow into
-    TensorFlow's): TensorFlow's and Keras's never, Horovod's every time. Horovod's TensorFlow
-    functions are graph code already (written for TensorFlow 1's graphs), and converting them
-    took 3.1 s of CPU of the 4.5 s of conversions in a smoke run's first step (AVX2 machine,
-    beside the tests; measured by wrapping autograph's converter). TensorFlow reads the rules
-    at each call (autograph/impl/conversion.py); where they are not where they were, nothing
-    changes."""
-    try:
-        from tensorflow.python.autograph.core import config as autograph_rules
-    except ImportError:  # pragma: no cover - a TensorFlow that moved them
-        return
-    rules = getattr(autograph_rules, "CONVERSION_RULES", None)
-    if rules is not None and not any(getattr(rule, "_prefix", None) == "horovod" for rule in rules):
-        autograph_rules.CONVERSION_RULES = (autograph_rules.DoNotConvert("horovod"), *rules)
-
-
+# Horovod's TensorFlow functions are graph code (TensorFlow 1's): not converted (autograph_rules.py)
 if hvd is not None:
-    leave_horovod_to_graph_mode()
+    leave_to_graph_mode("horovod")
 
 
 def horovod_version():
