@@ -15,27 +15,43 @@ from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
 from deepdensity.study.core.request import cells_stopping
 from deepdensity.study.plan.study_plan import hours_here, passes_to_expect, runs_like, second_look, sweep_runs
 
+SECOND_LOOK = "second look"  # the groups of the second look's runs, as the lines name them
+
 
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
     """The runs the ledger does not hold yet, and what they should take here: the trained cells'
     seeds, the data filter's and the batch sweep's runs, looked up by run name among the
     ledger's entries of the earlier record's eta (a linear-rule sweep run: eta x b / B) and
     target, replayed under the preset's stopping rules (the sweep's: preset.SWEEP_STOPPING;
-    ledger.answer). Passes a missing run needs come from runs of its kind on
-    record (passes_to_expect; a cell: the cell's, else the mode's largest N below,
-    runs_like; the sweep: its batch and lr rule), else the cap; the filter's from its mode's runs on record,
-    else not estimated (its N
-    is not known either); seconds a pass from the runs on record (their own clocks), of its
-    batch for the sweep."""
+    ledger.answer). The second look's runs (docs/decision-rules.md) have a line of their own:
+    they are the next look's, not runs the first look lacks. Passes a missing run needs come
+    from runs of its kind on record (passes_to_expect; a cell: the cell's, else the mode's
+    largest N below, runs_like; the sweep: its batch and lr rule), else the cap; the filter's
+    from its mode's runs on record, else not estimated (its N is not known either); seconds a
+    pass from the runs on record (their own clocks), of its batch for the sweep."""
     missing = missing_runs(study, entries, earlier)
     if missing is None:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
     _, pass_s = _held_runs(study, entries, earlier)
-    max_epochs = earlier["cap"]
-    if not missing:
-        return [
-            f"  missing runs: none, the ledger holds every run it is asked for; not counted here: {_uncounted(study)}"
+    second = [run for run in missing if run[0][0].startswith(SECOND_LOOK)]
+    first = [run for run in missing if run not in second]
+    if not first:
+        held = "every run of its first look" if second else "every run it is asked for"
+        lines = [f"  missing runs: none, the ledger holds {held}; not counted here: {_uncounted(study)}"]
+    else:
+        lines = [
+            f"  missing runs: {_priced(study, first, pass_s, earlier, parallel)}; not counted here: {_uncounted(study)}"
         ]
+    if second:
+        lines.append(
+            f"  the second look's runs to train: {_priced(study, second, pass_s, earlier, parallel, f'{SECOND_LOOK} ')}"
+        )
+    return lines
+
+
+def _priced(study: Study, missing: list, pass_s: dict, earlier: dict, parallel: int, drop: str = "") -> str:
+    """'N (what they should take here): group seeds ...; ...' of missing_runs' entries, `drop`
+    taken off the front of the groups' names."""
     every = sorted(pass_s.values())
     priced = (
         [
@@ -57,19 +73,17 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
             f"and {parallel} at a time"
         )
     if at_cap:
-        cost += f"; {at_cap} of them taken at the cap ({max_epochs} epochs), no run of their kind being on record"
+        cost += f"; {at_cap} of them taken at the cap ({earlier['cap']} epochs), no run of their kind being on record"
     if unknown:
         cost += (
             f"; {unknown} not estimated (their N is picked from the default study, and no run of theirs is on record)"
         )
     by_group = {}
     for (group, seed), _, _, _ in missing:
-        by_group.setdefault(group, []).append(seed)
-    return [
-        f"  missing runs: {len(missing)} ({cost}): "
-        + "; ".join(f"{g} seeds {', '.join(str(x) for x in s)}" for g, s in by_group.items())
-        + f"; not counted here: {_uncounted(study)}"
-    ]
+        by_group.setdefault(group.removeprefix(drop), []).append(seed)
+    return f"{len(missing)} ({cost}): " + "; ".join(
+        f"{g} seeds {', '.join(str(x) for x in s)}" for g, s in by_group.items()
+    )
 
 
 def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
@@ -162,7 +176,7 @@ def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dic
 
     epochs = _cell_epochs(held)
     out = [
-        _missing_cell_run(epochs, f"second look {mode} N = {n}", mode, n, seed, max_epochs)
+        _missing_cell_run(epochs, f"{SECOND_LOOK} {mode} N = {n}", mode, n, seed, max_epochs)
         for mode, n in study.trained_cells()
         for seed in second_look([first_look((mode, n), first)], first, study.second_look_seeds)
         if f"{mode}-n{n}-s{seed}" not in held
@@ -174,7 +188,7 @@ def _missing_second_look(study: Study, held: dict, max_epochs: int, earlier: dic
         if f"seq-s{seed}" not in held:
             out.append(
                 (
-                    ("second look sequential runs", seed),
+                    (f"{SECOND_LOOK} sequential runs", seed),
                     passes_to_expect([x for x, _ in seq_passes], 1, max_epochs),
                     [r for _, r in seq_passes],
                     not seq_passes,
@@ -200,7 +214,7 @@ def _missing_second_look_at_2eta(study: Study, held: dict, max_epochs: int, earl
         if f"{DOUBLE_ETA_RUN}{seed}" not in held:
             out.append(
                 (
-                    ("second look 2 x eta", seed),
+                    (f"{SECOND_LOOK} 2 x eta", seed),
                     passes_to_expect([x for x, _ in known], 1, max_epochs),
                     [r for _, r in known],
                     not known,

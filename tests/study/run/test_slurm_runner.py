@@ -321,10 +321,11 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
 
 
 def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_counts(tmp_path, monkeypatch, capsys):
-    """The plan's "missing runs" line and its Slurm lines give one count (issue 55): the default
-    preset, whose committed ledger holds every run of its first look, misses the second look's
-    96 (six cells, 16 seeds each; docs/decision-rules.md) and says so in both; a count the plan
-    gives is the one the Slurm jobs and their cost are given for."""
+    """The plan's lines of runs to train and its Slurm lines give one count (issue 55): the
+    default preset, whose committed ledger holds every run of its first look, misses none of
+    it and has the second look's 96 to train (six cells, 16 seeds each; docs/decision-rules.md),
+    and says so in both; a count the plan gives is the one the Slurm jobs and their cost are
+    given for."""
     from deepdensity.study import repro
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run.slurm_runner import plan_lines
@@ -336,18 +337,19 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
         == 0
     )
     out = capsys.readouterr().out
-    assert "  missing runs: 96 (" in out and "second look 2 x eta seeds 11, 12, " in out
-    assert "  Slurm jobs: the 96 missing run(s) above, and any run not counted there" in out
-    assert "  Slurm cost: the 96 missing run(s) above: at most 192 CPU-hours reserved; every run of the study: " in out
+    assert "  missing runs: none, the ledger holds every run of its first look; " in out
+    assert "  the second look's runs to train: 96 (" in out and "; 2 x eta seeds 11, 12, " in out
+    assert "  Slurm jobs: the 96 run(s) to train above, and any run not counted there" in out
+    assert "  Slurm cost: the 96 run(s) to train above: at most 192 CPU-hours reserved; every run of the study: " in out
     (tmp_path / "tiny.yaml").write_text(TINY)
     _, study = load_study(str(tmp_path / "tiny.yaml"))
     lines = plan_lines(
         "tiny", study, SlurmOptions.parse(None, ["time=02:00:00"]), tmp_path / "runs", None, False, None, None, 3
     )
     assert any(
-        line.startswith("  Slurm jobs: the 3 missing run(s) above, and any run not counted there") for line in lines
+        line.startswith("  Slurm jobs: the 3 run(s) to train above, and any run not counted there") for line in lines
     )
     assert any(
-        line.startswith("  Slurm cost: the 3 missing run(s) above: at most 6 CPU-hours reserved; every run")
+        line.startswith("  Slurm cost: the 3 run(s) to train above: at most 6 CPU-hours reserved; every run")
         for line in lines
     ), lines
