@@ -19,6 +19,7 @@ from deepdensity.model.autograph_rules import leave_to_graph_mode
 # the layer and its kernels branch on Python values only: no conversion (autograph_rules.py)
 leave_to_graph_mode("deepdensity.model.layers")
 leave_to_graph_mode("deepdensity.model.kernels")
+
 # log(0) guard for mixture weights: a softmax can round a weight to exactly 0.
 _TINY = 1e-30
 
