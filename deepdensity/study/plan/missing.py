@@ -15,7 +15,7 @@ from deepdensity.study.core.preset import DOUBLE_ETA_RUN, SWEEP_STOPPING, Study
 from deepdensity.study.core.request import cells_stopping
 from deepdensity.study.plan.study_plan import hours_here, passes_to_expect, runs_like, second_look, sweep_runs
 
-SECOND_LOOK = "second look"  # the groups of the second look's runs, as the lines name them
+SECOND_LOOK = "second look"  # the groups of the second look's runs begin so (its line drops it)
 
 
 def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel: int) -> list:
@@ -29,12 +29,10 @@ def missing_lines(study: Study, entries: list, earlier: Optional[dict], parallel
     largest N below, runs_like; the sweep: its batch and lr rule), else the cap; the filter's
     from its mode's runs on record, else not estimated (its N is not known either); seconds a
     pass from the runs on record (their own clocks), of its batch for the sweep."""
-    missing = missing_runs(study, entries, earlier)
-    if missing is None:
+    looks = _missing_by_look(study, entries, earlier)
+    if looks is None:
         return ["  missing runs: no earlier record of this preset to name eta and the target by"]
-    _, pass_s = _held_runs(study, entries, earlier)
-    second = [run for run in missing if run[0][0].startswith(SECOND_LOOK)]
-    first = [run for run in missing if run not in second]
+    first, second, pass_s = looks
     if not first:
         held = "every run of its first look" if second else "every run it is asked for"
         lines = [f"  missing runs: none, the ledger holds {held}; not counted here: {_uncounted(study)}"]
@@ -87,18 +85,24 @@ def _priced(study: Study, missing: list, pass_s: dict, earlier: dict, parallel: 
 
 
 def missing_runs(study: Study, entries: list, earlier: Optional[dict]) -> Optional[list]:
-    """The runs missing_lines counts, as ((group, seed), passes, runs like it, taken at the cap),
-    or None without an earlier record of this preset (no eta or target to look them up by)."""
+    """The runs missing_lines counts, the first look's and the second's, as ((group, seed),
+    passes, runs like it, taken at the cap), or None without an earlier record of this preset
+    (no eta or target to look them up by)."""
+    looks = _missing_by_look(study, entries, earlier)
+    return None if looks is None else looks[0] + looks[1]
+
+
+def _missing_by_look(study: Study, entries: list, earlier: Optional[dict]) -> Optional[tuple]:
+    """(the first look's missing runs, the second look's, {run name: seconds a pass}), or None
+    without an earlier record of this preset."""
     if not earlier or "eta" not in earlier:
         return None
-    held, _ = _held_runs(study, entries, earlier)
+    held, pass_s = _held_runs(study, entries, earlier)
     max_epochs = earlier["cap"]
-    return (
-        _missing_cells(study, held, max_epochs)
-        + _missing_second_look(study, held, max_epochs, earlier)
-        + _missing_filter(study, held)
-        + _missing_sweep(study, held, max_epochs)
+    first = (
+        _missing_cells(study, held, max_epochs) + _missing_filter(study, held) + _missing_sweep(study, held, max_epochs)
     )
+    return first, _missing_second_look(study, held, max_epochs, earlier), pass_s
 
 
 def _held_runs(study: Study, entries: list, earlier: dict) -> tuple:
