@@ -31,14 +31,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def onednn_isa() -> str:
+def onednn_isa(cap: str = "") -> str:
     """The instruction set oneDNN uses in a fresh TensorFlow process here (it honours
-    ONEDNN_MAX_CPU_ISA), or 'unknown' where oneDNN does not say (GPU builds, other CPUs).
-    Asked once per process and setting of oneDNN's and TensorFlow's variables (2 s each time,
-    and a study's record, runner and ISA check all ask); an 'unknown' is asked again."""
-    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ISA_SETTINGS)))
+    ONEDNN_MAX_CPU_ISA; `cap`, when given, in its place), or 'unknown' where oneDNN does not say
+    (GPU builds, other CPUs). Asked once per process and setting of oneDNN's and TensorFlow's
+    variables (2 s each time, and a study's record, runner and ISA check all ask); an 'unknown'
+    is asked again."""
+    env = {**os.environ, **({"ONEDNN_MAX_CPU_ISA": cap} if cap else {})}
+    settings = tuple(sorted((k, v) for k, v in env.items() if k.startswith(_ISA_SETTINGS)))
     if settings not in _ISA_SEEN:
-        isa = _probe_onednn_isa()
+        isa = _probe_onednn_isa(env)
         if isa == "unknown":  # a probe that timed out under load is not the answer for good
             return isa
         _ISA_SEEN[settings] = isa
@@ -48,15 +50,29 @@ def onednn_isa() -> str:
 _ISA_SETTINGS = ("ONEDNN_", "DNNL_", "TF_ENABLE_ONEDNN")
 _ISA_SEEN: dict = {}
 
+# ONEDNN_MAX_CPU_ISA's value for each instruction set as oneDNN names it (what oneDNN printed
+# in TensorFlow 2.21 under each cap on an Intel Xeon with AMX, 2026-12-01): the cap that holds
+# oneDNN to a set another machine used, where this one has that set too
+ONEDNN_CAPS = {
+    "Intel SSE4.1": "SSE41",
+    "Intel AVX": "AVX",
+    "Intel AVX2": "AVX2",
+    "Intel AVX2 with Intel DL Boost": "AVX2_VNNI",
+    "Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions": "AVX512_CORE",
+    "Intel AVX-512 with Intel DL Boost": "AVX512_CORE_VNNI",
+    "Intel AVX-512 with Intel DL Boost and bfloat16 support": "AVX512_CORE_BF16",
+    "Intel AVX-512 with float16, Intel DL Boost and bfloat16 support": "AVX512_CORE_FP16",
+}
 
-def _probe_onednn_isa() -> str:
+
+def _probe_onednn_isa(env: dict) -> str:
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _PROBE],
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+            env={**env, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

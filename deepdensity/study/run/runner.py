@@ -70,6 +70,9 @@ class StudyRunner:
         self._started = 0
         self.budget_end: Optional[float] = None  # perf_counter time the study's budget ends
         self.env_extra: dict = {}  # more environment for every run (e.g. ONEDNN_MAX_CPU_ISA)
+        # oneDNN held to the set another machine trained on (second_look.py): the runs' path is
+        # the one their key names there, so the cap is in their environment and entry, not their key
+        self.isa_pin = ""
         self.python = sys.executable  # the interpreter runs train with (the stack check: another venv's)
         self.stack_check = ""  # that venv's stack, in the runs' keys (design.stack_recheck)
         self.ledger: Optional[ledger.Ledger] = None  # finished runs to reuse, and where new ones are added
@@ -233,7 +236,16 @@ class StudyRunner:
         if self.machine is None:
             isa = machine.onednn_isa()
             self.machine = {"host": machine.host(), "cpu": machine.cpu_model(), "onednn_isa": isa}
-        return {**self.machine, **({"isa_cap": isa_cap} if isa_cap else {})}
+        pinned = {"onednn_isa": machine.onednn_isa(self.isa_pin), "isa_pin": self.isa_pin} if self.isa_pin else {}
+        return {**self.machine, **pinned, **({"isa_cap": isa_cap} if isa_cap else {})}
+
+    def run_env(self) -> dict:
+        """What a run's environment adds to the driver's: env_extra, and the pin (isa_pin)."""
+        return {**self.env_extra, **({"ONEDNN_MAX_CPU_ISA": self.isa_pin} if self.isa_pin else {})}
+
+    def onednn_isa(self, cap: str = "") -> str:
+        """The set oneDNN uses for this runner's runs, under `cap` if given (machine.onednn_isa)."""
+        return machine.onednn_isa(cap)
 
     def _reopen_if_stopped_early(self, out: Path, asked: RunRequest) -> None:
         """A finished run that a stopping rule no longer asked for ended (finished_runs.stopped_early)
@@ -297,7 +309,7 @@ class StudyRunner:
         interrupt can reach it. (`name`, `workers`: the run's, for executors that need them.)"""
         proc = subprocess.Popen(
             cmd,
-            env={**self._environment(), "TF_CPP_MIN_LOG_LEVEL": "2", **self.env_extra},
+            env={**self._environment(), "TF_CPP_MIN_LOG_LEVEL": "2", **self.run_env()},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

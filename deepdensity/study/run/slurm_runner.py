@@ -186,7 +186,7 @@ class SlurmRunner(StudyRunner):
         return job_id
 
     def _job_env(self) -> dict:
-        return {"TF_CPP_MIN_LOG_LEVEL": "2", **{k: str(v) for k, v in self.env_extra.items()}}
+        return {"TF_CPP_MIN_LOG_LEVEL": "2", **{k: str(v) for k, v in self.run_env().items()}}
 
     def batch_script(self, name: str, workers: int, cpus: Optional[int] = None) -> str:
         """The batch script submitit submits for this run's job (alone; in an array, with

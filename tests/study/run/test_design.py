@@ -125,11 +125,12 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
 
 
 class _LookRunner:
-    """What run_second_look asks of a runner: the ledger's entries, this machine, may_train and
-    run_all; the jobs record what they were asked and whether they could train."""
+    """What run_second_look asks of a runner: the ledger's entries, this machine's oneDNN (its
+    own, and under a cap: `capped`), may_train, isa_pin and run_all; the jobs record what they
+    were asked, whether they could train and the pin they ran under."""
 
-    def __init__(self, isa: str, first_isa: str):
-        self.isa, self.may_train, self.asked = isa, True, []
+    def __init__(self, isa: str, first_isa: str, capped: dict = None):
+        self.isa, self.capped, self.may_train, self.isa_pin, self.asked = isa, capped or {}, True, "", []
         self.ledger = type(
             "L",
             (),
@@ -140,8 +141,8 @@ class _LookRunner:
             },
         )()
 
-    def _machine(self, isa_cap):
-        return {"onednn_isa": self.isa}
+    def onednn_isa(self, cap=""):
+        return self.capped.get(cap, self.isa) if cap else self.isa
 
     def run_all(self, jobs, label=""):
         return [job() for job in jobs]
@@ -161,18 +162,38 @@ def _looked_book(misses_by_unit: dict):
     return book
 
 
-@pytest.mark.parametrize("here, trains", [("AVX-512 DL Boost", True), ("AVX2", False)])
-def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_instruction_set(here, trains):
+BF16 = "Intel AVX-512 with Intel DL Boost and bfloat16 support"  # the first look's (reports/ledger.jsonl)
+AMX = (
+    "Intel AVX-512 with float16, Intel DL Boost and bfloat16 support and Intel AMX with bfloat16 and 8-bit "
+    "integer support"
+)
+
+
+@pytest.mark.parametrize(
+    "here, capped, trains, pin",
+    [
+        (BF16, {}, True, ""),
+        # an Intel Xeon with AMX: oneDNN held to the first look's set by its cap
+        (AMX, {"AVX512_CORE_BF16": BF16}, True, "AVX512_CORE_BF16"),
+        # AVX2: the cap cannot raise oneDNN to a set the CPU lacks
+        ("Intel AVX2", {"AVX512_CORE_BF16": "Intel AVX2"}, False, ""),
+        # a set the cap does not reach exactly is no pin
+        (AMX, {"AVX512_CORE_BF16": AMX}, False, ""),
+    ],
+)
+def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_instruction_set(
+    here, capped, trains, pin
+):
     from deepdensity.study.core.preset import Study
     from deepdensity.study.run.runner import NotHeld
     from deepdensity.study.run.second_look import run_second_look
 
-    runner = _LookRunner(here, "AVX-512 DL Boost")
+    runner = _LookRunner(here, BF16, capped)
     book = _looked_book({("weak", 4): 1, ("weak", 8): 0, ("linear", 8): 8})
 
     def unit(mode, n):
         def job(seed):
-            runner.asked.append((mode, n, seed))
+            runner.asked.append((mode, n, seed, runner.isa_pin))
             if not runner.may_train:
                 raise NotHeld("not held")
             return [f"{mode}-n{n}-s{seed}"]
@@ -183,12 +204,16 @@ def test_the_second_look_trains_every_seed_of_the_open_cells_on_the_first_looks_
     study = Study(seeds=list(range(8)), second_look_seeds=24)
     said = []
     got = run_second_look(runner, book, units, study, say=said.append)
-    assert runner.asked == [("weak", 4, s) for s in range(8, 24)], "the open cell, all 16 seeds, no other"
-    assert runner.may_train, "as it was"
+    assert runner.asked == [("weak", 4, s, pin) for s in range(8, 24)], "the open cell, all 16 seeds, no other"
+    assert runner.may_train and runner.isa_pin == "", "as it was"
     if trains:
-        assert got == "16 of its 16 runs" and book.seeds[("weak", 4)] == list(range(24)) and not said
+        assert got.startswith("16 of its 16 runs") and book.seeds[("weak", 4)] == list(range(24))
         assert book.why[(("weak", 4), 8)] == "second look: weak N = 4 inconclusive at its first look (1 of 8 missed)"
+        if pin:
+            assert f"ONEDNN_MAX_CPU_ISA={pin}" in got and len(said) == 1 and f"ONEDNN_MAX_CPU_ISA={pin}" in said[0]
+        else:
+            assert got == "16 of its 16 runs" and not said
     else:
         assert got.startswith("0 of its 16 runs") and book.seeds[("weak", 4)] == list(range(8))
-        assert said and "not trained here" in said[0] and "AVX2" in said[0]
+        assert said and "not trained here" in said[0] and here in said[0]
     assert run_second_look(runner, book, units, Study(seeds=list(range(8)))) == "no second look in the preset"
