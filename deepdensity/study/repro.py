@@ -51,7 +51,13 @@ from deepdensity.study.run.design import run_first_seeds, run_more_seeds, stall_
 from deepdensity.study.run.outcomes import Book, study_cells
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.second_look import run_second_look
-from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
+from deepdensity.study.run.sequential import (
+    FIG1_PREFIX,
+    calibrated_target,
+    edge_of_stability,
+    figure1_run,
+    sequential_path,
+)
 from deepdensity.study.run.session import (
     COMMITTED_REPORTS,
     Protocol,
@@ -289,15 +295,15 @@ def run_study(name: str, study: Study, options: StudyOptions, runs: Path, out: P
     # 2. The sequential runs of the first seeds; the first calibrates the target (paper:
     #    ~100 epochs). E + max(N) passes, so that every strong-scaling N has an epoch end past E.
     seq_max_epochs = study.calibration_epochs + max(study.workers)
+    seeds = study.sequential_seeds()
     seq = s.runner.run_all(
-        [
-            functools.partial(
-                sequential_path, s.runner, sd, eta, seq_max_epochs, need_weights=i == 0 and not options.no_train
-            )
-            for i, sd in enumerate(study.sequential_seeds())
-        ],
+        [functools.partial(sequential_path, s.runner, sd, eta, seq_max_epochs) for sd in seeds],
         label="sequential runs",
     )
+    #    Fig. 1 draws the first seed's weights; where its run came from the ledger (no weights),
+    #    it is trained again in a folder of its own, so that the cells keep the ledger's path.
+    if not options.no_train and not (figure1_run(s.root, seeds[0]) / "weights.h5").is_file():
+        sequential_path(s.runner, seeds[0], eta, seq_max_epochs, FIG1_PREFIX, need_weights=True)
     target, max_epochs, calibration = calibrated_target(s, study, eta, seq[0])
     proto = Protocol(eta, target, max_epochs, seq_max_epochs, cfg, s.collapse_loss, calibration)
     # 3. Every cell at the first seeds; the second look's seeds to the cells the first left open

@@ -26,7 +26,7 @@ from deepdensity.study.plan import study_plan
 from deepdensity.study.record import paper_keys, seq_2eta_of
 from deepdensity.study.run.outcomes import SEQUENTIAL_UNIT, Book, study_cells
 from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
-from deepdensity.study.run.sequential import figure1_slices, real_strong_runs, strong_from_sequential
+from deepdensity.study.run.sequential import figure1_run, figure1_slices, real_strong_runs, strong_from_sequential
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json
 from deepdensity.utils.errors import UserError
@@ -350,7 +350,7 @@ def paper_parts(end) -> tuple:
             lambda: stack_recheck(s, proto, book, end.timing, end.modelled, end.options.stack_check), None
         )
     )
-    fig1 = figure1_slices(proto.cfg, s.root / f"seq-s{s.study.sequential_seeds()[0]}")
+    fig1 = figure1_slices(proto.cfg, figure1_run(s.root, s.study.sequential_seeds()[0]))
     return {
         **paper_keys(end, fig1),
         "real_strong": real,
