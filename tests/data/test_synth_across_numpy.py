@@ -44,3 +44,49 @@ def test_the_default_studys_cubes_give_the_committed_studys_collapse_level():
     assert (len(train.cubes), len(val.cubes)) == (record["n_train"], record["n_val"])
     level = input_independent_loss(to_density(train.cubes)[0], to_density(val.cubes)[0])
     assert level == pytest.approx(record["collapse_loss"], rel=1e-15, abs=0)
+
+
+# The committed ledgers' data, named by the identity their entries recorded ("arrays:", every
+# dataset) and given here by their cubes' identity as measured when the identity became the
+# cubes' alone (numpy 1.26.4, Intel Xeon with AVX-512, 2026-12-01; ledger.CUBES_OF), so that a
+# change to the table or to data_identity shows
+COMMITTED = {
+    "default": ("arrays:2ab307e62792a44b99e68add21ec9e6e", "cubes:7da38e56852aedd509f25ab413ca22b8"),
+    "tiny": ("arrays:04360c22eefd04f99eede8ba4100d7b5", "cubes:ff68deb5ed8ae4ff877d2c396bb383d3"),
+}
+
+
+def _identity_of_synthetic(tmp_path, n: int, val: int, seed: int) -> str:
+    from deepdensity.data.synth import write_synthetic
+    from deepdensity.study.core import ledger
+
+    write_synthetic(tmp_path / "data.h5", n, val, seed, progress=False)
+    return ledger.data_identity(tmp_path / "data.h5")
+
+
+def _recorded(path) -> set:
+    return {json.loads(line)["data"] for line in path.read_text().splitlines() if line.strip()}
+
+
+def test_the_tiny_studys_data_made_here_is_the_committed_tiny_ledgers(tmp_path):
+    """The tests' committed tiny ledger (tests/study/data/tiny-reports) answers a tiny study
+    trained here: its recorded identity reads as the cubes this machine and numpy make."""
+    from deepdensity.study.core import ledger
+
+    recorded, cubes = COMMITTED["tiny"]
+    assert _recorded(ROOT / "tests" / "study" / "data" / "tiny-reports" / "ledger.jsonl") == {recorded}
+    assert ledger.CUBES_OF[recorded] == cubes
+    assert _identity_of_synthetic(tmp_path, 96, 32, 0) == cubes
+
+
+@pytest.mark.medium
+def test_the_default_studys_data_made_here_is_the_committed_ledgers(tmp_path):
+    """`make repro` on this stack and machine reuses the committed runs: the default study's data
+    made here (5 s) has the identity the committed ledger's entries are read with."""
+    from deepdensity.study.core import ledger
+
+    recorded, cubes = COMMITTED["default"]
+    assert _recorded(ROOT / "reports" / "ledger.jsonl") == {recorded}
+    assert ledger.CUBES_OF[recorded] == cubes
+    d = json.loads((ROOT / "reports" / "study.json").read_text())["study"]["data"]
+    assert _identity_of_synthetic(tmp_path, d["n"], d["val"], d["seed"]) == cubes

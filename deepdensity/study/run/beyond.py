@@ -24,7 +24,7 @@ from deepdensity.study.core.preset import SWEEP_STOPPING, Study
 from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.outcomes import timed
 from deepdensity.study.run.runner import StudyRunner
-from deepdensity.study.run.sequential import sequential_path, val_losses
+from deepdensity.study.run.sequential import figure1_run, sequential_path, val_losses
 from deepdensity.training.runs import read_json
 from deepdensity.utils.errors import StudyError
 
@@ -86,8 +86,9 @@ def _filtered_data(root: Path, study: Study, say=print) -> tuple:
     features of the first sequential run (python -m deepdensity.tools.filter), made once."""
     data, filtered = root / "data.h5", root / "data.filtered.h5"
     random_ctl = filtered.with_suffix(".random.h5")
-    # the first sequential run the study trained (its seeds may be apart from the cells')
-    features = root / f"seq-s{study.sequential_seeds()[0]}"
+    # the first sequential run the study trained (its seeds may be apart from the cells'), as
+    # Fig. 1 draws it: the run with its weights (sequential.figure1_run)
+    features = figure1_run(root, study.sequential_seeds()[0])
     if not (filtered.exists() and random_ctl.exists()):
         say(f"filter: features of {features} -> {filtered}")
         proc = subprocess.run(

@@ -409,8 +409,7 @@ def test_a_whole_last_entry_without_its_newline_is_kept(tmp_path):
 
 def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
     """A data file whose cubes live in another file (an external link) is the data the runs
-    read: replacing the linked file's cubes changes the identity, and a file without links hashes
-    as its arrays alone (the committed ledger's entries keep their identity)."""
+    read: replacing the linked file's cubes changes the identity."""
 
     def cubes_file(path, value):
         with h5py.File(path, "w") as f:
@@ -425,14 +424,48 @@ def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
     before = ledger.data_identity(main)
     cubes_file(tmp_path / "a.h5", 0.25)
     assert ledger.data_identity(main) != before, "the linked cubes changed"
-    plain = tmp_path / "plain.h5"
-    with h5py.File(plain, "w") as f:
-        f["x"] = np.arange(3, dtype=np.float32)
+
+
+def test_the_data_identity_is_the_cubes_alone(tmp_path):
+    """The identity hashes each split's cubes (name, dtype, shape, values: the formula below,
+    written out here), not the columns beside them, which no run reads: a diameter's last bit
+    (numpy 2's exponential on AVX-512) leaves it, a cube's changes it."""
     import hashlib
 
-    values = np.arange(3, dtype=np.float32)
-    want = hashlib.sha256(f"x|{values.dtype.str}|{values.shape}|".encode() + values.tobytes()).hexdigest()[:32]
-    assert ledger.data_identity(plain) == "arrays:" + want
+    cubes = np.arange(2 * 4 * 4 * 4, dtype=np.float32).reshape(2, 4, 4, 4)
+
+    def write(path, diameters, cubes):
+        with h5py.File(path, "w") as f:
+            f.create_group("train")["cubes"] = cubes
+            f["train"]["diameter_mm"] = diameters
+
+    write(tmp_path / "a.h5", np.array([5.0, 7.0]), cubes)
+    want = hashlib.sha256("train/cubes|<f4|(2, 4, 4, 4)|".encode() + cubes.tobytes()).hexdigest()[:32]
+    assert ledger.data_identity(tmp_path / "a.h5") == "cubes:" + want
+    write(tmp_path / "b.h5", np.array([5.0, np.nextafter(7.0, 8.0)]), cubes)
+    assert ledger.data_identity(tmp_path / "b.h5") == "cubes:" + want, "a diameter's last bit"
+    moved = cubes.copy()
+    moved[1, 2, 3, 0] = np.nextafter(moved[1, 2, 3, 0], np.float32(1e9))
+    write(tmp_path / "c.h5", np.array([5.0, 7.0]), moved)
+    assert ledger.data_identity(tmp_path / "c.h5") != "cubes:" + want, "one ulp of one cube value"
+
+
+def test_the_committed_ledgers_entries_are_read_with_their_cubes_identity():
+    """Written while the identity hashed every dataset ("arrays:"), the committed entries are
+    read with the identity of their cubes (ledger.CUBES_OF) and the key it gives, so that a study
+    whose data holds those cubes reuses them whatever the last bits of its diameters; an entry
+    of an identity the table lacks keeps its own."""
+    from tests.support import ROOT
+
+    raw = [json.loads(line) for line in (ROOT / "reports" / "ledger.jsonl").read_text().splitlines()]
+    read = ledger.read_entries(ROOT / "reports" / "ledger.jsonl")
+    assert {e["data"] for e in raw} == {"arrays:2ab307e62792a44b99e68add21ec9e6e"}
+    assert {e["data"] for e in read} == {"cubes:7da38e56852aedd509f25ab413ca22b8"}
+    e = next(e for e in read if e["run"] == "weak-n4-s0")
+    asked = ledger.run_key(e["config"], "weak", 4, "one process", "", "cubes:7da38e56852aedd509f25ab413ca22b8")
+    assert e["key"] == asked and asked != next(r for r in raw if r["run"] == "weak-n4-s0")["key"]
+    other = {**next(r for r in raw if r["run"] == "weak-n4-s0"), "data": "arrays:f654d15c25207004e78044bf013bc510"}
+    assert ledger._keyed_by_its_cubes(other) == other
 
 
 def test_an_entry_from_before_the_stack_was_recorded_reads_as_the_pin_of_then():
@@ -542,8 +575,12 @@ def test_the_committed_ledger_reads_its_stack_check_runs_under_their_own_keys_an
 
     path = ROOT / "reports" / "ledger.jsonl"
     raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by_stack = [ledger._keyed_by_its_stack(e) for e in raw]
+    moved = [(a["run"], b.get("stack_check")) for a, b in zip(raw, by_stack) if a["key"] != b["key"]]
     read = ledger.read_entries(path)
-    moved = [(a["run"], b.get("stack_check")) for a, b in zip(raw, read) if a["key"] != b["key"]]
+    assert [ledger._keyed_by_its_cubes(e)["key"] for e in by_stack] == [e["key"] for e in read], (
+        "read: by its stack, then by its cubes"
+    )
     assert len(moved) == 17 and all(run.startswith("stack-tf2210-") and label == CHECKED for run, label in moved)
     default_keys = {e["key"] for e in read if not e["run"].startswith("stack-tf")}
     assert not default_keys & {e["key"] for e in read if e["run"].startswith("stack-tf")}
