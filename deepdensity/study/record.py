@@ -91,6 +91,8 @@ def _common(s, proto, book, timing: dict, stopped: str, runner: str, kind: str, 
             "wall_minutes": round(wall / 60, 1),
             "trained": len(s.runner.trained),
             "reused": len(s.runner.reused - s.runner.trained),
+            # by name: the next dry run counts from them (plan/invocation.py)
+            "runs": {"trained": sorted(s.runner.trained), "reused": sorted(s.runner.reused - s.runner.trained)},
             "parallel_runs": s.runner.parallel,
             "runs_minutes": round(
                 sum(

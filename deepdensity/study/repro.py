@@ -39,7 +39,8 @@ from typing import Optional
 from deepdensity.config import load, read_mapping
 from deepdensity.study.core.clocks import model_epoch
 from deepdensity.study.core.ledger import LEDGER_FILE, read_entries
-from deepdensity.study.core.preset import Study, load_study
+from deepdensity.study.core.preset import FIG1_PREFIX, Study, figure1_run, load_study
+from deepdensity.study.plan.invocation import invocation_lines
 from deepdensity.study.plan.missing import missing_lines, missing_runs
 from deepdensity.study.plan.study_plan import plan_lines
 from deepdensity.study.report.tensorboard_view import write_view
@@ -47,17 +48,17 @@ from deepdensity.study.repro_checks import check_runner, check_stack_check, slur
 from deepdensity.study.rerender import StudyEnd, holds_a_study_record, of_study
 from deepdensity.study.run import slurm_runner
 from deepdensity.study.run.beyond import default_study_eta
-from deepdensity.study.run.design import run_first_seeds, run_more_seeds, stall_check, study_units
+from deepdensity.study.run.design import (
+    run_first_seeds,
+    run_more_seeds,
+    stack_check_prefix,
+    stall_check,
+    study_units,
+)
 from deepdensity.study.run.outcomes import Book, study_cells
 from deepdensity.study.run.runner import unless_not_held
 from deepdensity.study.run.second_look import run_second_look
-from deepdensity.study.run.sequential import (
-    FIG1_PREFIX,
-    calibrated_target,
-    edge_of_stability,
-    figure1_run,
-    sequential_path,
-)
+from deepdensity.study.run.sequential import calibrated_target, edge_of_stability, sequential_path
 from deepdensity.study.run.session import (
     COMMITTED_REPORTS,
     Protocol,
@@ -76,6 +77,7 @@ from deepdensity.training.runs import locked, read_json, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import EXIT_SIGINT, Interrupted, StudyError, command
 from deepdensity.utils.files import check_own_folder, json_with, mark_folder, read_json_object
+from deepdensity.utils.machine import cpu_flags
 
 
 @command(os_hint="pass other --runs / --out folders")
@@ -92,9 +94,9 @@ def main(argv=None) -> int:
     check_own_folder(out, "--out", "reports", holds_a_study_record)
     options = _options(args)
     check_runner(options.runner)
-    check_stack_check(options)
+    stack = check_stack_check(options)
     slurm_check = slurm_clients(study, options, runs)
-    _print_plan(name, study, options, runs, out, slurm_check)
+    _print_plan(name, study, options, runs, out, slurm_check, stack)
     if options.dry_run and slurm_check and slurm_check[1]:  # the plan above, then the refusal a run would meet
         raise StudyError(
             f"--executor slurm: {slurm_check[1]}; the study would refuse to start here, so this dry "
@@ -210,13 +212,28 @@ def _options(args) -> StudyOptions:
 
 
 def _print_plan(
-    name: str, study: Study, options: StudyOptions, runs: Path, out: Path, slurm_check: Optional[tuple]
+    name: str,
+    study: Study,
+    options: StudyOptions,
+    runs: Path,
+    out: Path,
+    slurm_check: Optional[tuple],
+    stack: Optional[dict] = None,
 ) -> None:
-    """The plan: the stages, the runs the ledger does not hold and their cost, the Slurm jobs."""
+    """The plan: first what this invocation trains, reuses and takes (invocation.py), then the
+    stages, the runs the ledger does not hold and their cost, the Slurm jobs."""
     earlier = _earlier_record(name, out)
+    entries = [e for path in [runs / LEDGER_FILE, *ledgers_to_read(name, options, runs)] for e in read_entries(path)]
+    prefix = stack_check_prefix(stack["tensorflow"]) if stack else ""
+    for line in invocation_lines(study, entries, earlier, parallel_runs(study), runs, prefix, cpu_flags()):
+        print(line)
+    if stack:
+        print(
+            f"stack check: seed 0 of every trained cell again on TensorFlow {stack['tensorflow']}, {stack['keras']} "
+            f"({options.stack_check}), after the study's own runs"
+        )
     for line in plan_lines(name, study, options.runner, str(runs), str(out), earlier, executor=options.executor):
         print(line)
-    entries = [e for path in [runs / LEDGER_FILE, *ledgers_to_read(name, options, runs)] for e in read_entries(path)]
     for line in missing_lines(study, entries, earlier, parallel_runs(study)):
         print(line)
     if slurm_check is not None:

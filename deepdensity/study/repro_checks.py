@@ -35,20 +35,17 @@ def check_runner(runner: Optional[str]) -> None:
         )
 
 
-def check_stack_check(options: StudyOptions) -> None:
+def check_stack_check(options: StudyOptions) -> Optional[dict]:
     """--stack-check VENV: one-process runs on this host, from a venv that answers for its stack
-    (checked before the plan, so that a wrong VENV is one line, not an error after the study)."""
+    (checked before the plan, so that a wrong VENV is one line, not an error after the study);
+    its stack (design.venv_stack), or None without --stack-check."""
     if not options.stack_check:
-        return
+        return None
     if options.runner or options.executor == "slurm":
         raise StudyError(
             "--stack-check trains its runs as one process on this host: not with --runner or --executor slurm"
         )
-    other = venv_stack(options.stack_check)
-    print(
-        f"stack check: seed 0 of every trained cell again on TensorFlow {other['tensorflow']}, {other['keras']} "
-        f"({options.stack_check}), after the study's own runs"
-    )
+    return venv_stack(options.stack_check)
 
 
 def slurm_clients(study: Study, options: StudyOptions, runs: Path) -> Optional[tuple]:

@@ -31,6 +31,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> str:
+    """The CPU's flags as the platform reports them (Linux: /proc/cpuinfo), '' where it does not."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def onednn_isa(cap: str = "") -> str:
     """The instruction set oneDNN uses in a fresh TensorFlow process here (it honours
     ONEDNN_MAX_CPU_ISA; `cap`, when given, in its place), or 'unknown' where oneDNN does not say

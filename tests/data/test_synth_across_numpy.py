@@ -48,7 +48,7 @@ def test_the_default_studys_cubes_give_the_committed_studys_collapse_level():
 
 # The committed ledgers' data, named by the identity their entries recorded ("arrays:", every
 # dataset) and given here by their cubes' identity as measured when the identity became the
-# cubes' alone (numpy 1.26.4, Intel Xeon with AVX-512, 2026-12-01; ledger.CUBES_OF), so that a
+# cubes' alone (numpy 1.26.4, Intel Xeon with AVX-512, 2026-12-01; CUBES_OF), so that a
 # change to the table or to data_identity shows
 COMMITTED = {
     "default": ("arrays:2ab307e62792a44b99e68add21ec9e6e", "cubes:7da38e56852aedd509f25ab413ca22b8"),
@@ -58,10 +58,10 @@ COMMITTED = {
 
 def _identity_of_synthetic(tmp_path, n: int, val: int, seed: int) -> str:
     from deepdensity.data.synth import write_synthetic
-    from deepdensity.study.core import ledger
+    from deepdensity.study.core.data_identity import data_identity
 
     write_synthetic(tmp_path / "data.h5", n, val, seed, progress=False)
-    return ledger.data_identity(tmp_path / "data.h5")
+    return data_identity(tmp_path / "data.h5")
 
 
 def _recorded(path) -> set:
@@ -71,11 +71,11 @@ def _recorded(path) -> set:
 def test_the_tiny_studys_data_made_here_is_the_committed_tiny_ledgers(tmp_path):
     """The tests' committed tiny ledger (tests/study/data/tiny-reports) answers a tiny study
     trained here: its recorded identity reads as the cubes this machine and numpy make."""
-    from deepdensity.study.core import ledger
+    from deepdensity.study.core.data_identity import CUBES_OF
 
     recorded, cubes = COMMITTED["tiny"]
     assert _recorded(ROOT / "tests" / "study" / "data" / "tiny-reports" / "ledger.jsonl") == {recorded}
-    assert ledger.CUBES_OF[recorded] == cubes
+    assert CUBES_OF[recorded] == cubes
     assert _identity_of_synthetic(tmp_path, 96, 32, 0) == cubes
 
 
@@ -83,10 +83,10 @@ def test_the_tiny_studys_data_made_here_is_the_committed_tiny_ledgers(tmp_path):
 def test_the_default_studys_data_made_here_is_the_committed_ledgers(tmp_path):
     """`make repro` on this stack and machine reuses the committed runs: the default study's data
     made here (5 s) has the identity the committed ledger's entries are read with."""
-    from deepdensity.study.core import ledger
+    from deepdensity.study.core.data_identity import CUBES_OF
 
     recorded, cubes = COMMITTED["default"]
     assert _recorded(ROOT / "reports" / "ledger.jsonl") == {recorded}
-    assert ledger.CUBES_OF[recorded] == cubes
+    assert CUBES_OF[recorded] == cubes
     d = json.loads((ROOT / "reports" / "study.json").read_text())["study"]["data"]
     assert _identity_of_synthetic(tmp_path, d["n"], d["val"], d["seed"]) == cubes

@@ -3,6 +3,7 @@ report and record it writes, the seeds its design added, the clock and its real 
 the ISA check, a second invocation that trains nothing, and the beyond study on its runs."""
 
 import json
+import re
 
 import pytest
 
@@ -115,11 +116,17 @@ def test_the_reports_render_again_from_their_record_alone(tiny_study):
 
 def test_a_second_invocation_reuses_every_finished_run(tiny_study):
     """Run again on the same runs folder (reports to a folder of their own, so that the other
-    tests read the first invocation's): nothing trains."""
+    tests read the first invocation's): nothing trains, as the dry run said first, counting the
+    runs the first invocation's record names (plan/invocation.py)."""
+    dry = run(tiny_study.command(None, None, "--dry-run")).stdout.splitlines()
+    said = re.fullmatch(r"this invocation: trains (\d+) run\(s\) and reuses (\d+), about 0 min here .*", dry[0])
+    assert said, dry[:3]
+    asked = record(tiny_study.reports)["provenance"]["runs"]
+    assert said.groups() == ("0", str(len(asked["trained"]) + len(asked["reused"]))), (dry[0], asked)
     again = tiny_study.root / "reports-again"
     second = run(tiny_study.command(reports=again))
     assert "[run " not in second.stdout, "every run finished earlier is reused"
-    assert "trained 0 run(s)" in prose((again / "REPORT.md").read_text())
+    assert f"trained 0 run(s) and reused {said.group(2)} finished earlier" in prose((again / "REPORT.md").read_text())
 
 
 def test_the_beyond_study_writes_its_answer_and_every_table(tiny_beyond):

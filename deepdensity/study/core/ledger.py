@@ -31,6 +31,7 @@ from typing import Iterable, Optional
 from deepdensity.scaling import rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
+from deepdensity.study.core.data_identity import CUBES_OF
 from deepdensity.study.core.ledger_lines import FORMAT, end_the_last_line, entries_in
 from deepdensity.utils.files import mark_folder, write_atomic
 
@@ -62,9 +63,10 @@ ROW_KEYS = (
 def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: str, stack_check: str = "") -> str:
     """What decides a run's path: its settings but the stopping rules and the data's path, its
     mode and workers, how it was launched, the instruction-set cap and the data's cubes
-    (data_identity). The stack (TensorFlow, Keras) is left out: a run of the committed study is reused on another
-    stack as what it is (`stack_of`); only the stack check's runs (`stack_check`, naming the
-    stack they are trained on) are keyed by it, so that no run of another stack answers them."""
+    (data_identity). The stack (TensorFlow, Keras) is left out: a run of the committed study is
+    reused on another stack as what it is (`stack_of`); only the stack check's runs
+    (`stack_check`, naming the stack they are trained on) are keyed by it, so that no run of
+    another stack answers them."""
     what = {
         "training_version": TRAINING_VERSION,
         "mode": mode,
@@ -76,46 +78,6 @@ def run_key(config: dict, mode: str, n: int, launcher: str, isa_cap: str, data: 
         "config": {k: config[k] for k in sorted(config) if k not in NOT_IN_KEY},
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()[:24]
-
-
-def data_identity(path) -> str:
-    """The data as the runs read it: a hash of the cubes of every split (each dataset named
-    `cubes`: its name, dtype, shape and values). Not the file's bytes: HDF5 stores creation
-    times, so the same cubes written twice (the study writes its synthetic data once per runs
-    folder, on every machine) differ byte for byte. Not the columns beside the cubes (diameters,
-    positions, series), which no run reads: the synthetic diameters are drawn through numpy's
-    exponential, whose last bit differs between numpy 1 and 2 on AVX-512 and between instruction
-    sets, and the identity of every dataset ("arrays:", until 2026-12-01) kept apart runs of the
-    same cubes (CUBES_OF)."""
-    import h5py
-    import numpy as np
-
-    h = hashlib.sha256()
-
-    def add(name, obj):
-        if isinstance(obj, h5py.Dataset) and name.rsplit("/", 1)[-1] == "cubes":
-            values = np.ascontiguousarray(obj[()])
-            h.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
-            h.update(values.tobytes())
-
-    def add_linked(group, prefix: str) -> None:
-        # visititems follows hard links only; the cubes a soft or external link names are read
-        # by the runs too (a file without links hashes as before)
-        for key in group:
-            link, name = group.get(key, getlink=True), f"{prefix}{key}"
-            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-                obj = group[key]
-                if isinstance(obj, h5py.Dataset):
-                    add(name, obj)
-                else:
-                    obj.visititems(lambda sub, o: add(f"{name}/{sub}", o))
-            elif isinstance(group[key], h5py.Group):
-                add_linked(group[key], f"{name}/")
-
-    with h5py.File(path, "r") as f:
-        f.visititems(add)
-        add_linked(f, "")
-    return "cubes:" + h.hexdigest()[:32]
 
 
 def stopping_of(config: dict) -> dict:
@@ -259,21 +221,9 @@ def read_entries(path: Path) -> list:
     return [_keyed_by_its_cubes(_keyed_by_its_stack(e)) for e in entries_in(path)]
 
 
-# The data identities of entries written while the identity hashed every dataset ("arrays:"),
-# each with the identity of its cubes alone (data_identity). Each was established by making that
-# data again where it hashed to the recorded "arrays:" identity (numpy 1.26.4 on an Intel Xeon
-# with AVX-512, 2026-12-01: the default study's 2100 cubes and the tiny study's 96, tests/study/
-# conftest.py) and hashing its cubes; numpy 2.4.6 there made the same cubes. An entry of another
-# "arrays:" identity (the beyond study's filtered data) keeps its key: no request asks for it now.
-CUBES_OF = {
-    "arrays:2ab307e62792a44b99e68add21ec9e6e": "cubes:7da38e56852aedd509f25ab413ca22b8",
-    "arrays:04360c22eefd04f99eede8ba4100d7b5": "cubes:ff68deb5ed8ae4ff877d2c396bb383d3",
-}
-
-
 def _keyed_by_its_cubes(e: dict) -> dict:
-    """An entry of an "arrays:" identity in CUBES_OF, read with its cubes' identity and the key
-    that gives; the others as they are."""
+    """An entry of an "arrays:" identity in CUBES_OF (data_identity.py), read with its cubes'
+    identity and the key that gives; the others as they are."""
     if e["data"] not in CUBES_OF:
         return e
     data = CUBES_OF[e["data"]]

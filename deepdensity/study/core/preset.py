@@ -39,6 +39,18 @@ SWEEP_STOPPING = {"stall_patience": 0, "collapse_loss": 0.0}
 # the name of its runs before their seed
 DOUBLE_ETA = "2eta"
 DOUBLE_ETA_RUN = "seq-2eta-s"
+# The sequential run Fig. 1 draws, trained for its weights in a folder of its own: the study's
+# own sequential run may come from the ledger, trained on another stack or machine, and a run
+# trained again here in its place would change the path the strong-scaling cells read off it
+FIG1_PREFIX = "fig1-"
+
+
+def figure1_run(root: Path, seed: int) -> Path:
+    """The run whose weights Fig. 1 draws: the one trained for it (FIG1_PREFIX), else, in a runs
+    folder from before there was one, the sequential run itself."""
+    own = root / f"{FIG1_PREFIX}seq-s{seed}"
+    return own if (own / "weights.h5").is_file() else root / f"seq-s{seed}"
+
 
 # Beneath a preset's `train`: the study's runs go side by side, each on one intra-op thread
 # unless the preset says otherwise (deterministic kernels repeat bit for bit at a thread count).

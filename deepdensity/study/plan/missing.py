@@ -227,6 +227,41 @@ def _missing_second_look_at_2eta(study: Study, held: dict, max_epochs: int, earl
     return out
 
 
+def missing_by_name(study: Study, entries: list, earlier: dict) -> dict:
+    """{run name: (passes, seconds a pass)} of the runs missing_lines counts, as they are priced
+    there; under None, the price of any other run: the cap's passes at the median pass."""
+    looks = _missing_by_look(study, entries, earlier)
+    first, second, pass_s = looks if looks is not None else ([], [], {})
+    every = sorted(pass_s.values())
+    median = statistics.median_low(every) if every else 0.0
+    priced = {
+        _run_name(group, seed): (
+            passes if passes is not None else earlier["cap"],
+            statistics.median_low([pass_s[r] for r in like if r in pass_s] or every or [0.0]),
+        )
+        for (group, seed), passes, like, _ in [*first, *second]
+        if not group.startswith(("filter", "batch sweep"))
+    }
+    return {**priced, None: (earlier["cap"], median)}
+
+
+def second_look_names(study: Study, earlier: dict) -> list:
+    """The run names of every run the second look asks for, held or not (the names
+    _missing_second_look's groups stand for)."""
+    return [_run_name(group, seed) for (group, seed), _, _, _ in _missing_second_look(study, {}, 0, earlier)]
+
+
+def _run_name(group: str, seed: int) -> str:
+    """The run a missing run's group and seed name: 'second look weak N = 4', 8 -> weak-n4-s8."""
+    group = group.removeprefix(f"{SECOND_LOOK} ")
+    if group == "2 x eta":
+        return f"{DOUBLE_ETA_RUN}{seed}"
+    if group == "sequential runs":
+        return f"seq-s{seed}"
+    mode, n = re.fullmatch(r"(\w+) N = (\d+)", group).groups()
+    return f"{mode}-n{n}-s{seed}"
+
+
 def _filter_runs(study: Study) -> list:
     """(name pattern, mode, variant, seed) of the data filter's runs on filtered and random data
     (beyond.filter_experiment); their N is picked from the default study's cells, so the

@@ -20,11 +20,11 @@ from deepdensity.scaling import policies, rules
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
 from deepdensity.study.core.cells import Cell, filter_n, time_to_target
-from deepdensity.study.core.preset import SWEEP_STOPPING, Study
+from deepdensity.study.core.preset import SWEEP_STOPPING, Study, figure1_run
 from deepdensity.study.record import beyond_keys
 from deepdensity.study.run.outcomes import timed
 from deepdensity.study.run.runner import StudyRunner
-from deepdensity.study.run.sequential import figure1_run, sequential_path, val_losses
+from deepdensity.study.run.sequential import sequential_path, val_losses
 from deepdensity.training.runs import read_json
 from deepdensity.utils.errors import StudyError
 

@@ -21,12 +21,12 @@ from typing import Callable, Optional
 from deepdensity.scaling import policies
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import curves
-from deepdensity.study.core.preset import DOUBLE_ETA, DOUBLE_ETA_RUN, isa_to_check
+from deepdensity.study.core.preset import DOUBLE_ETA, DOUBLE_ETA_RUN, figure1_run, isa_to_check
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import paper_keys, seq_2eta_of
 from deepdensity.study.run.outcomes import SEQUENTIAL_UNIT, Book, study_cells
 from deepdensity.study.run.runner import NotHeld, StudyRunner, unless_not_held
-from deepdensity.study.run.sequential import figure1_run, figure1_slices, real_strong_runs, strong_from_sequential
+from deepdensity.study.run.sequential import figure1_slices, real_strong_runs, strong_from_sequential
 from deepdensity.study.run.session import Protocol, StudyRun
 from deepdensity.training.runs import read_json
 from deepdensity.utils.errors import UserError
@@ -305,6 +305,11 @@ def venv_stack(venv: str) -> dict:
     return {"python": str(python), "tensorflow": tf, "keras": keras}
 
 
+def stack_check_prefix(tensorflow: str) -> str:
+    """The names of the stack check's runs begin so: 'stack-tf2210-' for TensorFlow 2.21.0."""
+    return "stack-tf" + tensorflow.replace(".", "") + "-"
+
+
 def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modelled, venv: str) -> Optional[dict]:
     """repro --stack-check VENV: the first seed of every trained unit run again with VENV's
     interpreter, TensorFlow and Keras, and the study's cells with those runs in place of the
@@ -316,7 +321,7 @@ def stack_recheck(s: StudyRun, proto: Protocol, book: Book, timing: dict, modell
     label = f"TensorFlow {other['tensorflow']}, {other['keras']}"
     runner = s.runner.sibling(None, s.runner.parallel)
     runner.python, runner.stack_check = other["python"], label
-    prefix = "stack-tf" + other["tensorflow"].replace(".", "") + "-"
+    prefix = stack_check_prefix(other["tensorflow"])
     return {
         "stack": label,
         "venv": venv,

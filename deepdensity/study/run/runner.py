@@ -26,6 +26,7 @@ from deepdensity.launch import controllers
 from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import ledger
+from deepdensity.study.core.data_identity import data_identity
 from deepdensity.study.core.request import RunRequest, resolve
 from deepdensity.study.run import run_folders
 from deepdensity.study.run.finished_runs import ledger_entry, refuse_stale, set_aside_if_other_controller, stopped_early
@@ -198,7 +199,7 @@ class StudyRunner:
     def _request(self, asked: RunRequest) -> dict:
         """The run asked for as the ledger knows it: its full settings, key and stopping rules."""
         mode, n, config = asked.mode, asked.n, asked.config.to_dict()
-        data = self._data_hash(ledger.data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
+        data = self._data_hash(data_identity, config["data_path"]) if Path(config["data_path"]).exists() else ""
         # a cap exported in the shell changes the path as much as one the study sets
         launcher = self._launcher()
         isa_cap = self.env_extra.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA", "")
@@ -266,7 +267,7 @@ class StudyRunner:
         run_folders.reopen(out)
 
     def _data_hash(self, of: Callable, path: str) -> str:
-        """`of(path)` (ledger.data_identity or data_fingerprint), computed once per data file."""
+        """`of(path)` (data_identity or data_fingerprint), computed once per data file."""
         with self._lock:
             if (of, path) not in self._fingerprints:
                 self._fingerprints[(of, path)] = of(path)

@@ -41,17 +41,8 @@ def run_second_look(runner: StudyRunner, book: Book, units: dict, study: Study, 
     here = runner.onednn_isa()
     pin = _pin(runner, first_isa, here)
     held_only = bool(first_isa) and here not in first_isa and not pin
-    if held_only and runner.may_train:
-        say(
-            f"second look: not trained here: the first look's runs were trained on {', '.join(sorted(first_isa))}, "
-            f"this machine's oneDNN is {here} (docs/decision-rules.md, 'Second look'); the runs the ledger holds "
-            f"are taken"
-        )
-    elif pin and runner.may_train:
-        say(
-            f"second look: oneDNN held to the first look's {next(iter(first_isa))} by ONEDNN_MAX_CPU_ISA={pin} "
-            f"(this machine's own is {here}; docs/decision-rules.md, 'Second look')"
-        )
+    if runner.may_train and (held_only or pin):
+        say(_where(first_isa, here, pin))
     why = {
         u: "second look: "
         + "; ".join(
@@ -79,6 +70,20 @@ def run_second_look(runner: StudyRunner, book: Book, units: dict, study: Study, 
         else f" (oneDNN held to the first look's set: ONEDNN_MAX_CPU_ISA={pin})"
         if pin
         else ""
+    )
+
+
+def _where(first_isa: set, here: str, pin: str) -> str:
+    """What the second look says where this machine's oneDNN is not the first look's set."""
+    if pin:
+        return (
+            f"second look: oneDNN held to the first look's {next(iter(first_isa))} by ONEDNN_MAX_CPU_ISA={pin} "
+            f"(this machine's own is {here}; docs/decision-rules.md, 'Second look')"
+        )
+    return (
+        f"second look: not trained here: the first look's runs were trained on {', '.join(sorted(first_isa))}, "
+        f"this machine's oneDNN is {here} (docs/decision-rules.md, 'Second look'); the runs the ledger holds "
+        f"are taken"
     )
 
 

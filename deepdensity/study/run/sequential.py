@@ -158,19 +158,6 @@ def strong_from_sequential(
 FIG1_CUBES = 4
 
 
-# The sequential run Fig. 1 draws, trained for its weights in a folder of its own: the study's
-# own sequential run may come from the ledger, trained on another stack or machine, and a run
-# trained again here in its place would change the path the strong-scaling cells read off it
-FIG1_PREFIX = "fig1-"
-
-
-def figure1_run(root: Path, seed: int) -> Path:
-    """The run whose weights Fig. 1 draws: the one trained for it (FIG1_PREFIX), else, in a runs
-    folder from before there was one, the sequential run itself."""
-    own = root / f"{FIG1_PREFIX}seq-s{seed}"
-    return own if (own / "weights.h5").is_file() else root / f"seq-s{seed}"
-
-
 def figure1_slices(cfg, seq_run: Path) -> Optional[dict]:
     """Central slices of the first validation cubes and of what the sequential model renders
     for them (Fig. 1), as nested lists; None when the run's weights are not here (a run taken

@@ -12,6 +12,7 @@ import yaml
 
 from deepdensity.config import Config
 from deepdensity.study.core import ledger, ledger_lines
+from deepdensity.study.core.data_identity import data_identity
 from deepdensity.study.run.runner import StudyRunner
 
 # what a run's config.json says it ran on (training/run_config.py `versions`)
@@ -166,8 +167,8 @@ def test_data_identity_is_the_arrays_not_the_files_bytes(tmp_path):
     write(tmp_path / "b.h5", cubes, "another")
     write(tmp_path / "c.h5", cubes + 1, "one")
     assert (tmp_path / "a.h5").read_bytes() != (tmp_path / "b.h5").read_bytes()
-    assert ledger.data_identity(tmp_path / "a.h5") == ledger.data_identity(tmp_path / "b.h5")
-    assert ledger.data_identity(tmp_path / "a.h5") != ledger.data_identity(tmp_path / "c.h5")
+    assert data_identity(tmp_path / "a.h5") == data_identity(tmp_path / "b.h5")
+    assert data_identity(tmp_path / "a.h5") != data_identity(tmp_path / "c.h5")
 
 
 class CountingRunner(StudyRunner):
@@ -421,9 +422,9 @@ def test_the_data_identity_covers_cubes_read_through_links(tmp_path):
         f.create_group("train")["cubes"] = h5py.ExternalLink("a.h5", "/cubes")
         f.create_group("val")["cubes"] = np.zeros((1, 4, 4, 4), np.float32)
         f["alias"] = h5py.SoftLink("/val/cubes")
-    before = ledger.data_identity(main)
+    before = data_identity(main)
     cubes_file(tmp_path / "a.h5", 0.25)
-    assert ledger.data_identity(main) != before, "the linked cubes changed"
+    assert data_identity(main) != before, "the linked cubes changed"
 
 
 def test_the_data_identity_is_the_cubes_alone(tmp_path):
@@ -441,18 +442,18 @@ def test_the_data_identity_is_the_cubes_alone(tmp_path):
 
     write(tmp_path / "a.h5", np.array([5.0, 7.0]), cubes)
     want = hashlib.sha256("train/cubes|<f4|(2, 4, 4, 4)|".encode() + cubes.tobytes()).hexdigest()[:32]
-    assert ledger.data_identity(tmp_path / "a.h5") == "cubes:" + want
+    assert data_identity(tmp_path / "a.h5") == "cubes:" + want
     write(tmp_path / "b.h5", np.array([5.0, np.nextafter(7.0, 8.0)]), cubes)
-    assert ledger.data_identity(tmp_path / "b.h5") == "cubes:" + want, "a diameter's last bit"
+    assert data_identity(tmp_path / "b.h5") == "cubes:" + want, "a diameter's last bit"
     moved = cubes.copy()
     moved[1, 2, 3, 0] = np.nextafter(moved[1, 2, 3, 0], np.float32(1e9))
     write(tmp_path / "c.h5", np.array([5.0, 7.0]), moved)
-    assert ledger.data_identity(tmp_path / "c.h5") != "cubes:" + want, "one ulp of one cube value"
+    assert data_identity(tmp_path / "c.h5") != "cubes:" + want, "one ulp of one cube value"
 
 
 def test_the_committed_ledgers_entries_are_read_with_their_cubes_identity():
     """Written while the identity hashed every dataset ("arrays:"), the committed entries are
-    read with the identity of their cubes (ledger.CUBES_OF) and the key it gives, so that a study
+    read with the identity of their cubes (CUBES_OF) and the key it gives, so that a study
     whose data holds those cubes reuses them whatever the last bits of its diameters; an entry
     of an identity the table lacks keeps its own."""
     from tests.support import ROOT
