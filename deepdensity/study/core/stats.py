@@ -190,6 +190,31 @@ def fisher_greater(missed_a: int, runs_a: int, missed_b: int, runs_b: int) -> di
     return {"p": float(result.pvalue), "odds_ratio": float(result.statistic)}
 
 
+def fisher_two_sided(missed_a: int, runs_a: int, missed_b: int, runs_b: int) -> float:
+    """Two-sided Fisher exact test that sides a and b miss at the same rate: the p of
+    scipy.stats.fisher_exact([[missed_a, runs_a - missed_a], [missed_b, runs_b - missed_b]])."""
+    _check_counts(missed_a, runs_a)
+    _check_counts(missed_b, runs_b)
+    table = [[missed_a, runs_a - missed_a], [missed_b, runs_b - missed_b]]
+    return float(stats.fisher_exact(table, alternative="two-sided").pvalue)
+
+
+def runs_to_leave_band(missed: int, runs: int, confidence: float, threshold: float = 0.5, limit: int = 100000):
+    """The fewest runs at which a cell missing at the rate missed / runs, as near as whole runs
+    allow, would have its exact interval at `confidence` clear of `threshold`: None where the
+    rate is the threshold itself (no study leaves the band) or `limit` runs do not."""
+    rate = missed / runs
+    if rate == threshold:
+        return None
+    n = runs
+    while n <= limit:
+        low, high = missed_rate(round(rate * n), n, confidence)
+        if high < threshold or low > threshold:
+            return n
+        n += 1
+    return None
+
+
 def cochran_armitage(missed: Sequence[int], runs: Sequence[int], scores: Sequence[float]) -> dict:
     """The Cochran-Armitage test for a linear trend in the miss proportion across groups with
     the given scores (Armitage 1955; Agresti, Categorical Data Analysis, 2nd ed., section 5.3.5).

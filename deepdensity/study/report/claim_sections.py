@@ -15,14 +15,17 @@ _CELL = re.compile(r"^(N = \d+(?: vs [\w ]+)?|\d+ x eta): ")
 _TRAILING_NOTE = re.compile(r" \(([^()]*(?:\([^()]*\)[^()]*)*)\)$")
 
 
-def claim_section(c: dict, others: list) -> str:
+def claim_section(c: dict, others: list, first_look: str = "", still_open: tuple = ()) -> str:
     """One claim of the Claims section: its verdict, the paper's words and the rule, the verdict
-    under the other clocks and the other definition of failure, then its evidence cell by cell
-    beside whether more seeds could change it, and the evidence that is no cell's below."""
+    under the other clocks and the other definition of failure (and at the first look, where a
+    second look followed: `first_look`), then its evidence cell by cell beside whether more
+    seeds could change it, the evidence that is no cell's, and the cells still open after both
+    looks (`still_open`, report/two_looks.py)."""
     judged = md_table(
         ["judged under", "verdict"],
         [
             [f"{clocks.label(clocks.PAPER)} (the verdict)", f"**{c['verdict']}**"],
+            *([["the first look alone (its seeds, 95 %)", first_look]] if first_look else []),
             ["failure = collapsed or non-finite", c["verdict_sensitivity"]],
             *([o.label, c["verdicts"][o.name]] for o in others),
             ["break-even (rho)", c["break_even"]],
@@ -54,6 +57,8 @@ def claim_section(c: dict, others: list) -> str:
     if notes:
         text = "; ".join(notes)
         blocks.append(f"{text[0].upper()}{text[1:]}.")
+    if still_open:
+        blocks.append("Still inconclusive after both looks: " + "; ".join(still_open) + ".")
     if more_lead not in ("yes", "-"):
         blocks.append(f"Could more seeds change it? {more_lead}" + (" (the table's last column)." if more else "."))
     return "\n\n".join(blocks) + "\n"

@@ -20,6 +20,7 @@ from deepdensity.study.judge.claims import cells_of, claims_of, clock_set, evide
 from deepdensity.study.judge.contrasts import contrasts, warmup_holds_to
 from deepdensity.study.plan import study_plan
 from deepdensity.study.record import config_of, study_of, without_machine_paths
+from deepdensity.study.report import two_looks
 from deepdensity.study.report.claim_sections import claim_section
 from deepdensity.study.report.paper_figures import draw_figures, fig2_caption
 from deepdensity.study.report.render import (
@@ -65,6 +66,7 @@ def render_reports(out: Path, record: dict, entries: Optional[list] = None) -> l
         warmup_holds_to=warmup_holds_to(evidence),
         stall_check=record.get("stall_check"),
         where_runs_ran=where_runs_ran(record, cells, entries or []),
+        two_looks_stacks=two_looks.stacks_section(record, study, entries or []),
         REACHED=RunStatus.REACHED,
         PER_WORKER=rules.PER_WORKER,
     )
@@ -153,10 +155,26 @@ def _header_fields(record: dict, claims: list) -> dict:
     p, env = record["provenance"], record["environment"]
     isa, stack = record.get("isa_check"), record.get("stack_check")  # a seed run again, or None
     others = [c for c in clocks.JUDGED if c.name != clocks.PAPER]
-    claims_md = "\n".join(claim_section(c, others) for c in claims)
+    study = study_of(record)
+    looked = two_looks.has_second_look(record, study)
+    first = two_looks.first_look_verdicts(record, study) if looked else {}
+    still = two_looks.still_open(record, study) if looked else {}
+    claims_md = "\n".join(
+        claim_section(c, others, first.get(c["key"], ""), tuple(still.get(c["key"], ()))) for c in claims
+    )
     answers = md_table(
-        ["claim", "paper", "ours", "verdict", "the number it rests on"],
-        [[c["claim"], c["paper"], c["ours_brief"], f"**{c['verdict']}**", c["deciding"]] for c in claims],
+        ["claim", "paper", "ours", *(["first look"] if looked else []), "verdict", "the number it rests on"],
+        [
+            [
+                c["claim"],
+                c["paper"],
+                c["ours_brief"],
+                *([first[c["key"]]] if looked else []),
+                f"**{c['verdict']}**",
+                c["deciding"],
+            ]
+            for c in claims
+        ],
     )
     return {
         "answers_table": answers,
@@ -292,7 +310,7 @@ def _settings_fields(record: dict, study: Study, cfg) -> dict:
 
 def _result_fields(record: dict, study: Study, cells: list, tables: tuple) -> dict:
     workers = study.workers
-    conv_rows = [[m, n, epochs_listing(cells, m, n) or "not run"] for m in study.modes for n in workers]
+    conv_rows = [[m, n, epochs_listing(cells, m, n, short=True) or "not run"] for m in study.modes for n in workers]
     fail_rows = [[m, n, s, st, ep, fmt(v, 6)] for m, n, s, st, ep, v in failures(cells)]
     groups = failure_groups(cells, record["seq_2eta"], record["settings"]["batch_size"])
     eta = record["eta"]

@@ -97,11 +97,21 @@ def time_range(cells, mode, n) -> str:
     return f"{med:.1f}" + (f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else "")
 
 
-def epochs_listing(cells, mode, n) -> str:
-    """Epochs to target per seed, or '- (status, epochs run)' for a seed that missed."""
+def epochs_listing(cells, mode, n, short: bool = False) -> str:
+    """Epochs to target per seed, or '- (status, epochs run)' for a seed that missed; `short`:
+    '-c3' (STATUS_LETTER and epochs run), so that 24 seeds fit a line."""
     return ", ".join(
-        str(c.epochs_to_target) if c.reached else f"- ({c.status}, {c.epochs})" for c in cells_at(cells, mode, n)
+        str(c.epochs_to_target)
+        if c.reached
+        else f"-{STATUS_LETTER.get(c.status, c.status)}{c.epochs}"
+        if short
+        else f"- ({c.status}, {c.epochs})"
+        for c in cells_at(cells, mode, n)
     )
+
+
+# a missed seed in the short epochs listing, by how it ended (scaling/rules.py RunStatus)
+STATUS_LETTER = {"collapsed": "c", "stalled": "s", "max_epochs": "m", "diverged": "d"}
 
 
 def passes_listing(cells, mode, n) -> str:
