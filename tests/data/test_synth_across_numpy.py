@@ -69,8 +69,8 @@ def _recorded(path) -> set:
 
 
 def test_the_tiny_studys_data_made_here_is_the_committed_tiny_ledgers(tmp_path):
-    """The tests' committed tiny ledger (tests/study/data/tiny-reports) answers a tiny study
-    trained here: its recorded identity reads as the cubes this machine and numpy make."""
+    """The tests' committed tiny ledger (tests/study/data/tiny-reports) would answer a tiny study
+    trained here (given with --ledger): its recorded identity reads as the cubes made here."""
     from deepdensity.study.core.data_identity import CUBES_OF
 
     recorded, cubes = COMMITTED["tiny"]
