@@ -225,7 +225,9 @@ def _print_plan(
     earlier = _earlier_record(name, out)
     entries = [e for path in [runs / LEDGER_FILE, *ledgers_to_read(name, options, runs)] for e in read_entries(path)]
     prefix = stack_check_prefix(stack["tensorflow"]) if stack else ""
-    for line in invocation_lines(study, entries, earlier, parallel_runs(study), runs, prefix, cpu_flags()):
+    for line in invocation_lines(
+        study, entries, earlier, parallel_runs(study), runs, prefix, cpu_flags(), options.no_train
+    ):
         print(line)
     if stack:
         print(

@@ -74,6 +74,18 @@ ONEDNN_CAPS = {
     "Intel AVX-512 with Intel DL Boost and bfloat16 support": "AVX512_CORE_BF16",
     "Intel AVX-512 with float16, Intel DL Boost and bfloat16 support": "AVX512_CORE_FP16",
 }
+# the CPU flag (Linux's /proc/cpuinfo) each cap's set needs beyond the one below it: a CPU
+# without it cannot be held to that set (oneDNN falls back to a lower one)
+CAP_FLAGS = {
+    "SSE41": "sse4_1",
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "AVX2_VNNI": "avx_vnni",
+    "AVX512_CORE": "avx512bw",
+    "AVX512_CORE_VNNI": "avx512_vnni",
+    "AVX512_CORE_BF16": "avx512_bf16",
+    "AVX512_CORE_FP16": "avx512_fp16",
+}
 
 
 def _probe_onednn_isa(env: dict) -> str:

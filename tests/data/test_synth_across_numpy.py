@@ -6,11 +6,11 @@ under numpy 1.26.4 and numpy 2.4.6 (Python 3.11, AMD EPYC with AVX2, 2026-11-29:
 from both), and the collapse level is the committed study's own record, computed on AVX-512
 machines under numpy 1.26 when the study ran.
 
-What is hashed is the cubes, the arrays the runs read. The data identity the ledger keys runs by
-(ledger.data_identity) also hashes the cubes' float64 diameters, drawn through np.exp, whose
-float64 kernel is numpy's own SIMD code on AVX-512 and the C library's elsewhere (on this AVX2
-machine np.exp equals math.exp on 100,000 draws, under both numpys): that identity can differ
-between machines of another instruction set whatever the numpy (docs/install.md, "numpy 2")."""
+What is hashed is the cubes, the arrays the runs read, and so is the data identity the ledger keys
+runs by (core/data_identity.py), since 2026-12-01: before, it hashed the float64 diameters too,
+drawn through np.exp, whose float64 kernel is numpy's own SIMD code on AVX-512 and the C
+library's elsewhere, so that it differed between numpys and instruction sets (docs/install.md,
+"numpy 2"). The last tests check the identities the committed ledgers' entries are read with."""
 
 import hashlib
 import json

@@ -307,6 +307,12 @@ class Study:
         free = (s for s in range(2**32) if s not in taken)
         return [next(free) for _ in self.seeds]
 
+    def first_look_seeds(self, mode: str, n: int) -> list:
+        """A cell's first look: the sequential runs' seeds where the cell is read off them or is
+        one (strong scaling, N = 1, 2 x eta), the preset's seeds for every trained cell; the seeds
+        a second look adds come after them (docs/decision-rules.md, "Second look")."""
+        return self.sequential_seeds() if mode in (policies.STRONG, DOUBLE_ETA) or n == 1 else list(self.seeds)
+
     def doubles_eta(self) -> bool:
         """Whether the study runs the paper's "further increasing the lr diverges" at 2 x eta
         (the paper's four modes; a beyond study compares with the default study instead)."""

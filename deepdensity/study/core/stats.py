@@ -206,7 +206,9 @@ def runs_to_leave_band(missed: int, runs: int, confidence: float, threshold: flo
     rate = missed / runs
     if rate == threshold:
         return None
-    n = runs
+    # from below the normal approximation's count (the exact interval is wider), then run by run
+    z = float(stats.norm.ppf(1 - (1 - confidence) / 2))
+    n = max(runs, int(0.8 * z * z * rate * (1 - rate) / (rate - threshold) ** 2))
     while n <= limit:
         low, high = missed_rate(round(rate * n), n, confidence)
         if high < threshold or low > threshold:

@@ -169,7 +169,7 @@ def _header_fields(record: dict, claims: list) -> dict:
                 c["claim"],
                 c["paper"],
                 c["ours_brief"],
-                *([first[c["key"]]] if looked else []),
+                *([first.get(c["key"], "-")] if looked else []),
                 f"**{c['verdict']}**",
                 c["deciding"],
             ]

@@ -18,9 +18,8 @@ HOLM_ALPHA = 0.05  # the rules' level for the stacks' test over the cells (Holm)
 
 
 def first_seeds(study: Study, mode: str, n: int) -> set:
-    """A cell's first look: the sequential runs' seeds for strong scaling, N = 1 and 2 x eta (read
-    off the sequential runs, or sequential themselves), the preset's seeds for every trained cell."""
-    return set(study.sequential_seeds() if mode in (policies.STRONG, DOUBLE_ETA) or n == 1 else study.seeds)
+    """A cell's first look's seeds (Study.first_look_seeds)."""
+    return set(study.first_look_seeds(mode, n))
 
 
 def has_second_look(record: dict, study: Study) -> bool:
@@ -153,12 +152,16 @@ def still_open(record: dict, study: Study) -> dict:
             continue
         need = stats.runs_to_leave_band(missed, runs, level)
         mode = DOUBLE_ETA if cell == "2 x eta" else cell.split()[0]
+        if mode not in by_mode:  # a mode no claim of the paper's judges
+            continue
         out.setdefault(by_mode[mode], []).append(
             f"{cell.removeprefix(mode + ' ')}: {rate}; "
             + (
-                "at that rate no number of runs would leave the 0.5 band"
-                if need is None
-                else f"at that rate {need} runs in all would leave the 0.5 band"
+                f"at that rate {need} runs in all would leave the 0.5 band"
+                if need is not None
+                else "at that rate no number of runs would leave the 0.5 band"
+                if 2 * missed == runs
+                else "at that rate more than 100,000 runs would be needed to leave the 0.5 band"
             )
         )
     return out

@@ -161,11 +161,15 @@ def stall_check(s: StudyRun, proto: Protocol, book: Book) -> list:
     N >= 16 and a sample of the preset's `stall_check`
     of the others, spread over their cells. Where one reaches the target, its outcome replaces the
     stopped run's in the cells (the paper ran every run to its cap). One row per run continued.
-    Strong scaling is read off the sequential runs, not trained on its own: it is not continued."""
+    Strong scaling is read off the sequential runs, not trained on its own: it is not continued;
+    nor is a run of a second look (its sample is the first look's; docs/decision-rules.md, "Second
+    look": such a run the rule stopped counts as missed)."""
     stopped = sorted(
         (n, mode, seed, name)
         for (mode, n, seed), (r, name) in book.results.items()
-        if r["status"] == RunStatus.STALLED and not name.startswith("seq-s")
+        if r["status"] == RunStatus.STALLED
+        and not name.startswith("seq-s")
+        and seed in s.study.first_look_seeds(mode, n)
     )
     others = [x for x in stopped if x[0] < 16]
     # the sample of the others: a seed of every cell in turn (lowest seeds first), so that every

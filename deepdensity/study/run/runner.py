@@ -27,6 +27,7 @@ from deepdensity.launch.horovodrun import horovodrun_path
 from deepdensity.scaling.rules import RunStatus
 from deepdensity.study.core import ledger
 from deepdensity.study.core.data_identity import data_identity
+from deepdensity.study.core.preset import FIG1_PREFIX
 from deepdensity.study.core.request import RunRequest, resolve
 from deepdensity.study.run import run_folders
 from deepdensity.study.run.finished_runs import ledger_entry, refuse_stale, set_aside_if_other_controller, stopped_early
@@ -228,7 +229,10 @@ class StudyRunner:
         return controllers.resolved(options, env, horovodrun_path())
 
     def _record(self, out: Path, asked: RunRequest, request: dict, source: str) -> None:
-        """The finished run in `out` added to the ledger, once for this machine (ledger_entry)."""
+        """The finished run in `out` added to the ledger, once for this machine (ledger_entry);
+        not Fig. 1's run, trained for its weights under its sequential run's key (ledger.read_entries)."""
+        if asked.name.startswith(FIG1_PREFIX):
+            return
         entry = ledger_entry(out, asked, request, source, self.ledger, self._machine, self.stack_check, self.say)
         if entry is not None:
             self.ledger.append(entry)

@@ -4,6 +4,7 @@ cells inconclusive at their first look get, trained after the first seeds."""
 from __future__ import annotations
 
 import functools
+import os
 
 from deepdensity.study.core.preset import Study
 from deepdensity.study.plan import study_plan
@@ -91,8 +92,8 @@ def _pin(runner: StudyRunner, first_isa: set, here: str) -> str:
     """The ONEDNN_MAX_CPU_ISA that holds oneDNN here to the one set the first look's runs were
     trained on, where this machine's own set is another that includes it (an Intel Xeon with
     AMX for runs of AVX-512 with bfloat16); "" where none is needed or none gives that set."""
-    if len(first_isa) != 1 or here in first_isa:
-        return ""
+    if len(first_isa) != 1 or here in first_isa or os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        return ""  # (a cap the shell exports is every run's, in their keys too: not overridden)
     (first,) = first_isa
     cap = ONEDNN_CAPS.get(first, "")
     return cap if cap and runner.onednn_isa(cap) == first else ""

@@ -14,7 +14,7 @@ from deepdensity.study.plan.invocation import invocation_lines
 from tests.support import ROOT
 
 SECOND_LOOK = 6 * 16
-AVX512 = "fpu sse4_1 avx avx2 avx512f avx512bw"
+AVX512 = "fpu sse4_1 avx avx2 avx512f avx512bw avx512_vnni avx512_bf16"  # the first look's set (AMD EPYC)
 AVX2 = "fpu sse4_1 avx avx2"
 
 
@@ -64,14 +64,27 @@ def test_runs_the_folder_holds_are_reused_and_its_clock_held(committed, tmp_path
     assert "the clock held in its runs folder" in lines[0] and "fig1" not in lines[1]
 
 
-def test_an_avx2_machine_trains_the_instruction_set_check_again_under_its_own_cap(committed, tmp_path):
-    """The check caps oneDNN one set below the machine's: AVX2 on AVX-512 (the committed
-    runs'), SSE4.1 on AVX2, whose runs no ledger holds."""
+def test_an_avx2_machine_trains_the_isa_check_under_its_own_cap_and_none_of_the_second_look(committed, tmp_path):
+    """The check caps oneDNN one set below the machine's: AVX2 on AVX-512 (the committed runs'),
+    SSE4.1 on AVX2, whose runs no ledger holds. The second look trains only where oneDNN can be
+    held to the first look's set (second_look.py): not on AVX2, and what is not trained is not
+    counted by the invocation either."""
     study, entries, record = committed
     isa = {e["run"] for e in entries if e["run"].startswith("isa-avx2-")}
     lines = invocation_lines(study, entries, record, 2, tmp_path, "stack-tf2210-", AVX2)
-    assert counts(lines) == (SECOND_LOOK + 1 + len(isa), len({e["run"] for e in entries}) - len(isa)), lines
+    assert counts(lines) == (1 + len(isa), len({e["run"] for e in entries}) - len(isa)), lines
     assert f"{len(isa)} of the last study's runs no ledger holds (isa-sse41-" in lines[1]
+    assert lines[2] == (
+        "  not counted: 96 run(s) no ledger holds that it will not train (the second look's: this CPU cannot "
+        "be held to Intel AVX-512 with Intel DL Boost and bfloat16 support)"
+    )
+
+
+def test_no_train_trains_nothing_and_counts_what_it_holds(committed, tmp_path):
+    study, entries, record = committed
+    lines = invocation_lines(study, entries, record, 2, tmp_path, "stack-tf2210-", AVX512, no_train=True)
+    assert counts(lines) == (0, len({e["run"] for e in entries}))
+    assert lines[1] == f"  not counted: {SECOND_LOOK + 1} run(s) no ledger holds that it will not train (--no-train)"
 
 
 def test_a_record_that_does_not_name_its_runs_says_so(committed, tmp_path):

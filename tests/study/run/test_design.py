@@ -101,8 +101,15 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
         ("2eta", 1, 3): (stalled, "seq-2eta-s3"),
         ("strong", 8, 3): (stalled, "seq-s3"),
         ("weak", 8, 0): ({"status": "reached_target", "epochs": 9}, "weak-n8-s0"),
+        # a second look's runs (seeds past the first look's 0-7; 2 x eta's past 3-10): not continued
+        ("weak", 4, 9): (stalled, "weak-n4-s9"),
+        ("linear", 16, 20): (stalled, "linear-n16-s20"),
+        ("2eta", 1, 12): (stalled, "seq-2eta-s12"),
     }
-    s = SimpleNamespace(study=SimpleNamespace(stall_check=3), runner=Runner(), root=tmp_path)
+    from deepdensity.study.core.preset import Study
+
+    study = Study(seeds=list(range(8)), stall_check=3)  # first looks: seeds 0-7; sequential 3-10
+    s = SimpleNamespace(study=study, runner=Runner(), root=tmp_path)
     proto = SimpleNamespace(eta=0.002, common=lambda: {"base_lr": 0.002, "target_loss": 1.0, "max_epochs": 64})
     rows = stall_check(s, proto, book)
     asked = {a[0]: a for a in s.runner.asked}
@@ -115,7 +122,7 @@ def test_the_stall_check_continues_stopped_runs_and_a_run_that_reaches_counts_as
         "weak-n4-s0-to-cap",
         "weak-n2-s0-to-cap",
         "seq-2eta-s3-to-cap",
-    }, "every one at N >= 16, then 3 of the others spread over their cells; never strong"
+    }, "every one at N >= 16, then 3 of the others spread over their cells; never strong nor a second look's"
     assert all(a[3] == 0 for a in asked.values()), "the stall rule off"
     assert all(a[5] + "-to-cap" == name for name, a in asked.items()), "each from the run the rule stopped"
     assert asked["seq-2eta-s3-to-cap"][1:3] == ("strong", 1) and asked["seq-2eta-s3-to-cap"][4] == 0.004

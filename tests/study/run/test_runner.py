@@ -247,3 +247,37 @@ def test_a_set_aside_run_comes_back_over_a_folder_the_ledger_wrote_but_not_over_
     (out / "state.json").write_text('{"epoch": 2}')
     assert not run_folders.take_back(out, "mpi") and aside.exists()
     assert (out / "state.json").read_text() == '{"epoch": 2}'
+
+
+def test_the_second_looks_pin_is_in_a_runs_environment_and_entry_but_not_its_key(tmp_path, monkeypatch):
+    """isa_pin (second_look.py) holds oneDNN to the first look's set: the run's environment has
+    ONEDNN_MAX_CPU_ISA and its ledger entry's machine names the pin and the set oneDNN used under
+    it, while its key stays the default study's (a cap the ISA check sets is keyed)."""
+    from deepdensity.study.core import ledger
+    from deepdensity.utils import machine
+
+    seen = {"": "AMX", "AVX512_CORE_BF16": "BF16", "AVX2": "AVX2"}
+    monkeypatch.setattr(machine, "onednn_isa", lambda cap="": seen[cap])
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    import h5py
+    import numpy as np
+
+    data = tmp_path / "data.h5"
+    with h5py.File(data, "w") as f:
+        f.create_group("train")["cubes"] = np.zeros((2, 4, 4, 4), np.float32)
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"data_path": str(data)}))
+    runner = StudyRunner(tmp_path / "runs", train_yaml, None, say=lambda *a: None)
+    runner.ledger = ledger.Ledger(tmp_path / "ledger.jsonl")
+    asked = runner.ask("weak-n4-s8", "weak", 4, {"seed": 8})
+    plain = runner._request(asked)
+    runner.isa_pin = "AVX512_CORE_BF16"
+    assert runner.run_env() == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}
+    assert runner._request(asked)["key"] == plain["key"] and plain["isa_cap"] == ""
+    assert runner._machine("")["onednn_isa"] == "BF16" and runner._machine("")["isa_pin"] == "AVX512_CORE_BF16"
+    runner.isa_pin = ""
+    assert (
+        runner.run_env() == {} and "isa_pin" not in runner._machine("") and runner._machine("")["onednn_isa"] == "AMX"
+    )
+    runner.env_extra = {"ONEDNN_MAX_CPU_ISA": "AVX2"}  # the ISA check's cap: in the key
+    assert runner._request(asked)["key"] != plain["key"]
