@@ -14,17 +14,19 @@ from deepdensity.study.plan.invocation import invocation_lines
 from tests.support import ROOT
 
 SECOND_LOOK = 6 * 16
+FIRST_LOOK = "2026-11-28 13:06 UTC"  # the first look's record was made (docs/decision-rules.md: at 4064109)
 AVX512 = "fpu sse4_1 avx avx2 avx512f avx512bw avx512_vnni avx512_bf16"  # the first look's set (AMD EPYC)
 AVX2 = "fpu sse4_1 avx avx2"
 
 
 @pytest.fixture(scope="module")
 def committed():
-    """(study, ledger entries, record): the default preset, the committed ledger, and the
-    committed record naming as its runs every run of the default study the ledger holds (the
-    last invocation's, as record.py now writes them)."""
+    """(study, ledger entries, record): the default preset, the committed ledger as the first
+    look left it (its entries finished by the first look's record, FIRST_LOOK), and the committed
+    record naming as its runs every run of those entries (the last invocation's, as record.py
+    now writes them)."""
     _, study = load_study("default")
-    entries = ledger.read_entries(ROOT / "reports" / "ledger.jsonl")
+    entries = [e for e in ledger.read_entries(ROOT / "reports" / "ledger.jsonl") if e["finished"] <= FIRST_LOOK]
     record = json.loads((ROOT / "reports" / "study.json").read_text())
     names = sorted({e["run"] for e in entries})
     record["provenance"] = {**record["provenance"], "runs": {"trained": names[:18], "reused": names[18:]}}

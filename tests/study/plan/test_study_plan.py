@@ -83,8 +83,9 @@ def test_the_second_looks_seeds_follow_each_units_first_seeds_and_a_unit_goes_on
 
 
 def test_the_plan_lists_the_second_looks_runs_of_the_committed_study_and_no_other():
-    """The default preset against its committed record and ledger: the six cells inconclusive
-    at their first look, 16 seeds each, and nothing of the first look."""
+    """The default preset against its committed record and ledger as the first look left it (its
+    entries finished by the first look's record, 2026-11-28 13:06 UTC): the six cells
+    inconclusive at their first look, 16 seeds each, and nothing of the first look."""
     import json
 
     from deepdensity.study.core import ledger
@@ -94,7 +95,10 @@ def test_the_plan_lists_the_second_looks_runs_of_the_committed_study_and_no_othe
 
     _, study = load_study("default")
     record = json.loads((ROOT / "reports" / "study.json").read_text())
-    missing = missing_runs(study, ledger.read_entries(ROOT / "reports" / "ledger.jsonl"), record)
+    first_look = [
+        e for e in ledger.read_entries(ROOT / "reports" / "ledger.jsonl") if e["finished"] <= "2026-11-28 13:06 UTC"
+    ]
+    missing = missing_runs(study, first_look, record)
     by_group = {}
     for (group, seed), passes, _, _ in missing:
         by_group.setdefault(group, []).append(seed)
