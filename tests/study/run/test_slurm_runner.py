@@ -4,6 +4,7 @@ repro's checks and dry run under --executor slurm; against a running cluster,
 tests/cluster/test_slurm.py."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -323,12 +324,15 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
 def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_counts(tmp_path, monkeypatch, capsys):
     """The plan's lines of runs to train and its Slurm lines give one count (issue 55): the
     default preset, whose committed ledger holds every run of its first look, misses none of
-    it and has the second look's 96 to train (six cells, 16 seeds each; docs/decision-rules.md),
+    it and has the second look's 96 to train (six cells, 16 seeds each; docs/decision-rules.md)
+    but those the ledger holds already,
     and says so in both; a count the plan gives is the one the Slurm jobs and their cost are
     given for."""
     from deepdensity.study import repro
+    from deepdensity.study.core import ledger
     from deepdensity.study.core.preset import load_study
     from deepdensity.study.run.slurm_runner import plan_lines
+    from tests.support import ROOT
 
     fake_slurm(tmp_path, 0, "sbatch: Job 3 to start at 2026-11-26T10:00:00 using 1 processors")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
@@ -337,10 +341,22 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
         == 0
     )
     out = capsys.readouterr().out
+    # the second look's 96 less those the committed ledger holds: its cells' seeds past their first look's
+    held = {
+        e["run"]
+        for e in ledger.read_entries(ROOT / "reports" / "ledger.jsonl")
+        if re.fullmatch(
+            r"(weak-n4|linear-n2|linear-n4|warmup-n4|warmup-n8)-s(8|9|1\d|2[0-3])|seq-2eta-s(1[1-9]|2[0-6])", e["run"]
+        )
+    }
+    left = 96 - len(held)
     assert "  missing runs: none, the ledger holds every run of its first look; " in out
-    assert "  the second look's runs to train: 96 (" in out and "; 2 x eta seeds 11, 12, " in out
-    assert "  Slurm jobs: the 96 run(s) to train above, and any run not counted there" in out
-    assert "  Slurm cost: the 96 run(s) to train above: at most 192 CPU-hours reserved; every run of the study: " in out
+    assert f"  the second look's runs to train: {left} (" in out
+    assert f"  Slurm jobs: the {left} run(s) to train above, and any run not counted there" in out
+    assert (
+        f"  Slurm cost: the {left} run(s) to train above: at most {2 * left} CPU-hours reserved; every run of the "
+        in out
+    )
     (tmp_path / "tiny.yaml").write_text(TINY)
     _, study = load_study(str(tmp_path / "tiny.yaml"))
     lines = plan_lines(
