@@ -22,20 +22,19 @@ _PROBE = (
 
 def cpu_model() -> str:
     """The CPU's model name as the platform reports it (Linux: /proc/cpuinfo)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> str:
     """The CPU's flags as the platform reports them (Linux: /proc/cpuinfo), '' where it does not."""
+    return _cpuinfo("flags")
+
+
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo; '' where there is none (another platform)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
