@@ -105,7 +105,9 @@ def test_strong_on_two_workers_follows_the_sequential_path(tmp_path, smoke_data,
     """per_worker: epoch e on 2 workers is sequential passes 2e and 2e+1, so its epoch 1
     ends with the sequential epoch 2's validation loss and weights; global: epoch for epoch."""
     per_worker = definition == "per_worker"
-    d = ["--set", f"epoch_definition={definition}"]
+    # under the default xla (the smoke settings turn it off to start faster): the coefficients
+    # XLA compiles, on real workers, on every stack the smoke tier runs on
+    d = ["--set", f"epoch_definition={definition}", "--set", "xla=coefficients"]
     one, one_out = one_process("strong", *d, "--set", f"max_epochs={4 if per_worker else 3}")
     two = launch(np2, "strong", tmp_path / "two", smoke_data, *d, "--set", f"max_epochs={2 if per_worker else 3}")
     if per_worker:
