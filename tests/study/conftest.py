@@ -7,28 +7,26 @@ import sys
 import pytest
 
 from deepdensity.study.run.timing import ROUNDS
-from tests.cluster.slurm import slurm_installed
-from tests.support import horovodrun, run, seed_kept_rounds
+from tests.support import run, seed_kept_rounds
 
-
-def kept_rounds() -> int:
-    """A round of the clock measured for real is checked once per `make test-all`: where Slurm
-    is installed, by the Slurm clock test (tests/cluster/test_slurm.py: the round inside a 4-CPU
-    Slurm job, every probe checked), and the tiny study keeps all three rounds; elsewhere the
-    tiny study measures its third. The same measurement twice cost about 100 s of both cores."""
-    return ROUNDS if horovodrun() is not None and slurm_installed() else ROUNDS - 1
+# The one round of the clock that `make test-all` measures for real, every probe of it checked
+# (tests/study/test_tiny_study.py): the tiny study's third. The Slurm clock test keeps all three
+# (tests/cluster/test_slurm.py says why).
+KEPT_ROUNDS = ROUNDS - 1
 
 
 # Every paper mode at N = 1 and 2 on 96 cubes, two first seeds (the design adds a third), its own
 # clock with a real strong-scaling run at N = 2, one calibration seed and the ISA check. Of the
-# clock's three rounds the fixture leaves two (or all three: kept_rounds) as an interrupted study
-# keeps them (tiny_clock's figures): the study measures the rest for real, 100 s a round here.
+# clock's three rounds the fixture leaves two (KEPT_ROUNDS) as an interrupted study keeps them
+# (tiny_clock's figures): the study measures the third for real, 100 s a round here.
+# XLA off, as in configs/smoke.yaml: compiling the coefficients cost 4-5 s of CPU in each of its
+# run processes of a few epochs (tests/training/test_horovod.py trains under the default).
 TINY_PRESET = (
     "data: {n: 96, val: 32, seed: 0}\n"
     "calibration_epochs: 2\ntarget_loss: null\nworkers: [1, 2]\n"
     "modes: [strong, weak, linear, warmup]\nseeds: [0, 1]\nbase_lr: 0.00105\n"
     "max_seeds: 3\nbudget_minutes: 30\nreal_strong: [2]\ncalibration_seeds: [7]\nisa_check: auto\n"
-    "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8, validate_every_pass: true}\n"
+    "train: {n_components: 4, conv_filters: [4, 4, 4], latent_dim: 8, validate_every_pass: true, xla: 'off'}\n"
 )
 
 
@@ -65,7 +63,7 @@ def tiny_study(tmp_path_factory):
     preset = root / "tiny.yaml"
     preset.write_text(TINY_PRESET)
     study = TinyStudy(root, preset, root / "reports", "")
-    study.kept_rounds = kept_rounds()
+    study.kept_rounds = KEPT_ROUNDS
     seed_kept_rounds(preset, study.runs, study.kept_rounds)
     study.stdout = run(study.command(), timeout=1800).stdout
     return study

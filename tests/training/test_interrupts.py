@@ -241,7 +241,7 @@ def test_sigterm_to_a_study_stops_its_runs_and_the_study_continues_afterwards(tm
     preset = tmp_path / "tiny.yaml"
     preset.write_text(
         "data: {n: 96, val: 32, seed: 0}\ntrain: {n_components: 4, conv_filters: [4, 4, 4], "
-        "latent_dim: 8}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
+        "latent_dim: 8, xla: 'off'}\ncalibration_epochs: 6\nworkers: [1, 2]\nmodes: [strong, weak]\n"
         "seeds: [0]\nbase_lr: 0.00105\n"
     )
     runs = tmp_path / "study-runs"
