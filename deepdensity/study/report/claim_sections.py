@@ -58,7 +58,12 @@ def claim_section(c: dict, others: list, first_look: str = "", still_open: tuple
         text = "; ".join(notes)
         blocks.append(f"{text[0].upper()}{text[1:]}.")
     if still_open:
-        blocks.append("Still inconclusive after both looks: " + "; ".join(still_open) + ".")
+        blocks.append(
+            "Still inconclusive after both looks: "
+            + "; ".join(still_open)
+            + '. The rules give no cell a third look (docs/decision-rules.md, "Second look"): the table\'s '
+            "last column says what more seeds could do, not that they will be run."
+        )
     if more_lead not in ("yes", "-"):
         blocks.append(f"Could more seeds change it? {more_lead}" + (" (the table's last column)." if more else "."))
     return "\n\n".join(blocks) + "\n"

@@ -125,18 +125,32 @@ def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional
     that missed the target, ending in a cross and named so. Runs taken from an earlier record
     carry no lr rows: the lr panel says how many seeds it shows. The seeds share one schedule,
     so their lr lines coincide: each is drawn narrower than the one before it, as nested bands,
-    so that every legend entry is a line one can see."""
+    so that every legend entry is a line one can see. Past FIG3_NAMED_SEEDS seeds (a second
+    look's 24) each seed takes its colour along one map, the loss legend names the missed alone,
+    and a schedule the seeds share is one line."""
     missed = missed or {}
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.2, 4.0))
-    cmap = plt.get_cmap("tab10")
-    color = {run: cmap(i % 10) for i, run in enumerate(curves)}
-    _warmup_losses(ax, curves, color, missed)
-    recorded = _warmup_lrs(ax2, curves, color)
-    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
-    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title="Warmup, N = 8: validation loss")
-    log_y_labels(ax)
+    many = len(curves) > FIG3_NAMED_SEEDS
+    if many:  # a colour each along one map: tab10's ten would repeat
+        cmap = plt.get_cmap("turbo")
+        color = {run: cmap(i / (len(curves) - 1)) for i, run in enumerate(curves)}
+    else:
+        cmap = plt.get_cmap("tab10")
+        color = {run: cmap(i % 10) for i, run in enumerate(curves)}
+    _warmup_losses(ax, curves, color, missed, name_all=not many)
+    recorded = [(run, c) for run, c in curves.items() if any(v is not None for v in c.get("lr") or [])]
     longest = max((c["lr"] for _, c in recorded), key=len, default=[])
     same = len(recorded) > 1 and all(c["lr"] == longest[: len(c["lr"])] for _, c in recorded)  # only where so
+    if many and same:  # one line for the one schedule, not a band a seed
+        ax2.plot(
+            range(1, len(longest) + 1), longest, color="black", lw=1.5, label=f"the schedule of {len(recorded)} seeds"
+        )
+    else:
+        _warmup_lrs(ax2, recorded, color, bands=not many)
+    ax.axhline(target, color="gray", ls="--", lw=1, label="target")
+    title = "Warmup, N = 8: validation loss" + (f", {len(curves)} seeds" if many else "")
+    ax.set(xlabel="epoch", ylabel="validation MSLE", yscale="log", title=title)
+    log_y_labels(ax)
     ax2.set(
         xlabel="epoch",
         ylabel="learning rate (end of epoch)",
@@ -145,42 +159,48 @@ def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional
     )
     ax.title.set_fontsize(10)
     ax2.title.set_fontsize(10)
-    if recorded:
+    if recorded and (not many or same):
         ax2.legend(**LEGEND_OUTSIDE)
     ax.legend(fontsize=8, loc="best")
     save_figure(fig, path)
 
 
-def _warmup_losses(ax, curves: dict, color: dict, missed: dict) -> None:
+# Fig. 3 names every seed in its legends up to this many; beyond, a second look's 24 seeds ran
+# its legends off the figure and its lr bands to 46 points wide
+FIG3_NAMED_SEEDS = 10
+
+
+def _warmup_losses(ax, curves: dict, color: dict, missed: dict, name_all: bool = True) -> None:
     """Fig. 3's left panel: each seed's validation loss per epoch, a run that missed the target
-    named so in the legend and ending in a cross at its last finite loss."""
+    named so in the legend and ending in a cross at its last finite loss; the others named too
+    where `name_all`."""
     for run, c in curves.items():
         vals = [math.nan if v is None else v for v in c["val_loss"]]
         points = list(zip(range(1, len(vals) + 1), vals))
+        named = name_all or run in missed
         ax.plot(
             *zip(*points),
             color=color[run],
             marker=".",
-            label=run + (f" (missed: {missed[run]})" if run in missed else ""),
+            label=(run + (f" (missed: {missed[run]})" if run in missed else "")) if named else None,
         )
         last = _last_point(points)
         if run in missed and last is not None:
             ax.scatter(*zip(last), marker="x", s=60, linewidths=2.0, color=color[run], zorder=5)
 
 
-def _warmup_lrs(ax2, curves: dict, color: dict) -> list:
-    """Fig. 3's right panel: the lr per epoch of the seeds that recorded it, as nested bands (or
-    a note where none did); returns those seeds' [(run, its curves)]."""
-    recorded = [(run, c) for run, c in curves.items() if any(v is not None for v in c.get("lr") or [])]
+def _warmup_lrs(ax2, recorded: list, color: dict, bands: bool = True) -> None:
+    """Fig. 3's right panel: the lr per epoch of the seeds that recorded it ([(run, its
+    curves)]), as nested bands (`bands`, each named) or thin lines (or a note where none did)."""
     for k, (run, c) in enumerate(recorded):
         ax2.plot(
             range(1, len(c["lr"]) + 1),
             c["lr"],
             color=color[run],
-            lw=1.5 + 3.0 * (len(recorded) - 1 - k),
+            lw=1.5 + 3.0 * (len(recorded) - 1 - k) if bands else 1.0,
             solid_capstyle="butt",
             zorder=2 + k,
-            label=run,
+            label=run if bands else None,
         )  # the first seed widest, underneath
     if not recorded:
         ax2.text(
@@ -193,4 +213,3 @@ def _warmup_lrs(ax2, curves: dict, color: dict) -> list:
             fontsize=9,
             color="gray",
         )
-    return recorded

@@ -252,6 +252,18 @@ def _seeds_short(record: dict, study: Study) -> str:
     )
 
 
+def _seeds_and_why(reasons: list) -> list:
+    """ "seed S: why" for each of `reasons` ({"seed", "why"}, in seed order), consecutive seeds
+    with the same reason as one "seeds A-B: why": a second look's 16 seeds are one entry."""
+    spans = []  # [first seed, last seed, why]
+    for r in reasons:
+        if spans and spans[-1][2] == r["why"] and r["seed"] == spans[-1][1] + 1:
+            spans[-1][1] = r["seed"]
+        else:
+            spans.append([r["seed"], r["seed"], r["why"]])
+    return [f"seed {a}: {why}" if a == b else f"seeds {a}-{b}: {why}" for a, b, why in spans]
+
+
 def _rules_fields(record: dict, study: Study) -> dict:
     by_unit = {}
     for r in record["seed_reasons"]:
@@ -260,7 +272,7 @@ def _rules_fields(record: dict, study: Study) -> dict:
         [
             _unit_label(u),
             ", ".join(str(r["seed"]) for r in rs),
-            "; ".join(f"seed {r['seed']}: {r['why']}" for r in rs if r["why"] != "first seeds of the preset") or "-",
+            "; ".join(_seeds_and_why([r for r in rs if r["why"] != "first seeds of the preset"])) or "-",
         ]
         for u, rs in by_unit.items()
     ]

@@ -19,7 +19,8 @@ def record():
 
 
 def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(record, tmp_path):
-    warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)
+    """The first look's 8 seeds of warmup N = 8: every seed named in both panels."""
+    warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)[:8]
     curves = {c.run: record["curves"][c.run] for c in warmup8}
     missed = {c.run: c.status for c in warmup8 if not c.reached}
     recorded = [r for r, c in curves.items() if any(v is not None for v in c.get("lr") or [])]
@@ -38,3 +39,24 @@ def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(re
     assert len(ax.scatter.call_args_list) == len(missed)  # a cross at each miss's last loss
     title = ax2.set.call_args.kwargs["title"]
     assert f"({len(recorded)} of {len(curves)} seeds recorded it" in title
+
+
+def test_fig3_of_a_second_looks_24_seeds_gives_each_its_own_colour_and_names_the_missed(record, tmp_path):
+    """All 24 seeds of warmup N = 8: 24 colours (tab10 would repeat them), the loss legend naming
+    the missed runs alone, and the schedule the seeds share drawn once."""
+    warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)
+    curves = {c.run: record["curves"][c.run] for c in warmup8}
+    missed = {c.run: c.status for c in warmup8 if not c.reached}
+    assert len(curves) == 24 and 0 < len(missed) < 24
+    plt, ax, ax2 = mock.MagicMock(), mock.MagicMock(), mock.MagicMock()
+    ax.get_ylim.return_value = (0.0015, 0.007)
+    plt.subplots.return_value = (mock.MagicMock(), (ax, ax2))
+    plt.get_cmap.return_value = lambda x: ("map", x)
+    warmup_figure(tmp_path / "unused.png", curves, record["target"], plt, missed=missed)
+    plt.get_cmap.assert_called_once_with("turbo")
+    colours = [call.kwargs["color"] for call in ax.plot.call_args_list]
+    assert len(colours) == 24 and len(set(colours)) == 24
+    labels = [call.kwargs["label"] for call in ax.plot.call_args_list if call.kwargs["label"]]
+    assert sorted(labels) == sorted(f"{run} (missed: {status})" for run, status in missed.items())
+    (lr_line,) = ax2.plot.call_args_list
+    assert lr_line.kwargs["color"] == "black" and lr_line.kwargs["lw"] < 3

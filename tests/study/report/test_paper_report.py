@@ -88,3 +88,15 @@ def test_a_record_of_real_runs_says_so_in_its_header_and_its_convergence_line(tm
     assert "Preset `tiny` (real runs: horovodrun -np {n}); generated" in text
     assert "- Convergence (epochs to target): real multi-worker runs." in text
     assert "emulated workers, modelled time" not in text
+
+
+def test_a_run_of_seeds_with_one_reason_is_one_entry_of_the_seeds_table():
+    """A second look's 16 seeds are "seeds 8-23: why", not 16 entries (a 1,430-character line)."""
+    from deepdensity.study.report.paper_report import _seeds_and_why
+
+    reasons = [{"seed": s, "why": "second look"} for s in range(8, 24)] + [
+        {"seed": 25, "why": "second look"},
+        {"seed": 26, "why": "stall check"},
+    ]
+    assert _seeds_and_why(reasons) == ["seeds 8-23: second look", "seed 25: second look", "seed 26: stall check"]
+    assert _seeds_and_why([]) == []

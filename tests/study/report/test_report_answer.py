@@ -31,8 +31,10 @@ def test_the_first_table_is_one_short_row_per_claim_before_the_evidence(folder):
     text = (folder / "REPORT.md").read_text()
     claims = json.loads((folder / "claims.json").read_text())
     rows = first_table(text)
+    header = text[text.index("## The answer") :].split("\n|", 1)[1].split("\n", 1)[0]
+    verdict = [cell.strip() for cell in header.strip("|").split(" | ")].index("verdict")
     assert [row[0] for row in rows] == [c["claim"] for c in claims]
-    assert [row[3] for row in rows] == [f"**{c['verdict']}**" for c in claims]
+    assert [row[verdict] for row in rows] == [f"**{c['verdict']}**" for c in claims]
     assert max(len(cell) for row in rows for cell in row) <= LONGEST_CELL
     assert text.index("## The answer") < text.index("## Claims")
 

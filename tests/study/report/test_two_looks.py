@@ -15,7 +15,6 @@ from deepdensity.study.record import study_of
 from deepdensity.study.report import two_looks
 from tests.support import ROOT
 
-
 # reports/claims.json as the first look left it, before the second look's runs were added
 FIRST_LOOK_VERDICTS = {
     "strong_converges": "reproduced",
@@ -131,3 +130,12 @@ def test_a_cell_still_open_says_its_rate_and_the_runs_that_rate_would_need():
     assert opened["linear_fails"][0].endswith("at that rate no number of runs would leave the 0.5 band")
     assert opened["double_eta_diverges"][0].startswith("2 x eta: 12 of 24 missed (50%, 97.5% CI")
     assert "weak_efficiency" not in opened, "weak N = 4 at 1 of 24 converges"
+
+
+def test_the_committed_report_says_after_each_cell_still_open_that_no_third_look_follows():
+    """reports/REPORT.md (both looks): each claim with a cell still open after the second look
+    says that the rules give it no third look, beside the runs its rate would need."""
+    text = (ROOT / "reports" / "REPORT.md").read_text().replace("\n", " ")
+    blocks = text.split("Still inconclusive after both looks: ")[1:]
+    assert len(blocks) == 2, "linear (N = 2, 4) and 2 x eta stay open"
+    assert all("The rules give no cell a third look" in block.split("###")[0] for block in blocks)
