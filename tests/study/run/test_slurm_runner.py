@@ -323,11 +323,10 @@ def test_a_submission_slurm_refuses_is_one_line_for_every_run_waiting_on_it(tmp_
 
 def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_counts(tmp_path, monkeypatch, capsys):
     """The plan's lines of runs to train and its Slurm lines give one count (issue 55): the
-    default preset, whose committed ledger holds every run of its first look, misses none of
-    it and has the second look's 96 to train (six cells, 16 seeds each; docs/decision-rules.md)
-    but those the ledger holds already,
-    and says so in both; a count the plan gives is the one the Slurm jobs and their cost are
-    given for."""
+    default preset, whose committed ledger holds every run of both its looks (the second look's
+    96: six cells, 16 seeds each; docs/decision-rules.md), has none to train and says so in
+    both, reserving nothing for them; a tiny study's 3 runs to train are the count its Slurm
+    jobs and their cost are given for."""
     from deepdensity.study import repro
     from deepdensity.study.core import ledger
     from deepdensity.study.core.preset import load_study
@@ -341,7 +340,7 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
         == 0
     )
     out = capsys.readouterr().out
-    # the second look's 96 less those the committed ledger holds: its cells' seeds past their first look's
+    # the second look's cells' seeds past their first look's, every one in the committed ledger
     held = {
         e["run"]
         for e in ledger.read_entries(ROOT / "reports" / "ledger.jsonl")
@@ -349,14 +348,11 @@ def test_a_slurm_dry_run_gives_its_jobs_and_cost_for_the_missing_runs_the_plan_c
             r"(weak-n4|linear-n2|linear-n4|warmup-n4|warmup-n8)-s(8|9|1\d|2[0-3])|seq-2eta-s(1[1-9]|2[0-6])", e["run"]
         )
     }
-    left = 96 - len(held)
-    assert "  missing runs: none, the ledger holds every run of its first look; " in out
-    assert f"  the second look's runs to train: {left} (" in out
-    assert f"  Slurm jobs: the {left} run(s) to train above, and any run not counted there" in out
-    assert (
-        f"  Slurm cost: the {left} run(s) to train above: at most {2 * left} CPU-hours reserved; every run of the "
-        in out
-    )
+    assert len(held) == 96
+    assert "  missing runs: none, the ledger holds every run it is asked for; " in out
+    assert "second look's runs to train" not in out
+    assert "  Slurm jobs: none of the runs to train above (there are none); only a run not counted there" in out
+    assert "  Slurm cost: the runs to train above: none, nothing reserved for them; every run of the " in out
     (tmp_path / "tiny.yaml").write_text(TINY)
     _, study = load_study(str(tmp_path / "tiny.yaml"))
     lines = plan_lines(
