@@ -119,6 +119,11 @@ def loss_against_time_figure(
     save_figure(fig, path)
 
 
+# Fig. 3 names every seed in its legends up to this many; beyond, a second look's 24 seeds ran
+# its legends off the figure and its lr bands to 46 points wide
+FIG3_NAMED_SEEDS = 10
+
+
 def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional[dict] = None) -> None:
     """Fig. 3: warmup at N = 8: validation loss (left) and lr (right) per epoch, every seed in the
     order of `curves`, each seed one colour in both panels; `missed` ({run: status}) are the runs
@@ -163,11 +168,6 @@ def warmup_figure(path: Path, curves: dict, target: float, plt, missed: Optional
         ax2.legend(**LEGEND_OUTSIDE)
     ax.legend(fontsize=8, loc="best")
     save_figure(fig, path)
-
-
-# Fig. 3 names every seed in its legends up to this many; beyond, a second look's 24 seeds ran
-# its legends off the figure and its lr bands to 46 points wide
-FIG3_NAMED_SEEDS = 10
 
 
 def _warmup_losses(ax, curves: dict, color: dict, missed: dict, name_all: bool = True) -> None:

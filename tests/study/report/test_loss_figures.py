@@ -18,6 +18,16 @@ def record():
     return json.loads((ROOT / "reports" / "study.json").read_text())
 
 
+def _drawn(curves: dict, missed: dict, target: float, tmp_path, colour_of) -> tuple:
+    """Fig. 3 drawn on a stand-in pyplot whose colour map is `colour_of`: (plt, loss axes, lr axes)."""
+    plt, ax, ax2 = mock.MagicMock(), mock.MagicMock(), mock.MagicMock()
+    ax.get_ylim.return_value = (0.0015, 0.007)
+    plt.subplots.return_value = (mock.MagicMock(), (ax, ax2))
+    plt.get_cmap.return_value = colour_of
+    warmup_figure(tmp_path / "unused.png", curves, target, plt, missed=missed)
+    return plt, ax, ax2
+
+
 def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(record, tmp_path):
     """The first look's 8 seeds of warmup N = 8: every seed named in both panels."""
     warmup8 = sorted(cells_at(claims.cells_of(record), policies.WARMUP, 8), key=lambda c: c.seed)[:8]
@@ -25,11 +35,7 @@ def test_fig3_gives_every_seed_one_colour_in_both_panels_and_marks_the_misses(re
     missed = {c.run: c.status for c in warmup8 if not c.reached}
     recorded = [r for r, c in curves.items() if any(v is not None for v in c.get("lr") or [])]
     assert missed and 0 < len(recorded) < len(curves), "the record has a miss and seeds without lr rows"
-    plt, ax, ax2 = mock.MagicMock(), mock.MagicMock(), mock.MagicMock()
-    ax.get_ylim.return_value = (0.0015, 0.007)
-    plt.subplots.return_value = (mock.MagicMock(), (ax, ax2))
-    plt.get_cmap.return_value = lambda i: f"C{i}"
-    warmup_figure(tmp_path / "unused.png", curves, record["target"], plt, missed=missed)
+    plt, ax, ax2 = _drawn(curves, missed, record["target"], tmp_path, lambda i: f"C{i}")
     loss = {call.kwargs["label"].split(" ")[0]: call.kwargs["color"] for call in ax.plot.call_args_list}
     lr = {call.kwargs["label"]: call.kwargs["color"] for call in ax2.plot.call_args_list}
     assert loss == {run: f"C{i}" for i, run in enumerate(curves)}
@@ -48,11 +54,7 @@ def test_fig3_of_a_second_looks_24_seeds_gives_each_its_own_colour_and_names_the
     curves = {c.run: record["curves"][c.run] for c in warmup8}
     missed = {c.run: c.status for c in warmup8 if not c.reached}
     assert len(curves) == 24 and 0 < len(missed) < 24
-    plt, ax, ax2 = mock.MagicMock(), mock.MagicMock(), mock.MagicMock()
-    ax.get_ylim.return_value = (0.0015, 0.007)
-    plt.subplots.return_value = (mock.MagicMock(), (ax, ax2))
-    plt.get_cmap.return_value = lambda x: ("map", x)
-    warmup_figure(tmp_path / "unused.png", curves, record["target"], plt, missed=missed)
+    plt, ax, ax2 = _drawn(curves, missed, record["target"], tmp_path, lambda x: ("map", x))
     plt.get_cmap.assert_called_once_with("turbo")
     colours = [call.kwargs["color"] for call in ax.plot.call_args_list]
     assert len(colours) == 24 and len(set(colours)) == 24
