@@ -42,7 +42,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from deepdensity.launch import continuing
 from deepdensity.launch.controllers import started_by_mpirun
@@ -51,6 +51,7 @@ from deepdensity.utils.errors import (
     EXIT_SIGINT,
     LAUNCH_PREFIX_ENV,
     Interrupted,
+    claim_the_interrupted_line,
     launcher_prefix,
     launcher_rank,
     launcher_size,
@@ -247,14 +248,66 @@ STAY_FOR_RANK_0_S = 0.8
 
 
 def stay_for_rank_0(code: int) -> None:
-    """Under mpirun, a rank other than 0 that ends on an interrupt it took itself (not launch's
-    relayed one, exit 0) stays a moment before it exits, so that rank 0's line gets out. An
-    interrupted mpirun (a Ctrl-C, SIGTERM to it) SIGTERMs the ranks 1 s later, and once it has
-    seen one of them end it drops what the others write: measured with stand-in ranks under
-    `mpirun -np 2` (OpenMPI 4.1), rank 0's line written 0.02 s after rank 1 ended was lost 8
-    times in 8, and 0 times in 8 when rank 1 stayed 0.3 s."""
-    if code and launcher_rank() != 0 and started_by_mpirun(os.environ):
+    """Under mpirun, a rank other than 0 that ends on an interrupt it took itself stays a moment
+    before it exits, so that rank 0's line gets out. An interrupted mpirun (a Ctrl-C, SIGTERM to
+    it) SIGTERMs the ranks 1 s later, and once it has seen one of them end it drops what the
+    others write: measured with stand-in ranks under `mpirun -np 2` (OpenMPI 4.1), rank 0's
+    line written 0.02 s after rank 1 ended was lost 8 times in 8, and 0 times in 8 when rank 1
+    stayed 0.3 s. That includes the relayed interrupt a rank's launcher watch sent it (exit 0):
+    a Ctrl-C ends horovodrun's shell and interrupts its mpirun at once. Not launch's relayed
+    interrupt: launch never interrupts mpirun."""
+    if (code or _relayed_taken) and launcher_rank() != 0 and started_by_mpirun(os.environ):
         time.sleep(STAY_FOR_RANK_0_S)
+
+
+# How long rank 0's main thread has to take an interrupt before `last_word` says the line for it:
+# inside OpenMPI's 1 s between its SIGTERM and its SIGKILL.
+LAST_WORD_S = 0.5
+
+
+def last_word(line: Callable[[], str], ended: Callable[[], None]) -> bool:
+    """Rank 0 under mpirun (not under `deepdensity launch`, which says the line from the run
+    folder itself when no rank did): a thread that says where the run stands when the main
+    thread cannot. A Python signal handler runs only when the main thread is back in Python,
+    and a rank can be inside TensorFlow's C++ for seconds: the first step's graph being
+    optimised and run, on a loaded host, while its peer has already left. An interrupted mpirun
+    SIGKILLs its ranks 1 s after its SIGTERM, and rank 0 died there without its line (seen in CI
+    as a bare '^C' in the chain's Ctrl-C just as a resumed run's ranks started). The thread is
+    woken by the signal itself (signal.set_wakeup_fd, written by the C handler whatever the main
+    thread is doing); if the main thread has not said the line LAST_WORD_S later and is in a
+    window where the handler would raise at once (`opened`: code an exception may cut anywhere,
+    nothing of the run being written), the thread writes "interrupted: " + line() (the run
+    folder's words: its checkpoint is whole outside held sections), calls ended() and ends the
+    process with the signal's status. Only one of the two threads writes the line
+    (utils/errors.py). Returns whether the thread was started."""
+    if (
+        launcher_rank() != 0
+        or not started_by_mpirun(os.environ)
+        or os.environ.get(LAUNCH_PREFIX_ENV)
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return False
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def watch():
+        signum = None
+        while signum is None:
+            signum = next((s for s in os.read(wake_r, 64) if s in _codes()), None)
+        code = _codes()[signum]
+        deadline = time.monotonic() + LAST_WORD_S
+        while time.monotonic() < deadline or not _state.opens or _state.holds:
+            time.sleep(0.02)
+        if claim_the_interrupted_line():
+            with contextlib.suppress(OSError):
+                os.write(2, f"interrupted: {line()}\n".encode("utf-8", "backslashreplace"))
+            with contextlib.suppress(OSError):
+                ended()
+            os._exit(code)
+
+    threading.Thread(target=watch, name="deepdensity-last-word", daemon=True).start()
+    return True
 
 
 def while_waiting(call):

@@ -166,6 +166,17 @@ def holds_nothing_to_resume(out) -> bool:
 RUNNING_MARK = ".running"
 
 
+def drop_own_mark(out) -> None:
+    """Remove the RUNNING_MARK in `out` if this process wrote it (never another's, which says
+    that a process trains there, or died there without a word)."""
+    mark = Path(out) / RUNNING_MARK
+    try:
+        if json.loads(mark.read_text()).get("pid") == os.getpid():
+            mark.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def died_unsaid(out) -> Optional[str]:
     """The line that tells the user the last run in `out` ended without a word, or None (no
     such end, or it finished an epoch: --resume then continues it as usual)."""

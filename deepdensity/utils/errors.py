@@ -10,6 +10,7 @@ import errno
 import functools
 import os
 import sys
+import threading
 from typing import Optional
 
 EXIT_BAD_INPUT = 2
@@ -53,6 +54,22 @@ class StudyError(UserError):
     by every stage of deepdensity/study: preset, clock, runner, Slurm, reports)."""
 
 
+class _InterruptedLine:
+    """A command's `interrupted` line is written once: by the main thread as the interrupt ends
+    the command, or, for a training rank whose main thread could not take the signal in time,
+    by the thread that says it for it (training/interrupts.py, `last_word`)."""
+
+    lock = threading.Lock()
+    said = False
+
+
+def claim_the_interrupted_line() -> bool:
+    """True for the first to ask since the command began: that one writes the line."""
+    with _InterruptedLine.lock:
+        first, _InterruptedLine.said = not _InterruptedLine.said, True
+    return first
+
+
 def command(main=None, *, os_hint: str = ""):
     """Wrap a command's `main(argv) -> int` so that a UserError or an OSError becomes one
     `error:` line and exit 2, and Ctrl-C or SIGTERM one `interrupted` line and exit 130 or
@@ -63,11 +80,12 @@ def command(main=None, *, os_hint: str = ""):
         @functools.wraps(fn)
         def wrapped(argv=None) -> int:
             raise_on_signals()
+            _InterruptedLine.said = False  # a program may run commands one after another
             try:
                 return fn(argv) or 0
             except KeyboardInterrupt as e:
                 code = getattr(e, "code", EXIT_SIGINT)
-                if launcher_rank() == 0:
+                if launcher_rank() == 0 and claim_the_interrupted_line():
                     print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
                 return code
             except UserError as e:

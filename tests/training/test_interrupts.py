@@ -453,3 +453,72 @@ def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_
         f"horovodrun -np 2 python train.py --mode strong --out {out}"
     )
     assert [text.strip() for text in said] == [line] * 10
+
+
+# a rank whose main thread is held in C: a default pthread mutex locked twice, which no signal
+# ends, standing for TensorFlow's C++ (the first step's graph optimised and run on a loaded host).
+# Held at its first step, as fit's TakeSignals leaves it (a window where the handler raises at
+# once), or, with "held" as its first word, at an epoch's end (a held section: the row and the
+# checkpoint being written). Rank 1 goes on in Python and takes the signal.
+RANK_HELD_IN_C = """
+import ctypes, sys, time
+from deepdensity.training import cli, interrupts
+from deepdensity.utils.errors import Interrupted, launcher_rank
+where, words = sys.argv[1], sys.argv[2:]
+out = words[words.index("--out") + 1]
+with interrupts.handling(restore=False):
+    interrupts.last_word(lambda: cli.where_to_continue(out, words), lambda: None)
+    print("stepping", flush=True)
+    try:
+        if launcher_rank() == 0:
+            interrupts.hold() if where == "held" else interrupts.open_window()
+            mutex, libc = ctypes.create_string_buffer(64), ctypes.CDLL(None)
+            libc.pthread_mutex_lock(mutex)
+            libc.pthread_mutex_lock(mutex)
+        while True:
+            time.sleep(0.05)
+            interrupts.take_pending()
+    except Interrupted as e:
+        interrupts.stay_for_rank_0(e.code)
+        sys.exit(e.code)
+"""
+
+
+@pytest.mark.slow
+def test_rank_0_held_in_c_past_mpiruns_kill_still_says_where_the_run_stands(tmp_path):
+    """Issue 70, seen in CI: the chain's Ctrl-C just as a resumed run's ranks started under plain
+    horovodrun with MPI left a bare '^C'. rank 0 was inside TensorFlow's C++ (its first step),
+    where no Python handler runs, when mpirun SIGKILLed it 1 s after its SIGTERM
+    (interrupts.last_word). Interrupts of a real mpirun whose rank 0 is held in C: at its first
+    step, rank 0's line each time, from its run folder's checkpoint, and nothing else; in the
+    middle of an epoch's end, nothing: what it writes there is never cut short, and mpirun's
+    kill comes first."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun here")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "state.json").write_text(json.dumps({"epoch": 2, "checkpoint": "ckpt/epoch-0003", "status": "running"}))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
+        "PYTHONPATH": str(ROOT),
+    }
+    said = []
+    for where in ("step", "step", "held"):
+        proc = subprocess.Popen(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-c", RANK_HELD_IN_C]
+            + [where, "--mode", "strong", "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        started = [proc.stdout.readline() for _ in range(2)]
+        assert all("stepping" in x for x in started), started
+        proc.send_signal(signal.SIGINT)
+        said.append(proc.communicate(timeout=60)[0])
+    line = (
+        f"interrupted: at epoch 3, checkpointed in {out}; continue with: "
+        f"horovodrun -np 2 python train.py --mode strong --out {out} --resume"
+    )
+    assert [text.strip() for text in said] == [line, line, ""]
