@@ -3,6 +3,8 @@ anything is written (issue 70): the limits read from the kernel's files, the est
 and the run under a lowered address-space limit, which trains or is refused in one line, never
 aborted by TensorFlow's std::bad_alloc."""
 
+import json
+import os
 import resource
 import signal
 import subprocess
@@ -122,6 +124,21 @@ def _limited(gib_kb: int):
 
 @pytest.mark.slow
 @pytest.mark.smoke
+def test_a_process_drops_its_own_running_mark_and_never_anothers(tmp_path):
+    """interrupts.last_word ends rank 0 with os._exit after its line: the mark it wrote goes
+    with it; a mark of another pid (a process training there, or one that died without a word)
+    and one that does not read stay for the next invocation to judge."""
+    mark = tmp_path / runs.RUNNING_MARK
+    mine, anothers = json.dumps({"pid": os.getpid()}), json.dumps({"pid": os.getpid() + 1})
+    for text, kept in [(mine, False), (anothers, True), ("{", True)]:
+        mark.write_text(text)
+        runs.drop_own_mark(tmp_path)
+        assert mark.exists() == kept, text
+    mark.unlink()
+    runs.drop_own_mark(tmp_path)  # no mark: nothing to do
+    assert not mark.exists()
+
+
 def test_a_model_too_big_for_the_address_space_trains_or_is_refused_in_one_line(tmp_path, smoke_data):
     """Issue 70's run: K = 100,000 under `ulimit -v 8000000`. TF 2.21 aborted in std::bad_alloc
     (exit 134) after making its folder; TF 2.15 trains its epoch. Either way now: it trains, or
