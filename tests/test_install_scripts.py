@@ -257,6 +257,7 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     for name in (
         "horovod-0.28.1-gcc13+.patch",
         "horovod-0.28.1-launcher.patch",  # horovod.sh's order
+        "horovod-0.28.1-build.patch",
         "horovod-0.28.1-tf2.16+.patch",
     ):
         patch = ROOT / "scripts" / "horovod" / name
@@ -266,6 +267,8 @@ def test_the_horovod_patch_applies_to_horovod_0_28_1_as_published(tmp_path):
     assert "from keras import backend as K" not in callbacks and "K = keras.backend" in callbacks
     assert "hlo/builder/xla_builder.h" in (src / "horovod" / "tensorflow" / "xla_mpi_ops.cc").read_text()
     assert "#include <string>" in (src / "horovod" / "common" / "group_table.h").read_text()
+    cmake = (src / "CMakeLists.txt").read_text()
+    assert "add_subdirectory(third_party/gloo EXCLUDE_FROM_ALL)" in cmake and 'REPLACE " -g " " "' in cmake
     assert "#include <stdexcept>" in (src / "horovod" / "common" / "common.h").read_text()
     util = (src / "horovod" / "common" / "util.py").read_text()
     assert "def _c_api_without_framework(" in util and util.count("c_api_only=True)") == 5
