@@ -235,11 +235,18 @@ def _end_before_the_run(signum: int, words: list) -> None:
     tidy_terminal(signum)
     code = _codes().get(signum, EXIT_SIGINT)
     if launcher_rank() == 0:
-        line = "interrupted: " + continuing.before_the_run(words, launcher_prefix()) + "\n"
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            os.write(sys.stderr.fileno(), line.encode(sys.stderr.encoding or "utf-8", "backslashreplace"))
+        _write_interrupted(continuing.before_the_run(words, launcher_prefix()))
     stay_for_rank_0(code)
     os._exit(code)
+
+
+def _write_interrupted(where: str) -> None:
+    """Rank 0's line, "interrupted: " + `where`, as one write to stderr's file descriptor: not
+    through sys.stderr, which the interrupted code (another thread, or the frame a handler cut
+    into) may be writing to."""
+    line = f"interrupted: {where}\n"
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        os.write(sys.stderr.fileno(), line.encode(sys.stderr.encoding or "utf-8", "backslashreplace"))
 
 
 # How long a rank other than 0 stays after an interrupt under mpirun (below): mpirun SIGKILLs
@@ -300,8 +307,7 @@ def last_word(line: Callable[[], str], ended: Callable[[], None]) -> bool:
         while time.monotonic() < deadline or not _state.opens or _state.holds:
             time.sleep(0.02)
         if claim_the_interrupted_line():
-            with contextlib.suppress(OSError):
-                os.write(2, f"interrupted: {line()}\n".encode("utf-8", "backslashreplace"))
+            _write_interrupted(line())
             with contextlib.suppress(OSError):
                 ended()
             os._exit(code)

@@ -407,6 +407,29 @@ for _ in range(1200):
 """
 
 
+def interrupted_mpirun(script: str, args: list, cwd, ready: str) -> str:
+    """`mpirun -np 2` of stand-in ranks (python -c `script` `args`), Ctrl-C'd (SIGINT to mpirun)
+    once both have printed `ready`: all it wrote, stdout and stderr together."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun here")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    started = [proc.stdout.readline() for _ in range(2)]
+    assert all(ready in x for x in started), started
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=60)[0]
+
+
 @pytest.mark.slow
 def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_time(tmp_path):
     """Issue 70, seen in CI: Ctrl-C to plain horovodrun under MPI while the ranks imported, and
@@ -414,40 +437,9 @@ def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_
     has seen one end it drops what the others write: rank 1, done first, took rank 0's line with
     it (interrupts.stay_for_rank_0). Ten interrupts of a real mpirun whose ranks each take the
     signal up to 0.05 s late: rank 0's line every time, and nothing else."""
-    if shutil.which("mpirun") is None:
-        pytest.skip("no mpirun here")
     out = tmp_path / "run"
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
-        "PYTHONPATH": str(ROOT),
-    }
-    said = []
-    for _ in range(10):
-        proc = subprocess.Popen(
-            [
-                "mpirun",
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-np",
-                "2",
-                sys.executable,
-                "-c",
-                RANK_IMPORTING,
-                "--mode",
-                "strong",
-                "--out",
-                str(out),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
-        started = [proc.stdout.readline() for _ in range(2)]
-        assert all("importing" in x for x in started), started
-        proc.send_signal(signal.SIGINT)
-        said.append(proc.communicate(timeout=60)[0])
+    args = ["--mode", "strong", "--out", str(out)]
+    said = [interrupted_mpirun(RANK_IMPORTING, args, tmp_path, "importing") for _ in range(10)]
     line = (
         "interrupted: no epoch finished; start again with the same command: "
         f"horovodrun -np 2 python train.py --mode strong --out {out}"
@@ -493,30 +485,13 @@ def test_rank_0_held_in_c_past_mpiruns_kill_still_says_where_the_run_stands(tmp_
     step, rank 0's line each time, from its run folder's checkpoint, and nothing else; in the
     middle of an epoch's end, nothing: what it writes there is never cut short, and mpirun's
     kill comes first."""
-    if shutil.which("mpirun") is None:
-        pytest.skip("no mpirun here")
     out = tmp_path / "run"
     out.mkdir()
     (out / "state.json").write_text(json.dumps({"epoch": 2, "checkpoint": "ckpt/epoch-0003", "status": "running"}))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "DEEPDENSITY_"))},
-        "PYTHONPATH": str(ROOT),
-    }
-    said = []
-    for where in ("step", "step", "held"):
-        proc = subprocess.Popen(
-            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-c", RANK_HELD_IN_C]
-            + [where, "--mode", "strong", "--out", str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
-        started = [proc.stdout.readline() for _ in range(2)]
-        assert all("stepping" in x for x in started), started
-        proc.send_signal(signal.SIGINT)
-        said.append(proc.communicate(timeout=60)[0])
+    said = [
+        interrupted_mpirun(RANK_HELD_IN_C, [where, "--mode", "strong", "--out", str(out)], tmp_path, "stepping")
+        for where in ("step", "step", "held")
+    ]
     line = (
         f"interrupted: at epoch 3, checkpointed in {out}; continue with: "
         f"horovodrun -np 2 python train.py --mode strong --out {out} --resume"
