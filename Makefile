@@ -108,10 +108,10 @@ $(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 #                    render the committed study's reports, in pytest's own process
 #   make test-all    every test, real `horovodrun -np 2` runs, the tiny study and, where their
 #                    packages are installed (make cluster-packages), the two-host and Slurm tests,
-#                    which wait on daemons for most of their time and so run in a pytest of their
-#                    own, as tests/training does, beside the others (scripts/test_all.sh: one
-#                    pytest keeps about one core busy); each lane lists its slowest tests
-#                    at the end, so that the next regression shows
+#                    in four pytest lanes side by side (scripts/test_all.sh: tests/cluster, whose
+#                    tests wait on daemons; the interrupt chains; the rest of tests/training; the
+#                    others), so that both cores stay busy to the end; each lane lists its
+#                    slowest tests at the end, so that the next regression shows
 #   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
 #                    assertions executed, coverage of deepdensity/, seconds by file)
 FAST := -m "not slow and not medium"

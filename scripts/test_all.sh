@@ -7,17 +7,15 @@
 #   training  the rest of tests/training: runs, horovodrun against one process, interrupts;
 #   others    the rest (the study, tools, model, data, ...), whose output is shown as it comes.
 # The machine's CPU, not a lane, bounds the run: the lanes are cut so that none runs on alone
-# for long while a core idles (at 1af3d4c the chains in the training lane kept it going 326 s
+# for long while a core idles (at 258daac the chains in the training lane kept it going 326 s
 # after the others had ended; docs/performance.md#tests). The split is by file, so that each
 # folder's session fixtures (the tiny study in tests/study, ...) are made once. The other lanes'
 # output follows; the exit status is the first failing lane's, in the order of LANES. Each lane
 # has its own temporary folder, new for each run (removed when all pass), so that no lane's
 # processes or files are another's or another run's.
 #   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/LANE.xml for each lane)
+#   scripts/test_all.sh --lanes       each lane's name and pytest arguments, a line each
 set -uo pipefail
-pytest=${1:?usage: scripts/test_all.sh PYTEST}
-base=$(mktemp -d "${TMPDIR:-/tmp}/test-all.XXXXXX")
-start=$(date +%s)
 
 CHAINS=tests/training/test_ctrl_c.py
 # NAME, then its pytest arguments; the first is the lane whose output is shown as it comes
@@ -28,6 +26,13 @@ declare -A ARGS=(
     [chains]="--durations=5 $CHAINS"
     [training]="--durations=20 --ignore=$CHAINS tests/training"
 )
+if [ "${1:-}" = --lanes ]; then
+    for name in "${LANES[@]}"; do echo "$name ${ARGS[$name]}"; done
+    exit 0
+fi
+pytest=${1:?usage: scripts/test_all.sh PYTEST, or --lanes}
+base=$(mktemp -d "${TMPDIR:-/tmp}/test-all.XXXXXX")
+start=$(date +%s)
 
 # A lane in the background. A script's background job starts with Ctrl-C ignored; the lane gets
 # it back, so that one Ctrl-C stops every lane and each takes its daemons and namespaces down.
