@@ -3,7 +3,8 @@
 #   cluster   tests/cluster: the two-host, elastic and Slurm tests, which spend much of their
 #             time waiting on daemons, the scheduler and launchers;
 #   chains    tests/training/test_ctrl_c.py: the interrupt chains, each a few hundred seconds of
-#             horovodrun runs started, waited for and interrupted one after another;
+#             horovodrun runs started, waited for and interrupted one after another; then
+#             tests/launch (launch's and horovodrun's own tests), so that the lanes end together;
 #   training  the rest of tests/training: runs, horovodrun against one process, interrupts;
 #   others    the rest (the study, tools, model, data, ...), whose output is shown as it comes.
 # The machine's CPU, not a lane, bounds the run: the lanes are cut so that none runs on alone
@@ -21,9 +22,9 @@ CHAINS=tests/training/test_ctrl_c.py
 # NAME, then its pytest arguments; the first is the lane whose output is shown as it comes
 LANES=(others cluster chains training)
 declare -A ARGS=(
-    [others]="--durations=20 --ignore=tests/cluster --ignore=tests/training tests"
+    [others]="--durations=20 --ignore=tests/cluster --ignore=tests/training --ignore=tests/launch tests"
     [cluster]="--durations=10 tests/cluster"
-    [chains]="--durations=5 $CHAINS"
+    [chains]="--durations=10 $CHAINS tests/launch"
     [training]="--durations=20 --ignore=$CHAINS tests/training"
 )
 if [ "${1:-}" = --lanes ]; then
