@@ -108,10 +108,9 @@ $(VENV)/.kernel: $(KERNEL_SRC) $(VENV)/.installed
 #                    render the committed study's reports, in pytest's own process
 #   make test-all    every test, real `horovodrun -np 2` runs, the tiny study and, where their
 #                    packages are installed (make cluster-packages), the two-host and Slurm tests,
-#                    in four pytest lanes side by side (scripts/test_all.sh: tests/cluster, whose
-#                    tests wait on daemons; the interrupt chains, then tests/launch; the rest of
-#                    tests/training; the others), so that both cores stay busy to the end; each
-#                    lane lists its slowest tests at the end, so that the next regression shows
+#                    in three pytest lanes side by side (scripts/test_all.sh: tests/cluster, whose
+#                    tests wait on daemons; tests/training; the others); each lane lists its
+#                    slowest tests at the end, so that the next regression shows
 #   make coverage    test-all under coverage: the census of scripts/test_census.py (tests, distinct
 #                    assertions executed, coverage of deepdensity/, seconds by file)
 FAST := -m "not slow and not medium"

@@ -1,6 +1,6 @@
 """make test-all's lanes (scripts/test_all.sh) split the suite: every test file runs in exactly
-one lane, so that a file added to a new folder, or a lane's --ignore forgotten, cannot leave a
-test out of CI or run it twice."""
+one lane, so that a new folder, or a lane's --ignore forgotten, cannot leave a test out of CI
+or run it twice."""
 
 import subprocess
 from pathlib import Path
@@ -36,14 +36,11 @@ def test_every_test_file_runs_in_exactly_one_lane():
     files = {p.relative_to(ROOT) for p in (ROOT / "tests").rglob("test_*.py")}
     assert len(files) > 100
     split = {name: selected(*lane, files) for name, lane in lanes().items()}
-    assert set(split) == {"others", "cluster", "chains", "training"}
+    assert set(split) == {"others", "cluster", "training"}
     ran = [f for chosen in split.values() for f in chosen]
     assert sorted(set(files) - set(ran)) == [], "in no lane"
     assert sorted({f for f in ran if ran.count(f) > 1}) == [], "in two lanes"
-    # the chains in a lane of their own with the launchers' tests, the rest of tests/training beside them
-    assert Path("tests/training/test_ctrl_c.py") in split["chains"]
-    assert {f.parent for f in split["chains"]} == {Path("tests/training"), Path("tests/launch")}
-    assert Path("tests/training/test_horovod.py") in split["training"]
+    assert Path("tests/training/test_ctrl_c.py") in split["training"]
 
 
 def test_the_selection_sees_a_folder_left_out_and_a_file_taken_twice():
