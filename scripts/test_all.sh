@@ -5,11 +5,11 @@
 #   training  tests/training: runs, horovodrun and the interrupt chains;
 #   others    the rest (the study, tools, model, data, ...), whose output is shown as it comes.
 # The split is by folder, so that each folder's session fixtures (the tiny study in
-# tests/study, ...) are made once. A fourth lane for the interrupt chains ended the run 300 s
-# sooner here, but put plain horovodrun's MPI chain beside more load, and its first interrupt
-# then met docs/training.md's open limit (rank 0 held in a GIL-held stretch of TensorFlow's
-# import past mpirun's kill) in 2 runs of 3 (docs/performance.md#tests). The other lanes'
-# output follows; the exit status is the first failing lane's, in the order of LANES. Each lane
+# tests/study, ...) are made once. A fourth lane for the interrupt chains ended make test-all
+# 260-300 s sooner here, but put plain horovodrun's MPI chain beside more load, and its first
+# interrupt then met docs/training.md's open limit (rank 0 held in a GIL-held stretch of
+# TensorFlow's import past mpirun's kill) in 2 runs of 3 (docs/performance.md#tests). The other
+# lanes' output follows; the exit status is the first failing lane's, in the order of LANES. Each lane
 # has its own temporary folder, new for each run (removed when all pass), so that no lane's
 # processes or files are another's or another run's.
 #   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/LANE.xml for each lane)
