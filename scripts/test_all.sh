@@ -9,9 +9,9 @@
 # 260-300 s sooner here, but put plain horovodrun's MPI chain beside more load, and its first
 # interrupt then met docs/training.md's open limit (rank 0 held in a GIL-held stretch of
 # TensorFlow's import past mpirun's kill) in 2 runs of 3 (docs/performance.md#tests). The other
-# lanes' output follows; the exit status is the first failing lane's, in the order of LANES. Each lane
-# has its own temporary folder, new for each run (removed when all pass), so that no lane's
-# processes or files are another's or another run's.
+# lanes' output follows; the exit status is the first failing lane's, in the order of LANES.
+# Each lane has its own temporary folder, new for each run (removed when all pass), so that no
+# lane's processes or files are another's or another run's.
 #   scripts/test_all.sh PYTEST        (JUNIT_DIR=D: D/LANE.xml for each lane)
 #   scripts/test_all.sh --lanes       each lane's name and pytest arguments, a line each
 set -uo pipefail
