@@ -27,7 +27,7 @@ from deepdensity.launch import continuing
 from deepdensity.scaling import policies, rules
 from deepdensity.training import console, interrupts
 from deepdensity.training.preflight import check_sizes
-from deepdensity.training.runs import drop_own_mark, holds_nothing_to_resume, new_run_folder, runs_root
+from deepdensity.training.runs import RUNNING_MARK, holds_nothing_to_resume, new_run_folder, runs_root
 from deepdensity.utils.args import parser
 from deepdensity.utils.errors import (
     Interrupted,
@@ -156,8 +156,8 @@ def _parser() -> argparse.ArgumentParser:
 def _train(cfg, args, argv) -> None:
     """Train as the flags say; an interrupt ends in one line that says where the run stands."""
     # Horovod: rank 0 under mpirun says where the run stands even when its main thread is held
-    # in TensorFlow's C++ past mpirun's kill (interrupts.last_word)
-    interrupts.last_word(lambda: where_to_continue(args.out, argv), lambda: args.out and drop_own_mark(args.out))
+    # in C past mpirun's kill (interrupts.last_word)
+    interrupts.last_word(lambda: where_to_continue(args.out, argv), args.out and Path(args.out) / RUNNING_MARK)
     try:
         interrupts.take_pending()  # a signal received so far is taken here
         with interrupts.opened():  # importing TensorFlow takes seconds: a signal cuts it short

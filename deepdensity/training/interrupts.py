@@ -42,19 +42,21 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 from deepdensity.launch import continuing
 from deepdensity.launch.controllers import started_by_mpirun
 from deepdensity.launch.signals import CODES, RELAYED, tidy_terminal
+from deepdensity.training import line_watcher
 from deepdensity.utils.errors import (
     EXIT_SIGINT,
     LAUNCH_PREFIX_ENV,
     Interrupted,
-    claim_the_interrupted_line,
     launcher_prefix,
     launcher_rank,
     launcher_size,
+    share_the_interrupted_line,
 )
 
 _relayed_taken = False  # a rank that watches its launcher (launcher_watch.py) takes RELAYED
@@ -82,10 +84,41 @@ PEER_WAIT_S = 3.0
 class _State:
     signum: Optional[int] = None  # the first signal received
     before_run: Optional[list] = None  # train.py's words while it imports (hold_early): a signal ends it at once
-    holds = 0  # sections a signal must not cut
-    opens = 0  # windows where the handler raises at once
     settled = False  # the run ended as interrupted (settle): never raised again
     stuck = False  # a call left running in another thread (while_waiting)
+    said_for_us = None  # rank 0's watcher under mpirun (last_word): (its page, the line's words)
+    _holds = 0  # sections a signal must not cut
+    _opens = 0  # windows where the handler raises at once
+
+    @property
+    def holds(self) -> int:
+        return self._holds
+
+    @holds.setter
+    def holds(self, n: int) -> None:
+        self._holds = n
+        self._publish()
+
+    @property
+    def opens(self) -> int:
+        return self._opens
+
+    @opens.setter
+    def opens(self, n: int) -> None:
+        self._opens = n
+        self._publish()
+
+    def _publish(self) -> None:
+        """Tell rank 0's watcher where the process is; in a window, outside held sections, the
+        line it would say (the run folder is whole there, and stays so until the window closes
+        or a held section opens)."""
+        if self.said_for_us is None:
+            return
+        page, line = self.said_for_us
+        if self._opens and not self._holds:
+            with contextlib.suppress(Exception):  # the line prepared before stays
+                page.prepare(interrupted_text(line()))
+        page.publish(self._opens, self._holds)
 
     def reset(self) -> None:
         self.signum, self.holds, self.opens, self.settled, self.stuck = None, 0, 0, False, False
@@ -240,13 +273,16 @@ def _end_before_the_run(signum: int, words: list) -> None:
     os._exit(code)
 
 
+def interrupted_text(where: str) -> bytes:
+    """Rank 0's line, "interrupted: " + `where`, as written to stderr's file descriptor."""
+    return f"interrupted: {where}\n".encode(getattr(sys.stderr, "encoding", None) or "utf-8", "backslashreplace")
+
+
 def _write_interrupted(where: str) -> None:
-    """Rank 0's line, "interrupted: " + `where`, as one write to stderr's file descriptor: not
-    through sys.stderr, which the interrupted code (another thread, or the frame a handler cut
-    into) may be writing to."""
-    line = f"interrupted: {where}\n"
+    """Rank 0's line as one write to stderr's file descriptor: not through sys.stderr, which the
+    interrupted code (another thread, or the frame a handler cut into) may be writing to."""
     with contextlib.suppress(AttributeError, ValueError, OSError):
-        os.write(sys.stderr.fileno(), line.encode(sys.stderr.encoding or "utf-8", "backslashreplace"))
+        os.write(sys.stderr.fileno(), interrupted_text(where))
 
 
 # How long a rank other than 0 stays after an interrupt under mpirun (below): mpirun SIGKILLs
@@ -267,52 +303,34 @@ def stay_for_rank_0(code: int) -> None:
         time.sleep(STAY_FOR_RANK_0_S)
 
 
-# How long rank 0's main thread has to take an interrupt before `last_word` says the line for it:
-# inside OpenMPI's 1 s between its SIGTERM and its SIGKILL.
-LAST_WORD_S = 0.5
-
-
-def last_word(line: Callable[[], str], ended: Callable[[], None]) -> bool:
+def last_word(line: Callable[[], str], mark: Optional[Path]) -> bool:
     """Rank 0 under mpirun (not under `deepdensity launch`, which says the line from the run
-    folder itself when no rank did): a thread that says where the run stands when the main
-    thread cannot. A Python signal handler runs only when the main thread is back in Python,
-    and a rank can be inside TensorFlow's C++ for seconds: the first step's graph being
-    optimised and run, on a loaded host, while its peer has already left. An interrupted mpirun
-    SIGKILLs its ranks 1 s after its SIGTERM, and rank 0 died there without its line (seen in CI
-    as a bare '^C' in the chain's Ctrl-C just as a resumed run's ranks started). The thread is
-    woken by the signal itself (signal.set_wakeup_fd, written by the C handler whatever the main
-    thread is doing); if the main thread has not said the line LAST_WORD_S later and is in a
-    window where the handler would raise at once (`opened`: code an exception may cut anywhere,
-    nothing of the run being written), the thread writes "interrupted: " + line() (the run
-    folder's words: its checkpoint is whole outside held sections), calls ended() and ends the
-    process with the signal's status. Only one of the two threads writes the line
-    (utils/errors.py). Returns whether the thread was started."""
+    folder itself when no rank did): a process of its own that says where the run stands when
+    the main thread cannot (training/line_watcher.py says why and how). `line()`: the run folder's
+    words, prepared as each window opens; `mark`: the run folder's .running mark, which the
+    watcher removes if this process wrote it. Returns whether the watcher was started."""
     if (
         launcher_rank() != 0
         or not started_by_mpirun(os.environ)
         or os.environ.get(LAUNCH_PREFIX_ENV)
         or threading.current_thread() is not threading.main_thread()
+        or _state.said_for_us is not None
     ):
         return False
     wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
+    try:
+        page = line_watcher.Page()
+        line_watcher.start(page, wake_r, sys.stderr.fileno(), mark, [*CODES, RELAYED])
+    except (OSError, ValueError, AttributeError):  # no watcher: the main thread alone says the line
+        os.close(wake_w)
+        return False
+    finally:
+        os.close(wake_r)
+    os.set_blocking(wake_w, False)  # kept open for the process's life: its end wakes the watcher
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-
-    def watch():
-        signum = None
-        while signum is None:
-            signum = next((s for s in os.read(wake_r, 64) if s in _codes()), None)
-        code = _codes()[signum]
-        deadline = time.monotonic() + LAST_WORD_S
-        while time.monotonic() < deadline or not _state.opens or _state.holds:
-            time.sleep(0.02)
-        if claim_the_interrupted_line():
-            _write_interrupted(line())
-            with contextlib.suppress(OSError):
-                ended()
-            os._exit(code)
-
-    threading.Thread(target=watch, name="deepdensity-last-word", daemon=True).start()
+    _state.said_for_us = (page, line)
+    _state._publish()
+    share_the_interrupted_line(page.claim)
     return True
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 from deepdensity.config import FIELDS, Config, parse_set
 from deepdensity.data.fingerprint import data_fingerprint as of_the_files_read
 from deepdensity.utils.errors import UserError, horovodrun_prefix, shell_word
-from deepdensity.utils.files import json_with
+from deepdensity.utils.files import json_with, remove_pid_mark
 
 
 class DamagedRun(UserError):
@@ -169,12 +169,7 @@ RUNNING_MARK = ".running"
 def drop_own_mark(out) -> None:
     """Remove the RUNNING_MARK in `out` if this process wrote it (never another's, which says
     that a process trains there, or died there without a word)."""
-    mark = Path(out) / RUNNING_MARK
-    try:
-        if json.loads(mark.read_text()).get("pid") == os.getpid():
-            mark.unlink()
-    except (OSError, ValueError, AttributeError):
-        pass
+    remove_pid_mark(Path(out) / RUNNING_MARK, os.getpid())
 
 
 def died_unsaid(out) -> Optional[str]:

@@ -11,7 +11,7 @@ import functools
 import os
 import sys
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130  # 128 + SIGINT, as a shell reports a job ended by Ctrl-C
@@ -57,17 +57,23 @@ class StudyError(UserError):
 class _InterruptedLine:
     """A command's `interrupted` line is written once: by the main thread as the interrupt ends
     the command, or, for a training rank whose main thread could not take the signal in time,
-    by the thread that says it for it (training/interrupts.py, `last_word`)."""
+    by the process that says it for it (training/line_watcher.py), which then claims it too."""
 
     lock = threading.Lock()
     said = False
+    elsewhere: Optional[Callable[[], bool]] = None  # the claim shared with that process
 
 
 def claim_the_interrupted_line() -> bool:
     """True for the first to ask since the command began: that one writes the line."""
     with _InterruptedLine.lock:
         first, _InterruptedLine.said = not _InterruptedLine.said, True
-    return first
+    return first and (_InterruptedLine.elsewhere is None or _InterruptedLine.elsewhere())
+
+
+def share_the_interrupted_line(claim: Callable[[], bool]) -> None:
+    """From here the line is also claimed by `claim`, which another process asks too."""
+    _InterruptedLine.elsewhere = claim
 
 
 def command(main=None, *, os_hint: str = ""):

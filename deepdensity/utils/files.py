@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -214,6 +215,16 @@ def remove_if_unused(folder) -> None:
     if folder.is_dir() and all(p.name == FOLDER_MARK for p in folder.iterdir()):
         (folder / FOLDER_MARK).unlink(missing_ok=True)
         folder.rmdir()
+
+
+def remove_pid_mark(path, pid: int) -> None:
+    """Remove the mark at `path` if process `pid` wrote it ({"pid": ...}): never another
+    process's, nor one that does not read."""
+    try:
+        if json.loads(Path(path).read_text()).get("pid") == pid:
+            Path(path).unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def json_with(path, keys: tuple) -> bool:

@@ -451,7 +451,9 @@ def test_mpirun_interrupted_while_its_ranks_import_passes_rank_0s_line_on_every_
 # ends, standing for TensorFlow's C++ (the first step's graph optimised and run on a loaded host).
 # Held at its first step, as fit's TakeSignals leaves it (a window where the handler raises at
 # once), or, with "held" as its first word, at an epoch's end (a held section: the row and the
-# checkpoint being written). Rank 1 goes on in Python and takes the signal.
+# checkpoint being written). With "gil", the mutex is locked through ctypes.PyDLL, which keeps
+# Python's lock (GIL) through the call: no thread of the rank runs, as in the stretches of
+# `import tensorflow` that run in C holding it. Rank 1 goes on in Python and takes the signal.
 RANK_HELD_IN_C = """
 import ctypes, sys, time
 from deepdensity.training import cli, interrupts
@@ -459,12 +461,13 @@ from deepdensity.utils.errors import Interrupted, launcher_rank
 where, words = sys.argv[1], sys.argv[2:]
 out = words[words.index("--out") + 1]
 with interrupts.handling(restore=False):
-    interrupts.last_word(lambda: cli.where_to_continue(out, words), lambda: None)
+    interrupts.last_word(lambda: cli.where_to_continue(out, words), None)
     print("stepping", flush=True)
     try:
         if launcher_rank() == 0:
             interrupts.hold() if where == "held" else interrupts.open_window()
-            mutex, libc = ctypes.create_string_buffer(64), ctypes.CDLL(None)
+            mutex = ctypes.create_string_buffer(64)
+            libc = ctypes.PyDLL(None) if where == "gil" else ctypes.CDLL(None)
             libc.pthread_mutex_lock(mutex)
             libc.pthread_mutex_lock(mutex)
         while True:
@@ -482,18 +485,19 @@ def test_rank_0_held_in_c_past_mpiruns_kill_still_says_where_the_run_stands(tmp_
     horovodrun with MPI left a bare '^C'. rank 0 was inside TensorFlow's C++ (its first step),
     where no Python handler runs, when mpirun SIGKILLed it 1 s after its SIGTERM
     (interrupts.last_word). Interrupts of a real mpirun whose rank 0 is held in C: at its first
-    step, rank 0's line each time, from its run folder's checkpoint, and nothing else; in the
-    middle of an epoch's end, nothing: what it writes there is never cut short, and mpirun's
-    kill comes first."""
+    step, rank 0's line each time, from its run folder's checkpoint, and nothing else, also when
+    the C it is held in keeps Python's lock (no thread of the rank could say it); in the middle
+    of an epoch's end, nothing: what it writes there is never cut short, and mpirun's kill comes
+    first."""
     out = tmp_path / "run"
     out.mkdir()
     (out / "state.json").write_text(json.dumps({"epoch": 2, "checkpoint": "ckpt/epoch-0003", "status": "running"}))
     said = [
         interrupted_mpirun(RANK_HELD_IN_C, [where, "--mode", "strong", "--out", str(out)], tmp_path, "stepping")
-        for where in ("step", "step", "held")
+        for where in ("step", "gil", "gil", "held")
     ]
     line = (
         f"interrupted: at epoch 3, checkpointed in {out}; continue with: "
         f"horovodrun -np 2 python train.py --mode strong --out {out} --resume"
     )
-    assert [text.strip() for text in said] == [line, line, ""]
+    assert [text.strip() for text in said] == [line, line, line, ""]

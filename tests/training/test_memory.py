@@ -16,6 +16,7 @@ import pytest
 from deepdensity.config import load
 from deepdensity.training import memory, runs
 from deepdensity.training.memory import Limit
+from deepdensity.utils.files import remove_pid_mark
 from deepdensity.utils.machine import size_text
 from tests.support import ROOT, SMOKE
 
@@ -125,14 +126,19 @@ def _limited(gib_kb: int):
 @pytest.mark.slow
 @pytest.mark.smoke
 def test_a_process_drops_its_own_running_mark_and_never_anothers(tmp_path):
-    """interrupts.last_word ends rank 0 with os._exit after its line: the mark it wrote goes
-    with it; a mark of another pid (a process training there, or one that died without a word)
-    and one that does not read stay for the next invocation to judge."""
+    """A run's end removes the mark its process wrote, and rank 0's line watcher, having said
+    the line for it, the mark of that rank (remove_pid_mark): never the mark of another pid (a
+    process training there, or one that died without a word), nor one that does not read,
+    which stay for the next invocation to judge."""
     mark = tmp_path / runs.RUNNING_MARK
     mine, anothers = json.dumps({"pid": os.getpid()}), json.dumps({"pid": os.getpid() + 1})
-    for text, kept in [(mine, False), (anothers, True), ("{", True)]:
+    for text, kept in [(mine, False), (anothers, True), ("{", True), ("[1]", True)]:
         mark.write_text(text)
         runs.drop_own_mark(tmp_path)
+        assert mark.exists() == kept, text
+    for text, kept in [(anothers, False), (mine, True)]:
+        mark.write_text(text)
+        remove_pid_mark(mark, os.getpid() + 1)  # the watcher, for its rank's pid
         assert mark.exists() == kept, text
     mark.unlink()
     runs.drop_own_mark(tmp_path)  # no mark: nothing to do

@@ -1,0 +1,79 @@
+"""Rank 0's line watcher (training/line_watcher.py): the page it shares with the rank, and its
+life beside a rank that ends without a signal. Saying the line for a rank held in C, Python's
+lock kept, under a real mpirun: tests/training/test_interrupts.py
+(test_rank_0_held_in_c_past_mpiruns_kill_still_says_where_the_run_stands)."""
+
+import os
+import subprocess
+import sys
+import time
+
+from deepdensity.training import line_watcher
+from deepdensity.training.line_watcher import Page
+from deepdensity.utils.errors import LAUNCH_PREFIX_ENV
+from tests.support import ROOT
+from tests.training.terminal import run_pids
+
+CLAIM = """
+import sys
+from deepdensity.training.line_watcher import Page
+sys.exit(0 if Page(int(sys.argv[1])).claim() else 3)
+"""
+
+
+def claim_in_another_process(page: Page) -> bool:
+    proc = subprocess.run(
+        [sys.executable, "-c", CLAIM, str(page.fd)], pass_fds=(page.fd,), env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert proc.returncode in (0, 3), proc
+    return proc.returncode == 0
+
+
+def test_the_line_is_claimed_once_between_the_rank_and_its_watcher():
+    page = Page()
+    assert claim_in_another_process(page)
+    assert not page.claim() and not claim_in_another_process(page)
+    other = Page()
+    assert other.claim() and not claim_in_another_process(other)
+
+
+def test_the_page_holds_the_last_line_prepared_and_where_the_rank_is():
+    page = Page()
+    assert page.line() == b"" and not page.may_say()
+    page.prepare("interrupted: at epoch 3 …\n".encode())
+    page.prepare(b"interrupted: at epoch 4\n")
+    assert page.line() == b"interrupted: at epoch 4\n"
+    for opens, holds, may in [(1, 0, True), (2, 0, True), (1, 1, False), (0, 0, False), (0, 1, False), (300, 0, True)]:
+        page.publish(opens, holds)
+        assert page.may_say() is may, (opens, holds)
+    long = b"x" * (line_watcher.PAGE * 2)
+    page.prepare(long)
+    assert 0 < len(page.line()) < line_watcher.PAGE and set(page.line()) == {ord("x")}
+
+
+# a rank 0 under mpirun as OpenMPI describes one, that starts its watcher in a window and ends
+# without a signal
+RANK_THAT_FINISHES = """
+import sys, time
+from pathlib import Path
+from deepdensity.training import interrupts
+out = sys.argv[1]
+with interrupts.handling(restore=False):
+    print(interrupts.last_word(lambda: "where the run stands", Path(out) / ".running"), flush=True)
+    interrupts.open_window()
+    time.sleep(0.3)
+"""
+
+
+def test_the_watcher_ends_with_its_rank_and_says_nothing_without_a_signal(tmp_path):
+    out = tmp_path / "run-of-this-test"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}
+    env.pop(LAUNCH_PREFIX_ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", RANK_THAT_FINISHES, str(out)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "True\n", "")
+    deadline = time.monotonic() + 5
+    while run_pids(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run_pids(str(out)) == [], "the watcher outlived its rank"
