@@ -7,8 +7,9 @@
 # The split is by folder, so that each folder's session fixtures (the tiny study in
 # tests/study, ...) are made once. A fourth lane for the interrupt chains ended make test-all
 # 260-300 s sooner here, but put plain horovodrun's MPI chain beside more load, and its first
-# interrupt then met docs/training.md's open limit (rank 0 held in a GIL-held stretch of
-# TensorFlow's import past mpirun's kill) in 2 runs of 3 (docs/performance.md#tests). The other
+# interrupt then met a limit since mended (rank 0 held in a GIL-held stretch of TensorFlow's
+# import past mpirun's kill: training/line_watcher.py) in 2 runs of 3; the four lanes have not
+# been run again since (docs/performance.md#tests). The other
 # lanes' output follows; the exit status is the first failing lane's, in the order of LANES.
 # Each lane has its own temporary folder, new for each run (removed when all pass), so that no
 # lane's processes or files are another's or another run's.

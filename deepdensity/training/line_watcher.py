@@ -99,9 +99,9 @@ def _unlinked_file() -> int:
 def start(page: Page, wake: int, err: int, mark: Optional[Path], signals) -> subprocess.Popen:
     """The watcher of this process: it reads the wakeup pipe `wake` and writes the line to the
     file descriptor `err` (the rank's own stderr), then removes the run's `mark` if the rank
-    wrote it. In a session of its own, so that a signal to
-    the rank's process group never reaches it; it ends when the rank does (the pipe's write end
-    closes). Imports only this module and utils/files.py."""
+    wrote it. In a session of its own, so that a signal to the rank's process group never
+    reaches it; it ends when the rank does (the pipe's write end closes). Imports only this
+    module and utils/files.py."""
     package = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")]))}
     numbers = ",".join(str(int(s)) for s in signals)
@@ -131,9 +131,10 @@ def watch(argv: Optional[list] = None) -> None:
         if os.getppid() != rank:
             return
         time.sleep(0.02)
-    if page.claim():
+    line = page.line()
+    if line and page.claim():  # no line prepared: the rank's own words are the only ones
         with contextlib.suppress(OSError):
-            os.write(err, page.line())
+            os.write(err, line)
         if mark:
             remove_pid_mark(mark, rank)
 
