@@ -86,7 +86,7 @@ class _State:
     before_run: Optional[list] = None  # train.py's words while it imports (hold_early): a signal ends it at once
     settled = False  # the run ended as interrupted (settle): never raised again
     stuck = False  # a call left running in another thread (while_waiting)
-    said_for_us = None  # rank 0's watcher under mpirun (last_word): (its page, the line's words)
+    said_for_us = None  # rank 0's line watcher under mpirun (last_word): (its page, the line's words, it)
     _holds = 0  # sections a signal must not cut
     _opens = 0  # windows where the handler raises at once
 
@@ -114,7 +114,7 @@ class _State:
         or a held section opens)."""
         if self.said_for_us is None:
             return
-        page, line = self.said_for_us
+        page, line, _ = self.said_for_us
         if self._opens and not self._holds:
             with contextlib.suppress(Exception):  # the line prepared before stays
                 page.prepare(interrupted_text(line()))
@@ -320,7 +320,7 @@ def last_word(line: Callable[[], str], mark: Optional[Path]) -> bool:
     wake_r, wake_w = os.pipe()
     try:
         page = line_watcher.Page()
-        line_watcher.start(page, wake_r, sys.stderr.fileno(), mark, [*CODES, RELAYED])
+        watcher = line_watcher.start(page, wake_r, sys.stderr.fileno(), mark, [*CODES, RELAYED])
     except (OSError, ValueError, AttributeError):  # no watcher: the main thread alone says the line
         os.close(wake_w)
         return False
@@ -328,7 +328,7 @@ def last_word(line: Callable[[], str], mark: Optional[Path]) -> bool:
         os.close(wake_r)
     os.set_blocking(wake_w, False)  # kept open for the process's life: its end wakes the watcher
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    _state.said_for_us = (page, line)
+    _state.said_for_us = (page, line, watcher)  # held: a Popen let go warns while its process runs
     _state._publish()
     share_the_interrupted_line(page.claim)
     return True
