@@ -36,6 +36,7 @@ saving. launch reports the interrupt's own exit status (horovodrun.py).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -331,6 +332,7 @@ def last_word(line: Callable[[], str], mark: Optional[Path]) -> bool:
     _state.said_for_us = (page, line, watcher)  # held: a Popen let go warns while its process runs
     _state._publish()
     share_the_interrupted_line(page.claim)
+    atexit.register(line_watcher.stop, page, watcher)
     return True
 
 

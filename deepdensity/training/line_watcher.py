@@ -22,6 +22,7 @@ asks it through `claim`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import mmap
 import os
@@ -81,6 +82,19 @@ class Page:
             first, self.map[2] = not self.map[2], 1
         return first
 
+    def say(self, err: int) -> bool:
+        """The watcher's claim, and the line written to `err` under the same lock, so that the
+        rank, ending, never stops its watcher between the two (`stop`). False when the rank
+        claimed it first, or prepared no line (its own words are then the only ones)."""
+        with self._locked():
+            (length,) = struct.unpack_from("=I", self.map, 4)
+            if self.map[2] or not length:
+                return False
+            self.map[2] = 1
+            with contextlib.suppress(OSError):
+                os.write(err, bytes(self.map[_HEAD.size : _HEAD.size + length]))
+        return True
+
     @contextlib.contextmanager
     def _locked(self):
         fcntl.lockf(self.fd, fcntl.LOCK_EX)  # POSIX locks: the two processes exclude each other
@@ -123,6 +137,7 @@ def watch(argv: Optional[list] = None) -> None:
     wake, err, rank, signals = int(wake), int(err), int(rank), {int(s) for s in signals.split(",")}
     for s in signals:
         signal.signal(s, signal.SIG_IGN)
+    _die_with_the_rank()
     page = Page(int(fd))
     if not _woken(wake, rank, signals):
         return
@@ -131,12 +146,25 @@ def watch(argv: Optional[list] = None) -> None:
         if os.getppid() != rank:
             return
         time.sleep(0.02)
-    line = page.line()
-    if line and page.claim():  # no line prepared: the rank's own words are the only ones
-        with contextlib.suppress(OSError):
-            os.write(err, line)
-        if mark:
-            remove_pid_mark(mark, rank)
+    if page.say(err) and mark:
+        remove_pid_mark(mark, rank)
+
+
+def stop(page: Page, watcher: subprocess.Popen) -> None:
+    """At the rank's end (atexit): end its watcher, never between its claim and its line. A rank
+    that ends without its exit handlers (os._exit, a kill) takes the watcher with it too: the
+    kernel kills it then (`_die_with_the_rank`)."""
+    with page._locked():
+        watcher.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watcher.wait(timeout=5)
+
+
+def _die_with_the_rank() -> None:
+    """Linux's PR_SET_PDEATHSIG: the kernel SIGKILLs this process as its parent ends, so that no
+    process naming the run folder outlives the rank, not even by the moment a poll would take."""
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
 
 
 def _woken(wake: int, rank: int, signals: set) -> bool:

@@ -6,7 +6,8 @@ lock kept, under a real mpirun: tests/training/test_interrupts.py
 import os
 import subprocess
 import sys
-import time
+
+import pytest
 
 from deepdensity.training import line_watcher
 from deepdensity.training.line_watcher import Page
@@ -37,6 +38,19 @@ def test_the_line_is_claimed_once_between_the_rank_and_its_watcher():
     assert other.claim() and not claim_in_another_process(other)
 
 
+def test_the_watcher_says_the_prepared_line_once_and_only_if_the_rank_has_not():
+    r, w = os.pipe()
+    page = Page()
+    assert not page.say(w), "no line prepared: nothing said, nothing claimed"
+    page.prepare(b"interrupted: at epoch 2\n")
+    assert page.say(w) and not page.say(w) and not page.claim()
+    os.close(w)
+    assert os.read(r, 100) == b"interrupted: at epoch 2\n"
+    claimed = Page()
+    claimed.prepare(b"interrupted: at epoch 2\n")
+    assert claimed.claim() and not claimed.say(r)
+
+
 def test_the_page_holds_the_last_line_prepared_and_where_the_rank_is():
     page = Page()
     assert page.line() == b"" and not page.may_say()
@@ -52,28 +66,33 @@ def test_the_page_holds_the_last_line_prepared_and_where_the_rank_is():
 
 
 # a rank 0 under mpirun as OpenMPI describes one, that starts its watcher in a window and ends
-# without a signal
+# without a signal: by its end (exit handlers run) or by os._exit (none run)
 RANK_THAT_FINISHES = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 from deepdensity.training import interrupts
-out = sys.argv[1]
+out, end = sys.argv[1], sys.argv[2]
 with interrupts.handling(restore=False):
     print(interrupts.last_word(lambda: "where the run stands", Path(out) / ".running"), flush=True)
     interrupts.open_window()
     time.sleep(0.3)
+    if end == "os._exit":
+        os._exit(0)
 """
 
 
-def test_the_watcher_ends_with_its_rank_and_says_nothing_without_a_signal(tmp_path):
+@pytest.mark.parametrize("end", ["exit", "os._exit"])
+def test_the_watcher_ends_with_its_rank_and_says_nothing_without_a_signal(tmp_path, end):
+    """Its rank's exit handlers stop it; without them the kernel ends it with the rank (Linux's
+    PR_SET_PDEATHSIG). Either way it is gone once the rank is, so that nothing naming the run
+    folder is left: mpirun, and horovodrun after it, end as their ranks do."""
     out = tmp_path / "run-of-this-test"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}
     env.pop(LAUNCH_PREFIX_ENV, None)
-    proc = subprocess.run(
-        [sys.executable, "-c", RANK_THAT_FINISHES, str(out)], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "True\n", "")
-    deadline = time.monotonic() + 5
-    while run_pids(str(out)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    err = tmp_path / "stderr"  # a file: the rank is waited for, not the last holder of its stderr
+    with err.open("w") as stderr:
+        proc = subprocess.run(
+            [sys.executable, "-c", RANK_THAT_FINISHES, str(out), end], env=env, stdout=subprocess.PIPE, stderr=stderr
+        )
+    assert (proc.returncode, proc.stdout, err.read_text()) == (0, b"True\n", "")
     assert run_pids(str(out)) == [], "the watcher outlived its rank"
