@@ -3,9 +3,9 @@
 An interrupted mpirun SIGKILLs its ranks 1 s after its SIGTERM, and rank 0 must have said where
 the run stands by then. Its main thread can be where no Python code runs: in C++ (the first
 step's graph optimised and run), or in C that keeps Python's lock (GIL) for seconds on a loaded
-host: `import tensorflow` reads and relocates its 1 GB library holding the lock (a 10.3 s stretch
-with a cold page cache on a 2-core AMD EPYC; ml_dtypes' module set-up 0.6-0.8 s with a warm one, measured with a
-thread ticking every 5 ms). A thread of the rank's own cannot run there either. So a small
+host: `import tensorflow` reads and relocates its 1 GB library holding the lock (a 10.3 s
+stretch with a cold page cache on a 2-core AMD EPYC; ml_dtypes' module set-up 0.6-0.8 s with a
+warm one; measured with a thread ticking every 5 ms). No thread of the rank runs there. So a small
 process, started before TensorFlow is imported, says the line for it: the signal wakes it
 (`signal.set_wakeup_fd`, which the C handler writes whatever the main thread is doing); if the
 main thread has not said the line LAST_WORD_S later and is in a window where the handler would
@@ -73,8 +73,11 @@ class Page:
 
     def line(self) -> bytes:
         with self._locked():
-            (length,) = struct.unpack_from("=I", self.map, 4)
-            return bytes(self.map[_HEAD.size : _HEAD.size + length])
+            return self._line()
+
+    def _line(self) -> bytes:
+        (length,) = struct.unpack_from("=I", self.map, 4)
+        return bytes(self.map[_HEAD.size : _HEAD.size + length])
 
     def claim(self) -> bool:
         """True for the first of the two processes to ask: that one writes the line."""
@@ -87,12 +90,12 @@ class Page:
         rank, ending, never stops its watcher between the two (`stop`). False when the rank
         claimed it first, or prepared no line (its own words are then the only ones)."""
         with self._locked():
-            (length,) = struct.unpack_from("=I", self.map, 4)
-            if self.map[2] or not length:
+            line = self._line()
+            if self.map[2] or not line:
                 return False
             self.map[2] = 1
             with contextlib.suppress(OSError):
-                os.write(err, bytes(self.map[_HEAD.size : _HEAD.size + length]))
+                os.write(err, line)
         return True
 
     @contextlib.contextmanager
