@@ -82,32 +82,28 @@ def take_relayed() -> None:
 PEER_WAIT_S = 3.0
 
 
+class _Published:
+    """A count of _State that rank 0's line watcher is told of whenever it changes (_publish)."""
+
+    def __set_name__(self, owner, name) -> None:
+        self.name = "_" + name
+
+    def __get__(self, state, owner=None):
+        return self if state is None else getattr(state, self.name, 0)
+
+    def __set__(self, state, n: int) -> None:
+        setattr(state, self.name, n)
+        state._publish()
+
+
 class _State:
     signum: Optional[int] = None  # the first signal received
     before_run: Optional[list] = None  # train.py's words while it imports (hold_early): a signal ends it at once
     settled = False  # the run ended as interrupted (settle): never raised again
     stuck = False  # a call left running in another thread (while_waiting)
     said_for_us = None  # rank 0's line watcher under mpirun (last_word): (its page, the line's words, it)
-    _holds = 0  # sections a signal must not cut
-    _opens = 0  # windows where the handler raises at once
-
-    @property
-    def holds(self) -> int:
-        return self._holds
-
-    @holds.setter
-    def holds(self, n: int) -> None:
-        self._holds = n
-        self._publish()
-
-    @property
-    def opens(self) -> int:
-        return self._opens
-
-    @opens.setter
-    def opens(self, n: int) -> None:
-        self._opens = n
-        self._publish()
+    holds = _Published()  # sections a signal must not cut
+    opens = _Published()  # windows where the handler raises at once
 
     def _publish(self) -> None:
         """Tell rank 0's watcher where the process is; in a window, outside held sections, the
@@ -116,10 +112,10 @@ class _State:
         if self.said_for_us is None:
             return
         page, line, _ = self.said_for_us
-        if self._opens and not self._holds:
+        if self.opens and not self.holds:
             with contextlib.suppress(Exception):  # the line prepared before stays
                 page.prepare(interrupted_text(line()))
-        page.publish(self._opens, self._holds)
+        page.publish(self.opens, self.holds)
 
     def reset(self) -> None:
         self.signum, self.holds, self.opens, self.settled, self.stuck = None, 0, 0, False, False
